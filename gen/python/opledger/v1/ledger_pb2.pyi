@@ -1,0 +1,304 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.rpc import status_pb2 as _status_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATE_UNSPECIFIED: _ClassVar[State]
+    STATE_AWAITING_APPROVAL: _ClassVar[State]
+    STATE_READY: _ClassVar[State]
+    STATE_EXECUTING: _ClassVar[State]
+    STATE_SUCCEEDED: _ClassVar[State]
+    STATE_FAILED: _ClassVar[State]
+    STATE_OUTCOME_UNKNOWN: _ClassVar[State]
+    STATE_REJECTED: _ClassVar[State]
+    STATE_CANCELLED: _ClassVar[State]
+
+class Decision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DECISION_UNSPECIFIED: _ClassVar[Decision]
+    DECISION_APPROVE: _ClassVar[Decision]
+    DECISION_DENY: _ClassVar[Decision]
+
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    ERROR_REASON_API_KEY_MISSING: _ClassVar[ErrorReason]
+    ERROR_REASON_API_KEY_INVALID: _ClassVar[ErrorReason]
+    ERROR_REASON_ROLE_REQUIRED: _ClassVar[ErrorReason]
+    ERROR_REASON_IDEMPOTENCY_KEY_MISSING: _ClassVar[ErrorReason]
+    ERROR_REASON_IDEMPOTENCY_KEY_INVALID: _ClassVar[ErrorReason]
+    ERROR_REASON_IDEMPOTENCY_KEY_REUSED: _ClassVar[ErrorReason]
+    ERROR_REASON_TOOL_UNKNOWN: _ClassVar[ErrorReason]
+    ERROR_REASON_TOOL_VERSION_UNKNOWN: _ClassVar[ErrorReason]
+    ERROR_REASON_ARGS_INVALID: _ClassVar[ErrorReason]
+    ERROR_REASON_ARGS_TOO_LARGE: _ClassVar[ErrorReason]
+    ERROR_REASON_FIELD_INVALID: _ClassVar[ErrorReason]
+    ERROR_REASON_OPERATION_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_APPROVAL_REQUIRED: _ClassVar[ErrorReason]
+    ERROR_REASON_APPROVAL_EXPIRED: _ClassVar[ErrorReason]
+    ERROR_REASON_APPROVAL_FINGERPRINT_MISMATCH: _ClassVar[ErrorReason]
+    ERROR_REASON_APPROVAL_CONFLICT: _ClassVar[ErrorReason]
+    ERROR_REASON_SELF_APPROVAL_FORBIDDEN: _ClassVar[ErrorReason]
+    ERROR_REASON_APPROVAL_NOT_APPLICABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_OPERATION_REJECTED: _ClassVar[ErrorReason]
+    ERROR_REASON_OPERATION_CANCELLED: _ClassVar[ErrorReason]
+    ERROR_REASON_OPERATION_IN_PROGRESS: _ClassVar[ErrorReason]
+    ERROR_REASON_RESOLUTION_NOT_APPLICABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_LEDGER_UNAVAILABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
+
+class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_TYPE_UNSPECIFIED: _ClassVar[EventType]
+    EVENT_TYPE_PREPARED: _ClassVar[EventType]
+    EVENT_TYPE_APPROVED: _ClassVar[EventType]
+    EVENT_TYPE_DENIED: _ClassVar[EventType]
+    EVENT_TYPE_CLAIMED: _ClassVar[EventType]
+    EVENT_TYPE_EXTERNAL_REF_RECORDED: _ClassVar[EventType]
+    EVENT_TYPE_SUCCEEDED: _ClassVar[EventType]
+    EVENT_TYPE_FAILED: _ClassVar[EventType]
+    EVENT_TYPE_OUTCOME_UNKNOWN: _ClassVar[EventType]
+    EVENT_TYPE_RELEASED: _ClassVar[EventType]
+    EVENT_TYPE_LEASE_TAKEN_OVER: _ClassVar[EventType]
+    EVENT_TYPE_RECONCILED: _ClassVar[EventType]
+    EVENT_TYPE_RESOLVED_MANUALLY: _ClassVar[EventType]
+    EVENT_TYPE_CANCELLED: _ClassVar[EventType]
+STATE_UNSPECIFIED: State
+STATE_AWAITING_APPROVAL: State
+STATE_READY: State
+STATE_EXECUTING: State
+STATE_SUCCEEDED: State
+STATE_FAILED: State
+STATE_OUTCOME_UNKNOWN: State
+STATE_REJECTED: State
+STATE_CANCELLED: State
+DECISION_UNSPECIFIED: Decision
+DECISION_APPROVE: Decision
+DECISION_DENY: Decision
+ERROR_REASON_UNSPECIFIED: ErrorReason
+ERROR_REASON_API_KEY_MISSING: ErrorReason
+ERROR_REASON_API_KEY_INVALID: ErrorReason
+ERROR_REASON_ROLE_REQUIRED: ErrorReason
+ERROR_REASON_IDEMPOTENCY_KEY_MISSING: ErrorReason
+ERROR_REASON_IDEMPOTENCY_KEY_INVALID: ErrorReason
+ERROR_REASON_IDEMPOTENCY_KEY_REUSED: ErrorReason
+ERROR_REASON_TOOL_UNKNOWN: ErrorReason
+ERROR_REASON_TOOL_VERSION_UNKNOWN: ErrorReason
+ERROR_REASON_ARGS_INVALID: ErrorReason
+ERROR_REASON_ARGS_TOO_LARGE: ErrorReason
+ERROR_REASON_FIELD_INVALID: ErrorReason
+ERROR_REASON_OPERATION_NOT_FOUND: ErrorReason
+ERROR_REASON_APPROVAL_REQUIRED: ErrorReason
+ERROR_REASON_APPROVAL_EXPIRED: ErrorReason
+ERROR_REASON_APPROVAL_FINGERPRINT_MISMATCH: ErrorReason
+ERROR_REASON_APPROVAL_CONFLICT: ErrorReason
+ERROR_REASON_SELF_APPROVAL_FORBIDDEN: ErrorReason
+ERROR_REASON_APPROVAL_NOT_APPLICABLE: ErrorReason
+ERROR_REASON_OPERATION_REJECTED: ErrorReason
+ERROR_REASON_OPERATION_CANCELLED: ErrorReason
+ERROR_REASON_OPERATION_IN_PROGRESS: ErrorReason
+ERROR_REASON_RESOLUTION_NOT_APPLICABLE: ErrorReason
+ERROR_REASON_LEDGER_UNAVAILABLE: ErrorReason
+ERROR_REASON_INTERNAL: ErrorReason
+EVENT_TYPE_UNSPECIFIED: EventType
+EVENT_TYPE_PREPARED: EventType
+EVENT_TYPE_APPROVED: EventType
+EVENT_TYPE_DENIED: EventType
+EVENT_TYPE_CLAIMED: EventType
+EVENT_TYPE_EXTERNAL_REF_RECORDED: EventType
+EVENT_TYPE_SUCCEEDED: EventType
+EVENT_TYPE_FAILED: EventType
+EVENT_TYPE_OUTCOME_UNKNOWN: EventType
+EVENT_TYPE_RELEASED: EventType
+EVENT_TYPE_LEASE_TAKEN_OVER: EventType
+EVENT_TYPE_RECONCILED: EventType
+EVENT_TYPE_RESOLVED_MANUALLY: EventType
+EVENT_TYPE_CANCELLED: EventType
+
+class Operation(_message.Message):
+    __slots__ = ("id", "tool", "tool_version", "args", "fingerprint", "state", "approval", "attempts", "fence", "downstream_key", "external_ref", "result", "error", "create_time", "update_time", "tenant", "prepared_by", "lease_expire_time")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    DOWNSTREAM_KEY_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_REF_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_BY_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    tool: str
+    tool_version: str
+    args: _struct_pb2.Struct
+    fingerprint: str
+    state: State
+    approval: Approval
+    attempts: int
+    fence: int
+    downstream_key: str
+    external_ref: str
+    result: _struct_pb2.Struct
+    error: _status_pb2.Status
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    tenant: str
+    prepared_by: str
+    lease_expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., tool: _Optional[str] = ..., tool_version: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., fingerprint: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., attempts: _Optional[int] = ..., fence: _Optional[int] = ..., downstream_key: _Optional[str] = ..., external_ref: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., prepared_by: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Approval(_message.Message):
+    __slots__ = ("required", "decision", "decided_by", "decide_time", "expire_time", "approved_fingerprint", "reason")
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    DECIDE_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    required: bool
+    decision: Decision
+    decided_by: str
+    decide_time: _timestamp_pb2.Timestamp
+    expire_time: _timestamp_pb2.Timestamp
+    approved_fingerprint: str
+    reason: str
+    def __init__(self, required: _Optional[bool] = ..., decision: _Optional[_Union[Decision, str]] = ..., decided_by: _Optional[str] = ..., decide_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approved_fingerprint: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class OperationEvent(_message.Message):
+    __slots__ = ("seq", "type", "actor", "from_state", "to_state", "attempt", "fence", "detail", "create_time")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    FROM_STATE_FIELD_NUMBER: _ClassVar[int]
+    TO_STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    type: EventType
+    actor: str
+    from_state: State
+    to_state: State
+    attempt: int
+    fence: int
+    detail: str
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, seq: _Optional[int] = ..., type: _Optional[_Union[EventType, str]] = ..., actor: _Optional[str] = ..., from_state: _Optional[_Union[State, str]] = ..., to_state: _Optional[_Union[State, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., detail: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class PrepareRequest(_message.Message):
+    __slots__ = ("tool", "tool_version", "args")
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    tool: str
+    tool_version: str
+    args: _struct_pb2.Struct
+    def __init__(self, tool: _Optional[str] = ..., tool_version: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class PrepareResponse(_message.Message):
+    __slots__ = ("operation", "replayed")
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    replayed: bool
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+
+class ApproveRequest(_message.Message):
+    __slots__ = ("operation_id", "fingerprint", "decision", "reason")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    fingerprint: str
+    decision: Decision
+    reason: str
+    def __init__(self, operation_id: _Optional[str] = ..., fingerprint: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ApproveResponse(_message.Message):
+    __slots__ = ("operation", "replayed")
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    replayed: bool
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+
+class ExecuteRequest(_message.Message):
+    __slots__ = ("operation_id", "wait")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    wait: _duration_pb2.Duration
+    def __init__(self, operation_id: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ExecuteResponse(_message.Message):
+    __slots__ = ("operation", "replayed")
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    replayed: bool
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("operation_id", "include_events")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    include_events: bool
+    def __init__(self, operation_id: _Optional[str] = ..., include_events: _Optional[bool] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("operation", "events")
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    events: _containers.RepeatedCompositeFieldContainer[OperationEvent]
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., events: _Optional[_Iterable[_Union[OperationEvent, _Mapping]]] = ...) -> None: ...
+
+class Resolution(_message.Message):
+    __slots__ = ("outcome", "external_ref", "note")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_REF_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    outcome: State
+    external_ref: str
+    note: str
+    def __init__(self, outcome: _Optional[_Union[State, str]] = ..., external_ref: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class ReconcileRequest(_message.Message):
+    __slots__ = ("operation_id", "resolution")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    resolution: Resolution
+    def __init__(self, operation_id: _Optional[str] = ..., resolution: _Optional[_Union[Resolution, _Mapping]] = ...) -> None: ...
+
+class ReconcileResponse(_message.Message):
+    __slots__ = ("operation", "detail")
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    detail: str
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., detail: _Optional[str] = ...) -> None: ...
