@@ -231,6 +231,21 @@ const (
 	// INTERNAL: a bug. The request may or may not have been recorded; retry
 	// with the same idempotency key and Get to find out.
 	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 24
+	// UNAVAILABLE: the downstream could not be reached and nothing was sent;
+	// the operation is READY again. Retry Execute after the RetryInfo delay.
+	ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE ErrorReason = 25
+	// INVALID_ARGUMENT: the request's deadline or wait is outside the allowed
+	// range.
+	ErrorReason_ERROR_REASON_DEADLINE_INVALID ErrorReason = 26
+	// Stored in Operation.error of a FAILED operation: the downstream
+	// definitively refused the request (e.g. HTTP 4xx). Not an RPC error.
+	ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED ErrorReason = 27
+	// Stored in Operation.error of an OUTCOME_UNKNOWN operation: the request
+	// may have reached the downstream (timeout, reset, 5xx). Not an RPC error.
+	ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN ErrorReason = 28
+	// PERMISSION_DENIED: a manual Reconcile resolution needs the operator
+	// role.
+	ErrorReason_ERROR_REASON_OPERATOR_REQUIRED ErrorReason = 29
 )
 
 // Enum value maps for ErrorReason.
@@ -261,6 +276,11 @@ var (
 		22: "ERROR_REASON_RESOLUTION_NOT_APPLICABLE",
 		23: "ERROR_REASON_LEDGER_UNAVAILABLE",
 		24: "ERROR_REASON_INTERNAL",
+		25: "ERROR_REASON_DOWNSTREAM_UNAVAILABLE",
+		26: "ERROR_REASON_DEADLINE_INVALID",
+		27: "ERROR_REASON_DOWNSTREAM_REJECTED",
+		28: "ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN",
+		29: "ERROR_REASON_OPERATOR_REQUIRED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":                   0,
@@ -288,6 +308,11 @@ var (
 		"ERROR_REASON_RESOLUTION_NOT_APPLICABLE":     22,
 		"ERROR_REASON_LEDGER_UNAVAILABLE":            23,
 		"ERROR_REASON_INTERNAL":                      24,
+		"ERROR_REASON_DOWNSTREAM_UNAVAILABLE":        25,
+		"ERROR_REASON_DEADLINE_INVALID":              26,
+		"ERROR_REASON_DOWNSTREAM_REJECTED":           27,
+		"ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN":    28,
+		"ERROR_REASON_OPERATOR_REQUIRED":             29,
 	}
 )
 
@@ -350,6 +375,9 @@ const (
 	EventType_EVENT_TYPE_RESOLVED_MANUALLY EventType = 12
 	// The operation was cancelled.
 	EventType_EVENT_TYPE_CANCELLED EventType = 13
+	// Execute found the approval expired; the operation waits for a new
+	// decision.
+	EventType_EVENT_TYPE_APPROVAL_EXPIRED EventType = 14
 )
 
 // Enum value maps for EventType.
@@ -369,6 +397,7 @@ var (
 		11: "EVENT_TYPE_RECONCILED",
 		12: "EVENT_TYPE_RESOLVED_MANUALLY",
 		13: "EVENT_TYPE_CANCELLED",
+		14: "EVENT_TYPE_APPROVAL_EXPIRED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED":           0,
@@ -385,6 +414,7 @@ var (
 		"EVENT_TYPE_RECONCILED":            11,
 		"EVENT_TYPE_RESOLVED_MANUALLY":     12,
 		"EVENT_TYPE_CANCELLED":             13,
+		"EVENT_TYPE_APPROVAL_EXPIRED":      14,
 	}
 )
 
@@ -1596,7 +1626,7 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10DECISION_APPROVE\x10\x01\x12\x11\n" +
-	"\rDECISION_DENY\x10\x02*\xa6\a\n" +
+	"\rDECISION_DENY\x10\x02*\xe9\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_REASON_API_KEY_MISSING\x10\x01\x12 \n" +
@@ -1623,7 +1653,12 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\"ERROR_REASON_OPERATION_IN_PROGRESS\x10\x15\x12*\n" +
 	"&ERROR_REASON_RESOLUTION_NOT_APPLICABLE\x10\x16\x12#\n" +
 	"\x1fERROR_REASON_LEDGER_UNAVAILABLE\x10\x17\x12\x19\n" +
-	"\x15ERROR_REASON_INTERNAL\x10\x18*\x90\x03\n" +
+	"\x15ERROR_REASON_INTERNAL\x10\x18\x12'\n" +
+	"#ERROR_REASON_DOWNSTREAM_UNAVAILABLE\x10\x19\x12!\n" +
+	"\x1dERROR_REASON_DEADLINE_INVALID\x10\x1a\x12$\n" +
+	" ERROR_REASON_DOWNSTREAM_REJECTED\x10\x1b\x12+\n" +
+	"'ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN\x10\x1c\x12\"\n" +
+	"\x1eERROR_REASON_OPERATOR_REQUIRED\x10\x1d*\xb1\x03\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_PREPARED\x10\x01\x12\x17\n" +
@@ -1639,7 +1674,8 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x12\x19\n" +
 	"\x15EVENT_TYPE_RECONCILED\x10\v\x12 \n" +
 	"\x1cEVENT_TYPE_RESOLVED_MANUALLY\x10\f\x12\x18\n" +
-	"\x14EVENT_TYPE_CANCELLED\x10\r2\xfb\x02\n" +
+	"\x14EVENT_TYPE_CANCELLED\x10\r\x12\x1f\n" +
+	"\x1bEVENT_TYPE_APPROVAL_EXPIRED\x10\x0e2\xfb\x02\n" +
 	"\rLedgerService\x12D\n" +
 	"\aPrepare\x12\x1b.opledger.v1.PrepareRequest\x1a\x1c.opledger.v1.PrepareResponse\x12I\n" +
 	"\aApprove\x12\x1b.opledger.v1.ApproveRequest\x1a\x1c.opledger.v1.ApproveResponse\"\x03\x90\x02\x02\x12I\n" +

@@ -58,6 +58,11 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_RESOLUTION_NOT_APPLICABLE: _ClassVar[ErrorReason]
     ERROR_REASON_LEDGER_UNAVAILABLE: _ClassVar[ErrorReason]
     ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
+    ERROR_REASON_DOWNSTREAM_UNAVAILABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_DEADLINE_INVALID: _ClassVar[ErrorReason]
+    ERROR_REASON_DOWNSTREAM_REJECTED: _ClassVar[ErrorReason]
+    ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN: _ClassVar[ErrorReason]
+    ERROR_REASON_OPERATOR_REQUIRED: _ClassVar[ErrorReason]
 
 class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -75,6 +80,7 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_RECONCILED: _ClassVar[EventType]
     EVENT_TYPE_RESOLVED_MANUALLY: _ClassVar[EventType]
     EVENT_TYPE_CANCELLED: _ClassVar[EventType]
+    EVENT_TYPE_APPROVAL_EXPIRED: _ClassVar[EventType]
 STATE_UNSPECIFIED: State
 STATE_AWAITING_APPROVAL: State
 STATE_READY: State
@@ -112,6 +118,11 @@ ERROR_REASON_OPERATION_IN_PROGRESS: ErrorReason
 ERROR_REASON_RESOLUTION_NOT_APPLICABLE: ErrorReason
 ERROR_REASON_LEDGER_UNAVAILABLE: ErrorReason
 ERROR_REASON_INTERNAL: ErrorReason
+ERROR_REASON_DOWNSTREAM_UNAVAILABLE: ErrorReason
+ERROR_REASON_DEADLINE_INVALID: ErrorReason
+ERROR_REASON_DOWNSTREAM_REJECTED: ErrorReason
+ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN: ErrorReason
+ERROR_REASON_OPERATOR_REQUIRED: ErrorReason
 EVENT_TYPE_UNSPECIFIED: EventType
 EVENT_TYPE_PREPARED: EventType
 EVENT_TYPE_APPROVED: EventType
@@ -126,6 +137,7 @@ EVENT_TYPE_LEASE_TAKEN_OVER: EventType
 EVENT_TYPE_RECONCILED: EventType
 EVENT_TYPE_RESOLVED_MANUALLY: EventType
 EVENT_TYPE_CANCELLED: EventType
+EVENT_TYPE_APPROVAL_EXPIRED: EventType
 
 class Operation(_message.Message):
     __slots__ = ("id", "tool", "tool_version", "args", "fingerprint", "state", "approval", "attempts", "fence", "downstream_key", "external_ref", "result", "error", "create_time", "update_time", "tenant", "prepared_by", "lease_expire_time")

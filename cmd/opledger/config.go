@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Config is every setting of `opledger serve` (and of the server inside
+// `opledger dev`). Each field is set by a flag or, when the flag is not
+// given, by the OPLEDGER_* environment variable named in its tag; the
+// database comes from DATABASE_URL.
+type Config struct {
+	// Listen is the gRPC address (--listen, OPLEDGER_LISTEN).
+	Listen string
+	// DatabaseURL is the PostgreSQL connection string (--database-url,
+	// DATABASE_URL).
+	DatabaseURL string
+	// Tools is the tools file (--tools, OPLEDGER_TOOLS); empty means the
+	// built-in demo tools.
+	Tools string
+	// DownstreamSecret keys the HMAC deriving downstream idempotency keys
+	// (OPLEDGER_DOWNSTREAM_SECRET, hex, at least 16 bytes). Every replica
+	// must share it. It only affects operations prepared after a change.
+	DownstreamSecret []byte
+	// Reflection serves gRPC server reflection (--reflection,
+	// OPLEDGER_REFLECTION).
+	Reflection bool
+	// Migrate applies pending migrations at start (--migrate,
+	// OPLEDGER_MIGRATE).
+	Migrate bool
+	// MinLease is the shortest execution lease (--min-lease,
+	// OPLEDGER_MIN_LEASE).
+	MinLease time.Duration
+	// MaxWait caps ExecuteRequest.wait (--max-wait, OPLEDGER_MAX_WAIT).
+	MaxWait time.Duration
+	// ReconcileInterval is the background reconciler's tick
+	// (--reconcile-interval, OPLEDGER_RECONCILE_INTERVAL).
+	ReconcileInterval time.Duration
+	// ReconcileBackoff is the first delay between reconciliation attempts of
+	// one operation (--reconcile-backoff, OPLEDGER_RECONCILE_BACKOFF).
+	ReconcileBackoff time.Duration
+	// DBMaxConns caps the connection pool (--db-max-conns,
+	// OPLEDGER_DB_MAX_CONNS); 0 is pgxpool's default.
+	DBMaxConns int
+	// ServerID names this replica in leases and event logs (--server-id,
+	// OPLEDGER_SERVER_ID); empty picks a random one.
+	ServerID string
+	// LogLevel is debug, info, warn or error (--log-level,
+	// OPLEDGER_LOG_LEVEL).
+	LogLevel string
+	// Drain bounds graceful shutdown (--drain, OPLEDGER_DRAIN).
+	Drain time.Duration
+}
+
+// bindConfig registers cfg's flags on fs with defaults taken from the
+// environment, so that a flag beats its variable and the variable beats the
+// built-in default.
+func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (finish func() error) {
+	str := func(p *string, name, env, def, usage string) {
+		if v := getenv(env); v != "" {
+			def = v
+		}
+		fs.StringVar(p, name, def, usage+" (env "+env+")")
+	}
+	var secret, reflection, migrate, maxConns string
+	var minLease, maxWait, recInterval, recBackoff, drain string
+	str(&cfg.Listen, "listen", "OPLEDGER_LISTEN", "127.0.0.1:50051", "gRPC listen address HOST:PORT")
+	str(&cfg.DatabaseURL, "database-url", "DATABASE_URL", "", "PostgreSQL connection string")
+	str(&cfg.Tools, "tools", "OPLEDGER_TOOLS", "", "tools file (YAML); empty: the built-in demo tools")
+	str(&secret, "downstream-secret", "OPLEDGER_DOWNSTREAM_SECRET", "", "hex secret (>= 16 bytes) for downstream keys")
+	str(&reflection, "reflection", "OPLEDGER_REFLECTION", "true", "serve gRPC server reflection")
+	str(&migrate, "migrate", "OPLEDGER_MIGRATE", "true", "apply migrations at start")
+	str(&minLease, "min-lease", "OPLEDGER_MIN_LEASE", "30s", "shortest execution lease")
+	str(&maxWait, "max-wait", "OPLEDGER_MAX_WAIT", "30s", "cap on ExecuteRequest.wait")
+	str(&recInterval, "reconcile-interval", "OPLEDGER_RECONCILE_INTERVAL", "1s", "background reconciler tick")
+	str(&recBackoff, "reconcile-backoff", "OPLEDGER_RECONCILE_BACKOFF", "1s", "first backoff between reconciliations of one operation")
+	str(&maxConns, "db-max-conns", "OPLEDGER_DB_MAX_CONNS", "0", "connection pool size (0: default)")
+	str(&cfg.ServerID, "server-id", "OPLEDGER_SERVER_ID", "", "this replica's name in leases and events")
+	str(&cfg.LogLevel, "log-level", "OPLEDGER_LOG_LEVEL", "info", "debug, info, warn or error")
+	str(&drain, "drain", "OPLEDGER_DRAIN", "10s", "graceful shutdown bound")
+	return func() error {
+		var errs []error
+		dur := func(p *time.Duration, name, v string) {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				errs = append(errs, fmt.Errorf("--%s: %q is not a duration", name, v))
+			}
+			*p = d
+		}
+		boolean := func(p *bool, name, v string) {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("--%s: %q is not true or false", name, v))
+			}
+			*p = b
+		}
+		boolean(&cfg.Reflection, "reflection", reflection)
+		boolean(&cfg.Migrate, "migrate", migrate)
+		dur(&cfg.MinLease, "min-lease", minLease)
+		dur(&cfg.MaxWait, "max-wait", maxWait)
+		dur(&cfg.ReconcileInterval, "reconcile-interval", recInterval)
+		dur(&cfg.ReconcileBackoff, "reconcile-backoff", recBackoff)
+		dur(&cfg.Drain, "drain", drain)
+		n, err := strconv.Atoi(maxConns)
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("--db-max-conns: %q is not a count", maxConns))
+		}
+		cfg.DBMaxConns = n
+		if secret != "" {
+			b, err := hex.DecodeString(secret)
+			if err != nil || len(b) < 16 {
+				errs = append(errs, errors.New("OPLEDGER_DOWNSTREAM_SECRET must be at least 32 hex digits"))
+			}
+			cfg.DownstreamSecret = b
+		}
+		return errors.Join(errs...)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

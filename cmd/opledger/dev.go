@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opledger/opledger/fakepay"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/pgcluster"
+	"github.com/opledger/opledger/store"
+)
+
+// cmdDev runs everything a first-time user needs on one machine: a private
+// PostgreSQL in --dir, the fake processor, a demo tenant with one key per
+// role, and the service with the demo tools. It writes the keys to
+// DIR/env so another shell can `. DIR/env`.
+func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", ".opledger-dev", "directory for the private PostgreSQL and the demo keys")
+	pgPort := fs.Int("pg-port", 55432, "PostgreSQL port on 127.0.0.1 (0: any free port)")
+	fakepayAddr := fs.String("fakepay-listen", "127.0.0.1:7070", "fake processor address (empty: do not start it)")
+	tenant := fs.String("tenant", "demo", "the demo tenant")
+	var cfg Config
+	finish := bindConfig(fs, &cfg, getenv)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := finish(); err != nil {
+		return err
+	}
+	logger := newLogger(stderr, cfg.LogLevel)
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "starting a private PostgreSQL in", filepath.Join(abs, "pg"), "...")
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(abs, "pg"), Port: *pgPort, Durable: true, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = cluster.Stop(stopCtx)
+	}()
+	if err := cluster.CreateDatabase(ctx, "opledger", ""); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return err
+	}
+	cfg.DatabaseURL = cluster.URL("opledger")
+	if len(cfg.DownstreamSecret) == 0 {
+		cfg.DownstreamSecret, err = devSecret(filepath.Join(abs, "downstream-secret"))
+		if err != nil {
+			return err
+		}
+	}
+	if _, err := store.Migrate(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, store.Config{URL: cfg.DatabaseURL, MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	suffix := time.Now().UTC().Format("20060102-150405")
+	keys := map[string]string{}
+	for _, role := range ledger.Roles {
+		key, _, err := ledger.CreatePrincipal(ctx, st, *tenant, role+"-"+suffix, []string{role})
+		if err != nil {
+			st.Close()
+			return err
+		}
+		keys[role] = key
+	}
+	st.Close()
+	fakepayURL := getenv("OPLEDGER_FAKEPAY_URL")
+	if *fakepayAddr != "" {
+		if fakepayURL == "" {
+			fakepayURL = "http://" + *fakepayAddr
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- fakepay.ListenAndServe(ctx, *fakepayAddr, logger.With("component", "fakepay")) }()
+		select {
+		case err := <-errc:
+			return fmt.Errorf("fake processor: %w", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	devenv := func(k string) string {
+		if k == "OPLEDGER_FAKEPAY_URL" && fakepayURL != "" {
+			return fakepayURL
+		}
+		return getenv(k)
+	}
+	envFile := filepath.Join(abs, "env")
+	envText := fmt.Sprintf("export AGENT_KEY=%s\nexport APPROVER_KEY=%s\nexport OPERATOR_KEY=%s\nexport OPLEDGER_ADDR=%s\nexport DATABASE_URL=%s\n",
+		keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator], cfg.Listen, cfg.DatabaseURL)
+	if err := os.WriteFile(envFile, []byte(envText), 0o600); err != nil {
+		return err
+	}
+	ready := func(addr string) {
+		fmt.Fprintf(stdout, `
+opledger dev is ready
+  gRPC          %s (reflection on, plaintext)
+  fake processor %s
+  database      %s
+  tenant        %s
+  agent key     %s
+  approver key  %s
+  operator key  %s
+
+In another shell:
+  . %s
+  grpcurl -plaintext %s list
+  grpcurl -plaintext -H "authorization: Bearer $AGENT_KEY" -H "idempotency-key: invoice-2048" \
+    -d '{"tool":"pay_invoice","args":{"invoice_id":"INV-2048","amount_minor":4900,"currency":"EUR"}}' \
+    %s opledger.v1.LedgerService/Prepare
+
+Logs follow as JSON on standard error. Ctrl-C stops everything.
+`, addr, fakepayURL, cfg.DatabaseURL, *tenant, keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator],
+			relOrAbs(envFile), addr, addr)
+	}
+	cfg.Migrate = false
+	err = serve(ctx, cfg, logger, devenv, ready)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func relOrAbs(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+		return "./" + r
+	}
+	return p
+}
+
+// devSecret keeps one random downstream secret per dev directory, so
+// downstream keys stay stable across restarts of `opledger dev`.
+func devSecret(path string) ([]byte, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		return hex.DecodeString(strings.TrimSpace(string(b)))
+	}
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	return secret, os.WriteFile(path, []byte(hex.EncodeToString(secret)+"\n"), 0o600)
+}

@@ -1,0 +1,556 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of HTTPConfig.
+const (
+	DefaultTimeout      = 10 * time.Second
+	DefaultMaxBodyBytes = 64 << 10
+	DefaultMaxAttempts  = 3 // only where the downstream dedupes keys
+	DefaultBackoffBase  = 50 * time.Millisecond
+	DefaultBackoffMax   = 2 * time.Second
+)
+
+// maxRawBytes bounds the text kept of a body that is not JSON: such bodies are error pages,
+// useful to a person only in their first lines.
+const maxRawBytes = 8 << 10
+
+// HTTPConfig configures the HTTP executor.
+type HTTPConfig struct {
+	// URL receives the call's args as a JSON POST.
+	URL string
+	// LookupURL, optional, finds a side effect by downstream key with a GET; "{key}" in it is
+	// replaced by the query-escaped key, e.g. "http://pay/charges?idempotency_key={key}".
+	LookupURL string
+	// Timeout bounds each attempt; DefaultTimeout when 0.
+	Timeout time.Duration
+	// DedupesKeys declares that the downstream never performs two side effects for one
+	// Idempotency-Key. Only then does the executor retry.
+	DedupesKeys bool
+	// LookupConsistent declares that a 404 from LookupURL proves there is no side effect.
+	LookupConsistent bool
+	// ExternalRefField is the dot path ("id", "data.charge.id") of the external reference in a
+	// success answer; none is extracted when empty.
+	ExternalRefField string
+	// MaxAttempts bounds the attempts of one Execute when DedupesKeys (DefaultMaxAttempts when
+	// 0); without DedupesKeys there is always exactly one.
+	MaxAttempts int
+	// Headers are added to every request (e.g. Authorization). They cannot replace
+	// Content-Type or Idempotency-Key. Their values are never logged.
+	Headers map[string]string
+	// MaxBodyBytes bounds the answer kept in Result.Body; DefaultMaxBodyBytes when 0.
+	MaxBodyBytes int64
+	// BackoffBase and BackoffMax shape the exponential backoff with full jitter between
+	// attempts; DefaultBackoffBase and DefaultBackoffMax when 0.
+	BackoffBase, BackoffMax time.Duration
+}
+
+// HTTP is the built-in executor: it POSTs the args as JSON with the downstream key in an
+// Idempotency-Key header, and classifies the answer. It is safe for concurrent use.
+type HTTP struct {
+	cfg    HTTPConfig
+	client *http.Client
+	log    *slog.Logger
+}
+
+var _ interface {
+	Executor
+	Looker
+	CapabilityReporter
+} = (*HTTP)(nil)
+
+// NewHTTP returns an HTTP executor. A nil client means a private one with its own connection
+// pool; a nil logger logs nothing. The client is copied with redirects disabled, because
+// following one would be a second send the downstream may not dedupe.
+func NewHTTP(cfg HTTPConfig, client *http.Client, logger *slog.Logger) (*HTTP, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := checkURL(cfg.URL); err != nil {
+		return nil, fmt.Errorf("url: %w", err)
+	}
+	if cfg.LookupURL != "" {
+		if !strings.Contains(cfg.LookupURL, "{key}") {
+			return nil, errors.New("lookup_url: must contain {key}")
+		}
+		if err := checkURL(strings.ReplaceAll(cfg.LookupURL, "{key}", "k")); err != nil {
+			return nil, fmt.Errorf("lookup_url: %w", err)
+		}
+	}
+	switch {
+	case cfg.Timeout < 0:
+		return nil, errors.New("timeout: must not be negative")
+	case cfg.MaxAttempts < 0:
+		return nil, errors.New("max_attempts: must not be negative")
+	case cfg.MaxBodyBytes < 0:
+		return nil, errors.New("max_body_bytes: must not be negative")
+	case cfg.BackoffBase < 0 || cfg.BackoffMax < 0:
+		return nil, errors.New("backoff: must not be negative")
+	}
+	headers := make(map[string]string, len(cfg.Headers))
+	for name, value := range cfg.Headers {
+		canon := http.CanonicalHeaderKey(name)
+		switch canon {
+		case "Idempotency-Key", "Content-Type", "Content-Length", "Host", "Transfer-Encoding":
+			return nil, fmt.Errorf("headers: %s is set by the executor", canon)
+		}
+		if !validHeaderName(name) || !validHeaderValue(value) {
+			return nil, fmt.Errorf("headers: invalid header %q", name)
+		}
+		headers[canon] = value
+	}
+	cfg.Headers = headers
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.BackoffBase == 0 {
+		cfg.BackoffBase = DefaultBackoffBase
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	switch {
+	case !cfg.DedupesKeys:
+		if cfg.MaxAttempts > 1 {
+			logger.Warn("executor: max_attempts ignored: the downstream does not dedupe keys, so it is never retried",
+				"max_attempts", cfg.MaxAttempts)
+		}
+		cfg.MaxAttempts = 1
+	case cfg.MaxAttempts == 0:
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+
+	var c http.Client
+	if client != nil {
+		c = *client
+	} else {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 16
+		// Shorter than common server idle timeouts, so that a request is rarely written to a
+		// pooled connection the server is closing: such a send is ambiguous (OutcomeUnknown).
+		t.IdleConnTimeout = 30 * time.Second
+		c.Transport = t
+	}
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &HTTP{cfg: cfg, client: &c, log: logger}, nil
+}
+
+// Capabilities reports what the configuration declares of the downstream.
+func (h *HTTP) Capabilities() Capabilities {
+	return Capabilities{
+		DedupesKeys:      h.cfg.DedupesKeys,
+		HasLookup:        h.cfg.LookupURL != "",
+		LookupConsistent: h.cfg.LookupURL != "" && h.cfg.LookupConsistent,
+	}
+}
+
+// Execute sends c downstream, retrying under the same key only where the downstream dedupes
+// keys, and classifies the last answer. See the package documentation for the outcomes.
+func (h *HTTP) Execute(ctx context.Context, c Call) Result {
+	log := h.log.With("operation_id", c.OperationID, "tenant", c.Tenant, "tool", c.Tool, "key", keyDigest(c.DownstreamKey))
+	if !isJSONObject(c.Args) {
+		return Result{Outcome: OutcomeFailed, Detail: "args are not a JSON object; nothing was sent"}
+	}
+	if !validHeaderValue(c.DownstreamKey) {
+		return Result{Outcome: OutcomeFailed, Detail: "downstream key is not a valid header value; nothing was sent"}
+	}
+	maxAttempts := h.cfg.MaxAttempts
+	if c.DownstreamKey == "" {
+		// Without a key the downstream cannot recognise a retry.
+		maxAttempts = 1
+	}
+	var res Result
+	sends := 0
+	for attempt := 1; ; attempt++ {
+		r, n, retryAfter := h.attempt(ctx, c)
+		sends += n
+		res = r
+		log.Debug("executor: attempt", "attempt", attempt, "outcome", r.Outcome, "status", r.HTTPStatus, "sent", n > 0)
+		if r.Outcome != OutcomeUnknown && r.Outcome != OutcomeNotSubmitted {
+			break
+		}
+		if attempt >= maxAttempts {
+			break
+		}
+		wait := h.backoff(attempt, retryAfter)
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
+			res.Detail += "; no time left for another attempt"
+			break
+		}
+		if !sleep(ctx, wait) {
+			break
+		}
+	}
+	res.Attempts = sends
+	if res.Outcome == OutcomeNotSubmitted && sends > 0 {
+		res.Outcome = OutcomeUnknown
+		res.Detail = "an earlier attempt may have reached the downstream; last attempt: " + res.Detail
+	}
+	level := slog.LevelInfo
+	if res.Outcome == OutcomeUnknown {
+		level = slog.LevelWarn
+	}
+	log.Log(ctx, level, "executor: executed", "outcome", res.Outcome, "status", res.HTTPStatus,
+		"attempts", res.Attempts, "external_ref", res.ExternalRef, "detail", res.Detail)
+	return res
+}
+
+// attempt makes one send and classifies it. sends counts the requests whose headers were
+// written: more than one only if the transport re-sent on its own, which Execute prevents.
+func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retryAfter time.Duration) {
+	if err := ctx.Err(); err != nil {
+		return Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: " + err.Error()}, 0, 0
+	}
+	actx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	defer cancel()
+	// Whether the request may have reached the downstream is decided by the transport having
+	// written the request headers: before that no byte of a request the server could act on has
+	// left (dial errors, refused connections and cancellations all land there).
+	var wrote atomic.Int32
+	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+		WroteHeaders: func() { wrote.Add(1) },
+	})
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, h.cfg.URL, bytes.NewReader(c.Args))
+	if err != nil {
+		return Result{Outcome: OutcomeFailed, Detail: "not sent: " + err.Error()}, 0, 0
+	}
+	// net/http treats a POST carrying Idempotency-Key as replayable when GetBody is set (as
+	// NewRequest does for a bytes.Reader), and then silently re-sends it on a reused connection
+	// that fails before the answer. Clearing GetBody stops that hidden second send, which a
+	// downstream that does not dedupe keys would turn into a second side effect.
+	req.GetBody = nil
+	for name, value := range h.cfg.Headers {
+		req.Header.Set(name, value)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if c.DownstreamKey != "" {
+		req.Header.Set("Idempotency-Key", c.DownstreamKey)
+	}
+	resp, err := h.client.Do(req)
+	sends = int(wrote.Load())
+	if err != nil {
+		if sends == 0 {
+			return Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: " + describeErr(err, h.cfg.Timeout)}, 0, 0
+		}
+		return Result{Outcome: OutcomeUnknown, Detail: "sent, no answer: " + describeErr(err, h.cfg.Timeout)}, sends, 0
+	}
+	defer closeBody(resp.Body)
+	sends = max(sends, 1)
+	body, readErr := readBody(resp.Body, h.cfg.MaxBodyBytes)
+	res = Result{HTTPStatus: resp.StatusCode, Body: body}
+	code := resp.StatusCode
+	switch {
+	case code >= 200 && code < 300:
+		res.Outcome = OutcomeSucceeded
+		res.ExternalRef, res.Detail = h.externalRef(body)
+		if readErr != nil {
+			res.Detail = joinDetail(res.Detail, "answer body unreadable: "+describeErr(readErr, h.cfg.Timeout))
+		}
+	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooEarly,
+		code == http.StatusTooManyRequests, code >= 500:
+		res.Outcome = OutcomeUnknown
+		res.Detail = fmt.Sprintf("downstream answered %d %s; the request may have taken effect", code, http.StatusText(code))
+		retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
+	case code >= 300 && code < 400:
+		res.Outcome = OutcomeFailed
+		res.Detail = fmt.Sprintf("downstream answered with a redirect (%d), which is not followed", code)
+	default:
+		res.Outcome = OutcomeFailed
+		res.Detail = fmt.Sprintf("downstream refused: %d %s", code, http.StatusText(code))
+	}
+	return res, sends, retryAfter
+}
+
+// Lookup asks the downstream whether it has a side effect under c's downstream key.
+func (h *HTTP) Lookup(ctx context.Context, c Call) LookupResult {
+	log := h.log.With("operation_id", c.OperationID, "tenant", c.Tenant, "tool", c.Tool, "key", keyDigest(c.DownstreamKey))
+	lr := h.lookup(ctx, c)
+	log.Info("executor: lookup", "status", lr.Status, "outcome", lr.Result.Outcome,
+		"external_ref", lr.Result.ExternalRef, "detail", lr.Detail)
+	return lr
+}
+
+func (h *HTTP) lookup(ctx context.Context, c Call) LookupResult {
+	if h.cfg.LookupURL == "" {
+		return LookupResult{Status: LookupInconclusive, Detail: "downstream has no lookup"}
+	}
+	if c.DownstreamKey == "" {
+		return LookupResult{Status: LookupInconclusive, Detail: "call has no downstream key to look up"}
+	}
+	actx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	defer cancel()
+	u := strings.ReplaceAll(h.cfg.LookupURL, "{key}", url.QueryEscape(c.DownstreamKey))
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, u, nil)
+	if err != nil {
+		return LookupResult{Status: LookupInconclusive, Detail: "lookup not sent: " + err.Error()}
+	}
+	for name, value := range h.cfg.Headers {
+		req.Header.Set(name, value)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return LookupResult{Status: LookupInconclusive, Detail: "lookup failed: " + describeErr(err, h.cfg.Timeout)}
+	}
+	defer closeBody(resp.Body)
+	body, readErr := readBody(resp.Body, h.cfg.MaxBodyBytes)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		if readErr != nil {
+			return LookupResult{Status: LookupInconclusive, Detail: "lookup answer unreadable: " + describeErr(readErr, h.cfg.Timeout)}
+		}
+		res := Result{Outcome: OutcomeSucceeded, Body: body, HTTPStatus: http.StatusOK}
+		switch status := topLevelString(body, "status"); strings.ToLower(status) {
+		case "failed", "canceled", "cancelled", "declined", "rejected":
+			res.Outcome = OutcomeFailed
+			res.Detail = fmt.Sprintf("downstream reports status %q", status)
+		case "pending", "processing", "requires_action":
+			return LookupResult{Status: LookupInconclusive, Detail: fmt.Sprintf("downstream reports status %q: not final yet", status)}
+		default:
+			res.ExternalRef, res.Detail = h.externalRef(body)
+		}
+		return LookupResult{Status: LookupFound, Result: res, Detail: joinDetail("found", res.Detail)}
+	case http.StatusNotFound:
+		if h.cfg.LookupConsistent {
+			return LookupResult{Status: LookupNotFound, Detail: "downstream has nothing under this key"}
+		}
+		return LookupResult{Status: LookupInconclusive, Detail: "not found, but lookup is eventually consistent"}
+	default:
+		return LookupResult{Status: LookupInconclusive,
+			Detail: fmt.Sprintf("lookup answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))}
+	}
+}
+
+// externalRef extracts the configured reference from a success body, and says so when it is
+// missing: a success without a reference is still a success.
+func (h *HTTP) externalRef(body json.RawMessage) (ref, detail string) {
+	field := h.cfg.ExternalRefField
+	if field == "" {
+		return "", ""
+	}
+	ref, ok := extractPath(body, field)
+	if !ok {
+		return "", fmt.Sprintf("succeeded, but the answer has no external reference at %q", field)
+	}
+	return ref, ""
+}
+
+// backoff is exponential with full jitter, never shorter than a Retry-After the downstream
+// asked for (bounded by BackoffMax, so a hostile header cannot park a worker).
+func (h *HTTP) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	ceiling := h.cfg.BackoffMax
+	if shift := attempt - 1; shift < 30 {
+		ceiling = min(ceiling, h.cfg.BackoffBase<<shift)
+	}
+	wait := time.Duration(0)
+	if ceiling > 0 {
+		wait = rand.N(ceiling + 1)
+	}
+	return max(wait, min(retryAfter, h.cfg.BackoffMax))
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// readBody keeps at most limit bytes of the answer. JSON is kept compacted; anything else, or
+// JSON cut by the limit, is wrapped as {"raw": "...", "truncated": bool}. An empty body is nil.
+func readBody(r io.Reader, limit int64) (json.RawMessage, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	truncated := int64(len(b)) > limit
+	if truncated {
+		b = b[:limit]
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, err
+	}
+	if !truncated && err == nil && json.Valid(b) {
+		var buf bytes.Buffer
+		if json.Compact(&buf, b) == nil {
+			return buf.Bytes(), nil
+		}
+	}
+	raw := b
+	if len(raw) > maxRawBytes {
+		raw, truncated = raw[:maxRawBytes], true
+	}
+	wrapped, mErr := json.Marshal(struct {
+		Raw       string `json:"raw"`
+		Truncated bool   `json:"truncated"`
+	}{strings.ToValidUTF8(string(raw), "\uFFFD"), truncated || err != nil}) // a cut character becomes U+FFFD
+	if mErr != nil {
+		return nil, err
+	}
+	return wrapped, err
+}
+
+func closeBody(body io.ReadCloser) {
+	// Draining a little lets the connection be reused; a huge body is not worth it.
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 256<<10))
+	_ = body.Close()
+}
+
+// extractPath follows a dot path through JSON objects to a string or number.
+func extractPath(body json.RawMessage, path string) (string, bool) {
+	if len(body) == 0 {
+		return "", false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return "", false
+	}
+	for part := range strings.SplitSeq(path, ".") {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		if v, ok = obj[part]; !ok {
+			return "", false
+		}
+	}
+	switch x := v.(type) {
+	case string:
+		return x, x != ""
+	case json.Number:
+		return x.String(), true
+	}
+	return "", false
+}
+
+func topLevelString(body json.RawMessage, field string) string {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) != nil {
+		return ""
+	}
+	var s string
+	_ = json.Unmarshal(obj[field], &s)
+	return s
+}
+
+func isJSONObject(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{' && json.Valid(b)
+}
+
+// describeErr renders a transport error without the request URL, which may carry credentials.
+func describeErr(err error, timeout time.Duration) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("timed out (attempt timeout %s or caller deadline)", timeout)
+	case errors.Is(err, context.Canceled):
+		return "cancelled by the caller"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed by the downstream (" + err.Error() + ")"
+	}
+	return err.Error()
+}
+
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs > 0 {
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(0, time.Until(t))
+	}
+	return 0
+}
+
+func joinDetail(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+func checkURL(raw string) error {
+	if raw == "" {
+		return errors.New("required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a valid URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return errors.New("scheme must be http or https")
+	}
+	if u.Host == "" {
+		return errors.New("host missing")
+	}
+	return nil
+}
+
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// keyDigest is a short, stable digest of a downstream key for logs, which must never carry the
+// key itself.
+func keyDigest(key string) string {
+	if key == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:6])
+}

@@ -1,0 +1,591 @@
+// Package fakepay is a fake payment processor served over HTTP, for tests, the `opledger dev` demo,
+// benchmarks and the chaos suite. It follows Stripe's idempotency contract and injects faults on
+// demand, so that every way a real processor can lose, repeat or hide a side effect can be staged
+// and then counted.
+//
+// Endpoints:
+//
+//	POST   /charges                     create a charge; honours Idempotency-Key
+//	GET    /charges                     {"data": [every charge, in creation order]}
+//	GET    /charges?idempotency_key=K   the charge created under K, or 404
+//	GET    /charges/{id}                one charge, or 404
+//	POST   /emails                      send an e-mail; never dedupes keys
+//	GET    /emails                      {"data": [every e-mail]}
+//	GET    /admin/faults                the faults in force (trigger counters as they stand now)
+//	PUT    /admin/faults                replace all faults (JSON Faults)
+//	DELETE /admin/faults                clear all faults
+//	POST   /admin/reset                 forget every charge, e-mail, key and fault
+//
+// The idempotency contract of POST /charges: the first request with a key reserves it; a second
+// one while the first is still in flight gets 409 (type idempotency_conflict); once the first has
+// committed, a request with the same key and the same body (compared as canonical JSON) gets the
+// stored status and body again with header Idempotent-Replayed: true, and one with another body
+// gets 422 (type idempotency_error). A request refused by validation (400) stores nothing, and
+// neither does one failed by a before-commit fault. Errors look like
+// {"error": {"type": "...", "message": "..."}}.
+//
+// State lives in memory behind one mutex: it is fast enough for benchmarks and every decision is
+// atomic, so concurrent twins of a request can never both create a charge.
+package fakepay
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// maxRequestBytes bounds a request body; a processor has no business accepting megabytes.
+const maxRequestBytes = 1 << 20
+
+// Options configures New. The zero value is ready to use.
+type Options struct {
+	// Now is the clock for timestamps, key retention and lookup lag; time.Now when nil. Delays
+	// always use real time.
+	Now func() time.Time
+	// Seed seeds the generator of ids and fault rates, so that a run can be repeated; a random
+	// seed when 0.
+	Seed uint64
+	// Logger receives structured logs; nothing is logged when nil.
+	Logger *slog.Logger
+}
+
+// Charge is a charge as the processor stores and returns it.
+type Charge struct {
+	ID             string `json:"id"`
+	Object         string `json:"object"`
+	Status         string `json:"status"`
+	AmountMinor    int64  `json:"amount_minor"`
+	Currency       string `json:"currency"`
+	InvoiceID      string `json:"invoice_id"`
+	IdempotencyKey string `json:"idempotency_key"`
+	// Request is the request body as it was sent.
+	Request json.RawMessage `json:"request"`
+	// Created is in Unix seconds.
+	Created int64 `json:"created"`
+}
+
+// Email is an e-mail as the processor stores and returns it.
+type Email struct {
+	ID             string `json:"id"`
+	Object         string `json:"object"`
+	To             string `json:"to"`
+	Subject        string `json:"subject"`
+	IdempotencyKey string `json:"idempotency_key"`
+	// Request is the request body as it was sent.
+	Request json.RawMessage `json:"request"`
+	// Created is in Unix seconds.
+	Created int64 `json:"created"`
+}
+
+// Server is the fake processor, an http.Handler. It is safe for concurrent use.
+type Server struct {
+	now func() time.Time
+	log *slog.Logger
+	mux *http.ServeMux
+	// beforeCommit, when set by a test, runs where Delay sleeps, so that tests can hold a
+	// request in flight deterministically.
+	beforeCommit func()
+
+	mu      sync.Mutex
+	rng     *mrand.Rand
+	faults  Faults
+	charges []*chargeRecord
+	byID    map[string]*chargeRecord
+	keys    map[string]*keyEntry
+	emails  []Email
+}
+
+type chargeRecord struct {
+	charge Charge
+	at     time.Time
+	json   []byte
+}
+
+// keyEntry is what the server remembers of an idempotency key. While done is false the first
+// request is still executing.
+type keyEntry struct {
+	canon   string
+	created time.Time
+	done    bool
+	status  int
+	body    []byte
+	charge  *chargeRecord
+}
+
+// New returns a server with no charges, no e-mails and no faults.
+func New(opts Options) *Server {
+	s := &Server{
+		now:  opts.Now,
+		log:  opts.Logger,
+		byID: map[string]*chargeRecord{},
+		keys: map[string]*keyEntry{},
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	seed := opts.Seed
+	if seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		seed = binary.LittleEndian.Uint64(b[:])
+	}
+	s.rng = mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /charges", s.createCharge)
+	mux.HandleFunc("GET /charges", s.listCharges)
+	mux.HandleFunc("GET /charges/{id}", s.getCharge)
+	mux.HandleFunc("POST /emails", s.createEmail)
+	mux.HandleFunc("GET /emails", s.listEmails)
+	mux.HandleFunc("GET /admin/faults", s.getFaults)
+	mux.HandleFunc("PUT /admin/faults", s.putFaults)
+	mux.HandleFunc("DELETE /admin/faults", s.deleteFaults)
+	mux.HandleFunc("POST /admin/reset", s.reset)
+	s.mux = mux
+	return s
+}
+
+// ServeHTTP serves the processor's API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, r)
+}
+
+// SetFaults replaces every fault in force with f. It panics on a Faults that does not Validate,
+// since that is a bug in the calling test.
+func (s *Server) SetFaults(f Faults) {
+	if err := f.Validate(); err != nil {
+		panic("fakepay: invalid faults: " + err.Error())
+	}
+	s.mu.Lock()
+	s.faults = f
+	s.mu.Unlock()
+}
+
+// Faults returns the faults in force, trigger counters as they stand now.
+func (s *Server) Faults() Faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.faults
+}
+
+// Charges returns every charge ever made, in creation order.
+func (s *Server) Charges() []Charge {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Charge, len(s.charges))
+	for i, c := range s.charges {
+		out[i] = c.charge
+		out[i].Request = slices.Clone(c.charge.Request)
+	}
+	return out
+}
+
+// Emails returns every e-mail ever sent, in creation order.
+func (s *Server) Emails() []Email {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Email, len(s.emails))
+	for i, e := range s.emails {
+		out[i] = e
+		out[i].Request = slices.Clone(e.Request)
+	}
+	return out
+}
+
+// Reset forgets every charge, e-mail, key and fault. A request in flight during Reset may still
+// add its charge afterwards, but not its key.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	s.faults = Faults{}
+	s.charges = nil
+	s.byID = map[string]*chargeRecord{}
+	s.keys = map[string]*keyEntry{}
+	s.emails = nil
+	s.mu.Unlock()
+}
+
+func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
+	raw, obj, err := readObject(w, r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	canon, err := json.Marshal(obj)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	log := s.log.With("path", "/charges", "key", KeyDigest(key))
+
+	s.mu.Lock()
+	var entry *keyEntry
+	if key != "" && !s.faults.NoKeySupport {
+		if e := s.liveKeyLocked(key); e != nil {
+			switch {
+			case !e.done:
+				s.mu.Unlock()
+				log.Info("fakepay: idempotency conflict, first request in flight")
+				writeError(w, http.StatusConflict, "idempotency_conflict",
+					"another request with this Idempotency-Key is still being processed; retry later")
+			case e.canon != string(canon):
+				s.mu.Unlock()
+				log.Info("fakepay: idempotency key reused with another body")
+				writeError(w, http.StatusUnprocessableEntity, "idempotency_error",
+					"keys for idempotent requests can only be used with the same parameters they were first used with")
+			default:
+				status, body := e.status, e.body
+				s.mu.Unlock()
+				log.Debug("fakepay: replaying stored response", "status", status)
+				w.Header().Set("Idempotent-Replayed", "true")
+				writeRaw(w, status, body)
+			}
+			return
+		}
+		entry = &keyEntry{canon: string(canon), created: s.now()}
+		s.keys[key] = entry
+	}
+	delay := s.faults.Delay
+	s.mu.Unlock()
+
+	if delay > 0 {
+		// A client hanging up does not stop the processor: the request is already in, just as
+		// with a real one, and that is what makes a client-side timeout an unknown outcome.
+		time.Sleep(delay)
+	}
+	if s.beforeCommit != nil {
+		s.beforeCommit()
+	}
+
+	s.mu.Lock()
+	if s.fireLocked(&s.faults.FailBeforeCommit) {
+		if entry != nil && s.keys[key] == entry {
+			delete(s.keys, key)
+		}
+		s.mu.Unlock()
+		log.Info("fakepay: fault fail_before_commit")
+		writeError(w, http.StatusInternalServerError, "api_error", "injected failure before commit")
+		return
+	}
+	now := s.now()
+	c := Charge{
+		ID:             "ch_" + s.randomIDLocked(),
+		Object:         "charge",
+		Status:         "succeeded",
+		AmountMinor:    intField(obj, "amount_minor"),
+		Currency:       stringField(obj, "currency"),
+		InvoiceID:      stringField(obj, "invoice_id"),
+		IdempotencyKey: key,
+		Request:        raw,
+		Created:        now.Unix(),
+	}
+	body, err := json.Marshal(c)
+	if err != nil { // cannot happen: every field marshals
+		s.mu.Unlock()
+		writeError(w, http.StatusInternalServerError, "api_error", err.Error())
+		return
+	}
+	rec := &chargeRecord{charge: c, at: now, json: body}
+	s.charges = append(s.charges, rec)
+	s.byID[c.ID] = rec
+	if entry != nil && s.keys[key] == entry {
+		entry.done, entry.status, entry.body, entry.charge = true, http.StatusOK, body, rec
+	}
+	failAfter := s.fireLocked(&s.faults.FailAfterCommit)
+	drop := !failAfter && s.fireLocked(&s.faults.DropAfterCommit)
+	s.mu.Unlock()
+
+	log = log.With("charge", c.ID)
+	switch {
+	case failAfter:
+		log.Info("fakepay: charge committed; fault fail_after_commit")
+		writeError(w, http.StatusInternalServerError, "api_error", "injected failure after commit")
+	case drop:
+		log.Info("fakepay: charge committed; fault drop_after_commit")
+		dropConnection(w)
+	default:
+		log.Debug("fakepay: charge committed")
+		writeRaw(w, http.StatusOK, body)
+	}
+}
+
+// liveKeyLocked returns the entry for key, forgetting it first if it has outlived the key
+// retention. An entry still in flight is never forgotten.
+func (s *Server) liveKeyLocked(key string) *keyEntry {
+	e := s.keys[key]
+	if e == nil {
+		return nil
+	}
+	if ret := s.faults.KeyRetention; ret > 0 && e.done && s.now().Sub(e.created) >= ret {
+		delete(s.keys, key)
+		return nil
+	}
+	return e
+}
+
+func (s *Server) listCharges(w http.ResponseWriter, r *http.Request) {
+	if q := r.URL.Query(); q.Has("idempotency_key") {
+		s.chargeByKey(w, q.Get("idempotency_key"))
+		return
+	}
+	s.mu.Lock()
+	var buf bytes.Buffer
+	buf.WriteString(`{"data":[`)
+	for i, c := range s.charges {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(c.json)
+	}
+	buf.WriteString(`]}`)
+	s.mu.Unlock()
+	writeRaw(w, http.StatusOK, buf.Bytes())
+}
+
+func (s *Server) chargeByKey(w http.ResponseWriter, key string) {
+	s.mu.Lock()
+	var body []byte
+	if key != "" && !s.faults.NoKeySupport {
+		if e := s.liveKeyLocked(key); e != nil && e.done && e.charge != nil &&
+			s.now().Sub(e.charge.at) >= s.faults.LookupLag {
+			body = e.charge.json
+		}
+	}
+	s.mu.Unlock()
+	if body == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no charge with this idempotency key")
+		return
+	}
+	writeRaw(w, http.StatusOK, body)
+}
+
+func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	rec := s.byID[r.PathValue("id")]
+	s.mu.Unlock()
+	if rec == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no such charge")
+		return
+	}
+	writeRaw(w, http.StatusOK, rec.json)
+}
+
+func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
+	raw, obj, err := readObject(w, r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	log := s.log.With("path", "/emails", "key", KeyDigest(key))
+	s.mu.Lock()
+	delay := s.faults.Delay
+	s.mu.Unlock()
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	s.mu.Lock()
+	if s.fireLocked(&s.faults.FailBeforeCommit) {
+		s.mu.Unlock()
+		log.Info("fakepay: fault fail_before_commit")
+		writeError(w, http.StatusInternalServerError, "api_error", "injected failure before commit")
+		return
+	}
+	e := Email{
+		ID:             "em_" + s.randomIDLocked(),
+		Object:         "email",
+		To:             stringField(obj, "to"),
+		Subject:        stringField(obj, "subject"),
+		IdempotencyKey: key,
+		Request:        raw,
+		Created:        s.now().Unix(),
+	}
+	s.emails = append(s.emails, e)
+	failAfter := s.fireLocked(&s.faults.FailAfterCommit)
+	drop := !failAfter && s.fireLocked(&s.faults.DropAfterCommit)
+	s.mu.Unlock()
+
+	log = log.With("email", e.ID)
+	switch {
+	case failAfter:
+		log.Info("fakepay: e-mail sent; fault fail_after_commit")
+		writeError(w, http.StatusInternalServerError, "api_error", "injected failure after commit")
+	case drop:
+		log.Info("fakepay: e-mail sent; fault drop_after_commit")
+		dropConnection(w)
+	default:
+		log.Debug("fakepay: e-mail sent")
+		writeJSON(w, http.StatusOK, e)
+	}
+}
+
+func (s *Server) listEmails(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		Data []Email `json:"data"`
+	}{s.Emails()})
+}
+
+func (s *Server) getFaults(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.Faults())
+}
+
+func (s *Server) putFaults(w http.ResponseWriter, r *http.Request) {
+	var f Faults
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+	if err == nil {
+		err = json.Unmarshal(b, &f)
+	}
+	if err == nil {
+		err = f.Validate()
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid faults: "+err.Error())
+		return
+	}
+	s.SetFaults(f)
+	s.log.Info("fakepay: faults set", "faults", string(b))
+	writeJSON(w, http.StatusOK, f)
+}
+
+func (s *Server) deleteFaults(w http.ResponseWriter, _ *http.Request) {
+	s.SetFaults(Faults{})
+	s.log.Info("fakepay: faults cleared")
+	writeJSON(w, http.StatusOK, Faults{})
+}
+
+func (s *Server) reset(w http.ResponseWriter, _ *http.Request) {
+	s.Reset()
+	s.log.Info("fakepay: reset")
+	writeRaw(w, http.StatusOK, []byte(`{}`))
+}
+
+// fireLocked consumes one firing of t if it fires.
+func (s *Server) fireLocked(t *Trigger) bool {
+	if t.Next > 0 {
+		t.Next--
+		return true
+	}
+	return t.Rate > 0 && s.rng.Float64() < t.Rate
+}
+
+const idAlphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+func (s *Server) randomIDLocked() string {
+	b := make([]byte, 24)
+	for i := range b {
+		b[i] = idAlphabet[s.rng.IntN(len(idAlphabet))]
+	}
+	return string(b)
+}
+
+// KeyDigest returns a short, stable digest of an idempotency key for logs, which must never carry
+// the key itself; "" for no key.
+func KeyDigest(key string) string {
+	if key == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:6])
+}
+
+// readObject reads the request body, which must be a JSON object. Numbers stay json.Number so
+// that re-marshalling gives a canonical form without float rounding.
+func readObject(w http.ResponseWriter, r *http.Request) (json.RawMessage, map[string]any, error) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading body: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil || obj == nil {
+		return nil, nil, errors.New("body must be a JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, nil, errors.New("body must be a single JSON object")
+	}
+	return json.RawMessage(raw), obj, nil
+}
+
+func stringField(obj map[string]any, name string) string {
+	s, _ := obj[name].(string)
+	return s
+}
+
+func intField(obj map[string]any, name string) int64 {
+	switch v := obj[name].(type) {
+	case json.Number:
+		if n, err := v.Int64(); err == nil {
+			return n
+		}
+		if f, err := v.Float64(); err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<62 {
+			return int64(f)
+		}
+	case string:
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return 0
+}
+
+// dropConnection resets the client's connection without a response. Linger 0 makes the close
+// send a TCP RST, so the client sees "connection reset" rather than a clean EOF.
+func dropConnection(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// No hijacking (HTTP/2): aborting the handler still sends no response.
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "api_error", err.Error())
+		return
+	}
+	writeRaw(w, status, b)
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	writeJSON(w, status, errorBody{Error: APIErrorDetail{Type: typ, Message: msg}})
+}
+
+type errorBody struct {
+	Error APIErrorDetail `json:"error"`
+}
+
+// APIErrorDetail is the "error" member of every error the server answers.
+type APIErrorDetail struct {
+	Type    string `json:"type"`
+	Message string `json:"message,omitempty"`
+}

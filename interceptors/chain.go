@@ -1,0 +1,186 @@
+// Package interceptors holds opledger's gRPC server middleware: request ids,
+// structured logging, authentication and roles, idempotency keys and request
+// fingerprints, request validation and panic recovery, assembled in one
+// ordered chain that is identical for unary and streaming calls.
+package interceptors
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+)
+
+// Validator checks a decoded request before the handler sees it and returns
+// a status error (built with Status) when it is malformed.
+type Validator func(ctx context.Context, method string, req any) error
+
+// Config is everything the chain needs from the server.
+type Config struct {
+	// Logger receives one JSON line per finished call.
+	Logger *slog.Logger
+	// Authenticator resolves bearer keys.
+	Authenticator Authenticator
+	// Roles maps each full method name to the roles allowed to call it.
+	// Methods missing here are refused (except health and reflection).
+	Roles map[string][]string
+	// KeyRequired lists the methods that must carry an idempotency key.
+	KeyRequired map[string]bool
+	// Fingerprint computes request fingerprints; nil disables them.
+	Fingerprint Fingerprinter
+	// Validate checks requests; nil accepts everything.
+	Validate Validator
+}
+
+// link is one element of the chain in both its forms.
+type link struct {
+	name   string
+	unary  grpc.UnaryServerInterceptor
+	stream grpc.StreamServerInterceptor
+}
+
+// chain is the one ordered list of interceptors, outermost first. Recovery
+// is innermost so that a panic becomes an INTERNAL status that logging (and
+// everything else outside it) sees like any other error.
+func chain(c Config) []link {
+	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		c.Logger.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	authFn := authFunc(c.Authenticator, c.Roles)
+	needsAuth := selector.MatchFunc(func(_ context.Context, m interceptors.CallMeta) bool { return !Public(m.FullMethod()) })
+	recoverFn := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		c.Logger.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
+		return Status(codes.Internal, opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
+	})
+	return []link{
+		{"request_id", requestIDUnary, requestIDStream},
+		{"logging", logging.UnaryServerInterceptor(logger, logOpts...), logging.StreamServerInterceptor(logger, logOpts...)},
+		{"auth", selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), needsAuth),
+			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), needsAuth)},
+		{"idempotency", idempotencyUnary(c.KeyRequired, c.Fingerprint), idempotencyStream(c.KeyRequired)},
+		{"validation", validateUnary(c.Validate), validateStream(c.Validate)},
+		{"recovery", recovery.UnaryServerInterceptor(recoverFn), recovery.StreamServerInterceptor(recoverFn)},
+	}
+}
+
+// Names returns the chain's interceptor names in order, outermost first.
+func Names(c Config) []string {
+	var out []string
+	for _, l := range chain(c) {
+		out = append(out, l.name)
+	}
+	return out
+}
+
+// ServerOptions returns the chain as grpc.ServerOptions, the same list for
+// unary and streaming calls.
+func ServerOptions(c Config) []grpc.ServerOption {
+	var u []grpc.UnaryServerInterceptor
+	var s []grpc.StreamServerInterceptor
+	for _, l := range chain(c) {
+		u = append(u, l.unary)
+		s = append(s, l.stream)
+	}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(u...), grpc.ChainStreamInterceptor(s...)}
+}
+
+// Public reports whether a method is served without authentication: only
+// gRPC health checking and server reflection.
+func Public(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/") ||
+		strings.HasPrefix(fullMethod, "/grpc.reflection.v1.ServerReflection/") ||
+		strings.HasPrefix(fullMethod, "/grpc.reflection.v1alpha.ServerReflection/")
+}
+
+// RequestIDHeader carries the request id in both directions.
+const RequestIDHeader = "x-request-id"
+
+func requestID(ctx context.Context) (context.Context, string) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	id := ""
+	if v := md.Get(RequestIDHeader); len(v) == 1 && len(v[0]) <= 64 && isToken(v[0]) {
+		id = v[0]
+	} else {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, id))
+	return logging.InjectLogField(ctx, "request_id", id), id
+}
+
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func requestIDUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, _ = requestID(ctx)
+	return handler(ctx, req)
+}
+
+func requestIDStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, _ := requestID(ss.Context())
+	return handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
+}
+
+type wrappedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (w *wrappedStream) Context() context.Context { return w.ctx }
+
+func validateUnary(v Validator) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if v != nil {
+			if err := v(ctx, info.FullMethod, req); err != nil {
+				return nil, err
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+func validateStream(v Validator) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if v == nil {
+			return handler(srv, ss)
+		}
+		return handler(srv, &validatingStream{ServerStream: ss, v: v, method: info.FullMethod})
+	}
+}
+
+type validatingStream struct {
+	grpc.ServerStream
+	v      Validator
+	method string
+}
+
+func (s *validatingStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.v(s.Context(), s.method, m)
+}

@@ -1,0 +1,121 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/store"
+)
+
+// Decision values as stored.
+const (
+	DecisionApprove = "APPROVE"
+	DecisionDeny    = "DENY"
+)
+
+// ApproveInput is an approver's decision.
+type ApproveInput struct {
+	OperationID, Fingerprint string
+	// Decision is DecisionApprove or DecisionDeny.
+	Decision string
+	Reason   string
+}
+
+// Approve records a decision bound to the fingerprint the approver saw. It
+// locks the operation, decides with the rules below, and applies the change
+// with a statement guarded on the state it read. It returns replayed when
+// the same decision was already in force.
+func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operation, bool, error) {
+	var out Operation
+	var replayed bool
+	err := l.store.InTx(ctx, func(c *store.Conn) error {
+		replayed = false
+		op, err := c.OperationGetForUpdate(ctx, a.Tenant, in.OperationID)
+		if errors.Is(err, store.ErrNotFound) {
+			return notFound(in.OperationID)
+		}
+		if err != nil {
+			return err
+		}
+		d, err := decideApproval(op, a, in, time.Now())
+		if err != nil {
+			return err
+		}
+		if d.replay {
+			out, replayed = op, true
+			return nil
+		}
+		if err := Check(State(op.State), d.event, d.to); err != nil {
+			return err
+		}
+		out, err = c.OperationDecide(ctx, store.Decision{
+			Tenant: a.Tenant, ID: op.ID, From: op.State, To: string(d.to), Decision: in.Decision,
+			DecidedBy: a.ID, ApprovedFingerprint: in.Fingerprint, Reason: in.Reason,
+			Event: string(d.event), Actor: a.Name, Detail: d.detail,
+		})
+		return err
+	})
+	if err != nil {
+		return Operation{}, false, storeErr(err)
+	}
+	return out, replayed, nil
+}
+
+type approval struct {
+	replay bool
+	event  Event
+	to     State
+	detail string
+}
+
+// decideApproval is the pure rule book of Approve.
+func decideApproval(op Operation, a Actor, in ApproveInput, now time.Time) (approval, error) {
+	if op.PreparedBy == a.ID {
+		return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_SELF_APPROVAL_FORBIDDEN,
+			"the principal that prepared an operation cannot approve it")
+	}
+	if in.Fingerprint != op.Fingerprint {
+		return approval{}, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_FINGERPRINT_MISMATCH, Field: "fingerprint",
+			Message: "the fingerprint is not this operation's: what you were shown is not what would run; nothing changed"}
+	}
+	if !op.ApprovalRequired {
+		return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_NOT_APPLICABLE,
+			"tool %s needs no approval", op.Tool)
+	}
+	state := State(op.State)
+	expired := state == StateReady && !op.ApprovalExpiresAt.After(now)
+	conflict := func() (approval, error) {
+		return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_CONFLICT,
+			"the operation already has the opposite decision (state %s)", state)
+	}
+	switch in.Decision {
+	case DecisionApprove:
+		switch {
+		case state == StateAwaitingApproval:
+			return approval{event: EventApproved, to: StateReady, detail: "approved"}, nil
+		case expired:
+			return approval{event: EventApproved, to: StateReady, detail: "approved again after the approval expired"}, nil
+		case state == StateRejected:
+			return conflict()
+		case state == StateCancelled:
+			return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED, "the operation was cancelled")
+		default: // READY (unexpired), EXECUTING and outcomes: approved before
+			return approval{replay: true}, nil
+		}
+	case DecisionDeny:
+		switch {
+		case state == StateAwaitingApproval, expired:
+			return approval{event: EventDenied, to: StateRejected, detail: "denied"}, nil
+		case state == StateRejected:
+			return approval{replay: true}, nil
+		case state == StateCancelled:
+			return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED, "the operation was cancelled")
+		default:
+			return conflict()
+		}
+	}
+	return approval{}, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "decision",
+		Message: "decision must be DECISION_APPROVE or DECISION_DENY"}
+}

@@ -1,0 +1,69 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/store"
+)
+
+// Error is a refusal the caller can act on: a reason from the API's
+// ErrorReason enum, a message for people, and optional specifics. The
+// server's error mapper turns it into a gRPC status; nothing below the
+// server builds status errors.
+type Error struct {
+	Reason  opledgerv1.ErrorReason
+	Message string
+	// Field names the offending request field, for BadRequest details.
+	Field string
+	// Violations lists argument schema violations (JSON pointer → problem).
+	Violations []Violation
+	// RetryAfter, when set, tells the caller when a retry may succeed.
+	RetryAfter time.Duration
+	// Metadata is copied into the ErrorInfo.
+	Metadata map[string]string
+	// Err is the underlying cause, for logs only.
+	Err error
+}
+
+// Violation is one way a request is malformed.
+type Violation struct {
+	Field       string
+	Description string
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Reason, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Reason, e.Message)
+}
+
+// Unwrap exposes the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+func refuse(r opledgerv1.ErrorReason, format string, args ...any) *Error {
+	return &Error{Reason: r, Message: fmt.Sprintf(format, args...)}
+}
+
+func notFound(id string) *Error {
+	return refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND, "no operation %q in your tenant", id)
+}
+
+// storeErr turns an unexpected store error into a ledger error: an
+// unavailable database is the caller's cue to retry; anything else is
+// internal.
+func storeErr(err error) error {
+	var le *Error
+	if errors.As(err, &le) {
+		return err
+	}
+	if errors.Is(err, store.ErrUnavailable) {
+		return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_LEDGER_UNAVAILABLE,
+			Message: "the ledger database is unavailable; retry with the same request", RetryAfter: time.Second, Err: err}
+	}
+	return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, Message: "internal error", Err: err}
+}

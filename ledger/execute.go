@@ -1,0 +1,237 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/opledger/opledger/executor"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/store"
+)
+
+// StoredError is the JSON form of Operation.error: a google.rpc.Status-like
+// record of why an operation FAILED or why its outcome is unknown.
+type StoredError struct {
+	Code       int32           `json:"code"`
+	Reason     string          `json:"reason"`
+	Message    string          `json:"message"`
+	HTTPStatus int             `json:"http_status,omitempty"`
+	Body       json.RawMessage `json:"body,omitempty"`
+}
+
+func storedError(code codes.Code, reason opledgerv1.ErrorReason, res executor.Result) []byte {
+	b, _ := json.Marshal(StoredError{Code: int32(code), Reason: reason.String()[len("ERROR_REASON_"):],
+		Message: res.Detail, HTTPStatus: res.HTTPStatus, Body: jsonObject(res.Body)})
+	return b
+}
+
+// maxClaimRounds bounds Execute's loop of claim attempts against concurrent
+// state changes; each round reads the database afresh.
+const maxClaimRounds = 50
+
+// Execute performs the operation's downstream effect at most once and
+// answers every repeat from the ledger; see the Execute RPC's contract.
+// replayed reports that the outcome was already recorded and no downstream
+// request was made by this call.
+func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Duration) (Operation, bool, error) {
+	wait = min(max(wait, 0), l.cfg.MaxWait)
+	deadline := time.Now().Add(wait)
+	var sub <-chan struct{}
+	for round := 0; round < maxClaimRounds; round++ {
+		op, err := l.store.OperationClaim(ctx, a.Tenant, id, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
+		if err == nil {
+			return l.run(ctx, op)
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return Operation{}, false, storeErr(err)
+		}
+		op, err = l.store.OperationGet(ctx, a.Tenant, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return Operation{}, false, notFound(id)
+		}
+		if err != nil {
+			return Operation{}, false, storeErr(err)
+		}
+		switch State(op.State) {
+		case StateSucceeded, StateFailed, StateOutcomeUnknown:
+			return op, true, nil
+		case StateAwaitingApproval:
+			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_REQUIRED,
+				"the operation waits for an approver's decision")
+		case StateRejected:
+			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_REJECTED,
+				"an approver denied the operation")
+		case StateCancelled:
+			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED,
+				"the operation was cancelled")
+		case StateReady:
+			if op.ApprovalRequired && !op.ApprovalExpiresAt.After(time.Now()) {
+				return Operation{}, false, l.expireApproval(ctx, a, op)
+			}
+			continue // someone released it between our claim and read: claim again
+		case StateExecuting:
+			if time.Now().After(op.LeaseExpiresAt) {
+				res, done, err := l.abandoned(ctx, a, op)
+				if done || err != nil {
+					return res, false, err
+				}
+				continue
+			}
+			remaining := time.Until(deadline)
+			if remaining <= 0 {
+				return op, false, nil // pending: the same operation, still executing
+			}
+			if sub == nil && l.listener != nil {
+				ch, cancel := l.listener.Subscribe(id)
+				defer cancel()
+				sub = ch
+			}
+			// Poll as well as listen: a notification can be lost while the
+			// listener reconnects, and a lease can expire silently.
+			timer := time.NewTimer(min(remaining, time.Until(op.LeaseExpiresAt)+10*time.Millisecond, 500*time.Millisecond))
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return op, false, nil
+			case <-sub:
+			case <-timer.C:
+			}
+			timer.Stop()
+			round-- // waiting is not a lost race
+		}
+	}
+	return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS,
+		Message: "the operation is changing under concurrent callers; retry", RetryAfter: 100 * time.Millisecond}
+}
+
+// expireApproval moves a READY operation whose approval lapsed back to
+// AWAITING_APPROVAL, so its state tells the truth, and refuses the Execute.
+func (l *Ledger) expireApproval(ctx context.Context, a Actor, op Operation) error {
+	if err := Check(StateReady, EventApprovalExpired, StateAwaitingApproval); err != nil {
+		return storeErr(err)
+	}
+	_, err := l.store.OperationDecide(ctx, store.Decision{Tenant: a.Tenant, ID: op.ID, From: string(StateReady),
+		To: string(StateAwaitingApproval), Event: string(EventApprovalExpired), Actor: a.Name,
+		Detail: "approval expired at " + op.ApprovalExpiresAt.UTC().Format(time.RFC3339)})
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return storeErr(err)
+	}
+	return refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_EXPIRED,
+		"the approval expired at %s; it must be approved again", op.ApprovalExpiresAt.UTC().Format(time.RFC3339))
+}
+
+// abandoned handles an EXECUTING operation whose lease expired: a downstream
+// that dedupes keys lets us take over with a new fence and resubmit the same
+// key; otherwise nobody can know whether the first attempt landed, and the
+// operation becomes OUTCOME_UNKNOWN. done=false means someone else moved
+// first: read again.
+func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operation, bool, error) {
+	b, err := l.toolOf(op)
+	if err != nil {
+		return Operation{}, true, err
+	}
+	if b.caps.DedupesKeys {
+		taken, err := l.store.OperationTakeOver(ctx, a.Tenant, op.ID, op.Fence, store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name})
+		if errors.Is(err, store.ErrNotFound) {
+			return Operation{}, false, nil
+		}
+		if err != nil {
+			return Operation{}, true, storeErr(err)
+		}
+		l.opLogger(taken).Warn("took over an expired lease", "previous_fence", op.Fence)
+		res, _, err := l.run(ctx, taken)
+		return res, true, err
+	}
+	res, err := l.store.OperationTransition(ctx, store.Transition{
+		Tenant: op.Tenant, ID: op.ID, From: []string{string(StateExecuting)}, Fence: op.Fence, To: string(StateOutcomeUnknown),
+		RequireLeaseExpired: true, SetError: true,
+		Error:          storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: "the executor's lease expired before it recorded an outcome, and the downstream does not dedupe keys"}),
+		ReconcileAfter: l.cfg.ReconcileBackoff,
+		Event:          string(EventOutcomeUnknown), Actor: a.Name, Detail: "lease expired; the downstream does not dedupe keys, so it is never resubmitted",
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return Operation{}, false, nil
+	}
+	if err != nil {
+		return Operation{}, true, storeErr(err)
+	}
+	return res, true, nil
+}
+
+// run calls the downstream for an operation this process holds (state
+// EXECUTING, fence op.Fence) and records the outcome. The call and the
+// commit use a context detached from the caller's cancellation: a client
+// that goes away must not leave a request half-recorded.
+func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error) {
+	log := l.opLogger(op)
+	b, err := l.toolOf(op)
+	if err != nil {
+		return Operation{}, false, err
+	}
+	lease := l.lease(b)
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease-2*time.Second)
+	defer cancel()
+	started := time.Now()
+	res := b.exec.Execute(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
+		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args})
+	log.Info("downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
+		"sends", res.Attempts, "duration_ms", time.Since(started).Milliseconds())
+	if l.hooks != nil && l.hooks.AfterDownstream != nil {
+		l.hooks.AfterDownstream(ctx, op)
+	}
+	t := store.Transition{Tenant: op.Tenant, ID: op.ID, Fence: op.Fence, Actor: "server:" + l.cfg.ServerID, SetError: true}
+	switch res.Outcome {
+	case executor.OutcomeSucceeded:
+		// A late but definitive answer also resolves an OUTCOME_UNKNOWN that
+		// was declared while we held the fence.
+		t.From, t.To, t.Event = []string{string(StateExecuting), string(StateOutcomeUnknown)}, string(StateSucceeded), string(EventSucceeded)
+		t.ExternalRef, t.Result, t.Error = res.ExternalRef, jsonObject(res.Body), nil
+		t.Detail = "downstream succeeded; external ref recorded"
+	case executor.OutcomeFailed:
+		t.From, t.To, t.Event = []string{string(StateExecuting), string(StateOutcomeUnknown)}, string(StateFailed), string(EventFailed)
+		t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, res)
+		t.Detail = fmt.Sprintf("downstream refused (HTTP %d)", res.HTTPStatus)
+	case executor.OutcomeNotSubmitted:
+		t.From, t.To, t.Event = []string{string(StateExecuting)}, string(StateReady), string(EventReleased)
+		t.Error = storedError(codes.Unavailable, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE, res)
+		t.Detail = "nothing reached the downstream: " + res.Detail
+	default:
+		t.From, t.To, t.Event = []string{string(StateExecuting)}, string(StateOutcomeUnknown), string(EventOutcomeUnknown)
+		t.Error = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, res)
+		t.ReconcileAfter = l.cfg.ReconcileBackoff
+		t.Detail = "the request may have reached the downstream: " + res.Detail
+	}
+	for _, from := range t.From {
+		if err := Check(State(from), Event(t.Event), State(t.To)); err != nil {
+			return Operation{}, false, storeErr(err)
+		}
+	}
+	commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancelCommit()
+	out, err := l.store.OperationTransition(commitCtx, t)
+	if errors.Is(err, store.ErrNotFound) {
+		// Our fence is stale: someone took over or reconciled. Our answer
+		// changes nothing; report what the ledger holds.
+		log.Warn("stale commit ignored: the fence moved on", "outcome", res.Outcome.String())
+		cur, gerr := l.store.OperationGet(commitCtx, op.Tenant, op.ID)
+		if gerr != nil {
+			return Operation{}, false, storeErr(gerr)
+		}
+		return cur, false, nil
+	}
+	if err != nil {
+		log.Error("could not record the downstream outcome; the reconciler will resolve it", "error", err)
+		return Operation{}, false, storeErr(err)
+	}
+	if res.Outcome == executor.OutcomeNotSubmitted {
+		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE,
+			Message:    "the downstream could not be reached and nothing was sent; the operation is READY again",
+			RetryAfter: time.Second, Metadata: map[string]string{"operation_id": op.ID}}
+	}
+	return out, false, nil
+}

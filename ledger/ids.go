@@ -1,0 +1,57 @@
+package ledger
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"time"
+)
+
+var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
+
+// newID returns prefix + 26 characters: a 48-bit millisecond timestamp then
+// 80 random bits, so ids sort roughly by creation and index well.
+func newID(prefix string) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixMilli())<<16)
+	_, _ = rand.Read(b[6:])
+	return prefix + idEncoding.EncodeToString(b[:])
+}
+
+// DownstreamKey derives the idempotency key sent to the downstream for an
+// operation: HMAC-SHA256 of the server secret over the tenant and the
+// operation id. It is computed once at Prepare and stored, so every attempt
+// on every replica sends the same key, and rotating the secret only affects
+// operations prepared afterwards.
+func DownstreamKey(secret []byte, tenant, operationID string) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(tenant))
+	m.Write([]byte{0})
+	m.Write([]byte(operationID))
+	return "opk_" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// NewAPIKey returns a fresh API key (256 random bits), its SHA-256 (the only
+// form stored) and a short prefix people can recognise it by.
+func NewAPIKey() (key string, hash []byte, prefix string) {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	key = "opl_" + base64.RawURLEncoding.EncodeToString(b[:])
+	return key, HashAPIKey(key), key[:12]
+}
+
+// HashAPIKey is the stored form of an API key. Keys carry 256 random bits,
+// so a plain SHA-256 (no salt, no stretching) resists guessing.
+func HashAPIKey(key string) []byte {
+	sum := sha256.Sum256([]byte(key))
+	return sum[:]
+}
+
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:8])
+}

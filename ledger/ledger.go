@@ -1,0 +1,422 @@
+// Package ledger is opledger's execution ledger: the operation state machine
+// and the rules of Prepare, Approve, Execute, Get and Reconcile, on top of
+// the store. It decides; the store enforces with guarded statements; the
+// server translates.
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/opledger/opledger/executor"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/fingerprint"
+	"github.com/opledger/opledger/store"
+	"github.com/opledger/opledger/tool"
+)
+
+// Operation is a ledger row as the ledger hands it out.
+type Operation = store.Operation
+
+// OperationEvent is one entry of an operation's event log.
+type OperationEvent = store.Event
+
+// The roles a principal may hold.
+const (
+	RoleAgent    = "agent"
+	RoleApprover = "approver"
+	RoleOperator = "operator"
+)
+
+// Roles lists every role.
+var Roles = []string{RoleAgent, RoleApprover, RoleOperator}
+
+// Actor is the authenticated principal on whose behalf the ledger acts.
+type Actor struct {
+	ID, Tenant, Name string
+	Roles            []string
+}
+
+func (a Actor) has(role string) bool { return slices.Contains(a.Roles, role) }
+
+// Config tunes the ledger. Zero values take the defaults noted.
+type Config struct {
+	// ServerID names this process in leases and event logs.
+	ServerID string
+	// DownstreamSecret keys the HMAC that derives downstream keys.
+	DownstreamSecret []byte
+	// MinLease is the shortest lease an executor gets (default 30s); a tool's
+	// lease is max(MinLease, timeout × attempts + 5s).
+	MinLease time.Duration
+	// MaxWait caps ExecuteRequest.wait (default 30s).
+	MaxWait time.Duration
+	// MaxArgsBytes bounds the canonical args (default 64 KiB).
+	MaxArgsBytes int
+	// ReconcileInterval is how often the background reconciler looks for
+	// stuck operations (default 1s); ReconcileBackoff and
+	// ReconcileMaxBackoff shape its retries (defaults 1s and 5m).
+	ReconcileInterval, ReconcileBackoff, ReconcileMaxBackoff time.Duration
+	// AuthCacheTTL is how long an authenticated key is remembered (default
+	// 30s); revocations take up to this long to bite.
+	AuthCacheTTL time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.ServerID == "" {
+		c.ServerID = newID("srv_")
+	}
+	if c.MinLease == 0 {
+		c.MinLease = 30 * time.Second
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = 30 * time.Second
+	}
+	if c.MaxArgsBytes == 0 {
+		c.MaxArgsBytes = 64 << 10
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = time.Second
+	}
+	if c.ReconcileBackoff == 0 {
+		c.ReconcileBackoff = time.Second
+	}
+	if c.ReconcileMaxBackoff == 0 {
+		c.ReconcileMaxBackoff = 5 * time.Minute
+	}
+	if c.AuthCacheTTL == 0 {
+		c.AuthCacheTTL = 30 * time.Second
+	}
+}
+
+// bound is a tool with the executor that performs it.
+type bound struct {
+	tool *tool.Tool
+	exec executor.Executor
+	caps executor.Capabilities
+}
+
+// Ledger is the execution ledger. It is safe for concurrent use, and any
+// number of Ledgers (in any number of processes) may share one database.
+type Ledger struct {
+	cfg      Config
+	store    *store.Store
+	tools    *tool.Registry
+	bound    map[string]bound // by name + "@" + version
+	listener *store.Listener
+	logger   *slog.Logger
+	auth     authCache
+	// maxLease is the lease a claim takes: the claim does not know the
+	// operation's tool yet, so it takes the longest any tool needs.
+	maxLease time.Duration
+
+	// hooks are test-only interruption points; nil in production.
+	hooks *Hooks
+}
+
+// Hooks lets tests pause or crash the ledger at named points.
+type Hooks struct {
+	// AfterDownstream runs after the downstream answered and before the
+	// outcome is committed.
+	AfterDownstream func(ctx context.Context, op Operation)
+}
+
+// New returns a ledger over st for the tools in reg, calling each tool
+// through the executor registry execs.
+func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Registry, listener *store.Listener, logger *slog.Logger) (*Ledger, error) {
+	cfg.defaults()
+	if len(cfg.DownstreamSecret) < 16 {
+		return nil, errors.New("ledger: the downstream secret must be at least 16 bytes")
+	}
+	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger}
+	l.auth.entries = map[string]authEntry{}
+	for _, t := range reg.List() {
+		ex, err := execs.New(executorType(t), executorSettings(t))
+		if err != nil {
+			return nil, fmt.Errorf("ledger: tool %s@%s: %w", t.Name, t.Version, err)
+		}
+		b := bound{tool: t, exec: ex}
+		if c, ok := ex.(interface{ Capabilities() executor.Capabilities }); ok {
+			b.caps = c.Capabilities()
+		}
+		l.bound[t.Name+"@"+t.Version] = b
+		l.maxLease = max(l.maxLease, l.lease(b))
+	}
+	l.maxLease = max(l.maxLease, cfg.MinLease)
+	return l, nil
+}
+
+// SetHooks installs test hooks.
+func (l *Ledger) SetHooks(h *Hooks) { l.hooks = h }
+
+// ServerID is this ledger's name in leases and events.
+func (l *Ledger) ServerID() string { return l.cfg.ServerID }
+
+func (l *Ledger) toolOf(op Operation) (bound, error) {
+	b, ok := l.bound[op.Tool+"@"+op.ToolVersion]
+	if !ok {
+		return bound{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_TOOL_VERSION_UNKNOWN,
+			"tool %s version %s is no longer configured on this server", op.Tool, op.ToolVersion)
+	}
+	return b, nil
+}
+
+func (l *Ledger) lease(b bound) time.Duration {
+	attempts := max(1, b.tool.Executor.MaxAttempts)
+	timeout := b.tool.Executor.Timeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	return max(l.cfg.MinLease, time.Duration(attempts)*timeout+5*time.Second)
+}
+
+func (l *Ledger) opLogger(op Operation) *slog.Logger {
+	return l.logger.With("operation_id", op.ID, "tenant", op.Tenant, "tool", op.Tool,
+		"attempt", op.Attempts, "fence", op.Fence)
+}
+
+// ResolveTool returns the tool a Prepare names, resolving an empty version to
+// the current one.
+func (l *Ledger) ResolveTool(name, version string) (*tool.Tool, error) {
+	t, err := l.tools.Lookup(name, version)
+	switch {
+	case errors.Is(err, tool.ErrUnknownTool):
+		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_TOOL_UNKNOWN, Field: "tool",
+			Message: fmt.Sprintf("no tool named %q is configured", name)}
+	case errors.Is(err, tool.ErrUnknownVersion):
+		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_TOOL_VERSION_UNKNOWN, Field: "tool_version",
+			Message: fmt.Sprintf("tool %q has no version %q", name, version)}
+	case err != nil:
+		return nil, err
+	}
+	return t, nil
+}
+
+// Fingerprint computes the v1 fingerprint of a Prepare: method, tenant, the
+// resolved tool name and version, and the canonical args.
+func (l *Ledger) Fingerprint(method, tenant, toolName, version string, args map[string]any) (string, error) {
+	if t, err := l.tools.Lookup(toolName, version); err == nil {
+		version = t.Version
+	}
+	fp, err := fingerprint.Compute(fingerprint.Input{Method: method, Tenant: tenant, Tool: toolName, ToolVersion: version, Args: args})
+	if err != nil {
+		return "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args", Message: err.Error()}
+	}
+	return fp, nil
+}
+
+// PrepareInput is a Prepare request after authentication.
+type PrepareInput struct {
+	Tool, ToolVersion string
+	Args              map[string]any
+	// IdempotencyKey is the caller's key; Fingerprint the request's.
+	IdempotencyKey, Fingerprint string
+	// Method is the full gRPC method, part of the fingerprint.
+	Method string
+}
+
+// Prepare records the operation, or returns the one already recorded under
+// the same (tenant, tool, key) when the fingerprints match. Validation
+// happens before anything is written, so a refused request reserves nothing.
+func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operation, bool, error) {
+	t, err := l.ResolveTool(in.Tool, in.ToolVersion)
+	if err != nil {
+		return Operation{}, false, err
+	}
+	if in.Args == nil {
+		in.Args = map[string]any{}
+	}
+	canonical, err := fingerprint.Canonicalize(in.Args)
+	if err != nil {
+		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args", Message: err.Error()}
+	}
+	if len(canonical) > l.cfg.MaxArgsBytes {
+		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_TOO_LARGE, Field: "args",
+			Message: fmt.Sprintf("args are %d bytes in canonical form; at most %d are allowed", len(canonical), l.cfg.MaxArgsBytes)}
+	}
+	if err := t.ValidateArgs(in.Args); err != nil {
+		le := &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args",
+			Message: fmt.Sprintf("args do not match the schema of %s@%s", t.Name, t.Version)}
+		var ae *tool.ArgsError
+		if errors.As(err, &ae) {
+			for _, v := range ae.Violations {
+				le.Violations = append(le.Violations, Violation{Field: "args" + v.Field, Description: v.Description})
+			}
+		} else {
+			le.Violations = []Violation{{Field: "args", Description: err.Error()}}
+		}
+		return Operation{}, false, le
+	}
+	if in.Fingerprint == "" {
+		if in.Fingerprint, err = l.Fingerprint(in.Method, a.Tenant, t.Name, t.Version, in.Args); err != nil {
+			return Operation{}, false, err
+		}
+	}
+	state := StateReady
+	if t.Approval.Required {
+		state = StateAwaitingApproval
+	}
+	if err := Check("", EventPrepared, state); err != nil {
+		return Operation{}, false, storeErr(err)
+	}
+	id := newID("op_")
+	op, inserted, err := l.store.OperationInsert(ctx, store.NewOperation{
+		ID: id, Tenant: a.Tenant, Tool: t.Name, ToolVersion: t.Version, IdempotencyKey: in.IdempotencyKey,
+		Args: canonical, Fingerprint: in.Fingerprint, State: string(state), PreparedBy: a.ID,
+		ApprovalRequired: t.Approval.Required, ApprovalTTL: t.Approval.TTL,
+		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, id),
+		Actor:         a.Name, Detail: "prepared with key digest " + digest(in.IdempotencyKey),
+	})
+	if err != nil {
+		return Operation{}, false, storeErr(err)
+	}
+	if inserted {
+		return op, false, nil
+	}
+	existing, err := l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey)
+	if err != nil {
+		// The row that refused our insert is committed, so this is a real
+		// failure to read, not a race.
+		return Operation{}, false, storeErr(err)
+	}
+	if existing.Fingerprint != in.Fingerprint {
+		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED,
+			Message:  "this idempotency key was already used for a different request (args, tool version or method differ); use a new key for a new operation",
+			Metadata: map[string]string{"operation_id": existing.ID}}
+	}
+	return existing, true, nil
+}
+
+// Get returns an operation of the actor's tenant and, when asked, its
+// events.
+func (l *Ledger) Get(ctx context.Context, a Actor, id string, withEvents bool) (Operation, []OperationEvent, error) {
+	op, err := l.store.OperationGet(ctx, a.Tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Operation{}, nil, notFound(id)
+	}
+	if err != nil {
+		return Operation{}, nil, storeErr(err)
+	}
+	if !withEvents {
+		return op, nil, nil
+	}
+	evs, err := l.store.OperationEvents(ctx, op.ID)
+	if err != nil {
+		return Operation{}, nil, storeErr(err)
+	}
+	return op, evs, nil
+}
+
+// authCache keeps recently authenticated keys off the database's hot path.
+type authCache struct {
+	mu      sync.Mutex
+	entries map[string]authEntry
+}
+
+type authEntry struct {
+	actor   Actor
+	ok      bool
+	expires time.Time
+}
+
+// ErrBadKey is returned by Authenticate for unknown or revoked keys.
+var ErrBadKey = errors.New("ledger: unknown or revoked API key")
+
+// Authenticate resolves an API key to its actor. Results (including
+// refusals, briefly) are cached per key hash.
+func (l *Ledger) Authenticate(ctx context.Context, key string) (Actor, error) {
+	h := HashAPIKey(key)
+	hk := string(h)
+	now := time.Now()
+	l.auth.mu.Lock()
+	e, hit := l.auth.entries[hk]
+	l.auth.mu.Unlock()
+	if hit && now.Before(e.expires) {
+		if !e.ok {
+			return Actor{}, ErrBadKey
+		}
+		return e.actor, nil
+	}
+	p, err := l.store.PrincipalByKeyHash(ctx, h)
+	var entry authEntry
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		entry = authEntry{ok: false, expires: now.Add(2 * time.Second)}
+	case err != nil:
+		return Actor{}, storeErr(err)
+	default:
+		entry = authEntry{actor: Actor{ID: p.ID, Tenant: p.Tenant, Name: p.Name, Roles: p.Roles}, ok: true, expires: now.Add(l.cfg.AuthCacheTTL)}
+	}
+	l.auth.mu.Lock()
+	if len(l.auth.entries) > 10000 {
+		l.auth.entries = map[string]authEntry{}
+	}
+	l.auth.entries[hk] = entry
+	l.auth.mu.Unlock()
+	if !entry.ok {
+		return Actor{}, ErrBadKey
+	}
+	return entry.actor, nil
+}
+
+// Principal is an API key's owner.
+type Principal = store.Principal
+
+// CreatePrincipal creates a principal and returns its new API key, which is
+// shown once and never stored.
+func CreatePrincipal(ctx context.Context, st *store.Store, tenant, name string, roles []string) (key string, p Principal, err error) {
+	if tenant == "" || len(tenant) > 64 {
+		return "", p, errors.New("ledger: tenant must be 1 to 64 characters")
+	}
+	if len(roles) == 0 {
+		return "", p, errors.New("ledger: at least one role is needed")
+	}
+	for _, r := range roles {
+		if !slices.Contains(Roles, r) {
+			return "", p, fmt.Errorf("ledger: unknown role %q (want agent, approver or operator)", r)
+		}
+	}
+	key, hash, prefix := NewAPIKey()
+	id := newID("pr_")
+	if name == "" {
+		name = id
+	}
+	p, err = st.PrincipalCreate(ctx, store.Principal{ID: id, Tenant: tenant, Name: name, Roles: roles, KeyPrefix: prefix}, hash)
+	if errors.Is(err, store.ErrAlreadyExists) {
+		return "", p, fmt.Errorf("ledger: tenant %q already has a principal named %q", tenant, name)
+	}
+	return key, p, err
+}
+
+// jsonObject returns b if it is a JSON object, else wraps it as {"value": b}
+// so that it fits google.protobuf.Struct.
+func jsonObject(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		out, _ := json.Marshal(map[string]string{"raw": string(b)})
+		return out
+	}
+	if _, ok := v.(map[string]any); ok {
+		return b
+	}
+	out, _ := json.Marshal(map[string]any{"value": v})
+	return out
+}
+
+// ExecutorType is the executor type a tool declares.
+func executorType(t *tool.Tool) string { return t.Executor.Type }
+
+func executorSettings(t *tool.Tool) executor.Settings {
+	e := t.Executor
+	return executor.Settings{Tool: t.Name, URL: e.URL, LookupURL: e.LookupURL, Timeout: e.Timeout,
+		DedupesKeys: e.DedupesKeys, LookupConsistent: e.LookupConsistent, ExternalRefField: e.ExternalRefField,
+		MaxAttempts: e.MaxAttempts, Headers: e.Headers}
+}

@@ -1,0 +1,210 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/opledger/opledger/executor"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/store"
+)
+
+// Resolution is an operator's manual verdict.
+type Resolution struct {
+	// Outcome is StateSucceeded, StateFailed or StateReady.
+	Outcome     State
+	ExternalRef string
+	Note        string
+}
+
+// Reconcile resolves an unresolved operation: by the operator's verdict
+// when res is given, else by looking the downstream up by the downstream
+// key. It returns the operation and what was found.
+func (l *Ledger) Reconcile(ctx context.Context, a Actor, id string, res *Resolution) (Operation, string, error) {
+	op, err := l.store.OperationGet(ctx, a.Tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Operation{}, "", notFound(id)
+	}
+	if err != nil {
+		return Operation{}, "", storeErr(err)
+	}
+	if res != nil {
+		if !a.has(RoleOperator) {
+			return Operation{}, "", refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATOR_REQUIRED,
+				"a manual resolution needs the operator role")
+		}
+		return l.resolve(ctx, a, op, *res)
+	}
+	return l.reconcileOne(ctx, a.Name, op)
+}
+
+func unresolved(op Operation, now time.Time) bool {
+	return State(op.State) == StateOutcomeUnknown || State(op.State) == StateExecuting && now.After(op.LeaseExpiresAt)
+}
+
+func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolution) (Operation, string, error) {
+	if !unresolved(op, time.Now()) {
+		return Operation{}, "", refuse(opledgerv1.ErrorReason_ERROR_REASON_RESOLUTION_NOT_APPLICABLE,
+			"only an OUTCOME_UNKNOWN operation, or an EXECUTING one whose lease expired, can be resolved; this one is %s", op.State)
+	}
+	if err := Check(State(op.State), EventResolved, r.Outcome); err != nil {
+		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "resolution.outcome",
+			Message: "outcome must be STATE_SUCCEEDED, STATE_FAILED or STATE_READY"}
+	}
+	t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: []string{op.State}, Fence: op.Fence, To: string(r.Outcome),
+		RequireLeaseExpired: true, ExternalRef: r.ExternalRef, Event: string(EventResolved), Actor: a.Name,
+		Detail: "resolved by an operator: " + r.Note}
+	if r.Outcome == StateFailed {
+		t.SetError = true
+		t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
+			executor.Result{Detail: "resolved as failed by an operator: " + r.Note})
+	}
+	if r.Outcome == StateSucceeded {
+		t.SetError = true
+	}
+	out, err := l.store.OperationTransition(ctx, t)
+	if errors.Is(err, store.ErrNotFound) {
+		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS,
+			Message: "the operation changed while it was being resolved; read it and try again", RetryAfter: 100 * time.Millisecond}
+	}
+	if err != nil {
+		return Operation{}, "", storeErr(err)
+	}
+	return out, "resolved by operator", nil
+}
+
+// reconcileOne looks an unresolved operation up at the downstream and
+// applies what it finds with a transition guarded on the fence it read.
+func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (Operation, string, error) {
+	now := time.Now()
+	if !unresolved(op, now) {
+		if State(op.State) == StateExecuting {
+			return op, fmt.Sprintf("executing: the lease is held until %s", op.LeaseExpiresAt.UTC().Format(time.RFC3339)), nil
+		}
+		return op, "nothing to reconcile: the operation is " + op.State, nil
+	}
+	b, err := l.toolOf(op)
+	if err != nil {
+		return op, "inconclusive: " + err.Error(), nil
+	}
+	executing := State(op.State) == StateExecuting
+	apply := func(to State, ev Event, detail string, set func(*store.Transition)) (Operation, string, error) {
+		if executing && to == StateOutcomeUnknown {
+			ev = EventOutcomeUnknown
+		}
+		if err := Check(State(op.State), ev, to); err != nil {
+			return Operation{}, "", storeErr(err)
+		}
+		t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: []string{op.State}, Fence: op.Fence, To: string(to),
+			RequireLeaseExpired: true, ReconcileAfter: l.cfg.ReconcileBackoff, Event: string(ev), Actor: actor, Detail: detail}
+		if set != nil {
+			set(&t)
+		}
+		out, err := l.store.OperationTransition(ctx, t)
+		if errors.Is(err, store.ErrNotFound) {
+			cur, gerr := l.store.OperationGet(ctx, op.Tenant, op.ID)
+			if gerr != nil {
+				return Operation{}, "", storeErr(gerr)
+			}
+			return cur, "the operation changed while it was being reconciled", nil
+		}
+		if err != nil {
+			return Operation{}, "", storeErr(err)
+		}
+		l.opLogger(out).Info("reconciled", "to", out.State, "detail", detail)
+		return out, detail, nil
+	}
+	looker, hasLookup := b.exec.(executor.Looker)
+	if !hasLookup || !b.caps.HasLookup {
+		if executing && b.caps.DedupesKeys {
+			return apply(StateReady, EventReconciled, "the lease expired; the downstream dedupes keys, so the next Execute resubmits the same key", nil)
+		}
+		if executing {
+			return apply(StateOutcomeUnknown, EventOutcomeUnknown, "the lease expired; the downstream has no lookup and does not dedupe keys", setUnknown("the executor's lease expired before it recorded an outcome"))
+		}
+		return op, "inconclusive: the downstream has no lookup; an operator must resolve it", nil
+	}
+	callCtx, cancel := context.WithTimeout(ctx, max(b.tool.Executor.Timeout, time.Second))
+	defer cancel()
+	lr := looker.Lookup(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
+		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args})
+	switch lr.Status {
+	case executor.LookupFound:
+		if lr.Result.Outcome == executor.OutcomeFailed {
+			return apply(StateFailed, EventReconciled, "found at the downstream: refused", func(t *store.Transition) {
+				t.SetError = true
+				t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, lr.Result)
+			})
+		}
+		return apply(StateSucceeded, EventReconciled, "found at the downstream: succeeded", func(t *store.Transition) {
+			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, jsonObject(lr.Result.Body), true
+		})
+	case executor.LookupNotFound:
+		if b.caps.DedupesKeys && b.caps.LookupConsistent {
+			return apply(StateReady, EventReconciled, "not found at the downstream, whose lookup is consistent: the next Execute resubmits the same key", nil)
+		}
+		detail := "inconclusive: not found, but a miss from this downstream is not proof that nothing happened"
+		if executing {
+			return apply(StateOutcomeUnknown, EventOutcomeUnknown, detail, setUnknown(detail))
+		}
+		return op, detail, nil
+	default:
+		detail := "inconclusive: " + lr.Detail
+		if executing {
+			return apply(StateOutcomeUnknown, EventOutcomeUnknown, detail, setUnknown(detail))
+		}
+		return op, detail, nil
+	}
+}
+
+func setUnknown(detail string) func(*store.Transition) {
+	return func(t *store.Transition) {
+		t.SetError = true
+		t.Error = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail})
+	}
+}
+
+// RunReconciler resolves stuck operations (OUTCOME_UNKNOWN, or EXECUTING
+// with an expired lease) until ctx ends. Every replica runs one; the store
+// hands each stuck operation to one replica at a time (FOR UPDATE SKIP
+// LOCKED) and backs off exponentially between attempts on it.
+func (l *Ledger) RunReconciler(ctx context.Context) {
+	t := time.NewTicker(l.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for ctx.Err() == nil {
+			n, err := l.ReconcileBatch(ctx)
+			if err != nil {
+				l.logger.Warn("reconciler: batch failed", "error", err)
+				break
+			}
+			if n == 0 {
+				break
+			}
+		}
+	}
+}
+
+// ReconcileBatch reconciles one batch of due operations and returns how
+// many it took.
+func (l *Ledger) ReconcileBatch(ctx context.Context) (int, error) {
+	ops, err := l.store.OperationClaimUnresolved(ctx, 32, l.cfg.ReconcileBackoff, l.cfg.ReconcileMaxBackoff)
+	if err != nil {
+		return 0, err
+	}
+	for _, op := range ops {
+		if _, _, err := l.reconcileOne(ctx, "server:"+l.cfg.ServerID, op); err != nil {
+			l.opLogger(op).Warn("reconciler: could not reconcile", "error", err)
+		}
+	}
+	return len(ops), nil
+}

@@ -1,0 +1,103 @@
+package server
+
+import (
+	"encoding/json"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/interceptors"
+	"github.com/opledger/opledger/ledger"
+)
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func structOf(b []byte) *structpb.Struct {
+	if len(b) == 0 {
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil
+	}
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+func stateOf(s string) opledgerv1.State {
+	return opledgerv1.State(opledgerv1.State_value["STATE_"+s])
+}
+
+func decisionOf(s string) opledgerv1.Decision {
+	return opledgerv1.Decision(opledgerv1.Decision_value["DECISION_"+s])
+}
+
+// statusOf turns a stored error into a google.rpc.Status with one ErrorInfo
+// (and the downstream's body as a Struct, when there is one).
+func statusOf(b []byte) *status.Status {
+	if len(b) == 0 {
+		return nil
+	}
+	var se ledger.StoredError
+	if err := json.Unmarshal(b, &se); err != nil {
+		return &status.Status{Code: 2, Message: string(b)}
+	}
+	st := &status.Status{Code: se.Code, Message: se.Message}
+	info := &errdetails.ErrorInfo{Reason: se.Reason, Domain: interceptors.ErrorDomain}
+	if se.HTTPStatus != 0 {
+		info.Metadata = map[string]string{"http_status": itoa(se.HTTPStatus)}
+	}
+	if a, err := anypb.New(info); err == nil {
+		st.Details = append(st.Details, a)
+	}
+	if body := structOf(se.Body); body != nil {
+		if a, err := anypb.New(body); err == nil {
+			st.Details = append(st.Details, a)
+		}
+	}
+	return st
+}
+
+func itoa(i int) string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}
+
+func operationPB(op ledger.Operation) *opledgerv1.Operation {
+	out := &opledgerv1.Operation{
+		Id: op.ID, Tool: op.Tool, ToolVersion: op.ToolVersion, Args: structOf(op.Args), Fingerprint: op.Fingerprint,
+		State: stateOf(op.State), Attempts: op.Attempts, Fence: op.Fence, DownstreamKey: op.DownstreamKey,
+		ExternalRef: op.ExternalRef, Result: structOf(op.Result), Error: statusOf(op.Error),
+		CreateTime: ts(op.CreatedAt), UpdateTime: ts(op.UpdatedAt), Tenant: op.Tenant, PreparedBy: op.PreparedBy,
+		Approval: &opledgerv1.Approval{
+			Required: op.ApprovalRequired, Decision: decisionOf(op.ApprovalDecision), DecidedBy: op.ApprovalDecidedBy,
+			DecideTime: ts(op.ApprovalDecidedAt), ExpireTime: ts(op.ApprovalExpiresAt),
+			ApprovedFingerprint: op.ApprovalFingerprint, Reason: op.ApprovalReason,
+		},
+	}
+	if ledger.State(op.State) == ledger.StateExecuting {
+		out.LeaseExpireTime = ts(op.LeaseExpiresAt)
+	}
+	return out
+}
+
+func eventPB(e ledger.OperationEvent) *opledgerv1.OperationEvent {
+	return &opledgerv1.OperationEvent{
+		Seq: int64(e.Seq), Type: opledgerv1.EventType(opledgerv1.EventType_value["EVENT_TYPE_"+e.Type]), Actor: e.Actor,
+		FromState: stateOf(e.FromState), ToState: stateOf(e.ToState), Attempt: e.Attempt, Fence: e.Fence,
+		Detail: e.Detail, CreateTime: ts(e.CreatedAt),
+	}
+}

@@ -1,0 +1,224 @@
+// Package server is opledger's gRPC edge: it registers LedgerService, health
+// and reflection, assembles the interceptor chain, translates requests into
+// ledger calls and ledger errors into gRPC statuses.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"regexp"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/interceptors"
+	"github.com/opledger/opledger/ledger"
+)
+
+// MaxMessageBytes bounds every request and response on the wire. Args have
+// a tighter, reasoned limit of their own (ledger.Config.MaxArgsBytes).
+const MaxMessageBytes = 1 << 20
+
+// Options configures the gRPC server.
+type Options struct {
+	// Reflection serves grpc.reflection so grpcurl works without protos.
+	Reflection bool
+	// Logger receives structured logs.
+	Logger *slog.Logger
+}
+
+// Server serves LedgerService over gRPC.
+type Server struct {
+	opledgerv1.UnimplementedLedgerServiceServer
+	ledger *ledger.Ledger
+	logger *slog.Logger
+	grpc   *grpc.Server
+	health *health.Server
+}
+
+// Method names, as interceptors see them.
+const (
+	MethodPrepare   = "/opledger.v1.LedgerService/Prepare"
+	MethodApprove   = "/opledger.v1.LedgerService/Approve"
+	MethodExecute   = "/opledger.v1.LedgerService/Execute"
+	MethodGet       = "/opledger.v1.LedgerService/Get"
+	MethodReconcile = "/opledger.v1.LedgerService/Reconcile"
+)
+
+// Roles says which roles may call each method; everything else is refused.
+var Roles = map[string][]string{
+	MethodPrepare:   {ledger.RoleAgent},
+	MethodApprove:   {ledger.RoleApprover},
+	MethodExecute:   {ledger.RoleAgent},
+	MethodGet:       {ledger.RoleAgent, ledger.RoleApprover, ledger.RoleOperator},
+	MethodReconcile: {ledger.RoleAgent, ledger.RoleOperator},
+}
+
+// New builds the gRPC server around l.
+func New(l *ledger.Ledger, opts Options) *Server {
+	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer()}
+	chain := interceptors.Config{
+		Logger:        opts.Logger,
+		Authenticator: authenticator{l},
+		Roles:         Roles,
+		KeyRequired:   map[string]bool{MethodPrepare: true},
+		Fingerprint:   s.fingerprint,
+		Validate:      validate,
+	}
+	sopts := append(interceptors.ServerOptions(chain),
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.MaxSendMsgSize(4*MaxMessageBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	s.grpc = grpc.NewServer(sopts...)
+	opledgerv1.RegisterLedgerServiceServer(s.grpc, s)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus(opledgerv1.LedgerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if opts.Reflection {
+		reflection.Register(s.grpc)
+	}
+	return s
+}
+
+// Serve accepts connections on lis until ctx ends, then stops gracefully:
+// health turns NOT_SERVING, in-flight calls finish (bounded by drain), and
+// Serve returns.
+func (s *Server) Serve(ctx context.Context, lis net.Listener, drain time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(drain):
+		s.grpc.Stop()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// GRPC exposes the underlying server, for tests that register extras.
+func (s *Server) GRPC() *grpc.Server { return s.grpc }
+
+type authenticator struct{ l *ledger.Ledger }
+
+func (a authenticator) Authenticate(ctx context.Context, key string) (interceptors.Principal, error) {
+	act, err := a.l.Authenticate(ctx, key)
+	if errors.Is(err, ledger.ErrBadKey) {
+		return interceptors.Principal{}, interceptors.ErrBadCredentials
+	}
+	if err != nil {
+		return interceptors.Principal{}, err
+	}
+	return interceptors.Principal{ID: act.ID, Tenant: act.Tenant, Name: act.Name, Roles: act.Roles}, nil
+}
+
+func actorOf(ctx context.Context) ledger.Actor {
+	p, _ := interceptors.PrincipalFrom(ctx)
+	return ledger.Actor{ID: p.ID, Tenant: p.Tenant, Name: p.Name, Roles: p.Roles}
+}
+
+// fingerprint computes a Prepare's fingerprint for the idempotency
+// interceptor.
+func (s *Server) fingerprint(ctx context.Context, method string, p interceptors.Principal, req any) (string, error) {
+	r, ok := req.(*opledgerv1.PrepareRequest)
+	if !ok {
+		return "", nil
+	}
+	fp, err := s.ledger.Fingerprint(method, p.Tenant, r.GetTool(), r.GetToolVersion(), r.GetArgs().AsMap())
+	if err != nil {
+		return "", toStatus(ctx, s, err, "")
+	}
+	return fp, nil
+}
+
+var (
+	toolName      = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+	operationID   = regexp.MustCompile(`^op_[0-9a-z]{26}$`)
+	fingerprintRE = regexp.MustCompile(`^v[0-9]+:[0-9a-f]{64}$`)
+)
+
+func invalid(field, msg string) error {
+	return interceptors.Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, field+": "+msg, nil,
+		interceptors.FieldViolation(field, msg))
+}
+
+// validate checks request shape before any handler runs. An operation id
+// that cannot exist is NOT_FOUND, like any other id the caller cannot see.
+func validate(_ context.Context, _ string, req any) error {
+	checkID := func(id string) error {
+		if id == "" {
+			return invalid("operation_id", "is required")
+		}
+		if !operationID.MatchString(id) {
+			return interceptors.Status(codes.NotFound, opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND,
+				fmt.Sprintf("no operation %q in your tenant", truncate(id, 64)), nil)
+		}
+		return nil
+	}
+	switch r := req.(type) {
+	case *opledgerv1.PrepareRequest:
+		if !toolName.MatchString(r.GetTool()) {
+			return invalid("tool", "must match [a-z][a-z0-9_]{0,63}")
+		}
+		if len(r.GetToolVersion()) > 32 {
+			return invalid("tool_version", "is longer than 32 characters")
+		}
+	case *opledgerv1.ApproveRequest:
+		if err := checkID(r.GetOperationId()); err != nil {
+			return err
+		}
+		if !fingerprintRE.MatchString(r.GetFingerprint()) {
+			return invalid("fingerprint", "must be the operation's fingerprint as shown to the approver, e.g. v1:<64 hex digits>")
+		}
+		if r.GetDecision() == opledgerv1.Decision_DECISION_UNSPECIFIED {
+			return invalid("decision", "must be DECISION_APPROVE or DECISION_DENY")
+		}
+		if len(r.GetReason()) > 1000 {
+			return invalid("reason", "is longer than 1000 characters")
+		}
+	case *opledgerv1.ExecuteRequest:
+		if err := checkID(r.GetOperationId()); err != nil {
+			return err
+		}
+		if w := r.GetWait(); w != nil && (w.CheckValid() != nil || w.AsDuration() < 0) {
+			return interceptors.Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_DEADLINE_INVALID,
+				"wait must be a non-negative duration", nil, interceptors.FieldViolation("wait", "must be non-negative"))
+		}
+	case *opledgerv1.GetRequest:
+		return checkID(r.GetOperationId())
+	case *opledgerv1.ReconcileRequest:
+		if err := checkID(r.GetOperationId()); err != nil {
+			return err
+		}
+		if res := r.GetResolution(); res != nil && len(res.GetNote()) > 1000 {
+			return invalid("resolution.note", "is longer than 1000 characters")
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// notifyChannel is the channel the operation_state_changed trigger notifies
+// with the operation id whenever an operation's state changes.
+const notifyChannel = "opledger_operation"
+
+// Listener turns PostgreSQL notifications about operations into wake-ups for
+// callers waiting in this process. A wake-up only means "read again": the
+// database stays the source of truth, and waiters also re-read on a timer in
+// case a notification is lost while the listener reconnects.
+type Listener struct {
+	url    string
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{}
+}
+
+// NewListener returns a listener for the database at url; call Run.
+func NewListener(url string, logger *slog.Logger) *Listener {
+	return &Listener{url: url, logger: logger, waiters: map[string]map[chan struct{}]struct{}{}}
+}
+
+// Subscribe returns a channel that receives a value after the operation's
+// state changes, and a function to stop listening.
+func (l *Listener) Subscribe(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	l.mu.Lock()
+	set := l.waiters[id]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		l.waiters[id] = set
+	}
+	set[ch] = struct{}{}
+	l.mu.Unlock()
+	return ch, func() {
+		l.mu.Lock()
+		delete(l.waiters[id], ch)
+		if len(l.waiters[id]) == 0 {
+			delete(l.waiters, id)
+		}
+		l.mu.Unlock()
+	}
+}
+
+func (l *Listener) wake(id string, all bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for wid, set := range l.waiters {
+		if !all && wid != id {
+			continue
+		}
+		for ch := range set {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// Run listens until ctx ends, reconnecting with backoff after errors; after
+// every reconnect it wakes all waiters, since notifications may have been
+// missed meanwhile.
+func (l *Listener) Run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := l.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		l.logger.Warn("notification listener lost its connection; reconnecting", "error", err, "backoff", backoff)
+		l.wake("", true)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (l *Listener) listenOnce(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, l.url)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return interpretError(err)
+	}
+	l.wake("", true)
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return interpretError(err)
+		}
+		l.wake(n.Payload, false)
+	}
+}

@@ -1,0 +1,252 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/opledger/opledger/store/internal/db"
+)
+
+// Operation is one row of the ledger, in plain Go types. Zero times and empty
+// strings stand for NULL.
+type Operation struct {
+	ID, Tenant, Tool, ToolVersion string
+	// IdempotencyKey is the caller's raw key. Never log it.
+	IdempotencyKey string
+	// Args is the JSON object as prepared.
+	Args                []byte
+	Fingerprint         string
+	State               string
+	PreparedBy          string
+	ApprovalRequired    bool
+	ApprovalTTL         time.Duration
+	ApprovalDecision    string
+	ApprovalDecidedBy   string
+	ApprovalDecidedAt   time.Time
+	ApprovalExpiresAt   time.Time
+	ApprovalFingerprint string
+	ApprovalReason      string
+	Attempts            int32
+	Fence               int64
+	LeaseOwner          string
+	LeaseExpiresAt      time.Time
+	FirstClaimedAt      time.Time
+	DownstreamKey       string
+	ExternalRef         string
+	// Result and Error are JSON documents, or nil.
+	Result, Error     []byte
+	ReconcileAttempts int32
+	NextReconcileAt   time.Time
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// Event is one entry of an operation's event log.
+type Event struct {
+	OperationID string
+	Seq         int32
+	Type        string
+	Actor       string
+	FromState   string
+	ToState     string
+	Attempt     int32
+	Fence       int64
+	Detail      string
+	CreatedAt   time.Time
+}
+
+func fromDB(r db.Operation) Operation {
+	return Operation{
+		ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey,
+		Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy,
+		ApprovalRequired: r.ApprovalRequired, ApprovalTTL: time.Duration(r.ApprovalTtlMs) * time.Millisecond,
+		ApprovalDecision: r.ApprovalDecision.String, ApprovalDecidedBy: r.ApprovalDecidedBy.String,
+		ApprovalDecidedAt: r.ApprovalDecidedAt.Time, ApprovalExpiresAt: r.ApprovalExpiresAt.Time,
+		ApprovalFingerprint: r.ApprovalFingerprint.String, ApprovalReason: r.ApprovalReason.String,
+		Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner.String, LeaseExpiresAt: r.LeaseExpiresAt.Time,
+		FirstClaimedAt: r.FirstClaimedAt.Time,
+		DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef.String, Result: r.Result, Error: r.Error,
+		ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt.Time,
+		CreatedAt: r.CreatedAt.Time, UpdatedAt: r.UpdatedAt.Time,
+	}
+}
+
+func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
+
+// one maps a single-row result, turning "no row" into ErrNotFound.
+func one[R any](r R, err error, conv func(R) db.Operation) (Operation, error) {
+	if err != nil {
+		return Operation{}, interpretError(err)
+	}
+	return fromDB(conv(r)), nil
+}
+
+// NewOperation is what Prepare inserts.
+type NewOperation struct {
+	ID, Tenant, Tool, ToolVersion, IdempotencyKey string
+	Args                                          []byte
+	Fingerprint, State, PreparedBy                string
+	ApprovalRequired                              bool
+	ApprovalTTL                                   time.Duration
+	DownstreamKey                                 string
+	// Actor and Detail describe the PREPARED event.
+	Actor, Detail string
+}
+
+// OperationInsert inserts the operation with its PREPARED event unless its
+// (tenant, tool, idempotency key) is taken, in which case it returns
+// inserted == false and the caller reads the existing one.
+func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operation, inserted bool, err error) {
+	r, err := c.q.OperationInsert(ctx, c.dbtx, db.OperationInsertParams{
+		ID: n.ID, Tenant: n.Tenant, Tool: n.Tool, ToolVersion: n.ToolVersion, IdempotencyKey: n.IdempotencyKey,
+		Args: n.Args, Fingerprint: n.Fingerprint, State: n.State, PreparedBy: n.PreparedBy,
+		ApprovalRequired: n.ApprovalRequired, ApprovalTtlMs: n.ApprovalTTL.Milliseconds(),
+		DownstreamKey: n.DownstreamKey, Actor: n.Actor, Detail: n.Detail,
+	})
+	op, err = one(r, err, func(r db.OperationInsertRow) db.Operation { return db.Operation(r) })
+	if errors.Is(err, ErrNotFound) {
+		return Operation{}, false, nil
+	}
+	return op, err == nil, err
+}
+
+// OperationGetByKey reads the operation holding (tenant, tool, key).
+func (c *Conn) OperationGetByKey(ctx context.Context, tenant, tool, key string) (Operation, error) {
+	r, err := c.q.OperationGetByKey(ctx, c.dbtx, db.OperationGetByKeyParams{Tenant: tenant, Tool: tool, IdempotencyKey: key})
+	return one(r, err, func(r db.Operation) db.Operation { return r })
+}
+
+// OperationGet reads an operation of the tenant; another tenant's id is
+// ErrNotFound.
+func (c *Conn) OperationGet(ctx context.Context, tenant, id string) (Operation, error) {
+	r, err := c.q.OperationGet(ctx, c.dbtx, db.OperationGetParams{ID: id, Tenant: tenant})
+	return one(r, err, func(r db.Operation) db.Operation { return r })
+}
+
+// OperationGetForUpdate reads and row-locks an operation for the rest of the
+// caller's transaction.
+func (c *Conn) OperationGetForUpdate(ctx context.Context, tenant, id string) (Operation, error) {
+	r, err := c.q.OperationGetForUpdate(ctx, c.dbtx, db.OperationGetForUpdateParams{ID: id, Tenant: tenant})
+	return one(r, err, func(r db.Operation) db.Operation { return r })
+}
+
+// OperationEvents returns an operation's event log in order.
+func (c *Conn) OperationEvents(ctx context.Context, id string) ([]Event, error) {
+	rows, err := c.q.OperationEvents(ctx, c.dbtx, id)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		out[i] = Event{OperationID: r.OperationID, Seq: r.Seq, Type: r.Type, Actor: r.Actor, FromState: r.FromState.String,
+			ToState: r.ToState, Attempt: r.Attempt, Fence: r.Fence, Detail: r.Detail, CreatedAt: r.CreatedAt.Time}
+	}
+	return out, nil
+}
+
+// Lease says who claims an operation and for how long.
+type Lease struct {
+	Owner    string
+	Duration time.Duration
+	// Actor names the claimer in the event log.
+	Actor string
+}
+
+// OperationClaim moves a READY operation whose approval holds to EXECUTING
+// for the lease holder (fence + 1, attempts + 1), with its event. ErrNotFound
+// means it was not claimable; read it to learn why.
+func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, l Lease) (Operation, error) {
+	r, err := c.q.OperationClaim(ctx, c.dbtx, db.OperationClaimParams{
+		ID: id, Tenant: tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
+	})
+	return one(r, err, func(r db.OperationClaimRow) db.Operation { return db.Operation(r) })
+}
+
+// OperationTakeOver fences out the holder of an expired lease (fence + 1)
+// and hands the operation to l. ErrNotFound means the lease had not expired
+// or someone else moved first.
+func (c *Conn) OperationTakeOver(ctx context.Context, tenant, id string, fence int64, l Lease) (Operation, error) {
+	r, err := c.q.OperationTakeOver(ctx, c.dbtx, db.OperationTakeOverParams{
+		ID: id, Tenant: tenant, Fence: fence, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
+	})
+	return one(r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) })
+}
+
+// Transition is one guarded state change with its event.
+type Transition struct {
+	Tenant, ID string
+	// From lists the states the operation may be in; Fence must match too.
+	From  []string
+	Fence int64
+	To    string
+	// RequireLeaseExpired additionally demands an expired lease.
+	RequireLeaseExpired bool
+	// ExternalRef and Result are kept when empty.
+	ExternalRef string
+	Result      []byte
+	// SetError replaces the stored error with Error (nil clears it).
+	SetError bool
+	Error    []byte
+	// ReconcileAfter schedules the reconciler when To is OUTCOME_UNKNOWN.
+	ReconcileAfter time.Duration
+	// The event.
+	Event, Actor, Detail string
+}
+
+// OperationTransition applies t. ErrNotFound means the guard failed: the
+// state or fence changed under the caller, which must not retry blindly but
+// re-read the operation.
+func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation, error) {
+	r, err := c.q.OperationTransition(ctx, c.dbtx, db.OperationTransitionParams{
+		ID: t.ID, Tenant: t.Tenant, ToState: t.To, ExternalRef: text(t.ExternalRef), Result: t.Result,
+		SetError: t.SetError, Error: t.Error, ReconcileAfterSeconds: t.ReconcileAfter.Seconds(),
+		FromStates: t.From, Fence: t.Fence, RequireLeaseExpired: t.RequireLeaseExpired,
+		EventType: t.Event, Actor: t.Actor, Detail: t.Detail,
+	})
+	return one(r, err, func(r db.OperationTransitionRow) db.Operation { return db.Operation(r) })
+}
+
+// Decision is an approval-related change: a decision (Decision "APPROVE" or
+// "DENY") or an expiry (Decision empty, which clears the approval).
+type Decision struct {
+	Tenant, ID          string
+	From, To            string
+	Decision            string
+	DecidedBy           string
+	ApprovedFingerprint string
+	Reason              string
+	Event, Actor        string
+	Detail              string
+}
+
+// OperationDecide applies d, guarded on d.From. ErrNotFound means the state
+// moved.
+func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, error) {
+	r, err := c.q.OperationDecide(ctx, c.dbtx, db.OperationDecideParams{
+		ID: d.ID, Tenant: d.Tenant, FromState: d.From, ToState: d.To, Decision: text(d.Decision),
+		DecidedBy: text(d.DecidedBy), ApprovedFingerprint: text(d.ApprovedFingerprint), Reason: text(d.Reason),
+		EventType: d.Event, Actor: d.Actor, Detail: d.Detail,
+	})
+	return one(r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) })
+}
+
+// OperationClaimUnresolved hands up to batch stuck operations to the
+// calling reconciler and pushes their next attempt back by an exponential
+// backoff (base × 2^attempts, capped at max), skipping rows other replicas
+// hold.
+func (c *Conn) OperationClaimUnresolved(ctx context.Context, batch int32, base, max time.Duration) ([]Operation, error) {
+	rows, err := c.q.OperationClaimUnresolved(ctx, c.dbtx, db.OperationClaimUnresolvedParams{
+		BatchSize: batch, BaseBackoffSeconds: base.Seconds(), MaxBackoffSeconds: max.Seconds(),
+	})
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out := make([]Operation, len(rows))
+	for i, r := range rows {
+		out[i] = fromDB(r)
+	}
+	return out, nil
+}

@@ -1,0 +1,164 @@
+-- name: OperationInsert :one
+-- Inserts a new operation and its PREPARED event in one statement. Returns no
+-- row when (tenant, tool, idempotency_key) is taken: the caller then reads the
+-- existing operation. ON CONFLICT waits for a concurrent twin to commit, so
+-- twins never both insert.
+WITH ins AS (
+    INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
+                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events)
+    VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(tool_version), sqlc.arg(idempotency_key), sqlc.arg(args), sqlc.arg(fingerprint), sqlc.arg(state),
+            sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key), 1)
+    ON CONFLICT ON CONSTRAINT operation_idempotency DO NOTHING
+    RETURNING *
+), ev AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, ins.state, 0, 0, sqlc.arg(detail) FROM ins
+)
+SELECT * FROM ins;
+
+-- name: OperationGetByKey :one
+SELECT * FROM operation
+WHERE tenant = sqlc.arg(tenant) AND tool = sqlc.arg(tool) AND idempotency_key = sqlc.arg(idempotency_key);
+
+-- name: OperationGet :one
+SELECT * FROM operation
+WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant);
+
+-- name: OperationGetForUpdate :one
+SELECT * FROM operation
+WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant)
+FOR UPDATE;
+
+-- name: OperationEvents :many
+SELECT * FROM operation_event
+WHERE operation_id = sqlc.arg(operation_id)
+ORDER BY seq;
+
+-- name: OperationClaim :one
+-- Claims a READY operation whose approval (if required) has not expired:
+-- fence + 1, attempts + 1, and a lease measured on the database's clock, with
+-- its CLAIMED event, in one statement.
+WITH upd AS (
+    UPDATE operation o SET
+        state = 'EXECUTING',
+        fence = o.fence + 1,
+        attempts = o.attempts + 1,
+        lease_owner = sqlc.arg(lease_owner),
+        lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        events = o.events + 1,
+        updated_at = now()
+    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = 'READY'
+      AND (NOT o.approval_required OR o.approval_expires_at > now())
+    RETURNING o.*
+), ev AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT upd.id, upd.events, 'CLAIMED', sqlc.arg(actor), 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
+)
+SELECT * FROM upd;
+
+-- name: OperationTakeOver :one
+-- Takes over an EXECUTING operation whose lease expired (only for downstreams
+-- that dedupe keys): the old holder's fence becomes stale.
+WITH upd AS (
+    UPDATE operation o SET
+        fence = o.fence + 1,
+        attempts = o.attempts + 1,
+        lease_owner = sqlc.arg(lease_owner),
+        lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        events = o.events + 1,
+        updated_at = now()
+    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = 'EXECUTING'
+      AND o.fence = sqlc.arg(fence) AND o.lease_expires_at < now()
+    RETURNING o.*
+), ev AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT upd.id, upd.events, 'LEASE_TAKEN_OVER', sqlc.arg(actor), 'EXECUTING', upd.state, upd.attempts, upd.fence,
+           'lease expired; previous holder fenced out' FROM upd
+)
+SELECT * FROM upd;
+
+-- name: OperationTransition :one
+-- The one guarded transition for outcomes and reconciliation: moves the
+-- operation from one of from_states to to_state only if its fence is still
+-- the caller's (and, when asked, its lease has expired), and appends the
+-- event. A stale caller changes nothing and gets no row.
+WITH cur AS (
+    SELECT c.id, c.state AS old_state FROM operation c
+    WHERE c.id = sqlc.arg(id) AND c.tenant = sqlc.arg(tenant)
+    FOR UPDATE
+), upd AS (
+    UPDATE operation o SET
+        state = sqlc.arg(to_state)::text,
+        external_ref = COALESCE(sqlc.narg(external_ref)::text, o.external_ref),
+        result = COALESCE(sqlc.narg(result)::jsonb, o.result),
+        error = CASE WHEN sqlc.arg(set_error)::boolean THEN sqlc.narg(error)::jsonb ELSE o.error END,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        next_reconcile_at = CASE WHEN sqlc.arg(to_state)::text = 'OUTCOME_UNKNOWN'
+                                 THEN now() + make_interval(secs => sqlc.arg(reconcile_after_seconds)::float8)
+                                 ELSE NULL END,
+        reconcile_attempts = CASE WHEN sqlc.arg(to_state)::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
+        events = o.events + 1,
+        updated_at = now()
+    FROM cur
+    WHERE o.id = cur.id
+      AND o.state = ANY (sqlc.arg(from_states)::text[])
+      AND o.fence = sqlc.arg(fence)
+      AND (NOT sqlc.arg(require_lease_expired)::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
+    RETURNING o.*
+), ev AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), cur.old_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
+    FROM upd JOIN cur ON cur.id = upd.id
+)
+SELECT * FROM upd;
+
+-- name: OperationDecide :one
+-- Records an approver's decision (or an approval's expiry) on an operation
+-- already locked by the caller's transaction, guarded on the state it read.
+WITH upd AS (
+    UPDATE operation o SET
+        state = sqlc.arg(to_state)::text,
+        approval_decision = sqlc.narg(decision)::text,
+        approval_decided_by = sqlc.narg(decided_by)::text,
+        approval_decided_at = CASE WHEN sqlc.narg(decision)::text IS NULL THEN NULL ELSE now() END,
+        approval_expires_at = CASE WHEN sqlc.narg(decision)::text = 'APPROVE'
+                                   THEN now() + make_interval(secs => o.approval_ttl_ms / 1000.0)
+                                   ELSE NULL END,
+        approval_fingerprint = sqlc.narg(approved_fingerprint)::text,
+        approval_reason = sqlc.narg(reason)::text,
+        events = o.events + 1,
+        updated_at = now()
+    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
+    RETURNING o.*
+), ev AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
+    FROM upd
+)
+SELECT * FROM upd;
+
+-- name: OperationClaimUnresolved :many
+-- Hands a batch of stuck operations (OUTCOME_UNKNOWN, or EXECUTING with an
+-- expired lease) to one reconciler: rows another replica is claiming are
+-- skipped, and each claimed row's next attempt is pushed back so no other
+-- replica picks it up while this one works on it.
+WITH due AS (
+    SELECT d.id FROM operation d
+    WHERE d.state IN ('EXECUTING', 'OUTCOME_UNKNOWN')
+      AND d.next_reconcile_at <= now()
+      AND (d.state <> 'EXECUTING' OR d.lease_expires_at < now())
+    ORDER BY d.next_reconcile_at
+    LIMIT sqlc.arg(batch_size)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE operation o SET
+    reconcile_attempts = o.reconcile_attempts + 1,
+    next_reconcile_at = now() + make_interval(secs => LEAST(sqlc.arg(max_backoff_seconds)::float8,
+                                                           sqlc.arg(base_backoff_seconds)::float8 * power(2, o.reconcile_attempts)))
+FROM due
+WHERE o.id = due.id
+RETURNING o.*;

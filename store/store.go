@@ -1,0 +1,149 @@
+// Package store is opledger's only door to PostgreSQL: every SQL statement,
+// the migrations, transactions and the mapping of database errors live here,
+// and no other package imports pgx.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/opledger/opledger/store/internal/db"
+)
+
+// Errors returned by store methods; callers test them with errors.Is.
+var (
+	// ErrNotFound: no row matched.
+	ErrNotFound = errors.New("store: not found")
+	// ErrAlreadyExists: a unique constraint refused the row.
+	ErrAlreadyExists = errors.New("store: already exists")
+	// ErrRetry: a serialization failure or deadlock; InTx retries these.
+	ErrRetry = errors.New("store: transaction must be retried")
+	// ErrUnavailable: the database could not be reached.
+	ErrUnavailable = errors.New("store: database unavailable")
+)
+
+// interpretError is the one place that turns driver errors into the store's
+// errors, keeping the original in the chain for logs.
+func interpretError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505":
+			return fmt.Errorf("%w: %s", ErrAlreadyExists, pgErr.ConstraintName)
+		case "40001", "40P01":
+			return fmt.Errorf("%w: %s", ErrRetry, pgErr.Message)
+		case "57P01", "57P02", "57P03", "53300":
+			// admin shutdown, crash shutdown, cannot connect now, too many connections
+			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Message)
+		}
+		return err
+	}
+	// A failed connect, or a statement that provably never reached the
+	// server, means the database is unavailable rather than that the
+	// statement failed.
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) || pgconn.SafeToRetry(err) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return err
+}
+
+// Config sizes the connection pool.
+type Config struct {
+	// URL is a PostgreSQL connection string (DATABASE_URL).
+	URL string
+	// MaxConns caps the pool; 0 leaves pgxpool's default (max(4, CPUs)).
+	MaxConns int32
+}
+
+// Store is a pool of connections to the ledger database. Its Conn methods run
+// each statement on the pool; InTx runs a callback inside one transaction.
+type Store struct {
+	Conn
+	pool *pgxpool.Pool
+	url  string
+}
+
+// Conn runs queries on either the pool or one transaction; the same methods
+// serve both.
+type Conn struct {
+	dbtx db.DBTX
+	q    *db.Queries
+}
+
+// Open connects a pool and checks that the database answers.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("store: parse database url: %w", err)
+	}
+	if cfg.MaxConns > 0 {
+		pcfg.MaxConns = cfg.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: open pool: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: ping: %w", interpretError(err))
+	}
+	return &Store{Conn: Conn{dbtx: pool, q: db.New()}, pool: pool, url: cfg.URL}, nil
+}
+
+// Close releases the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error { return interpretError(s.pool.Ping(ctx)) }
+
+// maxTxAttempts bounds the retries of serialization failures.
+const maxTxAttempts = 5
+
+// InTx runs fn inside one transaction and commits it if fn returns nil. A
+// serialization failure or deadlock anywhere in it reruns the whole callback
+// (so fn must not have effects outside the database); nothing else is
+// retried. fn must never make a network call to a downstream.
+func (s *Store) InTx(ctx context.Context, fn func(c *Conn) error) error {
+	var err error
+	for attempt := 0; attempt < maxTxAttempts; attempt++ {
+		err = s.inTxOnce(ctx, fn)
+		if !errors.Is(err, ErrRetry) {
+			return err
+		}
+		backoff := time.Duration(1+rand.IntN(10*(attempt+1))) * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return interpretError(ctx.Err())
+		case <-time.After(backoff):
+		}
+	}
+	return err
+}
+
+func (s *Store) inTxOnce(ctx context.Context, fn func(c *Conn) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(&Conn{dbtx: tx, q: db.New()}); err != nil {
+		return err
+	}
+	return interpretError(tx.Commit(ctx))
+}
