@@ -406,14 +406,16 @@ func readBody(r io.Reader, limit int64) (json.RawMessage, error) {
 	if len(raw) > maxRawBytes {
 		raw, truncated = raw[:maxRawBytes], true
 	}
-	wrapped, mErr := json.Marshal(struct {
+	var wrapped bytes.Buffer
+	enc := json.NewEncoder(&wrapped)
+	enc.SetEscapeHTML(false) // raw bodies are mostly HTML error pages: keep them legible
+	if mErr := enc.Encode(struct {
 		Raw       string `json:"raw"`
 		Truncated bool   `json:"truncated"`
-	}{strings.ToValidUTF8(string(raw), "\uFFFD"), truncated || err != nil}) // a cut character becomes U+FFFD
-	if mErr != nil {
+	}{strings.ToValidUTF8(string(raw), "\uFFFD"), truncated || err != nil}); mErr != nil { // a cut character becomes U+FFFD
 		return nil, err
 	}
-	return wrapped, err
+	return bytes.TrimSpace(wrapped.Bytes()), err
 }
 
 func closeBody(body io.ReadCloser) {

@@ -14,9 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/opledger/opledger/executor"
-	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/fingerprint"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"
 )
@@ -199,7 +201,7 @@ func (l *Ledger) ResolveTool(name, version string) (*tool.Tool, error) {
 
 // Fingerprint computes the v1 fingerprint of a Prepare: method, tenant, the
 // resolved tool name and version, and the canonical args.
-func (l *Ledger) Fingerprint(method, tenant, toolName, version string, args map[string]any) (string, error) {
+func (l *Ledger) Fingerprint(method, tenant, toolName, version string, args *structpb.Struct) (string, error) {
 	if t, err := l.tools.Lookup(toolName, version); err == nil {
 		version = t.Version
 	}
@@ -213,7 +215,9 @@ func (l *Ledger) Fingerprint(method, tenant, toolName, version string, args map[
 // PrepareInput is a Prepare request after authentication.
 type PrepareInput struct {
 	Tool, ToolVersion string
-	Args              map[string]any
+	// Args is passed as the Struct itself: AsMap would turn NaN into the
+	// string "NaN" and so collide with a real string.
+	Args *structpb.Struct
 	// IdempotencyKey is the caller's key; Fingerprint the request's.
 	IdempotencyKey, Fingerprint string
 	// Method is the full gRPC method, part of the fingerprint.
@@ -229,7 +233,7 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 		return Operation{}, false, err
 	}
 	if in.Args == nil {
-		in.Args = map[string]any{}
+		in.Args = &structpb.Struct{}
 	}
 	canonical, err := fingerprint.Canonicalize(in.Args)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -36,7 +37,10 @@ import (
 type Options struct {
 	// Dir holds everything of the cluster: Dir/data (the data directory), Dir/sock (the Unix
 	// socket directory) and Dir/postgres.log (the server log). It is created if missing and
-	// reused, data included, if it already holds a cluster.
+	// reused, data included, if it already holds a cluster. Keep it short: the Unix socket path
+	// must fit in 107 bytes (beyond that the server listens on TCP only). When the process is root,
+	// Dir and pgcluster's entries in it are handed to the postgres user, and every parent of Dir must
+	// be traversable by that user (not under /root, say).
 	Dir string
 	// Port is the TCP port on 127.0.0.1; 0 picks a free one.
 	Port int
@@ -69,7 +73,7 @@ type Cluster struct {
 	log      *slog.Logger
 
 	mu   sync.Mutex // serialises Stop, Crash and Restart
-	port int
+	port int        // fixed once Start returns
 }
 
 const (
@@ -130,7 +134,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		logPath:  filepath.Join(dir, "postgres.log"),
 		binDir:   binDir,
 		durable:  opts.Durable,
-		settings: opts.Settings,
+		settings: maps.Clone(opts.Settings),
 		log:      logger.With("component", "pgcluster", "dir", dir),
 	}
 	if os.Geteuid() == 0 {
@@ -214,11 +218,7 @@ func (c *Cluster) URL(database string) string {
 }
 
 // Port returns the TCP port the cluster listens on.
-func (c *Cluster) Port() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.port
-}
+func (c *Cluster) Port() int { return c.port }
 
 // Dir returns the cluster's directory (Options.Dir made absolute).
 func (c *Cluster) Dir() string { return c.dir }

@@ -102,3 +102,12 @@ func dbName(url string) (string, error) {
 	}
 	return cfg.Database, nil
 }
+
+func TestNewCluster(t *testing.T) {
+	t.Parallel()
+	c := pgtest.NewCluster(t)
+	require.NoError(t, c.Crash(t.Context()))
+	require.NoError(t, c.Restart(t.Context()))
+	conn := connect(t, c.URL("postgres"))
+	require.NoError(t, conn.Ping(t.Context()))
+}

@@ -13,7 +13,7 @@ import (
 func (s *Server) Prepare(ctx context.Context, r *opledgerv1.PrepareRequest) (*opledgerv1.PrepareResponse, error) {
 	idem, _ := interceptors.IdempotencyFrom(ctx)
 	op, replayed, err := s.ledger.Prepare(ctx, actorOf(ctx), ledger.PrepareInput{
-		Tool: r.GetTool(), ToolVersion: r.GetToolVersion(), Args: r.GetArgs().AsMap(),
+		Tool: r.GetTool(), ToolVersion: r.GetToolVersion(), Args: r.GetArgs(),
 		IdempotencyKey: idem.Key, Fingerprint: idem.Fingerprint, Method: MethodPrepare,
 	})
 	if err != nil {

@@ -143,7 +143,7 @@ func (s *Server) fingerprint(ctx context.Context, method string, p interceptors.
 	if !ok {
 		return "", nil
 	}
-	fp, err := s.ledger.Fingerprint(method, p.Tenant, r.GetTool(), r.GetToolVersion(), r.GetArgs().AsMap())
+	fp, err := s.ledger.Fingerprint(method, p.Tenant, r.GetTool(), r.GetToolVersion(), r.GetArgs())
 	if err != nil {
 		return "", toStatus(ctx, s, err, "")
 	}

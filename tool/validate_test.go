@@ -2,8 +2,10 @@ package tool
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -25,11 +27,11 @@ func TestExamplesFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "1", pay.Version)
 	require.Equal(t, EffectSideEffect, pay.Effect)
-	require.Equal(t, Approval{Required: true, TTL: 15 * 60 * 1e9}, pay.Approval)
+	require.Equal(t, Approval{Required: true, TTL: 15 * time.Minute}, pay.Approval)
 	require.Equal(t, ExecutorConfig{
 		Type: "http", URL: "http://127.0.0.1:7070/charges",
 		LookupURL: "http://127.0.0.1:7070/charges?idempotency_key={key}",
-		Timeout:   10 * 1e9, DedupesKeys: true, LookupConsistent: true, ExternalRefField: "id",
+		Timeout:   10 * time.Second, DedupesKeys: true, LookupConsistent: true, ExternalRefField: "id",
 		MaxAttempts: 3, Headers: map[string]string{},
 	}, pay.Executor)
 
@@ -195,15 +197,7 @@ func TestValidateArgsWithoutSchema(t *testing.T) {
 	err := tl.ValidateArgs(map[string]any{})
 	require.Error(t, err)
 	var ae *ArgsError
-	require.False(t, errorsAs(err, &ae))
-}
-
-func errorsAs(err error, target **ArgsError) bool {
-	e, ok := err.(*ArgsError)
-	if ok {
-		*target = e
-	}
-	return ok
+	require.False(t, errors.As(err, &ae), "a missing schema is a programming error, not bad args")
 }
 
 func TestArgsErrorMessage(t *testing.T) {
