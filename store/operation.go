@@ -68,7 +68,7 @@ func fromDB(r db.Operation) Operation {
 		ApprovalFingerprint: r.ApprovalFingerprint.String, ApprovalReason: r.ApprovalReason.String,
 		Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner.String, LeaseExpiresAt: r.LeaseExpiresAt.Time,
 		FirstClaimedAt: r.FirstClaimedAt.Time,
-		DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef.String, Result: r.Result, Error: r.Error,
+		DownstreamKey:  r.DownstreamKey, ExternalRef: r.ExternalRef.String, Result: r.Result, Error: r.Error,
 		ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt.Time,
 		CreatedAt: r.CreatedAt.Time, UpdatedAt: r.UpdatedAt.Time,
 	}
