@@ -614,3 +614,17 @@ func TestKeyDigest(t *testing.T) {
 	require.NotContains(t, d, "secret")
 	require.Equal(t, d, KeyDigest("secret-key"))
 }
+
+func BenchmarkCreateCharge(b *testing.B) {
+	srv := New(Options{Seed: 1})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(invoiceBody))
+			req.Header.Set("Idempotency-Key", "k"+strconv.Itoa(i%1000))
+			srv.ServeHTTP(httptest.NewRecorder(), req)
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,7 +103,13 @@ type Server struct {
 	Ledger *ledger.Ledger
 	Conn   *grpc.ClientConn
 	Client opledgerv1.LedgerServiceClient
+
+	stop func()
 }
+
+// Stop shuts the server down gracefully, as a restart would, before the
+// test ends; it is safe to call more than once.
+func (s *Server) Stop() { s.stop() }
 
 // ServerOptions tunes an in-process server.
 type ServerOptions struct {
@@ -110,6 +117,9 @@ type ServerOptions struct {
 	Hooks  *ledger.Hooks
 	// NoReconciler leaves the background reconciler off.
 	NoReconciler bool
+	// Logger receives the server's logs; nil writes WARN and above to
+	// stderr. Tests that inspect what is logged pass their own.
+	Logger *slog.Logger
 }
 
 // StartServer starts an in-process server against the Env's database.
@@ -117,7 +127,10 @@ func (e *Env) StartServer(opts ServerOptions) *Server {
 	t := e.T
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	st, err := store.Open(ctx, store.Config{URL: e.DBURL, MaxConns: 16})
 	require.NoError(t, err)
 	lcfg := opts.Ledger
@@ -139,13 +152,14 @@ func (e *Env) StartServer(opts ServerOptions) *Server {
 	go func() { done <- srv.Serve(ctx, lis, 5*time.Second) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		_ = conn.Close()
 		cancel()
 		<-done
 		st.Close()
 	})
-	return &Server{Addr: lis.Addr().String(), Ledger: l, Conn: conn, Client: opledgerv1.NewLedgerServiceClient(conn)}
+	t.Cleanup(stop)
+	return &Server{Addr: lis.Addr().String(), Ledger: l, Conn: conn, Client: opledgerv1.NewLedgerServiceClient(conn), stop: stop}
 }
 
 // Dial returns a client for a server address.

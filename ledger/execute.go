@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/opledger/opledger/executor"
+	"github.com/opledger/opledger/failpoint"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
 )
@@ -174,13 +175,15 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 		return Operation{}, false, err
 	}
 	lease := l.lease(b)
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease-2*time.Second)
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease*4/5)
 	defer cancel()
+	failpoint.Inject(failpoint.BeforeDownstream)
 	started := time.Now()
 	res := b.exec.Execute(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args})
 	log.Info("downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
 		"sends", res.Attempts, "duration_ms", time.Since(started).Milliseconds())
+	failpoint.Inject(failpoint.AfterDownstream)
 	if l.hooks != nil && l.hooks.AfterDownstream != nil {
 		l.hooks.AfterDownstream(ctx, op)
 	}
@@ -228,6 +231,7 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 		log.Error("could not record the downstream outcome; the reconciler will resolve it", "error", err)
 		return Operation{}, false, storeErr(err)
 	}
+	failpoint.Inject(failpoint.AfterCommit)
 	if res.Outcome == executor.OutcomeNotSubmitted {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE,
 			Message:    "the downstream could not be reached and nothing was sent; the operation is READY again",

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opledger/opledger/executor"
+	"github.com/opledger/opledger/failpoint"
 	"github.com/opledger/opledger/fingerprint"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
@@ -174,7 +175,9 @@ func (l *Ledger) lease(b bound) time.Duration {
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
-	return max(l.cfg.MinLease, time.Duration(attempts)*timeout+5*time.Second)
+	// Every attempt may run to its timeout, retries back off up to 2s each,
+	// and the outcome must still be committed inside the lease.
+	return max(l.cfg.MinLease, time.Duration(attempts)*timeout+time.Duration(attempts-1)*2*time.Second+time.Second)
 }
 
 func (l *Ledger) opLogger(op Operation) *slog.Logger {
@@ -280,6 +283,7 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 		return Operation{}, false, storeErr(err)
 	}
 	if inserted {
+		failpoint.Inject(failpoint.AfterPrepare)
 		return op, false, nil
 	}
 	existing, err := l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey)

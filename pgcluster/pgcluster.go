@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/opledger/opledger/store"
 )
 
 // Options configures Start.
@@ -272,26 +272,21 @@ func (c *Cluster) Restart(ctx context.Context) error {
 // CreateDatabase creates database name, copied from template unless template is "" (then the
 // server's default, template1).
 func (c *Cluster) CreateDatabase(ctx context.Context, name, template string) error {
-	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	sql := "CREATE DATABASE " + store.QuoteIdent(name)
 	if template != "" {
-		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+		sql += " TEMPLATE " + store.QuoteIdent(template)
 	}
 	return c.admin(ctx, sql)
 }
 
 // DropDatabase drops database name if it exists, disconnecting its clients (WITH (FORCE)).
 func (c *Cluster) DropDatabase(ctx context.Context, name string) error {
-	return c.admin(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	return c.admin(ctx, "DROP DATABASE IF EXISTS "+store.QuoteIdent(name)+" WITH (FORCE)")
 }
 
 func (c *Cluster) admin(ctx context.Context, sql string) error {
-	conn, err := pgx.Connect(ctx, c.URL("postgres"))
-	if err != nil {
-		return fmt.Errorf("pgcluster: connect: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		return fmt.Errorf("pgcluster: %s: %w", sql, err)
+	if err := store.AdminExec(ctx, c.URL("postgres"), sql); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
 	}
 	return nil
 }

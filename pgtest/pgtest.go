@@ -28,8 +28,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/opledger/opledger/store"
 
 	"github.com/opledger/opledger/pgcluster"
 )
@@ -234,8 +233,7 @@ func (s *suite) clone(ctx context.Context, name string) error {
 		err := admin(ctx, s.adminURL, sql)
 		// An autovacuum worker may briefly be connected to the template; PostgreSQL then reports
 		// object_in_use.
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || attempt == 10 {
+		if err == nil || !errors.Is(err, store.ErrObjectInUse) || attempt == 10 {
 			return err
 		}
 		select {
@@ -333,20 +331,10 @@ func isPostgres(pid int) bool {
 
 // admin runs statements, in order, on the server of adminURL.
 func admin(ctx context.Context, adminURL string, sqls ...string) error {
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return fmt.Errorf("connect to the admin database: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	for _, sql := range sqls {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			return fmt.Errorf("%s: %w", sql, err)
-		}
-	}
-	return nil
+	return store.AdminExec(ctx, adminURL, sqls...)
 }
 
-func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+func ident(name string) string { return store.QuoteIdent(name) }
 
 // withDatabase returns connString pointing at database name instead, for both the URL and the
 // keyword/value forms of connection strings.

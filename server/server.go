@@ -143,6 +143,12 @@ func (s *Server) fingerprint(ctx context.Context, method string, p interceptors.
 	if !ok {
 		return "", nil
 	}
+	// An unknown tool or version has no fingerprint (no resolved version to
+	// put in it); the handler refuses it with TOOL_UNKNOWN or
+	// TOOL_VERSION_UNKNOWN, which is what the caller needs to hear.
+	if _, err := s.ledger.ResolveTool(r.GetTool(), r.GetToolVersion()); err != nil {
+		return "", nil
+	}
 	fp, err := s.ledger.Fingerprint(method, p.Tenant, r.GetTool(), r.GetToolVersion(), r.GetArgs())
 	if err != nil {
 		return "", toStatus(ctx, s, err, "")
