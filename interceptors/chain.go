@@ -17,9 +17,11 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 )
@@ -57,9 +59,12 @@ type link struct {
 // everything else outside it) sees like any other error.
 func chain(c Config) []link {
 	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		c.Logger.Log(ctx, slog.Level(lvl), msg, fields...)
+		c.Logger.Log(ctx, slog.Level(lvl), msg, withoutErrorText(fields)...)
 	})
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithErrorFields(func(err error) logging.Fields { return logging.Fields{"error_reason", ReasonOf(err)} }),
+	}
 	authFn := authFunc(c.Authenticator, c.Roles)
 	needsAuth := selector.MatchFunc(func(_ context.Context, m interceptors.CallMeta) bool { return !Public(m.FullMethod()) })
 	recoverFn := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
@@ -183,4 +188,33 @@ func (s *validatingStream) RecvMsg(m any) error {
 		return err
 	}
 	return s.v(s.Context(), s.method, m)
+}
+
+// withoutErrorText drops the error's text from a log line: messages can
+// quote request values (a schema violation names the offending value), and
+// args must never reach the logs. The code and the ErrorInfo reason stay.
+func withoutErrorText(fields []any) []any {
+	out := fields[:0:0]
+	for i := 0; i+1 < len(fields); i += 2 {
+		if k, ok := fields[i].(string); ok && k == "grpc.error" {
+			continue
+		}
+		out = append(out, fields[i], fields[i+1])
+	}
+	return out
+}
+
+// ReasonOf returns the ErrorInfo reason of a status error, or "" if it has
+// none.
+func ReasonOf(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
 }

@@ -193,6 +193,10 @@ func TestPrepareRefusals(t *testing.T) {
 		// clients send what they are given, so speak HTTP/2 directly.
 		err := rawPrepare(t, srv.Addr, key, "clé", &opledgerv1.PrepareRequest{Tool: "pay_invoice", ToolVersion: "1", Args: invoiceArgs(t, 4900)})
 		requireReason(t, err, codes.InvalidArgument, "IDEMPOTENCY_KEY_INVALID")
+		// The same hand-made request with an ASCII key goes through, so the
+		// refusal above is about the key.
+		require.NoError(t, rawPrepare(t, srv.Addr, key, harness.Unique("raw"),
+			&opledgerv1.PrepareRequest{Tool: "pay_invoice", ToolVersion: "1", Args: invoiceArgs(t, 4900)}))
 	})
 
 	refusals := []struct {

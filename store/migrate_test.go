@@ -1,0 +1,103 @@
+package store_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/store"
+)
+
+// allVersions lists the embedded migrations' versions in order.
+func allVersions(t *testing.T) []int {
+	t.Helper()
+	ms, err := store.Migrations()
+	require.NoError(t, err)
+	require.NotEmpty(t, ms)
+	var vs []int
+	for _, m := range ms {
+		vs = append(vs, m.Version)
+	}
+	require.True(t, slices.IsSorted(vs))
+	return vs
+}
+
+// migrateConcurrently runs n migrators at once on url and returns what each
+// applied.
+func migrateConcurrently(t *testing.T, url string, n int) [][]int {
+	t.Helper()
+	applied := make([][]int, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			applied[i], errs[i] = store.Migrate(context.Background(), url)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "migrator %d", i)
+	}
+	return applied
+}
+
+// requireUsable checks that the migrated schema works: a principal can be
+// stored and found by its key hash.
+func requireUsable(t *testing.T, url string) {
+	t.Helper()
+	st, err := store.Open(t.Context(), store.Config{URL: url, MaxConns: 2})
+	require.NoError(t, err)
+	defer st.Close()
+	h := sha256.Sum256([]byte("a test key"))
+	_, err = st.PrincipalCreate(t.Context(), store.Principal{ID: "pr_test", Tenant: "acme", Name: "test", Roles: []string{"agent"}, KeyPrefix: "opk_test"}, h[:])
+	require.NoError(t, err)
+	p, err := st.PrincipalByKeyHash(t.Context(), h[:])
+	require.NoError(t, err)
+	require.Equal(t, "acme", p.Tenant)
+}
+
+// TestMigrateFromScratchConcurrently starts four migrators at once on an empty
+// database, as replicas starting together would: each migration is applied
+// exactly once, by one of them, and none fails.
+func TestMigrateFromScratchConcurrently(t *testing.T) {
+	t.Parallel()
+	url := pgtestDatabase(t)
+	applied := migrateConcurrently(t, url, 4)
+	var all []int
+	for _, a := range applied {
+		all = append(all, a...)
+	}
+	slices.Sort(all)
+	require.Equal(t, allVersions(t), all, "every migration applied exactly once across the migrators")
+
+	again, err := store.Migrate(t.Context(), url)
+	require.NoError(t, err)
+	require.Empty(t, again)
+	requireUsable(t, url)
+}
+
+// TestMigrateIsIdempotent migrates once, then again, then four times at once:
+// everything after the first run is a no-op.
+func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
+	url := pgtestDatabase(t)
+	first, err := store.Migrate(t.Context(), url)
+	require.NoError(t, err)
+	require.Equal(t, allVersions(t), first)
+
+	second, err := store.Migrate(t.Context(), url)
+	require.NoError(t, err)
+	require.Empty(t, second)
+
+	for i, a := range migrateConcurrently(t, url, 4) {
+		require.Empty(t, a, "migrator %d", i)
+	}
+	requireUsable(t, url)
+}
