@@ -300,4 +300,3 @@ func TestChainAuthAndIdempotency(t *testing.T) {
 		require.NotContains(t, string(b), "good-key")
 	}
 }
-

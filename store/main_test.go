@@ -10,9 +10,3 @@ import (
 // tests start from an empty database so that migrating one from scratch can
 // be tested. Tests that need the schema call store.Migrate themselves.
 func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Options{}) }
-
-// pgtestDatabase is a fresh, empty database for the calling test.
-func pgtestDatabase(t *testing.T) string {
-	t.Helper()
-	return pgtest.NewDatabase(t)
-}

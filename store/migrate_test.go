@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/pgtest"
 	"github.com/opledger/opledger/store"
 )
 
@@ -68,7 +69,7 @@ func requireUsable(t *testing.T, url string) {
 // exactly once, by one of them, and none fails.
 func TestMigrateFromScratchConcurrently(t *testing.T) {
 	t.Parallel()
-	url := pgtestDatabase(t)
+	url := pgtest.NewDatabase(t)
 	applied := migrateConcurrently(t, url, 4)
 	var all []int
 	for _, a := range applied {
@@ -87,7 +88,7 @@ func TestMigrateFromScratchConcurrently(t *testing.T) {
 // everything after the first run is a no-op.
 func TestMigrateIsIdempotent(t *testing.T) {
 	t.Parallel()
-	url := pgtestDatabase(t)
+	url := pgtest.NewDatabase(t)
 	first, err := store.Migrate(t.Context(), url)
 	require.NoError(t, err)
 	require.Equal(t, allVersions(t), first)
