@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/store"
 )
 
 func TestApproveSelfApprovalForbidden(t *testing.T) {
@@ -189,4 +192,28 @@ func TestApproveDecisions(t *testing.T) {
 	})
 
 	require.Len(t, w.env.Fakepay.Charges(), 1)
+}
+
+// TestApprovalExpiryGuard: an Execute that read a lapsed approval expires it
+// with a statement guarded on the approval still being lapsed, so a renewal
+// an approver committed in between survives. The interleaving is staged by
+// issuing the expiry directly against an approval that is in force.
+func TestApprovalExpiryGuard(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
+	op := preparedApproved(t, w, c, "pay_invoice")
+
+	_, err := w.env.Store.OperationDecide(context.Background(), store.Decision{Tenant: "acme", ID: op.GetId(),
+		From: string(ledger.StateReady), To: string(ledger.StateAwaitingApproval),
+		Event: string(ledger.EventApprovalExpired), Actor: "test", Detail: "stale expiry"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	got, evs := get(t, c, w.agent, op.GetId())
+	require.Equal(t, opledgerv1.State_STATE_READY, got.GetState())
+	require.Equal(t, opledgerv1.Decision_DECISION_APPROVE, got.GetApproval().GetDecision())
+	require.Len(t, evs, 2)
+	resp, err := execute(c, w.agent, op.GetId(), 0)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
 }

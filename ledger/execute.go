@@ -71,10 +71,17 @@ func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Dura
 			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED,
 				"the operation was cancelled")
 		case StateReady:
-			if op.ApprovalRequired && !op.ApprovalExpiresAt.After(time.Now()) {
-				return Operation{}, false, l.expireApproval(ctx, a, op)
+			// The claim refuses a lapsed approval on the database's clock;
+			// expireApproval's guard uses the same clock, so this process's
+			// clock never decides.
+			if op.ApprovalRequired {
+				if err := l.expireApproval(ctx, a, op); err != nil {
+					return Operation{}, false, err
+				}
 			}
-			continue // someone released it between our claim and read: claim again
+			// Someone released it, or renewed its approval, between our
+			// claim and read: claim again.
+			continue
 		case StateExecuting:
 			if time.Now().After(op.LeaseExpiresAt) {
 				res, done, err := l.abandoned(ctx, a, op)
@@ -112,6 +119,9 @@ func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Dura
 
 // expireApproval moves a READY operation whose approval lapsed back to
 // AWAITING_APPROVAL, so its state tells the truth, and refuses the Execute.
+// It returns nil when the guarded update finds the approval renewed (or the
+// state moved) since op was read: the caller then claims again rather than
+// refusing an operation that is executable.
 func (l *Ledger) expireApproval(ctx context.Context, a Actor, op Operation) error {
 	if err := Check(StateReady, EventApprovalExpired, StateAwaitingApproval); err != nil {
 		return storeErr(err)
@@ -119,7 +129,10 @@ func (l *Ledger) expireApproval(ctx context.Context, a Actor, op Operation) erro
 	_, err := l.store.OperationDecide(ctx, store.Decision{Tenant: a.Tenant, ID: op.ID, From: string(StateReady),
 		To: string(StateAwaitingApproval), Event: string(EventApprovalExpired), Actor: a.Name,
 		Detail: "approval expired at " + op.ApprovalExpiresAt.UTC().Format(time.RFC3339)})
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
 		return storeErr(err)
 	}
 	return refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_EXPIRED,

@@ -16,11 +16,24 @@ import (
 )
 
 // fastPayTools is a pay tool whose executor lease is short (timeout 200ms,
-// one attempt: a 5.2s lease), with a downstream that dedupes keys and a
-// consistent lookup, so lease expiry can be staged in a test.
+// one attempt; with MinLease 1s the lease is a little over a second), with a
+// downstream that dedupes keys and a consistent lookup, so lease expiry can
+// be staged in a test. send_fast is the same for e-mail, which does not
+// dedupe. The file holds no slower tool: a claim takes the longest lease any
+// tool needs.
 func fastPayTools() []byte {
-	return harness.ToolsYAML(harness.ToolSpec{Name: "pay_fast", ApprovalTTL: 15 * time.Minute,
-		Timeout: 200 * time.Millisecond, MaxAttempts: 1, DedupesKeys: true, Lookup: true})
+	return harness.ToolsYAML(
+		harness.ToolSpec{Name: "pay_fast", ApprovalTTL: 15 * time.Minute,
+			Timeout: 200 * time.Millisecond, MaxAttempts: 1, DedupesKeys: true, Lookup: true},
+		harness.ToolSpec{Name: "send_fast", Kind: harness.KindEmail, Timeout: 200 * time.Millisecond})
+}
+
+// untilLeaseExpired sleeps until the operation's lease has lapsed.
+func untilLeaseExpired(t *testing.T, c opledgerv1.LedgerServiceClient, key, id string) {
+	t.Helper()
+	op, _ := get(t, c, key, id)
+	require.Equal(t, opledgerv1.State_STATE_EXECUTING, op.GetState())
+	time.Sleep(time.Until(op.GetLeaseExpireTime().AsTime()) + 50*time.Millisecond)
 }
 
 func TestExecuteFullFlow(t *testing.T) {
@@ -62,6 +75,15 @@ func TestExecuteFullFlow(t *testing.T) {
 	require.True(t, proto.Equal(got.GetResult(), again.GetOperation().GetResult()))
 	require.EqualValues(t, 1, again.GetOperation().GetAttempts())
 	require.Len(t, w.env.Fakepay.Charges(), 1)
+
+	// Another tenant cannot even see it.
+	_, err = execute(c, w.env.Key("globex", "agent"), op.GetId(), 0)
+	requireStatus(t, err, codes.NotFound, "OPERATION_NOT_FOUND")
+
+	// Reconciling a settled operation changes nothing.
+	rec := reconcile(t, c, w.agent, op.GetId())
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, rec.GetOperation().GetState())
+	require.Contains(t, rec.GetDetail(), "nothing to reconcile")
 
 	final, evs := get(t, c, w.agent, op.GetId())
 	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, final.GetState())
@@ -308,5 +330,88 @@ func TestBackgroundReconciler(t *testing.T) {
 	require.Equal(t, opledgerv1.EventType_EVENT_TYPE_RECONCILED, last.GetType())
 	require.Equal(t, opledgerv1.State_STATE_EXECUTING, last.GetFromState())
 	require.Equal(t, "server:"+bsrv.Ledger.ServerID(), last.GetActor())
+	require.Len(t, w.env.Fakepay.Charges(), 1)
+}
+
+// TestExecuteLeaseExpiredWithoutDedupe: when the stalled holder's
+// downstream does not dedupe keys, nobody may resend: the next Execute after
+// the lease expired records OUTCOME_UNKNOWN. The holder's late but
+// definitive answer, under the fence it still holds, then resolves it.
+func TestExecuteLeaseExpiredWithoutDedupe(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: fastPayTools()})
+	b := newBlocker()
+	cfg := ledger.Config{MinLease: time.Second}
+	a := w.env.StartServer(harness.ServerOptions{Ledger: cfg, NoReconciler: true, Hooks: &ledger.Hooks{AfterDownstream: b.hook}})
+	bsrv := w.env.StartServer(harness.ServerOptions{Ledger: cfg, NoReconciler: true})
+	op := prepare(t, a.Client, w.agent, "send_fast", emailArgs(t))
+
+	aDone := make(chan struct{})
+	var aResp *opledgerv1.ExecuteResponse
+	var aErr error
+	go func() {
+		defer close(aDone)
+		aResp, aErr = execute(a.Client, w.agent, op.GetId(), 0)
+	}()
+	b.waitArrived(t, aDone)
+	emails := w.env.Fakepay.Emails()
+	require.Len(t, emails, 1)
+
+	bResp, err := execute(bsrv.Client, w.agent, op.GetId(), 20*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, bResp.GetOperation().GetState())
+	require.EqualValues(t, 1, bResp.GetOperation().GetFence())
+	require.EqualValues(t, 1, bResp.GetOperation().GetAttempts())
+	require.Len(t, w.env.Fakepay.Emails(), 1, "nothing was resent")
+
+	close(b.release)
+	<-aDone
+	require.NoError(t, aErr)
+	got := aResp.GetOperation()
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, got.GetState())
+	require.Equal(t, emails[0].ID, got.GetExternalRef())
+	require.Nil(t, got.GetError())
+
+	_, evs := get(t, a.Client, w.agent, op.GetId())
+	require.Equal(t, []opledgerv1.EventType{opledgerv1.EventType_EVENT_TYPE_PREPARED, opledgerv1.EventType_EVENT_TYPE_CLAIMED,
+		opledgerv1.EventType_EVENT_TYPE_OUTCOME_UNKNOWN, opledgerv1.EventType_EVENT_TYPE_SUCCEEDED}, eventTypes(evs))
+	require.Len(t, w.env.Fakepay.Emails(), 1)
+}
+
+// TestReconcileAbandonedExecuting: the Reconcile RPC leaves a held lease
+// alone, and once it has expired looks the charge up by key and records it;
+// the stalled holder's commit afterwards changes nothing.
+func TestReconcileAbandonedExecuting(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: fastPayTools()})
+	b := newBlocker()
+	a := w.env.StartServer(harness.ServerOptions{Ledger: ledger.Config{MinLease: time.Second}, NoReconciler: true,
+		Hooks: &ledger.Hooks{AfterDownstream: b.hook}})
+	c := a.Client
+	op := preparedApproved(t, w, c, "pay_fast")
+
+	aDone := make(chan struct{})
+	go func() {
+		defer close(aDone)
+		_, _ = execute(c, w.agent, op.GetId(), 0)
+	}()
+	b.waitArrived(t, aDone)
+	charges := w.env.Fakepay.Charges()
+	require.Len(t, charges, 1)
+
+	held := reconcile(t, c, w.agent, op.GetId())
+	require.Equal(t, opledgerv1.State_STATE_EXECUTING, held.GetOperation().GetState())
+	require.Contains(t, held.GetDetail(), "lease is held")
+
+	untilLeaseExpired(t, c, w.agent, op.GetId())
+	rec := reconcile(t, c, w.agent, op.GetId())
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, rec.GetOperation().GetState(), rec.GetDetail())
+	require.Equal(t, charges[0].ID, rec.GetOperation().GetExternalRef())
+
+	close(b.release)
+	<-aDone
+	final, evs := get(t, c, w.agent, op.GetId())
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, final.GetState())
+	require.Equal(t, opledgerv1.EventType_EVENT_TYPE_RECONCILED, evs[len(evs)-1].GetType(), "the stale commit appended nothing")
 	require.Len(t, w.env.Fakepay.Charges(), 1)
 }

@@ -168,6 +168,12 @@ func TestFaultEmailWithoutDedupe(t *testing.T) {
 	_, err = c.Reconcile(harness.Ctx(w.agent, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(), Resolution: resolution})
 	requireStatus(t, err, codes.PermissionDenied, "OPERATOR_REQUIRED")
 
+	for _, bad := range []opledgerv1.State{opledgerv1.State_STATE_EXECUTING, opledgerv1.State_STATE_UNSPECIFIED} {
+		_, err = c.Reconcile(harness.Ctx(w.operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(),
+			Resolution: &opledgerv1.Resolution{Outcome: bad}})
+		requireStatus(t, err, codes.InvalidArgument, "FIELD_INVALID")
+	}
+
 	resolved, err := c.Reconcile(harness.Ctx(w.operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(), Resolution: resolution})
 	require.NoError(t, err)
 	got := resolved.GetOperation()

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { harness.Main(m) }
 // world is one test's environment seen from its clients: keys for each
 // role of one tenant and the servers started for it.
 type world struct {
-	env                      *harness.Env
+	env                       *harness.Env
 	agent, approver, operator string
 }
 

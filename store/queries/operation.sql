@@ -119,6 +119,9 @@ SELECT * FROM upd;
 -- name: OperationDecide :one
 -- Records an approver's decision (or an approval's expiry) on an operation
 -- already locked by the caller's transaction, guarded on the state it read.
+-- An expiry (no decision) also requires the approval to have lapsed on the
+-- database's clock: otherwise an Execute that read a lapsed approval could
+-- wipe the renewal an approver committed just after that read.
 WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
@@ -133,6 +136,7 @@ WITH upd AS (
         events = o.events + 1,
         updated_at = now()
     WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
+      AND (sqlc.narg(decision)::text IS NOT NULL OR o.approval_expires_at <= now())
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)

@@ -219,6 +219,7 @@ WITH upd AS (
         events = o.events + 1,
         updated_at = now()
     WHERE o.id = $6 AND o.tenant = $7 AND o.state = $8::text
+      AND ($2::text IS NOT NULL OR o.approval_expires_at <= now())
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
@@ -278,6 +279,9 @@ type OperationDecideRow struct {
 
 // Records an approver's decision (or an approval's expiry) on an operation
 // already locked by the caller's transaction, guarded on the state it read.
+// An expiry (no decision) also requires the approval to have lapsed on the
+// database's clock: otherwise an Execute that read a lapsed approval could
+// wipe the renewal an approver committed just after that read.
 func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDecideParams) (OperationDecideRow, error) {
 	row := db.QueryRow(ctx, operationDecide,
 		arg.ToState,
