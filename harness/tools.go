@@ -34,6 +34,8 @@ type ToolSpec struct {
 	// Lookup adds the processor's consistent lookup by key; only /charges
 	// has one, so it is for KindCharge.
 	Lookup bool
+	// KeyRetention declares how long the downstream remembers keys; 0: forever.
+	KeyRetention time.Duration
 	// URL replaces the POST URL, e.g. to point at a closed port.
 	URL string
 }
@@ -83,6 +85,9 @@ func ToolsYAML(specs ...ToolSpec) []byte {
 		fmt.Fprintf(&b, "      dedupes_keys: %t\n      max_attempts: %d\n", s.DedupesKeys, max(1, s.MaxAttempts))
 		if s.Timeout > 0 {
 			fmt.Fprintf(&b, "      timeout: %s\n", s.Timeout)
+		}
+		if s.KeyRetention > 0 {
+			fmt.Fprintf(&b, "      key_retention: %s\n", s.KeyRetention)
 		}
 		if s.Lookup {
 			fmt.Fprintf(&b, "      lookup_url: ${OPLEDGER_FAKEPAY_URL}%s?idempotency_key={key}\n      lookup_consistent: true\n", path)

@@ -149,7 +149,7 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 	if err != nil {
 		return Operation{}, true, err
 	}
-	if b.caps.DedupesKeys {
+	if l.keyStillDedupes(b, op) {
 		taken, err := l.store.OperationTakeOver(ctx, a.Tenant, op.ID, op.Fence, store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name})
 		if errors.Is(err, store.ErrNotFound) {
 			return Operation{}, false, nil

@@ -242,3 +242,33 @@ func TestFaultConnectionRefused(t *testing.T) {
 	require.Equal(t, opledgerv1.EventType_EVENT_TYPE_RELEASED, evs[len(evs)-1].GetType())
 	require.Empty(t, w.env.Fakepay.Charges())
 }
+
+// TestFaultKeyForgottenByDownstream: the processor charged and dropped the
+// connection, then forgot the key (its retention passed) before anyone
+// reconciled. A lookup miss now proves nothing, and resubmitting the key
+// would charge again: the operation must stay OUTCOME_UNKNOWN, with one
+// charge, until an operator decides.
+func TestFaultKeyForgottenByDownstream(t *testing.T) {
+	t.Parallel()
+	const retention = 300 * time.Millisecond
+	w := newWorld(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_once",
+		ApprovalTTL: 15 * time.Minute, MaxAttempts: 1, DedupesKeys: true, Lookup: true, KeyRetention: retention})})
+	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
+	op := preparedApproved(t, w, c, "pay_once")
+	w.env.Fakepay.SetFaults(fakepay.Faults{DropAfterCommit: fakepay.Trigger{Next: 1}, KeyRetention: retention})
+
+	resp, err := execute(c, w.agent, op.GetId(), 0)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, resp.GetOperation().GetState())
+	require.Len(t, w.env.Fakepay.Charges(), 1)
+
+	time.Sleep(2 * retention)
+	rec := reconcile(t, c, w.agent, op.GetId())
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, rec.GetOperation().GetState(), rec.GetDetail())
+	require.Contains(t, rec.GetDetail(), "forgotten the key")
+
+	again, err := execute(c, w.agent, op.GetId(), 0)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, again.GetOperation().GetState())
+	require.Len(t, w.env.Fakepay.Charges(), 1, "never a second charge")
+}

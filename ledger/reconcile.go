@@ -120,7 +120,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	}
 	looker, hasLookup := b.exec.(executor.Looker)
 	if !hasLookup || !b.caps.HasLookup {
-		if executing && b.caps.DedupesKeys {
+		if executing && l.keyStillDedupes(b, op) {
 			return apply(StateReady, EventReconciled, "the lease expired; the downstream dedupes keys, so the next Execute resubmits the same key", nil)
 		}
 		if executing {
@@ -144,10 +144,14 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, jsonObject(lr.Result.Body), true
 		})
 	case executor.LookupNotFound:
-		if b.caps.DedupesKeys && b.caps.LookupConsistent {
+		if l.keyStillDedupes(b, op) && b.caps.LookupConsistent {
 			return apply(StateReady, EventReconciled, "not found at the downstream, whose lookup is consistent: the next Execute resubmits the same key", nil)
 		}
 		detail := "inconclusive: not found, but a miss from this downstream is not proof that nothing happened"
+		if b.caps.DedupesKeys && b.caps.LookupConsistent {
+			detail = "inconclusive: not found, but the downstream may have forgotten the key (first sent " +
+				op.FirstClaimedAt.UTC().Format(time.RFC3339) + ", key retention " + b.tool.Executor.KeyRetention.String() + ")"
+		}
 		if executing {
 			return apply(StateOutcomeUnknown, EventOutcomeUnknown, detail, setUnknown(detail))
 		}
@@ -207,4 +211,19 @@ func (l *Ledger) ReconcileBatch(ctx context.Context) (int, error) {
 		}
 	}
 	return len(ops), nil
+}
+
+// keyStillDedupes reports whether resubmitting the operation's downstream key
+// is harmless: the downstream dedupes keys, and it cannot yet have forgotten
+// this one. Past (90% of) its key retention, counted from the first claim, a
+// lookup miss proves nothing and a resubmission could be a second effect.
+func (l *Ledger) keyStillDedupes(b bound, op Operation) bool {
+	if !b.caps.DedupesKeys {
+		return false
+	}
+	r := b.tool.Executor.KeyRetention
+	if r == 0 || op.FirstClaimedAt.IsZero() {
+		return true
+	}
+	return time.Since(op.FirstClaimedAt) < r-r/10
 }

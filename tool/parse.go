@@ -71,6 +71,7 @@ type executorDoc struct {
 	LookupConsistent bool              `yaml:"lookup_consistent"`
 	ExternalRefField string            `yaml:"external_ref_field"`
 	MaxAttempts      *int              `yaml:"max_attempts"`
+	KeyRetention     string            `yaml:"key_retention"`
 	Headers          map[string]string `yaml:"headers"`
 }
 
@@ -245,6 +246,16 @@ func buildExecutor(ed *executorDoc) (ExecutorConfig, error) {
 			return e, errors.New("executor.max_attempts: more than 1 needs dedupes_keys: true")
 		}
 		e.MaxAttempts = n
+	}
+	if ed.KeyRetention != "" {
+		d, err := time.ParseDuration(ed.KeyRetention)
+		if err != nil || d <= 0 {
+			return e, fmt.Errorf("executor.key_retention: %q is not a positive duration", ed.KeyRetention)
+		}
+		if !e.DedupesKeys {
+			return e, errors.New("executor.key_retention: set without dedupes_keys")
+		}
+		e.KeyRetention = d
 	}
 	if e.LookupConsistent && e.LookupURL == "" {
 		return e, errors.New("executor.lookup_consistent: set without lookup_url")

@@ -74,6 +74,11 @@ type ExecutorConfig struct {
 	MaxAttempts int
 	// Headers are extra static request headers.
 	Headers map[string]string
+	// KeyRetention is how long the downstream remembers an idempotency key
+	// (Stripe: 24h); zero means it never forgets. Past it, the same key no
+	// longer dedupes, so the ledger stops trusting a lookup miss, a lease
+	// takeover or a resubmission for an operation first sent that long ago.
+	KeyRetention time.Duration
 }
 
 // Tool is one version of a declared tool.

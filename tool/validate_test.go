@@ -32,7 +32,7 @@ func TestExamplesFile(t *testing.T) {
 		Type: "http", URL: "http://127.0.0.1:7070/charges",
 		LookupURL: "http://127.0.0.1:7070/charges?idempotency_key={key}",
 		Timeout:   10 * time.Second, DedupesKeys: true, LookupConsistent: true, ExternalRefField: "id",
-		MaxAttempts: 3, Headers: map[string]string{},
+		MaxAttempts: 3, Headers: map[string]string{}, KeyRetention: 24 * time.Hour,
 	}, pay.Executor)
 
 	mail, err := r.Lookup("send_email", "1")
