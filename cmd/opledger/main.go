@@ -34,6 +34,8 @@ commands:
   migrate      apply pending database migrations (DATABASE_URL)
   keys create  create an API key: --tenant T --role agent|approver|operator [--name N]
   fakepay      run the fake payment processor (--listen HOST:PORT)
+  chaos        run the fault-injection suite and check every effect (--duration D)
+  bench        measure throughput and latency against baselines (--quick)
 
 Run 'opledger <command> -h' for a command's flags.
 `
@@ -66,6 +68,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return cmdKeysCreate(ctx, args[2:], stdout, stderr, getenv)
 	case "fakepay":
 		return cmdFakepay(ctx, args[1:], stderr, getenv)
+	case "chaos":
+		return cmdChaos(ctx, args[1:], stdout, stderr, getenv)
+	case "bench":
+		return cmdBench(ctx, args[1:], stdout, stderr, getenv)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
