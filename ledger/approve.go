@@ -60,6 +60,9 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 	if err != nil {
 		return Operation{}, false, storeErr(err)
 	}
+	if !replayed {
+		l.obs.Decided(out.Tool, in.Decision, time.Since(out.CreatedAt))
+	}
 	return out, replayed, nil
 }
 

@@ -60,6 +60,7 @@ func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Dura
 		}
 		switch State(op.State) {
 		case StateSucceeded, StateFailed, StateOutcomeUnknown:
+			l.obs.DuplicatePrevented("Execute", op.Tool, true)
 			return op, true, nil
 		case StateAwaitingApproval:
 			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_REQUIRED,
@@ -92,6 +93,7 @@ func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Dura
 			}
 			remaining := time.Until(deadline)
 			if remaining <= 0 {
+				l.obs.DuplicatePrevented("Execute", op.Tool, false)
 				return op, false, nil // pending: the same operation, still executing
 			}
 			if sub == nil && l.listener != nil {
@@ -191,9 +193,11 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease*4/5)
 	defer cancel()
 	failpoint.Inject(failpoint.BeforeDownstream)
+	l.obs.ExecutionStarted(op.Tool)
 	started := time.Now()
 	res := b.exec.Execute(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args})
+	l.obs.DownstreamCalled(op.Tool, res.Outcome.String(), time.Since(started))
 	log.Info("downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
 		"sends", res.Attempts, "duration_ms", time.Since(started).Milliseconds())
 	failpoint.Inject(failpoint.AfterDownstream)

@@ -120,6 +120,7 @@ type Ledger struct {
 
 	// hooks are test-only interruption points; nil in production.
 	hooks *Hooks
+	obs   Observer
 }
 
 // Hooks lets tests pause or crash the ledger at named points.
@@ -136,7 +137,7 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 	if len(cfg.DownstreamSecret) < 16 {
 		return nil, errors.New("ledger: the downstream secret must be at least 16 bytes")
 	}
-	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger}
+	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{}}
 	l.auth.entries = map[string]authEntry{}
 	for _, t := range reg.List() {
 		ex, err := execs.New(executorType(t), executorSettings(t))
@@ -291,6 +292,9 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 		// The row that refused our insert is committed, so this is a real
 		// failure to read, not a race.
 		return Operation{}, false, storeErr(err)
+	}
+	if existing.Fingerprint == in.Fingerprint {
+		l.obs.DuplicatePrevented("Prepare", t.Name, true)
 	}
 	if existing.Fingerprint != in.Fingerprint {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -116,6 +117,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 			return Operation{}, "", storeErr(err)
 		}
 		l.opLogger(out).Info("reconciled", "to", out.State, "detail", detail)
+		l.obs.Reconciled(op.Tool, strings.ToLower(out.State))
 		return out, detail, nil
 	}
 	looker, hasLookup := b.exec.(executor.Looker)
@@ -126,6 +128,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		if executing {
 			return apply(StateOutcomeUnknown, EventOutcomeUnknown, "the lease expired; the downstream has no lookup and does not dedupe keys", setUnknown("the executor's lease expired before it recorded an outcome"))
 		}
+		l.obs.Reconciled(op.Tool, "inconclusive")
 		return op, "inconclusive: the downstream has no lookup; an operator must resolve it", nil
 	}
 	callCtx, cancel := context.WithTimeout(ctx, max(b.tool.Executor.Timeout, time.Second))
@@ -155,12 +158,14 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		if executing {
 			return apply(StateOutcomeUnknown, EventOutcomeUnknown, detail, setUnknown(detail))
 		}
+		l.obs.Reconciled(op.Tool, "inconclusive")
 		return op, detail, nil
 	default:
 		detail := "inconclusive: " + lr.Detail
 		if executing {
 			return apply(StateOutcomeUnknown, EventOutcomeUnknown, detail, setUnknown(detail))
 		}
+		l.obs.Reconciled(op.Tool, "inconclusive")
 		return op, detail, nil
 	}
 }
