@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -45,6 +46,8 @@ type Config struct {
 	Fingerprint Fingerprinter
 	// Validate checks requests; nil accepts everything.
 	Validate Validator
+	// Metrics records gRPC server metrics; nil records none.
+	Metrics *grpcprom.ServerMetrics
 }
 
 // link is one element of the chain in both its forms.
@@ -71,8 +74,13 @@ func chain(c Config) []link {
 		c.Logger.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
 		return Status(codes.Internal, opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
 	})
+	metricsU, metricsS := passUnary, passStream
+	if c.Metrics != nil {
+		metricsU, metricsS = c.Metrics.UnaryServerInterceptor(), c.Metrics.StreamServerInterceptor()
+	}
 	return []link{
 		{"request_id", requestIDUnary, requestIDStream},
+		{"metrics", metricsU, metricsS},
 		{"logging", logging.UnaryServerInterceptor(logger, logOpts...), logging.StreamServerInterceptor(logger, logOpts...)},
 		{"auth", selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), needsAuth),
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), needsAuth)},
@@ -156,6 +164,14 @@ type wrappedStream struct {
 }
 
 func (w *wrappedStream) Context() context.Context { return w.ctx }
+
+func passUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return handler(ctx, req)
+}
+
+func passStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, ss)
+}
 
 func validateUnary(v Validator) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -22,6 +22,7 @@ import (
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/metrics"
 )
 
 // MaxMessageBytes bounds every request and response on the wire. Args have
@@ -34,6 +35,8 @@ type Options struct {
 	Reflection bool
 	// Logger receives structured logs.
 	Logger *slog.Logger
+	// Metrics, if set, records gRPC server metrics.
+	Metrics *metrics.Metrics
 }
 
 // Server serves LedgerService over gRPC.
@@ -74,6 +77,9 @@ func New(l *ledger.Ledger, opts Options) *Server {
 		Fingerprint:   s.fingerprint,
 		Validate:      validate,
 	}
+	if opts.Metrics != nil {
+		chain.Metrics = opts.Metrics.GRPC
+	}
 	sopts := append(interceptors.ServerOptions(chain),
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(4*MaxMessageBytes),
@@ -86,6 +92,9 @@ func New(l *ledger.Ledger, opts Options) *Server {
 	s.health.SetServingStatus(opledgerv1.LedgerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if opts.Reflection {
 		reflection.Register(s.grpc)
+	}
+	if opts.Metrics != nil {
+		opts.Metrics.GRPC.InitializeMetrics(s.grpc)
 	}
 	return s
 }

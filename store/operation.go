@@ -250,3 +250,16 @@ func (c *Conn) OperationClaimUnresolved(ctx context.Context, batch int32, base, 
 	}
 	return out, nil
 }
+
+// OperationCountOpen counts open operations by state, for metrics.
+func (c *Conn) OperationCountOpen(ctx context.Context) (map[string]int64, error) {
+	rows, err := c.q.OperationCountOpen(ctx, c.dbtx)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.State] = r.N
+	}
+	return out, nil
+}

@@ -55,6 +55,9 @@ type Config struct {
 	LogLevel string
 	// Drain bounds graceful shutdown (--drain, OPLEDGER_DRAIN).
 	Drain time.Duration
+	// MetricsListen serves Prometheus /metrics on its own address
+	// (--metrics-listen, OPLEDGER_METRICS_LISTEN); empty: off.
+	MetricsListen string
 }
 
 // bindConfig registers cfg's flags on fs with defaults taken from the
@@ -83,6 +86,7 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	str(&cfg.ServerID, "server-id", "OPLEDGER_SERVER_ID", "", "this replica's name in leases and events")
 	str(&cfg.LogLevel, "log-level", "OPLEDGER_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&drain, "drain", "OPLEDGER_DRAIN", "10s", "graceful shutdown bound")
+	str(&cfg.MetricsListen, "metrics-listen", "OPLEDGER_METRICS_LISTEN", "", "Prometheus /metrics address HOST:PORT (empty: off)")
 	return func() error {
 		var errs []error
 		dur := func(p *time.Duration, name, v string) {

@@ -12,15 +12,18 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/opledger/opledger/examples"
 	"github.com/opledger/opledger/executor"
 	"github.com/opledger/opledger/fakepay"
 	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/metrics"
 	"github.com/opledger/opledger/server"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"
@@ -152,7 +155,21 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 	defer cancelBG()
 	go listener.Run(bg)
 	go l.RunReconciler(bg)
-	srv := server.New(l, server.Options{Reflection: cfg.Reflection, Logger: logger})
+	m := metrics.New(st.OperationCountOpen)
+	l.SetObserver(m)
+	if cfg.MetricsListen != "" {
+		mlis, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", m.Handler())
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = msrv.Serve(mlis) }()
+		defer msrv.Close()
+		logger.Info("serving metrics", "listen", mlis.Addr().String())
+	}
+	srv := server.New(l, server.Options{Reflection: cfg.Reflection, Logger: logger, Metrics: m})
 	var names []string
 	for _, t := range reg.List() {
 		names = append(names, t.Name+"@"+t.Version)

@@ -166,3 +166,10 @@ UPDATE operation o SET
 FROM due
 WHERE o.id = due.id
 RETURNING o.*;
+
+-- name: OperationCountOpen :many
+-- Counts open (non-terminal) operations by state, across tenants, through
+-- the operation_open partial index.
+SELECT state, count(*)::bigint AS n FROM operation
+WHERE state IN ('AWAITING_APPROVAL', 'READY', 'EXECUTING', 'OUTCOME_UNKNOWN')
+GROUP BY state;

@@ -204,6 +204,39 @@ func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg Ope
 	return items, nil
 }
 
+const operationCountOpen = `-- name: OperationCountOpen :many
+SELECT state, count(*)::bigint AS n FROM operation
+WHERE state IN ('AWAITING_APPROVAL', 'READY', 'EXECUTING', 'OUTCOME_UNKNOWN')
+GROUP BY state
+`
+
+type OperationCountOpenRow struct {
+	State string
+	N     int64
+}
+
+// Counts open (non-terminal) operations by state, across tenants, through
+// the operation_open partial index.
+func (q *Queries) OperationCountOpen(ctx context.Context, db DBTX) ([]OperationCountOpenRow, error) {
+	rows, err := db.Query(ctx, operationCountOpen)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationCountOpenRow{}
+	for rows.Next() {
+		var i OperationCountOpenRow
+		if err := rows.Scan(&i.State, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const operationDecide = `-- name: OperationDecide :one
 WITH upd AS (
     UPDATE operation o SET

@@ -1,0 +1,126 @@
+// Package metrics exposes opledger's Prometheus metrics: the gRPC server
+// metrics of go-grpc-middleware and the ledger's own, all named opledger_*.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const namespace = "opledger"
+
+// Metrics holds every collector and implements ledger.Observer.
+type Metrics struct {
+	// Registry holds everything; Handler serves it.
+	Registry *prometheus.Registry
+	// GRPC is the gRPC server metrics interceptor source.
+	GRPC *grpcprom.ServerMetrics
+
+	executions  *prometheus.CounterVec
+	duplicates  *prometheus.CounterVec
+	replays     *prometheus.CounterVec
+	outcomes    *prometheus.CounterVec
+	unknown     *prometheus.CounterVec
+	downstream  *prometheus.HistogramVec
+	reconciles  *prometheus.CounterVec
+	approvals   *prometheus.HistogramVec
+	openCounter func(ctx context.Context) (map[string]int64, error)
+}
+
+// New registers opledger's metrics in a fresh registry. countOpen, if not
+// nil, is asked at scrape time for the open operations by state.
+func New(countOpen func(ctx context.Context) (map[string]int64, error)) *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		GRPC: grpcprom.NewServerMetrics(
+			grpcprom.WithServerCounterOptions(grpcprom.WithNamespace(namespace)),
+			grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace(namespace),
+				grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30})),
+		),
+		executions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "executions_started_total",
+			Help: "Downstream calls started (claims and lease takeovers), by tool."}, []string{"tool"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "duplicates_prevented_total",
+			Help: "Repeated Prepare or Execute calls answered from the ledger without reaching the downstream."}, []string{"method", "tool"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "replays_served_total",
+			Help: "Recorded outcomes replayed to a repeated call."}, []string{"method", "tool"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "downstream_outcomes_total",
+			Help: "Downstream call outcomes (succeeded, failed, unknown, not_submitted), by tool."}, []string{"tool", "outcome"}),
+		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "outcome_unknown_total",
+			Help: "Downstream calls whose outcome could not be determined, by tool."}, []string{"tool"}),
+		downstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "downstream_duration_seconds",
+			Help: "Downstream call latency, retries included, by tool and outcome.", Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)},
+			[]string{"tool", "outcome"}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reconciliations_total",
+			Help: "Reconciliations by tool and result (succeeded, failed, ready, outcome_unknown, inconclusive)."}, []string{"tool", "result"}),
+		approvals: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "approval_latency_seconds",
+			Help: "Time from Prepare to an approver's decision, by tool and decision.", Buckets: prometheus.ExponentialBuckets(1, 3, 10)},
+			[]string{"tool", "decision"}),
+		openCounter: countOpen,
+	}
+	m.Registry.MustRegister(m.GRPC, m.executions, m.duplicates, m.replays, m.outcomes, m.unknown, m.downstream, m.reconciles, m.approvals,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if countOpen != nil {
+		m.Registry.MustRegister(&openCollector{m: m})
+	}
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// ExecutionStarted implements ledger.Observer.
+func (m *Metrics) ExecutionStarted(tool string) { m.executions.WithLabelValues(tool).Inc() }
+
+// DuplicatePrevented implements ledger.Observer.
+func (m *Metrics) DuplicatePrevented(method, tool string, replay bool) {
+	m.duplicates.WithLabelValues(method, tool).Inc()
+	if replay {
+		m.replays.WithLabelValues(method, tool).Inc()
+	}
+}
+
+// DownstreamCalled implements ledger.Observer.
+func (m *Metrics) DownstreamCalled(tool, outcome string, d time.Duration) {
+	m.outcomes.WithLabelValues(tool, outcome).Inc()
+	m.downstream.WithLabelValues(tool, outcome).Observe(d.Seconds())
+	if outcome == "unknown" {
+		m.unknown.WithLabelValues(tool).Inc()
+	}
+}
+
+// Reconciled implements ledger.Observer.
+func (m *Metrics) Reconciled(tool, result string) { m.reconciles.WithLabelValues(tool, result).Inc() }
+
+// Decided implements ledger.Observer.
+func (m *Metrics) Decided(tool, decision string, d time.Duration) {
+	m.approvals.WithLabelValues(tool, decision).Observe(d.Seconds())
+}
+
+var openDesc = prometheus.NewDesc(namespace+"_operations", "Open operations by state, across tenants, counted at scrape time.", []string{"state"}, nil)
+
+// openCollector asks the database at scrape time, so every replica reports
+// the same, true number.
+type openCollector struct{ m *Metrics }
+
+func (c *openCollector) Describe(ch chan<- *prometheus.Desc) { ch <- openDesc }
+
+func (c *openCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	counts, err := c.m.openCounter(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(openDesc, err)
+		return
+	}
+	for _, s := range []string{"AWAITING_APPROVAL", "READY", "EXECUTING", "OUTCOME_UNKNOWN"} {
+		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(counts[s]), s)
+	}
+}
