@@ -6,6 +6,7 @@ package harness
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/opledger/opledger/executor"
 	"github.com/opledger/opledger/fakepay"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgtest"
 	"github.com/opledger/opledger/server"
@@ -117,6 +120,12 @@ type ServerOptions struct {
 	Hooks  *ledger.Hooks
 	// NoReconciler leaves the background reconciler off.
 	NoReconciler bool
+	// TLS serves gRPC over TLS; the Server's own Client then trusts
+	// ClientTLS (nil: no client built-in connection check).
+	TLS       *tls.Config
+	ClientTLS *tls.Config
+	// RateLimit bounds each tenant's request rate.
+	RateLimit interceptors.RateLimit
 	// Logger receives the server's logs; nil writes WARN and above to
 	// stderr. Tests that inspect what is logged pass their own.
 	Logger *slog.Logger
@@ -145,12 +154,16 @@ func (e *Env) StartServer(opts ServerOptions) *Server {
 	if !opts.NoReconciler {
 		go l.RunReconciler(ctx)
 	}
-	srv := server.New(l, server.Options{Reflection: true, Logger: logger})
+	srv := server.New(l, server.Options{Reflection: true, TLS: opts.TLS, RateLimit: opts.RateLimit, Retention: l.Retention(), Logger: logger})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis, 5*time.Second) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if opts.ClientTLS != nil {
+		creds = credentials.NewTLS(opts.ClientTLS)
+	}
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(creds))
 	require.NoError(t, err)
 	stop := sync.OnceFunc(func() {
 		_ = conn.Close()

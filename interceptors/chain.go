@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -48,6 +49,10 @@ type Config struct {
 	Validate Validator
 	// Metrics records gRPC server metrics; nil records none.
 	Metrics *grpcprom.ServerMetrics
+	// RateLimit bounds each tenant's request rate; zero disables it.
+	RateLimit RateLimit
+	// MaxDeadline caps every unary call's deadline; zero leaves them alone.
+	MaxDeadline time.Duration
 }
 
 // link is one element of the chain in both its forms.
@@ -82,8 +87,10 @@ func chain(c Config) []link {
 		{"request_id", requestIDUnary, requestIDStream},
 		{"metrics", metricsU, metricsS},
 		{"logging", logging.UnaryServerInterceptor(logger, logOpts...), logging.StreamServerInterceptor(logger, logOpts...)},
+		{"deadline", deadlineUnary(c.MaxDeadline), deadlineStream(c.MaxDeadline)},
 		{"auth", selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), needsAuth),
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), needsAuth)},
+		{"rate_limit", rateLimitUnary(c.RateLimit), rateLimitStream(c.RateLimit)},
 		{"idempotency", idempotencyUnary(c.KeyRequired, c.Fingerprint), idempotencyStream(c.KeyRequired)},
 		{"validation", validateUnary(c.Validate), validateStream(c.Validate)},
 		{"recovery", recovery.UnaryServerInterceptor(recoverFn), recovery.StreamServerInterceptor(recoverFn)},

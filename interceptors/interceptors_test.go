@@ -44,7 +44,7 @@ func requireReason(t testing.TB, err error, code codes.Code, reason string) *sta
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []string{"request_id", "metrics", "logging", "auth", "idempotency", "validation", "recovery"},
+	require.Equal(t, []string{"request_id", "metrics", "logging", "deadline", "auth", "rate_limit", "idempotency", "validation", "recovery"},
 		interceptors.Names(interceptors.Config{}))
 }
 

@@ -194,9 +194,15 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 	defer cancel()
 	failpoint.Inject(failpoint.BeforeDownstream)
 	l.obs.ExecutionStarted(op.Tool)
+	key := op.DownstreamKey
+	if failpoint.FreshDownstreamKeys() {
+		// Test-only, failpoints builds: a new key per claim defeats the
+		// downstream's deduplication, for the chaos suite's control run.
+		key = fmt.Sprintf("%s.%d", key, op.Fence)
+	}
 	started := time.Now()
 	res := b.exec.Execute(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
-		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args})
+		OperationID: op.ID, DownstreamKey: key, Args: op.Args})
 	l.obs.DownstreamCalled(op.Tool, res.Outcome.String(), time.Since(started))
 	log.Info("downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
 		"sends", res.Attempts, "duration_ms", time.Since(started).Milliseconds())

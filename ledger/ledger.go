@@ -68,6 +68,12 @@ type Config struct {
 	// AuthCacheTTL is how long an authenticated key is remembered (default
 	// 30s); revocations take up to this long to bite.
 	AuthCacheTTL time.Duration
+	// OpsPerMinute caps the operations each tenant may create per minute,
+	// across all replicas (counted in the database); 0 means no quota.
+	OpsPerMinute int
+	// Retention is how long finished operations are kept (default 30 days);
+	// PruneInterval is how often each replica prunes (default 1h).
+	Retention, PruneInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -94,6 +100,12 @@ func (c *Config) defaults() {
 	}
 	if c.AuthCacheTTL == 0 {
 		c.AuthCacheTTL = 30 * time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = 30 * 24 * time.Hour
+	}
+	if c.PruneInterval == 0 {
+		c.PruneInterval = time.Hour
 	}
 }
 
@@ -273,7 +285,7 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 		return Operation{}, false, storeErr(err)
 	}
 	id := newID("op_")
-	op, inserted, err := l.store.OperationInsert(ctx, store.NewOperation{
+	op, inserted, err := l.insert(ctx, a.Tenant, store.NewOperation{
 		ID: id, Tenant: a.Tenant, Tool: t.Name, ToolVersion: t.Version, IdempotencyKey: in.IdempotencyKey,
 		Args: canonical, Fingerprint: in.Fingerprint, State: string(state), PreparedBy: a.ID,
 		ApprovalRequired: t.Approval.Required, ApprovalTTL: t.Approval.TTL,
@@ -432,3 +444,74 @@ func executorSettings(t *tool.Tool) executor.Settings {
 		DedupesKeys: e.DedupesKeys, LookupConsistent: e.LookupConsistent, ExternalRefField: e.ExternalRefField,
 		MaxAttempts: e.MaxAttempts, Headers: e.Headers}
 }
+
+// insert stores a new operation. With a quota it does so in a transaction
+// that also counts the tenant's operations this minute, so an operation over
+// the quota is rolled back and nothing is stored.
+func (l *Ledger) insert(ctx context.Context, tenant string, n store.NewOperation) (Operation, bool, error) {
+	if l.cfg.OpsPerMinute <= 0 {
+		return l.store.OperationInsert(ctx, n)
+	}
+	var op Operation
+	var inserted bool
+	err := l.store.InTx(ctx, func(c *store.Conn) error {
+		var err error
+		op, inserted, err = c.OperationInsert(ctx, n)
+		if err != nil || !inserted {
+			return err
+		}
+		count, err := c.TenantUsageBump(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		if int(count) > l.cfg.OpsPerMinute {
+			return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED,
+				Message:    fmt.Sprintf("this tenant may create %d operations per minute; nothing was stored", l.cfg.OpsPerMinute),
+				RetryAfter: time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)) + 100*time.Millisecond}
+		}
+		return nil
+	})
+	return op, inserted, err
+}
+
+// RunPruner deletes finished operations older than the retention until ctx
+// ends. Every replica may run it: batches skip rows another replica holds.
+// Open and OUTCOME_UNKNOWN operations are never pruned. A key whose
+// operation was pruned is free again: reusing it starts a new operation.
+func (l *Ledger) RunPruner(ctx context.Context) {
+	t := time.NewTicker(l.cfg.PruneInterval)
+	defer t.Stop()
+	for {
+		if n, err := l.Prune(ctx); err != nil {
+			l.logger.Warn("pruner: failed", "error", err)
+		} else if n > 0 {
+			l.logger.Info("pruner: deleted finished operations", "count", n, "retention", l.cfg.Retention.String())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Prune deletes every finished operation older than the retention, in
+// batches, and returns how many it deleted.
+func (l *Ledger) Prune(ctx context.Context) (int64, error) {
+	var total int64
+	for ctx.Err() == nil {
+		n, err := l.store.OperationPrune(ctx, l.cfg.Retention, 1000)
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < 1000 {
+			break
+		}
+	}
+	_, err := l.store.TenantUsagePrune(ctx)
+	return total, err
+}
+
+// Retention is how long finished operations are kept.
+func (l *Ledger) Retention() time.Duration { return l.cfg.Retention }

@@ -46,6 +46,8 @@ var codeOf = map[opledgerv1.ErrorReason]codes.Code{
 	opledgerv1.ErrorReason_ERROR_REASON_INTERNAL:                      codes.Internal,
 	opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED:           codes.FailedPrecondition,
 	opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN:    codes.Unknown,
+	opledgerv1.ErrorReason_ERROR_REASON_RATE_LIMITED:                  codes.ResourceExhausted,
+	opledgerv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED:                codes.ResourceExhausted,
 }
 
 // preconditionType is the PreconditionFailure type for reasons that are

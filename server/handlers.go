@@ -4,6 +4,9 @@ import (
 	"context"
 	"strings"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
@@ -11,6 +14,7 @@ import (
 
 // Prepare implements LedgerService.Prepare.
 func (s *Server) Prepare(ctx context.Context, r *opledgerv1.PrepareRequest) (*opledgerv1.PrepareResponse, error) {
+	s.advertiseRetention(ctx)
 	idem, _ := interceptors.IdempotencyFrom(ctx)
 	op, replayed, err := s.ledger.Prepare(ctx, actorOf(ctx), ledger.PrepareInput{
 		Tool: r.GetTool(), ToolVersion: r.GetToolVersion(), Args: r.GetArgs(),
@@ -20,6 +24,17 @@ func (s *Server) Prepare(ctx context.Context, r *opledgerv1.PrepareRequest) (*op
 		return nil, toStatus(ctx, s, err, "tool:"+r.GetTool())
 	}
 	return &opledgerv1.PrepareResponse{Operation: operationPB(op), Replayed: replayed}, nil
+}
+
+// RetentionHeader carries, on Prepare and Get responses, how long finished
+// operations and their idempotency keys are kept (a Go duration string).
+// A key reused after its operation was pruned starts a new operation.
+const RetentionHeader = "opledger-retention"
+
+func (s *Server) advertiseRetention(ctx context.Context) {
+	if s.retention > 0 {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(RetentionHeader, s.retention.String()))
+	}
 }
 
 // Approve implements LedgerService.Approve.
@@ -45,6 +60,7 @@ func (s *Server) Execute(ctx context.Context, r *opledgerv1.ExecuteRequest) (*op
 
 // Get implements LedgerService.Get.
 func (s *Server) Get(ctx context.Context, r *opledgerv1.GetRequest) (*opledgerv1.GetResponse, error) {
+	s.advertiseRetention(ctx)
 	op, evs, err := s.ledger.Get(ctx, actorOf(ctx), r.GetOperationId(), r.GetIncludeEvents())
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())

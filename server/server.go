@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -37,6 +39,16 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics, if set, records gRPC server metrics.
 	Metrics *metrics.Metrics
+	// TLS, if set, serves gRPC over TLS (with client certificates required
+	// when its ClientAuth says so); nil serves plaintext.
+	TLS *tls.Config
+	// RateLimit bounds each tenant's request rate in this process.
+	RateLimit interceptors.RateLimit
+	// MaxDeadline caps every call's deadline (default 2 minutes).
+	MaxDeadline time.Duration
+	// Retention is advertised to callers in the opledger-retention response
+	// header: how long finished operations (and so their keys) are kept.
+	Retention time.Duration
 }
 
 // Server serves LedgerService over gRPC.
@@ -46,6 +58,8 @@ type Server struct {
 	logger *slog.Logger
 	grpc   *grpc.Server
 	health *health.Server
+	// retention is advertised in response headers.
+	retention time.Duration
 }
 
 // Method names, as interceptors see them.
@@ -68,7 +82,10 @@ var Roles = map[string][]string{
 
 // New builds the gRPC server around l.
 func New(l *ledger.Ledger, opts Options) *Server {
-	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer()}
+	if opts.MaxDeadline == 0 {
+		opts.MaxDeadline = 2 * time.Minute
+	}
+	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer(), retention: opts.Retention}
 	chain := interceptors.Config{
 		Logger:        opts.Logger,
 		Authenticator: authenticator{l},
@@ -76,6 +93,8 @@ func New(l *ledger.Ledger, opts Options) *Server {
 		KeyRequired:   map[string]bool{MethodPrepare: true},
 		Fingerprint:   s.fingerprint,
 		Validate:      validate,
+		RateLimit:     opts.RateLimit,
+		MaxDeadline:   opts.MaxDeadline,
 	}
 	if opts.Metrics != nil {
 		chain.Metrics = opts.Metrics.GRPC
@@ -86,6 +105,9 @@ func New(l *ledger.Ledger, opts Options) *Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
+	if opts.TLS != nil {
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
 	s.grpc = grpc.NewServer(sopts...)
 	opledgerv1.RegisterLedgerServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)

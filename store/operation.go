@@ -263,3 +263,23 @@ func (c *Conn) OperationCountOpen(ctx context.Context) (map[string]int64, error)
 	}
 	return out, nil
 }
+
+// OperationPrune deletes up to batch finished operations last changed more
+// than olderThan ago and returns how many it deleted.
+func (c *Conn) OperationPrune(ctx context.Context, olderThan time.Duration, batch int32) (int64, error) {
+	n, err := c.q.OperationPrune(ctx, c.dbtx, db.OperationPruneParams{OlderThanSeconds: olderThan.Seconds(), BatchSize: batch})
+	return n, interpretError(err)
+}
+
+// TenantUsageBump counts one more operation created by tenant in the
+// current minute and returns the minute's total.
+func (c *Conn) TenantUsageBump(ctx context.Context, tenant string) (int32, error) {
+	n, err := c.q.TenantUsageBump(ctx, c.dbtx, tenant)
+	return n, interpretError(err)
+}
+
+// TenantUsagePrune forgets usage counters older than an hour.
+func (c *Conn) TenantUsagePrune(ctx context.Context) (int64, error) {
+	n, err := c.q.TenantUsagePrune(ctx, c.dbtx)
+	return n, interpretError(err)
+}

@@ -58,6 +58,26 @@ type Config struct {
 	// MetricsListen serves Prometheus /metrics on its own address
 	// (--metrics-listen, OPLEDGER_METRICS_LISTEN); empty: off.
 	MetricsListen string
+	// TLSCert and TLSKey enable TLS on the gRPC listener (--tls-cert,
+	// --tls-key, OPLEDGER_TLS_CERT, OPLEDGER_TLS_KEY); TLSClientCA
+	// additionally requires client certificates signed by it (mTLS;
+	// --tls-client-ca, OPLEDGER_TLS_CLIENT_CA).
+	TLSCert, TLSKey, TLSClientCA string
+	// RateLimit and RateBurst bound each tenant's requests per second in
+	// this replica (--rate-limit, --rate-burst, OPLEDGER_RATE_LIMIT,
+	// OPLEDGER_RATE_BURST); 0: unlimited.
+	RateLimit float64
+	RateBurst int
+	// OpsPerMinute caps the operations a tenant may create per minute,
+	// across replicas (--tenant-ops-per-minute,
+	// OPLEDGER_TENANT_OPS_PER_MINUTE); 0: no quota.
+	OpsPerMinute int
+	// MaxDeadline caps every call's deadline (--max-deadline,
+	// OPLEDGER_MAX_DEADLINE).
+	MaxDeadline time.Duration
+	// Retention keeps finished operations this long before pruning them
+	// (--retention, OPLEDGER_RETENTION).
+	Retention time.Duration
 }
 
 // bindConfig registers cfg's flags on fs with defaults taken from the
@@ -87,6 +107,15 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	str(&cfg.LogLevel, "log-level", "OPLEDGER_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&drain, "drain", "OPLEDGER_DRAIN", "10s", "graceful shutdown bound")
 	str(&cfg.MetricsListen, "metrics-listen", "OPLEDGER_METRICS_LISTEN", "", "Prometheus /metrics address HOST:PORT (empty: off)")
+	str(&cfg.TLSCert, "tls-cert", "OPLEDGER_TLS_CERT", "", "PEM certificate for TLS on the gRPC listener")
+	str(&cfg.TLSKey, "tls-key", "OPLEDGER_TLS_KEY", "", "PEM private key for --tls-cert")
+	str(&cfg.TLSClientCA, "tls-client-ca", "OPLEDGER_TLS_CLIENT_CA", "", "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)")
+	var rateLimit, rateBurst, opsPerMinute, maxDeadline, retention string
+	str(&rateLimit, "rate-limit", "OPLEDGER_RATE_LIMIT", "0", "requests per second per tenant in this replica (0: unlimited)")
+	str(&rateBurst, "rate-burst", "OPLEDGER_RATE_BURST", "0", "burst for --rate-limit (0: the rate)")
+	str(&opsPerMinute, "tenant-ops-per-minute", "OPLEDGER_TENANT_OPS_PER_MINUTE", "0", "operations a tenant may create per minute, all replicas (0: no quota)")
+	str(&maxDeadline, "max-deadline", "OPLEDGER_MAX_DEADLINE", "2m", "cap on every call's deadline")
+	str(&retention, "retention", "OPLEDGER_RETENTION", "720h", "keep finished operations this long")
 	return func() error {
 		var errs []error
 		dur := func(p *time.Duration, name, v string) {
@@ -110,6 +139,30 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 		dur(&cfg.ReconcileInterval, "reconcile-interval", recInterval)
 		dur(&cfg.ReconcileBackoff, "reconcile-backoff", recBackoff)
 		dur(&cfg.Drain, "drain", drain)
+		dur(&cfg.MaxDeadline, "max-deadline", maxDeadline)
+		dur(&cfg.Retention, "retention", retention)
+		if f, err := strconv.ParseFloat(rateLimit, 64); err != nil || f < 0 {
+			errs = append(errs, fmt.Errorf("--rate-limit: %q is not a rate", rateLimit))
+		} else {
+			cfg.RateLimit = f
+		}
+		for _, c := range []struct {
+			p    *int
+			name string
+			v    string
+		}{{&cfg.RateBurst, "rate-burst", rateBurst}, {&cfg.OpsPerMinute, "tenant-ops-per-minute", opsPerMinute}} {
+			n, err := strconv.Atoi(c.v)
+			if err != nil || n < 0 {
+				errs = append(errs, fmt.Errorf("--%s: %q is not a count", c.name, c.v))
+			}
+			*c.p = n
+		}
+		if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+			errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
+		}
+		if cfg.TLSClientCA != "" && cfg.TLSCert == "" {
+			errs = append(errs, errors.New("--tls-client-ca needs --tls-cert and --tls-key"))
+		}
 		n, err := strconv.Atoi(maxConns)
 		if err != nil || n < 0 {
 			errs = append(errs, fmt.Errorf("--db-max-conns: %q is not a count", maxConns))

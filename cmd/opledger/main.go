@@ -22,6 +22,7 @@ import (
 	"github.com/opledger/opledger/examples"
 	"github.com/opledger/opledger/executor"
 	"github.com/opledger/opledger/fakepay"
+	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/metrics"
 	"github.com/opledger/opledger/server"
@@ -143,6 +144,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 	l, err := ledger.New(ledger.Config{
 		ServerID: cfg.ServerID, DownstreamSecret: cfg.DownstreamSecret, MinLease: cfg.MinLease, MaxWait: cfg.MaxWait,
 		ReconcileInterval: cfg.ReconcileInterval, ReconcileBackoff: cfg.ReconcileBackoff,
+		OpsPerMinute: cfg.OpsPerMinute, Retention: cfg.Retention,
 	}, st, reg, executor.NewDefaultRegistry(nil, logger), listener, logger)
 	if err != nil {
 		return err
@@ -155,6 +157,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 	defer cancelBG()
 	go listener.Run(bg)
 	go l.RunReconciler(bg)
+	go l.RunPruner(bg)
 	m := metrics.New(st.OperationCountOpen)
 	l.SetObserver(m)
 	if cfg.MetricsListen != "" {
@@ -169,7 +172,13 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 		defer msrv.Close()
 		logger.Info("serving metrics", "listen", mlis.Addr().String())
 	}
-	srv := server.New(l, server.Options{Reflection: cfg.Reflection, Logger: logger, Metrics: m})
+	tlsCfg, err := serverTLS(cfg)
+	if err != nil {
+		return err
+	}
+	srv := server.New(l, server.Options{Reflection: cfg.Reflection, Logger: logger, Metrics: m, TLS: tlsCfg,
+		RateLimit:   interceptors.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst},
+		MaxDeadline: cfg.MaxDeadline, Retention: l.Retention()})
 	var names []string
 	for _, t := range reg.List() {
 		names = append(names, t.Name+"@"+t.Version)

@@ -173,3 +173,28 @@ RETURNING o.*;
 SELECT state, count(*)::bigint AS n FROM operation
 WHERE state IN ('AWAITING_APPROVAL', 'READY', 'EXECUTING', 'OUTCOME_UNKNOWN')
 GROUP BY state;
+
+-- name: OperationPrune :execrows
+-- Deletes up to batch_size finished operations (and, by cascade, their
+-- events) last changed before the cutoff. Open and OUTCOME_UNKNOWN
+-- operations are never pruned. SKIP LOCKED lets replicas prune side by side.
+DELETE FROM operation
+WHERE id IN (
+    SELECT p.id FROM operation p
+    WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
+      AND p.updated_at < now() - make_interval(secs => sqlc.arg(older_than_seconds)::float8)
+    ORDER BY p.updated_at
+    LIMIT sqlc.arg(batch_size)
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: TenantUsageBump :one
+-- Counts one more operation created by the tenant in the current minute and
+-- returns the minute's count; the row lock orders concurrent Prepares.
+INSERT INTO tenant_usage (tenant, minute, created)
+VALUES (sqlc.arg(tenant), date_trunc('minute', now()), 1)
+ON CONFLICT (tenant, minute) DO UPDATE SET created = tenant_usage.created + 1
+RETURNING created;
+
+-- name: TenantUsagePrune :execrows
+DELETE FROM tenant_usage WHERE minute < now() - interval '1 hour';

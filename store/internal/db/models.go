@@ -65,3 +65,9 @@ type Principal struct {
 	CreatedAt pgtype.Timestamptz
 	RevokedAt pgtype.Timestamptz
 }
+
+type TenantUsage struct {
+	Tenant  string
+	Minute  pgtype.Timestamptz
+	Created int32
+}

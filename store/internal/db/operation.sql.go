@@ -676,6 +676,34 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 	return i, err
 }
 
+const operationPrune = `-- name: OperationPrune :execrows
+DELETE FROM operation
+WHERE id IN (
+    SELECT p.id FROM operation p
+    WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
+      AND p.updated_at < now() - make_interval(secs => $1::float8)
+    ORDER BY p.updated_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type OperationPruneParams struct {
+	OlderThanSeconds float64
+	BatchSize        int32
+}
+
+// Deletes up to batch_size finished operations (and, by cascade, their
+// events) last changed before the cutoff. Open and OUTCOME_UNKNOWN
+// operations are never pruned. SKIP LOCKED lets replicas prune side by side.
+func (q *Queries) OperationPrune(ctx context.Context, db DBTX, arg OperationPruneParams) (int64, error) {
+	result, err := db.Exec(ctx, operationPrune, arg.OlderThanSeconds, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const operationTakeOver = `-- name: OperationTakeOver :one
 WITH upd AS (
     UPDATE operation o SET
@@ -928,4 +956,32 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		&i.UpdatedAt,
 	)
 	return i, err
+}
+
+const tenantUsageBump = `-- name: TenantUsageBump :one
+INSERT INTO tenant_usage (tenant, minute, created)
+VALUES ($1, date_trunc('minute', now()), 1)
+ON CONFLICT (tenant, minute) DO UPDATE SET created = tenant_usage.created + 1
+RETURNING created
+`
+
+// Counts one more operation created by the tenant in the current minute and
+// returns the minute's count; the row lock orders concurrent Prepares.
+func (q *Queries) TenantUsageBump(ctx context.Context, db DBTX, tenant string) (int32, error) {
+	row := db.QueryRow(ctx, tenantUsageBump, tenant)
+	var created int32
+	err := row.Scan(&created)
+	return created, err
+}
+
+const tenantUsagePrune = `-- name: TenantUsagePrune :execrows
+DELETE FROM tenant_usage WHERE minute < now() - interval '1 hour'
+`
+
+func (q *Queries) TenantUsagePrune(ctx context.Context, db DBTX) (int64, error) {
+	result, err := db.Exec(ctx, tenantUsagePrune)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

@@ -246,6 +246,12 @@ const (
 	// PERMISSION_DENIED: a manual Reconcile resolution needs the operator
 	// role.
 	ErrorReason_ERROR_REASON_OPERATOR_REQUIRED ErrorReason = 29
+	// RESOURCE_EXHAUSTED: the tenant sends requests faster than its rate
+	// limit. Retry after the RetryInfo delay.
+	ErrorReason_ERROR_REASON_RATE_LIMITED ErrorReason = 30
+	// RESOURCE_EXHAUSTED: the tenant created more operations this minute than
+	// its quota allows; nothing was stored. Retry after the RetryInfo delay.
+	ErrorReason_ERROR_REASON_QUOTA_EXCEEDED ErrorReason = 31
 )
 
 // Enum value maps for ErrorReason.
@@ -281,6 +287,8 @@ var (
 		27: "ERROR_REASON_DOWNSTREAM_REJECTED",
 		28: "ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN",
 		29: "ERROR_REASON_OPERATOR_REQUIRED",
+		30: "ERROR_REASON_RATE_LIMITED",
+		31: "ERROR_REASON_QUOTA_EXCEEDED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":                   0,
@@ -313,6 +321,8 @@ var (
 		"ERROR_REASON_DOWNSTREAM_REJECTED":           27,
 		"ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN":    28,
 		"ERROR_REASON_OPERATOR_REQUIRED":             29,
+		"ERROR_REASON_RATE_LIMITED":                  30,
+		"ERROR_REASON_QUOTA_EXCEEDED":                31,
 	}
 )
 
@@ -1626,7 +1636,7 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10DECISION_APPROVE\x10\x01\x12\x11\n" +
-	"\rDECISION_DENY\x10\x02*\xe9\b\n" +
+	"\rDECISION_DENY\x10\x02*\xa9\t\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_REASON_API_KEY_MISSING\x10\x01\x12 \n" +
@@ -1658,7 +1668,9 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x1dERROR_REASON_DEADLINE_INVALID\x10\x1a\x12$\n" +
 	" ERROR_REASON_DOWNSTREAM_REJECTED\x10\x1b\x12+\n" +
 	"'ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN\x10\x1c\x12\"\n" +
-	"\x1eERROR_REASON_OPERATOR_REQUIRED\x10\x1d*\xb1\x03\n" +
+	"\x1eERROR_REASON_OPERATOR_REQUIRED\x10\x1d\x12\x1d\n" +
+	"\x19ERROR_REASON_RATE_LIMITED\x10\x1e\x12\x1f\n" +
+	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\x1f*\xb1\x03\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_PREPARED\x10\x01\x12\x17\n" +

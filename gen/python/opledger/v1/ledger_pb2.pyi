@@ -63,6 +63,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_DOWNSTREAM_REJECTED: _ClassVar[ErrorReason]
     ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN: _ClassVar[ErrorReason]
     ERROR_REASON_OPERATOR_REQUIRED: _ClassVar[ErrorReason]
+    ERROR_REASON_RATE_LIMITED: _ClassVar[ErrorReason]
+    ERROR_REASON_QUOTA_EXCEEDED: _ClassVar[ErrorReason]
 
 class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -123,6 +125,8 @@ ERROR_REASON_DEADLINE_INVALID: ErrorReason
 ERROR_REASON_DOWNSTREAM_REJECTED: ErrorReason
 ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN: ErrorReason
 ERROR_REASON_OPERATOR_REQUIRED: ErrorReason
+ERROR_REASON_RATE_LIMITED: ErrorReason
+ERROR_REASON_QUOTA_EXCEEDED: ErrorReason
 EVENT_TYPE_UNSPECIFIED: EventType
 EVENT_TYPE_PREPARED: EventType
 EVENT_TYPE_APPROVED: EventType
