@@ -10,10 +10,15 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 SQLC_VERSION               := v1.31.1
 GRPCURL_VERSION            := v1.9.3
+# Java generators from Maven Central. protoc's version must equal protobuf-java's
+# in clients/java/pom.xml (and matches the libprotoc of grpcio-tools: 35.1).
+PROTOC_JAVA_VERSION          := 4.35.1
+PROTOC_GEN_GRPC_JAVA_VERSION := 1.83.1
+MAVEN_DEPENDENCY_PLUGIN      := org.apache.maven.plugins:maven-dependency-plugin:3.11.0
 
 BUF := tools/node_modules/.bin/buf
 
-.PHONY: all dev build test test-go tools generate check-generated lint clean
+.PHONY: all dev build test test-go fuzz tools generate check-generated lint clean
 
 all: build
 
@@ -30,8 +35,16 @@ test: test-go
 test-go:
 	go test -count=1 ./...
 
+## fuzz: a short run of every fuzz target (FUZZTIME each).
+FUZZTIME ?= 10s
+fuzz:
+	go test ./fingerprint -run='^$$' -fuzz='^FuzzCanonicalize$$' -fuzztime=$(FUZZTIME)
+	go test ./interceptors -run='^$$' -fuzz='^FuzzValidateKey$$' -fuzztime=$(FUZZTIME)
+	go test ./tool -run='^$$' -fuzz='^FuzzValidateArgs$$' -fuzztime=$(FUZZTIME)
+	go test ./server -run='^$$' -fuzz='^FuzzRequestPath$$' -fuzztime=$(FUZZTIME)
+
 ## tools: install the pinned generators and linters into .bin, tools/ and .venv.
-tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/sqlc $(BIN)/grpcurl tools/node_modules/.installed .venv/.installed
+tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/sqlc $(BIN)/grpcurl $(BIN)/protoc-java $(BIN)/protoc-gen-grpc-java tools/node_modules/.installed .venv/.installed
 
 $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
@@ -41,6 +54,19 @@ $(BIN)/sqlc:
 	GOBIN=$(BIN) go install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 $(BIN)/grpcurl:
 	GOBIN=$(BIN) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+# Java: protoc (grpcio-tools' protoc has no java generator) and grpc-java's plugin,
+# both native executables published on Maven Central.
+$(BIN)/protoc-java:
+	$(call maven-exe,com.google.protobuf:protoc:$(PROTOC_JAVA_VERSION),protoc-$(PROTOC_JAVA_VERSION))
+$(BIN)/protoc-gen-grpc-java:
+	$(call maven-exe,io.grpc:protoc-gen-grpc-java:$(PROTOC_GEN_GRPC_JAVA_VERSION),protoc-gen-grpc-java-$(PROTOC_GEN_GRPC_JAVA_VERSION))
+# maven-exe: copy the linux-x86_64 `exe` artifact $(1) (file name $(2)-linux-x86_64.exe) to $@.
+define maven-exe
+	rm -rf $@.d
+	mvn -q -B $(MAVEN_DEPENDENCY_PLUGIN):copy -Dartifact=$(1):exe:linux-x86_64 -DoutputDirectory=$@.d
+	install -m 0755 $@.d/$(2)-linux-x86_64.exe $@
+	rm -rf $@.d
+endef
 tools/node_modules/.installed: tools/package.json tools/package-lock.json
 	cd tools && npm ci --no-audit --no-fund
 	touch $@
