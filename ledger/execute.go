@@ -9,6 +9,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/opledger/opledger/executor"
 	"github.com/opledger/opledger/failpoint"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -185,6 +188,7 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 // that goes away must not leave a request half-recorded.
 func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error) {
 	log := l.opLogger(op)
+	trace.SpanFromContext(ctx).SetAttributes(opAttrs(op)...)
 	b, err := l.toolOf(op)
 	if err != nil {
 		return Operation{}, false, err
@@ -200,9 +204,14 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 		// downstream's deduplication, for the chaos suite's control run.
 		key = fmt.Sprintf("%s.%d", key, op.Fence)
 	}
+	callCtx, span := tracer.Start(callCtx, "downstream.call", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(opAttrs(op)...))
 	started := time.Now()
 	res := b.exec.Execute(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: key, Args: op.Args})
+	span.SetAttributes(attribute.String("opledger.outcome", res.Outcome.String()),
+		attribute.Int("http.response.status_code", res.HTTPStatus), attribute.Int("opledger.sends", res.Attempts))
+	span.End()
 	l.obs.DownstreamCalled(op.Tool, res.Outcome.String(), time.Since(started))
 	log.Info("downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
 		"sends", res.Attempts, "duration_ms", time.Since(started).Milliseconds())

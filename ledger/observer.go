@@ -1,6 +1,25 @@
 package ledger
 
-import "time"
+import (
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+)
+
+// tracer names the ledger's spans; without a configured provider it is the
+// global no-op.
+var tracer = otel.Tracer("github.com/opledger/opledger/ledger")
+
+// opAttrs identifies an operation on a span: never its args or raw key,
+// only the key's digest.
+func opAttrs(op Operation) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("opledger.operation_id", op.ID), attribute.String("opledger.tenant", op.Tenant),
+		attribute.String("opledger.tool", op.Tool), attribute.Int("opledger.attempt", int(op.Attempts)),
+		attribute.Int64("opledger.fence", op.Fence), attribute.String("opledger.idempotency_key_digest", digest(op.IdempotencyKey)),
+	}
+}
 
 // Observer receives the ledger's countable moments; the metrics package
 // implements it. Methods must be cheap and must not block.

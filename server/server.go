@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -20,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
@@ -108,6 +110,10 @@ func New(l *ledger.Ledger, opts Options) *Server {
 	if opts.TLS != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
+	// Traces go to the global tracer provider: a no-op unless tracing is
+	// configured (OTEL_* environment variables, see cmd/opledger).
+	sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(
+		otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool { return !interceptors.Public(info.FullMethodName) }))))
 	s.grpc = grpc.NewServer(sopts...)
 	opledgerv1.RegisterLedgerServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -126,6 +126,11 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 	if err != nil {
 		return err
 	}
+	shutdownTracing, err := setupTracing(ctx, getenv, os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }()
 	if cfg.Migrate {
 		applied, err := store.Migrate(ctx, cfg.DatabaseURL)
 		if err != nil {
