@@ -6,7 +6,10 @@
 // A failpoints build reads OPLEDGER_FAILPOINTS at start, a comma-separated
 // list of NAME=ACTION, where ACTION is `kill` (SIGKILL this process),
 // `sleep(DURATION)` or `panic`, optionally prefixed by `N*` to fire on the
-// first N hits only, e.g. "after-downstream=1*kill".
+// first N hits only, e.g. "after-downstream=1*kill", or by `pP*` to fire
+// on each hit with probability P, e.g. "after-commit=p0.01*kill".
+// OPLEDGER_UNSAFE_FRESH_DOWNSTREAM_KEY=1 switches deduplication off (see
+// FreshDownstreamKeys).
 package failpoint
 
 // The named points.

@@ -7,3 +7,7 @@ const Enabled = false
 
 // Inject does nothing in production builds.
 func Inject(string) {}
+
+// FreshDownstreamKeys is always false in production builds: deduplication
+// cannot be switched off there.
+func FreshDownstreamKeys() bool { return false }

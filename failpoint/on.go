@@ -4,6 +4,7 @@ package failpoint
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -18,12 +19,15 @@ const Enabled = true
 type action struct {
 	kind  string
 	sleep time.Duration
-	left  int // < 0: unlimited
+	left  int     // < 0: unlimited
+	rate  float64 // > 0: fire with this probability on each hit
 }
 
 var (
-	mu      sync.Mutex
-	actions = parse(os.Getenv("OPLEDGER_FAILPOINTS"))
+	mu         sync.Mutex
+	actions    = parse(os.Getenv("OPLEDGER_FAILPOINTS"))
+	freshKeys  = os.Getenv("OPLEDGER_UNSAFE_FRESH_DOWNSTREAM_KEY") == "1"
+	rateSource = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 )
 
 func parse(spec string) map[string]*action {
@@ -37,6 +41,11 @@ func parse(spec string) map[string]*action {
 		if n, rest, ok := strings.Cut(act, "*"); ok {
 			if c, err := strconv.Atoi(n); err == nil {
 				a.left, act = c, rest
+			} else if p, err := strconv.ParseFloat(strings.TrimPrefix(n, "p"), 64); err == nil && strings.HasPrefix(n, "p") {
+				if !(p > 0 && p <= 1) {
+					panic(fmt.Sprintf("failpoint %s: probability %q must be within (0, 1]", name, n))
+				}
+				a.rate, act = p, rest
 			}
 		}
 		switch {
@@ -60,7 +69,7 @@ func parse(spec string) map[string]*action {
 func Inject(name string) {
 	mu.Lock()
 	a := actions[name]
-	if a == nil || a.left == 0 {
+	if a == nil || a.left == 0 || a.rate > 0 && rateSource.Float64() >= a.rate {
 		mu.Unlock()
 		return
 	}
@@ -79,3 +88,9 @@ func Inject(name string) {
 		time.Sleep(a.sleep)
 	}
 }
+
+// FreshDownstreamKeys reports whether OPLEDGER_UNSAFE_FRESH_DOWNSTREAM_KEY=1
+// asks the ledger to send a new downstream key on every claim. That breaks
+// deduplication on purpose: the chaos suite's control run uses it to prove
+// that its checker sees the duplicates a broken ledger would cause.
+func FreshDownstreamKeys() bool { return freshKeys }
