@@ -104,6 +104,7 @@ type Server struct {
 	mu      sync.Mutex
 	rng     *mrand.Rand
 	faults  Faults
+	webhook Webhook
 	charges []*chargeRecord
 	byID    map[string]*chargeRecord
 	keys    map[string]*keyEntry
@@ -310,7 +311,9 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	failAfter := s.fireLocked(&s.faults.FailAfterCommit)
 	drop := !failAfter && s.fireLocked(&s.faults.DropAfterCommit)
+	hook := s.webhook
 	s.mu.Unlock()
+	s.announce(hook, c, body)
 
 	log = log.With("charge", c.ID)
 	switch {

@@ -36,6 +36,8 @@ type ToolSpec struct {
 	Lookup bool
 	// KeyRetention declares how long the downstream remembers keys; 0: forever.
 	KeyRetention time.Duration
+	// WebhookSecret accepts signed completion events for the tool.
+	WebhookSecret string
 	// URL replaces the POST URL, e.g. to point at a closed port.
 	URL string
 }
@@ -85,6 +87,9 @@ func ToolsYAML(specs ...ToolSpec) []byte {
 		fmt.Fprintf(&b, "      dedupes_keys: %t\n      max_attempts: %d\n", s.DedupesKeys, max(1, s.MaxAttempts))
 		if s.Timeout > 0 {
 			fmt.Fprintf(&b, "      timeout: %s\n", s.Timeout)
+		}
+		if s.WebhookSecret != "" {
+			fmt.Fprintf(&b, "      webhook_secret: %s\n", s.WebhookSecret)
 		}
 		if s.KeyRetention > 0 {
 			fmt.Fprintf(&b, "      key_retention: %s\n", s.KeyRetention)

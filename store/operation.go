@@ -283,3 +283,16 @@ func (c *Conn) TenantUsagePrune(ctx context.Context) (int64, error) {
 	n, err := c.q.TenantUsagePrune(ctx, c.dbtx)
 	return n, interpretError(err)
 }
+
+// OperationGetByDownstreamKeyForUpdate reads and locks the operation that
+// sent key downstream.
+func (c *Conn) OperationGetByDownstreamKeyForUpdate(ctx context.Context, key string) (Operation, error) {
+	r, err := c.q.OperationGetByDownstreamKeyForUpdate(ctx, c.dbtx, key)
+	return one(r, err, func(r db.Operation) db.Operation { return r })
+}
+
+// WebhookEventInsert records a webhook event and reports whether it is new.
+func (c *Conn) WebhookEventInsert(ctx context.Context, tool, id, operationID string) (bool, error) {
+	n, err := c.q.WebhookEventInsert(ctx, c.dbtx, db.WebhookEventInsertParams{Tool: tool, ID: id, OperationID: text(operationID)})
+	return n == 1, interpretError(err)
+}

@@ -72,6 +72,7 @@ type executorDoc struct {
 	ExternalRefField string            `yaml:"external_ref_field"`
 	MaxAttempts      *int              `yaml:"max_attempts"`
 	KeyRetention     string            `yaml:"key_retention"`
+	WebhookSecret    string            `yaml:"webhook_secret"`
 	Headers          map[string]string `yaml:"headers"`
 }
 
@@ -256,6 +257,12 @@ func buildExecutor(ed *executorDoc) (ExecutorConfig, error) {
 			return e, errors.New("executor.key_retention: set without dedupes_keys")
 		}
 		e.KeyRetention = d
+	}
+	if ed.WebhookSecret != "" {
+		if len(ed.WebhookSecret) < 16 {
+			return e, errors.New("executor.webhook_secret: at least 16 characters")
+		}
+		e.WebhookSecret = ed.WebhookSecret
 	}
 	if e.LookupConsistent && e.LookupURL == "" {
 		return e, errors.New("executor.lookup_consistent: set without lookup_url")

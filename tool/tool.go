@@ -79,6 +79,9 @@ type ExecutorConfig struct {
 	// longer dedupes, so the ledger stops trusting a lookup miss, a lease
 	// takeover or a resubmission for an operation first sent that long ago.
 	KeyRetention time.Duration
+	// WebhookSecret, when set, accepts signed completion events for this
+	// tool at POST /webhooks/{tool}; keep it in the environment (${VAR}).
+	WebhookSecret string
 }
 
 // Tool is one version of a declared tool.

@@ -78,6 +78,10 @@ type Config struct {
 	// Retention keeps finished operations this long before pruning them
 	// (--retention, OPLEDGER_RETENTION).
 	Retention time.Duration
+	// WebhookListen serves POST /webhooks/{tool} for downstreams' signed
+	// completion events (--webhook-listen, OPLEDGER_WEBHOOK_LISTEN); empty:
+	// off.
+	WebhookListen string
 }
 
 // bindConfig registers cfg's flags on fs with defaults taken from the
@@ -107,6 +111,7 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	str(&cfg.LogLevel, "log-level", "OPLEDGER_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&drain, "drain", "OPLEDGER_DRAIN", "10s", "graceful shutdown bound")
 	str(&cfg.MetricsListen, "metrics-listen", "OPLEDGER_METRICS_LISTEN", "", "Prometheus /metrics address HOST:PORT (empty: off)")
+	str(&cfg.WebhookListen, "webhook-listen", "OPLEDGER_WEBHOOK_LISTEN", "", "HTTP address for POST /webhooks/{tool} (empty: off)")
 	str(&cfg.TLSCert, "tls-cert", "OPLEDGER_TLS_CERT", "", "PEM certificate for TLS on the gRPC listener")
 	str(&cfg.TLSKey, "tls-key", "OPLEDGER_TLS_KEY", "", "PEM private key for --tls-cert")
 	str(&cfg.TLSClientCA, "tls-client-ca", "OPLEDGER_TLS_CLIENT_CA", "", "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)")

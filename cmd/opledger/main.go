@@ -177,6 +177,16 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 		defer msrv.Close()
 		logger.Info("serving metrics", "listen", mlis.Addr().String())
 	}
+	if cfg.WebhookListen != "" {
+		wlis, err := net.Listen("tcp", cfg.WebhookListen)
+		if err != nil {
+			return fmt.Errorf("webhook listener: %w", err)
+		}
+		wsrv := &http.Server{Handler: server.WebhookHandler(l, logger), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = wsrv.Serve(wlis) }()
+		defer wsrv.Close()
+		logger.Info("serving webhooks", "listen", wlis.Addr().String())
+	}
 	tlsCfg, err := serverTLS(cfg)
 	if err != nil {
 		return err

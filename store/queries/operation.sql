@@ -198,3 +198,14 @@ RETURNING created;
 
 -- name: TenantUsagePrune :execrows
 DELETE FROM tenant_usage WHERE minute < now() - interval '1 hour';
+
+-- name: OperationGetByDownstreamKeyForUpdate :one
+SELECT * FROM operation
+WHERE downstream_key = sqlc.arg(downstream_key)
+FOR UPDATE;
+
+-- name: WebhookEventInsert :execrows
+-- Records a webhook event once; a second delivery inserts nothing.
+INSERT INTO webhook_event (tool, id, operation_id)
+VALUES (sqlc.arg(tool), sqlc.arg(id), sqlc.narg(operation_id))
+ON CONFLICT (tool, id) DO NOTHING;

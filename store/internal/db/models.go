@@ -71,3 +71,10 @@ type TenantUsage struct {
 	Minute  pgtype.Timestamptz
 	Created int32
 }
+
+type WebhookEvent struct {
+	Tool        string
+	ID          string
+	OperationID pgtype.Text
+	ReceivedAt  pgtype.Timestamptz
+}

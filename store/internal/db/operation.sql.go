@@ -452,6 +452,51 @@ func (q *Queries) OperationGet(ctx context.Context, db DBTX, arg OperationGetPar
 	return i, err
 }
 
+const operationGetByDownstreamKeyForUpdate = `-- name: OperationGetByDownstreamKeyForUpdate :one
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM operation
+WHERE downstream_key = $1
+FOR UPDATE
+`
+
+func (q *Queries) OperationGetByDownstreamKeyForUpdate(ctx context.Context, db DBTX, downstreamKey string) (Operation, error) {
+	row := db.QueryRow(ctx, operationGetByDownstreamKeyForUpdate, downstreamKey)
+	var i Operation
+	err := row.Scan(
+		&i.ID,
+		&i.Tenant,
+		&i.Tool,
+		&i.ToolVersion,
+		&i.IdempotencyKey,
+		&i.Args,
+		&i.Fingerprint,
+		&i.State,
+		&i.PreparedBy,
+		&i.ApprovalRequired,
+		&i.ApprovalTtlMs,
+		&i.ApprovalDecision,
+		&i.ApprovalDecidedBy,
+		&i.ApprovalDecidedAt,
+		&i.ApprovalExpiresAt,
+		&i.ApprovalFingerprint,
+		&i.ApprovalReason,
+		&i.Attempts,
+		&i.Fence,
+		&i.LeaseOwner,
+		&i.LeaseExpiresAt,
+		&i.FirstClaimedAt,
+		&i.DownstreamKey,
+		&i.ExternalRef,
+		&i.Result,
+		&i.Error,
+		&i.Events,
+		&i.ReconcileAttempts,
+		&i.NextReconcileAt,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
 const operationGetByKey = `-- name: OperationGetByKey :one
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM operation
 WHERE tenant = $1 AND tool = $2 AND idempotency_key = $3
@@ -980,6 +1025,27 @@ DELETE FROM tenant_usage WHERE minute < now() - interval '1 hour'
 
 func (q *Queries) TenantUsagePrune(ctx context.Context, db DBTX) (int64, error) {
 	result, err := db.Exec(ctx, tenantUsagePrune)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const webhookEventInsert = `-- name: WebhookEventInsert :execrows
+INSERT INTO webhook_event (tool, id, operation_id)
+VALUES ($1, $2, $3)
+ON CONFLICT (tool, id) DO NOTHING
+`
+
+type WebhookEventInsertParams struct {
+	Tool        string
+	ID          string
+	OperationID pgtype.Text
+}
+
+// Records a webhook event once; a second delivery inserts nothing.
+func (q *Queries) WebhookEventInsert(ctx context.Context, db DBTX, arg WebhookEventInsertParams) (int64, error) {
+	result, err := db.Exec(ctx, webhookEventInsert, arg.Tool, arg.ID, arg.OperationID)
 	if err != nil {
 		return 0, err
 	}

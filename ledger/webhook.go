@@ -1,0 +1,94 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/opledger/opledger/executor"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/store"
+)
+
+// WebhookEvent is a downstream's asynchronous report of an operation's
+// outcome, matched to the operation by the downstream key it carries.
+type WebhookEvent struct {
+	// ID identifies the event at the sender; deliveries with the same ID
+	// are duplicates.
+	ID string `json:"id"`
+	// Type is "succeeded" or "failed".
+	Type string `json:"type"`
+	// IdempotencyKey is the downstream key the operation sent.
+	IdempotencyKey string `json:"idempotency_key"`
+	// ExternalRef is the downstream's reference of the effect.
+	ExternalRef string `json:"external_ref"`
+	// Data is the downstream's object, stored as the result.
+	Data json.RawMessage `json:"data"`
+}
+
+// ErrWebhookInvalid marks an event that cannot be applied as sent.
+var ErrWebhookInvalid = errors.New("ledger: invalid webhook event")
+
+// Webhook applies a completion event for tool. The event is recorded and,
+// for an operation still EXECUTING or OUTCOME_UNKNOWN, the outcome applied
+// through the same guarded transition as any other, in one transaction: a
+// duplicate delivery, or an event for an operation already resolved, changes
+// nothing. It returns what happened, for the sender's logs.
+func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (string, error) {
+	if ev.ID == "" || len(ev.ID) > 255 || ev.IdempotencyKey == "" || (ev.Type != "succeeded" && ev.Type != "failed") {
+		return "", fmt.Errorf("%w: id, idempotency_key and type succeeded|failed are required", ErrWebhookInvalid)
+	}
+	var result string
+	err := l.store.InTx(ctx, func(c *store.Conn) error {
+		op, err := c.OperationGetByDownstreamKeyForUpdate(ctx, ev.IdempotencyKey)
+		opID := op.ID
+		if errors.Is(err, store.ErrNotFound) {
+			opID = ""
+		} else if err != nil {
+			return err
+		}
+		if opID != "" && op.Tool != tool {
+			return fmt.Errorf("%w: the key belongs to another tool", ErrWebhookInvalid)
+		}
+		fresh, err := c.WebhookEventInsert(ctx, tool, ev.ID, opID)
+		if err != nil {
+			return err
+		}
+		switch {
+		case !fresh:
+			result = "duplicate event: ignored"
+			return nil
+		case opID == "":
+			result = "no operation has this key: recorded, nothing changed"
+			return nil
+		case State(op.State) != StateExecuting && State(op.State) != StateOutcomeUnknown:
+			result = "operation is " + op.State + ": nothing changed"
+			return nil
+		}
+		to := StateSucceeded
+		if ev.Type == "failed" {
+			to = StateFailed
+		}
+		if err := Check(State(op.State), EventReconciled, to); err != nil {
+			return err
+		}
+		t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: []string{op.State}, Fence: op.Fence, To: string(to),
+			Event: string(EventReconciled), Actor: "webhook:" + tool, Detail: "webhook event " + ev.ID, SetError: true}
+		if to == StateSucceeded {
+			t.ExternalRef, t.Result, t.Error = ev.ExternalRef, jsonObject(ev.Data), nil
+		} else {
+			t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
+				executor.Result{Detail: "the downstream reported failure by webhook", Body: ev.Data})
+		}
+		if _, err := c.OperationTransition(ctx, t); err != nil {
+			return err
+		}
+		result = "operation " + op.ID + " is " + string(to)
+		l.obs.Reconciled(op.Tool, "webhook_"+ev.Type)
+		return nil
+	})
+	return result, err
+}

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opledger/opledger/ledger"
+)
+
+// SignatureHeader carries a webhook's signature:
+// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>".
+const SignatureHeader = "Opledger-Signature"
+
+// signatureTolerance bounds how old a signed timestamp may be, so a
+// captured delivery cannot be replayed much later (and a replay within it is
+// a duplicate event anyway).
+const signatureTolerance = 5 * time.Minute
+
+// WebhookHandler serves POST /webhooks/{tool}: a downstream's signed,
+// asynchronous report of an operation's outcome. Only tools that declare a
+// webhook_secret accept events.
+func WebhookHandler(l *ledger.Ledger, logger *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /webhooks/{tool}", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("tool")
+		t, err := l.ResolveTool(name, "")
+		if err != nil || t.Executor.WebhookSecret == "" {
+			http.Error(w, "no webhooks for this tool", http.StatusNotFound)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if !validSignature(t.Executor.WebhookSecret, r.Header.Get(SignatureHeader), body, time.Now()) {
+			logger.Warn("webhook: bad signature", "tool", name)
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		var ev ledger.WebhookEvent
+		if err := json.Unmarshal(body, &ev); err != nil {
+			http.Error(w, "body is not a webhook event", http.StatusBadRequest)
+			return
+		}
+		result, err := l.Webhook(r.Context(), name, ev)
+		switch {
+		case errors.Is(err, ledger.ErrWebhookInvalid):
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		case err != nil:
+			logger.Error("webhook: could not apply", "tool", name, "event", ev.ID, "error", err)
+			http.Error(w, "try again", http.StatusServiceUnavailable)
+			return
+		}
+		logger.Info("webhook applied", "tool", name, "event", ev.ID, "result", result)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"result": result})
+	})
+	return mux
+}
+
+func validSignature(secret, header string, body []byte, now time.Time) bool {
+	var ts, sig string
+	for _, part := range strings.Split(header, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+		switch k {
+		case "t":
+			ts = v
+		case "v1":
+			sig = v
+		}
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return false
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > signatureTolerance || d < -signatureTolerance {
+		return false
+	}
+	got, err := hex.DecodeString(sig)
+	if err != nil {
+		return false
+	}
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(ts + "."))
+	m.Write(body)
+	return hmac.Equal(got, m.Sum(nil))
+}

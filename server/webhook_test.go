@@ -1,0 +1,121 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/fakepay"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/server"
+)
+
+const hookSecret = "webhook-secret-0123456789"
+
+// TestWebhookResolvesUnknownOnce: the processor charged but the connection
+// dropped, so the operation is OUTCOME_UNKNOWN; the processor's signed
+// webhook, delivered three times, resolves it exactly once.
+func TestWebhookResolvesUnknownOnce(t *testing.T) {
+	t.Parallel()
+	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_hook",
+		MaxAttempts: 1, DedupesKeys: true, WebhookSecret: hookSecret})})
+	srv := env.StartServer(harness.ServerOptions{NoReconciler: true})
+	hooks := httptest.NewServer(server.WebhookHandler(srv.Ledger, slog.New(slog.DiscardHandler)))
+	t.Cleanup(hooks.Close)
+	agent := env.Key("acme", "agent")
+	op := prepare(t, srv.Client, agent, "hook-1", "pay_hook", invoiceArgs(t, 4900)).GetOperation()
+
+	env.Fakepay.SetFaults(fakepay.Faults{DropAfterCommit: fakepay.Trigger{Next: 1}})
+	r, err := srv.Client.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: op.GetId()})
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, r.GetOperation().GetState())
+
+	// The webhook arrives late (after the ledger declared the outcome
+	// unknown), three times.
+	charge := env.Fakepay.Charges()[0]
+	body, err := json.Marshal(fakepay.WebhookEvent{ID: "evt_" + charge.ID, Type: "succeeded",
+		IdempotencyKey: charge.IdempotencyKey, ExternalRef: charge.ID, Data: json.RawMessage(`{"id":"` + charge.ID + `"}`)})
+	require.NoError(t, err)
+	results := make([]string, 3)
+	for i := range results {
+		results[i] = postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now(), body), body, http.StatusOK)
+	}
+	require.Contains(t, results[0], "SUCCEEDED")
+	require.Contains(t, results[1], "duplicate")
+	require.Contains(t, results[2], "duplicate")
+
+	got := get(t, srv.Client, agent, op.GetId(), true)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, got.GetOperation().GetState())
+	require.Equal(t, charge.ID, got.GetOperation().GetExternalRef())
+	reconciled := 0
+	for _, e := range got.GetEvents() {
+		if e.GetType() == opledgerv1.EventType_EVENT_TYPE_RECONCILED {
+			reconciled++
+			require.Equal(t, "webhook:pay_hook", e.GetActor())
+		}
+	}
+	require.Equal(t, 1, reconciled)
+	require.Len(t, env.Fakepay.Charges(), 1)
+}
+
+// TestWebhookFromProcessor: the fake processor itself delivers signed
+// events (with duplicates) for every charge; a completed operation is left
+// as it is.
+func TestWebhookFromProcessor(t *testing.T) {
+	t.Parallel()
+	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_hook",
+		MaxAttempts: 1, DedupesKeys: true, WebhookSecret: hookSecret})})
+	srv := env.StartServer(harness.ServerOptions{NoReconciler: true})
+	hooks := httptest.NewServer(server.WebhookHandler(srv.Ledger, slog.New(slog.DiscardHandler)))
+	t.Cleanup(hooks.Close)
+	env.Fakepay.SetWebhook(fakepay.Webhook{URL: hooks.URL + "/webhooks/pay_hook", Secret: hookSecret, Duplicates: 2})
+	agent := env.Key("acme", "agent")
+	op := prepare(t, srv.Client, agent, "hook-2", "pay_hook", invoiceArgs(t, 4900)).GetOperation()
+	env.Fakepay.SetFaults(fakepay.Faults{FailAfterCommit: fakepay.Trigger{Next: 1}})
+	_, err := srv.Client.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: op.GetId()})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return get(t, srv.Client, agent, op.GetId(), false).GetOperation().GetState() == opledgerv1.State_STATE_SUCCEEDED
+	}, 10*time.Second, 50*time.Millisecond, "the processor's webhook resolves the unknown outcome")
+	require.Len(t, env.Fakepay.Charges(), 1)
+}
+
+// TestWebhookRefusesBadSignature: an unsigned, wrongly signed or stale event
+// changes nothing.
+func TestWebhookRefusesBadSignature(t *testing.T) {
+	t.Parallel()
+	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_hook",
+		MaxAttempts: 1, DedupesKeys: true, WebhookSecret: hookSecret})})
+	srv := env.StartServer(harness.ServerOptions{NoReconciler: true})
+	hooks := httptest.NewServer(server.WebhookHandler(srv.Ledger, slog.New(slog.DiscardHandler)))
+	t.Cleanup(hooks.Close)
+	body := []byte(`{"id":"evt_x","type":"succeeded","idempotency_key":"opk_x"}`)
+	postHook(t, hooks.URL+"/webhooks/pay_hook", "", body, http.StatusUnauthorized)
+	postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook("another-secret-0123456", time.Now(), body), body, http.StatusUnauthorized)
+	postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now().Add(-time.Hour), body), body, http.StatusUnauthorized)
+	postHook(t, hooks.URL+"/webhooks/unknown_tool", fakepay.SignWebhook(hookSecret, time.Now(), body), body, http.StatusNotFound)
+	postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now(), []byte(`{"id":""}`)), []byte(`{"id":""}`), http.StatusBadRequest)
+}
+
+func postHook(t *testing.T, url, sig string, body []byte, want int) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	require.NoError(t, err)
+	if sig != "" {
+		req.Header.Set(server.SignatureHeader, sig)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out bytes.Buffer
+	_, _ = out.ReadFrom(resp.Body)
+	require.Equal(t, want, resp.StatusCode, out.String())
+	return out.String()
+}
