@@ -8,7 +8,12 @@ envfile=${1:?usage: clients/stop-server.sh ENVFILE}
 [[ -f $envfile ]] || { echo "stop-server.sh: $envfile not found; nothing to stop" >&2; exit 0; }
 # shellcheck disable=SC1090
 . "$envfile"
-pid=${OPLEDGER_DEV_PID:?OPLEDGER_DEV_PID missing in $envfile}
+pid=${OPLEDGER_DEV_PID:-}
+if [[ -z $pid ]]; then
+  # run-server.sh failed before writing it (and stopped what it had started).
+  rm -f "$envfile"
+  exit 0
+fi
 
 if kill -INT "$pid" 2>/dev/null; then
   for _ in $(seq 1 300); do

@@ -187,6 +187,17 @@ class OperatorRequired(OpledgerError):
     """OperatorRequired (PERMISSION_DENIED): a manual resolution needs the operator role."""
 
 
+class RateLimited(OpledgerError):
+    """RateLimited (RESOURCE_EXHAUSTED): the tenant sends requests faster than its rate limit.
+    Not retried by the client (a retry loop would only add load): back off for at least
+    ``retry_delay`` at the layer that decides what to do next."""
+
+
+class QuotaExceeded(OpledgerError):
+    """QuotaExceeded (RESOURCE_EXHAUSTED): the tenant created more operations this minute than its
+    quota allows; nothing was stored. Not retried by the client; wait ``retry_delay``."""
+
+
 #: ERRORS_BY_REASON maps an ErrorInfo reason to its exception class.
 ERRORS_BY_REASON: Dict[str, Type[OpledgerError]] = {
     "API_KEY_MISSING": ApiKeyMissing,
@@ -216,6 +227,8 @@ ERRORS_BY_REASON: Dict[str, Type[OpledgerError]] = {
     "DOWNSTREAM_UNAVAILABLE": DownstreamUnavailable,
     "DEADLINE_INVALID": DeadlineInvalid,
     "OPERATOR_REQUIRED": OperatorRequired,
+    "RATE_LIMITED": RateLimited,
+    "QUOTA_EXCEEDED": QuotaExceeded,
 }
 
 
@@ -253,3 +266,13 @@ def from_status(
                 retry_delay = ri.retry_delay.ToTimedelta().total_seconds()
     cls = ERRORS_BY_REASON.get(reason or "", OpledgerError)
     return cls(code, message, reason, retry_delay, metadata, status)
+
+
+__all__ = [
+    "ERROR_DOMAIN",
+    "ERRORS_BY_REASON",
+    "OpledgerError",
+    "from_rpc_error",
+    "from_status",
+    *(cls.__name__ for cls in ERRORS_BY_REASON.values()),
+]

@@ -1,0 +1,196 @@
+"""client is a small synchronous client for opledger.v1.LedgerService.
+
+It adds what every caller otherwise gets wrong on its own: the API key on every call, typed
+errors (errors.py), and exactly one bounded retry policy that resends the same request with the
+same idempotency key (retry.py). Results are the generated response messages
+(opledger.v1.ledger_pb2).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+
+import grpc
+from google.protobuf import duration_pb2, struct_pb2
+
+from opledger.v1 import ledger_pb2, ledger_pb2_grpc
+
+from .errors import from_rpc_error
+from .retry import RetryPolicy, call_with_retry
+
+#: DEFAULT_TIMEOUT is the deadline of one attempt, in seconds.
+DEFAULT_TIMEOUT = 30.0
+
+# Execute with a wait needs a deadline beyond the wait, or the client would give up on an answer
+# the server is about to send.
+_WAIT_MARGIN = 10.0
+
+Decision = Union[str, int]
+Wait = Union[float, int, datetime.timedelta, duration_pb2.Duration, None]
+
+
+def _decision(d: Decision) -> int:
+    if isinstance(d, bool):
+        raise TypeError("decision must be 'approve', 'deny' or a ledger_pb2.Decision value")
+    if isinstance(d, int):
+        return d
+    name = d.strip().upper()
+    if not name.startswith("DECISION_"):
+        name = "DECISION_" + name
+    try:
+        return ledger_pb2.Decision.Value(name)
+    except ValueError:
+        raise ValueError(f"unknown decision {d!r}: use 'approve' or 'deny'") from None
+
+
+def _duration(w: Wait) -> Tuple[Optional[duration_pb2.Duration], float]:
+    if w is None:
+        return None, 0.0
+    d = duration_pb2.Duration()
+    if isinstance(w, duration_pb2.Duration):
+        d.CopyFrom(w)
+    elif isinstance(w, datetime.timedelta):
+        d.FromTimedelta(w)
+    else:
+        d.FromNanoseconds(int(round(float(w) * 1e9)))
+    return d, d.ToTimedelta().total_seconds()
+
+
+def _struct(args: Union[Mapping[str, Any], struct_pb2.Struct, None]) -> Optional[struct_pb2.Struct]:
+    if args is None:
+        return None
+    if isinstance(args, struct_pb2.Struct):
+        return args
+    s = struct_pb2.Struct()
+    s.update(args)
+    return s
+
+
+class Client:
+    """Client calls one opledger server with one API key.
+
+    ``target`` is "host:port". ``tls`` is False for plaintext, True for TLS with the system
+    roots, or a grpc.ChannelCredentials. ``retry`` is the retry policy (RetryPolicy() by default:
+    4 attempts, see retry.py); ``timeout`` is the deadline of each attempt in seconds. Pass
+    ``channel`` to use a channel you built yourself (then keep gRPC's retries off on it:
+    ``("grpc.enable_retries", 0)``). Use it as a context manager, or call close().
+    """
+
+    def __init__(
+        self,
+        target: str,
+        api_key: str,
+        *,
+        tls: Union[bool, grpc.ChannelCredentials] = False,
+        retry: Optional[RetryPolicy] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        channel: Optional[grpc.Channel] = None,
+        options: Sequence[Tuple[str, Any]] = (),
+    ) -> None:
+        if not api_key:
+            raise ValueError("api_key must not be empty")
+        if channel is None:
+            # This client is the one retry owner: gRPC's built-in retries would multiply attempts.
+            opts = [("grpc.enable_retries", 0), *options]
+            if tls is False:
+                channel = grpc.insecure_channel(target, options=opts)
+            else:
+                creds = grpc.ssl_channel_credentials() if tls is True else tls
+                channel = grpc.secure_channel(target, creds, options=opts)
+            self._owns_channel = True
+        else:
+            self._owns_channel = False
+        self._channel = channel
+        self._stub = ledger_pb2_grpc.LedgerServiceStub(channel)
+        self._auth = ("authorization", "Bearer " + api_key)
+        self._retry = retry if retry is not None else RetryPolicy()
+        self._timeout = timeout
+
+    def close(self) -> None:
+        """close releases the channel (unless it was passed in)."""
+        if self._owns_channel:
+            self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _call(self, rpc: Any, request: Any, metadata: Sequence[Tuple[str, str]], timeout: float) -> Any:
+        md = (self._auth, *metadata)
+
+        def attempt() -> Any:
+            try:
+                return rpc(request, metadata=md, timeout=timeout)
+            except grpc.RpcError as err:
+                raise from_rpc_error(err) from None
+
+        return call_with_retry(self._retry, attempt)
+
+    def prepare(
+        self,
+        tool: str,
+        args: Union[Mapping[str, Any], struct_pb2.Struct, None],
+        idempotency_key: str,
+        tool_version: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> ledger_pb2.PrepareResponse:
+        """prepare records a proposed call of ``tool`` with ``args`` under ``idempotency_key``
+        (see derive_idempotency_key), or returns the operation already recorded under that key
+        with ``replayed=True``. The same key with other args raises IdempotencyKeyReused."""
+        if not idempotency_key:
+            raise ValueError("idempotency_key must not be empty")
+        req = ledger_pb2.PrepareRequest(tool=tool, tool_version=tool_version or "", args=_struct(args))
+        return self._call(
+            self._stub.Prepare, req, (("idempotency-key", idempotency_key),), timeout or self._timeout
+        )
+
+    def approve(
+        self,
+        operation_id: str,
+        fingerprint: str,
+        decision: Decision,
+        reason: str = "",
+        *,
+        timeout: Optional[float] = None,
+    ) -> ledger_pb2.ApproveResponse:
+        """approve records an approver's decision ("approve" or "deny", or a ledger_pb2.Decision)
+        on the operation whose fingerprint the approver was shown."""
+        req = ledger_pb2.ApproveRequest(
+            operation_id=operation_id, fingerprint=fingerprint, decision=_decision(decision), reason=reason
+        )
+        return self._call(self._stub.Approve, req, (), timeout or self._timeout)
+
+    def execute(
+        self, operation_id: str, wait: Wait = None, *, timeout: Optional[float] = None
+    ) -> ledger_pb2.ExecuteResponse:
+        """execute performs the operation's effect at most once; a repeat returns the stored
+        outcome with ``replayed=True``. ``wait`` (seconds, timedelta or Duration) is how long to
+        wait when another caller is executing it. Check ``operation.state``: SUCCEEDED, FAILED,
+        OUTCOME_UNKNOWN (reconcile, never re-execute) or EXECUTING (still pending)."""
+        duration, wait_s = _duration(wait)
+        req = ledger_pb2.ExecuteRequest(operation_id=operation_id, wait=duration)
+        t = max(timeout or self._timeout, wait_s + _WAIT_MARGIN)
+        return self._call(self._stub.Execute, req, (), t)
+
+    def get(
+        self, operation_id: str, include_events: bool = False, *, timeout: Optional[float] = None
+    ) -> ledger_pb2.GetResponse:
+        """get returns the operation and, with ``include_events``, its event log."""
+        req = ledger_pb2.GetRequest(operation_id=operation_id, include_events=include_events)
+        return self._call(self._stub.Get, req, (), timeout or self._timeout)
+
+    def reconcile(
+        self,
+        operation_id: str,
+        resolution: Optional[ledger_pb2.Resolution] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> ledger_pb2.ReconcileResponse:
+        """reconcile resolves an OUTCOME_UNKNOWN (or abandoned EXECUTING) operation by looking the
+        downstream up; an operator key may pass a manual ``resolution``."""
+        req = ledger_pb2.ReconcileRequest(operation_id=operation_id, resolution=resolution)
+        return self._call(self._stub.Reconcile, req, (), timeout or self._timeout)

@@ -1,0 +1,32 @@
+// @opledger/client is the TypeScript client of opledger, the execution ledger for AI agents'
+// side-effecting tool calls: Prepare an operation, have a person Approve exactly that operation,
+// Execute it at most once, Get or Reconcile it. See docs/clients/typescript.md.
+
+export { OpledgerClient, DEFAULT_TIMEOUT_MS } from "./client";
+export type { ClientOptions, CallOptions, DecisionInput, ResolutionInput } from "./client";
+export {
+  OpledgerError,
+  isOpledgerError,
+  toOpledgerError,
+  ERROR_DOMAIN,
+  REASONS,
+  decodeErrorInfo,
+  decodeRetryInfo,
+} from "./errors";
+export type { Reason } from "./errors";
+export { DEFAULT_RETRY, NO_RETRY, backoffMs, callWithRetry, retryPolicy, sleep } from "./retry";
+export type { RetryPolicy } from "./retry";
+export { deriveIdempotencyKey, KEY_PREFIX } from "./keys";
+export type { KeyParts } from "./keys";
+export {
+  canonicalize,
+  computeFingerprint,
+  operationFingerprint,
+  preimage,
+  PREPARE_METHOD,
+  FINGERPRINT_PREFIX,
+} from "./fingerprint";
+export type { FingerprintInput } from "./fingerprint";
+// The generated messages, enums and service descriptor (from gen/ts).
+export * from "./gen/opledger/v1/ledger_pb";
+export { Code } from "@connectrpc/connect";

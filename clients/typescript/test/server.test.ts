@@ -1,0 +1,160 @@
+// End to end against a real opledger (clients/run-server.sh): the demo tenant's pay_invoice.
+
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { after, describe, test } from "node:test";
+import {
+  Code,
+  computeFingerprint,
+  Decision,
+  deriveIdempotencyKey,
+  EventType,
+  isOpledgerError,
+  OpledgerClient,
+  operationFingerprint,
+  State,
+  type Operation,
+  type Reason,
+} from "../src/index";
+import { serverEnv } from "./helpers";
+
+const env = serverEnv();
+if (!env && process.env.OPLEDGER_REQUIRE_SERVER === "1") {
+  throw new Error("OPLEDGER_ADDR etc. are not set and OPLEDGER_REQUIRE_SERVER=1");
+}
+
+function newInvoice() {
+  const invoice = "INV-TS-" + randomUUID().slice(0, 12);
+  const args = { invoice_id: invoice, amount_minor: 4900, currency: "EUR" };
+  const key = deriveIdempotencyKey({ workflowId: "test-" + invoice, modelRound: 1, toolCallId: "call_1", toolName: "pay_invoice", toolVersion: "1" });
+  return { invoice, args, key };
+}
+
+async function rejectsWith(p: Promise<unknown>, reason: Reason, code?: Code): Promise<void> {
+  await assert.rejects(p, (err: unknown) => {
+    assert.ok(isOpledgerError(err), `not an OpledgerError: ${String(err)}`);
+    assert.equal(err.reason, reason);
+    if (code !== undefined) assert.equal(err.code, code);
+    return true;
+  });
+}
+
+describe("against a real server", { skip: env ? false : "OPLEDGER_ADDR etc. not set: run clients/test.sh" }, () => {
+  const agent = new OpledgerClient({ target: env?.addr ?? "", apiKey: env?.agentKey ?? "-" });
+  const approver = new OpledgerClient({ target: env?.addr ?? "", apiKey: env?.approverKey ?? "-" });
+  const other = new OpledgerClient({ target: env?.addr ?? "", apiKey: env?.otherAgentKey ?? "-" });
+  after(() => {
+    agent.close();
+    approver.close();
+    other.close();
+  });
+
+  async function charges(invoice: string): Promise<number> {
+    const resp = await fetch(env!.fakepayUrl.replace(/\/$/, "") + "/charges");
+    const body = (await resp.json()) as { data: { invoice_id?: string }[] };
+    return body.data.filter((c) => c.invoice_id === invoice).length;
+  }
+
+  test("prepare twice is the same operation", async () => {
+    const { args, key } = newInvoice();
+    const first = await agent.prepare("pay_invoice", args, key);
+    const second = await agent.prepare("pay_invoice", args, key);
+    assert.equal(first.replayed, false);
+    assert.equal(second.replayed, true);
+    assert.equal(second.operation?.id, first.operation?.id);
+    const op = first.operation!;
+    assert.equal(op.state, State.AWAITING_APPROVAL);
+    assert.equal(op.toolVersion, "1");
+    assert.equal(operationFingerprint(op), op.fingerprint);
+    assert.equal(computeFingerprint({ tool: "pay_invoice", args, tenant: op.tenant, toolVersion: "1" }), op.fingerprint);
+  });
+
+  test("the same key with other args is refused", async () => {
+    const { args, key } = newInvoice();
+    const op = (await agent.prepare("pay_invoice", args, key)).operation!;
+    await assert.rejects(agent.prepare("pay_invoice", { ...args, amount_minor: 49000 }, key), (err: unknown) => {
+      assert.ok(isOpledgerError(err, "IDEMPOTENCY_KEY_REUSED"));
+      assert.equal(err.code, Code.AlreadyExists);
+      assert.equal(err.retryable, false);
+      return true;
+    });
+    const got = (await agent.get(op.id)).operation!;
+    assert.equal(got.args?.["amount_minor"], 4900);
+    assert.equal(got.fingerprint, op.fingerprint);
+  });
+
+  test("approve and execute make one charge; execute again replays", async () => {
+    const { invoice, args, key } = newInvoice();
+    const op = (await agent.prepare("pay_invoice", args, key)).operation!;
+
+    await rejectsWith(agent.execute(op.id), "APPROVAL_REQUIRED", Code.FailedPrecondition);
+    const wrong = computeFingerprint({ tool: "pay_invoice", args: { ...args, amount_minor: 49000 }, tenant: op.tenant, toolVersion: op.toolVersion });
+    await rejectsWith(approver.approve(op.id, wrong, "approve", "customer confirmed"), "APPROVAL_FINGERPRINT_MISMATCH");
+    await rejectsWith(agent.approve(op.id, op.fingerprint, "approve"), "ROLE_REQUIRED", Code.PermissionDenied);
+
+    const shown: Operation = (await approver.get(op.id)).operation!;
+    const approved = await approver.approve(op.id, operationFingerprint(shown), "approve", "customer confirmed");
+    assert.equal(approved.operation?.state, State.READY);
+    assert.equal(approved.operation?.approval?.decision, Decision.APPROVE);
+    assert.equal((await approver.approve(op.id, op.fingerprint, Decision.APPROVE, "again")).replayed, true);
+
+    assert.equal(await charges(invoice), 0);
+    const done = await agent.execute(op.id);
+    assert.equal(done.operation?.state, State.SUCCEEDED);
+    assert.equal(done.replayed, false);
+    assert.ok(done.operation?.externalRef);
+    assert.equal(await charges(invoice), 1);
+
+    const again = await agent.execute(op.id, 1500);
+    assert.equal(again.replayed, true);
+    assert.equal(again.operation?.state, State.SUCCEEDED);
+    assert.equal(again.operation?.externalRef, done.operation?.externalRef);
+    assert.equal(await charges(invoice), 1);
+
+    const replay = await agent.prepare("pay_invoice", args, key);
+    assert.equal(replay.replayed, true);
+    assert.equal(replay.operation?.state, State.SUCCEEDED);
+
+    const got = await agent.get(op.id, true);
+    const types = got.events.map((e) => e.type);
+    assert.equal(types[0], EventType.PREPARED);
+    assert.ok(types.includes(EventType.CLAIMED));
+    assert.equal(types[types.length - 1], EventType.SUCCEEDED);
+
+    assert.equal((await agent.reconcile(op.id)).operation?.state, State.SUCCEEDED);
+  });
+
+  test("deny rejects", async () => {
+    const { args, key } = newInvoice();
+    const op = (await agent.prepare("pay_invoice", args, key)).operation!;
+    const denied = await approver.approve(op.id, op.fingerprint, "deny", "not this one");
+    assert.equal(denied.operation?.state, State.REJECTED);
+    await rejectsWith(approver.approve(op.id, op.fingerprint, "approve"), "APPROVAL_CONFLICT");
+    await rejectsWith(agent.execute(op.id), "OPERATION_REJECTED");
+  });
+
+  test("another tenant sees nothing", async () => {
+    const { args, key } = newInvoice();
+    const op = (await agent.prepare("pay_invoice", args, key)).operation!;
+    await rejectsWith(other.get(op.id), "OPERATION_NOT_FOUND", Code.NotFound);
+    await rejectsWith(other.execute(op.id), "OPERATION_NOT_FOUND", Code.NotFound);
+    await rejectsWith(other.reconcile(op.id), "OPERATION_NOT_FOUND", Code.NotFound);
+    const theirs = await other.prepare("pay_invoice", args, key);
+    assert.equal(theirs.replayed, false);
+    assert.notEqual(theirs.operation?.id, op.id);
+    assert.notEqual(theirs.operation?.fingerprint, op.fingerprint);
+  });
+
+  test("auth and validation errors are typed", async () => {
+    const bad = new OpledgerClient({ target: env?.addr ?? "", apiKey: "opl_not-a-real-key" });
+    try {
+      await rejectsWith(bad.get("op_01J00000000000000000000000"), "API_KEY_INVALID", Code.Unauthenticated);
+    } finally {
+      bad.close();
+    }
+    await rejectsWith(approver.prepare("pay_invoice", {}, "k-role"), "ROLE_REQUIRED");
+    await rejectsWith(agent.prepare("no_such_tool", {}, "k-tool"), "TOOL_UNKNOWN");
+    await rejectsWith(agent.prepare("pay_invoice", { invoice_id: "INV-1", amount_minor: -1, currency: "EUR" }, "k-args"), "ARGS_INVALID");
+    await rejectsWith(agent.prepare("pay_invoice", {}, "k".repeat(256)), "IDEMPOTENCY_KEY_INVALID");
+  });
+});
