@@ -47,6 +47,7 @@ var codeOf = map[opledgerv1.ErrorReason]codes.Code{
 	opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED:           codes.FailedPrecondition,
 	opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN:    codes.Unknown,
 	opledgerv1.ErrorReason_ERROR_REASON_RATE_LIMITED:                  codes.ResourceExhausted,
+	opledgerv1.ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE:         codes.FailedPrecondition,
 	opledgerv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED:                codes.ResourceExhausted,
 }
 
@@ -61,6 +62,7 @@ var preconditionType = map[opledgerv1.ErrorReason]string{
 	opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED:           "STATE",
 	opledgerv1.ErrorReason_ERROR_REASON_RESOLUTION_NOT_APPLICABLE:     "STATE",
 	opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_NOT_APPLICABLE:       "APPROVAL",
+	opledgerv1.ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE:         "STATE",
 }
 
 // toStatus is the one mapper from domain errors to gRPC status errors:

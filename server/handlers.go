@@ -85,3 +85,12 @@ func (s *Server) Reconcile(ctx context.Context, r *opledgerv1.ReconcileRequest) 
 	}
 	return &opledgerv1.ReconcileResponse{Operation: operationPB(op), Detail: detail}, nil
 }
+
+// Cancel implements LedgerService.Cancel.
+func (s *Server) Cancel(ctx context.Context, r *opledgerv1.CancelRequest) (*opledgerv1.CancelResponse, error) {
+	op, replayed, err := s.ledger.Cancel(ctx, actorOf(ctx), r.GetOperationId(), r.GetReason())
+	if err != nil {
+		return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())
+	}
+	return &opledgerv1.CancelResponse{Operation: operationPB(op), Replayed: replayed}, nil
+}

@@ -71,6 +71,7 @@ const (
 	MethodExecute   = "/opledger.v1.LedgerService/Execute"
 	MethodGet       = "/opledger.v1.LedgerService/Get"
 	MethodReconcile = "/opledger.v1.LedgerService/Reconcile"
+	MethodCancel    = "/opledger.v1.LedgerService/Cancel"
 )
 
 // Roles says which roles may call each method; everything else is refused.
@@ -80,6 +81,7 @@ var Roles = map[string][]string{
 	MethodExecute:   {ledger.RoleAgent},
 	MethodGet:       {ledger.RoleAgent, ledger.RoleApprover, ledger.RoleOperator},
 	MethodReconcile: {ledger.RoleAgent, ledger.RoleOperator},
+	MethodCancel:    {ledger.RoleAgent, ledger.RoleOperator},
 }
 
 // New builds the gRPC server around l.
@@ -248,6 +250,13 @@ func validate(_ context.Context, _ string, req any) error {
 		}
 	case *opledgerv1.GetRequest:
 		return checkID(r.GetOperationId())
+	case *opledgerv1.CancelRequest:
+		if err := checkID(r.GetOperationId()); err != nil {
+			return err
+		}
+		if len(r.GetReason()) > 1000 {
+			return invalid("reason", "is longer than 1000 characters")
+		}
 	case *opledgerv1.ReconcileRequest:
 		if err := checkID(r.GetOperationId()); err != nil {
 			return err

@@ -252,6 +252,9 @@ const (
 	// RESOURCE_EXHAUSTED: the tenant created more operations this minute than
 	// its quota allows; nothing was stored. Retry after the RetryInfo delay.
 	ErrorReason_ERROR_REASON_QUOTA_EXCEEDED ErrorReason = 31
+	// FAILED_PRECONDITION: Cancel of an operation that an executor already
+	// claimed or that is finished.
+	ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE ErrorReason = 32
 )
 
 // Enum value maps for ErrorReason.
@@ -289,6 +292,7 @@ var (
 		29: "ERROR_REASON_OPERATOR_REQUIRED",
 		30: "ERROR_REASON_RATE_LIMITED",
 		31: "ERROR_REASON_QUOTA_EXCEEDED",
+		32: "ERROR_REASON_CANCEL_NOT_APPLICABLE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":                   0,
@@ -323,6 +327,7 @@ var (
 		"ERROR_REASON_OPERATOR_REQUIRED":             29,
 		"ERROR_REASON_RATE_LIMITED":                  30,
 		"ERROR_REASON_QUOTA_EXCEEDED":                31,
+		"ERROR_REASON_CANCEL_NOT_APPLICABLE":         32,
 	}
 )
 
@@ -1531,6 +1536,116 @@ func (x *ReconcileResponse) GetDetail() string {
 	return ""
 }
 
+// CancelRequest withdraws an operation before execution.
+type CancelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation's id.
+	OperationId string `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// Why; kept in the event log.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRequest) Reset() {
+	*x = CancelRequest{}
+	mi := &file_opledger_v1_ledger_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRequest) ProtoMessage() {}
+
+func (x *CancelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opledger_v1_ledger_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
+func (*CancelRequest) Descriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CancelRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *CancelRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// CancelResponse carries the operation after the cancellation.
+type CancelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	Operation *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	// True when it was already cancelled.
+	Replayed      bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelResponse) Reset() {
+	*x = CancelResponse{}
+	mi := &file_opledger_v1_ledger_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelResponse) ProtoMessage() {}
+
+func (x *CancelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opledger_v1_ledger_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
+func (*CancelResponse) Descriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CancelResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+func (x *CancelResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
 var File_opledger_v1_ledger_proto protoreflect.FileDescriptor
 
 const file_opledger_v1_ledger_proto_rawDesc = "" +
@@ -1622,7 +1737,13 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"resolution\"a\n" +
 	"\x11ReconcileResponse\x124\n" +
 	"\toperation\x18\x01 \x01(\v2\x16.opledger.v1.OperationR\toperation\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail*\xcc\x01\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"J\n" +
+	"\rCancelRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"b\n" +
+	"\x0eCancelResponse\x124\n" +
+	"\toperation\x18\x01 \x01(\v2\x16.opledger.v1.OperationR\toperation\x12\x1a\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed*\xcc\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17STATE_AWAITING_APPROVAL\x10\x01\x12\x0f\n" +
@@ -1636,7 +1757,7 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10DECISION_APPROVE\x10\x01\x12\x11\n" +
-	"\rDECISION_DENY\x10\x02*\xa9\t\n" +
+	"\rDECISION_DENY\x10\x02*\xd1\t\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_REASON_API_KEY_MISSING\x10\x01\x12 \n" +
@@ -1670,7 +1791,8 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"'ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN\x10\x1c\x12\"\n" +
 	"\x1eERROR_REASON_OPERATOR_REQUIRED\x10\x1d\x12\x1d\n" +
 	"\x19ERROR_REASON_RATE_LIMITED\x10\x1e\x12\x1f\n" +
-	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\x1f*\xb1\x03\n" +
+	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\x1f\x12&\n" +
+	"\"ERROR_REASON_CANCEL_NOT_APPLICABLE\x10 *\xb1\x03\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_PREPARED\x10\x01\x12\x17\n" +
@@ -1687,13 +1809,14 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x15EVENT_TYPE_RECONCILED\x10\v\x12 \n" +
 	"\x1cEVENT_TYPE_RESOLVED_MANUALLY\x10\f\x12\x18\n" +
 	"\x14EVENT_TYPE_CANCELLED\x10\r\x12\x1f\n" +
-	"\x1bEVENT_TYPE_APPROVAL_EXPIRED\x10\x0e2\xfb\x02\n" +
+	"\x1bEVENT_TYPE_APPROVAL_EXPIRED\x10\x0e2\xc3\x03\n" +
 	"\rLedgerService\x12D\n" +
 	"\aPrepare\x12\x1b.opledger.v1.PrepareRequest\x1a\x1c.opledger.v1.PrepareResponse\x12I\n" +
 	"\aApprove\x12\x1b.opledger.v1.ApproveRequest\x1a\x1c.opledger.v1.ApproveResponse\"\x03\x90\x02\x02\x12I\n" +
 	"\aExecute\x12\x1b.opledger.v1.ExecuteRequest\x1a\x1c.opledger.v1.ExecuteResponse\"\x03\x90\x02\x02\x12=\n" +
 	"\x03Get\x12\x17.opledger.v1.GetRequest\x1a\x18.opledger.v1.GetResponse\"\x03\x90\x02\x01\x12O\n" +
-	"\tReconcile\x12\x1d.opledger.v1.ReconcileRequest\x1a\x1e.opledger.v1.ReconcileResponse\"\x03\x90\x02\x02B\\\n" +
+	"\tReconcile\x12\x1d.opledger.v1.ReconcileRequest\x1a\x1e.opledger.v1.ReconcileResponse\"\x03\x90\x02\x02\x12F\n" +
+	"\x06Cancel\x12\x1a.opledger.v1.CancelRequest\x1a\x1b.opledger.v1.CancelResponse\"\x03\x90\x02\x02B\\\n" +
 	"\x0fdev.opledger.v1B\vLedgerProtoP\x01Z:github.com/opledger/opledger/gen/go/opledger/v1;opledgerv1b\x06proto3"
 
 var (
@@ -1709,7 +1832,7 @@ func file_opledger_v1_ledger_proto_rawDescGZIP() []byte {
 }
 
 var file_opledger_v1_ledger_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_opledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_opledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_opledger_v1_ledger_proto_goTypes = []any{
 	(State)(0),                    // 0: opledger.v1.State
 	(Decision)(0),                 // 1: opledger.v1.Decision
@@ -1729,53 +1852,58 @@ var file_opledger_v1_ledger_proto_goTypes = []any{
 	(*Resolution)(nil),            // 15: opledger.v1.Resolution
 	(*ReconcileRequest)(nil),      // 16: opledger.v1.ReconcileRequest
 	(*ReconcileResponse)(nil),     // 17: opledger.v1.ReconcileResponse
-	(*structpb.Struct)(nil),       // 18: google.protobuf.Struct
-	(*status.Status)(nil),         // 19: google.rpc.Status
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(*CancelRequest)(nil),         // 18: opledger.v1.CancelRequest
+	(*CancelResponse)(nil),        // 19: opledger.v1.CancelResponse
+	(*structpb.Struct)(nil),       // 20: google.protobuf.Struct
+	(*status.Status)(nil),         // 21: google.rpc.Status
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
 }
 var file_opledger_v1_ledger_proto_depIdxs = []int32{
-	18, // 0: opledger.v1.Operation.args:type_name -> google.protobuf.Struct
+	20, // 0: opledger.v1.Operation.args:type_name -> google.protobuf.Struct
 	0,  // 1: opledger.v1.Operation.state:type_name -> opledger.v1.State
 	5,  // 2: opledger.v1.Operation.approval:type_name -> opledger.v1.Approval
-	18, // 3: opledger.v1.Operation.result:type_name -> google.protobuf.Struct
-	19, // 4: opledger.v1.Operation.error:type_name -> google.rpc.Status
-	20, // 5: opledger.v1.Operation.create_time:type_name -> google.protobuf.Timestamp
-	20, // 6: opledger.v1.Operation.update_time:type_name -> google.protobuf.Timestamp
-	20, // 7: opledger.v1.Operation.lease_expire_time:type_name -> google.protobuf.Timestamp
+	20, // 3: opledger.v1.Operation.result:type_name -> google.protobuf.Struct
+	21, // 4: opledger.v1.Operation.error:type_name -> google.rpc.Status
+	22, // 5: opledger.v1.Operation.create_time:type_name -> google.protobuf.Timestamp
+	22, // 6: opledger.v1.Operation.update_time:type_name -> google.protobuf.Timestamp
+	22, // 7: opledger.v1.Operation.lease_expire_time:type_name -> google.protobuf.Timestamp
 	1,  // 8: opledger.v1.Approval.decision:type_name -> opledger.v1.Decision
-	20, // 9: opledger.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
-	20, // 10: opledger.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	22, // 9: opledger.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
+	22, // 10: opledger.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
 	3,  // 11: opledger.v1.OperationEvent.type:type_name -> opledger.v1.EventType
 	0,  // 12: opledger.v1.OperationEvent.from_state:type_name -> opledger.v1.State
 	0,  // 13: opledger.v1.OperationEvent.to_state:type_name -> opledger.v1.State
-	20, // 14: opledger.v1.OperationEvent.create_time:type_name -> google.protobuf.Timestamp
-	18, // 15: opledger.v1.PrepareRequest.args:type_name -> google.protobuf.Struct
+	22, // 14: opledger.v1.OperationEvent.create_time:type_name -> google.protobuf.Timestamp
+	20, // 15: opledger.v1.PrepareRequest.args:type_name -> google.protobuf.Struct
 	4,  // 16: opledger.v1.PrepareResponse.operation:type_name -> opledger.v1.Operation
 	1,  // 17: opledger.v1.ApproveRequest.decision:type_name -> opledger.v1.Decision
 	4,  // 18: opledger.v1.ApproveResponse.operation:type_name -> opledger.v1.Operation
-	21, // 19: opledger.v1.ExecuteRequest.wait:type_name -> google.protobuf.Duration
+	23, // 19: opledger.v1.ExecuteRequest.wait:type_name -> google.protobuf.Duration
 	4,  // 20: opledger.v1.ExecuteResponse.operation:type_name -> opledger.v1.Operation
 	4,  // 21: opledger.v1.GetResponse.operation:type_name -> opledger.v1.Operation
 	6,  // 22: opledger.v1.GetResponse.events:type_name -> opledger.v1.OperationEvent
 	0,  // 23: opledger.v1.Resolution.outcome:type_name -> opledger.v1.State
 	15, // 24: opledger.v1.ReconcileRequest.resolution:type_name -> opledger.v1.Resolution
 	4,  // 25: opledger.v1.ReconcileResponse.operation:type_name -> opledger.v1.Operation
-	7,  // 26: opledger.v1.LedgerService.Prepare:input_type -> opledger.v1.PrepareRequest
-	9,  // 27: opledger.v1.LedgerService.Approve:input_type -> opledger.v1.ApproveRequest
-	11, // 28: opledger.v1.LedgerService.Execute:input_type -> opledger.v1.ExecuteRequest
-	13, // 29: opledger.v1.LedgerService.Get:input_type -> opledger.v1.GetRequest
-	16, // 30: opledger.v1.LedgerService.Reconcile:input_type -> opledger.v1.ReconcileRequest
-	8,  // 31: opledger.v1.LedgerService.Prepare:output_type -> opledger.v1.PrepareResponse
-	10, // 32: opledger.v1.LedgerService.Approve:output_type -> opledger.v1.ApproveResponse
-	12, // 33: opledger.v1.LedgerService.Execute:output_type -> opledger.v1.ExecuteResponse
-	14, // 34: opledger.v1.LedgerService.Get:output_type -> opledger.v1.GetResponse
-	17, // 35: opledger.v1.LedgerService.Reconcile:output_type -> opledger.v1.ReconcileResponse
-	31, // [31:36] is the sub-list for method output_type
-	26, // [26:31] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	4,  // 26: opledger.v1.CancelResponse.operation:type_name -> opledger.v1.Operation
+	7,  // 27: opledger.v1.LedgerService.Prepare:input_type -> opledger.v1.PrepareRequest
+	9,  // 28: opledger.v1.LedgerService.Approve:input_type -> opledger.v1.ApproveRequest
+	11, // 29: opledger.v1.LedgerService.Execute:input_type -> opledger.v1.ExecuteRequest
+	13, // 30: opledger.v1.LedgerService.Get:input_type -> opledger.v1.GetRequest
+	16, // 31: opledger.v1.LedgerService.Reconcile:input_type -> opledger.v1.ReconcileRequest
+	18, // 32: opledger.v1.LedgerService.Cancel:input_type -> opledger.v1.CancelRequest
+	8,  // 33: opledger.v1.LedgerService.Prepare:output_type -> opledger.v1.PrepareResponse
+	10, // 34: opledger.v1.LedgerService.Approve:output_type -> opledger.v1.ApproveResponse
+	12, // 35: opledger.v1.LedgerService.Execute:output_type -> opledger.v1.ExecuteResponse
+	14, // 36: opledger.v1.LedgerService.Get:output_type -> opledger.v1.GetResponse
+	17, // 37: opledger.v1.LedgerService.Reconcile:output_type -> opledger.v1.ReconcileResponse
+	19, // 38: opledger.v1.LedgerService.Cancel:output_type -> opledger.v1.CancelResponse
+	33, // [33:39] is the sub-list for method output_type
+	27, // [27:33] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_opledger_v1_ledger_proto_init() }
@@ -1789,7 +1917,7 @@ func file_opledger_v1_ledger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opledger_v1_ledger_proto_rawDesc), len(file_opledger_v1_ledger_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

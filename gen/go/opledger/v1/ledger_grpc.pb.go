@@ -24,6 +24,7 @@ const (
 	LedgerService_Execute_FullMethodName   = "/opledger.v1.LedgerService/Execute"
 	LedgerService_Get_FullMethodName       = "/opledger.v1.LedgerService/Get"
 	LedgerService_Reconcile_FullMethodName = "/opledger.v1.LedgerService/Reconcile"
+	LedgerService_Cancel_FullMethodName    = "/opledger.v1.LedgerService/Cancel"
 )
 
 // LedgerServiceClient is the client API for LedgerService service.
@@ -105,6 +106,15 @@ type LedgerServiceClient interface {
 	// operation that needs no reconciliation it returns the operation
 	// unchanged.
 	Reconcile(ctx context.Context, in *ReconcileRequest, opts ...grpc.CallOption) (*ReconcileResponse, error)
+	// Cancel withdraws an operation that has not been executed: from
+	// AWAITING_APPROVAL or READY it becomes STATE_CANCELLED, and Execute then
+	// refuses it. Once an executor claimed it, it can no longer be cancelled
+	// (FAILED_PRECONDITION, CANCEL_NOT_APPLICABLE): the effect may be under
+	// way, and undoing it is a new, compensating operation. Repeating a
+	// Cancel is `replayed = true`.
+	//
+	// Requires the `agent` or `operator` role.
+	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 }
 
 type ledgerServiceClient struct {
@@ -159,6 +169,16 @@ func (c *ledgerServiceClient) Reconcile(ctx context.Context, in *ReconcileReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReconcileResponse)
 	err := c.cc.Invoke(ctx, LedgerService_Reconcile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *ledgerServiceClient) Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelResponse)
+	err := c.cc.Invoke(ctx, LedgerService_Cancel_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -244,6 +264,15 @@ type LedgerServiceServer interface {
 	// operation that needs no reconciliation it returns the operation
 	// unchanged.
 	Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error)
+	// Cancel withdraws an operation that has not been executed: from
+	// AWAITING_APPROVAL or READY it becomes STATE_CANCELLED, and Execute then
+	// refuses it. Once an executor claimed it, it can no longer be cancelled
+	// (FAILED_PRECONDITION, CANCEL_NOT_APPLICABLE): the effect may be under
+	// way, and undoing it is a new, compensating operation. Repeating a
+	// Cancel is `replayed = true`.
+	//
+	// Requires the `agent` or `operator` role.
+	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	mustEmbedUnimplementedLedgerServiceServer()
 }
 
@@ -268,6 +297,9 @@ func (UnimplementedLedgerServiceServer) Get(context.Context, *GetRequest) (*GetR
 }
 func (UnimplementedLedgerServiceServer) Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reconcile not implemented")
+}
+func (UnimplementedLedgerServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
 }
 func (UnimplementedLedgerServiceServer) mustEmbedUnimplementedLedgerServiceServer() {}
 func (UnimplementedLedgerServiceServer) testEmbeddedByValue()                       {}
@@ -380,6 +412,24 @@ func _LedgerService_Reconcile_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LedgerService_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LedgerServiceServer).Cancel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LedgerService_Cancel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LedgerServiceServer).Cancel(ctx, req.(*CancelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LedgerService_ServiceDesc is the grpc.ServiceDesc for LedgerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -406,6 +456,10 @@ var LedgerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reconcile",
 			Handler:    _LedgerService_Reconcile_Handler,
+		},
+		{
+			MethodName: "Cancel",
+			Handler:    _LedgerService_Cancel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -65,6 +65,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_OPERATOR_REQUIRED: _ClassVar[ErrorReason]
     ERROR_REASON_RATE_LIMITED: _ClassVar[ErrorReason]
     ERROR_REASON_QUOTA_EXCEEDED: _ClassVar[ErrorReason]
+    ERROR_REASON_CANCEL_NOT_APPLICABLE: _ClassVar[ErrorReason]
 
 class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -127,6 +128,7 @@ ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN: ErrorReason
 ERROR_REASON_OPERATOR_REQUIRED: ErrorReason
 ERROR_REASON_RATE_LIMITED: ErrorReason
 ERROR_REASON_QUOTA_EXCEEDED: ErrorReason
+ERROR_REASON_CANCEL_NOT_APPLICABLE: ErrorReason
 EVENT_TYPE_UNSPECIFIED: EventType
 EVENT_TYPE_PREPARED: EventType
 EVENT_TYPE_APPROVED: EventType
@@ -318,3 +320,19 @@ class ReconcileResponse(_message.Message):
     operation: Operation
     detail: str
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ("operation_id", "reason")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    reason: str
+    def __init__(self, operation_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelResponse(_message.Message):
+    __slots__ = ("operation", "replayed")
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    replayed: bool
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...

@@ -71,6 +71,11 @@ class LedgerServiceStub:
                 request_serializer=opledger_dot_v1_dot_ledger__pb2.ReconcileRequest.SerializeToString,
                 response_deserializer=opledger_dot_v1_dot_ledger__pb2.ReconcileResponse.FromString,
                 _registered_method=True)
+        self.Cancel = channel.unary_unary(
+                '/opledger.v1.LedgerService/Cancel',
+                request_serializer=opledger_dot_v1_dot_ledger__pb2.CancelRequest.SerializeToString,
+                response_deserializer=opledger_dot_v1_dot_ledger__pb2.CancelResponse.FromString,
+                _registered_method=True)
 
 
 class LedgerServiceServicer:
@@ -175,6 +180,20 @@ class LedgerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Cancel(self, request, context):
+        """Cancel withdraws an operation that has not been executed: from
+        AWAITING_APPROVAL or READY it becomes STATE_CANCELLED, and Execute then
+        refuses it. Once an executor claimed it, it can no longer be cancelled
+        (FAILED_PRECONDITION, CANCEL_NOT_APPLICABLE): the effect may be under
+        way, and undoing it is a new, compensating operation. Repeating a
+        Cancel is `replayed = true`.
+
+        Requires the `agent` or `operator` role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LedgerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -202,6 +221,11 @@ def add_LedgerServiceServicer_to_server(servicer, server):
                     servicer.Reconcile,
                     request_deserializer=opledger_dot_v1_dot_ledger__pb2.ReconcileRequest.FromString,
                     response_serializer=opledger_dot_v1_dot_ledger__pb2.ReconcileResponse.SerializeToString,
+            ),
+            'Cancel': grpc.unary_unary_rpc_method_handler(
+                    servicer.Cancel,
+                    request_deserializer=opledger_dot_v1_dot_ledger__pb2.CancelRequest.FromString,
+                    response_serializer=opledger_dot_v1_dot_ledger__pb2.CancelResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -351,6 +375,33 @@ class LedgerService:
             '/opledger.v1.LedgerService/Reconcile',
             opledger_dot_v1_dot_ledger__pb2.ReconcileRequest.SerializeToString,
             opledger_dot_v1_dot_ledger__pb2.ReconcileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Cancel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opledger.v1.LedgerService/Cancel',
+            opledger_dot_v1_dot_ledger__pb2.CancelRequest.SerializeToString,
+            opledger_dot_v1_dot_ledger__pb2.CancelResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -293,6 +293,15 @@ public enum ErrorReason
    * <code>ERROR_REASON_QUOTA_EXCEEDED = 31;</code>
    */
   ERROR_REASON_QUOTA_EXCEEDED(31),
+  /**
+   * <pre>
+   * FAILED_PRECONDITION: Cancel of an operation that an executor already
+   * claimed or that is finished.
+   * </pre>
+   *
+   * <code>ERROR_REASON_CANCEL_NOT_APPLICABLE = 32;</code>
+   */
+  ERROR_REASON_CANCEL_NOT_APPLICABLE(32),
   UNRECOGNIZED(-1),
   ;
 
@@ -581,6 +590,15 @@ public enum ErrorReason
    * <code>ERROR_REASON_QUOTA_EXCEEDED = 31;</code>
    */
   public static final int ERROR_REASON_QUOTA_EXCEEDED_VALUE = 31;
+  /**
+   * <pre>
+   * FAILED_PRECONDITION: Cancel of an operation that an executor already
+   * claimed or that is finished.
+   * </pre>
+   *
+   * <code>ERROR_REASON_CANCEL_NOT_APPLICABLE = 32;</code>
+   */
+  public static final int ERROR_REASON_CANCEL_NOT_APPLICABLE_VALUE = 32;
 
 
   public final int getNumber() {
@@ -639,6 +657,7 @@ public enum ErrorReason
       case 29: return ERROR_REASON_OPERATOR_REQUIRED;
       case 30: return ERROR_REASON_RATE_LIMITED;
       case 31: return ERROR_REASON_QUOTA_EXCEEDED;
+      case 32: return ERROR_REASON_CANCEL_NOT_APPLICABLE;
       default: return null;
     }
   }

@@ -96,6 +96,16 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_opledger_v1_ReconcileResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_CancelRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_CancelRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_CancelResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_CancelResponse_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -173,67 +183,75 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       "\0227\n\nresolution\030\002 \001(\0132\027.opledger.v1.Resol" +
       "utionR\nresolution\"a\n\021ReconcileResponse\0224" +
       "\n\toperation\030\001 \001(\0132\026.opledger.v1.Operatio" +
-      "nR\toperation\022\026\n\006detail\030\002 \001(\tR\006detail*\314\001\n" +
-      "\005State\022\025\n\021STATE_UNSPECIFIED\020\000\022\033\n\027STATE_A" +
-      "WAITING_APPROVAL\020\001\022\017\n\013STATE_READY\020\002\022\023\n\017S" +
-      "TATE_EXECUTING\020\003\022\023\n\017STATE_SUCCEEDED\020\004\022\020\n" +
-      "\014STATE_FAILED\020\005\022\031\n\025STATE_OUTCOME_UNKNOWN" +
-      "\020\006\022\022\n\016STATE_REJECTED\020\007\022\023\n\017STATE_CANCELLE" +
-      "D\020\010*M\n\010Decision\022\030\n\024DECISION_UNSPECIFIED\020" +
-      "\000\022\024\n\020DECISION_APPROVE\020\001\022\021\n\rDECISION_DENY" +
-      "\020\002*\251\t\n\013ErrorReason\022\034\n\030ERROR_REASON_UNSPE" +
-      "CIFIED\020\000\022 \n\034ERROR_REASON_API_KEY_MISSING" +
-      "\020\001\022 \n\034ERROR_REASON_API_KEY_INVALID\020\002\022\036\n\032" +
-      "ERROR_REASON_ROLE_REQUIRED\020\003\022(\n$ERROR_RE" +
-      "ASON_IDEMPOTENCY_KEY_MISSING\020\004\022(\n$ERROR_" +
-      "REASON_IDEMPOTENCY_KEY_INVALID\020\005\022\'\n#ERRO" +
-      "R_REASON_IDEMPOTENCY_KEY_REUSED\020\006\022\035\n\031ERR" +
-      "OR_REASON_TOOL_UNKNOWN\020\007\022%\n!ERROR_REASON" +
-      "_TOOL_VERSION_UNKNOWN\020\010\022\035\n\031ERROR_REASON_" +
-      "ARGS_INVALID\020\t\022\037\n\033ERROR_REASON_ARGS_TOO_" +
-      "LARGE\020\n\022\036\n\032ERROR_REASON_FIELD_INVALID\020\013\022" +
-      "$\n ERROR_REASON_OPERATION_NOT_FOUND\020\014\022\"\n" +
-      "\036ERROR_REASON_APPROVAL_REQUIRED\020\r\022!\n\035ERR" +
-      "OR_REASON_APPROVAL_EXPIRED\020\016\022.\n*ERROR_RE" +
-      "ASON_APPROVAL_FINGERPRINT_MISMATCH\020\017\022\"\n\036" +
-      "ERROR_REASON_APPROVAL_CONFLICT\020\020\022(\n$ERRO" +
-      "R_REASON_SELF_APPROVAL_FORBIDDEN\020\021\022(\n$ER" +
-      "ROR_REASON_APPROVAL_NOT_APPLICABLE\020\022\022#\n\037" +
-      "ERROR_REASON_OPERATION_REJECTED\020\023\022$\n ERR" +
-      "OR_REASON_OPERATION_CANCELLED\020\024\022&\n\"ERROR" +
-      "_REASON_OPERATION_IN_PROGRESS\020\025\022*\n&ERROR" +
-      "_REASON_RESOLUTION_NOT_APPLICABLE\020\026\022#\n\037E" +
-      "RROR_REASON_LEDGER_UNAVAILABLE\020\027\022\031\n\025ERRO" +
-      "R_REASON_INTERNAL\020\030\022\'\n#ERROR_REASON_DOWN" +
-      "STREAM_UNAVAILABLE\020\031\022!\n\035ERROR_REASON_DEA" +
-      "DLINE_INVALID\020\032\022$\n ERROR_REASON_DOWNSTRE" +
-      "AM_REJECTED\020\033\022+\n\'ERROR_REASON_DOWNSTREAM" +
-      "_OUTCOME_UNKNOWN\020\034\022\"\n\036ERROR_REASON_OPERA" +
-      "TOR_REQUIRED\020\035\022\035\n\031ERROR_REASON_RATE_LIMI" +
-      "TED\020\036\022\037\n\033ERROR_REASON_QUOTA_EXCEEDED\020\037*\261" +
-      "\003\n\tEventType\022\032\n\026EVENT_TYPE_UNSPECIFIED\020\000" +
-      "\022\027\n\023EVENT_TYPE_PREPARED\020\001\022\027\n\023EVENT_TYPE_" +
-      "APPROVED\020\002\022\025\n\021EVENT_TYPE_DENIED\020\003\022\026\n\022EVE" +
-      "NT_TYPE_CLAIMED\020\004\022$\n EVENT_TYPE_EXTERNAL" +
-      "_REF_RECORDED\020\005\022\030\n\024EVENT_TYPE_SUCCEEDED\020" +
-      "\006\022\025\n\021EVENT_TYPE_FAILED\020\007\022\036\n\032EVENT_TYPE_O" +
-      "UTCOME_UNKNOWN\020\010\022\027\n\023EVENT_TYPE_RELEASED\020" +
-      "\t\022\037\n\033EVENT_TYPE_LEASE_TAKEN_OVER\020\n\022\031\n\025EV" +
-      "ENT_TYPE_RECONCILED\020\013\022 \n\034EVENT_TYPE_RESO" +
-      "LVED_MANUALLY\020\014\022\030\n\024EVENT_TYPE_CANCELLED\020" +
-      "\r\022\037\n\033EVENT_TYPE_APPROVAL_EXPIRED\020\0162\373\002\n\rL" +
-      "edgerService\022D\n\007Prepare\022\033.opledger.v1.Pr" +
-      "epareRequest\032\034.opledger.v1.PrepareRespon" +
-      "se\022I\n\007Approve\022\033.opledger.v1.ApproveReque" +
-      "st\032\034.opledger.v1.ApproveResponse\"\003\220\002\002\022I\n" +
-      "\007Execute\022\033.opledger.v1.ExecuteRequest\032\034." +
-      "opledger.v1.ExecuteResponse\"\003\220\002\002\022=\n\003Get\022" +
-      "\027.opledger.v1.GetRequest\032\030.opledger.v1.G" +
-      "etResponse\"\003\220\002\001\022O\n\tReconcile\022\035.opledger." +
-      "v1.ReconcileRequest\032\036.opledger.v1.Reconc" +
-      "ileResponse\"\003\220\002\002B\\\n\017dev.opledger.v1B\013Led" +
-      "gerProtoP\001Z:github.com/opledger/opledger" +
-      "/gen/go/opledger/v1;opledgerv1b\006proto3"
+      "nR\toperation\022\026\n\006detail\030\002 \001(\tR\006detail\"J\n\r" +
+      "CancelRequest\022!\n\014operation_id\030\001 \001(\tR\013ope" +
+      "rationId\022\026\n\006reason\030\002 \001(\tR\006reason\"b\n\016Canc" +
+      "elResponse\0224\n\toperation\030\001 \001(\0132\026.opledger" +
+      ".v1.OperationR\toperation\022\032\n\010replayed\030\002 \001" +
+      "(\010R\010replayed*\314\001\n\005State\022\025\n\021STATE_UNSPECIF" +
+      "IED\020\000\022\033\n\027STATE_AWAITING_APPROVAL\020\001\022\017\n\013ST" +
+      "ATE_READY\020\002\022\023\n\017STATE_EXECUTING\020\003\022\023\n\017STAT" +
+      "E_SUCCEEDED\020\004\022\020\n\014STATE_FAILED\020\005\022\031\n\025STATE" +
+      "_OUTCOME_UNKNOWN\020\006\022\022\n\016STATE_REJECTED\020\007\022\023" +
+      "\n\017STATE_CANCELLED\020\010*M\n\010Decision\022\030\n\024DECIS" +
+      "ION_UNSPECIFIED\020\000\022\024\n\020DECISION_APPROVE\020\001\022" +
+      "\021\n\rDECISION_DENY\020\002*\321\t\n\013ErrorReason\022\034\n\030ER" +
+      "ROR_REASON_UNSPECIFIED\020\000\022 \n\034ERROR_REASON" +
+      "_API_KEY_MISSING\020\001\022 \n\034ERROR_REASON_API_K" +
+      "EY_INVALID\020\002\022\036\n\032ERROR_REASON_ROLE_REQUIR" +
+      "ED\020\003\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_MIS" +
+      "SING\020\004\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_I" +
+      "NVALID\020\005\022\'\n#ERROR_REASON_IDEMPOTENCY_KEY" +
+      "_REUSED\020\006\022\035\n\031ERROR_REASON_TOOL_UNKNOWN\020\007" +
+      "\022%\n!ERROR_REASON_TOOL_VERSION_UNKNOWN\020\010\022" +
+      "\035\n\031ERROR_REASON_ARGS_INVALID\020\t\022\037\n\033ERROR_" +
+      "REASON_ARGS_TOO_LARGE\020\n\022\036\n\032ERROR_REASON_" +
+      "FIELD_INVALID\020\013\022$\n ERROR_REASON_OPERATIO" +
+      "N_NOT_FOUND\020\014\022\"\n\036ERROR_REASON_APPROVAL_R" +
+      "EQUIRED\020\r\022!\n\035ERROR_REASON_APPROVAL_EXPIR" +
+      "ED\020\016\022.\n*ERROR_REASON_APPROVAL_FINGERPRIN" +
+      "T_MISMATCH\020\017\022\"\n\036ERROR_REASON_APPROVAL_CO" +
+      "NFLICT\020\020\022(\n$ERROR_REASON_SELF_APPROVAL_F" +
+      "ORBIDDEN\020\021\022(\n$ERROR_REASON_APPROVAL_NOT_" +
+      "APPLICABLE\020\022\022#\n\037ERROR_REASON_OPERATION_R" +
+      "EJECTED\020\023\022$\n ERROR_REASON_OPERATION_CANC" +
+      "ELLED\020\024\022&\n\"ERROR_REASON_OPERATION_IN_PRO" +
+      "GRESS\020\025\022*\n&ERROR_REASON_RESOLUTION_NOT_A" +
+      "PPLICABLE\020\026\022#\n\037ERROR_REASON_LEDGER_UNAVA" +
+      "ILABLE\020\027\022\031\n\025ERROR_REASON_INTERNAL\020\030\022\'\n#E" +
+      "RROR_REASON_DOWNSTREAM_UNAVAILABLE\020\031\022!\n\035" +
+      "ERROR_REASON_DEADLINE_INVALID\020\032\022$\n ERROR" +
+      "_REASON_DOWNSTREAM_REJECTED\020\033\022+\n\'ERROR_R" +
+      "EASON_DOWNSTREAM_OUTCOME_UNKNOWN\020\034\022\"\n\036ER" +
+      "ROR_REASON_OPERATOR_REQUIRED\020\035\022\035\n\031ERROR_" +
+      "REASON_RATE_LIMITED\020\036\022\037\n\033ERROR_REASON_QU" +
+      "OTA_EXCEEDED\020\037\022&\n\"ERROR_REASON_CANCEL_NO" +
+      "T_APPLICABLE\020 *\261\003\n\tEventType\022\032\n\026EVENT_TY" +
+      "PE_UNSPECIFIED\020\000\022\027\n\023EVENT_TYPE_PREPARED\020" +
+      "\001\022\027\n\023EVENT_TYPE_APPROVED\020\002\022\025\n\021EVENT_TYPE" +
+      "_DENIED\020\003\022\026\n\022EVENT_TYPE_CLAIMED\020\004\022$\n EVE" +
+      "NT_TYPE_EXTERNAL_REF_RECORDED\020\005\022\030\n\024EVENT" +
+      "_TYPE_SUCCEEDED\020\006\022\025\n\021EVENT_TYPE_FAILED\020\007" +
+      "\022\036\n\032EVENT_TYPE_OUTCOME_UNKNOWN\020\010\022\027\n\023EVEN" +
+      "T_TYPE_RELEASED\020\t\022\037\n\033EVENT_TYPE_LEASE_TA" +
+      "KEN_OVER\020\n\022\031\n\025EVENT_TYPE_RECONCILED\020\013\022 \n" +
+      "\034EVENT_TYPE_RESOLVED_MANUALLY\020\014\022\030\n\024EVENT" +
+      "_TYPE_CANCELLED\020\r\022\037\n\033EVENT_TYPE_APPROVAL" +
+      "_EXPIRED\020\0162\303\003\n\rLedgerService\022D\n\007Prepare\022" +
+      "\033.opledger.v1.PrepareRequest\032\034.opledger." +
+      "v1.PrepareResponse\022I\n\007Approve\022\033.opledger" +
+      ".v1.ApproveRequest\032\034.opledger.v1.Approve" +
+      "Response\"\003\220\002\002\022I\n\007Execute\022\033.opledger.v1.E" +
+      "xecuteRequest\032\034.opledger.v1.ExecuteRespo" +
+      "nse\"\003\220\002\002\022=\n\003Get\022\027.opledger.v1.GetRequest" +
+      "\032\030.opledger.v1.GetResponse\"\003\220\002\001\022O\n\tRecon" +
+      "cile\022\035.opledger.v1.ReconcileRequest\032\036.op" +
+      "ledger.v1.ReconcileResponse\"\003\220\002\002\022F\n\006Canc" +
+      "el\022\032.opledger.v1.CancelRequest\032\033.opledge" +
+      "r.v1.CancelResponse\"\003\220\002\002B\\\n\017dev.opledger" +
+      ".v1B\013LedgerProtoP\001Z:github.com/opledger/" +
+      "opledger/gen/go/opledger/v1;opledgerv1b\006" +
+      "proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -327,6 +345,18 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ReconcileResponse_descriptor,
         new java.lang.String[] { "Operation", "Detail", });
+    internal_static_opledger_v1_CancelRequest_descriptor =
+      getDescriptor().getMessageType(14);
+    internal_static_opledger_v1_CancelRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_CancelRequest_descriptor,
+        new java.lang.String[] { "OperationId", "Reason", });
+    internal_static_opledger_v1_CancelResponse_descriptor =
+      getDescriptor().getMessageType(15);
+    internal_static_opledger_v1_CancelResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_CancelResponse_descriptor,
+        new java.lang.String[] { "Operation", "Replayed", });
     descriptor.resolveAllFeaturesImmutable();
     com.google.protobuf.DurationProto.getDescriptor();
     com.google.protobuf.StructProto.getDescriptor();

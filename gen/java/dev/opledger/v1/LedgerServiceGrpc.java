@@ -184,6 +184,38 @@ public final class LedgerServiceGrpc {
     return getReconcileMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.opledger.v1.CancelRequest,
+      dev.opledger.v1.CancelResponse> getCancelMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "Cancel",
+      requestType = dev.opledger.v1.CancelRequest.class,
+      responseType = dev.opledger.v1.CancelResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.opledger.v1.CancelRequest,
+      dev.opledger.v1.CancelResponse> getCancelMethod() {
+    io.grpc.MethodDescriptor<dev.opledger.v1.CancelRequest, dev.opledger.v1.CancelResponse> getCancelMethod;
+    if ((getCancelMethod = LedgerServiceGrpc.getCancelMethod) == null) {
+      synchronized (LedgerServiceGrpc.class) {
+        if ((getCancelMethod = LedgerServiceGrpc.getCancelMethod) == null) {
+          LedgerServiceGrpc.getCancelMethod = getCancelMethod =
+              io.grpc.MethodDescriptor.<dev.opledger.v1.CancelRequest, dev.opledger.v1.CancelResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "Cancel"))
+              .setIdempotent(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.opledger.v1.CancelRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.opledger.v1.CancelResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new LedgerServiceMethodDescriptorSupplier("Cancel"))
+              .build();
+        }
+      }
+    }
+    return getCancelMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -355,6 +387,22 @@ public final class LedgerServiceGrpc {
         io.grpc.stub.StreamObserver<dev.opledger.v1.ReconcileResponse> responseObserver) {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getReconcileMethod(), responseObserver);
     }
+
+    /**
+     * <pre>
+     * Cancel withdraws an operation that has not been executed: from
+     * AWAITING_APPROVAL or READY it becomes STATE_CANCELLED, and Execute then
+     * refuses it. Once an executor claimed it, it can no longer be cancelled
+     * (FAILED_PRECONDITION, CANCEL_NOT_APPLICABLE): the effect may be under
+     * way, and undoing it is a new, compensating operation. Repeating a
+     * Cancel is `replayed = true`.
+     * Requires the `agent` or `operator` role.
+     * </pre>
+     */
+    default void cancel(dev.opledger.v1.CancelRequest request,
+        io.grpc.stub.StreamObserver<dev.opledger.v1.CancelResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getCancelMethod(), responseObserver);
+    }
   }
 
   /**
@@ -510,6 +558,23 @@ public final class LedgerServiceGrpc {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getReconcileMethod(), getCallOptions()), request, responseObserver);
     }
+
+    /**
+     * <pre>
+     * Cancel withdraws an operation that has not been executed: from
+     * AWAITING_APPROVAL or READY it becomes STATE_CANCELLED, and Execute then
+     * refuses it. Once an executor claimed it, it can no longer be cancelled
+     * (FAILED_PRECONDITION, CANCEL_NOT_APPLICABLE): the effect may be under
+     * way, and undoing it is a new, compensating operation. Repeating a
+     * Cancel is `replayed = true`.
+     * Requires the `agent` or `operator` role.
+     * </pre>
+     */
+    public void cancel(dev.opledger.v1.CancelRequest request,
+        io.grpc.stub.StreamObserver<dev.opledger.v1.CancelResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getCancelMethod(), getCallOptions()), request, responseObserver);
+    }
   }
 
   /**
@@ -636,6 +701,22 @@ public final class LedgerServiceGrpc {
       return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
           getChannel(), getReconcileMethod(), getCallOptions(), request);
     }
+
+    /**
+     * <pre>
+     * Cancel withdraws an operation that has not been executed: from
+     * AWAITING_APPROVAL or READY it becomes STATE_CANCELLED, and Execute then
+     * refuses it. Once an executor claimed it, it can no longer be cancelled
+     * (FAILED_PRECONDITION, CANCEL_NOT_APPLICABLE): the effect may be under
+     * way, and undoing it is a new, compensating operation. Repeating a
+     * Cancel is `replayed = true`.
+     * Requires the `agent` or `operator` role.
+     * </pre>
+     */
+    public dev.opledger.v1.CancelResponse cancel(dev.opledger.v1.CancelRequest request) throws io.grpc.StatusException {
+      return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
+          getChannel(), getCancelMethod(), getCallOptions(), request);
+    }
   }
 
   /**
@@ -761,6 +842,22 @@ public final class LedgerServiceGrpc {
     public dev.opledger.v1.ReconcileResponse reconcile(dev.opledger.v1.ReconcileRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getReconcileMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Cancel withdraws an operation that has not been executed: from
+     * AWAITING_APPROVAL or READY it becomes STATE_CANCELLED, and Execute then
+     * refuses it. Once an executor claimed it, it can no longer be cancelled
+     * (FAILED_PRECONDITION, CANCEL_NOT_APPLICABLE): the effect may be under
+     * way, and undoing it is a new, compensating operation. Repeating a
+     * Cancel is `replayed = true`.
+     * Requires the `agent` or `operator` role.
+     * </pre>
+     */
+    public dev.opledger.v1.CancelResponse cancel(dev.opledger.v1.CancelRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getCancelMethod(), getCallOptions(), request);
     }
   }
 
@@ -893,6 +990,23 @@ public final class LedgerServiceGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getReconcileMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * Cancel withdraws an operation that has not been executed: from
+     * AWAITING_APPROVAL or READY it becomes STATE_CANCELLED, and Execute then
+     * refuses it. Once an executor claimed it, it can no longer be cancelled
+     * (FAILED_PRECONDITION, CANCEL_NOT_APPLICABLE): the effect may be under
+     * way, and undoing it is a new, compensating operation. Repeating a
+     * Cancel is `replayed = true`.
+     * Requires the `agent` or `operator` role.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.opledger.v1.CancelResponse> cancel(
+        dev.opledger.v1.CancelRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getCancelMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_PREPARE = 0;
@@ -900,6 +1014,7 @@ public final class LedgerServiceGrpc {
   private static final int METHODID_EXECUTE = 2;
   private static final int METHODID_GET = 3;
   private static final int METHODID_RECONCILE = 4;
+  private static final int METHODID_CANCEL = 5;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -937,6 +1052,10 @@ public final class LedgerServiceGrpc {
         case METHODID_RECONCILE:
           serviceImpl.reconcile((dev.opledger.v1.ReconcileRequest) request,
               (io.grpc.stub.StreamObserver<dev.opledger.v1.ReconcileResponse>) responseObserver);
+          break;
+        case METHODID_CANCEL:
+          serviceImpl.cancel((dev.opledger.v1.CancelRequest) request,
+              (io.grpc.stub.StreamObserver<dev.opledger.v1.CancelResponse>) responseObserver);
           break;
         default:
           throw new AssertionError();
@@ -991,6 +1110,13 @@ public final class LedgerServiceGrpc {
               dev.opledger.v1.ReconcileRequest,
               dev.opledger.v1.ReconcileResponse>(
                 service, METHODID_RECONCILE)))
+        .addMethod(
+          getCancelMethod(),
+          io.grpc.stub.ServerCalls.asyncUnaryCall(
+            new MethodHandlers<
+              dev.opledger.v1.CancelRequest,
+              dev.opledger.v1.CancelResponse>(
+                service, METHODID_CANCEL)))
         .build();
   }
 
@@ -1044,6 +1170,7 @@ public final class LedgerServiceGrpc {
               .addMethod(getExecuteMethod())
               .addMethod(getGetMethod())
               .addMethod(getReconcileMethod())
+              .addMethod(getCancelMethod())
               .build();
         }
       }

@@ -1,0 +1,49 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/store"
+)
+
+// Cancel withdraws an operation nobody has claimed: AWAITING_APPROVAL or
+// READY becomes CANCELLED through a transition guarded on the state and
+// fence it read, so it can never race a claim into cancelling an effect
+// that is under way. replayed reports an operation already cancelled.
+func (l *Ledger) Cancel(ctx context.Context, a Actor, id, reason string) (Operation, bool, error) {
+	op, err := l.store.OperationGet(ctx, a.Tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Operation{}, false, notFound(id)
+	}
+	if err != nil {
+		return Operation{}, false, storeErr(err)
+	}
+	switch State(op.State) {
+	case StateCancelled:
+		return op, true, nil
+	case StateAwaitingApproval, StateReady:
+	default:
+		return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE,
+			"the operation is %s: only an operation nobody has executed can be cancelled", op.State)
+	}
+	if err := Check(State(op.State), EventCancelled, StateCancelled); err != nil {
+		return Operation{}, false, storeErr(err)
+	}
+	detail := "cancelled"
+	if reason != "" {
+		detail = "cancelled: " + reason
+	}
+	out, err := l.store.OperationTransition(ctx, store.Transition{Tenant: a.Tenant, ID: op.ID, From: []string{op.State},
+		Fence: op.Fence, To: string(StateCancelled), Event: string(EventCancelled), Actor: a.Name, Detail: detail})
+	if errors.Is(err, store.ErrNotFound) {
+		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS,
+			Message: "the operation changed while it was being cancelled; read it and try again", RetryAfter: 100 * time.Millisecond}
+	}
+	if err != nil {
+		return Operation{}, false, storeErr(err)
+	}
+	return out, false, nil
+}
