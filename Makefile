@@ -18,7 +18,7 @@ MAVEN_DEPENDENCY_PLUGIN      := org.apache.maven.plugins:maven-dependency-plugin
 
 BUF := tools/node_modules/.bin/buf
 
-.PHONY: all dev build test test-go fuzz tools generate check-generated lint clean
+.PHONY: all dev build test test-go test-clients fuzz tools generate check-generated lint clean
 
 all: build
 
@@ -30,10 +30,15 @@ dev:
 
 ## test: every test suite, against real PostgreSQL (a throwaway cluster is
 ## started when DATABASE_URL is not set).
-test: test-go
+test: test-go test-clients
 
 test-go:
 	go test -count=1 ./...
+
+## test-clients: the Python, TypeScript, Go and Java client suites and their
+## examples, against one throwaway server (clients/test.sh).
+test-clients:
+	clients/test.sh
 
 ## fuzz: a short run of every fuzz target (FUZZTIME each).
 FUZZTIME ?= 10s

@@ -57,12 +57,16 @@ const (
 	ReasonDownstreamRejected          Reason = "DOWNSTREAM_REJECTED"
 	ReasonDownstreamOutcomeUnknown    Reason = "DOWNSTREAM_OUTCOME_UNKNOWN"
 	ReasonOperatorRequired            Reason = "OPERATOR_REQUIRED"
+	ReasonRateLimited                 Reason = "RATE_LIMITED"
+	ReasonQuotaExceeded               Reason = "QUOTA_EXCEEDED"
+	ReasonCancelNotApplicable         Reason = "CANCEL_NOT_APPLICABLE"
 )
 
 const reasonPrefix = "ERROR_REASON_"
 
-// Error makes a Reason usable as an errors.Is target.
-func (r Reason) Error() string { return "opledger: " + string(r) }
+// Error makes a Reason usable as an errors.Is target; it is the bare reason,
+// so that printing a Reason shows "IDEMPOTENCY_KEY_REUSED".
+func (r Reason) Error() string { return string(r) }
 
 // Enum returns the generated enum value of r, or ERROR_REASON_UNSPECIFIED for
 // a reason this client version does not know (a newer server may add some).

@@ -17,6 +17,7 @@ import {
   type GetResponse,
   type PrepareResponse,
   type ReconcileResponse,
+  type CancelResponse,
   type Resolution,
 } from "./gen/opledger/v1/ledger_pb";
 import { callWithRetry, retryPolicy, type RetryPolicy } from "./retry";
@@ -154,5 +155,12 @@ export class OpledgerClient {
   reconcile(operationId: string, resolution?: ResolutionInput, opts: CallOptions = {}): Promise<ReconcileResponse> {
     const req = { operationId, resolution };
     return this.call((o) => this.rpc.reconcile(req, o), {}, opts.timeoutMs ?? this.timeoutMs, opts.signal);
+  }
+
+  /** cancel withdraws an operation nobody has executed yet (AWAITING_APPROVAL or READY);
+   * repeating it returns replayed = true. */
+  cancel(operationId: string, reason = "", opts: CallOptions = {}): Promise<CancelResponse> {
+    const req = { operationId, reason };
+    return this.call((o) => this.rpc.cancel(req, o), {}, opts.timeoutMs ?? this.timeoutMs, opts.signal);
   }
 }

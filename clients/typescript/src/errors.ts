@@ -43,6 +43,7 @@ export const REASONS = [
   "OPERATOR_REQUIRED",
   "RATE_LIMITED",
   "QUOTA_EXCEEDED",
+  "CANCEL_NOT_APPLICABLE",
 ] as const;
 
 /** Reason is one ErrorInfo reason. */

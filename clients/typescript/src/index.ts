@@ -16,7 +16,7 @@ export {
 export type { Reason } from "./errors";
 export { DEFAULT_RETRY, NO_RETRY, backoffMs, callWithRetry, retryPolicy, sleep } from "./retry";
 export type { RetryPolicy } from "./retry";
-export { deriveIdempotencyKey, KEY_PREFIX } from "./keys";
+export { deriveIdempotencyKey, keyPreimage, KEY_PREFIX } from "./keys";
 export type { KeyParts } from "./keys";
 export {
   canonicalize,

@@ -18,7 +18,7 @@ from .fingerprint import (
     preimage,
     struct_to_dict,
 )
-from .keys import KEY_PREFIX, derive_idempotency_key
+from .keys import KEY_PREFIX, derive_idempotency_key, key_preimage
 from .retry import NO_RETRY, RetryPolicy, call_with_retry, is_retryable
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "compute_fingerprint",
     "derive_idempotency_key",
     "is_retryable",
+    "key_preimage",
     "operation_fingerprint",
     "preimage",
     "struct_to_dict",

@@ -194,3 +194,11 @@ class Client:
         downstream up; an operator key may pass a manual ``resolution``."""
         req = ledger_pb2.ReconcileRequest(operation_id=operation_id, resolution=resolution)
         return self._call(self._stub.Reconcile, req, (), timeout or self._timeout)
+
+    def cancel(
+        self, operation_id: str, reason: str = "", *, timeout: Optional[float] = None
+    ) -> ledger_pb2.CancelResponse:
+        """cancel withdraws an operation nobody has executed yet (AWAITING_APPROVAL or READY);
+        repeating it returns ``replayed=True``."""
+        req = ledger_pb2.CancelRequest(operation_id=operation_id, reason=reason)
+        return self._call(self._stub.Cancel, req, (), timeout or self._timeout)

@@ -198,6 +198,11 @@ class QuotaExceeded(OpledgerError):
     quota allows; nothing was stored. Not retried by the client; wait ``retry_delay``."""
 
 
+class CancelNotApplicable(OpledgerError):
+    """CancelNotApplicable (FAILED_PRECONDITION): the operation was already claimed by an executor
+    or is finished, so it can no longer be cancelled."""
+
+
 #: ERRORS_BY_REASON maps an ErrorInfo reason to its exception class.
 ERRORS_BY_REASON: Dict[str, Type[OpledgerError]] = {
     "API_KEY_MISSING": ApiKeyMissing,
@@ -229,6 +234,7 @@ ERRORS_BY_REASON: Dict[str, Type[OpledgerError]] = {
     "OPERATOR_REQUIRED": OperatorRequired,
     "RATE_LIMITED": RateLimited,
     "QUOTA_EXCEEDED": QuotaExceeded,
+    "CANCEL_NOT_APPLICABLE": CancelNotApplicable,
 }
 
 

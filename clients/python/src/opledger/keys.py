@@ -5,61 +5,105 @@ action must send the same key, and a second legitimate action (a second $25 purc
 another one. A key derived from stable, trusted parts of the runtime's state gives both without
 storing anything extra.
 
+The recipe ("opk1") is the normative one of docs/fingerprint.md, "Idempotency key derivation",
+shared by every opledger client (Go, Java, Python, TypeScript) and checked against
+fingerprint/testdata/key_vectors.json, so every language derives the same key from the same parts.
+
 Caveat: a model provider's tool-call id is not a business identity. It matches a tool result to
 one model response, but a regenerated response (a retried model round, another provider) may
 carry a new call id for the same action, and a key built from it would then pay twice. Derive
 the key from state your runtime owns and persists (a workflow or conversation id, the step or
 round it is in, an id your application assigned to the intended action) and persist the key
 before calling Prepare. Pass the provider's call id only where your runtime has already pinned
-it (e.g. stored the model's response before executing any of its calls).
+it (e.g. stored the model's response before executing any of its calls); otherwise pass "".
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-from typing import Optional, Union
+from typing import Optional
 
 from .fingerprint import canonicalize
 
 #: KEY_PREFIX marks keys made by derive_idempotency_key (and the version of its recipe).
 KEY_PREFIX = "opk1-"
 
+# _MAX_ROUND is the largest integer every language's JSON number (an IEEE-754 double) holds
+# exactly; beyond it two rounds could canonicalize to the same text.
+_MAX_ROUND = 2**53 - 1
+
+
+def key_preimage(
+    workflow_id: str,
+    model_round: int,
+    tool_call_id: str,
+    tool_name: str,
+    tool_version: Optional[str] = None,
+) -> str:
+    """key_preimage returns the RFC 8785 canonical JSON text that derive_idempotency_key hashes
+    (encode it as UTF-8), for checking this client against the shared test vectors or another
+    implementation. It validates its arguments as derive_idempotency_key does."""
+    if not workflow_id:
+        raise ValueError("workflow_id must not be empty")
+    if not tool_name:
+        raise ValueError("tool_name must not be empty")
+    # bool is an int subclass, and a str round ("3") would be a different JSON value than 3:
+    # both are refused rather than silently converted.
+    if isinstance(model_round, bool) or not isinstance(model_round, int):
+        raise TypeError(f"model_round must be an int, not {type(model_round).__name__}")
+    if abs(model_round) > _MAX_ROUND:
+        raise TypeError("model_round must be a safe integer (|model_round| <= 2**53 - 1)")
+    if model_round < 0:
+        raise ValueError("model_round must not be negative")
+    parts = {
+        "conversation": workflow_id,
+        "round": model_round,
+        "tool_call": tool_call_id or "",
+        "tool": tool_name,
+        "tool_version": tool_version or "",
+    }
+    for name, value in parts.items():
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                # A lone surrogate has no UTF-8 form, so no other client could derive this key.
+                raise ValueError(f"{name} is not valid Unicode (a lone surrogate)") from None
+    return canonicalize(parts)
+
 
 def derive_idempotency_key(
     workflow_id: str,
-    model_round: Union[int, str],
+    model_round: int,
     tool_call_id: str,
     tool_name: str,
     tool_version: Optional[str] = None,
 ) -> str:
     """derive_idempotency_key returns a stable key for one intended tool call.
 
-    The key is "opk1-" followed by the first 43 characters of base64url(SHA-256(JCS of the
-    parts)): 48 printable ASCII characters, well inside opledger's 255, the same in every
-    process and every client language that follows the recipe (docs/clients/python.md), and it
-    reveals none of its parts.
+    The key is "opk1-" + base64url without padding of SHA-256 over the UTF-8 bytes of the
+    RFC 8785 (JCS) canonical form of {"conversation": workflow_id, "round": model_round,
+    "tool_call": tool_call_id, "tool": tool_name, "tool_version": tool_version or ""}
+    (docs/fingerprint.md, "Idempotency key derivation"). It is always 48 printable ASCII
+    characters, well inside opledger's 255, the same in every process and every opledger client
+    language, and it reveals none of its parts.
 
     Args:
-        workflow_id: the runtime's own durable id for the conversation, workflow or operation.
-        model_round: the round or step of that workflow the call belongs to.
-        tool_call_id: the call's id within the round; see the module caveat about provider ids.
-        tool_name: the tool, e.g. "pay_invoice".
-        tool_version: the tool's version, or None / "" for "unspecified".
+        workflow_id: the runtime's own durable id for the conversation, workflow or operation
+            (the "conversation" part); must not be empty.
+        model_round: the round or step of that workflow the call belongs to (the "round" part):
+            an int with 0 <= model_round <= 2**53 - 1.
+        tool_call_id: the call's id within the round, or "" (None counts as ""); see the module
+            caveat about provider ids.
+        tool_name: the tool, e.g. "pay_invoice"; must not be empty.
+        tool_version: the version sent in the Prepare request, or None / "" when none is sent.
+
+    Raises:
+        ValueError: workflow_id or tool_name is empty, model_round is negative, or a part is not
+            valid Unicode (a lone surrogate).
+        TypeError: model_round is not an int (a str or a bool included) or not a safe integer.
     """
-    if not workflow_id:
-        raise ValueError("workflow_id must not be empty")
-    if not tool_name:
-        raise ValueError("tool_name must not be empty")
-    if isinstance(model_round, bool) or not isinstance(model_round, (int, str)):
-        raise TypeError("model_round must be an int or a str")
-    parts = [
-        "opledger-idempotency-key/v1",
-        workflow_id,
-        str(model_round),
-        tool_call_id or "",
-        tool_name,
-        tool_version or "",
-    ]
-    digest = hashlib.sha256(canonicalize(parts).encode("utf-8")).digest()
-    return KEY_PREFIX + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")[:43]
+    text = key_preimage(workflow_id, model_round, tool_call_id, tool_name, tool_version)
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return KEY_PREFIX + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")

@@ -1,0 +1,286 @@
+// Package client is the Go client of opledger's LedgerService: typed errors,
+// one bounded retry owner that always repeats the same idempotency key, the
+// idempotency key derivation shared by every opledger client, and the
+// operation fingerprint.
+//
+// It imports only the generated API and the fingerprint package, never the
+// server's packages. See docs/clients/go.md.
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+)
+
+// Client calls one opledger server with one API key. It is safe for
+// concurrent use. Several clients (an agent's and an approver's key, say)
+// can share a connection through WithAPIKey.
+type Client struct {
+	conn   *grpc.ClientConn // nil when the connection is not ours to close
+	rpc    opledgerv1.LedgerServiceClient
+	apiKey string
+	retry  RetryPolicy
+}
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	tls      *tls.Config
+	insecure bool
+	retry    RetryPolicy
+	dialOpts []grpc.DialOption
+}
+
+// WithInsecure sends calls in plaintext, for a server on loopback or behind a
+// TLS-terminating sidecar. Without it the client uses TLS.
+func WithInsecure() Option { return func(c *config) { c.insecure = true } }
+
+// WithTLSConfig sets the TLS configuration (custom roots, client
+// certificates). The default is the system roots.
+func WithTLSConfig(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
+
+// WithRetryPolicy replaces DefaultRetryPolicy.
+func WithRetryPolicy(p RetryPolicy) Option { return func(c *config) { c.retry = p } }
+
+// WithDialOptions adds grpc dial options (interceptors, keepalive, …). Do not
+// re-enable grpc's retries: the client is the one retry owner.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(c *config) { c.dialOpts = append(c.dialOpts, opts...) }
+}
+
+// New connects to target (e.g. "127.0.0.1:50051" or "dns:///ledger:443")
+// and authenticates every call with apiKey. Close releases the connection.
+func New(target, apiKey string, opts ...Option) (*Client, error) {
+	if apiKey == "" {
+		return nil, errors.New("opledger: empty API key")
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	creds := insecure.NewCredentials()
+	if !cfg.insecure {
+		tc := cfg.tls
+		if tc == nil {
+			tc = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		creds = credentials.NewTLS(tc)
+	}
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithDisableRetry()}, cfg.dialOpts...)
+	conn, err := grpc.NewClient(target, dial...)
+	if err != nil {
+		return nil, fmt.Errorf("opledger: connect %s: %w", target, err)
+	}
+	return &Client{conn: conn, rpc: opledgerv1.NewLedgerServiceClient(conn), apiKey: apiKey, retry: cfg.retry.withDefaults()}, nil
+}
+
+// NewFromConn uses a connection the caller owns (Close leaves it open). The
+// connection must have been created with grpc.WithDisableRetry() so that the
+// client stays the only retry owner.
+func NewFromConn(conn grpc.ClientConnInterface, apiKey string, policy RetryPolicy) (*Client, error) {
+	if apiKey == "" {
+		return nil, errors.New("opledger: empty API key")
+	}
+	return &Client{rpc: opledgerv1.NewLedgerServiceClient(conn), apiKey: apiKey, retry: policy.withDefaults()}, nil
+}
+
+// WithAPIKey returns a client that shares c's connection and retry policy
+// but authenticates as another principal (e.g. the approver). Closing it
+// does not close the connection; close c.
+func (c *Client) WithAPIKey(apiKey string) *Client {
+	return &Client{rpc: c.rpc, apiKey: apiKey, retry: c.retry}
+}
+
+// Close closes the connection New opened.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// PrepareOption tunes Prepare.
+type PrepareOption func(*opledgerv1.PrepareRequest)
+
+// WithToolVersion pins the tool version; by default the server uses the
+// tool's current version (and reports it in Operation.tool_version).
+func WithToolVersion(v string) PrepareOption {
+	return func(r *opledgerv1.PrepareRequest) { r.ToolVersion = v }
+}
+
+// Prepare records a proposed tool call under idempotencyKey (see DeriveKey),
+// or returns the operation already recorded under it with Replayed = true.
+//
+// args is the tool's arguments as a map[string]any, a *structpb.Struct, a
+// json.RawMessage holding a JSON object, or nil for {}. Numbers travel as
+// IEEE-754 doubles: send integers above 2^53 as strings.
+func (c *Client) Prepare(ctx context.Context, tool string, args any, idempotencyKey string, opts ...PrepareOption) (*opledgerv1.PrepareResponse, error) {
+	if idempotencyKey == "" {
+		return nil, errors.New("opledger: Prepare needs an idempotency key (see DeriveKey)")
+	}
+	s, err := toStruct(args)
+	if err != nil {
+		return nil, err
+	}
+	req := &opledgerv1.PrepareRequest{Tool: tool, Args: s}
+	for _, o := range opts {
+		o(req)
+	}
+	var resp *opledgerv1.PrepareResponse
+	err = c.call(ctx, idempotencyKey, func(ctx context.Context) (err error) {
+		resp, err = c.rpc.Prepare(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// Approve records an approver's decision bound to the fingerprint the
+// approver was shown (use CheckFingerprint to verify it against the args on
+// screen first).
+func (c *Client) Approve(ctx context.Context, operationID, fingerprint string, decision opledgerv1.Decision, reason string) (*opledgerv1.ApproveResponse, error) {
+	req := &opledgerv1.ApproveRequest{OperationId: operationID, Fingerprint: fingerprint, Decision: decision, Reason: reason}
+	var resp *opledgerv1.ApproveResponse
+	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+		resp, err = c.rpc.Approve(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// ExecuteOption tunes Execute.
+type ExecuteOption func(*opledgerv1.ExecuteRequest)
+
+// WithWait makes Execute wait up to d for the outcome when another caller is
+// executing the operation (the server caps it, 30 s by default). Give the
+// context a deadline longer than d.
+func WithWait(d time.Duration) ExecuteOption {
+	return func(r *opledgerv1.ExecuteRequest) { r.Wait = durationpb.New(d) }
+}
+
+// Execute performs the operation's effect at most once; a repeat returns
+// the stored outcome with Replayed = true. Check Operation.State: SUCCEEDED,
+// FAILED, OUTCOME_UNKNOWN (call Reconcile; never a new Prepare) or EXECUTING
+// (pending).
+func (c *Client) Execute(ctx context.Context, operationID string, opts ...ExecuteOption) (*opledgerv1.ExecuteResponse, error) {
+	req := &opledgerv1.ExecuteRequest{OperationId: operationID}
+	for _, o := range opts {
+		o(req)
+	}
+	var resp *opledgerv1.ExecuteResponse
+	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+		resp, err = c.rpc.Execute(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// GetOption tunes Get.
+type GetOption func(*opledgerv1.GetRequest)
+
+// WithEvents asks Get for the operation's event log too.
+func WithEvents() GetOption { return func(r *opledgerv1.GetRequest) { r.IncludeEvents = true } }
+
+// Get reads an operation (and, WithEvents, its event log).
+func (c *Client) Get(ctx context.Context, operationID string, opts ...GetOption) (*opledgerv1.GetResponse, error) {
+	req := &opledgerv1.GetRequest{OperationId: operationID}
+	for _, o := range opts {
+		o(req)
+	}
+	var resp *opledgerv1.GetResponse
+	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+		resp, err = c.rpc.Get(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// ReconcileOption tunes Reconcile.
+type ReconcileOption func(*opledgerv1.ReconcileRequest)
+
+// WithResolution sends an operator's manual verdict (STATE_SUCCEEDED with
+// the downstream's reference, STATE_FAILED, or STATE_READY) instead of a
+// downstream lookup. It needs the operator role.
+func WithResolution(outcome opledgerv1.State, externalRef, note string) ReconcileOption {
+	return func(r *opledgerv1.ReconcileRequest) {
+		r.Resolution = &opledgerv1.Resolution{Outcome: outcome, ExternalRef: externalRef, Note: note}
+	}
+}
+
+// Reconcile resolves an OUTCOME_UNKNOWN (or abandoned EXECUTING) operation by
+// looking the downstream up, or by an operator's WithResolution.
+func (c *Client) Reconcile(ctx context.Context, operationID string, opts ...ReconcileOption) (*opledgerv1.ReconcileResponse, error) {
+	req := &opledgerv1.ReconcileRequest{OperationId: operationID}
+	for _, o := range opts {
+		o(req)
+	}
+	var resp *opledgerv1.ReconcileResponse
+	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+		resp, err = c.rpc.Reconcile(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// call attaches the credentials (and the idempotency key, built once so every
+// attempt carries the same one) and runs the retry policy.
+func (c *Client) call(ctx context.Context, idempotencyKey string, rpc func(context.Context) error) error {
+	kv := []string{"authorization", "Bearer " + c.apiKey}
+	if idempotencyKey != "" {
+		kv = append(kv, "idempotency-key", idempotencyKey)
+	}
+	return c.retry.retry(metadata.AppendToOutgoingContext(ctx, kv...), rpc)
+}
+
+// toStruct accepts the argument shapes Prepare documents.
+func toStruct(args any) (*structpb.Struct, error) {
+	switch a := args.(type) {
+	case nil:
+		return &structpb.Struct{}, nil
+	case *structpb.Struct:
+		if a == nil {
+			return &structpb.Struct{}, nil
+		}
+		return a, nil
+	case map[string]any:
+		s, err := structpb.NewStruct(a)
+		if err != nil {
+			return nil, fmt.Errorf("opledger: args: %w", err)
+		}
+		return s, nil
+	case json.RawMessage:
+		s := &structpb.Struct{}
+		if err := protojson.Unmarshal(a, s); err != nil {
+			return nil, fmt.Errorf("opledger: args must be a JSON object: %w", err)
+		}
+		return s, nil
+	default:
+		return nil, fmt.Errorf("opledger: args must be map[string]any, *structpb.Struct or json.RawMessage, got %T", args)
+	}
+}
+
+// Cancel withdraws an operation nobody has executed yet (AWAITING_APPROVAL or
+// READY); repeating it returns Replayed. reason is kept in the event log.
+func (c *Client) Cancel(ctx context.Context, operationID, reason string) (*opledgerv1.CancelResponse, error) {
+	req := &opledgerv1.CancelRequest{OperationId: operationID, Reason: reason}
+	var resp *opledgerv1.CancelResponse
+	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+		resp, err = c.rpc.Cancel(ctx, req)
+		return err
+	})
+	return resp, err
+}

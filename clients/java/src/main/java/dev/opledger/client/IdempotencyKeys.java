@@ -1,0 +1,63 @@
+package dev.opledger.client;
+
+import java.nio.charset.StandardCharsets;
+import java.util.Base64;
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+/**
+ * IdempotencyKeys derives the idempotency key of an agent's tool call, the same string in every
+ * opledger client (docs/fingerprint.md, "Idempotency key derivation"): {@code "opk1-"} +
+ * base64url-without-padding(SHA-256(RFC 8785 JSON of {@code {"conversation","round","tool_call",
+ * "tool","tool_version"}})), 48 printable ASCII characters.
+ *
+ * <p>A provider's tool-call id alone is not a business identity: a regenerated model response (a
+ * retried round, another provider) may carry a new id for the same intended action, and ids are
+ * unique only within one response. {@code conversation} must be your own durable id of the unit of
+ * work (an operation, ticket or conversation id that survives restarts) and {@code round} the model
+ * round within it; persist the key before calling Prepare.
+ */
+public final class IdempotencyKeys {
+  /** PREFIX starts every derived key and names the derivation. */
+  public static final String PREFIX = "opk1-";
+
+  /** MAX_ROUND is the largest round that is exact as an IEEE-754 double (2^53 - 1). */
+  public static final long MAX_ROUND = (1L << 53) - 1;
+
+  private IdempotencyKeys() {}
+
+  /**
+   * Derive returns the key of one tool call. conversation and tool must be non-empty; toolCall
+   * may be "" (or null) when the runtime has not pinned the model's response; toolVersion is the
+   * version sent in PrepareRequest ("" or null if none); 0 ≤ round ≤ 2^53 - 1.
+   */
+  public static String derive(
+      String conversation, long round, String toolCall, String tool, String toolVersion) {
+    byte[] sum =
+        Fingerprint.sha256(
+            preimage(conversation, round, toolCall, tool, toolVersion)
+                .getBytes(StandardCharsets.UTF_8));
+    return PREFIX + Base64.getUrlEncoder().withoutPadding().encodeToString(sum);
+  }
+
+  /** Preimage returns the canonical JSON text that {@link #derive} hashes. */
+  public static String preimage(
+      String conversation, long round, String toolCall, String tool, String toolVersion) {
+    if (conversation == null || conversation.isEmpty()) {
+      throw new IllegalArgumentException("idempotency key: empty conversation");
+    }
+    if (tool == null || tool.isEmpty()) {
+      throw new IllegalArgumentException("idempotency key: empty tool");
+    }
+    if (round < 0 || round > MAX_ROUND) {
+      throw new IllegalArgumentException("idempotency key: round must be in [0, 2^53)");
+    }
+    Map<String, Object> parts = new LinkedHashMap<>();
+    parts.put("conversation", conversation);
+    parts.put("round", round);
+    parts.put("tool_call", toolCall == null ? "" : toolCall);
+    parts.put("tool", tool);
+    parts.put("tool_version", toolVersion == null ? "" : toolVersion);
+    return Jcs.canonicalize(parts);
+  }
+}

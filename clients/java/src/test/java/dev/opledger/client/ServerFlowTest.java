@@ -1,0 +1,207 @@
+package dev.opledger.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.google.protobuf.Struct;
+import com.google.protobuf.Value;
+import dev.opledger.v1.ApproveResponse;
+import dev.opledger.v1.Decision;
+import dev.opledger.v1.ErrorReason;
+import dev.opledger.v1.ExecuteResponse;
+import dev.opledger.v1.GetResponse;
+import dev.opledger.v1.Operation;
+import dev.opledger.v1.PrepareResponse;
+import dev.opledger.v1.State;
+import io.grpc.Status;
+import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+import java.util.Map;
+import java.util.UUID;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * ServerFlowTest runs against a real server described by the environment that
+ * clients/run-server.sh writes (OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY, OTHER_AGENT_KEY,
+ * FAKEPAY_URL). Without it the tests are skipped, unless OPLEDGER_REQUIRE_SERVER=1 (as in
+ * clients/test.sh) makes that a failure.
+ */
+class ServerFlowTest {
+  private static OpledgerClient agent;
+  private static OpledgerClient approver;
+  private static OpledgerClient other;
+  private static String fakepay;
+
+  @BeforeAll
+  static void connect() {
+    String addr = System.getenv("OPLEDGER_ADDR");
+    boolean present =
+        addr != null
+            && System.getenv("AGENT_KEY") != null
+            && System.getenv("APPROVER_KEY") != null
+            && System.getenv("OTHER_AGENT_KEY") != null
+            && System.getenv("FAKEPAY_URL") != null;
+    if (!present && "1".equals(System.getenv("OPLEDGER_REQUIRE_SERVER"))) {
+      throw new IllegalStateException(
+          "OPLEDGER_REQUIRE_SERVER=1 but OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY, OTHER_AGENT_KEY"
+              + " or FAKEPAY_URL is missing (source the env file of clients/run-server.sh)");
+    }
+    if (!present) {
+      return; // every test is skipped by requireServer
+    }
+    agent = OpledgerClient.builder(addr, System.getenv("AGENT_KEY")).usePlaintext().build();
+    approver = agent.withApiKey(System.getenv("APPROVER_KEY"));
+    other = agent.withApiKey(System.getenv("OTHER_AGENT_KEY"));
+    fakepay = System.getenv("FAKEPAY_URL");
+  }
+
+  @BeforeEach
+  void requireServer() {
+    Assumptions.assumeTrue(agent != null, "no server in the environment (clients/run-server.sh)");
+  }
+
+  @AfterAll
+  static void close() {
+    if (agent != null) {
+      agent.close();
+    }
+  }
+
+  private static String invoiceId() {
+    return "INV-java-" + UUID.randomUUID();
+  }
+
+  private static Struct invoice(String id, long amount) {
+    return Args.of(Map.of("invoice_id", id, "amount_minor", amount, "currency", "EUR"));
+  }
+
+  private static String key(String call) {
+    return IdempotencyKeys.derive("java-" + UUID.randomUUID(), 1, call, "pay_invoice", "");
+  }
+
+  @Test
+  void prepareTwiceReplaysTheSameOperation() {
+    String inv = invoiceId();
+    String k = key("call_1");
+    PrepareResponse first = agent.prepare("pay_invoice", invoice(inv, 4900), k);
+    assertFalse(first.getReplayed());
+    assertEquals(State.STATE_AWAITING_APPROVAL, first.getOperation().getState());
+    // The same call with the args spelled differently: the same fingerprint.
+    String json = "{\"currency\":\"EUR\",\"amount_minor\":4.9e3,\"invoice_id\":\"" + inv + "\"}";
+    PrepareResponse second = agent.prepare("pay_invoice", Args.fromJson(json), k);
+    assertTrue(second.getReplayed());
+    assertEquals(first.getOperation().getId(), second.getOperation().getId());
+    assertEquals(first.getOperation().getFingerprint(), second.getOperation().getFingerprint());
+  }
+
+  @Test
+  void changedArgsUnderTheSameKeyIsKeyReused() {
+    String inv = invoiceId();
+    String k = key("call_1");
+    PrepareResponse first = agent.prepare("pay_invoice", invoice(inv, 4900), k);
+    OpledgerException e =
+        assertThrows(
+            OpledgerException.class, () -> agent.prepare("pay_invoice", invoice(inv, 49000), k));
+    assertEquals(Status.Code.ALREADY_EXISTS, e.getCode());
+    assertEquals(ErrorReason.ERROR_REASON_IDEMPOTENCY_KEY_REUSED, e.getReason());
+    assertFalse(e.isRetryable());
+    assertEquals(first.getOperation().getId(), e.getMetadata().get("operation_id"));
+  }
+
+  @Test
+  void approveExecuteMakesOneChargeAndRepeatsReplay() throws Exception {
+    String inv = invoiceId();
+    Operation op = agent.prepare("pay_invoice", invoice(inv, 4900), key("call_1")).getOperation();
+
+    OpledgerException early = assertThrows(OpledgerException.class, () -> agent.execute(op.getId()));
+    assertTrue(early.is(ErrorReason.ERROR_REASON_APPROVAL_REQUIRED));
+
+    // The approver checks that what it shows is what it approves.
+    assertTrue(Fingerprint.matches(op));
+    assertEquals(
+        op.getFingerprint(),
+        Fingerprint.ofPrepare(op.getTenant(), "pay_invoice", op.getToolVersion(), invoice(inv, 4900)));
+
+    OpledgerException self =
+        assertThrows(
+            OpledgerException.class,
+            () -> agent.approve(op.getId(), op.getFingerprint(), Decision.DECISION_APPROVE, "me"));
+    assertTrue(self.is(ErrorReason.ERROR_REASON_ROLE_REQUIRED));
+    ApproveResponse ap =
+        approver.approve(op.getId(), op.getFingerprint(), Decision.DECISION_APPROVE, "confirmed");
+    assertEquals(State.STATE_READY, ap.getOperation().getState());
+
+    ExecuteResponse ex = agent.execute(op.getId(), Duration.ofSeconds(5));
+    assertFalse(ex.getReplayed());
+    assertEquals(State.STATE_SUCCEEDED, ex.getOperation().getState());
+    assertFalse(ex.getOperation().getExternalRef().isEmpty());
+    assertEquals(1, charges(inv));
+
+    // The answer was lost: execute again.
+    ExecuteResponse again = agent.execute(op.getId());
+    assertTrue(again.getReplayed());
+    assertEquals(ex.getOperation().getExternalRef(), again.getOperation().getExternalRef());
+    assertEquals(1, charges(inv));
+
+    GetResponse got = approver.get(op.getId(), true);
+    assertEquals(State.STATE_SUCCEEDED, got.getOperation().getState());
+    assertTrue(got.getEventsCount() >= 3);
+    assertEquals(State.STATE_SUCCEEDED, agent.reconcile(op.getId()).getOperation().getState());
+  }
+
+  @Test
+  void anotherTenantGetsNotFound() {
+    Operation op =
+        agent.prepare("pay_invoice", invoice(invoiceId(), 4900), key("call_1")).getOperation();
+    for (Runnable call :
+        new Runnable[] {() -> other.get(op.getId()), () -> other.execute(op.getId())}) {
+      OpledgerException e = assertThrows(OpledgerException.class, call::run);
+      assertEquals(Status.Code.NOT_FOUND, e.getCode());
+      assertEquals(ErrorReason.ERROR_REASON_OPERATION_NOT_FOUND, e.getReason());
+    }
+  }
+
+  @Test
+  void validationErrorsAreTyped() {
+    OpledgerException bad =
+        assertThrows(
+            OpledgerException.class,
+            () -> agent.prepare("pay_invoice", invoice(invoiceId(), -1), key("c")));
+    assertTrue(bad.is(ErrorReason.ERROR_REASON_ARGS_INVALID));
+    OpledgerException unknown =
+        assertThrows(OpledgerException.class, () -> agent.prepare("no_such_tool", null, key("c")));
+    assertTrue(unknown.is(ErrorReason.ERROR_REASON_TOOL_UNKNOWN));
+    OpledgerClient wrong = agent.withApiKey("opl_not-a-real-key");
+    OpledgerException auth =
+        assertThrows(OpledgerException.class, () -> wrong.get("op_00000000000000000000000000"));
+    assertEquals(Status.Code.UNAUTHENTICATED, auth.getCode());
+    assertTrue(auth.is(ErrorReason.ERROR_REASON_API_KEY_INVALID));
+  }
+
+  /** Charges counts the fake processor's charges for one invoice. */
+  static int charges(String invoiceId) throws IOException, InterruptedException {
+    HttpResponse<String> resp =
+        HttpClient.newHttpClient()
+            .send(
+                HttpRequest.newBuilder(URI.create(fakepay + "/charges")).GET().build(),
+                HttpResponse.BodyHandlers.ofString());
+    assertEquals(200, resp.statusCode());
+    int n = 0;
+    for (Value c : Args.fromJson(resp.body()).getFieldsOrThrow("data").getListValue().getValuesList()) {
+      if (invoiceId.equals(c.getStructValue().getFieldsOrThrow("invoice_id").getStringValue())) {
+        n++;
+      }
+    }
+    return n;
+  }
+}
