@@ -33,6 +33,11 @@ import (
 	"github.com/opledger/opledger/store"
 )
 
+// ErrUnreachable means the cluster directory lies below a directory the
+// postgres user may not enter (typically a home directory of mode 0700,
+// when running as root).
+var ErrUnreachable = errors.New("pgcluster: directory unreachable for the postgres user")
+
 // Options configures Start.
 type Options struct {
 	// Dir holds everything of the cluster: Dir/data (the data directory), Dir/sock (the Unix
@@ -379,7 +384,7 @@ func (c *Cluster) checkReachable() error {
 			(st.Uid == c.cred.Uid && mode&0o100 != 0) ||
 			(st.Gid == c.cred.Gid && mode&0o010 != 0)
 		if !reachable {
-			return fmt.Errorf("pgcluster: the postgres user cannot reach %s because %s is mode %v; choose a Dir elsewhere (e.g. under /tmp or /var/tmp) or run chmod o+x %s", c.dir, p, mode, p)
+			return fmt.Errorf("%w: the postgres user cannot reach %s because %s is mode %v; choose a Dir elsewhere (e.g. under /tmp or /var/tmp) or run chmod o+x %s", ErrUnreachable, c.dir, p, mode, p)
 		}
 		if p == filepath.Dir(p) {
 			return nil

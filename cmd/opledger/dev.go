@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -27,7 +28,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", ".opledger-dev", "directory for the private PostgreSQL and the demo keys")
-	pgPort := fs.Int("pg-port", 55432, "PostgreSQL port on 127.0.0.1 (0: any free port)")
+	pgPort := fs.Int("pg-port", 0, "PostgreSQL port on 127.0.0.1 (0: any free port)")
 	fakepayAddr := fs.String("fakepay-listen", "127.0.0.1:7070", "fake processor address (empty: do not start it)")
 	tenant := fs.String("tenant", "demo", "the demo tenant")
 	var cfg Config
@@ -46,8 +47,18 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "starting a private PostgreSQL in", filepath.Join(abs, "pg"), "...")
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(abs, "pg"), Port: *pgPort, Durable: true, Logger: logger})
+	pgDir := filepath.Join(abs, "pg")
+	fmt.Fprintln(stdout, "starting a private PostgreSQL in", pgDir, "...")
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: pgDir, Port: *pgPort, Durable: true, Logger: logger})
+	if errors.Is(err, pgcluster.ErrUnreachable) {
+		// Running as root below a private home directory: PostgreSQL runs
+		// as the postgres user, who cannot enter it. Keep the data in a
+		// stable directory of its own instead, one per --dir.
+		sum := sha256.Sum256([]byte(abs))
+		pgDir = filepath.Join(os.TempDir(), "opledger-dev-"+hex.EncodeToString(sum[:6]))
+		fmt.Fprintln(stdout, "the postgres user cannot enter", abs, "- keeping the database in", pgDir, "instead")
+		cluster, err = pgcluster.Start(ctx, pgcluster.Options{Dir: pgDir, Port: *pgPort, Durable: true, Logger: logger})
+	}
 	if err != nil {
 		return err
 	}
