@@ -16,7 +16,9 @@ import (
 // the global no-op provider makes this nearly free.
 type queryTracer struct{ tracer trace.Tracer }
 
-func newQueryTracer() *queryTracer { return &queryTracer{tracer: otel.Tracer("github.com/opledger/opledger/store")} }
+func newQueryTracer() *queryTracer {
+	return &queryTracer{tracer: otel.Tracer("github.com/opledger/opledger/store")}
+}
 
 type spanKey struct{}
 
