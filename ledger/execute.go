@@ -154,7 +154,9 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 	if err != nil {
 		return Operation{}, true, err
 	}
-	if l.keyStillDedupes(b, op) {
+	// The takeover's request may reach the downstream as late as the end of
+	// its lease: the key must still be remembered then.
+	if l.keyStillDedupes(b, op, l.lease(b)) {
 		taken, err := l.store.OperationTakeOver(ctx, a.Tenant, op.ID, op.Fence, store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name})
 		if errors.Is(err, store.ErrNotFound) {
 			return Operation{}, false, nil
@@ -194,6 +196,9 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 		return Operation{}, false, err
 	}
 	lease := l.lease(b)
+	if op.Attempts > 1 && b.caps.DedupesKeys && b.tool.Executor.KeyRetention > 0 && !l.keyStillDedupes(b, op, lease) {
+		return l.refuseResubmission(ctx, op, b)
+	}
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease*4/5)
 	defer cancel()
 	failpoint.Inject(failpoint.BeforeDownstream)
@@ -269,5 +274,37 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 			Message:    "the downstream could not be reached and nothing was sent; the operation is READY again",
 			RetryAfter: time.Second, Metadata: map[string]string{"operation_id": op.ID}}
 	}
+	return out, false, nil
+}
+
+// refuseResubmission ends a claim that would resubmit a key the downstream
+// may have forgotten by the time the request reaches it: whatever made the
+// operation READY again (a lookup miss, a release) was decided inside the
+// key's retention, but this attempt comes too late to rely on it, and an
+// earlier attempt may have landed. Found by the chaos suite: a miss that
+// raced with the first request, then an Execute after the retention, charged
+// twice.
+func (l *Ledger) refuseResubmission(ctx context.Context, op Operation, b bound) (Operation, bool, error) {
+	if err := Check(StateExecuting, EventOutcomeUnknown, StateOutcomeUnknown); err != nil {
+		return Operation{}, false, storeErr(err)
+	}
+	detail := fmt.Sprintf("not resubmitted: the downstream may have forgotten the key (first sent %s, key retention %s) and an earlier attempt may have taken effect",
+		op.FirstClaimedAt.UTC().Format(time.RFC3339), b.tool.Executor.KeyRetention)
+	out, err := l.store.OperationTransition(context.WithoutCancel(ctx), store.Transition{
+		Tenant: op.Tenant, ID: op.ID, From: []string{string(StateExecuting)}, Fence: op.Fence, To: string(StateOutcomeUnknown),
+		SetError: true, Error: storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail}),
+		ReconcileAfter: l.cfg.ReconcileBackoff, Event: string(EventOutcomeUnknown), Actor: "server:" + l.cfg.ServerID, Detail: detail,
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		cur, gerr := l.store.OperationGet(context.WithoutCancel(ctx), op.Tenant, op.ID)
+		if gerr != nil {
+			return Operation{}, false, storeErr(gerr)
+		}
+		return cur, false, nil
+	}
+	if err != nil {
+		return Operation{}, false, storeErr(err)
+	}
+	l.opLogger(out).Warn("resubmission refused: past the downstream's key retention")
 	return out, false, nil
 }

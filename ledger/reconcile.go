@@ -122,7 +122,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	}
 	looker, hasLookup := b.exec.(executor.Looker)
 	if !hasLookup || !b.caps.HasLookup {
-		if executing && l.keyStillDedupes(b, op) {
+		if executing && l.keyStillDedupes(b, op, 0) {
 			return apply(StateReady, EventReconciled, "the lease expired; the downstream dedupes keys, so the next Execute resubmits the same key", nil)
 		}
 		if executing {
@@ -147,7 +147,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, jsonObject(lr.Result.Body), true
 		})
 	case executor.LookupNotFound:
-		if l.keyStillDedupes(b, op) && b.caps.LookupConsistent {
+		if l.keyStillDedupes(b, op, 0) && b.caps.LookupConsistent {
 			return apply(StateReady, EventReconciled, "not found at the downstream, whose lookup is consistent: the next Execute resubmits the same key", nil)
 		}
 		detail := "inconclusive: not found, but a miss from this downstream is not proof that nothing happened"
@@ -220,9 +220,11 @@ func (l *Ledger) ReconcileBatch(ctx context.Context) (int, error) {
 
 // keyStillDedupes reports whether resubmitting the operation's downstream key
 // is harmless: the downstream dedupes keys, and it cannot yet have forgotten
-// this one. Past (90% of) its key retention, counted from the first claim, a
-// lookup miss proves nothing and a resubmission could be a second effect.
-func (l *Ledger) keyStillDedupes(b bound, op Operation) bool {
+// this one, nor will it have within ahead (how long a resubmission decided
+// now may take to reach it). Past (90% of) its key retention, counted from
+// the first claim, a lookup miss proves nothing and a resubmission could be
+// a second effect.
+func (l *Ledger) keyStillDedupes(b bound, op Operation, ahead time.Duration) bool {
 	if !b.caps.DedupesKeys {
 		return false
 	}
@@ -230,5 +232,5 @@ func (l *Ledger) keyStillDedupes(b bound, op Operation) bool {
 	if r == 0 || op.FirstClaimedAt.IsZero() {
 		return true
 	}
-	return time.Since(op.FirstClaimedAt) < r-r/10
+	return time.Since(op.FirstClaimedAt)+ahead < r-r/10
 }

@@ -3,9 +3,102 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/opledger/opledger/bench"
 )
 
-func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	return errors.New("bench: not built yet")
+// cmdBench runs the benchmark against real `opledger serve` processes (this
+// very binary) and prints the comparison table. It fails when a measurement
+// broke (errors, or no op completed), never because of the numbers.
+func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer, _ func(string) string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o bench.Options
+	fs.BoolVar(&o.Quick, "quick", false, "fewer concurrency levels and 1s measurements: shows that everything works, in about a minute")
+	conc := fs.String("concurrency", "", "comma-separated client counts (default 1,4,16,64; quick: 1,16)")
+	fs.DurationVar(&o.Duration, "duration", 0, "length of each measurement (default 5s; quick: 1s)")
+	fs.IntVar(&o.Grow, "grow", 0, "also bulk-load this many operations and measure execute-replay at 10 thousand and at N")
+	out := fs.String("out", "", "also write the report to this file: Markdown, or JSON if the name ends in .json")
+	fs.StringVar(&o.CPUProfileDir, "cpuprofile-dir", "", "write one CPU profile per scenario (in-process server) into this directory")
+	fs.IntVar(&o.ProfileConcurrency, "profile-concurrency", 0, "client count of the profiled runs (default: the sweep's highest up to 16)")
+	fs.IntVar(&o.Processes, "processes", 1, "number of `opledger serve` processes sharing the database")
+	fs.IntVar(&o.Repeat, "repeat", 1, "measure every point this many times and keep the median (tames a busy machine)")
+	fs.IntVar(&o.DBConns, "db-conns", 16, "connection pool size of each server and of DBOS")
+	scen := fs.String("scenarios", "", "comma-separated subset of: "+strings.Join(bench.Scenarios, ", "))
+	base := fs.String("baselines", "", "comma-separated subset of: pgbench, pgbench-nonotify, grpc-floor, grpc-chain, dbos")
+	fs.StringVar(&o.Dir, "dir", "", "working directory for the cluster and logs (default: a temporary one, removed)")
+	inProcess := fs.Bool("in-process", false, "serve from this process instead of `opledger serve` children")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	}
+	if *conc != "" {
+		for _, f := range strings.Split(*conc, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("bench: --concurrency: %q is not a number", f)
+			}
+			o.Concurrency = append(o.Concurrency, n)
+		}
+	}
+	if *scen != "" {
+		o.Scenarios = strings.Split(*scen, ",")
+	}
+	if *base != "" {
+		o.Baselines = strings.Split(*base, ",")
+	}
+	if !*inProcess {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: find this executable to run `serve`: %w", err)
+		}
+		o.Binary = exe
+	}
+	if o.CPUProfileDir != "" {
+		abs, err := filepath.Abs(o.CPUProfileDir)
+		if err != nil {
+			return err
+		}
+		o.CPUProfileDir = abs
+	}
+	o.Progress = stderr
+	rep, err := bench.Run(ctx, o)
+	if rep != nil {
+		fmt.Fprintln(stdout)
+		rep.WriteTable(stdout)
+		if *out != "" {
+			if werr := writeReport(rep, *out); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if f := rep.Failures(); len(f) > 0 {
+		return fmt.Errorf("bench: %d measurement(s) broke:\n  %s", len(f), strings.Join(f, "\n  "))
+	}
+	return nil
+}
+
+func writeReport(rep *bench.Report, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if strings.HasSuffix(path, ".json") {
+		err = rep.WriteJSON(f)
+	} else {
+		rep.WriteMarkdown(f)
+	}
+	return errors.Join(err, f.Close())
 }

@@ -3,9 +3,74 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"os"
+	"time"
+
+	"github.com/opledger/opledger/chaos"
+	"github.com/opledger/opledger/failpoint"
 )
 
+// cmdChaos runs the fault-injection suite: three `opledger serve`
+// processes of this very binary (so it must be built with
+// `-tags failpoints` for crash points and --control), PostgreSQL and the fake
+// processors, a workload, a nemesis and a checker. It prints the summary
+// line and fails on any violation (in --control mode: unless duplicates were
+// found).
 func cmdChaos(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	return errors.New("chaos: not built yet")
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	duration := fs.Duration("duration", time.Minute, "how long the workload and the nemesis run")
+	ops := fs.Int("ops", 0, "run on past --duration until this many operations were started (0: no floor)")
+	maxDuration := fs.Duration("max-duration", 0, "cap when --ops is not reached (default 4 × --duration)")
+	control := fs.Bool("control", false, "disable deduplication in the servers: the checker must find duplicates")
+	seed := fs.Uint64("seed", 0, "seed for every random choice (0: random, printed)")
+	history := fs.String("history", "", "write the JSON-lines history to this file")
+	workers := fs.Int("workers", 16, "concurrent agents")
+	rate := fs.Float64("failpoint-rate", 0.0005, "probability that each named failpoint kills a server on each hit (negative: scheduled crashes only)")
+	requireAll := fs.Bool("require-all-faults", true, "fail when some fault kind was never injected")
+	dir := fs.String("dir", "", "working directory (default: a temporary one, removed after a clean run)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if !failpoint.Enabled {
+		return errors.New("chaos: this binary has no failpoints; build it with `go build -tags failpoints -o bin/opledger-chaos ./cmd/opledger` (the chaos suite re-executes itself as the servers)")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	opts := chaos.Options{Binary: exe, Duration: *duration, Ops: *ops, MaxDuration: *maxDuration, Workers: *workers,
+		Seed: *seed, Control: *control, Failpoints: true, FailpointRate: *rate, RequireAllFaults: *requireAll,
+		Dir: *dir, Log: stderr}
+	if *history != "" {
+		f, err := os.Create(*history)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		opts.History = f
+	}
+	s, err := chaos.Run(ctx, opts)
+	if err != nil {
+		return err
+	}
+	for i, v := range s.Check.Violations {
+		if i == 20 {
+			fmt.Fprintf(stdout, "chaos: … and %d more violations (see the history)\n", len(s.Check.Violations)-i)
+			break
+		}
+		fmt.Fprintf(stdout, "chaos: violation %s op=%s: %s\n", v.Kind, v.Op, v.Detail)
+	}
+	fmt.Fprintf(stdout, "chaos: seed=%d elapsed=%s effects=%d succeeded=%d failed=%d ready=%d rejected=%d awaiting=%d\n",
+		s.Seed, s.Elapsed.Round(time.Second), s.Check.Effects, s.Check.Succeeded, s.Check.Failed, s.Check.Ready, s.Check.Rejected, s.Check.AwaitingOps)
+	fmt.Fprintf(stdout, "chaos: injected %v\n", s.Injected)
+	fmt.Fprintln(stdout, s.Line())
+	verdict := s.Err(*requireAll)
+	if s.Control && verdict == nil {
+		fmt.Fprintf(stdout, "chaos: control run: with deduplication disabled the checker detected %d duplicate effect(s), as it must\n", s.Check.Duplicates)
+	}
+	return verdict
 }

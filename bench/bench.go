@@ -1,0 +1,484 @@
+// Package bench measures opledger's throughput and latency against
+// baselines on one machine and one PostgreSQL: the database ceiling
+// (pgbench running the same statements), the RPC floor (a bare grpc-go
+// server with no interceptors and no database) and a peer (DBOS Transact for
+// Go doing the same job). It backs `opledger bench`; docs/performance.md
+// holds a documented run and what the profiles say.
+//
+// Everything runs on the local machine: a throwaway PostgreSQL cluster with
+// PostgreSQL's crash-safety defaults (fsync on, so commits cost what they
+// cost in production), the fake payment processor with no injected delay,
+// and either real `opledger serve` processes or, for profiling and tests,
+// the same server wired in-process.
+package bench
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The scenarios, in the order they run and are reported.
+const (
+	// ScenarioPrepare prepares new operations (unique keys) of a tool that
+	// needs no approval.
+	ScenarioPrepare = "prepare"
+	// ScenarioExecuteNew prepares and executes a new operation whose
+	// downstream is the fake processor; one op is both RPCs.
+	ScenarioExecuteNew = "execute-new"
+	// ScenarioExecuteReplay executes an operation that already succeeded.
+	ScenarioExecuteReplay = "execute-replay"
+	// ScenarioGet reads an operation.
+	ScenarioGet = "get"
+	// ScenarioDuplicateStorm has every client execute one of a few fresh
+	// operations at the same moment, round after round.
+	ScenarioDuplicateStorm = "duplicate-storm"
+)
+
+// Scenarios lists every scenario in run order.
+var Scenarios = []string{ScenarioPrepare, ScenarioExecuteNew, ScenarioExecuteReplay, ScenarioGet, ScenarioDuplicateStorm}
+
+// The systems a result can belong to.
+const (
+	// SystemOpledger is opledger itself, over gRPC.
+	SystemOpledger = "opledger"
+	// SystemPgbench is the database ceiling: pgbench running the scenario's
+	// statements.
+	SystemPgbench = "pgbench"
+	// SystemPgbenchNoNotify is the same pgbench script on a copy of the
+	// schema without the trigger that NOTIFYs every state change: what the
+	// ceiling would be if commits did not serialize on PostgreSQL's notify
+	// queue lock.
+	SystemPgbenchNoNotify = "pgbench-nonotify"
+	// SystemGRPCFloor is a bare grpc-go server answering a canned response:
+	// no interceptors, no database.
+	SystemGRPCFloor = "grpc-floor"
+	// SystemGRPCChain is the same canned handler behind opledger's
+	// interceptor chain (auth, logging, metrics, validation…), no database.
+	SystemGRPCChain = "grpc-chain"
+	// SystemDBOS is DBOS Transact for Go doing the same job: a workflow
+	// whose id is the idempotency key, running one step that calls the fake
+	// processor.
+	SystemDBOS = "dbos"
+)
+
+// baselines lists, per scenario, the systems it is compared with.
+var baselines = map[string][]string{
+	ScenarioPrepare:        {SystemPgbench},
+	ScenarioExecuteNew:     {SystemPgbench, SystemPgbenchNoNotify, SystemDBOS},
+	ScenarioExecuteReplay:  {SystemPgbench, SystemGRPCFloor, SystemDBOS},
+	ScenarioGet:            {SystemPgbench, SystemGRPCFloor, SystemGRPCChain},
+	ScenarioDuplicateStorm: {SystemPgbench, SystemDBOS},
+}
+
+// allBaselines lists every baseline system.
+var allBaselines = []string{SystemPgbench, SystemPgbenchNoNotify, SystemGRPCFloor, SystemGRPCChain, SystemDBOS}
+
+// Options configures Run. The zero value runs the full benchmark with an
+// in-process server; `opledger bench` sets Binary to itself.
+type Options struct {
+	// Quick runs fewer concurrency levels and shorter measurements, to show
+	// that everything works (CI) rather than to publish numbers.
+	Quick bool
+	// Concurrency lists the client counts of the sweep; default 1, 4, 16,
+	// 64 (quick: 1, 16).
+	Concurrency []int
+	// Duration is each measurement's length after a short warm-up; default
+	// 5s (quick: 1s).
+	Duration time.Duration
+	// Grow, when positive, bulk-inserts operations up to Grow stored rows in
+	// a database of its own and measures execute-replay at 10 thousand and
+	// at Grow.
+	Grow int
+	// CPUProfileDir, when set, receives one CPU profile per scenario, taken
+	// from a run against the server wired in-process (the serve process has
+	// no profiling endpoint).
+	CPUProfileDir string
+	// ProfileConcurrency is the client count of the profiled runs; default
+	// the sweep's highest level up to 16.
+	ProfileConcurrency int
+	// Binary is the opledger executable whose `serve` the clients call;
+	// empty serves in-process (the same wiring as serve).
+	Binary string
+	// Processes is how many serve processes share the database; default 1.
+	Processes int
+	// DBConns is the connection pool size of each server and of DBOS;
+	// default 16.
+	DBConns int
+	// Scenarios restricts the run to these scenarios; empty runs all.
+	Scenarios []string
+	// Baselines restricts the baselines to these systems; empty runs all.
+	Baselines []string
+	// Dir holds the cluster and logs; empty uses a temporary directory that
+	// is removed at the end.
+	Dir string
+	// Seed is how many succeeded operations replay and get choose from;
+	// default 10000.
+	Seed int
+	// Repeat measures every point this many times and keeps the median
+	// by throughput, which tames a machine shared with other work;
+	// default 1.
+	Repeat int
+	// Progress receives one line per measurement; nil discards them.
+	Progress io.Writer `json:"-"`
+}
+
+func (o *Options) defaults() {
+	if len(o.Concurrency) == 0 {
+		o.Concurrency = []int{1, 4, 16, 64}
+		if o.Quick {
+			o.Concurrency = []int{1, 16}
+		}
+	}
+	if o.Duration == 0 {
+		o.Duration = 5 * time.Second
+		if o.Quick {
+			o.Duration = time.Second
+		}
+	}
+	if o.ProfileConcurrency == 0 {
+		o.ProfileConcurrency = min(16, slices.Max(o.Concurrency))
+	}
+	if o.Processes == 0 {
+		o.Processes = 1
+	}
+	if o.DBConns == 0 {
+		o.DBConns = 16
+	}
+	if len(o.Scenarios) == 0 {
+		o.Scenarios = Scenarios
+	}
+	if len(o.Baselines) == 0 {
+		o.Baselines = allBaselines
+	}
+	if o.Seed == 0 {
+		o.Seed = 10000
+	}
+	if o.Repeat == 0 {
+		o.Repeat = 1
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+}
+
+func (o *Options) validate() error {
+	for _, s := range o.Scenarios {
+		if !slices.Contains(Scenarios, s) {
+			return fmt.Errorf("bench: unknown scenario %q (want one of %s)", s, strings.Join(Scenarios, ", "))
+		}
+	}
+	for _, b := range o.Baselines {
+		if !slices.Contains(allBaselines, b) {
+			return fmt.Errorf("bench: unknown baseline %q", b)
+		}
+	}
+	for _, c := range o.Concurrency {
+		if c < 1 || c > 1024 {
+			return fmt.Errorf("bench: concurrency %d out of range 1..1024", c)
+		}
+	}
+	if o.Duration < 100*time.Millisecond {
+		return errors.New("bench: duration must be at least 100ms")
+	}
+	if o.Grow < 0 || o.Seed < 1 || o.Repeat < 1 || o.Repeat > 9 {
+		return errors.New("bench: --grow must be positive, the seed at least 1 and --repeat 1 to 9")
+	}
+	return nil
+}
+
+func (o *Options) wants(system string) bool { return slices.Contains(o.Baselines, system) }
+
+func (o *Options) warmup() time.Duration { return min(time.Second, o.Duration/4) }
+
+// Result is one measurement: one system running one scenario's workload at
+// one concurrency.
+type Result struct {
+	Scenario    string
+	System      string
+	Concurrency int
+	// Workload names what the system ran when it is not the scenario
+	// itself, e.g. pgbench's script.
+	Workload string
+	// Ops completed inside the measured window, and their rate.
+	Ops       int
+	OpsPerSec float64
+	// Latency percentiles of those ops.
+	P50, P99, P999 time.Duration
+	// Errors counts failed ops (warm-up included); FirstError is one of
+	// them.
+	Errors     int
+	FirstError string
+	// DBCallsPerOp is the statements PostgreSQL executed per op
+	// (pg_stat_statements); 0 when not measured.
+	DBCallsPerOp float64
+	// total counts every op, warm-up included.
+	total int
+}
+
+// GrowPoint is execute-replay measured with Stored operations in the table.
+type GrowPoint struct {
+	Stored         int
+	Concurrency    int
+	Ops            int
+	OpsPerSec      float64
+	P50, P99, P999 time.Duration
+	Errors         int
+	// Load is how long inserting the rows up to this point took.
+	Load time.Duration
+	// TableBytes is the operation table's size with its indexes.
+	TableBytes int64
+}
+
+// Statement is one statement's share of a scenario's database work.
+type Statement struct {
+	CallsPerOp float64
+	MeanMillis float64
+	Query      string
+}
+
+// Machine describes where a report was measured.
+type Machine struct {
+	CPUs          int
+	CPUModel      string
+	MemoryBytes   int64
+	GoVersion     string
+	Postgres      string
+	LoadBefore    string
+	LoadAfter     string
+	Durable       bool
+	PGSettings    map[string]string
+	ServerProcess string
+}
+
+// Report is everything a run measured.
+type Report struct {
+	Options  Options
+	Machine  Machine
+	Started  time.Time
+	Elapsed  time.Duration
+	Results  []Result
+	Grow     []GrowPoint
+	GrowNote string
+	// Statements breaks each opledger scenario's database work down by
+	// statement, measured at the profile concurrency.
+	Statements map[string][]Statement
+	// Profiles lists the CPU profile files written.
+	Profiles []string
+	// InProcess holds the in-process (profiled) runs.
+	InProcess []Result
+}
+
+// Failures lists what went wrong in a report: measurements with errors or
+// without a single completed op. A report without failures may still show
+// numbers that miss their targets; that is not a failure.
+func (r *Report) Failures() []string {
+	var out []string
+	check := func(res Result) {
+		if res.Errors > 0 {
+			out = append(out, fmt.Sprintf("%s %s c=%d: %d errors, e.g. %s", res.System, res.Scenario, res.Concurrency, res.Errors, res.FirstError))
+		} else if res.Ops == 0 {
+			out = append(out, fmt.Sprintf("%s %s c=%d: no op completed", res.System, res.Scenario, res.Concurrency))
+		}
+	}
+	for _, res := range r.Results {
+		check(res)
+	}
+	for _, res := range r.InProcess {
+		check(res)
+	}
+	for _, g := range r.Grow {
+		if g.Errors > 0 || g.Ops == 0 {
+			out = append(out, fmt.Sprintf("grow %d: %d errors, %d ops", g.Stored, g.Errors, g.Ops))
+		}
+	}
+	return out
+}
+
+// Run runs the benchmark and returns its report. It fails only when the
+// setup fails; errors of individual measurements are in the report (see
+// Report.Failures).
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	opts.defaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Options: opts, Started: time.Now(), Statements: map[string][]Statement{}}
+	rep.Machine = describeMachine()
+	rep.Machine.LoadBefore = loadAverage()
+	dir := opts.Dir
+	if dir == "" {
+		// Under /tmp: pgcluster hands the directory to the postgres user
+		// when we are root, and that user must reach it.
+		d, err := os.MkdirTemp("", "opledger-bench-")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			return nil, err
+		}
+		dir = d
+		defer os.RemoveAll(d)
+	}
+	e, err := newEnv(ctx, dir, &opts)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	rep.Machine.Postgres = e.pgVersion
+	rep.Machine.Durable = true
+	rep.Machine.PGSettings = e.pgSettings
+	rep.Machine.ServerProcess = "in-process server"
+	if opts.Binary != "" {
+		rep.Machine.ServerProcess = fmt.Sprintf("%d `opledger serve` process(es)", opts.Processes)
+	}
+	if err := e.runAll(ctx, rep); err != nil {
+		return rep, err
+	}
+	rep.Machine.LoadAfter = loadAverage()
+	rep.Elapsed = time.Since(rep.Started)
+	return rep, nil
+}
+
+func (e *env) progress(format string, args ...any) {
+	fmt.Fprintf(e.opts.Progress, "bench: "+format+"\n", args...)
+}
+
+// runAll runs every measurement in a fixed order: the scenarios and their
+// baselines level by level, then the profiles, then the growth test.
+func (e *env) runAll(ctx context.Context, rep *Report) error {
+	o := e.opts
+	pgbenchDone := map[string]Result{}
+	for _, sc := range o.Scenarios {
+		for _, c := range o.Concurrency {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			res := e.median(func() Result { return e.measureOpledger(ctx, e.clients, sc, c, true) })
+			rep.Results = append(rep.Results, res)
+			e.progress("%-15s %-10s c=%-3d %s", sc, SystemOpledger, c, res.brief())
+			for _, sys := range baselines[sc] {
+				if !o.wants(sys) {
+					continue
+				}
+				var b Result
+				switch sys {
+				case SystemPgbench:
+					script := pgbenchScript[sc]
+					key := fmt.Sprintf("%s/%d", script, c)
+					if prev, ok := pgbenchDone[key]; ok {
+						b = prev
+					} else {
+						b = e.median(func() Result { return e.pgbench(ctx, dbCeiling, script, c) })
+						pgbenchDone[key] = b
+					}
+				case SystemPgbenchNoNotify:
+					b = e.median(func() Result { return e.pgbench(ctx, dbCeilingNoNotify, pgbenchScript[sc], c) })
+				case SystemGRPCFloor:
+					b = e.median(func() Result { return e.floor(ctx, e.bare, sc, c) })
+				case SystemGRPCChain:
+					b = e.median(func() Result { return e.floor(ctx, e.chain, sc, c) })
+				case SystemDBOS:
+					b = e.median(func() Result { return e.dbosMeasure(ctx, sc, c) })
+				}
+				b.Scenario, b.System, b.Concurrency = sc, sys, c
+				rep.Results = append(rep.Results, b)
+				e.progress("%-15s %-10s c=%-3d %s", sc, sys, c, b.brief())
+			}
+		}
+	}
+	if o.CPUProfileDir != "" {
+		if err := e.profile(ctx, rep); err != nil {
+			return err
+		}
+	}
+	if o.Grow > 0 {
+		if err := e.grow(ctx, rep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// median runs measure Options.Repeat times and returns the run with the
+// median throughput; errors of every run are kept.
+func (e *env) median(measure func() Result) Result {
+	var runs []Result
+	errs, first := 0, ""
+	for range e.opts.Repeat {
+		r := measure()
+		errs += r.Errors
+		if first == "" {
+			first = r.FirstError
+		}
+		runs = append(runs, r)
+	}
+	slices.SortFunc(runs, func(a, b Result) int { return cmp.Compare(a.OpsPerSec, b.OpsPerSec) })
+	m := runs[len(runs)/2]
+	m.Errors, m.FirstError = errs, first
+	return m
+}
+
+func (r Result) brief() string {
+	s := fmt.Sprintf("%9.0f ops/s  p50 %-9s p99 %-9s p99.9 %-9s", r.OpsPerSec, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.P999))
+	if r.DBCallsPerOp > 0 {
+		s += fmt.Sprintf(" db calls/op %.2f", r.DBCallsPerOp)
+	}
+	if r.Errors > 0 {
+		s += fmt.Sprintf("  %d errors (%s)", r.Errors, r.FirstError)
+	}
+	return s
+}
+
+func describeMachine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			var kb int64
+			if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
+				m.MemoryBytes = kb * 1024
+				break
+			}
+		}
+	}
+	return m
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// randomHex returns n random bytes in hex, for secrets and run ids.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%x", b)
+}
+
+// discardLogger is for components whose logs would only be noise here.
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

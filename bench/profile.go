@@ -1,0 +1,83 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+
+	"google.golang.org/grpc/metadata"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+)
+
+// floor runs get or execute-replay against a floor server.
+func (e *env) floor(ctx context.Context, fs *floorServer, sc string, conc int) Result {
+	cl := fs.clients
+	md, _ := metadata.FromOutgoingContext(cl.auth)
+	var op opFunc
+	switch sc {
+	case ScenarioGet:
+		op = func(ctx context.Context, w, _ int) error {
+			_, err := cl.client(w).Get(metadata.NewOutgoingContext(ctx, md), &opledgerv1.GetRequest{OperationId: syntheticID(1 + rand.IntN(e.opts.Seed))})
+			return err
+		}
+	case ScenarioExecuteReplay:
+		op = func(ctx context.Context, w, _ int) error {
+			_, err := cl.client(w).Execute(metadata.NewOutgoingContext(ctx, md), &opledgerv1.ExecuteRequest{OperationId: syntheticID(1 + rand.IntN(e.opts.Seed))})
+			return err
+		}
+	default:
+		return Result{Workload: "none"}
+	}
+	r := runClosed(ctx, conc, e.opts.warmup(), e.opts.Duration, op).result()
+	r.Workload = "canned " + sc
+	return r
+}
+
+// profile runs every scenario once more against the in-process server at
+// the profile concurrency, with a CPU profile of the whole process per
+// scenario (the load generator's goroutines are in it too: focus on
+// server, ledger, store, interceptors and pgx), and records which
+// statements each op cost.
+func (e *env) profile(ctx context.Context, rep *Report) error {
+	o := e.opts
+	if err := os.MkdirAll(o.CPUProfileDir, 0o755); err != nil {
+		return err
+	}
+	cl := e.clients
+	if o.Binary != "" {
+		c, err := dialClients([]string{e.stack.addr}, e.apiKey)
+		if err != nil {
+			return err
+		}
+		defer c.close()
+		cl = c
+	}
+	for _, sc := range o.Scenarios {
+		path := filepath.Join(o.CPUProfileDir, sc+".pprof")
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("bench: cpu profile: %w", err)
+		}
+		r := e.measureOpledgerOn(ctx, cl, dbMain, o.Seed, sc, o.ProfileConcurrency, o.Duration, true)
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return err
+		}
+		if st, err := e.pgStatTop(ctx, dbMain, r.total); err == nil {
+			rep.Statements[sc] = st
+		}
+		r.System = "opledger (in-process)"
+		rep.InProcess = append(rep.InProcess, r)
+		rep.Profiles = append(rep.Profiles, path)
+		e.progress("%-15s %-10s c=%-3d %s  profile %s", sc, "in-process", o.ProfileConcurrency, r.brief(), path)
+	}
+	return nil
+}

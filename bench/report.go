@@ -1,0 +1,270 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// row is one line of the comparison table: opledger at one scenario and
+// concurrency against one baseline (or alone when it has none).
+type row struct {
+	o    Result
+	b    *Result
+	name string
+}
+
+func (r *Report) rows() []row {
+	var out []row
+	find := func(sc, sys string, c int) *Result {
+		for i := range r.Results {
+			x := &r.Results[i]
+			if x.Scenario == sc && x.System == sys && x.Concurrency == c {
+				return x
+			}
+		}
+		return nil
+	}
+	for _, sc := range r.Options.Scenarios {
+		for _, c := range r.Options.Concurrency {
+			o := find(sc, SystemOpledger, c)
+			if o == nil {
+				continue
+			}
+			n := 0
+			for _, sys := range baselines[sc] {
+				if b := find(sc, sys, c); b != nil {
+					out = append(out, row{o: *o, b: b, name: sys})
+					n++
+				}
+			}
+			if n == 0 {
+				out = append(out, row{o: *o})
+			}
+		}
+	}
+	return out
+}
+
+func ratio(a, b float64) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// WriteTable prints the comparison table, the targets and the growth test
+// as plain text.
+func (r *Report) WriteTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tconc\topledger ops/s\tp50\tp99\tp99.9\tdb calls/op\tbaseline\tbaseline ops/s\tratio\tbaseline p99\t")
+	for _, x := range r.rows() {
+		base, bops, rat, bp99 := "-", "-", "-", "-"
+		if x.b != nil {
+			base, bops, rat, bp99 = x.name, fmt.Sprintf("%.0f", x.b.OpsPerSec), ratio(x.o.OpsPerSec, x.b.OpsPerSec), fmtDur(x.b.P99)
+		}
+		db := "-"
+		if x.o.DBCallsPerOp > 0 {
+			db = fmt.Sprintf("%.2f", x.o.DBCallsPerOp)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.o.Scenario, x.o.Concurrency, x.o.OpsPerSec,
+			fmtDur(x.o.P50), fmtDur(x.o.P99), fmtDur(x.o.P999), db, base, bops, rat, bp99)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "targets (informational: times are never a failure):")
+	for _, t := range r.Targets() {
+		fmt.Fprintf(w, "  %-4s %s\n", t.Verdict(), t.Text)
+	}
+	if len(r.Grow) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "execute-replay as the table grows:")
+		for _, g := range r.Grow {
+			fmt.Fprintf(w, "  %11d stored (%.2f GiB)  c=%d  %8.0f ops/s  p50 %-9s p99 %-9s p99.9 %-9s load %s\n", g.Stored,
+				float64(g.TableBytes)/(1<<30), g.Concurrency, g.OpsPerSec, fmtDur(g.P50), fmtDur(g.P99), fmtDur(g.P999), g.Load.Round(time.Second))
+		}
+		if r.GrowNote != "" {
+			fmt.Fprintln(w, "  "+r.GrowNote)
+		}
+	}
+	if len(r.InProcess) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "in-process runs (profiled):")
+		for _, x := range r.InProcess {
+			fmt.Fprintf(w, "  %-15s c=%-3d %s\n", x.Scenario, x.Concurrency, x.brief())
+		}
+	}
+}
+
+// Target is one of the performance goals, evaluated on this report.
+type Target struct {
+	Text string
+	// Met is nil when the report lacks what the target needs.
+	Met *bool
+}
+
+// Verdict is "ok", "MISS" or "n/a".
+func (t Target) Verdict() string {
+	switch {
+	case t.Met == nil:
+		return "n/a"
+	case *t.Met:
+		return "ok"
+	}
+	return "MISS"
+}
+
+func (r *Report) best(sc, sys string) (Result, bool) {
+	var b Result
+	found := false
+	for _, x := range r.Results {
+		if x.Scenario == sc && x.System == sys && x.Ops > 0 && (!found || x.OpsPerSec > b.OpsPerSec) {
+			b, found = x, true
+		}
+	}
+	return b, found
+}
+
+func (r *Report) at(sc, sys string, c int) (Result, bool) {
+	for _, x := range r.Results {
+		if x.Scenario == sc && x.System == sys && x.Concurrency == c && x.Ops > 0 {
+			return x, true
+		}
+	}
+	return Result{}, false
+}
+
+func met(b bool) *bool { return &b }
+
+// Targets evaluates the goals docs/performance.md states, each at the best
+// concurrency level of each side.
+func (r *Report) Targets() []Target {
+	var ts []Target
+	if o, ok := r.best(ScenarioExecuteNew, SystemOpledger); ok {
+		if p, ok := r.best(ScenarioExecuteNew, SystemPgbench); ok {
+			q := o.OpsPerSec / p.OpsPerSec
+			ts = append(ts, Target{Met: met(q >= 0.8), Text: fmt.Sprintf("execute-new ≥ 0.8 × pgbench ceiling (insert + claim + complete): %.0f ops/s (c=%d) vs %.0f (c=%d) = %.2f",
+				o.OpsPerSec, o.Concurrency, p.OpsPerSec, p.Concurrency, q)})
+		}
+	}
+	if o, ok := r.best(ScenarioExecuteReplay, SystemOpledger); ok {
+		p, okP := r.best(ScenarioExecuteReplay, SystemPgbench)
+		f, okF := r.best(ScenarioExecuteReplay, SystemGRPCFloor)
+		if okP || okF {
+			limit, name := p.OpsPerSec, "pgbench single read"
+			if okF && (!okP || f.OpsPerSec < limit) {
+				limit, name = f.OpsPerSec, "bare gRPC floor"
+			}
+			q := o.OpsPerSec / limit
+			ts = append(ts, Target{Met: met(q >= 0.8), Text: fmt.Sprintf("execute-replay ≥ 0.8 × min(pgbench read %.0f, gRPC floor %.0f) [%s]: %.0f ops/s (c=%d) = %.2f",
+				p.OpsPerSec, f.OpsPerSec, name, o.OpsPerSec, o.Concurrency, q)})
+		}
+	}
+	if f, ok := r.best(ScenarioGet, SystemGRPCFloor); ok {
+		if c, ok := r.at(ScenarioGet, SystemGRPCChain, f.Concurrency); ok {
+			over := f.OpsPerSec/c.OpsPerSec - 1
+			ts = append(ts, Target{Met: met(over <= 0.10), Text: fmt.Sprintf("interceptor chain ≤ 10%% of the bare floor on get: floor %.0f ops/s, chain %.0f ops/s at c=%d: +%.0f%% per call (p50 %s vs %s)",
+				f.OpsPerSec, c.OpsPerSec, f.Concurrency, 100*over, fmtDur(f.P50), fmtDur(c.P50))})
+		}
+	}
+	if o, ok := r.best(ScenarioExecuteNew, SystemOpledger); ok {
+		if d, ok := r.best(ScenarioExecuteNew, SystemDBOS); ok {
+			q := o.OpsPerSec / d.OpsPerSec
+			ts = append(ts, Target{Met: met(q >= 2), Text: fmt.Sprintf("execute-new ≥ 2 × DBOS on the same job: %.0f ops/s (c=%d) vs %.0f (c=%d) = %.2f",
+				o.OpsPerSec, o.Concurrency, d.OpsPerSec, d.Concurrency, q)})
+		}
+	}
+	if len(r.Grow) >= 2 {
+		a, b := r.Grow[0], r.Grow[len(r.Grow)-1]
+		if a.P99 > 0 {
+			q := float64(b.P99) / float64(a.P99)
+			ts = append(ts, Target{Met: met(q >= 0.8 && q <= 1.2), Text: fmt.Sprintf("execute-replay p99 flat (±20%%) from %d to %d stored: %s vs %s = %.2f",
+				a.Stored, b.Stored, fmtDur(a.P99), fmtDur(b.P99), q)})
+		}
+	}
+	return ts
+}
+
+// WriteMarkdown writes the report as Markdown, for docs/performance.md.
+func (r *Report) WriteMarkdown(w io.Writer) {
+	m := r.Machine
+	fmt.Fprintf(w, "Measured %s, %s total.\n\n", r.Started.UTC().Format(time.RFC3339), r.Elapsed.Round(time.Second))
+	fmt.Fprintf(w, "| machine | |\n| --- | --- |\n")
+	fmt.Fprintf(w, "| CPUs | %d (%s) |\n| memory | %.1f GiB |\n| Go | %s |\n| PostgreSQL | %s (durable: fsync on, synchronous_commit on) |\n",
+		m.CPUs, m.CPUModel, float64(m.MemoryBytes)/(1<<30), m.GoVersion, m.Postgres)
+	var set []string
+	for k, v := range m.PGSettings {
+		set = append(set, k+"="+v)
+	}
+	slices.Sort(set)
+	fmt.Fprintf(w, "| PostgreSQL settings | defaults, plus %s |\n", strings.Join(set, ", "))
+	fmt.Fprintf(w, "| server under test | %s, pool %d connections |\n", m.ServerProcess, r.Options.DBConns)
+	fmt.Fprintf(w, "| load average (1, 5, 15 min) | before %s, after %s |\n", m.LoadBefore, m.LoadAfter)
+	fmt.Fprintf(w, "| measurement | %s per point after a %s warm-up; median of %d run(s) by throughput |\n\n", r.Options.Duration, r.Options.warmup(), r.Options.Repeat)
+	fmt.Fprintln(w, "| scenario | conc | opledger ops/s | p50 | p99 | p99.9 | db calls/op | baseline | baseline ops/s | ratio | baseline p99 |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+	for _, x := range r.rows() {
+		base, bops, rat, bp99 := "-", "-", "-", "-"
+		if x.b != nil {
+			base, bops, rat, bp99 = x.name, fmt.Sprintf("%.0f", x.b.OpsPerSec), ratio(x.o.OpsPerSec, x.b.OpsPerSec), fmtDur(x.b.P99)
+		}
+		db := "-"
+		if x.o.DBCallsPerOp > 0 {
+			db = fmt.Sprintf("%.2f", x.o.DBCallsPerOp)
+		}
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.o.Scenario, x.o.Concurrency, x.o.OpsPerSec,
+			fmtDur(x.o.P50), fmtDur(x.o.P99), fmtDur(x.o.P999), db, base, bops, rat, bp99)
+	}
+	fmt.Fprintln(w, "\nTargets:")
+	fmt.Fprintln(w)
+	for _, t := range r.Targets() {
+		fmt.Fprintf(w, "- **%s** %s\n", t.Verdict(), t.Text)
+	}
+	if len(r.Grow) > 0 {
+		fmt.Fprintln(w, "\nexecute-replay as the table grows:")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| stored operations | table + indexes | conc | ops/s | p50 | p99 | p99.9 | load time |")
+		fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		for _, g := range r.Grow {
+			fmt.Fprintf(w, "| %d | %.2f GiB | %d | %.0f | %s | %s | %s | %s |\n", g.Stored, float64(g.TableBytes)/(1<<30), g.Concurrency,
+				g.OpsPerSec, fmtDur(g.P50), fmtDur(g.P99), fmtDur(g.P999), g.Load.Round(time.Second))
+		}
+		if r.GrowNote != "" {
+			fmt.Fprintln(w, "\n"+r.GrowNote)
+		}
+	}
+	if len(r.Statements) > 0 {
+		fmt.Fprintf(w, "\nStatements per op (pg_stat_statements, in-process run at c=%d):\n", r.Options.ProfileConcurrency)
+		for _, sc := range r.Options.Scenarios {
+			st := r.Statements[sc]
+			if len(st) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "\n%s:\n\n| calls/op | mean ms | statement |\n| ---: | ---: | --- |\n", sc)
+			for _, s := range st {
+				if s.CallsPerOp < 0.005 {
+					continue
+				}
+				fmt.Fprintf(w, "| %.2f | %.3f | `%s` |\n", s.CallsPerOp, s.MeanMillis, strings.ReplaceAll(s.Query, "|", "\\|"))
+			}
+		}
+	}
+	if len(r.InProcess) > 0 {
+		fmt.Fprintln(w, "\nIn-process (profiled) runs:")
+		fmt.Fprintln(w)
+		for _, x := range r.InProcess {
+			fmt.Fprintf(w, "- %s c=%d: %s\n", x.Scenario, x.Concurrency, strings.TrimSpace(x.brief()))
+		}
+	}
+}
+
+// WriteJSON writes the report as JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
