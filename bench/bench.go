@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"runtime"
 	"slices"
@@ -479,6 +478,3 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("%x", b)
 }
-
-// discardLogger is for components whose logs would only be noise here.
-func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -152,7 +151,7 @@ func newEnv(ctx context.Context, dir string, opts *Options) (_ *env, err error) 
 		addrs = []string{e.stack.addr}
 	} else {
 		for i := range opts.Processes {
-			p, err := e.startProcess(ctx, i)
+			p, err := e.startServe(ctx, i, dbMain)
 			if err != nil {
 				return nil, err
 			}
@@ -284,10 +283,6 @@ type serveProcess struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  string
-}
-
-func (e *env) startProcess(ctx context.Context, i int) (*serveProcess, error) {
-	return e.startServe(ctx, i, dbMain)
 }
 
 // startServe starts `opledger serve` against database db and waits until its
@@ -425,8 +420,6 @@ func (e *env) pgStatTop(ctx context.Context, db string, ops int) ([]Statement, e
 	}
 	return st, nil
 }
-
-var errNoOps = errors.New("no op completed")
 
 // serveLogger writes the in-process server's logs like serve does (JSON at
 // info level) to a file.

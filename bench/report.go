@@ -167,7 +167,7 @@ func (r *Report) Targets() []Target {
 	if f, ok := r.best(ScenarioGet, SystemGRPCFloor); ok {
 		if c, ok := r.at(ScenarioGet, SystemGRPCChain, f.Concurrency); ok {
 			over := f.OpsPerSec/c.OpsPerSec - 1
-			ts = append(ts, Target{Met: met(over <= 0.10), Text: fmt.Sprintf("interceptor chain ≤ 10%% of the bare floor on get: floor %.0f ops/s, chain %.0f ops/s at c=%d: +%.0f%% per call (p50 %s vs %s)",
+			ts = append(ts, Target{Met: met(over <= 0.10), Text: fmt.Sprintf("interceptor chain ≤ 10%% of the bare floor on get: floor %.0f ops/s, chain %.0f ops/s at c=%d: %+.0f%% per call (p50 %s vs %s)",
 				f.OpsPerSec, c.OpsPerSec, f.Concurrency, 100*over, fmtDur(f.P50), fmtDur(c.P50))})
 		}
 	}
