@@ -71,6 +71,15 @@ func chain(c Config) []link {
 	})
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
+		// A line per successful call at info costs more than the rest of
+		// the chain together (docs/performance.md): successes are debug,
+		// refusals and failures keep grpc-middleware's levels.
+		logging.WithLevels(func(code codes.Code) logging.Level {
+			if code == codes.OK {
+				return logging.LevelDebug
+			}
+			return logging.DefaultServerCodeToLevel(code)
+		}),
 		logging.WithErrorFields(func(err error) logging.Fields { return logging.Fields{"error_reason", ReasonOf(err)} }),
 	}
 	authFn := authFunc(c.Authenticator, c.Roles)

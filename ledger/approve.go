@@ -88,7 +88,10 @@ func decideApproval(op Operation, a Actor, in ApproveInput, now time.Time) (appr
 			"tool %s needs no approval", op.Tool)
 	}
 	state := State(op.State)
-	expired := state == StateReady && !op.ApprovalExpiresAt.After(now)
+	// An approval an executor already exercised (fence > 0) does not lapse:
+	// the operation may have taken effect, so it can be neither denied nor
+	// approved again, only driven to its outcome.
+	expired := state == StateReady && op.Fence == 0 && !op.ApprovalExpiresAt.After(now)
 	conflict := func() (approval, error) {
 		return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_CONFLICT,
 			"the operation already has the opposite decision (state %s)", state)

@@ -25,6 +25,13 @@ func (l *Ledger) Cancel(ctx context.Context, a Actor, id, reason string) (Operat
 	case StateCancelled:
 		return op, true, nil
 	case StateAwaitingApproval, StateReady:
+		if op.Fence > 0 {
+			// READY again after a claim (released, or reconciled after a lookup
+			// miss, which can race the request): an earlier attempt may have
+			// taken effect, so CANCELLED could be a lie.
+			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE,
+				"the operation was sent to the downstream before and may have taken effect; execute it to learn its outcome")
+		}
 	default:
 		return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE,
 			"the operation is %s: only an operation nobody has executed can be cancelled", op.State)

@@ -46,20 +46,24 @@ func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Dura
 	wait = min(max(wait, 0), l.cfg.MaxWait)
 	deadline := time.Now().Add(wait)
 	var sub <-chan struct{}
+	if wait > 0 && l.listener != nil {
+		// Subscribe before the first read: a notification between reading
+		// EXECUTING and subscribing would otherwise be lost, and the
+		// caller would sleep until the next poll.
+		ch, cancel := l.listener.Subscribe(id)
+		defer cancel()
+		sub = ch
+	}
 	for round := 0; round < maxClaimRounds; round++ {
-		op, err := l.store.OperationClaim(ctx, a.Tenant, id, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
-		if err == nil {
-			return l.run(ctx, op)
-		}
-		if !errors.Is(err, store.ErrNotFound) {
-			return Operation{}, false, storeErr(err)
-		}
-		op, err = l.store.OperationGet(ctx, a.Tenant, id)
+		op, claimed, err := l.store.OperationClaim(ctx, a.Tenant, id, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
 		if errors.Is(err, store.ErrNotFound) {
 			return Operation{}, false, notFound(id)
 		}
 		if err != nil {
 			return Operation{}, false, storeErr(err)
+		}
+		if claimed {
+			return l.run(ctx, op)
 		}
 		switch State(op.State) {
 		case StateSucceeded, StateFailed, StateOutcomeUnknown:
@@ -78,7 +82,11 @@ func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Dura
 			// The claim refuses a lapsed approval on the database's clock;
 			// expireApproval's guard uses the same clock, so this process's
 			// clock never decides.
-			if op.ApprovalRequired {
+			// An approval is consumed by the first claim: once the operation
+			// was sent (fence > 0) it may have taken effect, so it never goes
+			// back to AWAITING_APPROVAL, where it could be denied; the next
+			// claim resubmits the same key instead.
+			if op.ApprovalRequired && op.Fence == 0 {
 				if err := l.expireApproval(ctx, a, op); err != nil {
 					return Operation{}, false, err
 				}
@@ -98,11 +106,6 @@ func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Dura
 			if remaining <= 0 {
 				l.obs.DuplicatePrevented("Execute", op.Tool, false)
 				return op, false, nil // pending: the same operation, still executing
-			}
-			if sub == nil && l.listener != nil {
-				ch, cancel := l.listener.Subscribe(id)
-				defer cancel()
-				sub = ch
 			}
 			// Poll as well as listen: a notification can be lost while the
 			// listener reconnects, and a lease can expire silently.

@@ -55,15 +55,20 @@ func (l *Listener) Subscribe(id string) (<-chan struct{}, func()) {
 func (l *Listener) wake(id string, all bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for wid, set := range l.waiters {
-		if !all && wid != id {
-			continue
-		}
-		for ch := range set {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+	if !all {
+		notify(l.waiters[id])
+		return
+	}
+	for _, set := range l.waiters {
+		notify(set)
+	}
+}
+
+func notify(set map[chan struct{}]struct{}) {
+	for ch := range set {
+		select {
+		case ch <- struct{}{}:
+		default:
 		}
 	}
 }

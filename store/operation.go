@@ -156,13 +156,32 @@ type Lease struct {
 }
 
 // OperationClaim moves a READY operation whose approval holds to EXECUTING
-// for the lease holder (fence + 1, attempts + 1), with its event. ErrNotFound
-// means it was not claimable; read it to learn why.
-func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, l Lease) (Operation, error) {
-	r, err := c.q.OperationClaim(ctx, c.dbtx, db.OperationClaimParams{
+// for the lease holder (fence + 1, attempts + 1), with its event, and
+// returns it with claimed = true. An operation it could not claim comes back
+// as it was (claimed = false) in the same round trip; ErrNotFound means the
+// tenant has no such operation.
+func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, l Lease) (op Operation, claimed bool, err error) {
+	rows, err := c.q.OperationClaim(ctx, c.dbtx, db.OperationClaimParams{
 		ID: id, Tenant: tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
 	})
-	return one(r, err, func(r db.OperationClaimRow) db.Operation { return db.Operation(r) })
+	if err != nil {
+		return Operation{}, false, interpretError(err)
+	}
+	if len(rows) == 0 {
+		return Operation{}, false, ErrNotFound
+	}
+	r := rows[0]
+	claimed = r.Claimed
+	return fromDB(db.Operation{
+		ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey,
+		Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy,
+		ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision,
+		ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt,
+		ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence,
+		LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt,
+		DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events,
+		ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+	}), claimed, nil
 }
 
 // OperationTakeOver fences out the holder of an expired lease (fence + 1)

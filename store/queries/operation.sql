@@ -34,10 +34,16 @@ SELECT * FROM operation_event
 WHERE operation_id = sqlc.arg(operation_id)
 ORDER BY seq;
 
--- name: OperationClaim :one
--- Claims a READY operation whose approval (if required) has not expired:
--- fence + 1, attempts + 1, and a lease measured on the database's clock, with
--- its CLAIMED event, in one statement.
+-- name: OperationClaim :many
+-- Claims a READY operation whose approval (if required) has not expired, or
+-- was already exercised by an earlier claim (fence > 0: the operation may
+-- have taken effect, and the next claim resubmits the same key to learn the
+-- outcome): fence + 1, attempts + 1, and a lease measured on the database's
+-- clock, with its CLAIMED event, in one statement. When the operation is not claimable
+-- the same statement returns it as it is (claimed = false), so a replayed
+-- Execute costs one round trip. That row comes from the statement's snapshot:
+-- if a concurrent claim won, it may still read READY, and the caller simply
+-- tries again.
 WITH upd AS (
     UPDATE operation o SET
         state = 'EXECUTING',
@@ -50,13 +56,16 @@ WITH upd AS (
         events = o.events + 1,
         updated_at = now()
     WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now())
+      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.fence > 0)
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, 'CLAIMED', sqlc.arg(actor), 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT * FROM upd;
+SELECT upd.*, true AS claimed FROM upd
+UNION ALL
+SELECT g.*, false AS claimed FROM operation g
+WHERE g.id = sqlc.arg(id) AND g.tenant = sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
 
 -- name: OperationTakeOver :one
 -- Takes over an EXECUTING operation whose lease expired (only for downstreams

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const operationClaim = `-- name: OperationClaim :one
+const operationClaim = `-- name: OperationClaim :many
 WITH upd AS (
     UPDATE operation o SET
         state = 'EXECUTING',
@@ -24,13 +24,16 @@ WITH upd AS (
         events = o.events + 1,
         updated_at = now()
     WHERE o.id = $3 AND o.tenant = $4 AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now())
+      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.fence > 0)
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, 'CLAIMED', $5, 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM upd
+SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, true AS claimed FROM upd
+UNION ALL
+SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, false AS claimed FROM operation g
+WHERE g.id = $3 AND g.tenant = $4 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
 type OperationClaimParams struct {
@@ -73,54 +76,75 @@ type OperationClaimRow struct {
 	NextReconcileAt     pgtype.Timestamptz
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
+	Claimed             bool
 }
 
-// Claims a READY operation whose approval (if required) has not expired:
-// fence + 1, attempts + 1, and a lease measured on the database's clock, with
-// its CLAIMED event, in one statement.
-func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClaimParams) (OperationClaimRow, error) {
-	row := db.QueryRow(ctx, operationClaim,
+// Claims a READY operation whose approval (if required) has not expired, or
+// was already exercised by an earlier claim (fence > 0: the operation may
+// have taken effect, and the next claim resubmits the same key to learn the
+// outcome): fence + 1, attempts + 1, and a lease measured on the database's
+// clock, with its CLAIMED event, in one statement. When the operation is not claimable
+// the same statement returns it as it is (claimed = false), so a replayed
+// Execute costs one round trip. That row comes from the statement's snapshot:
+// if a concurrent claim won, it may still read READY, and the caller simply
+// tries again.
+func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClaimParams) ([]OperationClaimRow, error) {
+	rows, err := db.Query(ctx, operationClaim,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
 		arg.ID,
 		arg.Tenant,
 		arg.Actor,
 	)
-	var i OperationClaimRow
-	err := row.Scan(
-		&i.ID,
-		&i.Tenant,
-		&i.Tool,
-		&i.ToolVersion,
-		&i.IdempotencyKey,
-		&i.Args,
-		&i.Fingerprint,
-		&i.State,
-		&i.PreparedBy,
-		&i.ApprovalRequired,
-		&i.ApprovalTtlMs,
-		&i.ApprovalDecision,
-		&i.ApprovalDecidedBy,
-		&i.ApprovalDecidedAt,
-		&i.ApprovalExpiresAt,
-		&i.ApprovalFingerprint,
-		&i.ApprovalReason,
-		&i.Attempts,
-		&i.Fence,
-		&i.LeaseOwner,
-		&i.LeaseExpiresAt,
-		&i.FirstClaimedAt,
-		&i.DownstreamKey,
-		&i.ExternalRef,
-		&i.Result,
-		&i.Error,
-		&i.Events,
-		&i.ReconcileAttempts,
-		&i.NextReconcileAt,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-	)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationClaimRow{}
+	for rows.Next() {
+		var i OperationClaimRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Tenant,
+			&i.Tool,
+			&i.ToolVersion,
+			&i.IdempotencyKey,
+			&i.Args,
+			&i.Fingerprint,
+			&i.State,
+			&i.PreparedBy,
+			&i.ApprovalRequired,
+			&i.ApprovalTtlMs,
+			&i.ApprovalDecision,
+			&i.ApprovalDecidedBy,
+			&i.ApprovalDecidedAt,
+			&i.ApprovalExpiresAt,
+			&i.ApprovalFingerprint,
+			&i.ApprovalReason,
+			&i.Attempts,
+			&i.Fence,
+			&i.LeaseOwner,
+			&i.LeaseExpiresAt,
+			&i.FirstClaimedAt,
+			&i.DownstreamKey,
+			&i.ExternalRef,
+			&i.Result,
+			&i.Error,
+			&i.Events,
+			&i.ReconcileAttempts,
+			&i.NextReconcileAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Claimed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const operationClaimUnresolved = `-- name: OperationClaimUnresolved :many
