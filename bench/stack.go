@@ -179,7 +179,7 @@ func startFloor(c canned, st *stack, apiKey string) (*floorServer, error) {
 		m := metrics.New(nil)
 		opts = interceptors.ServerOptions(interceptors.Config{
 			Logger:        logger,
-			Authenticator: authenticator{st.ledger},
+			Authenticator: server.Authenticator(st.ledger),
 			Roles:         server.Roles,
 			KeyRequired:   map[string]bool{server.MethodPrepare: true},
 			Validate:      validateLike,
@@ -201,20 +201,6 @@ func startFloor(c canned, st *stack, apiKey string) (*floorServer, error) {
 		return nil, err
 	}
 	return &floorServer{clients: cl, stop: sync.OnceFunc(func() { cl.close(); srv.Stop(); stopLog() })}, nil
-}
-
-// authenticator adapts the ledger to the interceptors, as server's does.
-type authenticator struct{ l *ledger.Ledger }
-
-func (a authenticator) Authenticate(ctx context.Context, key string) (interceptors.Principal, error) {
-	act, err := a.l.Authenticate(ctx, key)
-	if errors.Is(err, ledger.ErrBadKey) {
-		return interceptors.Principal{}, interceptors.ErrBadCredentials
-	}
-	if err != nil {
-		return interceptors.Principal{}, err
-	}
-	return interceptors.Principal{ID: act.ID, Tenant: act.Tenant, Name: act.Name, Roles: act.Roles}, nil
 }
 
 var operationIDRE = regexp.MustCompile(`^op_[0-9a-z]{26}$`)

@@ -157,6 +157,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, drain time.Duratio
 // GRPC exposes the underlying server, for tests that register extras.
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
 
+// Authenticator adapts the ledger's key check to the interceptors, for
+// anything that assembles the interceptor chain around the ledger (the
+// server itself, and the benchmark's chain-only baseline).
+func Authenticator(l *ledger.Ledger) interceptors.Authenticator { return authenticator{l} }
+
 type authenticator struct{ l *ledger.Ledger }
 
 func (a authenticator) Authenticate(ctx context.Context, key string) (interceptors.Principal, error) {
