@@ -142,7 +142,7 @@ func newEnv(ctx context.Context, dir string, opts *Options) (_ *env, err error) 
 		return nil, err
 	}
 
-	if e.stack, err = startStack(ctx, e.cluster.URL(dbMain), e.toolsYAML, e.secret, opts.DBConns, filepath.Join(dir, "inprocess.log")); err != nil {
+	if e.stack, err = startStack(ctx, e.cluster.URL(dbMain), e.toolsYAML, e.secret, opts.DBConns, 0, filepath.Join(dir, "inprocess.log")); err != nil {
 		return nil, err
 	}
 	e.closers = append(e.closers, e.stack.stop)
@@ -151,7 +151,7 @@ func newEnv(ctx context.Context, dir string, opts *Options) (_ *env, err error) 
 		addrs = []string{e.stack.addr}
 	} else {
 		for i := range opts.Processes {
-			p, err := e.startServe(ctx, i, dbMain)
+			p, err := e.startServe(ctx, i, dbMain, true)
 			if err != nil {
 				return nil, err
 			}
@@ -169,14 +169,32 @@ func newEnv(ctx context.Context, dir string, opts *Options) (_ *env, err error) 
 		if err != nil {
 			return nil, err
 		}
+		if opts.Binary != "" {
+			if err := canned.write(dir); err != nil {
+				return nil, err
+			}
+		}
+		// Each floor sits where the server under test sits: in a child
+		// process when opledger runs as `opledger serve` children, in this
+		// process with --in-process.
+		start := func(chain bool) (*floorServer, error) {
+			if opts.Binary != "" {
+				return e.startFloorChild(ctx, chain)
+			}
+			var st *stack
+			if chain {
+				st = e.stack
+			}
+			return startFloor(canned, st, e.apiKey)
+		}
 		if opts.wants(SystemGRPCFloor) {
-			if e.bare, err = startFloor(canned, nil, e.apiKey); err != nil {
+			if e.bare, err = start(false); err != nil {
 				return nil, err
 			}
 			e.closers = append(e.closers, e.bare.stop)
 		}
 		if opts.wants(SystemGRPCChain) {
-			if e.chain, err = startFloor(canned, e.stack, e.apiKey); err != nil {
+			if e.chain, err = start(true); err != nil {
 				return nil, err
 			}
 			e.closers = append(e.closers, e.chain.stop)
@@ -288,7 +306,7 @@ type serveProcess struct {
 // startServe starts `opledger serve` against database db and waits until its
 // health check serves. Its logs (JSON, one line per call at info level, as
 // in production) go to a file in the run's directory.
-func (e *env) startServe(ctx context.Context, i int, db string) (*serveProcess, error) {
+func (e *env) startServe(ctx context.Context, i int, db string, finishedCache bool) (*serveProcess, error) {
 	port, err := pgcluster.FreePort()
 	if err != nil {
 		return nil, err
@@ -310,6 +328,9 @@ func (e *env) startServe(ctx context.Context, i int, db string) (*serveProcess, 
 		"OPLEDGER_LOG_LEVEL=info",
 		"OPLEDGER_METRICS_LISTEN=",
 	)
+	if !finishedCache {
+		cmd.Env = append(cmd.Env, "OPLEDGER_FINISHED_CACHE=0")
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group: a Ctrl-C meant for the bench reaches the
 	// bench, which then stops the server itself.

@@ -54,7 +54,11 @@ const growRounds = 3
 
 // grow compares execute-replay with growStart stored operations and with
 // Options.Grow: two databases of their own (so the sweep's tables stay
-// small), each with its own server, the large one bulk-loaded. Ops choose
+// small), each with its own server, the large one bulk-loaded. Those
+// servers run without the finished-operation cache: its lookups cannot
+// depend on the table's size, the database read behind them can, and with
+// the cache on the small end would be served from memory and the large end
+// mostly not. Ops choose
 // uniformly among all stored operations, so the large table is read where
 // it is cold too. The two ends are measured alternately, growRounds times
 // each (at least Options.Repeat), and each end reports its median-p99 run.
@@ -80,14 +84,14 @@ func (e *env) grow(ctx context.Context, rep *Report) error {
 		}
 		var addr string
 		if o.Binary == "" {
-			s, err := startStack(ctx, e.cluster.URL(db), e.toolsYAML, e.secret, o.DBConns, filepath.Join(e.dir, db+"-inprocess.log"))
+			s, err := startStack(ctx, e.cluster.URL(db), e.toolsYAML, e.secret, o.DBConns, -1, filepath.Join(e.dir, db+"-inprocess.log"))
 			if err != nil {
 				return err
 			}
 			defer s.stop()
 			addr = s.addr
 		} else {
-			p, err := e.startServe(ctx, 0, db)
+			p, err := e.startServe(ctx, 0, db, false)
 			if err != nil {
 				return err
 			}
@@ -128,7 +132,7 @@ func (e *env) grow(ctx context.Context, rep *Report) error {
 	runs := make([][]Result, 2)
 	for round := range max(growRounds, o.Repeat) {
 		for i := range 2 {
-			r := e.measureOpledgerOn(ctx, cls[i], []string{dbGrowSmall, dbGrow}[i], stored[i], ScenarioExecuteReplay, conc, dur, false)
+			r := e.measureOpledgerOn(ctx, cls[i], []string{dbGrowSmall, dbGrow}[i], stored[i], ScenarioExecuteReplay, conc, dur, false, false)
 			runs[i] = append(runs[i], r)
 			e.progress("grow: round %d, %d stored (%.1f GiB with indexes): replay %s", round+1, stored[i], float64(sizes[i])/(1<<30), r.brief())
 		}

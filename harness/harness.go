@@ -106,6 +106,9 @@ type Server struct {
 	Ledger *ledger.Ledger
 	Conn   *grpc.ClientConn
 	Client opledgerv1.LedgerServiceClient
+	// Store is the server's own pool; closing it takes the database away
+	// from this server only.
+	Store *store.Store
 
 	stop func()
 }
@@ -172,7 +175,7 @@ func (e *Env) StartServer(opts ServerOptions) *Server {
 		st.Close()
 	})
 	t.Cleanup(stop)
-	return &Server{Addr: lis.Addr().String(), Ledger: l, Conn: conn, Client: opledgerv1.NewLedgerServiceClient(conn), stop: stop}
+	return &Server{Addr: lis.Addr().String(), Ledger: l, Conn: conn, Client: opledgerv1.NewLedgerServiceClient(conn), Store: st, stop: stop}
 }
 
 // Dial returns a client for a server address.

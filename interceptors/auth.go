@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
@@ -71,7 +70,8 @@ func authFunc(a Authenticator, roles map[string][]string) func(ctx context.Conte
 			return nil, Status(codes.PermissionDenied, opledgerv1.ErrorReason_ERROR_REASON_ROLE_REQUIRED,
 				"this method needs one of the roles "+joinRoles(allowed), map[string]string{"method": method})
 		}
-		logging.AddFields(ctx, logging.Fields{"tenant", p.Tenant, "principal", p.ID})
+		cl := callLogFrom(ctx)
+		cl.tenant, cl.principal = p.Tenant, p.ID
 		return WithPrincipal(ctx, p), nil
 	}
 }

@@ -16,7 +16,6 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -66,22 +65,6 @@ type link struct {
 // is innermost so that a panic becomes an INTERNAL status that logging (and
 // everything else outside it) sees like any other error.
 func chain(c Config) []link {
-	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		c.Logger.Log(ctx, slog.Level(lvl), msg, withoutErrorText(fields)...)
-	})
-	logOpts := []logging.Option{
-		logging.WithLogOnEvents(logging.FinishCall),
-		// A line per successful call at info costs more than the rest of
-		// the chain together (docs/performance.md): successes are debug,
-		// refusals and failures keep grpc-middleware's levels.
-		logging.WithLevels(func(code codes.Code) logging.Level {
-			if code == codes.OK {
-				return logging.LevelDebug
-			}
-			return logging.DefaultServerCodeToLevel(code)
-		}),
-		logging.WithErrorFields(func(err error) logging.Fields { return logging.Fields{"error_reason", ReasonOf(err)} }),
-	}
 	authFn := authFunc(c.Authenticator, c.Roles)
 	needsAuth := selector.MatchFunc(func(_ context.Context, m interceptors.CallMeta) bool { return !Public(m.FullMethod()) })
 	recoverFn := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
@@ -95,7 +78,7 @@ func chain(c Config) []link {
 	return []link{
 		{"request_id", requestIDUnary, requestIDStream},
 		{"metrics", metricsU, metricsS},
-		{"logging", logging.UnaryServerInterceptor(logger, logOpts...), logging.StreamServerInterceptor(logger, logOpts...)},
+		{"logging", loggingUnary(c.Logger), loggingStream(c.Logger)},
 		{"deadline", deadlineUnary(c.MaxDeadline), deadlineStream(c.MaxDeadline)},
 		{"auth", selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), needsAuth),
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), needsAuth)},
@@ -149,8 +132,10 @@ func requestID(ctx context.Context) (context.Context, string) {
 		id = hex.EncodeToString(b[:])
 	}
 	_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, id))
-	return logging.InjectLogField(ctx, "request_id", id), id
+	return context.WithValue(ctx, requestIDKey{}, id), id
 }
+
+type requestIDKey struct{}
 
 func isToken(s string) bool {
 	if s == "" {
@@ -220,20 +205,6 @@ func (s *validatingStream) RecvMsg(m any) error {
 		return err
 	}
 	return s.v(s.Context(), s.method, m)
-}
-
-// withoutErrorText drops the error's text from a log line: messages can
-// quote request values (a schema violation names the offending value), and
-// args must never reach the logs. The code and the ErrorInfo reason stay.
-func withoutErrorText(fields []any) []any {
-	out := fields[:0:0]
-	for i := 0; i+1 < len(fields); i += 2 {
-		if k, ok := fields[i].(string); ok && k == "grpc.error" {
-			continue
-		}
-		out = append(out, fields[i], fields[i+1])
-	}
-	return out
 }
 
 // ReasonOf returns the ErrorInfo reason of a status error, or "" if it has

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -104,7 +103,7 @@ func idempotencyUnary(required map[string]bool, fp Fingerprinter) grpc.UnaryServ
 			return nil, err
 		}
 		v := Idempotency{Key: key, Digest: KeyDigest(key)}
-		logging.AddFields(ctx, logging.Fields{"idempotency_key_digest", v.Digest})
+		callLogFrom(ctx).keyDigest = v.Digest
 		if fp != nil {
 			p, _ := PrincipalFrom(ctx)
 			if v.Fingerprint, err = fp(ctx, info.FullMethod, p, req); err != nil {

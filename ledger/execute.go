@@ -43,6 +43,16 @@ const maxClaimRounds = 50
 // replayed reports that the outcome was already recorded and no downstream
 // request was made by this call.
 func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Duration) (Operation, bool, error) {
+	// The replay of a finished operation stays in this small frame: execute's
+	// frame is large, and entering it grew every call's goroutine stack (a
+	// stack copy per replay in the profile).
+	if op, ok := l.finished.Get(opKey{a.Tenant, id}); ok {
+		return l.replayFinished(op)
+	}
+	return l.execute(ctx, a, id, wait)
+}
+
+func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Duration) (Operation, bool, error) {
 	wait = min(max(wait, 0), l.cfg.MaxWait)
 	deadline := time.Now().Add(wait)
 	var sub <-chan struct{}
@@ -66,18 +76,15 @@ func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Dura
 			return l.run(ctx, op)
 		}
 		switch State(op.State) {
-		case StateSucceeded, StateFailed, StateOutcomeUnknown:
+		case StateSucceeded, StateFailed, StateRejected, StateCancelled:
+			l.remember(op)
+			return l.replayFinished(op)
+		case StateOutcomeUnknown:
 			l.obs.DuplicatePrevented("Execute", op.Tool, true)
 			return op, true, nil
 		case StateAwaitingApproval:
 			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_REQUIRED,
 				"the operation waits for an approver's decision")
-		case StateRejected:
-			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_REJECTED,
-				"an approver denied the operation")
-		case StateCancelled:
-			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED,
-				"the operation was cancelled")
 		case StateReady:
 			// The claim refuses a lapsed approval on the database's clock;
 			// expireApproval's guard uses the same clock, so this process's
@@ -123,6 +130,21 @@ func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Dura
 	}
 	return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS,
 		Message: "the operation is changing under concurrent callers; retry", RetryAfter: 100 * time.Millisecond}
+}
+
+// replayFinished answers an Execute of a finished operation: its recorded
+// outcome, or the refusal that a rejected or cancelled one always gets.
+func (l *Ledger) replayFinished(op Operation) (Operation, bool, error) {
+	switch State(op.State) {
+	case StateRejected:
+		return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_REJECTED,
+			"an approver denied the operation")
+	case StateCancelled:
+		return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED,
+			"the operation was cancelled")
+	}
+	l.obs.DuplicatePrevented("Execute", op.Tool, true)
+	return op, true, nil
 }
 
 // expireApproval moves a READY operation whose approval lapsed back to
@@ -272,6 +294,7 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 		return Operation{}, false, storeErr(err)
 	}
 	failpoint.Inject(failpoint.AfterCommit)
+	l.remember(out)
 	if res.Outcome == executor.OutcomeNotSubmitted {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE,
 			Message:    "the downstream could not be reached and nothing was sent; the operation is READY again",

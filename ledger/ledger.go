@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/opledger/opledger/cache"
 	"github.com/opledger/opledger/executor"
 	"github.com/opledger/opledger/failpoint"
 	"github.com/opledger/opledger/fingerprint"
@@ -74,6 +75,15 @@ type Config struct {
 	// Retention is how long finished operations are kept (default 30 days);
 	// PruneInterval is how often each replica prunes (default 1h).
 	Retention, PruneInterval time.Duration
+	// FinishedCacheSize is how many finished operations (SUCCEEDED, FAILED,
+	// REJECTED, CANCELLED) this process remembers, so that a replayed
+	// Execute of one is answered without a database round trip (default
+	// 16384, about 2 KiB each; negative disables). A finished operation
+	// never changes, so every replica may answer from its own copy.
+	FinishedCacheSize int
+	// FinishedCacheTTL bounds how long one is remembered (default 10m); an
+	// entry never outlives the operation's retention either.
+	FinishedCacheTTL time.Duration
 }
 
 func (c *Config) defaults() {
@@ -107,6 +117,12 @@ func (c *Config) defaults() {
 	if c.PruneInterval == 0 {
 		c.PruneInterval = time.Hour
 	}
+	if c.FinishedCacheSize == 0 {
+		c.FinishedCacheSize = 16384
+	}
+	if c.FinishedCacheTTL == 0 {
+		c.FinishedCacheTTL = 10 * time.Minute
+	}
 }
 
 // bound is a tool with the executor that performs it.
@@ -133,6 +149,25 @@ type Ledger struct {
 	// hooks are test-only interruption points; nil in production.
 	hooks *Hooks
 	obs   Observer
+
+	// finished remembers operations in a terminal state, by tenant and id.
+	finished *cache.Map[opKey, Operation]
+}
+
+type opKey struct{ tenant, id string }
+
+// remember caches op if it is finished: nothing can change it any more
+// (the state machine has no edge out of a terminal state), until the pruner
+// deletes it, which the entry's deadline anticipates.
+func (l *Ledger) remember(op Operation) {
+	if !State(op.State).Terminal() {
+		return
+	}
+	deadline := time.Now().Add(l.cfg.FinishedCacheTTL)
+	if pruned := op.UpdatedAt.Add(l.cfg.Retention); pruned.Before(deadline) {
+		deadline = pruned
+	}
+	l.finished.Put(opKey{op.Tenant, op.ID}, op, deadline)
 }
 
 // Hooks lets tests pause or crash the ledger at named points.
@@ -149,7 +184,8 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 	if len(cfg.DownstreamSecret) < 16 {
 		return nil, errors.New("ledger: the downstream secret must be at least 16 bytes")
 	}
-	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{}}
+	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{},
+		finished: cache.New[opKey, Operation](cfg.FinishedCacheSize)}
 	l.auth.entries = map[string]authEntry{}
 	for _, t := range reg.List() {
 		ex, err := execs.New(executorType(t), executorSettings(t))
@@ -326,6 +362,7 @@ func (l *Ledger) Get(ctx context.Context, a Actor, id string, withEvents bool) (
 	if err != nil {
 		return Operation{}, nil, storeErr(err)
 	}
+	l.remember(op)
 	if !withEvents {
 		return op, nil, nil
 	}

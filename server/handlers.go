@@ -23,7 +23,7 @@ func (s *Server) Prepare(ctx context.Context, r *opledgerv1.PrepareRequest) (*op
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "tool:"+r.GetTool())
 	}
-	return &opledgerv1.PrepareResponse{Operation: operationPB(op), Replayed: replayed}, nil
+	return &opledgerv1.PrepareResponse{Operation: s.operationPB(op), Replayed: replayed}, nil
 }
 
 // RetentionHeader carries, on Prepare and Get responses, how long finished
@@ -46,7 +46,7 @@ func (s *Server) Approve(ctx context.Context, r *opledgerv1.ApproveRequest) (*op
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())
 	}
-	return &opledgerv1.ApproveResponse{Operation: operationPB(op), Replayed: replayed}, nil
+	return &opledgerv1.ApproveResponse{Operation: s.operationPB(op), Replayed: replayed}, nil
 }
 
 // Execute implements LedgerService.Execute.
@@ -55,7 +55,7 @@ func (s *Server) Execute(ctx context.Context, r *opledgerv1.ExecuteRequest) (*op
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())
 	}
-	return &opledgerv1.ExecuteResponse{Operation: operationPB(op), Replayed: replayed}, nil
+	return &opledgerv1.ExecuteResponse{Operation: s.operationPB(op), Replayed: replayed}, nil
 }
 
 // Get implements LedgerService.Get.
@@ -65,7 +65,7 @@ func (s *Server) Get(ctx context.Context, r *opledgerv1.GetRequest) (*opledgerv1
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())
 	}
-	out := &opledgerv1.GetResponse{Operation: operationPB(op)}
+	out := &opledgerv1.GetResponse{Operation: s.operationPB(op)}
 	for _, e := range evs {
 		out.Events = append(out.Events, eventPB(e))
 	}
@@ -83,7 +83,7 @@ func (s *Server) Reconcile(ctx context.Context, r *opledgerv1.ReconcileRequest) 
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())
 	}
-	return &opledgerv1.ReconcileResponse{Operation: operationPB(op), Detail: detail}, nil
+	return &opledgerv1.ReconcileResponse{Operation: s.operationPB(op), Detail: detail}, nil
 }
 
 // Cancel implements LedgerService.Cancel.
@@ -92,5 +92,5 @@ func (s *Server) Cancel(ctx context.Context, r *opledgerv1.CancelRequest) (*ople
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())
 	}
-	return &opledgerv1.CancelResponse{Operation: operationPB(op), Replayed: replayed}, nil
+	return &opledgerv1.CancelResponse{Operation: s.operationPB(op), Replayed: replayed}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"runtime"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
 
+	"github.com/opledger/opledger/cache"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
@@ -51,6 +53,10 @@ type Options struct {
 	// Retention is advertised to callers in the opledger-retention response
 	// header: how long finished operations (and so their keys) are kept.
 	Retention time.Duration
+	// Tracing turns on OpenTelemetry spans per call (to the global tracer
+	// provider). Off, the stats handler is not installed at all: even a
+	// no-op provider costs on every call.
+	Tracing bool
 }
 
 // Server serves LedgerService over gRPC.
@@ -62,6 +68,8 @@ type Server struct {
 	health *health.Server
 	// retention is advertised in response headers.
 	retention time.Duration
+	// encoded keeps finished operations' wire form, by id.
+	encoded *cache.Map[string, encoded]
 }
 
 // Method names, as interceptors see them.
@@ -84,12 +92,32 @@ var Roles = map[string][]string{
 	MethodCancel:    {ledger.RoleAgent, ledger.RoleOperator},
 }
 
+// TransportOptions are the grpc.ServerOptions New adds to the interceptor
+// chain: message limits, keepalive and stream workers. The benchmark's
+// chain floor uses them too, so that it measures the server's
+// configuration.
+func TransportOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.MaxSendMsgSize(4 * MaxMessageBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Reused worker goroutines keep the stack that the interceptor chain
+		// and a handler grew; a fresh goroutine per call copied its stack
+		// on every call (runtime.newstack was the largest item of a
+		// replay's profile). Calls beyond the workers get goroutines of
+		// their own, as without the option.
+		grpc.NumStreamWorkers(uint32(max(16, 4*runtime.GOMAXPROCS(0)))),
+	}
+}
+
 // New builds the gRPC server around l.
 func New(l *ledger.Ledger, opts Options) *Server {
 	if opts.MaxDeadline == 0 {
 		opts.MaxDeadline = 2 * time.Minute
 	}
-	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer(), retention: opts.Retention}
+	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer(), retention: opts.Retention,
+		encoded: cache.New[string, encoded](encodedCacheSize)}
 	chain := interceptors.Config{
 		Logger:        opts.Logger,
 		Authenticator: authenticator{l},
@@ -103,19 +131,14 @@ func New(l *ledger.Ledger, opts Options) *Server {
 	if opts.Metrics != nil {
 		chain.Metrics = opts.Metrics.GRPC
 	}
-	sopts := append(interceptors.ServerOptions(chain),
-		grpc.MaxRecvMsgSize(MaxMessageBytes),
-		grpc.MaxSendMsgSize(4*MaxMessageBytes),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	sopts := append(interceptors.ServerOptions(chain), TransportOptions()...)
 	if opts.TLS != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
-	// Traces go to the global tracer provider: a no-op unless tracing is
-	// configured (OTEL_* environment variables, see cmd/opledger).
-	sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(
-		otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool { return !interceptors.Public(info.FullMethodName) }))))
+	if opts.Tracing {
+		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool { return !interceptors.Public(info.FullMethodName) }))))
+	}
 	s.grpc = grpc.NewServer(sopts...)
 	opledgerv1.RegisterLedgerServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)

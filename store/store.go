@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/opledger/opledger/store/internal/db"
 )
@@ -54,8 +55,10 @@ func interpretError(err error) error {
 	// A failed connect, or a statement that provably never reached the
 	// server, means the database is unavailable rather than that the
 	// statement failed.
+	// A closed pool means this process is shutting down: another replica
+	// can serve the call, so it is unavailable here, not failed.
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || pgconn.SafeToRetry(err) {
+	if errors.As(err, &connErr) || pgconn.SafeToRetry(err) || errors.Is(err, puddle.ErrClosedPool) {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return err

@@ -102,3 +102,21 @@ func writeReport(rep *bench.Report, path string) error {
 	}
 	return errors.Join(err, f.Close())
 }
+
+// cmdBenchFloor is the benchmark's floor child (not listed in the usage:
+// only `opledger bench` starts it): a gRPC server answering canned
+// responses, bare or behind the interceptor chain, in a process of its own
+// like the servers it is compared with.
+func cmdBenchFloor(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("bench-floor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := bench.FloorConfig{DatabaseURL: getenv("DATABASE_URL"), ToolsFile: getenv("OPLEDGER_TOOLS"),
+		SecretHex: getenv("OPLEDGER_DOWNSTREAM_SECRET")}
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "address HOST:PORT")
+	fs.StringVar(&cfg.CannedDir, "canned", "", "directory holding the canned answers")
+	fs.BoolVar(&cfg.Chain, "chain", false, "run the interceptor chain (authenticating against DATABASE_URL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return bench.ServeFloor(ctx, cfg)
+}

@@ -82,6 +82,10 @@ type Config struct {
 	// completion events (--webhook-listen, OPLEDGER_WEBHOOK_LISTEN); empty:
 	// off.
 	WebhookListen string
+	// FinishedCache is how many finished operations this replica keeps in
+	// memory to answer replayed Executes without a database round trip
+	// (--finished-cache, OPLEDGER_FINISHED_CACHE); 0: off.
+	FinishedCache int
 }
 
 // bindConfig registers cfg's flags on fs with defaults taken from the
@@ -115,12 +119,13 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	str(&cfg.TLSCert, "tls-cert", "OPLEDGER_TLS_CERT", "", "PEM certificate for TLS on the gRPC listener")
 	str(&cfg.TLSKey, "tls-key", "OPLEDGER_TLS_KEY", "", "PEM private key for --tls-cert")
 	str(&cfg.TLSClientCA, "tls-client-ca", "OPLEDGER_TLS_CLIENT_CA", "", "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)")
-	var rateLimit, rateBurst, opsPerMinute, maxDeadline, retention string
+	var rateLimit, rateBurst, opsPerMinute, maxDeadline, retention, finishedCache string
 	str(&rateLimit, "rate-limit", "OPLEDGER_RATE_LIMIT", "0", "requests per second per tenant in this replica (0: unlimited)")
 	str(&rateBurst, "rate-burst", "OPLEDGER_RATE_BURST", "0", "burst for --rate-limit (0: the rate)")
 	str(&opsPerMinute, "tenant-ops-per-minute", "OPLEDGER_TENANT_OPS_PER_MINUTE", "0", "operations a tenant may create per minute, all replicas (0: no quota)")
 	str(&maxDeadline, "max-deadline", "OPLEDGER_MAX_DEADLINE", "2m", "cap on every call's deadline")
 	str(&retention, "retention", "OPLEDGER_RETENTION", "720h", "keep finished operations this long")
+	str(&finishedCache, "finished-cache", "OPLEDGER_FINISHED_CACHE", "16384", "finished operations kept in memory for replays (0: off)")
 	return func() error {
 		var errs []error
 		dur := func(p *time.Duration, name, v string) {
@@ -155,7 +160,8 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 			p    *int
 			name string
 			v    string
-		}{{&cfg.RateBurst, "rate-burst", rateBurst}, {&cfg.OpsPerMinute, "tenant-ops-per-minute", opsPerMinute}} {
+		}{{&cfg.RateBurst, "rate-burst", rateBurst}, {&cfg.OpsPerMinute, "tenant-ops-per-minute", opsPerMinute},
+			{&cfg.FinishedCache, "finished-cache", finishedCache}} {
 			n, err := strconv.Atoi(c.v)
 			if err != nil || n < 0 {
 				errs = append(errs, fmt.Errorf("--%s: %q is not a count", c.name, c.v))

@@ -76,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return cmdChaos(ctx, args[1:], stdout, stderr, getenv)
 	case "bench":
 		return cmdBench(ctx, args[1:], stdout, stderr, getenv)
+	case "bench-floor":
+		return cmdBenchFloor(ctx, args[1:], stderr, getenv)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -126,7 +128,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 	if err != nil {
 		return err
 	}
-	shutdownTracing, err := setupTracing(ctx, getenv, os.Stderr)
+	shutdownTracing, tracing, err := setupTracing(ctx, getenv, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -149,7 +151,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 	l, err := ledger.New(ledger.Config{
 		ServerID: cfg.ServerID, DownstreamSecret: cfg.DownstreamSecret, MinLease: cfg.MinLease, MaxWait: cfg.MaxWait,
 		ReconcileInterval: cfg.ReconcileInterval, ReconcileBackoff: cfg.ReconcileBackoff,
-		OpsPerMinute: cfg.OpsPerMinute, Retention: cfg.Retention,
+		OpsPerMinute: cfg.OpsPerMinute, Retention: cfg.Retention, FinishedCacheSize: finishedCacheSize(cfg.FinishedCache),
 	}, st, reg, executor.NewDefaultRegistry(nil, logger), listener, logger)
 	if err != nil {
 		return err
@@ -193,7 +195,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 	}
 	srv := server.New(l, server.Options{Reflection: cfg.Reflection, Logger: logger, Metrics: m, TLS: tlsCfg,
 		RateLimit:   interceptors.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst},
-		MaxDeadline: cfg.MaxDeadline, Retention: l.Retention()})
+		MaxDeadline: cfg.MaxDeadline, Retention: l.Retention(), Tracing: tracing})
 	var names []string
 	for _, t := range reg.List() {
 		names = append(names, t.Name+"@"+t.Version)
@@ -267,4 +269,13 @@ func cmdFakepay(ctx context.Context, args []string, stderr io.Writer, getenv fun
 		return err
 	}
 	return fakepay.ListenAndServe(ctx, *listen, newLogger(stderr, "info"))
+}
+
+// finishedCacheSize maps --finished-cache (0: off) to the ledger's setting
+// (0: its default, negative: off).
+func finishedCacheSize(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
