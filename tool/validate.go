@@ -138,9 +138,16 @@ func pointer(tokens []string) string {
 	return sb.String()
 }
 
+// pointerEscaper escapes JSON Pointer reference tokens (RFC 6901); built
+// once, as a Replacer builds its tables on first use.
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
 // escapeToken escapes a JSON Pointer reference token (RFC 6901).
 func escapeToken(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+	if !strings.ContainsAny(s, "~/") {
+		return s
+	}
+	return pointerEscaper.Replace(s)
 }
 
 // normalizeArgs turns args into the plain JSON values the validator
