@@ -226,7 +226,10 @@ type Result struct {
 
 // GrowPoint is execute-replay measured with Stored operations in the table.
 type GrowPoint struct {
-	Stored         int
+	Stored int
+	// Replayed says which operations the ops chose among: "all" stored, or
+	// the newest ones.
+	Replayed       string
 	Concurrency    int
 	Ops            int
 	OpsPerSec      float64

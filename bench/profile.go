@@ -66,7 +66,7 @@ func (e *env) profile(ctx context.Context, rep *Report) error {
 			f.Close()
 			return fmt.Errorf("bench: cpu profile: %w", err)
 		}
-		r := e.measureOpledgerOn(ctx, cl, dbMain, o.Seed, sc, o.ProfileConcurrency, o.Duration, true, true)
+		r := e.measureOpledgerOn(ctx, cl, dbMain, 1, o.Seed, sc, o.ProfileConcurrency, o.Duration, true, true)
 		pprof.StopCPUProfile()
 		if err := f.Close(); err != nil {
 			return err

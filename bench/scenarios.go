@@ -75,8 +75,8 @@ func executeOp(ctx context.Context, cl opledgerv1.LedgerServiceClient, auth cont
 func syntheticID(i int) string { return fmt.Sprintf("op_zz%024d", i) }
 
 // opledgerOp returns scenario sc's op against cl, choosing replayed and read
-// operations among the first pool synthetic ones.
-func opledgerOp(cl *clients, sc string, pool int) opFunc {
+// operations among the pool synthetic ones from the from-th on.
+func opledgerOp(cl *clients, sc string, from, pool int) opFunc {
 	switch sc {
 	case ScenarioPrepare:
 		return func(ctx context.Context, w, _ int) error {
@@ -94,13 +94,13 @@ func opledgerOp(cl *clients, sc string, pool int) opFunc {
 		}
 	case ScenarioExecuteReplay:
 		return func(ctx context.Context, w, _ int) error {
-			_, err := executeOp(ctx, cl.client(w), cl.auth, syntheticID(1+rand.IntN(pool)), true, nil)
+			_, err := executeOp(ctx, cl.client(w), cl.auth, syntheticID(from+rand.IntN(pool)), true, nil)
 			return err
 		}
 	case ScenarioGet:
 		return func(ctx context.Context, w, _ int) error {
 			md, _ := metadata.FromOutgoingContext(cl.auth)
-			id := syntheticID(1 + rand.IntN(pool))
+			id := syntheticID(from + rand.IntN(pool))
 			r, err := cl.client(w).Get(metadata.NewOutgoingContext(ctx, md), &opledgerv1.GetRequest{OperationId: id})
 			if err == nil && r.GetOperation().GetId() != id {
 				err = fmt.Errorf("get: asked for %s, got %s", id, r.GetOperation().GetId())
@@ -114,12 +114,12 @@ func opledgerOp(cl *clients, sc string, pool int) opFunc {
 // measureOpledger runs scenario sc at concurrency conc against cl and,
 // with countDB, counts the statements database db executed per op.
 func (e *env) measureOpledger(ctx context.Context, cl *clients, sc string, conc int, countDB bool) Result {
-	return e.measureOpledgerOn(ctx, cl, dbMain, e.opts.Seed, sc, conc, e.opts.Duration, countDB, true)
+	return e.measureOpledgerOn(ctx, cl, dbMain, 1, e.opts.Seed, sc, conc, e.opts.Duration, countDB, true)
 }
 
 // With warm, execute-replay first replays every operation of the pool once
 // on every server (see warmReplays).
-func (e *env) measureOpledgerOn(ctx context.Context, cl *clients, db string, pool int, sc string, conc int, dur time.Duration, countDB, warm bool) Result {
+func (e *env) measureOpledgerOn(ctx context.Context, cl *clients, db string, from, pool int, sc string, conc int, dur time.Duration, countDB, warm bool) Result {
 	if sc == ScenarioExecuteReplay && warm {
 		if err := warmReplays(ctx, cl, pool); err != nil {
 			return Result{Scenario: sc, System: SystemOpledger, Concurrency: conc, Errors: 1, FirstError: err.Error()}
@@ -146,7 +146,7 @@ func (e *env) measureOpledgerOn(ctx context.Context, cl *clients, db string, poo
 			return executeOp(ctx, cl.client(w), cl.auth, id, false, stormWait)
 		})
 	} else {
-		m = runClosed(ctx, conc, e.opts.warmup(), dur, opledgerOp(cl, sc, pool))
+		m = runClosed(ctx, conc, e.opts.warmup(), dur, opledgerOp(cl, sc, from, pool))
 	}
 	r := m.result()
 	r.Scenario, r.System, r.Concurrency, r.total = sc, SystemOpledger, conc, m.total

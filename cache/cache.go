@@ -2,10 +2,9 @@
 // change once written (finished operations and their encodings), so that
 // replays and reads of them cost no database round trip or re-encoding.
 //
-// When it is full, storing a new entry evicts an arbitrary one (Go's map
-// iteration starts at a random place). That keeps every hit a read under a
-// shared lock, with no recency bookkeeping, and holds a working set that
-// fits entirely; for skewed access random eviction comes close to LRU.
+// When it is full, storing a new entry evicts the oldest of a few sampled
+// at random. That keeps every hit a read under a shared lock, with no
+// recency bookkeeping, and holds a working set that fits entirely.
 package cache
 
 import (
@@ -65,12 +64,35 @@ func (m *Map[K, V]) Put(k K, v V, deadline time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.m[k]; !ok && len(m.m) >= m.capacity {
-		for victim := range m.m {
-			delete(m.m, victim)
+		m.evictLocked()
+	}
+	m.m[k] = entry[V]{v: v, deadline: deadline}
+}
+
+// evictSample is how many entries an eviction looks at.
+const evictSample = 5
+
+// evictLocked deletes, of a few entries at random (Go's map iteration
+// starts at a random place), the one whose deadline comes first: as
+// deadlines are set when entries are stored, that is about the oldest, so
+// a burst of new entries does not push out what was stored just before it
+// as often as purely random eviction would (Redis approximates LRU the
+// same way).
+func (m *Map[K, V]) evictLocked() {
+	var victim K
+	var first time.Time
+	n := 0
+	for k, e := range m.m {
+		if n == 0 || e.deadline.Before(first) {
+			victim, first = k, e.deadline
+		}
+		if n++; n == evictSample {
 			break
 		}
 	}
-	m.m[k] = entry[V]{v: v, deadline: deadline}
+	if n > 0 {
+		delete(m.m, victim)
+	}
 }
 
 // Delete forgets k.

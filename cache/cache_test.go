@@ -91,3 +91,32 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	require.LessOrEqual(t, m.Len(), 64)
 }
+
+// TestEvictionPrefersOldEntries: when a burst of new entries overflows the
+// map, most of the entries stored just before the burst survive while the
+// oldest ones go, as sampled eviction by deadline intends.
+func TestEvictionPrefersOldEntries(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	m := New[int, int](1000)
+	m.now = func() time.Time { return now }
+	for i := range 1000 { // 0..999, oldest first
+		now = now.Add(time.Millisecond)
+		m.Put(i, i, now.Add(time.Hour))
+	}
+	for i := 1000; i < 1500; i++ { // 500 more evict 500
+		now = now.Add(time.Millisecond)
+		m.Put(i, i, now.Add(time.Hour))
+	}
+	require.Equal(t, 1000, m.Len())
+	old, recent := 0, 0
+	for i := range 500 {
+		if _, ok := m.Get(i); ok {
+			old++
+		}
+		if _, ok := m.Get(500 + i); ok {
+			recent++
+		}
+	}
+	require.Greater(t, recent, old+100, "older entries are evicted first: %d of the oldest and %d of the more recent half survive", old, recent)
+}
