@@ -181,8 +181,13 @@ func warmReplays(ctx context.Context, cl *clients, pool int) error {
 					return
 				}
 				for s := range cl.servers {
-					if _, err := executeOp(ctx, cl.ledg[(w*cl.servers+s)%len(cl.ledg)], cl.auth, syntheticID(i), true, nil); err != nil {
-						errs <- fmt.Errorf("warm-up replay: %w", err)
+					// A bounded call: a stuck replay must show up as an error
+					// in the report, not as a benchmark that never ends.
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					_, err := executeOp(cctx, cl.ledg[(w*cl.servers+s)%len(cl.ledg)], cl.auth, syntheticID(i), true, nil)
+					cancel()
+					if err != nil {
+						errs <- fmt.Errorf("warm-up replay of %s: %w", syntheticID(i), err)
 						return
 					}
 				}

@@ -106,8 +106,9 @@ func TransportOptions() []grpc.ServerOption {
 		// and a handler grew; a fresh goroutine per call copied its stack
 		// on every call (runtime.newstack was the largest item of a
 		// replay's profile). Calls beyond the workers get goroutines of
-		// their own, as without the option.
-		grpc.NumStreamWorkers(uint32(max(16, 4*runtime.GOMAXPROCS(0)))),
+		// their own, as without the option; an idle worker costs its
+		// stack, a few KiB.
+		grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0)))),
 	}
 }
 
