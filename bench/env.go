@@ -304,36 +304,46 @@ type serveProcess struct {
 }
 
 // startServe starts `opledger serve` against database db and waits until its
-// health check serves. Its logs (JSON, one line per call at info level, as
-// in production) go to a file in the run's directory.
+// health check serves. Its logs (JSON at info level, as in production) go to
+// a file in the run's directory.
 func (e *env) startServe(ctx context.Context, i int, db string, finishedCache bool) (*serveProcess, error) {
+	env := []string{
+		"DATABASE_URL=" + e.cluster.URL(db),
+		"OPLEDGER_TOOLS=" + e.toolsFile,
+		"OPLEDGER_DOWNSTREAM_SECRET=" + e.secret,
+		"OPLEDGER_DB_MAX_CONNS=" + strconv.Itoa(e.opts.DBConns),
+		"OPLEDGER_SERVER_ID=" + fmt.Sprintf("bench-%s-%d", db, i),
+		"OPLEDGER_LOG_LEVEL=info",
+		"OPLEDGER_METRICS_LISTEN=",
+	}
+	if !finishedCache {
+		env = append(env, "OPLEDGER_FINISHED_CACHE=0")
+	}
+	return e.startChild(ctx, fmt.Sprintf("serve-%s-%d", db, i), env, func(addr string) []string {
+		return []string{"serve", "--listen", addr}
+	})
+}
+
+// startChild runs this binary with the arguments args(addr) and the extra
+// environment env, serving gRPC on a free loopback port, logging to
+// name.log in the run's directory, and waits until its health check
+// serves. The bench stops it when it closes.
+func (e *env) startChild(ctx context.Context, name string, env []string, args func(addr string) []string) (*serveProcess, error) {
 	port, err := pgcluster.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	p := &serveProcess{addr: fmt.Sprintf("127.0.0.1:%d", port), done: make(chan struct{}),
-		log: filepath.Join(e.dir, fmt.Sprintf("serve-%s-%d.log", db, i))}
+		log: filepath.Join(e.dir, name+".log")}
 	logf, err := os.Create(p.log)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(e.opts.Binary, "serve")
-	cmd.Env = append(cleanEnv(),
-		"DATABASE_URL="+e.cluster.URL(db),
-		"OPLEDGER_LISTEN="+p.addr,
-		"OPLEDGER_TOOLS="+e.toolsFile,
-		"OPLEDGER_DOWNSTREAM_SECRET="+e.secret,
-		"OPLEDGER_DB_MAX_CONNS="+strconv.Itoa(e.opts.DBConns),
-		"OPLEDGER_SERVER_ID="+fmt.Sprintf("bench-%s-%d", db, i),
-		"OPLEDGER_LOG_LEVEL=info",
-		"OPLEDGER_METRICS_LISTEN=",
-	)
-	if !finishedCache {
-		cmd.Env = append(cmd.Env, "OPLEDGER_FINISHED_CACHE=0")
-	}
+	cmd := exec.Command(e.opts.Binary, args(p.addr)...)
+	cmd.Env = append(cleanEnv(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group: a Ctrl-C meant for the bench reaches the
-	// bench, which then stops the server itself.
+	// bench, which then stops the child itself.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -359,7 +369,7 @@ func (p *serveProcess) waitHealthy(ctx context.Context) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-p.done:
-			return fmt.Errorf("bench: opledger serve exited during start:\n%s", tail(p.log))
+			return fmt.Errorf("bench: %s exited during start:\n%s", p.cmd.Args[1], tail(p.log))
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
@@ -372,7 +382,7 @@ func (p *serveProcess) waitHealthy(ctx context.Context) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("bench: opledger serve did not become healthy:\n%s", tail(p.log))
+	return fmt.Errorf("bench: %s did not become healthy:\n%s", p.cmd.Args[1], tail(p.log))
 }
 
 // stop sends SIGTERM (graceful shutdown) and, should that hang, SIGKILL.

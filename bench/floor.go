@@ -8,11 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sync"
-	"syscall"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,7 +24,6 @@ import (
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/metrics"
-	"github.com/opledger/opledger/pgcluster"
 	"github.com/opledger/opledger/server"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"
@@ -170,40 +167,22 @@ func startFloor(c canned, st *stack, apiKey string) (*floorServer, error) {
 // opledger call pays. With chain, the child runs the interceptor chain and
 // authenticates against the main database.
 func (e *env) startFloorChild(ctx context.Context, chain bool) (*floorServer, error) {
-	port, err := pgcluster.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	name := "bare"
+	name := "floor-bare"
 	if chain {
-		name = "chain"
+		name = "floor-chain"
 	}
-	p := &serveProcess{addr: fmt.Sprintf("127.0.0.1:%d", port), done: make(chan struct{}),
-		log: filepath.Join(e.dir, "floor-"+name+".log")}
-	logf, err := os.Create(p.log)
+	p, err := e.startChild(ctx, name, []string{
+		"DATABASE_URL=" + e.cluster.URL(dbMain),
+		"OPLEDGER_TOOLS=" + e.toolsFile,
+		"OPLEDGER_DOWNSTREAM_SECRET=" + e.secret,
+	}, func(addr string) []string {
+		args := []string{"bench-floor", "--listen", addr, "--canned", e.dir}
+		if chain {
+			args = append(args, "--chain")
+		}
+		return args
+	})
 	if err != nil {
-		return nil, err
-	}
-	args := []string{"bench-floor", "--listen", p.addr, "--canned", e.dir}
-	if chain {
-		args = append(args, "--chain")
-	}
-	cmd := exec.Command(e.opts.Binary, args...)
-	cmd.Env = append(cleanEnv(),
-		"DATABASE_URL="+e.cluster.URL(dbMain),
-		"OPLEDGER_TOOLS="+e.toolsFile,
-		"OPLEDGER_DOWNSTREAM_SECRET="+e.secret,
-	)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	p.cmd = cmd
-	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
-	e.closers = append(e.closers, p.stop)
-	if err := p.waitHealthy(ctx); err != nil {
 		return nil, err
 	}
 	cl, err := dialClients([]string{p.addr}, e.apiKey)

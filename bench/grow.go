@@ -69,7 +69,9 @@ func (e *env) grow(ctx context.Context, rep *Report) error {
 	dur := 2 * o.Duration
 	e.progress("grow: databases %s (%d operations) and %s (%d)", dbGrowSmall, growStart, dbGrow, n)
 	var cls []*clients
-	for _, db := range []string{dbGrowSmall, dbGrow} {
+	// The two ends: their databases and how many operations each holds.
+	dbs, stored := []string{dbGrowSmall, dbGrow}, []int{growStart, n}
+	for _, db := range dbs {
 		if err := e.cluster.CreateDatabase(ctx, db, ""); err != nil {
 			return err
 		}
@@ -118,7 +120,7 @@ func (e *env) grow(ctx context.Context, rep *Report) error {
 	}
 	load := time.Since(t0)
 	sizes := make([]int64, 2)
-	for i, db := range []string{dbGrowSmall, dbGrow} {
+	for i, db := range dbs {
 		if _, err := e.psql(ctx, db, "VACUUM (ANALYZE) operation"); err != nil {
 			return err
 		}
@@ -144,11 +146,10 @@ func (e *env) grow(ctx context.Context, rep *Report) error {
 	runs := make([][]Result, len(points))
 	for round := range max(growRounds, o.Repeat) {
 		for i, pt := range points {
-			db := []string{dbGrowSmall, dbGrow}[pt.cl]
-			r := e.measureOpledgerOn(ctx, cls[pt.cl], db, pt.from, pt.pool, ScenarioExecuteReplay, conc, dur, false, false)
+			r := e.measureOpledgerOn(ctx, cls[pt.cl], dbs[pt.cl], pt.from, pt.pool, ScenarioExecuteReplay, conc, dur, false, false)
 			runs[i] = append(runs[i], r)
 			e.progress("grow: round %d, %d stored (%.1f GiB with indexes), replaying %s: %s", round+1,
-				[]int{growStart, n}[pt.cl], float64(sizes[pt.cl])/(1<<30), pt.replayed, r.brief())
+				stored[pt.cl], float64(sizes[pt.cl])/(1<<30), pt.replayed, r.brief())
 		}
 	}
 	for i, pt := range points {
@@ -158,7 +159,7 @@ func (e *env) grow(ctx context.Context, rep *Report) error {
 		}
 		slices.SortFunc(runs[i], func(a, b Result) int { return cmp.Compare(a.P99, b.P99) })
 		r := runs[i][len(runs[i])/2]
-		g := GrowPoint{Stored: []int{growStart, n}[pt.cl], Replayed: pt.replayed, Concurrency: conc, Ops: r.Ops, OpsPerSec: r.OpsPerSec,
+		g := GrowPoint{Stored: stored[pt.cl], Replayed: pt.replayed, Concurrency: conc, Ops: r.Ops, OpsPerSec: r.OpsPerSec,
 			P50: r.P50, P99: r.P99, P999: r.P999, Errors: errs, TableBytes: sizes[pt.cl]}
 		if pt.cl == 1 {
 			g.Load = load

@@ -163,11 +163,17 @@ func (l *Ledger) remember(op Operation) {
 	if !State(op.State).Terminal() {
 		return
 	}
+	// Every Get of a finished operation comes here: a copy already held
+	// is the same operation, so only a missing one takes the write lock.
+	key := opKey{op.Tenant, op.ID}
+	if _, ok := l.finished.Get(key); ok {
+		return
+	}
 	deadline := time.Now().Add(l.cfg.FinishedCacheTTL)
 	if pruned := op.UpdatedAt.Add(l.cfg.Retention); pruned.Before(deadline) {
 		deadline = pruned
 	}
-	l.finished.Put(opKey{op.Tenant, op.ID}, op, deadline)
+	l.finished.Put(key, op, deadline)
 }
 
 // Hooks lets tests pause or crash the ledger at named points.
