@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,11 +17,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/opledger/opledger/fakepay"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgcluster"
+	"github.com/opledger/opledger/server"
 	"github.com/opledger/opledger/store"
 )
 
@@ -364,25 +365,14 @@ func (p *serveProcess) waitHealthy(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	hc := healthpb.NewHealthClient(conn)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			return fmt.Errorf("bench: %s exited during start:\n%s", p.cmd.Args[1], tail(p.log))
-		case <-ctx.Done():
-			return ctx.Err()
-		default:
-		}
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		r, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
+	err = server.WaitServing(ctx, conn, p.done, 60*time.Second)
+	switch {
+	case errors.Is(err, server.ErrExited):
+		return fmt.Errorf("bench: %s exited during start:\n%s", p.cmd.Args[1], tail(p.log))
+	case errors.Is(err, server.ErrNotServing):
+		return fmt.Errorf("bench: %s did not become healthy:\n%s", p.cmd.Args[1], tail(p.log))
 	}
-	return fmt.Errorf("bench: %s did not become healthy:\n%s", p.cmd.Args[1], tail(p.log))
+	return err
 }
 
 // stop sends SIGTERM (graceful shutdown) and, should that hang, SIGKILL.

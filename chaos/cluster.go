@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,10 +17,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/opledger/opledger/fakepay"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	opserver "github.com/opledger/opledger/server"
 )
 
 const (
@@ -317,27 +318,16 @@ func (s *server) start(ctx context.Context, failpoints string) error {
 }
 
 func (s *server) waitHealthy(ctx context.Context, done chan struct{}) error {
-	hc := healthpb.NewHealthClient(s.conn)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			// Killed at a failpoint during start-up traffic (the reconciler
-			// runs at once) is possible; the supervisor restarts it.
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		default:
-		}
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
+	err := opserver.WaitServing(ctx, s.conn, done, 60*time.Second)
+	switch {
+	case errors.Is(err, opserver.ErrExited):
+		// Killed at a failpoint during start-up traffic (the reconciler
+		// runs at once) is possible; the supervisor restarts it.
+		return nil
+	case errors.Is(err, opserver.ErrNotServing):
+		return fmt.Errorf("chaos: server %d did not become healthy within 60s; see %s", s.idx, s.logPath)
 	}
-	return fmt.Errorf("chaos: server %d did not become healthy within 60s; see %s", s.idx, s.logPath)
+	return err
 }
 
 // stop ends the current incarnation, by SIGKILL or by SIGTERM (graceful,

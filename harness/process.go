@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,10 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/pgcluster"
+	"github.com/opledger/opledger/server"
 )
 
 var (
@@ -124,23 +125,13 @@ func (p *Process) waitHealthy() {
 	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(p.t, err)
 	defer conn.Close()
-	hc := healthpb.NewHealthClient(conn)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			p.t.Fatalf("opledger serve exited during start:\n%s", p.Logs())
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	err = server.WaitServing(context.Background(), conn, p.done, 30*time.Second)
+	switch {
+	case errors.Is(err, server.ErrExited):
+		p.t.Fatalf("opledger serve exited during start:\n%s", p.Logs())
+	case err != nil:
+		p.t.Fatalf("opledger serve did not become healthy:\n%s", p.Logs())
 	}
-	p.t.Fatalf("opledger serve did not become healthy:\n%s", p.Logs())
 }
 
 // Kill sends SIGKILL and waits for the process to die.
