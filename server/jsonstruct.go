@@ -1,0 +1,345 @@
+package server
+
+import (
+	"errors"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// jsonStruct decodes a JSON object into a Struct in one pass over its bytes.
+// Every answer carries the operation's arguments and result as Structs, and
+// protojson's reflective decoding of them was the largest single cost of
+// building an answer in execute-new's profile (docs/performance.md, finding
+// 12). It accepts exactly what protojson.Unmarshal accepts for a Struct and
+// builds the same message; FuzzJSONStruct checks both against each other.
+func jsonStruct(b []byte) (*structpb.Struct, error) {
+	d := jsonDecoder{b: b}
+	d.space()
+	if d.i >= len(d.b) || d.b[d.i] != '{' {
+		return nil, errJSON
+	}
+	s, err := d.object(1)
+	if err != nil {
+		return nil, err
+	}
+	d.space()
+	if d.i != len(d.b) {
+		return nil, errJSON
+	}
+	return s, nil
+}
+
+// errJSON is every decoding failure: stored JSON came through PostgreSQL's
+// jsonb, so a failure means a bug, and the caller only needs to know that.
+var errJSON = errors.New("server: invalid JSON for a Struct")
+
+// maxJSONDepth is protojson's default recursion limit.
+const maxJSONDepth = 10000
+
+type jsonDecoder struct {
+	b []byte
+	i int
+}
+
+func (d *jsonDecoder) space() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+// object decodes an object whose '{' is at d.i.
+func (d *jsonDecoder) object(depth int) (*structpb.Struct, error) {
+	if depth > maxJSONDepth {
+		return nil, errJSON
+	}
+	d.i++
+	s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return s, nil
+	}
+	for {
+		d.space()
+		if d.i >= len(d.b) || d.b[d.i] != '"' {
+			return nil, errJSON
+		}
+		k, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := s.Fields[k]; dup {
+			return nil, errJSON // protojson refuses duplicate map keys
+		}
+		d.space()
+		if d.i >= len(d.b) || d.b[d.i] != ':' {
+			return nil, errJSON
+		}
+		d.i++
+		v, err := d.value(depth)
+		if err != nil {
+			return nil, err
+		}
+		s.Fields[k] = v
+		d.space()
+		if d.i >= len(d.b) {
+			return nil, errJSON
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			return s, nil
+		default:
+			return nil, errJSON
+		}
+	}
+}
+
+// list decodes an array whose '[' is at d.i.
+func (d *jsonDecoder) list(depth int) (*structpb.ListValue, error) {
+	if depth > maxJSONDepth {
+		return nil, errJSON
+	}
+	d.i++
+	l := &structpb.ListValue{Values: []*structpb.Value{}}
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == ']' {
+		d.i++
+		return l, nil
+	}
+	for {
+		v, err := d.value(depth)
+		if err != nil {
+			return nil, err
+		}
+		l.Values = append(l.Values, v)
+		d.space()
+		if d.i >= len(d.b) {
+			return nil, errJSON
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			return l, nil
+		default:
+			return nil, errJSON
+		}
+	}
+}
+
+// value decodes one value inside a container at depth.
+func (d *jsonDecoder) value(depth int) (*structpb.Value, error) {
+	d.space()
+	if d.i >= len(d.b) {
+		return nil, errJSON
+	}
+	switch c := d.b[d.i]; c {
+	case '{':
+		s, err := d.object(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		return &structpb.Value{Kind: &structpb.Value_StructValue{StructValue: s}}, nil
+	case '[':
+		l, err := d.list(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		return &structpb.Value{Kind: &structpb.Value_ListValue{ListValue: l}}, nil
+	case '"':
+		s, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		return &structpb.Value{Kind: &structpb.Value_StringValue{StringValue: s}}, nil
+	case 't':
+		return d.literal("true", &structpb.Value{Kind: &structpb.Value_BoolValue{BoolValue: true}})
+	case 'f':
+		return d.literal("false", &structpb.Value{Kind: &structpb.Value_BoolValue{BoolValue: false}})
+	case 'n':
+		return d.literal("null", &structpb.Value{Kind: &structpb.Value_NullValue{}})
+	default:
+		f, err := d.number()
+		if err != nil {
+			return nil, err
+		}
+		return &structpb.Value{Kind: &structpb.Value_NumberValue{NumberValue: f}}, nil
+	}
+}
+
+// literal consumes word, which must not run on into an identifier
+// character (protojson reads "truex" as one bad token).
+func (d *jsonDecoder) literal(word string, v *structpb.Value) (*structpb.Value, error) {
+	end := d.i + len(word)
+	if end > len(d.b) || string(d.b[d.i:end]) != word {
+		return nil, errJSON
+	}
+	if end < len(d.b) && isIdentByte(d.b[end]) {
+		return nil, errJSON
+	}
+	d.i = end
+	return v, nil
+}
+
+func isIdentByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+// number consumes a JSON number: -?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?
+func (d *jsonDecoder) number() (float64, error) {
+	start := d.i
+	digits := func() int {
+		n := 0
+		for d.i < len(d.b) && '0' <= d.b[d.i] && d.b[d.i] <= '9' {
+			d.i++
+			n++
+		}
+		return n
+	}
+	if d.i < len(d.b) && d.b[d.i] == '-' {
+		d.i++
+	}
+	if d.i < len(d.b) && d.b[d.i] == '0' {
+		d.i++
+	} else if digits() == 0 {
+		return 0, errJSON
+	}
+	if d.i < len(d.b) && d.b[d.i] == '.' {
+		d.i++
+		if digits() == 0 {
+			return 0, errJSON
+		}
+	}
+	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		d.i++
+		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
+			d.i++
+		}
+		if digits() == 0 {
+			return 0, errJSON
+		}
+	}
+	if d.i < len(d.b) && isIdentByte(d.b[d.i]) {
+		return 0, errJSON
+	}
+	f, err := strconv.ParseFloat(string(d.b[start:d.i]), 64)
+	if err != nil {
+		return 0, errJSON // out of a double's range, as protojson
+	}
+	return f, nil
+}
+
+// str decodes a string whose opening quote is at d.i. Strings without
+// escapes, nearly all of them, are one copy of their bytes.
+func (d *jsonDecoder) str() (string, error) {
+	d.i++
+	start := d.i
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			s := d.b[start:d.i]
+			d.i++
+			if !utf8.Valid(s) {
+				return "", errJSON
+			}
+			return string(s), nil
+		case c == '\\':
+			return d.escaped(start)
+		case c < 0x20:
+			return "", errJSON
+		}
+		d.i++
+	}
+	return "", errJSON
+}
+
+// escaped finishes a string that holds escapes, from its first byte at
+// start; d.i is at the first backslash. A \u escape of half a surrogate
+// pair must be followed by the other half, as protojson requires.
+func (d *jsonDecoder) escaped(start int) (string, error) {
+	out := append([]byte(nil), d.b[start:d.i]...)
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			if !utf8.Valid(out) {
+				return "", errJSON
+			}
+			return string(out), nil
+		case c < 0x20:
+			return "", errJSON
+		case c != '\\':
+			out = append(out, c)
+			d.i++
+			continue
+		}
+		if d.i+1 >= len(d.b) {
+			return "", errJSON
+		}
+		e := d.b[d.i+1]
+		d.i += 2
+		switch e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := d.hex4()
+			if !ok {
+				return "", errJSON
+			}
+			if utf16.IsSurrogate(r) {
+				if d.i+1 >= len(d.b) || d.b[d.i] != '\\' || d.b[d.i+1] != 'u' {
+					return "", errJSON
+				}
+				d.i += 2
+				r2, ok := d.hex4()
+				if !ok {
+					return "", errJSON
+				}
+				if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
+					return "", errJSON
+				}
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return "", errJSON
+		}
+	}
+	return "", errJSON
+}
+
+// hex4 consumes the four hex digits of a \u escape.
+func (d *jsonDecoder) hex4() (rune, bool) {
+	if d.i+4 > len(d.b) {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(d.b[d.i:d.i+4]), 16, 16)
+	if err != nil {
+		return 0, false
+	}
+	d.i += 4
+	return rune(v), true
+}
