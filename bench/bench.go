@@ -220,6 +220,9 @@ type Result struct {
 	// DBCallsPerOp is the statements PostgreSQL executed per op
 	// (pg_stat_statements); 0 when not measured.
 	DBCallsPerOp float64
+	// CPU is the machine's CPU time per op in the measured window, by
+	// process; nil when not measured (storms, the growth test).
+	CPU *CPUCost `json:",omitempty"`
 	// total counts every op, warm-up included.
 	total int
 }

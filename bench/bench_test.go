@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -38,6 +39,17 @@ func TestTinyRun(t *testing.T) {
 			require.True(t, found, "no result for %s %s", sc, sys)
 		}
 	}
+	// CPU is accounted for every closed-loop run; the server is in this
+	// process here, so its time is the bench process's.
+	for _, r := range rep.Results {
+		if r.Scenario == ScenarioDuplicateStorm || r.System == SystemGRPCFloor || r.System == SystemGRPCChain {
+			continue
+		}
+		require.NotNil(t, r.CPU, "%s %s", r.Scenario, r.System)
+		require.Positive(t, r.CPU.Bench+r.CPU.Postgres, "%s %s", r.Scenario, r.System)
+		require.Zero(t, r.CPU.Server, "%s %s", r.Scenario, r.System)
+		require.InDelta(t, 0.5, r.CPU.Busy, 0.5)
+	}
 	require.Len(t, rep.InProcess, len(Scenarios))
 	require.Len(t, rep.Profiles, len(Scenarios))
 	var table, md bytes.Buffer
@@ -47,6 +59,46 @@ func TestTinyRun(t *testing.T) {
 		require.Contains(t, table.String(), sc)
 		require.Contains(t, md.String(), "| "+sc+" |")
 	}
+	require.Contains(t, md.String(), "| postgres µs/op |")
+}
+
+func TestProcTimes(t *testing.T) {
+	t.Parallel()
+	self, _, ppid, err := procTimes("self")
+	require.NoError(t, err)
+	require.Equal(t, os.Getppid(), ppid)
+	// Spin until the kernel has charged this process another tick: the
+	// counter must move with the CPU this process uses.
+	x := 0
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		for i := range 1_000_000 {
+			x += i
+		}
+		now, _, _, err := procTimes("self")
+		require.NoError(t, err)
+		if now > self {
+			break
+		}
+	}
+	now, _, _, err := procTimes("self")
+	require.NoError(t, err)
+	require.Greater(t, now, self, "spun %d", x)
+	busy, all, err := machineTimes()
+	require.NoError(t, err)
+	require.Positive(t, busy)
+	require.GreaterOrEqual(t, all, busy)
+	_, _, _, err = procTimes("0")
+	require.Error(t, err)
+}
+
+func TestCost(t *testing.T) {
+	t.Parallel()
+	a := cpuUse{server: time.Second, postgres: 2 * time.Second, bench: 3 * time.Second, busy: 10 * time.Second, all: 20 * time.Second}
+	b := cpuUse{server: 2 * time.Second, postgres: 4 * time.Second, bench: 3500 * time.Millisecond, busy: 13 * time.Second, all: 24 * time.Second}
+	c := cost(a, b, 1000)
+	require.Equal(t, CPUCost{Server: time.Millisecond, Postgres: 2 * time.Millisecond, Bench: 500 * time.Microsecond, Busy: 0.75}, *c)
+	require.Equal(t, 3500*time.Microsecond, c.Total())
+	require.Nil(t, cost(a, b, 0))
 }
 
 func TestPercentiles(t *testing.T) {

@@ -163,6 +163,7 @@ func newEnv(ctx context.Context, dir string, opts *Options) (_ *env, err error) 
 	if e.clients, err = dialClients(addrs, e.apiKey); err != nil {
 		return nil, err
 	}
+	e.clients.pids = e.serverPids()
 	e.closers = append(e.closers, e.clients.close)
 
 	if opts.wants(SystemGRPCFloor) || opts.wants(SystemGRPCChain) {

@@ -189,6 +189,7 @@ func (e *env) startFloorChild(ctx context.Context, chain bool) (*floorServer, er
 	if err != nil {
 		return nil, err
 	}
+	cl.pids = []int{p.cmd.Process.Pid}
 	return &floorServer{clients: cl, stop: sync.OnceFunc(func() { cl.close(); p.stop() })}, nil
 }
 

@@ -50,6 +50,36 @@ func (r *Report) rows() []row {
 	return out
 }
 
+// cpuRows are the results whose CPU was accounted, in run order, the
+// in-process (profiled) runs last.
+func (r *Report) cpuRows() []Result {
+	var out []Result
+	for _, x := range slices.Concat(r.Results, r.InProcess) {
+		if x.CPU != nil {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// cpuCells formats a result's CPU cost: µs per op of the server, of
+// PostgreSQL, of the benchmark's process, their total, and how busy the
+// machine was.
+func cpuCells(x Result) []string {
+	c := x.CPU
+	us := func(d time.Duration) string {
+		if d == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%d", d.Microseconds())
+	}
+	return []string{x.Scenario, x.System, fmt.Sprint(x.Concurrency), fmt.Sprintf("%.0f", x.OpsPerSec),
+		us(c.Server), us(c.Postgres), us(c.Bench), us(c.Total()), fmt.Sprintf("%.0f %%", 100*c.Busy)}
+}
+
+// cpuHeader names cpuCells' columns.
+var cpuHeader = []string{"scenario", "system", "conc", "ops/s", "server µs/op", "postgres µs/op", "bench process µs/op", "total µs/op", "machine busy"}
+
 func ratio(a, b float64) string {
 	if b <= 0 {
 		return "-"
@@ -79,6 +109,16 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, "targets (informational: times are never a failure):")
 	for _, t := range r.Targets() {
 		fmt.Fprintf(w, "  %-4s %s\n", t.Verdict(), t.Text)
+	}
+	if rows := r.cpuRows(); len(rows) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "CPU time per op in the measured window (server: the process answering; bench process: load generator, fake processor, in-process servers, pgbench):")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, strings.Join(cpuHeader, "\t")+"\t")
+		for _, x := range rows {
+			fmt.Fprintln(tw, strings.Join(cpuCells(x), "\t")+"\t")
+		}
+		tw.Flush()
 	}
 	if len(r.Grow) > 0 {
 		fmt.Fprintln(w)
@@ -223,6 +263,15 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintln(w)
 	for _, t := range r.Targets() {
 		fmt.Fprintf(w, "- **%s** %s\n", t.Verdict(), t.Text)
+	}
+	if rows := r.cpuRows(); len(rows) > 0 {
+		fmt.Fprintln(w, "\nCPU time per op in the measured window (server: the process answering; bench process: load generator, fake processor, in-process servers, pgbench):")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| "+strings.Join(cpuHeader, " | ")+" |")
+		fmt.Fprintln(w, "| --- | --- |"+strings.Repeat(" ---: |", len(cpuHeader)-2))
+		for _, x := range rows {
+			fmt.Fprintln(w, "| "+strings.Join(cpuCells(x), " | ")+" |")
+		}
 	}
 	if len(r.Grow) > 0 {
 		fmt.Fprintln(w, "\nexecute-replay as the table grows:")

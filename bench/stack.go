@@ -75,6 +75,9 @@ type clients struct {
 	// warmed is set once every replayed operation went through every
 	// server (see warmReplays).
 	warmed bool
+	// pids are the server processes the connections reach, for CPU
+	// accounting; none when the server runs in the benchmark's process.
+	pids []int
 }
 
 const connsPerServer = 8
