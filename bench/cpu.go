@@ -94,10 +94,19 @@ func machineTimes() (busy, all time.Duration, err error) {
 	return busy, busy + idle + iowait, nil
 }
 
-// cpuNow samples CPU use: the server processes given, PostgreSQL (the
-// postmaster, what it reaped and its live children), and this process with
-// what it reaped.
-func (e *env) cpuNow(server []int) (cpuUse, error) {
+// cpuProcs are the processes besides PostgreSQL and this one whose CPU a
+// window accounts.
+type cpuProcs struct {
+	// server answers the calls (`opledger serve`, a floor's child).
+	server []int
+	// bench are this process's live helpers (pgbench), counted with it.
+	bench []int
+}
+
+// cpuNow samples CPU use: the processes given, PostgreSQL (the postmaster,
+// what it reaped and its live children), and this process with what it
+// reaped.
+func (e *env) cpuNow(p cpuProcs) (cpuUse, error) {
 	var u cpuUse
 	var err error
 	if u.busy, u.all, err = machineTimes(); err != nil {
@@ -108,12 +117,20 @@ func (e *env) cpuNow(server []int) (cpuUse, error) {
 		return u, err
 	}
 	u.bench = self + reaped
-	for _, pid := range server {
+	for _, pid := range p.server {
 		s, c, _, err := procTimes(strconv.Itoa(pid))
 		if err != nil {
 			return u, err
 		}
 		u.server += s + c
+	}
+	for _, pid := range p.bench {
+		// A helper that already exited was reaped into this process's own
+		// children's time; its /proc entry may linger as a zombie with
+		// zeroes, or be gone.
+		if s, c, _, err := procTimes(strconv.Itoa(pid)); err == nil {
+			u.bench += s + c
+		}
 	}
 	pm, err := e.cluster.PID()
 	if err != nil {
@@ -158,7 +175,7 @@ func cost(a, b cpuUse, ops int) *CPUCost {
 // that begins warmup from now and lasts dur, as runClosed's does. The
 // function it returns waits for the window's end and gives the cost per
 // op, or nil when a sample failed or ctx ended first.
-func (e *env) cpuWindow(ctx context.Context, server []int, warmup, dur time.Duration) func(ops int) *CPUCost {
+func (e *env) cpuWindow(ctx context.Context, procs cpuProcs, warmup, dur time.Duration) func(ops int) *CPUCost {
 	start := time.Now()
 	done := make(chan [2]cpuUse, 1)
 	go func() {
@@ -172,7 +189,7 @@ func (e *env) cpuWindow(ctx context.Context, server []int, warmup, dur time.Dura
 				return
 			case <-t.C:
 			}
-			u, err := e.cpuNow(server)
+			u, err := e.cpuNow(procs)
 			if err != nil {
 				return
 			}

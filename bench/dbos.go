@@ -120,7 +120,7 @@ func (e *env) dbosMeasure(ctx context.Context, sc string, conc int) Result {
 	var cpu func(ops int) *CPUCost
 	switch sc {
 	case ScenarioExecuteNew:
-		cpu = e.cpuWindow(ctx, nil, e.opts.warmup(), e.opts.Duration)
+		cpu = e.cpuWindow(ctx, cpuProcs{}, e.opts.warmup(), e.opts.Duration)
 		m = runClosed(ctx, conc, e.opts.warmup(), e.opts.Duration, func(ctx context.Context, _, _ int) error {
 			key := newKey("d")
 			_, err := p.run(key)
@@ -147,7 +147,7 @@ func (e *env) dbosMeasure(ctx context.Context, sc string, conc int) Result {
 				done = append(done, key)
 			}
 		}
-		cpu = e.cpuWindow(ctx, nil, e.opts.warmup(), e.opts.Duration)
+		cpu = e.cpuWindow(ctx, cpuProcs{}, e.opts.warmup(), e.opts.Duration)
 		m = runClosed(ctx, conc, e.opts.warmup(), e.opts.Duration, func(ctx context.Context, _, _ int) error {
 			_, err := p.run(done[rand.IntN(len(done))])
 			return err

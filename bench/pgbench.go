@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -54,14 +55,17 @@ SELECT * FROM ins;
         first_claimed_at = COALESCE(o.first_claimed_at, now()),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = %s AND o.tenant = 'bench' AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now())
+    WHERE o.id = %[1]s AND o.tenant = 'bench' AND o.state = 'READY'
+      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.fence > 0)
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, 'CLAIMED', 'bench', 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT * FROM upd;
+SELECT upd.*, true AS claimed FROM upd
+UNION ALL
+SELECT g.*, false AS claimed FROM operation g
+WHERE g.id = %[1]s AND g.tenant = 'bench' AND NOT EXISTS (SELECT 1 FROM upd);
 `
 	pgbComplete = `WITH cur AS (
     SELECT c.id, c.state AS old_state FROM operation c
@@ -146,17 +150,22 @@ func (e *env) pgbench(ctx context.Context, db, script string, conc int) Result {
 	cmd := exec.CommandContext(ctx, filepath.Join(e.binDir, "pgbench"), args...)
 	cmd.Env = cleanEnv()
 	cmd.Dir = dir
-	// pgbench runs half a second or more past the CPU window, so that the
-	// window sees it at full speed; its process is this one's child, reaped
-	// before the window's cost is read.
-	t0 := time.Now()
-	cpu := e.cpuWindow(ctx, nil, e.opts.warmup(), e.opts.Duration)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		res.Errors, res.FirstError = 1, fmt.Sprintf("pgbench: %v: %s", err, errorLines(string(out)))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		res.Errors, res.FirstError = 1, err.Error()
 		return res
 	}
-	if m := pgbFailed.FindStringSubmatch(string(out)); m != nil {
+	// pgbench runs half a second or more past the CPU window, so that the
+	// window sees it at full speed; its CPU is the bench process's.
+	t0 := time.Now()
+	cpu := e.cpuWindow(ctx, cpuProcs{bench: []int{cmd.Process.Pid}}, e.opts.warmup(), e.opts.Duration)
+	err = cmd.Wait()
+	if err != nil {
+		res.Errors, res.FirstError = 1, fmt.Sprintf("pgbench: %v: %s", err, errorLines(out.String()))
+		return res
+	}
+	if m := pgbFailed.FindStringSubmatch(out.String()); m != nil {
 		res.Errors, _ = strconv.Atoi(m[1])
 		if res.Errors > 0 {
 			res.FirstError = "pgbench reported failed transactions"
@@ -179,10 +188,10 @@ func (e *env) pgbench(ctx context.Context, db, script string, conc int) Result {
 	res.OpsPerSec = float64(res.Ops) / lat.window.Seconds()
 	res.P50, res.P99, res.P999 = percentiles(lat.latencies)
 	if res.Ops == 0 {
-		if m := pgbTxns.FindStringSubmatch(string(out)); m != nil {
+		if m := pgbTxns.FindStringSubmatch(out.String()); m != nil {
 			res.FirstError = "pgbench processed " + m[1] + " transactions"
 		}
-		if m := pgbTPS.FindStringSubmatch(string(out)); m != nil {
+		if m := pgbTPS.FindStringSubmatch(out.String()); m != nil {
 			res.OpsPerSec, _ = strconv.ParseFloat(m[1], 64)
 		}
 	}

@@ -149,7 +149,7 @@ func (e *env) measureOpledgerOn(ctx context.Context, cl *clients, db string, fro
 			return executeOp(ctx, cl.client(w), cl.auth, id, false, stormWait)
 		})
 	} else {
-		cpu = e.cpuWindow(ctx, cl.pids, e.opts.warmup(), dur)
+		cpu = e.cpuWindow(ctx, cpuProcs{server: cl.pids}, e.opts.warmup(), dur)
 		m = runClosed(ctx, conc, e.opts.warmup(), dur, opledgerOp(cl, sc, from, pool))
 	}
 	r := m.result()
