@@ -142,7 +142,8 @@ func (e *env) pgbench(ctx context.Context, db, script string, conc int) Result {
 		res.Errors, res.FirstError = 1, err.Error()
 		return res
 	}
-	secs := max(1, int((e.opts.Duration+e.opts.warmup()+time.Second/2)/time.Second))
+	// Whole seconds, at least half a second past the end of the window.
+	secs := int((e.opts.Duration + e.opts.warmup() + time.Second/2 + time.Second - 1) / time.Second)
 	args := []string{"-n", "-M", "prepared", "-f", path, "-c", strconv.Itoa(conc), "-j", strconv.Itoa(min(conc, 2)),
 		"-T", strconv.Itoa(secs), "-D", "nsyn=" + strconv.Itoa(e.opts.Seed), "-D", "hot=" + strconv.Itoa(stormSize(conc)),
 		"-l", "--log-prefix=" + filepath.Join(dir, "log"),
