@@ -57,23 +57,16 @@ func (d *jsonDecoder) space() {
 
 // object decodes an object whose '{' is at d.i.
 func (d *jsonDecoder) object(depth int) (*structpb.Struct, error) {
-	if depth > maxJSONDepth {
-		return nil, errJSON
-	}
-	d.i++
 	s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	d.space()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
-		d.i++
-		return s, nil
-	}
-	for {
+	more, err := d.enter(depth, '}')
+	for more && err == nil {
 		d.space()
 		if d.i >= len(d.b) || d.b[d.i] != '"' {
 			return nil, errJSON
 		}
-		k, err := d.str()
-		if err != nil {
+		var k string
+		var v *structpb.Value
+		if k, err = d.str(); err != nil {
 			return nil, err
 		}
 		if _, dup := s.Fields[k]; dup {
@@ -84,59 +77,67 @@ func (d *jsonDecoder) object(depth int) (*structpb.Struct, error) {
 			return nil, errJSON
 		}
 		d.i++
-		v, err := d.value(depth)
-		if err != nil {
+		if v, err = d.value(depth); err != nil {
 			return nil, err
 		}
 		s.Fields[k] = v
-		d.space()
-		if d.i >= len(d.b) {
-			return nil, errJSON
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			return s, nil
-		default:
-			return nil, errJSON
-		}
+		more, err = d.next('}')
 	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // list decodes an array whose '[' is at d.i.
 func (d *jsonDecoder) list(depth int) (*structpb.ListValue, error) {
-	if depth > maxJSONDepth {
-		return nil, errJSON
-	}
-	d.i++
 	l := &structpb.ListValue{Values: []*structpb.Value{}}
-	d.space()
-	if d.i < len(d.b) && d.b[d.i] == ']' {
-		d.i++
-		return l, nil
-	}
-	for {
-		v, err := d.value(depth)
-		if err != nil {
+	more, err := d.enter(depth, ']')
+	for more && err == nil {
+		var v *structpb.Value
+		if v, err = d.value(depth); err != nil {
 			return nil, err
 		}
 		l.Values = append(l.Values, v)
-		d.space()
-		if d.i >= len(d.b) {
-			return nil, errJSON
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case ']':
-			d.i++
-			return l, nil
-		default:
-			return nil, errJSON
-		}
+		more, err = d.next(']')
 	}
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// enter consumes a container's opening byte at d.i and reports whether an
+// element follows (false: the closing byte did, and was consumed).
+func (d *jsonDecoder) enter(depth int, closing byte) (bool, error) {
+	if depth > maxJSONDepth {
+		return false, errJSON
+	}
+	d.i++
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == closing {
+		d.i++
+		return false, nil
+	}
+	return true, nil
+}
+
+// next consumes what follows a container's element: a comma, and another
+// element follows, or the closing byte.
+func (d *jsonDecoder) next(closing byte) (bool, error) {
+	d.space()
+	if d.i >= len(d.b) {
+		return false, errJSON
+	}
+	switch d.b[d.i] {
+	case ',':
+		d.i++
+		return true, nil
+	case closing:
+		d.i++
+		return false, nil
+	}
+	return false, errJSON
 }
 
 // value decodes one value inside a container at depth.

@@ -38,6 +38,9 @@ var jsonStructSeeds = []string{
 	`{"a": "\u12"}`,
 	"{\"a\": \"\xff\"}",
 	`{"a": 1} x`,
+	`{"a": 1 "b": 2}`,
+	`{"x": {"a": 1 "b": 2}}`,
+	`{"x": [1 2]}`,
 	`[1]`,
 	`"s"`,
 	``,
@@ -79,6 +82,24 @@ func TestJSONStructDepth(t *testing.T) {
 		require.NoError(t, err, "depth %d", n)
 		require.True(t, proto.Equal(want, got), "depth %d", n)
 	}
+}
+
+// TestJSONStructContainers checks that each container refuses a missing
+// separator itself, rather than relying on the top level's check for
+// trailing bytes.
+func TestJSONStructContainers(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{`{"a": 1 "b": 2}`, `{"a": 1`, `{"a": {"b": 1 "c": 2}}`} {
+		_, err := (&jsonDecoder{b: []byte(in)}).object(1)
+		require.Error(t, err, in)
+	}
+	for _, in := range []string{`[1 2]`, `[1,`, `[[1] [2]]`} {
+		_, err := (&jsonDecoder{b: []byte(in)}).list(1)
+		require.Error(t, err, in)
+	}
+	s, err := (&jsonDecoder{b: []byte(`{"a": [1, {"b": []}], "c": {}}`)}).object(1)
+	require.NoError(t, err)
+	require.Len(t, s.GetFields(), 2)
 }
 
 // BenchmarkStructOf compares jsonStruct with protojson on a stored charge
