@@ -206,6 +206,14 @@ func (e *env) cpuWindow(ctx context.Context, procs cpuProcs, warmup, dur time.Du
 	}
 }
 
+// runClosedCPU is runClosed with the CPU time of its measured window
+// accounted per op (nil when a sample failed).
+func (e *env) runClosedCPU(ctx context.Context, procs cpuProcs, conc int, dur time.Duration, fn opFunc) (measurement, *CPUCost) {
+	cpu := e.cpuWindow(ctx, procs, e.opts.warmup(), dur)
+	m := runClosed(ctx, conc, e.opts.warmup(), dur, fn)
+	return m, cpu(m.ops)
+}
+
 // serverPids are the `opledger serve` children under test; none when the
 // server runs in this process.
 func (e *env) serverPids() []int {

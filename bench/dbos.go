@@ -117,11 +117,10 @@ func (p *dbosPeer) run(key string) (string, error) {
 func (e *env) dbosMeasure(ctx context.Context, sc string, conc int) Result {
 	p := e.dbos
 	var m measurement
-	var cpu func(ops int) *CPUCost
+	var cpu *CPUCost
 	switch sc {
 	case ScenarioExecuteNew:
-		cpu = e.cpuWindow(ctx, cpuProcs{}, e.opts.warmup(), e.opts.Duration)
-		m = runClosed(ctx, conc, e.opts.warmup(), e.opts.Duration, func(ctx context.Context, _, _ int) error {
+		m, cpu = e.runClosedCPU(ctx, cpuProcs{}, conc, e.opts.Duration, func(ctx context.Context, _, _ int) error {
 			key := newKey("d")
 			_, err := p.run(key)
 			if err == nil {
@@ -147,8 +146,7 @@ func (e *env) dbosMeasure(ctx context.Context, sc string, conc int) Result {
 				done = append(done, key)
 			}
 		}
-		cpu = e.cpuWindow(ctx, cpuProcs{}, e.opts.warmup(), e.opts.Duration)
-		m = runClosed(ctx, conc, e.opts.warmup(), e.opts.Duration, func(ctx context.Context, _, _ int) error {
+		m, cpu = e.runClosedCPU(ctx, cpuProcs{}, conc, e.opts.Duration, func(ctx context.Context, _, _ int) error {
 			_, err := p.run(done[rand.IntN(len(done))])
 			return err
 		})
@@ -164,9 +162,7 @@ func (e *env) dbosMeasure(ctx context.Context, sc string, conc int) Result {
 		return Result{Workload: "none"}
 	}
 	r := m.result()
-	if cpu != nil {
-		r.CPU = cpu(m.ops)
-	}
+	r.CPU = cpu
 	r.Workload = "dbos workflow"
 	return r
 }

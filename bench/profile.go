@@ -32,10 +32,9 @@ func (e *env) floor(ctx context.Context, fs *floorServer, sc string, conc int) R
 	default:
 		return Result{Workload: "none"}
 	}
-	cpu := e.cpuWindow(ctx, cpuProcs{server: cl.pids}, e.opts.warmup(), e.opts.Duration)
-	m := runClosed(ctx, conc, e.opts.warmup(), e.opts.Duration, op)
+	m, cpu := e.runClosedCPU(ctx, cpuProcs{server: cl.pids}, conc, e.opts.Duration, op)
 	r := m.result()
-	r.CPU = cpu(m.ops)
+	r.CPU = cpu
 	r.Workload = "canned " + sc
 	return r
 }

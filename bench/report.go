@@ -77,6 +77,9 @@ func cpuCells(x Result) []string {
 		us(c.Server), us(c.Postgres), us(c.Bench), us(c.Total()), fmt.Sprintf("%.0f %%", 100*c.Busy)}
 }
 
+// cpuTitle introduces the CPU table, in both formats.
+const cpuTitle = "CPU time per op in the measured window (server: the process answering; bench process: load generator, fake processor, in-process servers, pgbench):"
+
 // cpuHeader names cpuCells' columns.
 var cpuHeader = []string{"scenario", "system", "conc", "ops/s", "server µs/op", "postgres µs/op", "bench process µs/op", "total µs/op", "machine busy"}
 
@@ -112,7 +115,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if rows := r.cpuRows(); len(rows) > 0 {
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "CPU time per op in the measured window (server: the process answering; bench process: load generator, fake processor, in-process servers, pgbench):")
+		fmt.Fprintln(w, cpuTitle)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, strings.Join(cpuHeader, "\t")+"\t")
 		for _, x := range rows {
@@ -265,7 +268,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "- **%s** %s\n", t.Verdict(), t.Text)
 	}
 	if rows := r.cpuRows(); len(rows) > 0 {
-		fmt.Fprintln(w, "\nCPU time per op in the measured window (server: the process answering; bench process: load generator, fake processor, in-process servers, pgbench):")
+		fmt.Fprintln(w, "\n"+cpuTitle)
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "| "+strings.Join(cpuHeader, " | ")+" |")
 		fmt.Fprintln(w, "| --- | --- |"+strings.Repeat(" ---: |", len(cpuHeader)-2))

@@ -133,7 +133,7 @@ func (e *env) measureOpledgerOn(ctx context.Context, cl *clients, db string, fro
 	var m measurement
 	// A storm's window is the sum of its rounds, not a stretch of wall-clock
 	// time, so its CPU is not accounted.
-	var cpu func(ops int) *CPUCost
+	var cpu *CPUCost
 	if sc == ScenarioDuplicateStorm {
 		m = runStorm(ctx, conc, e.opts.warmup(), dur, func(ctx context.Context, k int) ([]string, error) {
 			ids := make([]string, k)
@@ -149,13 +149,10 @@ func (e *env) measureOpledgerOn(ctx context.Context, cl *clients, db string, fro
 			return executeOp(ctx, cl.client(w), cl.auth, id, false, stormWait)
 		})
 	} else {
-		cpu = e.cpuWindow(ctx, cpuProcs{server: cl.pids}, e.opts.warmup(), dur)
-		m = runClosed(ctx, conc, e.opts.warmup(), dur, opledgerOp(cl, sc, from, pool))
+		m, cpu = e.runClosedCPU(ctx, cpuProcs{server: cl.pids}, conc, dur, opledgerOp(cl, sc, from, pool))
 	}
 	r := m.result()
-	if cpu != nil {
-		r.CPU = cpu(m.ops)
-	}
+	r.CPU = cpu
 	r.Scenario, r.System, r.Concurrency, r.total = sc, SystemOpledger, conc, m.total
 	if countDB && m.total > 0 {
 		if calls, err := e.pgStatCalls(ctx, db); err == nil {

@@ -180,22 +180,16 @@ func (d *jsonDecoder) value(depth int) (*structpb.Value, error) {
 	}
 }
 
-// literal consumes word, which must not run on into an identifier
-// character (protojson reads "truex" as one bad token).
+// literal consumes word. What follows it, as what follows a number, is for
+// the enclosing container to accept (a comma, its closing byte): "truex" and
+// "1x" fail there, as protojson fails them.
 func (d *jsonDecoder) literal(word string, v *structpb.Value) (*structpb.Value, error) {
 	end := d.i + len(word)
 	if end > len(d.b) || string(d.b[d.i:end]) != word {
 		return nil, errJSON
 	}
-	if end < len(d.b) && isIdentByte(d.b[end]) {
-		return nil, errJSON
-	}
 	d.i = end
 	return v, nil
-}
-
-func isIdentByte(c byte) bool {
-	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // number consumes a JSON number: -?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?
@@ -231,9 +225,6 @@ func (d *jsonDecoder) number() (float64, error) {
 		if digits() == 0 {
 			return 0, errJSON
 		}
-	}
-	if d.i < len(d.b) && isIdentByte(d.b[d.i]) {
-		return 0, errJSON
 	}
 	f, err := strconv.ParseFloat(string(d.b[start:d.i]), 64)
 	if err != nil {
