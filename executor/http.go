@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -61,6 +62,8 @@ type HTTPConfig struct {
 	// BackoffBase and BackoffMax shape the exponential backoff with full jitter between
 	// attempts; DefaultBackoffBase and DefaultBackoffMax when 0.
 	BackoffBase, BackoffMax time.Duration
+	// Classification declares which answers are definitive; see Classification.
+	Classification Classification
 }
 
 // HTTP is the built-in executor: it POSTs the args as JSON with the downstream key in an
@@ -95,6 +98,10 @@ func NewHTTP(cfg HTTPConfig, client *http.Client, logger *slog.Logger) (*HTTP, e
 			return nil, fmt.Errorf("lookup_url: %w", err)
 		}
 	}
+	if err := cfg.Classification.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Classification = cfg.Classification.withDefaults()
 	switch {
 	case cfg.Timeout < 0:
 		return nil, errors.New("timeout: must not be negative")
@@ -182,11 +189,27 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 	}
 	var res Result
 	sends := 0
+	// ambiguous: an earlier attempt may have reached the downstream and taken effect. A later
+	// refusal then proves nothing about it (the first request may have charged, and the second
+	// is refused because of it, or for an unrelated reason), so only a success settles it.
+	ambiguous := false
 	for attempt := 1; ; attempt++ {
+		if sends == 0 && !c.SendBy.IsZero() && !time.Now().Before(c.SendBy) {
+			res = Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: the approval expired before the request could start"}
+			break
+		}
 		r, n, retryAfter := h.attempt(ctx, c)
 		sends += n
 		res = r
 		log.Debug("executor: attempt", "attempt", attempt, "outcome", r.Outcome, "status", r.HTTPStatus, "sent", n > 0)
+		if r.Outcome == OutcomeFailed && ambiguous {
+			res.Outcome = OutcomeUnknown
+			res.Detail = "an earlier attempt may have reached the downstream, so a later refusal does not prove that nothing happened; last attempt: " + r.Detail
+			break
+		}
+		if r.Outcome == OutcomeUnknown && n > 0 {
+			ambiguous = true
+		}
 		if r.Outcome != OutcomeUnknown && r.Outcome != OutcomeNotSubmitted {
 			break
 		}
@@ -221,6 +244,13 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retryAfter time.Duration) {
 	if err := ctx.Err(); err != nil {
 		return Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: " + err.Error()}, 0, 0
+	}
+	// Read the monotonic clock too, not only the context: after this process was stopped
+	// (SIGSTOP, a long GC pause, a VM freeze) past its deadline, the timer that cancels ctx may
+	// not have fired yet when it resumes, and the lease the deadline stands for may already
+	// belong to another executor.
+	if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+		return Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: the call's deadline (the executor's lease) passed"}, 0, 0
 	}
 	actx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
 	defer cancel()
@@ -268,17 +298,19 @@ func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retr
 		if readErr != nil {
 			res.Detail = joinDetail(res.Detail, "answer body unreadable: "+describeErr(readErr, h.cfg.Timeout))
 		}
-	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooEarly,
-		code == http.StatusTooManyRequests, code >= 500:
-		res.Outcome = OutcomeUnknown
-		res.Detail = fmt.Sprintf("downstream answered %d %s; the request may have taken effect", code, http.StatusText(code))
-		retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
 	case code >= 300 && code < 400:
-		res.Outcome = OutcomeFailed
-		res.Detail = fmt.Sprintf("downstream answered with a redirect (%d), which is not followed", code)
-	default:
+		// Not followed (that would be a second send), and not a refusal either: the downstream
+		// may have acted before redirecting.
+		res.Outcome = OutcomeUnknown
+		res.Detail = fmt.Sprintf("downstream answered with a redirect (%d), which is not followed; the request may have taken effect", code)
+	case h.cfg.Classification.Definitive(code):
 		res.Outcome = OutcomeFailed
 		res.Detail = fmt.Sprintf("downstream refused: %d %s", code, http.StatusText(code))
+	default:
+		// 408, 409, 425, 429, 5xx, and any status the tool does not declare definitive.
+		res.Outcome = OutcomeUnknown
+		res.Detail = fmt.Sprintf("downstream answered %d %s, which the tool does not declare a definitive refusal; the request may have taken effect", code, http.StatusText(code))
+		retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
 	}
 	return res, sends, retryAfter
 }
@@ -321,15 +353,26 @@ func (h *HTTP) lookup(ctx context.Context, c Call) LookupResult {
 		if readErr != nil {
 			return LookupResult{Status: LookupInconclusive, Detail: "lookup answer unreadable: " + describeErr(readErr, h.cfg.Timeout)}
 		}
-		res := Result{Outcome: OutcomeSucceeded, Body: body, HTTPStatus: http.StatusOK}
-		switch status := topLevelString(body, "status"); strings.ToLower(status) {
-		case "failed", "canceled", "cancelled", "declined", "rejected":
+		cl := h.cfg.Classification
+		status, ok := extractPath(body, cl.LookupStatusField)
+		if !ok || !isJSONObject(body) {
+			// Unknown is not success: a 200 that does not say what happened proves nothing.
+			return LookupResult{Status: LookupInconclusive,
+				Detail: fmt.Sprintf("lookup answered 200 without a status at %q", cl.LookupStatusField)}
+		}
+		res := Result{Body: body, HTTPStatus: http.StatusOK}
+		switch {
+		case containsFold(cl.LookupSucceeded, status):
+			res.Outcome = OutcomeSucceeded
+			res.ExternalRef, res.Detail = h.externalRef(body)
+		case containsFold(cl.LookupFailed, status):
 			res.Outcome = OutcomeFailed
 			res.Detail = fmt.Sprintf("downstream reports status %q", status)
-		case "pending", "processing", "requires_action":
+		case containsFold(cl.LookupPending, status):
 			return LookupResult{Status: LookupInconclusive, Detail: fmt.Sprintf("downstream reports status %q: not final yet", status)}
 		default:
-			res.ExternalRef, res.Detail = h.externalRef(body)
+			return LookupResult{Status: LookupInconclusive,
+				Detail: fmt.Sprintf("downstream reports status %q, which the tool does not declare as succeeded, failed or pending", status)}
 		}
 		return LookupResult{Status: LookupFound, Result: res, Detail: joinDetail("found", res.Detail)}
 	case http.StatusNotFound:
@@ -453,14 +496,8 @@ func extractPath(body json.RawMessage, path string) (string, bool) {
 	return "", false
 }
 
-func topLevelString(body json.RawMessage, field string) string {
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(body, &obj) != nil {
-		return ""
-	}
-	var s string
-	_ = json.Unmarshal(obj[field], &s)
-	return s
+func containsFold(list []string, s string) bool {
+	return slices.ContainsFunc(list, func(v string) bool { return strings.EqualFold(v, s) })
 }
 
 func isJSONObject(b json.RawMessage) bool {

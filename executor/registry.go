@@ -29,6 +29,8 @@ type Settings struct {
 	MaxBodyBytes     int64
 	BackoffBase      time.Duration
 	BackoffMax       time.Duration
+	// Classification declares which answers are definitive.
+	Classification Classification
 	// Extra holds settings that only a custom executor understands.
 	Extra map[string]any
 }
@@ -47,6 +49,7 @@ func (s Settings) HTTPConfig() HTTPConfig {
 		MaxBodyBytes:     s.MaxBodyBytes,
 		BackoffBase:      s.BackoffBase,
 		BackoffMax:       s.BackoffMax,
+		Classification:   s.Classification,
 	}
 }
 

@@ -44,7 +44,7 @@ func requireReason(t testing.TB, err error, code codes.Code, reason string) *sta
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []string{"request_id", "metrics", "logging", "deadline", "auth", "rate_limit", "idempotency", "validation", "recovery"},
+	require.Equal(t, []string{"recovery", "request_id", "metrics", "logging", "deadline", "auth", "rate_limit", "idempotency", "validation"},
 		interceptors.Names(interceptors.Config{}))
 }
 
@@ -299,4 +299,78 @@ func TestChainAuthAndIdempotency(t *testing.T) {
 		require.NotContains(t, string(b), "order-42")
 		require.NotContains(t, string(b), "good-key")
 	}
+}
+
+// TestPanicInAnyLinkBecomesInternal (issue 11, defect 7): with recovery
+// innermost, a panic in the authenticator, the fingerprinter or the
+// validator killed the process. Each panics here on a request of its own;
+// each answers INTERNAL and the server goes on serving.
+func TestPanicInAnyLinkBecomesInternal(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	cfg := interceptors.Config{
+		Logger:        slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Authenticator: panickyKeys{"good-key": {ID: "pr_1", Tenant: "acme", Roles: []string{"agent"}}},
+		Roles:         map[string][]string{methodUnary: {"agent"}},
+		KeyRequired:   map[string]bool{methodUnary: true},
+		Fingerprint: func(_ context.Context, _ string, _ interceptors.Principal, req any) (string, error) {
+			if req.(*testpb.SimpleRequest).GetFillUsername() {
+				panic("boom: a bug in the fingerprinter")
+			}
+			return "fp", nil
+		},
+		Validate: func(_ context.Context, _ string, req any) error {
+			if req.(*testpb.SimpleRequest).GetFillOauthScope() {
+				panic("boom: a bug in a validator")
+			}
+			return nil
+		},
+	}
+	srv := grpc.NewServer(interceptors.ServerOptions(cfg)...)
+	testpb.RegisterTestServiceServer(srv, testService{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	client := testpb.NewTestServiceClient(conn)
+
+	panicAuth := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer panic-key", "idempotency-key", "k"))
+	for name, call := range map[string]func() error{
+		"auth": func() error { _, err := client.UnaryCall(panicAuth, &testpb.SimpleRequest{}); return err },
+		"idempotency": func() error {
+			_, err := client.UnaryCall(authed("k1"), &testpb.SimpleRequest{FillUsername: true})
+			return err
+		},
+		"validation": func() error {
+			_, err := client.UnaryCall(authed("k2"), &testpb.SimpleRequest{FillOauthScope: true})
+			return err
+		},
+	} {
+		st := requireReason(t, call(), codes.Internal, "INTERNAL")
+		require.NotContains(t, st.Message(), "boom", name)
+	}
+	resp, err := client.UnaryCall(authed("k3"), &testpb.SimpleRequest{})
+	require.NoError(t, err, "the process survived the panics")
+	require.Equal(t, "acme/pr_1", resp.GetUsername())
+	panics := 0
+	for _, r := range logs.records(t) {
+		if r["msg"] == "panic in handler" {
+			panics++
+			require.NotEmpty(t, r["request_id"])
+		}
+	}
+	require.Equal(t, 3, panics)
+}
+
+// panickyKeys is an Authenticator with a bug: one key makes it panic.
+type panickyKeys keys
+
+func (k panickyKeys) Authenticate(ctx context.Context, key string) (interceptors.Principal, error) {
+	if key == "panic-key" {
+		panic("boom: a bug in the authenticator")
+	}
+	return keys(k).Authenticate(ctx, key)
 }

@@ -90,6 +90,7 @@ func loggingUnary(l *slog.Logger) grpc.UnaryServerInterceptor {
 		start := time.Now()
 		cl := &callLog{}
 		ctx = context.WithValue(ctx, callLogKey{}, cl)
+		defer logPanicking(ctx, l, info.FullMethod, "unary", start, cl)
 		resp, err := handler(ctx, req)
 		finished(ctx, l, info.FullMethod, "unary", start, cl, err)
 		return resp, err
@@ -108,8 +109,19 @@ func loggingStream(l *slog.Logger) grpc.StreamServerInterceptor {
 		case info.IsClientStream:
 			kind = "client_stream"
 		}
+		defer logPanicking(ctx, l, info.FullMethod, kind, start, cl)
 		err := handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
 		finished(ctx, l, info.FullMethod, kind, start, cl, err)
 		return err
+	}
+}
+
+// logPanicking, deferred, records a call whose handler (or an inner link)
+// panicked as the INTERNAL answer the recovery link outside will give, and
+// lets the panic go on to it.
+func logPanicking(ctx context.Context, l *slog.Logger, method, kind string, start time.Time, cl *callLog) {
+	if p := recover(); p != nil {
+		finished(ctx, l, method, kind, start, cl, errPanic())
+		panic(p)
 	}
 }

@@ -65,6 +65,10 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 		sub = ch
 	}
 	for round := 0; round < maxClaimRounds; round++ {
+		// Taken before the claim: the lease and the approval the claim
+		// measures on the database's clock end no earlier than this instant
+		// plus what the claim reports as left (see run).
+		claimStart := time.Now()
 		op, claimed, err := l.store.OperationClaim(ctx, a.Tenant, id, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
 		if errors.Is(err, store.ErrNotFound) {
 			return Operation{}, false, notFound(id)
@@ -73,7 +77,7 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 			return Operation{}, false, storeErr(err)
 		}
 		if claimed {
-			return l.run(ctx, op)
+			return l.run(ctx, op, claimStart)
 		}
 		switch State(op.State) {
 		case StateSucceeded, StateFailed, StateRejected, StateCancelled:
@@ -89,11 +93,15 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 			// The claim refuses a lapsed approval on the database's clock;
 			// expireApproval's guard uses the same clock, so this process's
 			// clock never decides.
-			// An approval is consumed by the first claim: once the operation
-			// was sent (fence > 0) it may have taken effect, so it never goes
-			// back to AWAITING_APPROVAL, where it could be denied; the next
-			// claim resubmits the same key instead.
-			if op.ApprovalRequired && op.Fence == 0 {
+			// An approval is consumed by the first send: once the operation
+			// may have reached the downstream it may have taken effect, so it
+			// never goes back to AWAITING_APPROVAL, where it could be denied;
+			// the next claim resubmits the same key instead. A claim that was
+			// released with nothing sent consumes nothing.
+			if op.ApprovalRequired && op.FirstSentFence == 0 {
+				if l.hooks != nil && l.hooks.BeforeApprovalExpiry != nil {
+					l.hooks.BeforeApprovalExpiry(ctx, op)
+				}
 				if err := l.expireApproval(ctx, a, op); err != nil {
 					return Operation{}, false, err
 				}
@@ -102,7 +110,7 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 			// claim and read: claim again.
 			continue
 		case StateExecuting:
-			if time.Now().After(op.LeaseExpiresAt) {
+			if op.LeaseExpired() {
 				res, done, err := l.abandoned(ctx, a, op)
 				if done || err != nil {
 					return res, false, err
@@ -116,7 +124,7 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 			}
 			// Poll as well as listen: a notification can be lost while the
 			// listener reconnects, and a lease can expire silently.
-			timer := time.NewTimer(min(remaining, time.Until(op.LeaseExpiresAt)+10*time.Millisecond, 500*time.Millisecond))
+			timer := time.NewTimer(min(remaining, op.LeaseRemaining()+10*time.Millisecond, 500*time.Millisecond))
 			select {
 			case <-ctx.Done():
 				timer.Stop()
@@ -157,7 +165,7 @@ func (l *Ledger) expireApproval(ctx context.Context, a Actor, op Operation) erro
 		return storeErr(err)
 	}
 	_, err := l.store.OperationDecide(ctx, store.Decision{Tenant: a.Tenant, ID: op.ID, From: string(StateReady),
-		To: string(StateAwaitingApproval), Event: string(EventApprovalExpired), Actor: a.Name,
+		To: string(StateAwaitingApproval), Event: string(EventApprovalExpired), Actor: a.Name, RequireLapsedUnsent: true,
 		Detail: "approval expired at " + op.ApprovalExpiresAt.UTC().Format(time.RFC3339)})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -180,25 +188,32 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 		return Operation{}, true, err
 	}
 	// The takeover's request may reach the downstream as late as the end of
-	// its lease: the key must still be remembered then.
-	if l.keyStillDedupes(b, op, l.lease(b)) {
-		taken, err := l.store.OperationTakeOver(ctx, a.Tenant, op.ID, op.Fence, store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name})
-		if errors.Is(err, store.ErrNotFound) {
-			return Operation{}, false, nil
-		}
-		if err != nil {
+	// its lease: the key must still be remembered then. The statement checks
+	// that on the database's clock; a refusal falls through to
+	// OUTCOME_UNKNOWN below.
+	if b.caps.DedupesKeys {
+		taken, err := l.store.OperationTakeOver(ctx, a.Tenant, op.ID, op.Fence,
+			store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name}, l.keyWindow(b, l.lease(b)))
+		switch {
+		case err == nil:
+			l.opLogger(taken).Warn("took over an expired lease", "previous_fence", op.Fence)
+			// The takeover's lease starts no earlier than now.
+			res, _, err := l.run(ctx, taken, time.Now())
+			return res, true, err
+		case !errors.Is(err, store.ErrNotFound):
 			return Operation{}, true, storeErr(err)
 		}
-		l.opLogger(taken).Warn("took over an expired lease", "previous_fence", op.Fence)
-		res, _, err := l.run(ctx, taken)
-		return res, true, err
+	}
+	detail := "lease expired; the downstream does not dedupe keys, so it is never resubmitted"
+	if b.caps.DedupesKeys {
+		detail = "lease expired; the downstream may have forgotten the key by the time a resubmission reached it, so it is not resubmitted"
 	}
 	res, err := l.store.OperationTransition(ctx, store.Transition{
 		Tenant: op.Tenant, ID: op.ID, From: []string{string(StateExecuting)}, Fence: op.Fence, To: string(StateOutcomeUnknown),
 		RequireLeaseExpired: true, SetError: true,
-		Error:          storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: "the executor's lease expired before it recorded an outcome, and the downstream does not dedupe keys"}),
+		Error:          storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: "the executor's lease expired before it recorded an outcome: " + detail}),
 		ReconcileAfter: l.cfg.ReconcileBackoff,
-		Event:          string(EventOutcomeUnknown), Actor: a.Name, Detail: "lease expired; the downstream does not dedupe keys, so it is never resubmitted",
+		Event:          string(EventOutcomeUnknown), Actor: a.Name, Detail: detail,
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return Operation{}, false, nil
@@ -210,10 +225,15 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 }
 
 // run calls the downstream for an operation this process holds (state
-// EXECUTING, fence op.Fence) and records the outcome. The call and the
-// commit use a context detached from the caller's cancellation: a client
-// that goes away must not leave a request half-recorded.
-func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error) {
+// EXECUTING, fence op.Fence) and records the outcome. claimStart is this
+// process's clock just before the statement that gave it the operation:
+// the lease and the approval, which the statement measured on the
+// database's clock, last at least until claimStart plus what it reported as
+// left, so that bounds the call and the first send on this process's
+// monotonic clock. The call and the commit use a context detached from the
+// caller's cancellation: a client that goes away must not leave a request
+// half-recorded.
+func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (Operation, bool, error) {
 	log := l.opLogger(op)
 	trace.SpanFromContext(ctx).SetAttributes(opAttrs(op)...)
 	b, err := l.toolOf(op)
@@ -221,24 +241,28 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 		return Operation{}, false, err
 	}
 	lease := l.lease(b)
-	if op.Attempts > 1 && b.caps.DedupesKeys && b.tool.Executor.KeyRetention > 0 && !l.keyStillDedupes(b, op, lease) {
+	if op.FirstSentFence != 0 && b.caps.DedupesKeys && b.tool.Executor.KeyRetention > 0 && !l.keyStillDedupes(b, op, lease) {
 		return l.refuseResubmission(ctx, op, b)
 	}
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease*4/5)
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), claimStart.Add(min(lease, op.LeaseRemaining())*4/5))
 	defer cancel()
+	call := executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
+		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args}
+	if op.ApprovalRequired && op.FirstSentFence == 0 {
+		// The approval bounds when the first send may start.
+		call.SendBy = claimStart.Add(op.ApprovalExpiresAt.Sub(op.DBNow))
+	}
 	failpoint.Inject(failpoint.BeforeDownstream)
 	l.obs.ExecutionStarted(op.Tool)
-	key := op.DownstreamKey
 	if failpoint.FreshDownstreamKeys() {
 		// Test-only, failpoints builds: a new key per claim defeats the
 		// downstream's deduplication, for the chaos suite's control run.
-		key = fmt.Sprintf("%s.%d", key, op.Fence)
+		call.DownstreamKey = fmt.Sprintf("%s.%d", call.DownstreamKey, op.Fence)
 	}
 	callCtx, span := tracer.Start(callCtx, "downstream.call", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(opAttrs(op)...))
 	started := time.Now()
-	res := b.exec.Execute(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
-		OperationID: op.ID, DownstreamKey: key, Args: op.Args})
+	res := b.exec.Execute(callCtx, call)
 	span.SetAttributes(attribute.String("opledger.outcome", res.Outcome.String()),
 		attribute.Int("http.response.status_code", res.HTTPStatus), attribute.Int("opledger.sends", res.Attempts))
 	span.End()
@@ -249,41 +273,20 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 	if l.hooks != nil && l.hooks.AfterDownstream != nil {
 		l.hooks.AfterDownstream(ctx, op)
 	}
-	t := store.Transition{Tenant: op.Tenant, ID: op.ID, Fence: op.Fence, Actor: "server:" + l.cfg.ServerID, SetError: true}
-	switch res.Outcome {
-	case executor.OutcomeSucceeded:
-		// A late but definitive answer also resolves an OUTCOME_UNKNOWN that
-		// was declared while we held the fence.
-		t.From, t.To, t.Event = []string{string(StateExecuting), string(StateOutcomeUnknown)}, string(StateSucceeded), string(EventSucceeded)
-		t.ExternalRef, t.Result, t.Error = res.ExternalRef, jsonObject(res.Body), nil
-		t.Detail = "downstream succeeded; external ref recorded"
-	case executor.OutcomeFailed:
-		t.From, t.To, t.Event = []string{string(StateExecuting), string(StateOutcomeUnknown)}, string(StateFailed), string(EventFailed)
-		t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, res)
-		t.Detail = fmt.Sprintf("downstream refused (HTTP %d)", res.HTTPStatus)
-	case executor.OutcomeNotSubmitted:
-		t.From, t.To, t.Event = []string{string(StateExecuting)}, string(StateReady), string(EventReleased)
-		t.Error = storedError(codes.Unavailable, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE, res)
-		t.Detail = "nothing reached the downstream: " + res.Detail
-	default:
-		t.From, t.To, t.Event = []string{string(StateExecuting)}, string(StateOutcomeUnknown), string(EventOutcomeUnknown)
-		t.Error = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, res)
-		t.ReconcileAfter = l.cfg.ReconcileBackoff
-		t.Detail = "the request may have reached the downstream: " + res.Detail
+	t := l.outcome(op, res)
+	out, err := l.commitOutcome(ctx, t)
+	if errors.Is(err, store.ErrNotFound) && t.RequireFirstSend {
+		// A refusal of this attempt, but an earlier one may have reached the
+		// downstream and taken effect: the refusal proves nothing about it.
+		t = l.outcome(op, executor.Result{Outcome: executor.OutcomeUnknown, HTTPStatus: res.HTTPStatus, Body: res.Body,
+			Detail: "an earlier attempt may have reached the downstream, so this refusal does not prove that nothing happened: " + res.Detail})
+		out, err = l.commitOutcome(ctx, t)
 	}
-	for _, from := range t.From {
-		if err := Check(State(from), Event(t.Event), State(t.To)); err != nil {
-			return Operation{}, false, storeErr(err)
-		}
-	}
-	commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancelCommit()
-	out, err := l.store.OperationTransition(commitCtx, t)
 	if errors.Is(err, store.ErrNotFound) {
 		// Our fence is stale: someone took over or reconciled. Our answer
 		// changes nothing; report what the ledger holds.
 		log.Warn("stale commit ignored: the fence moved on", "outcome", res.Outcome.String())
-		cur, gerr := l.store.OperationGet(commitCtx, op.Tenant, op.ID)
+		cur, gerr := l.store.OperationGet(context.WithoutCancel(ctx), op.Tenant, op.ID)
 		if gerr != nil {
 			return Operation{}, false, storeErr(gerr)
 		}
@@ -303,6 +306,67 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 	return out, false, nil
 }
 
+// outcome is the guarded transition that records what the downstream said
+// about the attempt holding op's fence.
+func (l *Ledger) outcome(op Operation, res executor.Result) store.Transition {
+	t := store.Transition{Tenant: op.Tenant, ID: op.ID, Fence: op.Fence, Actor: "server:" + l.cfg.ServerID, SetError: true}
+	switch res.Outcome {
+	case executor.OutcomeSucceeded:
+		// A late but definitive answer also resolves an OUTCOME_UNKNOWN that
+		// was declared while we held the fence.
+		t.From, t.To, t.Event = []string{string(StateExecuting), string(StateOutcomeUnknown)}, string(StateSucceeded), string(EventSucceeded)
+		t.ExternalRef, t.Result, t.Error = res.ExternalRef, jsonObject(res.Body), nil
+		t.Detail = "downstream succeeded; external ref recorded"
+	case executor.OutcomeFailed:
+		// FAILED promises that nothing happened: only a refusal of the first
+		// request that may have reached the downstream earns it.
+		t.From, t.To, t.Event = []string{string(StateExecuting), string(StateOutcomeUnknown)}, string(StateFailed), string(EventFailed)
+		t.RequireFirstSend = true
+		t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, res)
+		t.Detail = fmt.Sprintf("downstream refused (HTTP %d)", res.HTTPStatus)
+	case executor.OutcomeNotSubmitted:
+		t.From, t.To, t.Event = []string{string(StateExecuting)}, string(StateReady), string(EventReleased)
+		t.Error = storedError(codes.Unavailable, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE, res)
+		t.Detail = "nothing reached the downstream: " + res.Detail
+	default:
+		t.From, t.To, t.Event = []string{string(StateExecuting)}, string(StateOutcomeUnknown), string(EventOutcomeUnknown)
+		t.Error = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, res)
+		t.ReconcileAfter = l.cfg.ReconcileBackoff
+		t.Detail = "the request may have reached the downstream: " + res.Detail
+	}
+	return t
+}
+
+// commitOutcome writes an attempt's outcome, retrying (same fence, with
+// backoff, for up to Config.OutcomeRetry) while the database cannot be
+// reached: the downstream's answer is known only to this process, and for a
+// downstream without deduplication or lookup, losing it would turn a known
+// outcome into an unknown one for good. The write is idempotent: once it
+// landed, a retry finds the fence's state gone and reports ErrNotFound,
+// which the caller answers by reading the operation.
+func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operation, error) {
+	for _, from := range t.From {
+		if err := Check(State(from), Event(t.Event), State(t.To)); err != nil {
+			return Operation{}, storeErr(err)
+		}
+	}
+	ctx = context.WithoutCancel(ctx)
+	giveUp := time.Now().Add(l.cfg.OutcomeRetry)
+	wait := 50 * time.Millisecond
+	for {
+		attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		out, err := l.store.OperationTransition(attemptCtx, t)
+		cancel()
+		if err == nil || errors.Is(err, store.ErrNotFound) || !retryableStoreErr(err) || time.Now().Add(wait).After(giveUp) {
+			return out, err
+		}
+		l.logger.Warn("could not record a downstream outcome yet; retrying", "operation_id", t.ID, "fence", t.Fence,
+			"to", t.To, "retry_in_ms", wait.Milliseconds(), "error", err)
+		time.Sleep(wait)
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
 // refuseResubmission ends a claim that would resubmit a key the downstream
 // may have forgotten by the time the request reaches it: whatever made the
 // operation READY again (a lookup miss, a release) was decided inside the
@@ -311,12 +375,9 @@ func (l *Ledger) run(ctx context.Context, op Operation) (Operation, bool, error)
 // raced with the first request, then an Execute after the retention, charged
 // twice.
 func (l *Ledger) refuseResubmission(ctx context.Context, op Operation, b bound) (Operation, bool, error) {
-	if err := Check(StateExecuting, EventOutcomeUnknown, StateOutcomeUnknown); err != nil {
-		return Operation{}, false, storeErr(err)
-	}
 	detail := fmt.Sprintf("not resubmitted: the downstream may have forgotten the key (first sent %s, key retention %s) and an earlier attempt may have taken effect",
 		op.FirstClaimedAt.UTC().Format(time.RFC3339), b.tool.Executor.KeyRetention)
-	out, err := l.store.OperationTransition(context.WithoutCancel(ctx), store.Transition{
+	out, err := l.commitOutcome(ctx, store.Transition{
 		Tenant: op.Tenant, ID: op.ID, From: []string{string(StateExecuting)}, Fence: op.Fence, To: string(StateOutcomeUnknown),
 		SetError: true, Error: storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail}),
 		ReconcileAfter: l.cfg.ReconcileBackoff, Event: string(EventOutcomeUnknown), Actor: "server:" + l.cfg.ServerID, Detail: detail,

@@ -84,6 +84,10 @@ type Config struct {
 	// FinishedCacheTTL bounds how long one is remembered (default 10m); an
 	// entry never outlives the operation's retention either.
 	FinishedCacheTTL time.Duration
+	// OutcomeRetry is how long an executor keeps trying to record a
+	// downstream's answer while the database is unreachable (default 1m):
+	// the answer is known only to it, and lost it becomes an unknown outcome.
+	OutcomeRetry time.Duration
 }
 
 func (c *Config) defaults() {
@@ -122,6 +126,9 @@ func (c *Config) defaults() {
 	}
 	if c.FinishedCacheTTL == 0 {
 		c.FinishedCacheTTL = 10 * time.Minute
+	}
+	if c.OutcomeRetry == 0 {
+		c.OutcomeRetry = time.Minute
 	}
 }
 
@@ -169,11 +176,17 @@ func (l *Ledger) remember(op Operation) {
 	if _, ok := l.finished.Get(key); ok {
 		return
 	}
-	deadline := time.Now().Add(l.cfg.FinishedCacheTTL)
-	if pruned := op.UpdatedAt.Add(l.cfg.Retention); pruned.Before(deadline) {
-		deadline = pruned
+	// The pruner deletes it once its age passes the retention, on the
+	// database's clock: the copy goes no later, whatever this process's
+	// clock says.
+	if op.DBNow.IsZero() {
+		return
 	}
-	l.finished.Put(key, op, deadline)
+	ttl := min(l.cfg.FinishedCacheTTL, op.UpdatedAt.Add(l.cfg.Retention).Sub(op.DBNow))
+	if ttl <= 0 {
+		return
+	}
+	l.finished.Put(key, op, time.Now().Add(ttl))
 }
 
 // Hooks lets tests pause or crash the ledger at named points.
@@ -181,6 +194,9 @@ type Hooks struct {
 	// AfterDownstream runs after the downstream answered and before the
 	// outcome is committed.
 	AfterDownstream func(ctx context.Context, op Operation)
+	// BeforeApprovalExpiry runs when Execute found a READY operation it
+	// could not claim and is about to expire its approval.
+	BeforeApprovalExpiry func(ctx context.Context, op Operation)
 }
 
 // New returns a ledger over st for the tools in reg, calling each tool
@@ -485,7 +501,7 @@ func executorSettings(t *tool.Tool) executor.Settings {
 	e := t.Executor
 	return executor.Settings{Tool: t.Name, URL: e.URL, LookupURL: e.LookupURL, Timeout: e.Timeout,
 		DedupesKeys: e.DedupesKeys, LookupConsistent: e.LookupConsistent, ExternalRefField: e.ExternalRefField,
-		MaxAttempts: e.MaxAttempts, Headers: e.Headers}
+		MaxAttempts: e.MaxAttempts, Headers: e.Headers, Classification: e.Classification}
 }
 
 // insert stores a new operation. With a quota it does so in a transaction

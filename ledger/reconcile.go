@@ -43,12 +43,15 @@ func (l *Ledger) Reconcile(ctx context.Context, a Actor, id string, res *Resolut
 	return l.reconcileOne(ctx, a.Name, op)
 }
 
-func unresolved(op Operation, now time.Time) bool {
-	return State(op.State) == StateOutcomeUnknown || State(op.State) == StateExecuting && now.After(op.LeaseExpiresAt)
+// unresolved reports whether op needs reconciling: its outcome is unknown,
+// or it is EXECUTING and its lease had expired on the database's clock when
+// it was read.
+func unresolved(op Operation) bool {
+	return State(op.State) == StateOutcomeUnknown || State(op.State) == StateExecuting && op.LeaseExpired()
 }
 
 func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolution) (Operation, string, error) {
-	if !unresolved(op, time.Now()) {
+	if !unresolved(op) {
 		return Operation{}, "", refuse(opledgerv1.ErrorReason_ERROR_REASON_RESOLUTION_NOT_APPLICABLE,
 			"only an OUTCOME_UNKNOWN operation, or an EXECUTING one whose lease expired, can be resolved; this one is %s", op.State)
 	}
@@ -81,8 +84,7 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 // reconcileOne looks an unresolved operation up at the downstream and
 // applies what it finds with a transition guarded on the fence it read.
 func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (Operation, string, error) {
-	now := time.Now()
-	if !unresolved(op, now) {
+	if !unresolved(op) {
 		if State(op.State) == StateExecuting {
 			return op, fmt.Sprintf("executing: the lease is held until %s", op.LeaseExpiresAt.UTC().Format(time.RFC3339)), nil
 		}
@@ -123,7 +125,8 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	looker, hasLookup := b.exec.(executor.Looker)
 	if !hasLookup || !b.caps.HasLookup {
 		if executing && l.keyStillDedupes(b, op, 0) {
-			return apply(StateReady, EventReconciled, "the lease expired; the downstream dedupes keys, so the next Execute resubmits the same key", nil)
+			return apply(StateReady, EventReconciled, "the lease expired; the downstream dedupes keys, so the next Execute resubmits the same key",
+				func(t *store.Transition) { t.KeyWindow = l.keyWindow(b, 0) })
 		}
 		if executing {
 			return apply(StateOutcomeUnknown, EventOutcomeUnknown, "the lease expired; the downstream has no lookup and does not dedupe keys", setUnknown("the executor's lease expired before it recorded an outcome"))
@@ -148,7 +151,8 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		})
 	case executor.LookupNotFound:
 		if l.keyStillDedupes(b, op, 0) && b.caps.LookupConsistent {
-			return apply(StateReady, EventReconciled, "not found at the downstream, whose lookup is consistent: the next Execute resubmits the same key", nil)
+			return apply(StateReady, EventReconciled, "not found at the downstream, whose lookup is consistent: the next Execute resubmits the same key",
+				func(t *store.Transition) { t.KeyWindow = l.keyWindow(b, 0) })
 		}
 		detail := "inconclusive: not found, but a miss from this downstream is not proof that nothing happened"
 		if b.caps.DedupesKeys && b.caps.LookupConsistent {
@@ -222,8 +226,10 @@ func (l *Ledger) ReconcileBatch(ctx context.Context) (int, error) {
 // is harmless: the downstream dedupes keys, and it cannot yet have forgotten
 // this one, nor will it have within ahead (how long a resubmission decided
 // now may take to reach it). Past (90% of) its key retention, counted from
-// the first claim, a lookup miss proves nothing and a resubmission could be
-// a second effect.
+// the first claim on the database's clock, a lookup miss proves nothing and
+// a resubmission could be a second effect. The statements that act on it
+// check the same window themselves (keyWindow); this answer only picks the
+// path.
 func (l *Ledger) keyStillDedupes(b bound, op Operation, ahead time.Duration) bool {
 	if !b.caps.DedupesKeys {
 		return false
@@ -232,5 +238,13 @@ func (l *Ledger) keyStillDedupes(b bound, op Operation, ahead time.Duration) boo
 	if r == 0 || op.FirstClaimedAt.IsZero() {
 		return true
 	}
-	return time.Since(op.FirstClaimedAt)+ahead < r-r/10
+	if op.DBNow.IsZero() {
+		return false
+	}
+	return op.SinceFirstClaim()+ahead < r-r/10
+}
+
+// keyWindow is the guard that keyStillDedupes's rule becomes in a statement.
+func (l *Ledger) keyWindow(b bound, ahead time.Duration) store.KeyWindow {
+	return store.KeyWindow{Retention: b.tool.Executor.KeyRetention, Ahead: ahead}
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"gopkg.in/yaml.v3"
+
+	"github.com/opledger/opledger/executor"
 )
 
 const (
@@ -74,6 +76,12 @@ type executorDoc struct {
 	KeyRetention     string            `yaml:"key_retention"`
 	WebhookSecret    string            `yaml:"webhook_secret"`
 	Headers          map[string]string `yaml:"headers"`
+	// Classification (see executor.Classification).
+	DefinitiveStatuses []int    `yaml:"definitive_statuses"`
+	LookupStatusField  string   `yaml:"lookup_status_field"`
+	LookupSucceeded    []string `yaml:"lookup_succeeded"`
+	LookupFailed       []string `yaml:"lookup_failed"`
+	LookupPending      []string `yaml:"lookup_pending"`
 }
 
 // yamlTypeNames makes yaml.v3's "field x not found in type tool.executorDoc"
@@ -222,6 +230,8 @@ func buildExecutor(ed *executorDoc) (ExecutorConfig, error) {
 		ExternalRefField: ed.ExternalRefField,
 		MaxAttempts:      1,
 		Headers:          map[string]string{},
+		Classification: executor.Classification{DefinitiveStatuses: ed.DefinitiveStatuses, LookupStatusField: ed.LookupStatusField,
+			LookupSucceeded: ed.LookupSucceeded, LookupFailed: ed.LookupFailed, LookupPending: ed.LookupPending},
 	}
 	if e.Type == "" {
 		return e, errors.New("executor.type: missing")
@@ -263,6 +273,12 @@ func buildExecutor(ed *executorDoc) (ExecutorConfig, error) {
 			return e, errors.New("executor.webhook_secret: at least 16 characters")
 		}
 		e.WebhookSecret = ed.WebhookSecret
+	}
+	if err := e.Classification.Validate(); err != nil {
+		return e, fmt.Errorf("executor.%w", err)
+	}
+	if e.LookupURL == "" && (e.LookupStatusField != "" || len(e.LookupSucceeded)+len(e.LookupFailed)+len(e.LookupPending) > 0) {
+		return e, errors.New("executor.lookup_status_field, lookup_succeeded, lookup_failed, lookup_pending: set without lookup_url")
 	}
 	if e.LookupConsistent && e.LookupURL == "" {
 		return e, errors.New("executor.lookup_consistent: set without lookup_url")

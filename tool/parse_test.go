@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/executor"
 )
 
 const minimalTool = `
@@ -43,6 +45,11 @@ func TestParseDefaultsAndFields(t *testing.T) {
       external_ref_field: data.id
       max_attempts: 2
       headers: {X-Api-Version: "2"}
+      definitive_statuses: [400, 402, 422]
+      lookup_status_field: data.state
+      lookup_succeeded: [paid]
+      lookup_failed: [voided, refused]
+      lookup_pending: [open]
 ` + minimalTool
 	r, err := Parse([]byte(src), fakeEnv(map[string]string{"BASE": "https://pay.example"}))
 	require.NoError(t, err)
@@ -57,6 +64,8 @@ func TestParseDefaultsAndFields(t *testing.T) {
 		Type: "http", URL: "https://pay.example/charges", LookupURL: "https://pay.example/charges?k={key}",
 		Timeout: 3 * time.Second, DedupesKeys: true, LookupConsistent: true, ExternalRefField: "data.id",
 		MaxAttempts: 2, Headers: map[string]string{"X-Api-Version": "2"},
+		Classification: executor.Classification{DefinitiveStatuses: []int{400, 402, 422}, LookupStatusField: "data.state",
+			LookupSucceeded: []string{"paid"}, LookupFailed: []string{"voided", "refused"}, LookupPending: []string{"open"}},
 	}, c.Executor)
 
 	p, err := r.Lookup("ping", "")
@@ -184,6 +193,10 @@ func TestParseErrors(t *testing.T) {
 		{"empty ref path segment", with("type: http", "type: http\n      external_ref_field: data..id"), []string{"executor.external_ref_field"}},
 		{"bad header name", with("type: http", "type: http\n      headers: {\"X Bad\": v}"), []string{"executor.headers"}},
 		{"reserved header", with("type: http", "type: http\n      headers: {idempotency-key: fixed}"), []string{"executor.headers", "set by the executor"}},
+		{"redirect declared definitive", with("type: http", "type: http\n      definitive_statuses: [400, 302]"), []string{"executor.definitive_statuses", "302"}},
+		{"success declared definitive", with("type: http", "type: http\n      definitive_statuses: [200]"), []string{"executor.definitive_statuses"}},
+		{"lookup status in two lists", with("type: http", "type: http\n      lookup_url: http://x/l?k={key}\n      lookup_succeeded: [done]\n      lookup_pending: [Done]"), []string{"executor.lookup_pending", "lookup_succeeded"}},
+		{"lookup statuses without lookup", with("type: http", "type: http\n      lookup_succeeded: [done]"), []string{"without lookup_url"}},
 		{"header with newline", with("type: http", "type: http\n      headers: {X-A: \"a\\r\\nX-B: b\"}"), []string{"executor.headers"}},
 		{"duplicate name and version", "tools:" + minimalTool + minimalTool, []string{"tools[1]", "duplicate"}},
 		{"bad env reference", with("url: http://127.0.0.1:1/ping", "url: ${1}"), []string{"line 9", "bad variable reference"}},

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/opledger/opledger/executor"
 )
 
 // Effect says what calling a tool does to the world.
@@ -82,6 +84,9 @@ type ExecutorConfig struct {
 	// WebhookSecret, when set, accepts signed completion events for this
 	// tool at POST /webhooks/{tool}; keep it in the environment (${VAR}).
 	WebhookSecret string
+	// Classification declares which answers are definitive: the statuses
+	// that are refusals, and the lookup statuses that settle an outcome.
+	executor.Classification
 }
 
 // Tool is one version of a declared tool.
