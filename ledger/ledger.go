@@ -347,7 +347,7 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 		ID: id, Tenant: a.Tenant, Tool: t.Name, ToolVersion: t.Version, IdempotencyKey: in.IdempotencyKey,
 		Args: canonical, Fingerprint: in.Fingerprint, State: string(state), PreparedBy: a.ID,
 		ApprovalRequired: t.Approval.Required, ApprovalTTL: t.Approval.TTL,
-		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, id),
+		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, t.Name, in.IdempotencyKey, in.Fingerprint),
 		Actor:         a.Name, Detail: "prepared with key digest " + digest(in.IdempotencyKey),
 	})
 	if err != nil {

@@ -368,3 +368,43 @@ func TestKnownOutcomeSurvivesADatabaseOutage(t *testing.T) {
 	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, got.GetState())
 	require.Equal(t, w.env.Fakepay.Emails()[0].ID, got.GetExternalRef())
 }
+
+// TestDownstreamKeySurvivesALostOperation (issue 12): an operation row is
+// lost (here pruned; in life an asynchronously replicated primary fails
+// over, or a backup is restored) after its charge. The agent prepares it
+// again under the same idempotency key with the same arguments: a new
+// operation id, but the same downstream key, so the processor replays the
+// first charge instead of charging again.
+func TestDownstreamKeySurvivesALostOperation(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+	srv := w.env.StartServer(harness.ServerOptions{NoReconciler: true, Ledger: ledger.Config{Retention: time.Millisecond}})
+	c := srv.Client
+	args := payArgs(t, "INV-lost")
+	key := harness.Unique("invoice")
+	prep := func() *opledgerv1.Operation {
+		resp, err := c.Prepare(harness.Ctx(w.agent, key), &opledgerv1.PrepareRequest{Tool: "pay_invoice", Args: args})
+		require.NoError(t, err)
+		require.False(t, resp.GetReplayed())
+		return approve(t, c, w.approver, resp.GetOperation()).GetOperation()
+	}
+	first := prep()
+	resp, err := execute(c, w.agent, first.GetId(), 0)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
+
+	time.Sleep(10 * time.Millisecond)
+	n, err := srv.Ledger.Prune(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the operation row is gone")
+
+	second := prep()
+	require.NotEqual(t, first.GetId(), second.GetId())
+	require.Equal(t, first.GetDownstreamKey(), second.GetDownstreamKey())
+	again, err := execute(c, w.agent, second.GetId(), 0)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, again.GetOperation().GetState())
+	charges := w.env.Fakepay.Charges()
+	require.Len(t, charges, 1, "one charge for one business operation")
+	require.Equal(t, charges[0].ID, again.GetOperation().GetExternalRef())
+}
