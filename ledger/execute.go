@@ -69,7 +69,7 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 		// measures on the database's clock end no earlier than this instant
 		// plus what the claim reports as left (see run).
 		claimStart := time.Now()
-		op, claimed, err := l.store.OperationClaim(ctx, a.Tenant, id, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
+		op, claimed, err := l.store.OperationClaim(ctx, a.Tenant, id, claim, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
 		if errors.Is(err, store.ErrNotFound) {
 			return Operation{}, false, notFound(id)
 		}
@@ -161,12 +161,12 @@ func (l *Ledger) replayFinished(op Operation) (Operation, bool, error) {
 // state moved) since op was read: the caller then claims again rather than
 // refusing an operation that is executable.
 func (l *Ledger) expireApproval(ctx context.Context, a Actor, op Operation) error {
-	if err := Check(StateReady, EventApprovalExpired, StateAwaitingApproval); err != nil {
+	d, err := decision(op, EventApprovalExpired, StateAwaitingApproval, ByClaimant)
+	if err != nil {
 		return storeErr(err)
 	}
-	_, err := l.store.OperationDecide(ctx, store.Decision{Tenant: a.Tenant, ID: op.ID, From: string(StateReady),
-		To: string(StateAwaitingApproval), Event: string(EventApprovalExpired), Actor: a.Name, RequireLapsedUnsent: true,
-		Detail: "approval expired at " + op.ApprovalExpiresAt.UTC().Format(time.RFC3339)})
+	d.Actor, d.Detail = a.Name, "approval expired at "+op.ApprovalExpiresAt.UTC().Format(time.RFC3339)
+	_, err = l.store.OperationDecide(ctx, d)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -192,8 +192,8 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 	// that on the database's clock; a refusal falls through to
 	// OUTCOME_UNKNOWN below.
 	if b.caps.DedupesKeys {
-		taken, err := l.store.OperationTakeOver(ctx, a.Tenant, op.ID, op.Fence,
-			store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name}, l.keyWindow(b, l.lease(b)))
+		taken, err := l.store.OperationTakeOver(ctx, l.takeOver(op, b, l.lease(b)),
+			store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name})
 		switch {
 		case err == nil:
 			l.opLogger(taken).Warn("took over an expired lease", "previous_fence", op.Fence)
@@ -208,13 +208,14 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 	if b.caps.DedupesKeys {
 		detail = "lease expired; the downstream may have forgotten the key by the time a resubmission reached it, so it is not resubmitted"
 	}
-	res, err := l.store.OperationTransition(ctx, store.Transition{
-		Tenant: op.Tenant, ID: op.ID, From: []string{string(StateExecuting)}, Fence: op.Fence, To: string(StateOutcomeUnknown),
-		RequireLeaseExpired: true, SetError: true,
-		Error:          storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: "the executor's lease expired before it recorded an outcome: " + detail}),
-		ReconcileAfter: l.cfg.ReconcileBackoff,
-		Event:          string(EventOutcomeUnknown), Actor: a.Name, Detail: detail,
-	})
+	t, err := l.transition(op, EventOutcomeUnknown, StateOutcomeUnknown, ByWatcher)
+	if err != nil {
+		return Operation{}, true, storeErr(err)
+	}
+	t.SetError, t.ReconcileAfter, t.Actor, t.Detail = true, l.cfg.ReconcileBackoff, a.Name, detail
+	t.Error = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN,
+		executor.Result{Detail: "the executor's lease expired before it recorded an outcome: " + detail})
+	res, err := l.store.OperationTransition(ctx, t)
 	if errors.Is(err, store.ErrNotFound) {
 		return Operation{}, false, nil
 	}
@@ -273,13 +274,18 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 	if l.hooks != nil && l.hooks.AfterDownstream != nil {
 		l.hooks.AfterDownstream(ctx, op)
 	}
-	t := l.outcome(op, res)
+	t, err := l.outcome(op, res)
+	if err != nil {
+		return Operation{}, false, storeErr(err)
+	}
 	out, err := l.commitOutcome(ctx, t)
 	if errors.Is(err, store.ErrNotFound) && t.RequireFirstSend {
 		// A refusal of this attempt, but an earlier one may have reached the
 		// downstream and taken effect: the refusal proves nothing about it.
-		t = l.outcome(op, executor.Result{Outcome: executor.OutcomeUnknown, HTTPStatus: res.HTTPStatus, Body: res.Body,
-			Detail: "an earlier attempt may have reached the downstream, so this refusal does not prove that nothing happened: " + res.Detail})
+		if t, err = l.outcome(op, executor.Result{Outcome: executor.OutcomeUnknown, HTTPStatus: res.HTTPStatus, Body: res.Body,
+			Detail: "an earlier attempt may have reached the downstream, so this refusal does not prove that nothing happened: " + res.Detail}); err != nil {
+			return Operation{}, false, storeErr(err)
+		}
 		out, err = l.commitOutcome(ctx, t)
 	}
 	if errors.Is(err, store.ErrNotFound) {
@@ -308,33 +314,42 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 
 // outcome is the guarded transition that records what the downstream said
 // about the attempt holding op's fence.
-func (l *Ledger) outcome(op Operation, res executor.Result) store.Transition {
-	t := store.Transition{Tenant: op.Tenant, ID: op.ID, Fence: op.Fence, Actor: "server:" + l.cfg.ServerID, SetError: true}
+func (l *Ledger) outcome(op Operation, res executor.Result) (store.Transition, error) {
+	var event Event
+	var to State
+	var stored []byte
+	var detail string
 	switch res.Outcome {
 	case executor.OutcomeSucceeded:
-		// A late but definitive answer also resolves an OUTCOME_UNKNOWN that
-		// was declared while we held the fence.
-		t.From, t.To, t.Event = []string{string(StateExecuting), string(StateOutcomeUnknown)}, string(StateSucceeded), string(EventSucceeded)
-		t.ExternalRef, t.Result, t.Error = res.ExternalRef, jsonObject(res.Body), nil
-		t.Detail = "downstream succeeded; external ref recorded"
+		event, to, detail = EventSucceeded, StateSucceeded, "downstream succeeded; external ref recorded"
 	case executor.OutcomeFailed:
-		// FAILED promises that nothing happened: only a refusal of the first
-		// request that may have reached the downstream earns it.
-		t.From, t.To, t.Event = []string{string(StateExecuting), string(StateOutcomeUnknown)}, string(StateFailed), string(EventFailed)
-		t.RequireFirstSend = true
-		t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, res)
-		t.Detail = fmt.Sprintf("downstream refused (HTTP %d)", res.HTTPStatus)
+		// FAILED promises that nothing happened: the table guards it so that
+		// only a refusal of the first request that may have reached the
+		// downstream earns it.
+		event, to = EventFailed, StateFailed
+		stored = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, res)
+		detail = fmt.Sprintf("downstream refused (HTTP %d)", res.HTTPStatus)
 	case executor.OutcomeNotSubmitted:
-		t.From, t.To, t.Event = []string{string(StateExecuting)}, string(StateReady), string(EventReleased)
-		t.Error = storedError(codes.Unavailable, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE, res)
-		t.Detail = "nothing reached the downstream: " + res.Detail
+		event, to = EventReleased, StateReady
+		stored = storedError(codes.Unavailable, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE, res)
+		detail = "nothing reached the downstream: " + res.Detail
 	default:
-		t.From, t.To, t.Event = []string{string(StateExecuting)}, string(StateOutcomeUnknown), string(EventOutcomeUnknown)
-		t.Error = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, res)
-		t.ReconcileAfter = l.cfg.ReconcileBackoff
-		t.Detail = "the request may have reached the downstream: " + res.Detail
+		event, to = EventOutcomeUnknown, StateOutcomeUnknown
+		stored = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, res)
+		detail = "the request may have reached the downstream: " + res.Detail
 	}
-	return t
+	t, err := l.transition(op, event, to, ByHolder)
+	if err != nil {
+		return t, err
+	}
+	t.Actor, t.Detail, t.SetError, t.Error = "server:"+l.cfg.ServerID, detail, true, stored
+	if to == StateSucceeded {
+		t.ExternalRef, t.Result = res.ExternalRef, jsonObject(res.Body)
+	}
+	if to == StateOutcomeUnknown {
+		t.ReconcileAfter = l.cfg.ReconcileBackoff
+	}
+	return t, nil
 }
 
 // commitOutcome writes an attempt's outcome, retrying (same fence, with
@@ -345,11 +360,6 @@ func (l *Ledger) outcome(op Operation, res executor.Result) store.Transition {
 // landed, a retry finds the fence's state gone and reports ErrNotFound,
 // which the caller answers by reading the operation.
 func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operation, error) {
-	for _, from := range t.From {
-		if err := Check(State(from), Event(t.Event), State(t.To)); err != nil {
-			return Operation{}, storeErr(err)
-		}
-	}
 	ctx = context.WithoutCancel(ctx)
 	giveUp := time.Now().Add(l.cfg.OutcomeRetry)
 	wait := 50 * time.Millisecond
@@ -377,11 +387,12 @@ func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operati
 func (l *Ledger) refuseResubmission(ctx context.Context, op Operation, b bound) (Operation, bool, error) {
 	detail := fmt.Sprintf("not resubmitted: the downstream may have forgotten the key (first sent %s, key retention %s) and an earlier attempt may have taken effect",
 		op.FirstClaimedAt.UTC().Format(time.RFC3339), b.tool.Executor.KeyRetention)
-	out, err := l.commitOutcome(ctx, store.Transition{
-		Tenant: op.Tenant, ID: op.ID, From: []string{string(StateExecuting)}, Fence: op.Fence, To: string(StateOutcomeUnknown),
-		SetError: true, Error: storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail}),
-		ReconcileAfter: l.cfg.ReconcileBackoff, Event: string(EventOutcomeUnknown), Actor: "server:" + l.cfg.ServerID, Detail: detail,
-	})
+	t, err := l.outcome(op, executor.Result{Outcome: executor.OutcomeUnknown, Detail: detail})
+	if err != nil {
+		return Operation{}, false, storeErr(err)
+	}
+	t.Detail = detail
+	out, err := l.commitOutcome(ctx, t)
 	if errors.Is(err, store.ErrNotFound) {
 		cur, gerr := l.store.OperationGet(context.WithoutCancel(ctx), op.Tenant, op.ID)
 		if gerr != nil {

@@ -59,9 +59,11 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "resolution.outcome",
 			Message: "outcome must be STATE_SUCCEEDED, STATE_FAILED or STATE_READY"}
 	}
-	t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: []string{op.State}, Fence: op.Fence, To: string(r.Outcome),
-		RequireLeaseExpired: true, ExternalRef: r.ExternalRef, Event: string(EventResolved), Actor: a.Name,
-		Detail: "resolved by an operator: " + r.Note}
+	t, err := l.transition(op, EventResolved, r.Outcome, ByOperator)
+	if err != nil {
+		return Operation{}, "", storeErr(err)
+	}
+	t.ExternalRef, t.Actor, t.Detail = r.ExternalRef, a.Name, "resolved by an operator: "+r.Note
 	if r.Outcome == StateFailed {
 		t.SetError = true
 		t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
@@ -102,8 +104,11 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		if err := Check(State(op.State), ev, to); err != nil {
 			return Operation{}, "", storeErr(err)
 		}
-		t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: []string{op.State}, Fence: op.Fence, To: string(to),
-			RequireLeaseExpired: true, ReconcileAfter: l.cfg.ReconcileBackoff, Event: string(ev), Actor: actor, Detail: detail}
+		t, err := l.transition(op, ev, to, ByWatcher)
+		if err != nil {
+			return Operation{}, "", storeErr(err)
+		}
+		t.ReconcileAfter, t.Actor, t.Detail = l.cfg.ReconcileBackoff, actor, detail
 		if set != nil {
 			set(&t)
 		}
@@ -125,8 +130,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	looker, hasLookup := b.exec.(executor.Looker)
 	if !hasLookup || !b.caps.HasLookup {
 		if executing && l.keyStillDedupes(b, op, 0) {
-			return apply(StateReady, EventReconciled, "the lease expired; the downstream dedupes keys, so the next Execute resubmits the same key",
-				func(t *store.Transition) { t.KeyWindow = l.keyWindow(b, 0) })
+			return apply(StateReady, EventReconciled, "the lease expired; the downstream dedupes keys, so the next Execute resubmits the same key", nil)
 		}
 		if executing {
 			return apply(StateOutcomeUnknown, EventOutcomeUnknown, "the lease expired; the downstream has no lookup and does not dedupe keys", setUnknown("the executor's lease expired before it recorded an outcome"))
@@ -151,8 +155,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		})
 	case executor.LookupNotFound:
 		if l.keyStillDedupes(b, op, 0) && b.caps.LookupConsistent {
-			return apply(StateReady, EventReconciled, "not found at the downstream, whose lookup is consistent: the next Execute resubmits the same key",
-				func(t *store.Transition) { t.KeyWindow = l.keyWindow(b, 0) })
+			return apply(StateReady, EventReconciled, "not found at the downstream, whose lookup is consistent: the next Execute resubmits the same key", nil)
 		}
 		detail := "inconclusive: not found, but a miss from this downstream is not proof that nothing happened"
 		if b.caps.DedupesKeys && b.caps.LookupConsistent {

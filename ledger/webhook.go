@@ -75,8 +75,11 @@ func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (str
 		if err := Check(State(op.State), EventReconciled, to); err != nil {
 			return err
 		}
-		t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: []string{op.State}, Fence: op.Fence, To: string(to),
-			Event: string(EventReconciled), Actor: "webhook:" + tool, Detail: "webhook event " + ev.ID, SetError: true}
+		t, err := l.transition(op, EventReconciled, to, ByDownstream)
+		if err != nil {
+			return err
+		}
+		t.Actor, t.Detail, t.SetError = "webhook:"+tool, "webhook event "+ev.ID, true
 		if to == StateSucceeded {
 			t.ExternalRef, t.Result, t.Error = ev.ExternalRef, jsonObject(ev.Data), nil
 		} else {

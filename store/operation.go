@@ -196,14 +196,23 @@ type Lease struct {
 	Actor string
 }
 
+// Claim is the guarded claim of an operation, as the state machine's table
+// describes it: From → To with Event, and whether the approval must be in
+// force.
+type Claim struct {
+	From, To, Event        string
+	RequireApprovalInForce bool
+}
+
 // OperationClaim moves a READY operation whose approval holds to EXECUTING
 // for the lease holder (fence + 1, attempts + 1), with its event, and
 // returns it with claimed = true. An operation it could not claim comes back
 // as it was (claimed = false) in the same round trip; ErrNotFound means the
 // tenant has no such operation.
-func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, l Lease) (op Operation, claimed bool, err error) {
+func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, l Lease) (op Operation, claimed bool, err error) {
 	rows, err := c.q.OperationClaim(ctx, c.dbtx, db.OperationClaimParams{
 		ID: id, Tenant: tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
+		FromState: cl.From, ToState: cl.To, EventType: cl.Event, RequireApprovalInForce: cl.RequireApprovalInForce,
 	})
 	if err != nil {
 		return Operation{}, false, interpretError(err)
@@ -218,12 +227,23 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, l Lease) (
 // OperationTakeOver fences out the holder of an expired lease (fence + 1)
 // and hands the operation to l. ErrNotFound means the lease had not expired
 // or someone else moved first.
-func (c *Conn) OperationTakeOver(ctx context.Context, tenant, id string, fence int64, l Lease, k KeyWindow) (Operation, error) {
+func (c *Conn) OperationTakeOver(ctx context.Context, t TakeOver, l Lease) (Operation, error) {
 	r, err := c.q.OperationTakeOver(ctx, c.dbtx, db.OperationTakeOverParams{
-		ID: id, Tenant: tenant, Fence: fence, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
-		KeyRetentionSeconds: k.Retention.Seconds(), AheadSeconds: k.Ahead.Seconds(),
+		ID: t.ID, Tenant: t.Tenant, Fence: t.Fence, FromState: t.From, EventType: t.Event,
+		LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
+		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
 	})
 	return wrote(one(r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) }))
+}
+
+// TakeOver is the guarded takeover of an expired lease: the operation in
+// From with the Fence the caller read, its event, and the key window a
+// resubmission must fit in.
+type TakeOver struct {
+	Tenant, ID  string
+	From, Event string
+	Fence       int64
+	KeyWindow   KeyWindow
 }
 
 // KeyWindow guards a resubmission of a downstream key: with a Retention (how
@@ -282,8 +302,10 @@ func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation
 // Decision is an approval-related change: a decision (Decision "APPROVE" or
 // "DENY") or an expiry (Decision empty, which clears the approval).
 type Decision struct {
-	Tenant, ID          string
-	From, To            string
+	Tenant, ID string
+	// From lists the states the operation may be in.
+	From                []string
+	To                  string
 	Decision            string
 	DecidedBy           string
 	ApprovedFingerprint string
@@ -296,11 +318,12 @@ type Decision struct {
 	RequireLapsedUnsent bool
 }
 
-// OperationDecide applies d, guarded on d.From. ErrNotFound means the state
-// moved.
+// OperationDecide applies d, guarded on d.From (and, when asked, on the
+// approval having lapsed with nothing sent). ErrNotFound means a guard
+// failed.
 func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, error) {
 	r, err := c.q.OperationDecide(ctx, c.dbtx, db.OperationDecideParams{
-		ID: d.ID, Tenant: d.Tenant, FromState: d.From, ToState: d.To, Decision: text(d.Decision),
+		ID: d.ID, Tenant: d.Tenant, FromStates: d.From, ToState: d.To, Decision: text(d.Decision),
 		DecidedBy: text(d.DecidedBy), ApprovedFingerprint: text(d.ApprovedFingerprint), Reason: text(d.Reason),
 		EventType: d.Event, Actor: d.Actor, Detail: d.Detail, RequireLapsedUnsent: d.RequireLapsedUnsent,
 	})

@@ -37,21 +37,22 @@ WHERE operation_id = sqlc.arg(operation_id)
 ORDER BY seq;
 
 -- name: OperationClaim :many
--- Claims a READY operation whose approval (if required) is in force on the
--- database's clock, or was already exercised by a send (first_sent_fence is
--- set: the operation may have taken effect, and the next claim resubmits the
--- same key to learn the outcome): fence + 1, attempts + 1, and a lease
--- measured on the database's clock, with its CLAIMED event, in one statement.
--- A claim that ends in a release (nothing sent) does not consume the
--- approval. When the operation is not claimable the same statement returns
--- it as it is (claimed = false), so a replayed Execute costs one round trip.
--- That row comes from the statement's snapshot: if a concurrent claim won, it
--- may still read READY, and the caller simply tries again. db_now is the
--- database's clock, against which the caller judges the lease and the
--- approval it reads.
+-- Claims an operation in from_state (the state machine's: READY) for the
+-- caller: fence + 1, attempts + 1, and a lease measured on the
+-- database's clock, with its event, in one statement. With
+-- require_approval_in_force, an approval (if required) must be in force on
+-- the database's clock, or consumed by a send (first_sent_fence is set: the
+-- operation may have taken effect, and the next claim resubmits the same key
+-- to learn the outcome); a claim that ends in a release (nothing sent) does
+-- not consume the approval. When the operation is not claimable the same
+-- statement returns it as it is (claimed = false), so a replayed Execute
+-- costs one round trip. That row comes from the statement's snapshot: if a
+-- concurrent claim won, it may still read READY, and the caller simply tries
+-- again. db_now is the database's clock, against which the caller judges the
+-- lease and the approval it reads.
 WITH upd AS (
     UPDATE operation o SET
-        state = 'EXECUTING',
+        state = sqlc.arg(to_state)::text,
         fence = o.fence + 1,
         attempts = o.attempts + 1,
         lease_owner = sqlc.arg(lease_owner),
@@ -60,12 +61,13 @@ WITH upd AS (
         first_claimed_at = COALESCE(o.first_claimed_at, now()),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
+      AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
+           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'CLAIMED', sqlc.arg(actor), 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
 SELECT upd.*, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
@@ -73,12 +75,14 @@ SELECT g.*, false AS claimed, now()::timestamptz AS db_now FROM operation g
 WHERE g.id = sqlc.arg(id) AND g.tenant = sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
 
 -- name: OperationTakeOver :one
--- Takes over an EXECUTING operation whose lease expired on the database's
--- clock (only for downstreams that dedupe keys): the old holder's fence
--- becomes stale, and since it may have sent, the operation counts as sent.
--- With a key retention (seconds, 0 = never forgets), the takeover's request,
--- which may reach the downstream as late as ahead_seconds from now, must
--- arrive within 90% of the retention counted from the first claim.
+-- Takes over an operation in from_state (the state machine's: EXECUTING)
+-- whose lease expired on the database's clock, if its fence is still the
+-- one the caller read (only for downstreams that dedupe keys): the old
+-- holder's fence becomes stale, and since it may have sent, the operation
+-- counts as sent. With a key retention (seconds, 0 = never forgets), the
+-- takeover's request, which may reach the downstream as late as
+-- ahead_seconds from now, must arrive within 90% of the retention counted
+-- from the first claim.
 WITH upd AS (
     UPDATE operation o SET
         fence = o.fence + 1,
@@ -89,7 +93,7 @@ WITH upd AS (
         next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = 'EXECUTING'
+    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND o.fence = sqlc.arg(fence) AND o.lease_expires_at < now()
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
@@ -97,7 +101,7 @@ WITH upd AS (
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'LEASE_TAKEN_OVER', sqlc.arg(actor), 'EXECUTING', upd.state, upd.attempts, upd.fence,
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out' FROM upd
 )
 SELECT * FROM upd;
@@ -158,15 +162,20 @@ WITH cur AS (
 SELECT * FROM upd;
 
 -- name: OperationDecide :one
--- Records an approver's decision (or an approval's expiry) guarded on the
--- state. With require_lapsed_unsent (an expiry, a renewal of a lapsed
--- approval, a denial of a READY operation) the approval must also have
--- lapsed on the database's clock and nothing may have been sent: otherwise
+-- Records an approver's decision (or an approval's expiry) on an operation
+-- in one of from_states. With require_lapsed_unsent (an expiry, a renewal of
+-- a lapsed approval, a denial of a READY operation), a READY operation's
+-- approval must also have lapsed on the database's clock and nothing may
+-- have been sent: otherwise
 -- an Execute that read a lapsed approval could wipe a renewal committed just
 -- after that read, or a stalled one could send an operation that may have
 -- taken effect back to AWAITING_APPROVAL, where a denial would make it
 -- REJECTED with an effect behind it.
-WITH upd AS (
+WITH cur AS (
+    SELECT c.id, c.state AS old_state FROM operation c
+    WHERE c.id = sqlc.arg(id) AND c.tenant = sqlc.arg(tenant)
+    FOR UPDATE
+), upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
         approval_decision = sqlc.narg(decision)::text,
@@ -179,14 +188,15 @@ WITH upd AS (
         approval_reason = sqlc.narg(reason)::text,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
-      AND (NOT sqlc.arg(require_lapsed_unsent)::boolean
+    FROM cur
+    WHERE o.id = cur.id AND o.state = ANY (sqlc.arg(from_states)::text[])
+      AND (NOT sqlc.arg(require_lapsed_unsent)::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
-    FROM upd
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), cur.old_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
+    FROM upd JOIN cur ON cur.id = upd.id
 )
 SELECT * FROM upd;
 

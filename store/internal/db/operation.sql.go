@@ -14,34 +14,39 @@ import (
 const operationClaim = `-- name: OperationClaim :many
 WITH upd AS (
     UPDATE operation o SET
-        state = 'EXECUTING',
+        state = $1::text,
         fence = o.fence + 1,
         attempts = o.attempts + 1,
-        lease_owner = $1,
-        lease_expires_at = now() + make_interval(secs => $2::float8),
-        next_reconcile_at = now() + make_interval(secs => $2::float8),
+        lease_owner = $2,
+        lease_expires_at = now() + make_interval(secs => $3::float8),
+        next_reconcile_at = now() + make_interval(secs => $3::float8),
         first_claimed_at = COALESCE(o.first_claimed_at, now()),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $3 AND o.tenant = $4 AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+    WHERE o.id = $4 AND o.tenant = $5 AND o.state = $6::text
+      AND (NOT $7::boolean OR NOT o.approval_required
+           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'CLAIMED', $5, 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
+    SELECT upd.id, upd.events, $8::text, $9, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
 SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
 SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, false AS claimed, now()::timestamptz AS db_now FROM operation g
-WHERE g.id = $3 AND g.tenant = $4 AND NOT EXISTS (SELECT 1 FROM upd)
+WHERE g.id = $4 AND g.tenant = $5 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
 type OperationClaimParams struct {
-	LeaseOwner   pgtype.Text
-	LeaseSeconds float64
-	ID           string
-	Tenant       string
-	Actor        string
+	ToState                string
+	LeaseOwner             pgtype.Text
+	LeaseSeconds           float64
+	ID                     string
+	Tenant                 string
+	FromState              string
+	RequireApprovalInForce bool
+	EventType              string
+	Actor                  string
 }
 
 type OperationClaimRow struct {
@@ -81,24 +86,29 @@ type OperationClaimRow struct {
 	DbNow               pgtype.Timestamptz
 }
 
-// Claims a READY operation whose approval (if required) is in force on the
-// database's clock, or was already exercised by a send (first_sent_fence is
-// set: the operation may have taken effect, and the next claim resubmits the
-// same key to learn the outcome): fence + 1, attempts + 1, and a lease
-// measured on the database's clock, with its CLAIMED event, in one statement.
-// A claim that ends in a release (nothing sent) does not consume the
-// approval. When the operation is not claimable the same statement returns
-// it as it is (claimed = false), so a replayed Execute costs one round trip.
-// That row comes from the statement's snapshot: if a concurrent claim won, it
-// may still read READY, and the caller simply tries again. db_now is the
-// database's clock, against which the caller judges the lease and the
-// approval it reads.
+// Claims an operation in from_state (the state machine's: READY) for the
+// caller: fence + 1, attempts + 1, and a lease measured on the
+// database's clock, with its event, in one statement. With
+// require_approval_in_force, an approval (if required) must be in force on
+// the database's clock, or consumed by a send (first_sent_fence is set: the
+// operation may have taken effect, and the next claim resubmits the same key
+// to learn the outcome); a claim that ends in a release (nothing sent) does
+// not consume the approval. When the operation is not claimable the same
+// statement returns it as it is (claimed = false), so a replayed Execute
+// costs one round trip. That row comes from the statement's snapshot: if a
+// concurrent claim won, it may still read READY, and the caller simply tries
+// again. db_now is the database's clock, against which the caller judges the
+// lease and the approval it reads.
 func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClaimParams) ([]OperationClaimRow, error) {
 	rows, err := db.Query(ctx, operationClaim,
+		arg.ToState,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
 		arg.ID,
 		arg.Tenant,
+		arg.FromState,
+		arg.RequireApprovalInForce,
+		arg.EventType,
 		arg.Actor,
 	)
 	if err != nil {
@@ -307,40 +317,45 @@ func (q *Queries) OperationCountOpen(ctx context.Context, db DBTX) ([]OperationC
 }
 
 const operationDecide = `-- name: OperationDecide :one
-WITH upd AS (
+WITH cur AS (
+    SELECT c.id, c.state AS old_state FROM operation c
+    WHERE c.id = $1 AND c.tenant = $2
+    FOR UPDATE
+), upd AS (
     UPDATE operation o SET
-        state = $1::text,
-        approval_decision = $2::text,
-        approval_decided_by = $3::text,
-        approval_decided_at = CASE WHEN $2::text IS NULL THEN NULL ELSE now() END,
-        approval_expires_at = CASE WHEN $2::text = 'APPROVE'
+        state = $3::text,
+        approval_decision = $4::text,
+        approval_decided_by = $5::text,
+        approval_decided_at = CASE WHEN $4::text IS NULL THEN NULL ELSE now() END,
+        approval_expires_at = CASE WHEN $4::text = 'APPROVE'
                                    THEN now() + make_interval(secs => o.approval_ttl_ms / 1000.0)
                                    ELSE NULL END,
-        approval_fingerprint = $4::text,
-        approval_reason = $5::text,
+        approval_fingerprint = $6::text,
+        approval_reason = $7::text,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $6 AND o.tenant = $7 AND o.state = $8::text
-      AND (NOT $9::boolean
+    FROM cur
+    WHERE o.id = cur.id AND o.state = ANY ($8::text[])
+      AND (NOT $9::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $10::text, $11, $8::text, upd.state, upd.attempts, upd.fence, $12
-    FROM upd
+    SELECT upd.id, upd.events, $10::text, $11, cur.old_state, upd.state, upd.attempts, upd.fence, $12
+    FROM upd JOIN cur ON cur.id = upd.id
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM upd
 `
 
 type OperationDecideParams struct {
+	ID                  string
+	Tenant              string
 	ToState             string
 	Decision            pgtype.Text
 	DecidedBy           pgtype.Text
 	ApprovedFingerprint pgtype.Text
 	Reason              pgtype.Text
-	ID                  string
-	Tenant              string
-	FromState           string
+	FromStates          []string
 	RequireLapsedUnsent bool
 	EventType           string
 	Actor               string
@@ -382,24 +397,25 @@ type OperationDecideRow struct {
 	FirstSentFence      pgtype.Int8
 }
 
-// Records an approver's decision (or an approval's expiry) guarded on the
-// state. With require_lapsed_unsent (an expiry, a renewal of a lapsed
-// approval, a denial of a READY operation) the approval must also have
-// lapsed on the database's clock and nothing may have been sent: otherwise
+// Records an approver's decision (or an approval's expiry) on an operation
+// in one of from_states. With require_lapsed_unsent (an expiry, a renewal of
+// a lapsed approval, a denial of a READY operation), a READY operation's
+// approval must also have lapsed on the database's clock and nothing may
+// have been sent: otherwise
 // an Execute that read a lapsed approval could wipe a renewal committed just
 // after that read, or a stalled one could send an operation that may have
 // taken effect back to AWAITING_APPROVAL, where a denial would make it
 // REJECTED with an effect behind it.
 func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDecideParams) (OperationDecideRow, error) {
 	row := db.QueryRow(ctx, operationDecide,
+		arg.ID,
+		arg.Tenant,
 		arg.ToState,
 		arg.Decision,
 		arg.DecidedBy,
 		arg.ApprovedFingerprint,
 		arg.Reason,
-		arg.ID,
-		arg.Tenant,
-		arg.FromState,
+		arg.FromStates,
 		arg.RequireLapsedUnsent,
 		arg.EventType,
 		arg.Actor,
@@ -882,15 +898,15 @@ WITH upd AS (
         next_reconcile_at = now() + make_interval(secs => $2::float8),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $3 AND o.tenant = $4 AND o.state = 'EXECUTING'
-      AND o.fence = $5 AND o.lease_expires_at < now()
-      AND ($6::float8 = 0 OR o.first_claimed_at IS NULL
-           OR now() + make_interval(secs => $7::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * $6::float8))
+    WHERE o.id = $3 AND o.tenant = $4 AND o.state = $5::text
+      AND o.fence = $6 AND o.lease_expires_at < now()
+      AND ($7::float8 = 0 OR o.first_claimed_at IS NULL
+           OR now() + make_interval(secs => $8::float8)
+              < o.first_claimed_at + make_interval(secs => 0.9 * $7::float8))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'LEASE_TAKEN_OVER', $8, 'EXECUTING', upd.state, upd.attempts, upd.fence,
+    SELECT upd.id, upd.events, $9::text, $10, $5::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out' FROM upd
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM upd
@@ -901,9 +917,11 @@ type OperationTakeOverParams struct {
 	LeaseSeconds        float64
 	ID                  string
 	Tenant              string
+	FromState           string
 	Fence               int64
 	KeyRetentionSeconds float64
 	AheadSeconds        float64
+	EventType           string
 	Actor               string
 }
 
@@ -942,21 +960,25 @@ type OperationTakeOverRow struct {
 	FirstSentFence      pgtype.Int8
 }
 
-// Takes over an EXECUTING operation whose lease expired on the database's
-// clock (only for downstreams that dedupe keys): the old holder's fence
-// becomes stale, and since it may have sent, the operation counts as sent.
-// With a key retention (seconds, 0 = never forgets), the takeover's request,
-// which may reach the downstream as late as ahead_seconds from now, must
-// arrive within 90% of the retention counted from the first claim.
+// Takes over an operation in from_state (the state machine's: EXECUTING)
+// whose lease expired on the database's clock, if its fence is still the
+// one the caller read (only for downstreams that dedupe keys): the old
+// holder's fence becomes stale, and since it may have sent, the operation
+// counts as sent. With a key retention (seconds, 0 = never forgets), the
+// takeover's request, which may reach the downstream as late as
+// ahead_seconds from now, must arrive within 90% of the retention counted
+// from the first claim.
 func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationTakeOverParams) (OperationTakeOverRow, error) {
 	row := db.QueryRow(ctx, operationTakeOver,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
 		arg.ID,
 		arg.Tenant,
+		arg.FromState,
 		arg.Fence,
 		arg.KeyRetentionSeconds,
 		arg.AheadSeconds,
+		arg.EventType,
 		arg.Actor,
 	)
 	var i OperationTakeOverRow
