@@ -53,8 +53,8 @@ fuzz:
 	go test ./server -run='^$$' -fuzz='^FuzzRequestPath$$' -fuzztime=$$((4000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzJSONStruct$$' -fuzztime=$$((20000*$(FUZZSCALE)))x
 
-## grpcurl: only grpcurl, into .bin, for the README's session (under a minute;
-## `make tools` builds every generator and takes several).
+## grpcurl: only grpcurl, into .bin, for the README's session (about 1.5 min
+## with an empty Go cache; `make tools` builds every generator and takes several).
 grpcurl: $(BIN)/grpcurl
 
 ## tools: install the pinned generators and linters into .bin, tools/ and .venv.
