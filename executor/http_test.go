@@ -493,6 +493,14 @@ func TestRequestShape(t *testing.T) {
 	require.Equal(t, "the-key", req.Header.Get("Idempotency-Key"))
 	require.Equal(t, "Bearer s3cret", req.Header.Get("Authorization"))
 	require.Equal(t, "1", req.Header.Get("X-Extra"))
+	// Exactly the headers docs/tools.md lists ("What it sends"), no more.
+	var names []string
+	for name := range req.Header {
+		names = append(names, name)
+	}
+	require.ElementsMatch(t, []string{"Accept", "Accept-Encoding", "Authorization", "Content-Length", "Content-Type",
+		"Idempotency-Key", "User-Agent", "X-Extra"}, names)
+	require.Equal(t, "application/json", req.Header.Get("Accept"))
 	s.mu.Lock()
 	require.Equal(t, `{"a": 1}`, s.bodies[0])
 	s.mu.Unlock()

@@ -272,7 +272,8 @@ func TestChainAuthAndIdempotency(t *testing.T) {
 
 	// A method nobody listed in Roles is closed.
 	_, err = client.CacheableUnaryCall(authed(""), &testpb.SimpleRequest{})
-	requireReason(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
+	st := requireReason(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
+	require.Equal(t, "CacheableUnaryCall is not open to any role", st.Message())
 
 	_, err = client.UnaryCall(authed(""), &testpb.SimpleRequest{})
 	requireReason(t, err, codes.InvalidArgument, "IDEMPOTENCY_KEY_MISSING")

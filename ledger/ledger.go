@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -49,6 +50,10 @@ type Actor struct {
 
 func (a Actor) has(role string) bool { return slices.Contains(a.Roles, role) }
 
+// DefaultAuthCacheTTL is Config.AuthCacheTTL's default: how long a replica
+// may keep accepting a key after it was revoked.
+const DefaultAuthCacheTTL = 30 * time.Second
+
 // Config tunes the ledger. Zero values take the defaults noted.
 type Config struct {
 	// ServerID names this process in leases and event logs.
@@ -67,7 +72,7 @@ type Config struct {
 	// ReconcileMaxBackoff shape its retries (defaults 1s and 5m).
 	ReconcileInterval, ReconcileBackoff, ReconcileMaxBackoff time.Duration
 	// AuthCacheTTL is how long an authenticated key is remembered (default
-	// 30s); revocations take up to this long to bite.
+	// DefaultAuthCacheTTL); revocations take up to this long to bite.
 	AuthCacheTTL time.Duration
 	// OpsPerMinute caps the operations each tenant may create per minute,
 	// across all replicas (counted in the database); 0 means no quota.
@@ -113,7 +118,7 @@ func (c *Config) defaults() {
 		c.ReconcileMaxBackoff = 5 * time.Minute
 	}
 	if c.AuthCacheTTL == 0 {
-		c.AuthCacheTTL = 30 * time.Second
+		c.AuthCacheTTL = DefaultAuthCacheTTL
 	}
 	if c.Retention == 0 {
 		c.Retention = 30 * 24 * time.Hour
@@ -256,6 +261,9 @@ func (l *Ledger) opLogger(op Operation) *slog.Logger {
 		"attempt", op.Attempts, "fence", op.Fence)
 }
 
+// maxListedTools bounds the names an unknown-tool error lists.
+const maxListedTools = 20
+
 // ResolveTool returns the tool a Prepare names, resolving an empty version to
 // the current one.
 func (l *Ledger) ResolveTool(name, version string) (*tool.Tool, error) {
@@ -263,10 +271,12 @@ func (l *Ledger) ResolveTool(name, version string) (*tool.Tool, error) {
 	switch {
 	case errors.Is(err, tool.ErrUnknownTool):
 		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_TOOL_UNKNOWN, Field: "tool",
-			Message: fmt.Sprintf("no tool named %q is configured", name)}
+			Message: fmt.Sprintf("no tool named %q is configured; configured tools: %s (ListTools describes them)",
+				name, l.tools.Names(maxListedTools))}
 	case errors.Is(err, tool.ErrUnknownVersion):
 		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_TOOL_VERSION_UNKNOWN, Field: "tool_version",
-			Message: fmt.Sprintf("tool %q has no version %q", name, version)}
+			Message: fmt.Sprintf("tool %q has no version %q; its versions: %s (leave tool_version empty for the current one)",
+				name, version, l.tools.Versions(name, maxListedTools))}
 	case err != nil:
 		return nil, err
 	}
@@ -474,6 +484,48 @@ func CreatePrincipal(ctx context.Context, st *store.Store, tenant, name string, 
 		return "", p, fmt.Errorf("ledger: tenant %q already has a principal named %q", tenant, name)
 	}
 	return key, p, err
+}
+
+// ListPrincipals returns a tenant's principals, revoked ones included,
+// oldest first. Keys are never stored, so none can be listed.
+func ListPrincipals(ctx context.Context, st *store.Store, tenant string) ([]Principal, error) {
+	if tenant == "" {
+		return nil, errors.New("ledger: a tenant is required")
+	}
+	return st.PrincipalList(ctx, tenant)
+}
+
+// RevokePrincipal revokes the key of the tenant's principal ref names (by
+// ID or by Name). Revoking twice is harmless: already reports that the key
+// was revoked before, at p.RevokedAt. Servers stop accepting the key within
+// their auth cache TTL.
+func RevokePrincipal(ctx context.Context, st *store.Store, tenant string, ref store.PrincipalRef) (p Principal, already bool, err error) {
+	if tenant == "" {
+		return p, false, errors.New("ledger: a tenant is required")
+	}
+	if (ref.ID == "") == (ref.Name == "") {
+		return p, false, errors.New("ledger: name the principal by its id or by its name, not both")
+	}
+	p, err = st.PrincipalRevoke(ctx, tenant, ref)
+	if !errors.Is(err, store.ErrNotFound) {
+		return p, false, err
+	}
+	p, err = st.PrincipalGet(ctx, tenant, ref)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		what := "named " + strconv.Quote(ref.Name)
+		if ref.ID != "" {
+			what = "with id " + strconv.Quote(ref.ID)
+		}
+		return p, false, fmt.Errorf("ledger: tenant %q has no principal %s", tenant, what)
+	case err != nil:
+		return p, false, err
+	case p.RevokedAt.IsZero():
+		// Nothing clears revoked_at, so an unrevoked row here was created
+		// under this name after the UPDATE looked: report it, do not guess.
+		return p, false, fmt.Errorf("ledger: principal %s changed while revoking; run the command again", p.ID)
+	}
+	return p, true, nil
 }
 
 // jsonObject returns b if it is a JSON object, else wraps it as {"value": b}

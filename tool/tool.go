@@ -148,6 +148,40 @@ func (r *Registry) List() []*Tool {
 	return append([]*Tool(nil), r.list...)
 }
 
+// Names describes the configured tool names for a person, sorted and
+// comma-separated, at most limit of them and then how many more there are:
+// an unknown-tool error can say what would have worked without growing
+// with the file.
+func (r *Registry) Names(limit int) string {
+	var names []string
+	for _, t := range r.list {
+		if len(names) == 0 || names[len(names)-1] != t.Name {
+			names = append(names, t.Name)
+		}
+	}
+	return boundedList(names, limit)
+}
+
+// Versions describes a tool's declared versions like Names, in declaration
+// order (the last is the current one).
+func (r *Registry) Versions(name string, limit int) string {
+	var versions []string
+	for _, t := range r.byName[name] {
+		versions = append(versions, t.Version)
+	}
+	return boundedList(versions, limit)
+}
+
+func boundedList(items []string, limit int) string {
+	if len(items) == 0 {
+		return "(none)"
+	}
+	if limit > 0 && len(items) > limit {
+		return strings.Join(items[:limit], ", ") + fmt.Sprintf(" and %d more", len(items)-limit)
+	}
+	return strings.Join(items, ", ")
+}
+
 // ArgsError reports args that do not match a tool's schema.
 type ArgsError struct {
 	// Violations lists what is wrong, one entry per problem.
