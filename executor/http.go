@@ -21,11 +21,11 @@ import (
 	"time"
 )
 
-// Defaults of HTTPConfig.
+// Defaults of Settings (see Settings.WithDefaults).
 const (
 	DefaultTimeout      = 10 * time.Second
 	DefaultMaxBodyBytes = 64 << 10
-	DefaultMaxAttempts  = 3 // only where the downstream dedupes keys
+	DefaultMaxAttempts  = 1
 	DefaultBackoffBase  = 50 * time.Millisecond
 	DefaultBackoffMax   = 2 * time.Second
 )
@@ -34,37 +34,10 @@ const (
 // useful to a person only in their first lines.
 const maxRawBytes = 8 << 10
 
-// HTTPConfig configures the HTTP executor.
-type HTTPConfig struct {
-	// URL receives the call's args as a JSON POST.
-	URL string
-	// LookupURL, optional, finds a side effect by downstream key with a GET; "{key}" in it is
-	// replaced by the query-escaped key, e.g. "http://pay/charges?idempotency_key={key}".
-	LookupURL string
-	// Timeout bounds each attempt; DefaultTimeout when 0.
-	Timeout time.Duration
-	// DedupesKeys declares that the downstream never performs two side effects for one
-	// Idempotency-Key. Only then does the executor retry.
-	DedupesKeys bool
-	// LookupConsistent declares that a 404 from LookupURL proves there is no side effect.
-	LookupConsistent bool
-	// ExternalRefField is the dot path ("id", "data.charge.id") of the external reference in a
-	// success answer; none is extracted when empty.
-	ExternalRefField string
-	// MaxAttempts bounds the attempts of one Execute when DedupesKeys (DefaultMaxAttempts when
-	// 0); without DedupesKeys there is always exactly one.
-	MaxAttempts int
-	// Headers are added to every request (e.g. Authorization). They cannot replace
-	// Content-Type or Idempotency-Key. Their values are never logged.
-	Headers map[string]string
-	// MaxBodyBytes bounds the answer kept in Result.Body; DefaultMaxBodyBytes when 0.
-	MaxBodyBytes int64
-	// BackoffBase and BackoffMax shape the exponential backoff with full jitter between
-	// attempts; DefaultBackoffBase and DefaultBackoffMax when 0.
-	BackoffBase, BackoffMax time.Duration
-	// Classification declares which answers are definitive; see Classification.
-	Classification Classification
-}
+// HTTPConfig configures the HTTP executor: the tool's Settings, of which it reads URL,
+// LookupURL, Timeout, DedupesKeys, LookupConsistent, ExternalRefField, MaxAttempts, Headers,
+// MaxBodyBytes, the backoff and the Classification.
+type HTTPConfig = Settings
 
 // HTTP is the built-in executor: it POSTs the args as JSON with the downstream key in an
 // Idempotency-Key header, and classifies the answer. It is safe for concurrent use.
@@ -101,7 +74,6 @@ func NewHTTP(cfg HTTPConfig, client *http.Client, logger *slog.Logger) (*HTTP, e
 	if err := cfg.Classification.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Classification = cfg.Classification.withDefaults()
 	switch {
 	case cfg.Timeout < 0:
 		return nil, errors.New("timeout: must not be negative")
@@ -125,28 +97,11 @@ func NewHTTP(cfg HTTPConfig, client *http.Client, logger *slog.Logger) (*HTTP, e
 		headers[canon] = value
 	}
 	cfg.Headers = headers
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
+	if !cfg.DedupesKeys && cfg.MaxAttempts > 1 {
+		logger.Warn("executor: max_attempts ignored: the downstream does not dedupe keys, so it is never retried",
+			"max_attempts", cfg.MaxAttempts)
 	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.BackoffBase == 0 {
-		cfg.BackoffBase = DefaultBackoffBase
-	}
-	if cfg.BackoffMax == 0 {
-		cfg.BackoffMax = DefaultBackoffMax
-	}
-	switch {
-	case !cfg.DedupesKeys:
-		if cfg.MaxAttempts > 1 {
-			logger.Warn("executor: max_attempts ignored: the downstream does not dedupe keys, so it is never retried",
-				"max_attempts", cfg.MaxAttempts)
-		}
-		cfg.MaxAttempts = 1
-	case cfg.MaxAttempts == 0:
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
+	cfg = cfg.WithDefaults()
 
 	var c http.Client
 	if client != nil {

@@ -577,7 +577,7 @@ func TestRetriesConflictWhenDeduping(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, `{"id":"ch_9"}`)
 	})
-	h, err := NewHTTP(HTTPConfig{URL: url, DedupesKeys: true, ExternalRefField: "id", BackoffBase: time.Millisecond}, nil, nil)
+	h, err := NewHTTP(HTTPConfig{URL: url, DedupesKeys: true, MaxAttempts: 3, ExternalRefField: "id", BackoffBase: time.Millisecond}, nil, nil)
 	require.NoError(t, err)
 	r := h.Execute(t.Context(), call("k", `{}`))
 	require.Equal(t, OutcomeSucceeded, r.Outcome)

@@ -242,7 +242,7 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 		return Operation{}, false, err
 	}
 	lease := l.lease(b)
-	if op.FirstSentFence != 0 && b.caps.DedupesKeys && b.tool.Executor.KeyRetention > 0 && !l.keyStillDedupes(b, op, lease) {
+	if op.FirstSentFence != 0 && b.caps.DedupesKeys && b.settings.KeyRetention > 0 && !l.keyStillDedupes(b, op, lease) {
 		return l.refuseResubmission(ctx, op, b)
 	}
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), claimStart.Add(min(lease, op.LeaseRemaining())*4/5))
@@ -386,7 +386,7 @@ func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operati
 // twice.
 func (l *Ledger) refuseResubmission(ctx context.Context, op Operation, b bound) (Operation, bool, error) {
 	detail := fmt.Sprintf("not resubmitted: the downstream may have forgotten the key (first sent %s, key retention %s) and an earlier attempt may have taken effect",
-		op.FirstClaimedAt.UTC().Format(time.RFC3339), b.tool.Executor.KeyRetention)
+		op.FirstClaimedAt.UTC().Format(time.RFC3339), b.settings.KeyRetention)
 	t, err := l.outcome(op, executor.Result{Outcome: executor.OutcomeUnknown, Detail: detail})
 	if err != nil {
 		return Operation{}, false, storeErr(err)

@@ -137,11 +137,13 @@ func (c *Config) defaults() {
 	}
 }
 
-// bound is a tool with the executor that performs it.
+// bound is a tool with the executor that performs it, its settings with
+// their defaults, and what the executor says its downstream guarantees.
 type bound struct {
-	tool *tool.Tool
-	exec executor.Executor
-	caps executor.Capabilities
+	tool     *tool.Tool
+	settings executor.Settings
+	exec     executor.Executor
+	caps     executor.Capabilities
 }
 
 // Ledger is the execution ledger. It is safe for concurrent use, and any
@@ -215,14 +217,11 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 		finished: cache.New[opKey, Operation](cfg.FinishedCacheSize)}
 	l.auth.entries = map[string]authEntry{}
 	for _, t := range reg.List() {
-		ex, err := execs.New(executorType(t), executorSettings(t))
+		ex, err := execs.New(t.Executor.Type, t.Executor)
 		if err != nil {
 			return nil, fmt.Errorf("ledger: tool %s@%s: %w", t.Name, t.Version, err)
 		}
-		b := bound{tool: t, exec: ex}
-		if c, ok := ex.(interface{ Capabilities() executor.Capabilities }); ok {
-			b.caps = c.Capabilities()
-		}
+		b := bound{tool: t, settings: t.Executor.WithDefaults(), exec: ex, caps: executor.CapabilitiesOf(ex)}
 		l.bound[t.Name+"@"+t.Version] = b
 		l.maxLease = max(l.maxLease, l.lease(b))
 	}
@@ -246,11 +245,7 @@ func (l *Ledger) toolOf(op Operation) (bound, error) {
 }
 
 func (l *Ledger) lease(b bound) time.Duration {
-	attempts := max(1, b.tool.Executor.MaxAttempts)
-	timeout := b.tool.Executor.Timeout
-	if timeout == 0 {
-		timeout = 10 * time.Second
-	}
+	attempts, timeout := b.settings.MaxAttempts, b.settings.Timeout
 	// Every attempt may run to its timeout, retries back off up to 2s each,
 	// and the outcome must still be committed inside the lease.
 	return max(l.cfg.MinLease, time.Duration(attempts)*timeout+time.Duration(attempts-1)*2*time.Second+time.Second)
@@ -544,16 +539,6 @@ func jsonObject(b []byte) []byte {
 	}
 	out, _ := json.Marshal(map[string]any{"value": v})
 	return out
-}
-
-// ExecutorType is the executor type a tool declares.
-func executorType(t *tool.Tool) string { return t.Executor.Type }
-
-func executorSettings(t *tool.Tool) executor.Settings {
-	e := t.Executor
-	return executor.Settings{Tool: t.Name, URL: e.URL, LookupURL: e.LookupURL, Timeout: e.Timeout,
-		DedupesKeys: e.DedupesKeys, LookupConsistent: e.LookupConsistent, ExternalRefField: e.ExternalRefField,
-		MaxAttempts: e.MaxAttempts, Headers: e.Headers, Classification: e.Classification}
 }
 
 // insert stores a new operation. With a quota it does so in a transaction

@@ -138,7 +138,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		l.obs.Reconciled(op.Tool, "inconclusive")
 		return op, "inconclusive: the downstream has no lookup; an operator must resolve it", nil
 	}
-	callCtx, cancel := context.WithTimeout(ctx, max(b.tool.Executor.Timeout, time.Second))
+	callCtx, cancel := context.WithTimeout(ctx, max(b.settings.Timeout, time.Second))
 	defer cancel()
 	lr := looker.Lookup(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args})
@@ -160,7 +160,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		detail := "inconclusive: not found, but a miss from this downstream is not proof that nothing happened"
 		if b.caps.DedupesKeys && b.caps.LookupConsistent {
 			detail = "inconclusive: not found, but the downstream may have forgotten the key (first sent " +
-				op.FirstClaimedAt.UTC().Format(time.RFC3339) + ", key retention " + b.tool.Executor.KeyRetention.String() + ")"
+				op.FirstClaimedAt.UTC().Format(time.RFC3339) + ", key retention " + b.settings.KeyRetention.String() + ")"
 		}
 		if executing {
 			return apply(StateOutcomeUnknown, EventOutcomeUnknown, detail, setUnknown(detail))
@@ -237,7 +237,7 @@ func (l *Ledger) keyStillDedupes(b bound, op Operation, ahead time.Duration) boo
 	if !b.caps.DedupesKeys {
 		return false
 	}
-	r := b.tool.Executor.KeyRetention
+	r := b.settings.KeyRetention
 	if r == 0 || op.FirstClaimedAt.IsZero() {
 		return true
 	}
@@ -249,5 +249,5 @@ func (l *Ledger) keyStillDedupes(b bound, op Operation, ahead time.Duration) boo
 
 // keyWindow is the guard that keyStillDedupes's rule becomes in a statement.
 func (l *Ledger) keyWindow(b bound, ahead time.Duration) store.KeyWindow {
-	return store.KeyWindow{Retention: b.tool.Executor.KeyRetention, Ahead: ahead}
+	return store.KeyWindow{Retention: b.settings.KeyRetention, Ahead: ahead}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/executor"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"
 )
@@ -166,8 +167,8 @@ func TestStatesShape(t *testing.T) {
 // store/guard_test.go, shows that each statement enforces them).
 func TestStatementsFollowTheTable(t *testing.T) {
 	t.Parallel()
-	l := &Ledger{bound: map[string]bound{"pay@1": {tool: &tool.Tool{Name: "pay", Version: "1",
-		Executor: tool.ExecutorConfig{KeyRetention: time.Hour, DedupesKeys: true}}}}}
+	settings := executor.Settings{KeyRetention: time.Hour, DedupesKeys: true}.WithDefaults()
+	l := &Ledger{bound: map[string]bound{"pay@1": {tool: &tool.Tool{Name: "pay", Version: "1", Executor: settings}, settings: settings}}}
 	op := Operation{Tenant: "acme", ID: "op_1", Fence: 3, Tool: "pay", ToolVersion: "1"}
 	for _, r := range Rules() {
 		if r.From == "" {

@@ -62,7 +62,7 @@ func TestParseDefaultsAndFields(t *testing.T) {
 	require.Equal(t, Approval{Required: true, TTL: 90 * time.Second}, c.Approval)
 	require.JSONEq(t, `{"type":"object","properties":{"n":{"type":"integer"}}}`, string(c.ArgsSchema))
 	require.Equal(t, ExecutorConfig{
-		Type: "http", URL: "https://pay.example/charges", LookupURL: "https://pay.example/charges?k={key}",
+		Tool: "charge", Type: "http", URL: "https://pay.example/charges", LookupURL: "https://pay.example/charges?k={key}",
 		Timeout: 3 * time.Second, DedupesKeys: true, LookupConsistent: true, ExternalRefField: "data.id",
 		MaxAttempts: 2, Headers: map[string]string{"X-Api-Version": "2"},
 		Classification: executor.Classification{DefinitiveStatuses: []int{400, 402, 422}, LookupStatusField: "data.state",
@@ -73,8 +73,9 @@ func TestParseDefaultsAndFields(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, EffectReadOnly, p.Effect)
 	require.Equal(t, Approval{}, p.Approval)
-	require.Equal(t, 10*time.Second, p.Executor.Timeout)
-	require.Equal(t, 1, p.Executor.MaxAttempts)
+	require.Zero(t, p.Executor.Timeout, "zero stands for the default")
+	require.Equal(t, 10*time.Second, p.Executor.WithDefaults().Timeout)
+	require.Equal(t, 1, p.Executor.WithDefaults().MaxAttempts)
 	require.False(t, p.Executor.DedupesKeys)
 	require.NoError(t, p.ValidateArgs(nil))
 }
