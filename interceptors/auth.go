@@ -9,9 +9,9 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/reason"
 )
 
 // Principal is an authenticated caller: one tenant, one or more roles.
@@ -55,21 +55,21 @@ func authFunc(a Authenticator, roles map[string][]string) func(ctx context.Conte
 		method, _ := grpc.Method(ctx)
 		key, err := auth.AuthFromMD(ctx, "bearer")
 		if err != nil {
-			return nil, Status(codes.Unauthenticated, opledgerv1.ErrorReason_ERROR_REASON_API_KEY_MISSING,
+			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_API_KEY_MISSING,
 				"missing 'authorization: Bearer <api key>' metadata", nil)
 		}
 		p, err := a.Authenticate(ctx, key)
 		if errors.Is(err, ErrBadCredentials) {
-			return nil, Status(codes.Unauthenticated, opledgerv1.ErrorReason_ERROR_REASON_API_KEY_INVALID,
+			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_API_KEY_INVALID,
 				"the API key is not valid", nil)
 		}
 		if err != nil {
-			return nil, Status(codes.Unavailable, opledgerv1.ErrorReason_ERROR_REASON_LEDGER_UNAVAILABLE,
+			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_LEDGER_UNAVAILABLE,
 				"could not check the API key; retry", nil)
 		}
 		allowed := roles[method]
 		if !slices.ContainsFunc(allowed, p.HasRole) {
-			return nil, Status(codes.PermissionDenied, opledgerv1.ErrorReason_ERROR_REASON_ROLE_REQUIRED,
+			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_ROLE_REQUIRED,
 				roleRequiredMessage(method, allowed, p.Roles), map[string]string{"method": method})
 		}
 		cl := callLogFrom(ctx)

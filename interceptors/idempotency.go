@@ -7,10 +7,10 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/reason"
 )
 
 // IdempotencyKeyHeader is the gRPC metadata key carrying the caller's
@@ -59,7 +59,7 @@ func KeyDigest(key string) string {
 // 1 to 255 printable ASCII characters (0x21 to 0x7e plus space inside).
 func ValidateKey(values []string) (string, error) {
 	if len(values) == 0 {
-		return "", Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_MISSING,
+		return "", reason.Status(opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_MISSING,
 			"this method needs an 'idempotency-key' metadata entry", nil)
 	}
 	if len(values) > 1 {
@@ -84,8 +84,8 @@ func ValidateKey(values []string) (string, error) {
 }
 
 func keyInvalid(msg string) error {
-	return Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_INVALID, msg, nil,
-		FieldViolation("metadata.idempotency-key", msg))
+	return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_INVALID, msg, nil,
+		reason.FieldViolation("metadata.idempotency-key", msg))
 }
 
 // idempotencyUnary validates the key on every method that receives one,

@@ -20,11 +20,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/interceptors"
+	"github.com/opledger/opledger/reason"
 )
 
 // requireReason checks that err is a gRPC status with code and exactly one
 // ErrorInfo, in opledger's domain, carrying reason.
-func requireReason(t testing.TB, err error, code codes.Code, reason string) *status.Status {
+func requireReason(t testing.TB, err error, code codes.Code, want string) *status.Status {
 	t.Helper()
 	require.Error(t, err)
 	st, ok := status.FromError(err)
@@ -37,8 +38,8 @@ func requireReason(t testing.TB, err error, code codes.Code, reason string) *sta
 		}
 	}
 	require.Len(t, infos, 1, "want exactly one ErrorInfo in %v", err)
-	require.Equal(t, interceptors.ErrorDomain, infos[0].GetDomain())
-	require.Equal(t, reason, infos[0].GetReason(), "status: %v", err)
+	require.Equal(t, reason.Domain, infos[0].GetDomain())
+	require.Equal(t, want, infos[0].GetReason(), "status: %v", err)
 	return st
 }
 

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/opledger/opledger/reason"
 )
 
 // callLog collects what inner interceptors learn about a call for the one
@@ -80,7 +82,7 @@ func finished(ctx context.Context, l *slog.Logger, method, kind string, start ti
 		attrs = append(attrs, "idempotency_key_digest", cl.keyDigest)
 	}
 	if err != nil {
-		attrs = append(attrs, "error_reason", ReasonOf(err))
+		attrs = append(attrs, "error_reason", reason.Of(err))
 	}
 	l.Log(ctx, lvl, "finished call", attrs...)
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -18,18 +16,18 @@ import (
 	"github.com/opledger/opledger/store"
 )
 
-// StoredError is the JSON form of Operation.error: a google.rpc.Status-like
-// record of why an operation FAILED or why its outcome is unknown.
+// StoredError is the JSON form of Operation.error: why an operation FAILED
+// or why its outcome is unknown. The server renders it as a
+// google.rpc.Status whose code is the reason's (package reason).
 type StoredError struct {
-	Code       int32           `json:"code"`
 	Reason     string          `json:"reason"`
 	Message    string          `json:"message"`
 	HTTPStatus int             `json:"http_status,omitempty"`
 	Body       json.RawMessage `json:"body,omitempty"`
 }
 
-func storedError(code codes.Code, reason opledgerv1.ErrorReason, res executor.Result) []byte {
-	b, _ := json.Marshal(StoredError{Code: int32(code), Reason: reason.String()[len("ERROR_REASON_"):],
+func storedError(reason opledgerv1.ErrorReason, res executor.Result) []byte {
+	b, _ := json.Marshal(StoredError{Reason: reason.String()[len("ERROR_REASON_"):],
 		Message: res.Detail, HTTPStatus: res.HTTPStatus, Body: jsonObject(res.Body)})
 	return b
 }
@@ -213,7 +211,7 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 		return Operation{}, true, storeErr(err)
 	}
 	t.SetError, t.ReconcileAfter, t.Actor, t.Detail = true, l.cfg.ReconcileBackoff, a.Name, detail
-	t.Error = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN,
+	t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN,
 		executor.Result{Detail: "the executor's lease expired before it recorded an outcome: " + detail})
 	res, err := l.store.OperationTransition(ctx, t)
 	if errors.Is(err, store.ErrNotFound) {
@@ -327,15 +325,15 @@ func (l *Ledger) outcome(op Operation, res executor.Result) (store.Transition, e
 		// only a refusal of the first request that may have reached the
 		// downstream earns it.
 		event, to = EventFailed, StateFailed
-		stored = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, res)
+		stored = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, res)
 		detail = fmt.Sprintf("downstream refused (HTTP %d)", res.HTTPStatus)
 	case executor.OutcomeNotSubmitted:
 		event, to = EventReleased, StateReady
-		stored = storedError(codes.Unavailable, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE, res)
+		stored = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE, res)
 		detail = "nothing reached the downstream: " + res.Detail
 	default:
 		event, to = EventOutcomeUnknown, StateOutcomeUnknown
-		stored = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, res)
+		stored = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, res)
 		detail = "the request may have reached the downstream: " + res.Detail
 	}
 	t, err := l.transition(op, event, to, ByHolder)

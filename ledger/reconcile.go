@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
@@ -66,7 +64,7 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 	t.ExternalRef, t.Actor, t.Detail = r.ExternalRef, a.Name, "resolved by an operator: "+r.Note
 	if r.Outcome == StateFailed {
 		t.SetError = true
-		t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
+		t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
 			executor.Result{Detail: "resolved as failed by an operator: " + r.Note})
 	}
 	if r.Outcome == StateSucceeded {
@@ -147,7 +145,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		if lr.Result.Outcome == executor.OutcomeFailed {
 			return apply(StateFailed, EventReconciled, "found at the downstream: refused", func(t *store.Transition) {
 				t.SetError = true
-				t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, lr.Result)
+				t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, lr.Result)
 			})
 		}
 		return apply(StateSucceeded, EventReconciled, "found at the downstream: succeeded", func(t *store.Transition) {
@@ -180,7 +178,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 func setUnknown(detail string) func(*store.Transition) {
 	return func(t *store.Transition) {
 		t.SetError = true
-		t.Error = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail})
+		t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail})
 	}
 }
 

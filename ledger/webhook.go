@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
@@ -83,7 +81,7 @@ func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (str
 		if to == StateSucceeded {
 			t.ExternalRef, t.Result, t.Error = ev.ExternalRef, jsonObject(ev.Data), nil
 		} else {
-			t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
+			t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
 				executor.Result{Detail: "the downstream reported failure by webhook", Body: ev.Data})
 		}
 		if _, err := c.OperationTransition(ctx, t); err != nil {

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/reason"
 )
 
 func ts(t time.Time) *timestamppb.Timestamp {
@@ -53,8 +53,8 @@ func statusOf(b []byte) *status.Status {
 	if err := json.Unmarshal(b, &se); err != nil {
 		return &status.Status{Code: 2, Message: string(b)}
 	}
-	st := &status.Status{Code: se.Code, Message: se.Message}
-	info := &errdetails.ErrorInfo{Reason: se.Reason, Domain: interceptors.ErrorDomain}
+	st := &status.Status{Code: int32(reason.Code(reason.Parse(se.Reason))), Message: se.Message}
+	info := &errdetails.ErrorInfo{Reason: se.Reason, Domain: reason.Domain}
 	if se.HTTPStatus != 0 {
 		info.Metadata = map[string]string{"http_status": itoa(se.HTTPStatus)}
 	}

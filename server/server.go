@@ -16,7 +16,6 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -29,6 +28,7 @@ import (
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/metrics"
+	"github.com/opledger/opledger/reason"
 )
 
 // MaxMessageBytes bounds every request and response on the wire. Args have
@@ -231,8 +231,8 @@ var (
 )
 
 func invalid(field, msg string) error {
-	return interceptors.Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, field+": "+msg, nil,
-		interceptors.FieldViolation(field, msg))
+	return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, field+": "+msg, nil,
+		reason.FieldViolation(field, msg))
 }
 
 // validate checks request shape before any handler runs. An operation id
@@ -243,7 +243,7 @@ func validate(_ context.Context, _ string, req any) error {
 			return invalid("operation_id", "is required")
 		}
 		if !operationID.MatchString(id) {
-			return interceptors.Status(codes.NotFound, opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND,
+			return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND,
 				fmt.Sprintf("no operation %q in your tenant", truncate(id, 64)), nil)
 		}
 		return nil
@@ -274,8 +274,8 @@ func validate(_ context.Context, _ string, req any) error {
 			return err
 		}
 		if w := r.GetWait(); w != nil && (w.CheckValid() != nil || w.AsDuration() < 0) {
-			return interceptors.Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_DEADLINE_INVALID,
-				"wait must be a non-negative duration", nil, interceptors.FieldViolation("wait", "must be non-negative"))
+			return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_DEADLINE_INVALID,
+				"wait must be a non-negative duration", nil, reason.FieldViolation("wait", "must be non-negative"))
 		}
 	case *opledgerv1.GetRequest:
 		return checkID(r.GetOperationId())
