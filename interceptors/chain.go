@@ -40,8 +40,6 @@ type Config struct {
 	Roles map[string][]string
 	// KeyRequired lists the methods that must carry an idempotency key.
 	KeyRequired map[string]bool
-	// Fingerprint computes request fingerprints; nil disables them.
-	Fingerprint Fingerprinter
 	// Validate checks requests; nil accepts everything.
 	Validate Validator
 	// Metrics records gRPC server metrics; nil records none.
@@ -80,7 +78,7 @@ func chain(c Config) []link {
 		{"auth", selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), needsAuth),
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), needsAuth)},
 		{"rate_limit", rateLimitUnary(c.RateLimit), rateLimitStream(c.RateLimit)},
-		{"idempotency", idempotencyUnary(c.KeyRequired, c.Fingerprint), idempotencyStream(c.KeyRequired)},
+		{"idempotency", idempotencyUnary(c.KeyRequired), idempotencyStream(c.KeyRequired)},
 		{"validation", validateUnary(c.Validate), validateStream(c.Validate)},
 	}
 }

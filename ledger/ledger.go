@@ -278,27 +278,15 @@ func (l *Ledger) ResolveTool(name, version string) (*tool.Tool, error) {
 	return t, nil
 }
 
-// Fingerprint computes the v1 fingerprint of a Prepare: method, tenant, the
-// resolved tool name and version, and the canonical args.
-func (l *Ledger) Fingerprint(method, tenant, toolName, version string, args *structpb.Struct) (string, error) {
-	if t, err := l.tools.Lookup(toolName, version); err == nil {
-		version = t.Version
-	}
-	fp, err := fingerprint.Compute(fingerprint.Input{Method: method, Tenant: tenant, Tool: toolName, ToolVersion: version, Args: args})
-	if err != nil {
-		return "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args", Message: err.Error()}
-	}
-	return fp, nil
-}
-
 // PrepareInput is a Prepare request after authentication.
 type PrepareInput struct {
 	Tool, ToolVersion string
 	// Args is passed as the Struct itself: AsMap would turn NaN into the
 	// string "NaN" and so collide with a real string.
 	Args *structpb.Struct
-	// IdempotencyKey is the caller's key; Fingerprint the request's.
-	IdempotencyKey, Fingerprint string
+	// IdempotencyKey is the caller's key, and KeyDigest its digest for
+	// logs and the event log (computed when empty).
+	IdempotencyKey, KeyDigest string
 	// Method is the full gRPC method, part of the fingerprint.
 	Method string
 }
@@ -335,10 +323,14 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 		}
 		return Operation{}, false, le
 	}
-	if in.Fingerprint == "" {
-		if in.Fingerprint, err = l.Fingerprint(in.Method, a.Tenant, t.Name, t.Version, in.Args); err != nil {
-			return Operation{}, false, err
-		}
+	// The fingerprint covers the canonical bytes just produced: the args are
+	// canonicalised once per Prepare.
+	fp, err := fingerprint.OfCanonical(in.Method, a.Tenant, t.Name, t.Version, canonical)
+	if err != nil {
+		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args", Message: err.Error()}
+	}
+	if in.KeyDigest == "" {
+		in.KeyDigest = digest(in.IdempotencyKey)
 	}
 	state := StateReady
 	if t.Approval.Required {
@@ -350,10 +342,10 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 	id := newID("op_")
 	op, inserted, err := l.insert(ctx, a.Tenant, store.NewOperation{
 		ID: id, Tenant: a.Tenant, Tool: t.Name, ToolVersion: t.Version, IdempotencyKey: in.IdempotencyKey,
-		Args: canonical, Fingerprint: in.Fingerprint, State: string(state), PreparedBy: a.ID,
+		Args: canonical, Fingerprint: fp, State: string(state), PreparedBy: a.ID,
 		ApprovalRequired: t.Approval.Required, ApprovalTTL: t.Approval.TTL,
-		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, t.Name, in.IdempotencyKey, in.Fingerprint),
-		Actor:         a.Name, Detail: "prepared with key digest " + digest(in.IdempotencyKey),
+		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, t.Name, in.IdempotencyKey, fp),
+		Actor:         a.Name, Detail: "prepared with key digest " + in.KeyDigest,
 	})
 	if err != nil {
 		return Operation{}, false, storeErr(err)
@@ -368,10 +360,10 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 		// failure to read, not a race.
 		return Operation{}, false, storeErr(err)
 	}
-	if existing.Fingerprint == in.Fingerprint {
+	if existing.Fingerprint == fp {
 		l.obs.DuplicatePrevented("Prepare", t.Name, true)
 	}
-	if existing.Fingerprint != in.Fingerprint {
+	if existing.Fingerprint != fp {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED,
 			Message:  "this idempotency key was already used for a different request (args, tool version or method differ); use a new key for a new operation",
 			Metadata: map[string]string{"operation_id": existing.ID}}

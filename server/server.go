@@ -124,7 +124,6 @@ func New(l *ledger.Ledger, opts Options) *Server {
 		Authenticator: authenticator{l},
 		Roles:         Roles,
 		KeyRequired:   map[string]bool{MethodPrepare: true},
-		Fingerprint:   s.fingerprint,
 		Validate:      validate,
 		RateLimit:     opts.RateLimit,
 		MaxDeadline:   opts.MaxDeadline,
@@ -202,26 +201,6 @@ func (a authenticator) Authenticate(ctx context.Context, key string) (intercepto
 func actorOf(ctx context.Context) ledger.Actor {
 	p, _ := interceptors.PrincipalFrom(ctx)
 	return ledger.Actor{ID: p.ID, Tenant: p.Tenant, Name: p.Name, Roles: p.Roles}
-}
-
-// fingerprint computes a Prepare's fingerprint for the idempotency
-// interceptor.
-func (s *Server) fingerprint(ctx context.Context, method string, p interceptors.Principal, req any) (string, error) {
-	r, ok := req.(*opledgerv1.PrepareRequest)
-	if !ok {
-		return "", nil
-	}
-	// An unknown tool or version has no fingerprint (no resolved version to
-	// put in it); the handler refuses it with TOOL_UNKNOWN or
-	// TOOL_VERSION_UNKNOWN, which is what the caller needs to hear.
-	if _, err := s.ledger.ResolveTool(r.GetTool(), r.GetToolVersion()); err != nil {
-		return "", nil
-	}
-	fp, err := s.ledger.Fingerprint(method, p.Tenant, r.GetTool(), r.GetToolVersion(), r.GetArgs())
-	if err != nil {
-		return "", toStatus(ctx, s, err, "")
-	}
-	return fp, nil
 }
 
 var (
