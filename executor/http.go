@@ -243,13 +243,13 @@ func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retr
 	}
 	defer closeBody(resp.Body)
 	sends = max(sends, 1)
-	body, readErr := readBody(resp.Body, h.cfg.MaxBodyBytes)
-	res = Result{HTTPStatus: resp.StatusCode, Body: body}
+	ans, readErr := readBody(resp.Body, h.cfg.MaxBodyBytes)
+	res = Result{HTTPStatus: resp.StatusCode, Body: ans.body}
 	code := resp.StatusCode
 	switch {
 	case code >= 200 && code < 300:
 		res.Outcome = OutcomeSucceeded
-		res.ExternalRef, res.Detail = h.externalRef(body)
+		res.ExternalRef, res.Detail = h.externalRef(ans)
 		if readErr != nil {
 			res.Detail = joinDetail(res.Detail, "answer body unreadable: "+describeErr(readErr, h.cfg.Timeout))
 		}
@@ -302,24 +302,24 @@ func (h *HTTP) lookup(ctx context.Context, c Call) LookupResult {
 		return LookupResult{Status: LookupInconclusive, Detail: "lookup failed: " + describeErr(err, h.cfg.Timeout)}
 	}
 	defer closeBody(resp.Body)
-	body, readErr := readBody(resp.Body, h.cfg.MaxBodyBytes)
+	ans, readErr := readBody(resp.Body, h.cfg.MaxBodyBytes)
 	switch resp.StatusCode {
 	case http.StatusOK:
 		if readErr != nil {
 			return LookupResult{Status: LookupInconclusive, Detail: "lookup answer unreadable: " + describeErr(readErr, h.cfg.Timeout)}
 		}
 		cl := h.cfg.Classification
-		status, ok := extractPath(body, cl.LookupStatusField)
-		if !ok || !isJSONObject(body) {
+		status, ok := extractPath(ans.fields, cl.LookupStatusField)
+		if !ok {
 			// Unknown is not success: a 200 that does not say what happened proves nothing.
 			return LookupResult{Status: LookupInconclusive,
 				Detail: fmt.Sprintf("lookup answered 200 without a status at %q", cl.LookupStatusField)}
 		}
-		res := Result{Body: body, HTTPStatus: http.StatusOK}
+		res := Result{Body: ans.body, HTTPStatus: http.StatusOK}
 		switch {
 		case containsFold(cl.LookupSucceeded, status):
 			res.Outcome = OutcomeSucceeded
-			res.ExternalRef, res.Detail = h.externalRef(body)
+			res.ExternalRef, res.Detail = h.externalRef(ans)
 		case containsFold(cl.LookupFailed, status):
 			res.Outcome = OutcomeFailed
 			res.Detail = fmt.Sprintf("downstream reports status %q", status)
@@ -343,12 +343,12 @@ func (h *HTTP) lookup(ctx context.Context, c Call) LookupResult {
 
 // externalRef extracts the configured reference from a success body, and says so when it is
 // missing: a success without a reference is still a success.
-func (h *HTTP) externalRef(body json.RawMessage) (ref, detail string) {
+func (h *HTTP) externalRef(a answer) (ref, detail string) {
 	field := h.cfg.ExternalRefField
 	if field == "" {
 		return "", ""
 	}
-	ref, ok := extractPath(body, field)
+	ref, ok := extractPath(a.fields, field)
 	if !ok {
 		return "", fmt.Sprintf("succeeded, but the answer has no external reference at %q", field)
 	}
@@ -383,23 +383,72 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// readBody keeps at most limit bytes of the answer. JSON is kept compacted; anything else, or
-// JSON cut by the limit, is wrapped as {"raw": "...", "truncated": bool}. An empty body is nil.
-func readBody(r io.Reader, limit int64) (json.RawMessage, error) {
+// answer is a downstream's answer as the executor read it, in one parse: body is what is kept
+// of it (always a JSON object, see Object), fields its decoded members for reading the
+// reference and the status (nil when it was not a JSON object).
+type answer struct {
+	body   json.RawMessage
+	fields map[string]any
+}
+
+// readBody keeps at most limit bytes of the answer and parses it once. A JSON object is kept
+// compacted; anything else becomes an object by Object's rule. An empty body is nil.
+func readBody(r io.Reader, limit int64) (answer, error) {
 	b, err := io.ReadAll(io.LimitReader(r, limit+1))
 	truncated := int64(len(b)) > limit
 	if truncated {
 		b = b[:limit]
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, err
+		return answer{}, err
 	}
-	if !truncated && err == nil && json.Valid(b) {
-		var buf bytes.Buffer
-		if json.Compact(&buf, b) == nil {
-			return buf.Bytes(), nil
-		}
+	if truncated || err != nil {
+		return answer{body: wrapRaw(b, true)}, err
 	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, b) != nil {
+		return answer{body: wrapRaw(b, false)}, nil
+	}
+	c := compact.Bytes()
+	if c[0] != '{' {
+		return answer{body: wrapValue(c)}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(c))
+	dec.UseNumber()
+	var fields map[string]any
+	if dec.Decode(&fields) != nil {
+		return answer{body: wrapRaw(b, false)}, nil
+	}
+	return answer{body: c, fields: fields}, nil
+}
+
+// Object is the one rule by which whatever a downstream answered (or reported in a webhook)
+// becomes the JSON object stored as an operation's result or error body: a JSON object is kept
+// as it is, any other JSON value is wrapped as {"value": v}, and anything that is not JSON as
+// {"raw": "<text>", "truncated": false}. nil stays nil.
+func Object(b []byte) json.RawMessage {
+	t := bytes.TrimSpace(b)
+	switch {
+	case len(t) == 0:
+		return nil
+	case !json.Valid(t):
+		return wrapRaw(t, false)
+	case t[0] == '{':
+		return t
+	}
+	return wrapValue(t)
+}
+
+func wrapValue(v []byte) json.RawMessage {
+	out := make([]byte, 0, len(v)+10)
+	out = append(out, `{"value":`...)
+	out = append(out, v...)
+	return append(out, '}')
+}
+
+// wrapRaw keeps the text of an answer that is not JSON (mostly an HTML error page, useful to a
+// person only in its first lines: at most maxRawBytes of it).
+func wrapRaw(b []byte, truncated bool) json.RawMessage {
 	raw := b
 	if len(raw) > maxRawBytes {
 		raw, truncated = raw[:maxRawBytes], true
@@ -407,13 +456,11 @@ func readBody(r io.Reader, limit int64) (json.RawMessage, error) {
 	var wrapped bytes.Buffer
 	enc := json.NewEncoder(&wrapped)
 	enc.SetEscapeHTML(false) // raw bodies are mostly HTML error pages: keep them legible
-	if mErr := enc.Encode(struct {
+	_ = enc.Encode(struct {
 		Raw       string `json:"raw"`
 		Truncated bool   `json:"truncated"`
-	}{strings.ToValidUTF8(string(raw), "\uFFFD"), truncated || err != nil}); mErr != nil { // a cut character becomes U+FFFD
-		return nil, err
-	}
-	return bytes.TrimSpace(wrapped.Bytes()), err
+	}{strings.ToValidUTF8(string(raw), "\uFFFD"), truncated}) // a cut character becomes U+FFFD
+	return bytes.TrimSpace(wrapped.Bytes())
 }
 
 func closeBody(body io.ReadCloser) {
@@ -422,17 +469,9 @@ func closeBody(body io.ReadCloser) {
 	_ = body.Close()
 }
 
-// extractPath follows a dot path through JSON objects to a string or number.
-func extractPath(body json.RawMessage, path string) (string, bool) {
-	if len(body) == 0 {
-		return "", false
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil {
-		return "", false
-	}
+// extractPath follows a dot path through decoded JSON objects to a string or number.
+func extractPath(fields map[string]any, path string) (string, bool) {
+	var v any = fields
 	for part := range strings.SplitSeq(path, ".") {
 		obj, ok := v.(map[string]any)
 		if !ok {

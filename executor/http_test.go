@@ -523,6 +523,12 @@ func TestBodiesAndExternalRefs(t *testing.T) {
 		{name: "not JSON", body: "<html>ok</html>", field: "id", wantBody: `{"raw":"<html>ok</html>","truncated":false}`,
 			wantDetail: `succeeded, but the answer has no external reference at "id"`},
 		{name: "empty", body: "", field: "id", wantDetail: `succeeded, but the answer has no external reference at "id"`},
+		{name: "array", body: ` [1, {"id": "x"}] `, field: "id", wantBody: `{"value":[1,{"id":"x"}]}`,
+			wantDetail: `succeeded, but the answer has no external reference at "id"`},
+		{name: "string", body: `"ok"`, field: "id", wantBody: `{"value":"ok"}`,
+			wantDetail: `succeeded, but the answer has no external reference at "id"`},
+		{name: "trailing data", body: `{"id":"a"} {"id":"b"}`, field: "id", wantBody: `{"raw":"{\"id\":\"a\"} {\"id\":\"b\"}","truncated":false}`,
+			wantDetail: `succeeded, but the answer has no external reference at "id"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -541,6 +547,19 @@ func TestBodiesAndExternalRefs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestObject: the one rule by which any answer becomes a stored JSON object.
+func TestObject(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"a": 1}`: `{"a": 1}`, ` [1,2] `: `{"value":[1,2]}`, `7`: `{"value":7}`, `null`: `{"value":null}`,
+		`<b>x</b>`: `{"raw":"<b>x</b>","truncated":false}`, `{"a":`: `{"raw":"{\"a\":","truncated":false}`,
+	} {
+		require.Equal(t, want, string(Object([]byte(in))), in)
+	}
+	require.Nil(t, Object(nil))
+	require.Nil(t, Object([]byte("  ")))
 }
 
 func TestLargeBodiesAreBounded(t *testing.T) {

@@ -28,7 +28,7 @@ type StoredError struct {
 
 func storedError(reason opledgerv1.ErrorReason, res executor.Result) []byte {
 	b, _ := json.Marshal(StoredError{Reason: reason.String()[len("ERROR_REASON_"):],
-		Message: res.Detail, HTTPStatus: res.HTTPStatus, Body: jsonObject(res.Body)})
+		Message: res.Detail, HTTPStatus: res.HTTPStatus, Body: res.Body})
 	return b
 }
 
@@ -342,7 +342,7 @@ func (l *Ledger) outcome(op Operation, res executor.Result) (store.Transition, e
 	}
 	t.Actor, t.Detail, t.SetError, t.Error = "server:"+l.cfg.ServerID, detail, true, stored
 	if to == StateSucceeded {
-		t.ExternalRef, t.Result = res.ExternalRef, jsonObject(res.Body)
+		t.ExternalRef, t.Result = res.ExternalRef, res.Body
 	}
 	if to == StateOutcomeUnknown {
 		t.ReconcileAfter = l.cfg.ReconcileBackoff

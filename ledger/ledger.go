@@ -6,7 +6,6 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -513,24 +512,6 @@ func RevokePrincipal(ctx context.Context, st *store.Store, tenant string, ref st
 		return p, false, fmt.Errorf("ledger: principal %s changed while revoking; run the command again", p.ID)
 	}
 	return p, true, nil
-}
-
-// jsonObject returns b if it is a JSON object, else wraps it as {"value": b}
-// so that it fits google.protobuf.Struct.
-func jsonObject(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		out, _ := json.Marshal(map[string]string{"raw": string(b)})
-		return out
-	}
-	if _, ok := v.(map[string]any); ok {
-		return b
-	}
-	out, _ := json.Marshal(map[string]any{"value": v})
-	return out
 }
 
 // insert stores a new operation. With a quota it does so in a transaction

@@ -149,7 +149,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 			})
 		}
 		return apply(StateSucceeded, EventReconciled, "found at the downstream: succeeded", func(t *store.Transition) {
-			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, jsonObject(lr.Result.Body), true
+			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, lr.Result.Body, true
 		})
 	case executor.LookupNotFound:
 		if l.keyStillDedupes(b, op, 0) && b.caps.LookupConsistent {

@@ -79,10 +79,10 @@ func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (str
 		}
 		t.Actor, t.Detail, t.SetError = "webhook:"+tool, "webhook event "+ev.ID, true
 		if to == StateSucceeded {
-			t.ExternalRef, t.Result, t.Error = ev.ExternalRef, jsonObject(ev.Data), nil
+			t.ExternalRef, t.Result, t.Error = ev.ExternalRef, executor.Object(ev.Data), nil
 		} else {
 			t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
-				executor.Result{Detail: "the downstream reported failure by webhook", Body: ev.Data})
+				executor.Result{Detail: "the downstream reported failure by webhook", Body: executor.Object(ev.Data)})
 		}
 		if _, err := c.OperationTransition(ctx, t); err != nil {
 			return err
