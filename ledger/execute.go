@@ -44,8 +44,8 @@ func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Dura
 	// The replay of a finished operation stays in this small frame: execute's
 	// frame is large, and entering it grew every call's goroutine stack (a
 	// stack copy per replay in the profile).
-	if op, ok := l.finished.Get(opKey{a.Tenant, id}); ok {
-		return l.replayFinished(op)
+	if f, ok := l.finished.Get(opKey{a.Tenant, id}); ok {
+		return l.replayFinished(f.op)
 	}
 	return l.execute(ctx, a, id, wait)
 }

@@ -163,11 +163,37 @@ type Ledger struct {
 	hooks *Hooks
 	obs   Observer
 
-	// finished remembers operations in a terminal state, by tenant and id.
-	finished *cache.Map[opKey, Operation]
+	// finished remembers operations in a terminal state, by tenant and id,
+	// with the form they are answered in (see SetEncoder): the one cache of
+	// finished operations in the process.
+	finished *cache.Map[opKey, finished]
+	// encode computes an operation's answer form; nil keeps none.
+	encode func(Operation) any
 }
 
 type opKey struct{ tenant, id string }
+
+// finished is a cached finished operation and its answer form.
+type finished struct {
+	op      Operation
+	encoded any
+}
+
+// SetEncoder installs the function that computes the form in which an
+// operation is answered (the server's wire encoding). The finished-
+// operation cache keeps that form with the operation, so a replay is
+// answered without encoding it again. Call it before serving.
+func (l *Ledger) SetEncoder(encode func(Operation) any) { l.encode = encode }
+
+// Encoded returns the answer form of op kept in the finished-operation
+// cache, or nil when the cache holds no such copy of op.
+func (l *Ledger) Encoded(op Operation) any {
+	f, ok := l.finished.Get(opKey{op.Tenant, op.ID})
+	if !ok || !f.op.UpdatedAt.Equal(op.UpdatedAt) {
+		return nil
+	}
+	return f.encoded
+}
 
 // remember caches op if it is finished: nothing can change it any more
 // (the state machine has no edge out of a terminal state), until the pruner
@@ -192,7 +218,11 @@ func (l *Ledger) remember(op Operation) {
 	if ttl <= 0 {
 		return
 	}
-	l.finished.Put(key, op, time.Now().Add(ttl))
+	f := finished{op: op}
+	if l.encode != nil {
+		f.encoded = l.encode(op)
+	}
+	l.finished.Put(key, f, time.Now().Add(ttl))
 }
 
 // Hooks lets tests pause or crash the ledger at named points.
@@ -213,7 +243,7 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 		return nil, errors.New("ledger: the downstream secret must be at least 16 bytes")
 	}
 	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{},
-		finished: cache.New[opKey, Operation](cfg.FinishedCacheSize)}
+		finished: cache.New[opKey, finished](cfg.FinishedCacheSize)}
 	l.auth.entries = map[string]authEntry{}
 	for _, t := range reg.List() {
 		ex, err := execs.New(t.Executor.Type, t.Executor)
@@ -361,6 +391,7 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 	}
 	if existing.Fingerprint == fp {
 		l.obs.DuplicatePrevented("Prepare", t.Name, true)
+		l.remember(existing)
 	}
 	if existing.Fingerprint != fp {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED,

@@ -74,34 +74,16 @@ func itoa(i int) string {
 	return string(b)
 }
 
-// encodedCacheSize bounds the encodings of finished operations kept by
-// operationPB; encodedCacheTTL bounds their age.
-const (
-	encodedCacheSize = 16384
-	encodedCacheTTL  = 10 * time.Minute
-)
-
-// encoded is a finished operation's wire form and the version it encodes.
-type encoded struct {
-	updated time.Time
-	pb      *opledgerv1.Operation
-}
-
-// operationPB encodes op. A finished operation's encoding is kept and
-// shared between answers (nothing mutates a response after the handler
-// returns it): decoding args and result into Structs was the largest part
-// of a replay's CPU (docs/performance.md). The entry is keyed by id and
-// checked against updated_at, so a row that changed is encoded afresh.
+// operationPB encodes op. A finished operation's encoding is computed once,
+// when the ledger caches the operation (Ledger.SetEncoder), and shared
+// between answers (nothing mutates a response after the handler returns
+// it): decoding args and result into Structs was the largest part of a
+// replay's CPU (docs/performance.md).
 func (s *Server) operationPB(op ledger.Operation) *opledgerv1.Operation {
-	if !ledger.State(op.State).Terminal() {
-		return operationPB(op)
+	if pb, ok := s.ledger.Encoded(op).(*opledgerv1.Operation); ok {
+		return pb
 	}
-	if e, ok := s.encoded.Get(op.ID); ok && e.updated.Equal(op.UpdatedAt) {
-		return e.pb
-	}
-	pb := operationPB(op)
-	s.encoded.Put(op.ID, encoded{updated: op.UpdatedAt, pb: pb}, time.Now().Add(encodedCacheTTL))
-	return pb
+	return operationPB(op)
 }
 
 func operationPB(op ledger.Operation) *opledgerv1.Operation {

@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
 
-	"github.com/opledger/opledger/cache"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
@@ -68,8 +67,6 @@ type Server struct {
 	health *health.Server
 	// retention is advertised in response headers.
 	retention time.Duration
-	// encoded keeps finished operations' wire form, by id.
-	encoded *cache.Map[string, encoded]
 }
 
 // Method names, as interceptors see them.
@@ -117,8 +114,8 @@ func New(l *ledger.Ledger, opts Options) *Server {
 	if opts.MaxDeadline == 0 {
 		opts.MaxDeadline = 2 * time.Minute
 	}
-	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer(), retention: opts.Retention,
-		encoded: cache.New[string, encoded](encodedCacheSize)}
+	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer(), retention: opts.Retention}
+	l.SetEncoder(func(op ledger.Operation) any { return operationPB(op) })
 	chain := interceptors.Config{
 		Logger:        opts.Logger,
 		Authenticator: authenticator{l},
