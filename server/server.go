@@ -12,6 +12,7 @@ import (
 	"net"
 	"regexp"
 	"runtime"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -67,26 +68,33 @@ type Server struct {
 	health *health.Server
 	// retention is advertised in response headers.
 	retention time.Duration
+	// tools is ListTools' answer, built once.
+	toolsOnce sync.Once
+	tools     *opledgerv1.ListToolsResponse
 }
 
 // Method names, as interceptors see them.
 const (
-	MethodPrepare   = "/opledger.v1.LedgerService/Prepare"
-	MethodApprove   = "/opledger.v1.LedgerService/Approve"
-	MethodExecute   = "/opledger.v1.LedgerService/Execute"
-	MethodGet       = "/opledger.v1.LedgerService/Get"
-	MethodReconcile = "/opledger.v1.LedgerService/Reconcile"
-	MethodCancel    = "/opledger.v1.LedgerService/Cancel"
+	MethodPrepare        = "/opledger.v1.LedgerService/Prepare"
+	MethodApprove        = "/opledger.v1.LedgerService/Approve"
+	MethodExecute        = "/opledger.v1.LedgerService/Execute"
+	MethodGet            = "/opledger.v1.LedgerService/Get"
+	MethodReconcile      = "/opledger.v1.LedgerService/Reconcile"
+	MethodCancel         = "/opledger.v1.LedgerService/Cancel"
+	MethodListTools      = "/opledger.v1.LedgerService/ListTools"
+	MethodListOperations = "/opledger.v1.LedgerService/ListOperations"
 )
 
 // Roles says which roles may call each method; everything else is refused.
 var Roles = map[string][]string{
-	MethodPrepare:   {ledger.RoleAgent},
-	MethodApprove:   {ledger.RoleApprover},
-	MethodExecute:   {ledger.RoleAgent},
-	MethodGet:       {ledger.RoleAgent, ledger.RoleApprover, ledger.RoleOperator},
-	MethodReconcile: {ledger.RoleAgent, ledger.RoleOperator},
-	MethodCancel:    {ledger.RoleAgent, ledger.RoleOperator},
+	MethodPrepare:        {ledger.RoleAgent},
+	MethodApprove:        {ledger.RoleApprover},
+	MethodExecute:        {ledger.RoleAgent},
+	MethodGet:            {ledger.RoleAgent, ledger.RoleApprover, ledger.RoleOperator},
+	MethodReconcile:      {ledger.RoleAgent, ledger.RoleOperator},
+	MethodCancel:         {ledger.RoleAgent, ledger.RoleOperator},
+	MethodListTools:      {ledger.RoleAgent, ledger.RoleApprover, ledger.RoleOperator},
+	MethodListOperations: {ledger.RoleAgent, ledger.RoleApprover, ledger.RoleOperator},
 }
 
 // TransportOptions are the grpc.ServerOptions New adds to the interceptor
@@ -268,6 +276,21 @@ func validate(_ context.Context, _ string, req any) error {
 		}
 		if res := r.GetResolution(); res != nil && len(res.GetNote()) > 1000 {
 			return invalid("resolution.note", "is longer than 1000 characters")
+		}
+	case *opledgerv1.ListOperationsRequest:
+		for _, st := range r.GetStates() {
+			if _, known := opledgerv1.State_name[int32(st)]; !known || st == opledgerv1.State_STATE_UNSPECIFIED {
+				return invalid("states", "must list known states, e.g. STATE_AWAITING_APPROVAL")
+			}
+		}
+		if r.GetTool() != "" && !toolName.MatchString(r.GetTool()) {
+			return invalid("tool", "must be empty or match [a-z][a-z0-9_]{0,63}")
+		}
+		if r.GetPageSize() < 0 {
+			return invalid("page_size", "must not be negative")
+		}
+		if len(r.GetPageToken()) > 256 {
+			return invalid("page_token", "is not a token this server issued")
 		}
 	}
 	return nil

@@ -18,9 +18,8 @@ import (
 // lease and approval on either side of their end, on the database's clock),
 // and must change exactly the rows its guards allow. The ledger's table
 // decides which guards each transition asks for (ledger/state.go); this
-// suite shows that the statements enforce them.
+// suite shows that the statements enforce them. (allStates is in list_test.go.)
 
-var allStates = []string{"AWAITING_APPROVAL", "READY", "EXECUTING", "SUCCEEDED", "FAILED", "OUTCOME_UNKNOWN", "REJECTED", "CANCELLED"}
 
 type guardDB struct {
 	st   *store.Store

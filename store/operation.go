@@ -393,3 +393,40 @@ func (c *Conn) WebhookEventInsert(ctx context.Context, tool, id, operationID str
 	n, err := c.q.WebhookEventInsert(ctx, c.dbtx, db.WebhookEventInsertParams{Tool: tool, ID: id, OperationID: text(operationID)})
 	return n == 1, interpretError(err)
 }
+
+// ListQuery selects a page of a tenant's operations, newest first.
+type ListQuery struct {
+	Tenant string
+	// States are the states to include; every one must be given (the
+	// query reads the index once per state).
+	States []string
+	// Tool, when not empty, keeps only that tool's operations.
+	Tool string
+	// AfterTime and AfterID are the cursor: the last operation of the
+	// previous page. Zero starts from the newest operation.
+	AfterTime time.Time
+	AfterID   string
+	// Limit is the most operations returned.
+	Limit int32
+}
+
+// OperationList returns up to q.Limit of the tenant's operations in
+// q.States, ordered by creation time and then id, newest first, that come
+// after the cursor in that order.
+func (c *Conn) OperationList(ctx context.Context, q ListQuery) ([]Operation, error) {
+	before := pgtype.Timestamptz{Time: q.AfterTime, Valid: true}
+	if q.AfterTime.IsZero() {
+		before = pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	}
+	rows, err := c.q.OperationList(ctx, c.dbtx, db.OperationListParams{
+		States: q.States, Tenant: q.Tenant, Tool: q.Tool, BeforeTime: before, BeforeID: q.AfterID, PageLimit: q.Limit,
+	})
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out := make([]Operation, len(rows))
+	for i, r := range rows {
+		out[i] = fromDB(r)
+	}
+	return out, nil
+}

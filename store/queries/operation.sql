@@ -264,3 +264,22 @@ FOR UPDATE;
 INSERT INTO webhook_event (tool, id, operation_id)
 VALUES (sqlc.arg(tool), sqlc.arg(id), sqlc.narg(operation_id))
 ON CONFLICT (tool, id) DO NOTHING;
+
+-- name: OperationList :many
+-- A page of a tenant's operations in the given states, newest first, older
+-- than the cursor (before_time, before_id). Each state is read through the
+-- operation_list index backwards from the cursor and stops after page_limit
+-- rows, so a page costs at most states × page_limit index entries however
+-- many operations the tenant has; the outer sort only merges those. The tool
+-- filter is checked on the rows the index yields.
+SELECT o.* FROM unnest(sqlc.arg(states)::text[]) AS s(state)
+CROSS JOIN LATERAL (
+    SELECT l.* FROM operation l
+    WHERE l.tenant = sqlc.arg(tenant) AND l.state = s.state
+      AND (sqlc.arg(tool)::text = '' OR l.tool = sqlc.arg(tool)::text)
+      AND (l.created_at, l.id) < (sqlc.arg(before_time)::timestamptz, sqlc.arg(before_id)::text)
+    ORDER BY l.created_at DESC, l.id DESC
+    LIMIT sqlc.arg(page_limit)
+) o
+ORDER BY o.created_at DESC, o.id DESC
+LIMIT sqlc.arg(page_limit);

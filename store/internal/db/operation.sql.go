@@ -859,6 +859,95 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 	return i, err
 }
 
+const operationList = `-- name: OperationList :many
+SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence FROM unnest($1::text[]) AS s(state)
+CROSS JOIN LATERAL (
+    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence FROM operation l
+    WHERE l.tenant = $2 AND l.state = s.state
+      AND ($3::text = '' OR l.tool = $3::text)
+      AND (l.created_at, l.id) < ($4::timestamptz, $5::text)
+    ORDER BY l.created_at DESC, l.id DESC
+    LIMIT $6
+) o
+ORDER BY o.created_at DESC, o.id DESC
+LIMIT $6
+`
+
+type OperationListParams struct {
+	States     []string
+	Tenant     string
+	Tool       string
+	BeforeTime pgtype.Timestamptz
+	BeforeID   string
+	PageLimit  int32
+}
+
+// A page of a tenant's operations in the given states, newest first, older
+// than the cursor (before_time, before_id). Each state is read through the
+// operation_list index backwards from the cursor and stops after page_limit
+// rows, so a page costs at most states × page_limit index entries however
+// many operations the tenant has; the outer sort only merges those. The tool
+// filter is checked on the rows the index yields.
+func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListParams) ([]Operation, error) {
+	rows, err := db.Query(ctx, operationList,
+		arg.States,
+		arg.Tenant,
+		arg.Tool,
+		arg.BeforeTime,
+		arg.BeforeID,
+		arg.PageLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Operation{}
+	for rows.Next() {
+		var i Operation
+		if err := rows.Scan(
+			&i.ID,
+			&i.Tenant,
+			&i.Tool,
+			&i.ToolVersion,
+			&i.IdempotencyKey,
+			&i.Args,
+			&i.Fingerprint,
+			&i.State,
+			&i.PreparedBy,
+			&i.ApprovalRequired,
+			&i.ApprovalTtlMs,
+			&i.ApprovalDecision,
+			&i.ApprovalDecidedBy,
+			&i.ApprovalDecidedAt,
+			&i.ApprovalExpiresAt,
+			&i.ApprovalFingerprint,
+			&i.ApprovalReason,
+			&i.Attempts,
+			&i.Fence,
+			&i.LeaseOwner,
+			&i.LeaseExpiresAt,
+			&i.FirstClaimedAt,
+			&i.DownstreamKey,
+			&i.ExternalRef,
+			&i.Result,
+			&i.Error,
+			&i.Events,
+			&i.ReconcileAttempts,
+			&i.NextReconcileAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FirstSentFence,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const operationPrune = `-- name: OperationPrune :execrows
 DELETE FROM operation
 WHERE id IN (

@@ -106,6 +106,31 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_opledger_v1_CancelResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_Tool_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_Tool_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_ListToolsRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_ListToolsRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_ListToolsResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_ListToolsResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_ListOperationsRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_ListOperationsRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_ListOperationsResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_ListOperationsResponse_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -188,70 +213,94 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       "rationId\022\026\n\006reason\030\002 \001(\tR\006reason\"b\n\016Canc" +
       "elResponse\0224\n\toperation\030\001 \001(\0132\026.opledger" +
       ".v1.OperationR\toperation\022\032\n\010replayed\030\002 \001" +
-      "(\010R\010replayed*\314\001\n\005State\022\025\n\021STATE_UNSPECIF" +
-      "IED\020\000\022\033\n\027STATE_AWAITING_APPROVAL\020\001\022\017\n\013ST" +
-      "ATE_READY\020\002\022\023\n\017STATE_EXECUTING\020\003\022\023\n\017STAT" +
-      "E_SUCCEEDED\020\004\022\020\n\014STATE_FAILED\020\005\022\031\n\025STATE" +
-      "_OUTCOME_UNKNOWN\020\006\022\022\n\016STATE_REJECTED\020\007\022\023" +
-      "\n\017STATE_CANCELLED\020\010*M\n\010Decision\022\030\n\024DECIS" +
-      "ION_UNSPECIFIED\020\000\022\024\n\020DECISION_APPROVE\020\001\022" +
-      "\021\n\rDECISION_DENY\020\002*\321\t\n\013ErrorReason\022\034\n\030ER" +
-      "ROR_REASON_UNSPECIFIED\020\000\022 \n\034ERROR_REASON" +
-      "_API_KEY_MISSING\020\001\022 \n\034ERROR_REASON_API_K" +
-      "EY_INVALID\020\002\022\036\n\032ERROR_REASON_ROLE_REQUIR" +
-      "ED\020\003\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_MIS" +
-      "SING\020\004\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_I" +
-      "NVALID\020\005\022\'\n#ERROR_REASON_IDEMPOTENCY_KEY" +
-      "_REUSED\020\006\022\035\n\031ERROR_REASON_TOOL_UNKNOWN\020\007" +
-      "\022%\n!ERROR_REASON_TOOL_VERSION_UNKNOWN\020\010\022" +
-      "\035\n\031ERROR_REASON_ARGS_INVALID\020\t\022\037\n\033ERROR_" +
-      "REASON_ARGS_TOO_LARGE\020\n\022\036\n\032ERROR_REASON_" +
-      "FIELD_INVALID\020\013\022$\n ERROR_REASON_OPERATIO" +
-      "N_NOT_FOUND\020\014\022\"\n\036ERROR_REASON_APPROVAL_R" +
-      "EQUIRED\020\r\022!\n\035ERROR_REASON_APPROVAL_EXPIR" +
-      "ED\020\016\022.\n*ERROR_REASON_APPROVAL_FINGERPRIN" +
-      "T_MISMATCH\020\017\022\"\n\036ERROR_REASON_APPROVAL_CO" +
-      "NFLICT\020\020\022(\n$ERROR_REASON_SELF_APPROVAL_F" +
-      "ORBIDDEN\020\021\022(\n$ERROR_REASON_APPROVAL_NOT_" +
-      "APPLICABLE\020\022\022#\n\037ERROR_REASON_OPERATION_R" +
-      "EJECTED\020\023\022$\n ERROR_REASON_OPERATION_CANC" +
-      "ELLED\020\024\022&\n\"ERROR_REASON_OPERATION_IN_PRO" +
-      "GRESS\020\025\022*\n&ERROR_REASON_RESOLUTION_NOT_A" +
-      "PPLICABLE\020\026\022#\n\037ERROR_REASON_LEDGER_UNAVA" +
-      "ILABLE\020\027\022\031\n\025ERROR_REASON_INTERNAL\020\030\022\'\n#E" +
-      "RROR_REASON_DOWNSTREAM_UNAVAILABLE\020\031\022!\n\035" +
-      "ERROR_REASON_DEADLINE_INVALID\020\032\022$\n ERROR" +
-      "_REASON_DOWNSTREAM_REJECTED\020\033\022+\n\'ERROR_R" +
-      "EASON_DOWNSTREAM_OUTCOME_UNKNOWN\020\034\022\"\n\036ER" +
-      "ROR_REASON_OPERATOR_REQUIRED\020\035\022\035\n\031ERROR_" +
-      "REASON_RATE_LIMITED\020\036\022\037\n\033ERROR_REASON_QU" +
-      "OTA_EXCEEDED\020\037\022&\n\"ERROR_REASON_CANCEL_NO" +
-      "T_APPLICABLE\020 *\261\003\n\tEventType\022\032\n\026EVENT_TY" +
-      "PE_UNSPECIFIED\020\000\022\027\n\023EVENT_TYPE_PREPARED\020" +
-      "\001\022\027\n\023EVENT_TYPE_APPROVED\020\002\022\025\n\021EVENT_TYPE" +
-      "_DENIED\020\003\022\026\n\022EVENT_TYPE_CLAIMED\020\004\022$\n EVE" +
-      "NT_TYPE_EXTERNAL_REF_RECORDED\020\005\022\030\n\024EVENT" +
-      "_TYPE_SUCCEEDED\020\006\022\025\n\021EVENT_TYPE_FAILED\020\007" +
-      "\022\036\n\032EVENT_TYPE_OUTCOME_UNKNOWN\020\010\022\027\n\023EVEN" +
-      "T_TYPE_RELEASED\020\t\022\037\n\033EVENT_TYPE_LEASE_TA" +
-      "KEN_OVER\020\n\022\031\n\025EVENT_TYPE_RECONCILED\020\013\022 \n" +
-      "\034EVENT_TYPE_RESOLVED_MANUALLY\020\014\022\030\n\024EVENT" +
-      "_TYPE_CANCELLED\020\r\022\037\n\033EVENT_TYPE_APPROVAL" +
-      "_EXPIRED\020\0162\303\003\n\rLedgerService\022D\n\007Prepare\022" +
-      "\033.opledger.v1.PrepareRequest\032\034.opledger." +
-      "v1.PrepareResponse\022I\n\007Approve\022\033.opledger" +
-      ".v1.ApproveRequest\032\034.opledger.v1.Approve" +
-      "Response\"\003\220\002\002\022I\n\007Execute\022\033.opledger.v1.E" +
-      "xecuteRequest\032\034.opledger.v1.ExecuteRespo" +
-      "nse\"\003\220\002\002\022=\n\003Get\022\027.opledger.v1.GetRequest" +
-      "\032\030.opledger.v1.GetResponse\"\003\220\002\001\022O\n\tRecon" +
-      "cile\022\035.opledger.v1.ReconcileRequest\032\036.op" +
-      "ledger.v1.ReconcileResponse\"\003\220\002\002\022F\n\006Canc" +
-      "el\022\032.opledger.v1.CancelRequest\032\033.opledge" +
-      "r.v1.CancelResponse\"\003\220\002\002B\\\n\017dev.opledger" +
-      ".v1B\013LedgerProtoP\001Z:github.com/opledger/" +
-      "opledger/gen/go/opledger/v1;opledgerv1b\006" +
-      "proto3"
+      "(\010R\010replayed\"\302\002\n\004Tool\022\022\n\004name\030\001 \001(\tR\004nam" +
+      "e\022\030\n\007version\030\002 \001(\tR\007version\022 \n\013descripti" +
+      "on\030\003 \001(\tR\013description\022+\n\006effect\030\004 \001(\0162\023." +
+      "opledger.v1.EffectR\006effect\022+\n\021approval_r" +
+      "equired\030\005 \001(\010R\020approvalRequired\0228\n\013args_" +
+      "schema\030\006 \001(\0132\027.google.protobuf.StructR\na" +
+      "rgsSchema\022<\n\014approval_ttl\030\007 \001(\0132\031.google" +
+      ".protobuf.DurationR\013approvalTtl\022\030\n\007curre" +
+      "nt\030\010 \001(\010R\007current\"\022\n\020ListToolsRequest\"<\n" +
+      "\021ListToolsResponse\022\'\n\005tools\030\001 \003(\0132\021.ople" +
+      "dger.v1.ToolR\005tools\"\223\001\n\025ListOperationsRe" +
+      "quest\022*\n\006states\030\001 \003(\0162\022.opledger.v1.Stat" +
+      "eR\006states\022\022\n\004tool\030\002 \001(\tR\004tool\022\033\n\tpage_si" +
+      "ze\030\003 \001(\005R\010pageSize\022\035\n\npage_token\030\004 \001(\tR\t" +
+      "pageToken\"x\n\026ListOperationsResponse\0226\n\no" +
+      "perations\030\001 \003(\0132\026.opledger.v1.OperationR" +
+      "\noperations\022&\n\017next_page_token\030\002 \001(\tR\rne" +
+      "xtPageToken*\314\001\n\005State\022\025\n\021STATE_UNSPECIFI" +
+      "ED\020\000\022\033\n\027STATE_AWAITING_APPROVAL\020\001\022\017\n\013STA" +
+      "TE_READY\020\002\022\023\n\017STATE_EXECUTING\020\003\022\023\n\017STATE" +
+      "_SUCCEEDED\020\004\022\020\n\014STATE_FAILED\020\005\022\031\n\025STATE_" +
+      "OUTCOME_UNKNOWN\020\006\022\022\n\016STATE_REJECTED\020\007\022\023\n" +
+      "\017STATE_CANCELLED\020\010*M\n\010Decision\022\030\n\024DECISI" +
+      "ON_UNSPECIFIED\020\000\022\024\n\020DECISION_APPROVE\020\001\022\021" +
+      "\n\rDECISION_DENY\020\002*\321\t\n\013ErrorReason\022\034\n\030ERR" +
+      "OR_REASON_UNSPECIFIED\020\000\022 \n\034ERROR_REASON_" +
+      "API_KEY_MISSING\020\001\022 \n\034ERROR_REASON_API_KE" +
+      "Y_INVALID\020\002\022\036\n\032ERROR_REASON_ROLE_REQUIRE" +
+      "D\020\003\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_MISS" +
+      "ING\020\004\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_IN" +
+      "VALID\020\005\022\'\n#ERROR_REASON_IDEMPOTENCY_KEY_" +
+      "REUSED\020\006\022\035\n\031ERROR_REASON_TOOL_UNKNOWN\020\007\022" +
+      "%\n!ERROR_REASON_TOOL_VERSION_UNKNOWN\020\010\022\035" +
+      "\n\031ERROR_REASON_ARGS_INVALID\020\t\022\037\n\033ERROR_R" +
+      "EASON_ARGS_TOO_LARGE\020\n\022\036\n\032ERROR_REASON_F" +
+      "IELD_INVALID\020\013\022$\n ERROR_REASON_OPERATION" +
+      "_NOT_FOUND\020\014\022\"\n\036ERROR_REASON_APPROVAL_RE" +
+      "QUIRED\020\r\022!\n\035ERROR_REASON_APPROVAL_EXPIRE" +
+      "D\020\016\022.\n*ERROR_REASON_APPROVAL_FINGERPRINT" +
+      "_MISMATCH\020\017\022\"\n\036ERROR_REASON_APPROVAL_CON" +
+      "FLICT\020\020\022(\n$ERROR_REASON_SELF_APPROVAL_FO" +
+      "RBIDDEN\020\021\022(\n$ERROR_REASON_APPROVAL_NOT_A" +
+      "PPLICABLE\020\022\022#\n\037ERROR_REASON_OPERATION_RE" +
+      "JECTED\020\023\022$\n ERROR_REASON_OPERATION_CANCE" +
+      "LLED\020\024\022&\n\"ERROR_REASON_OPERATION_IN_PROG" +
+      "RESS\020\025\022*\n&ERROR_REASON_RESOLUTION_NOT_AP" +
+      "PLICABLE\020\026\022#\n\037ERROR_REASON_LEDGER_UNAVAI" +
+      "LABLE\020\027\022\031\n\025ERROR_REASON_INTERNAL\020\030\022\'\n#ER" +
+      "ROR_REASON_DOWNSTREAM_UNAVAILABLE\020\031\022!\n\035E" +
+      "RROR_REASON_DEADLINE_INVALID\020\032\022$\n ERROR_" +
+      "REASON_DOWNSTREAM_REJECTED\020\033\022+\n\'ERROR_RE" +
+      "ASON_DOWNSTREAM_OUTCOME_UNKNOWN\020\034\022\"\n\036ERR" +
+      "OR_REASON_OPERATOR_REQUIRED\020\035\022\035\n\031ERROR_R" +
+      "EASON_RATE_LIMITED\020\036\022\037\n\033ERROR_REASON_QUO" +
+      "TA_EXCEEDED\020\037\022&\n\"ERROR_REASON_CANCEL_NOT" +
+      "_APPLICABLE\020 *\261\003\n\tEventType\022\032\n\026EVENT_TYP" +
+      "E_UNSPECIFIED\020\000\022\027\n\023EVENT_TYPE_PREPARED\020\001" +
+      "\022\027\n\023EVENT_TYPE_APPROVED\020\002\022\025\n\021EVENT_TYPE_" +
+      "DENIED\020\003\022\026\n\022EVENT_TYPE_CLAIMED\020\004\022$\n EVEN" +
+      "T_TYPE_EXTERNAL_REF_RECORDED\020\005\022\030\n\024EVENT_" +
+      "TYPE_SUCCEEDED\020\006\022\025\n\021EVENT_TYPE_FAILED\020\007\022" +
+      "\036\n\032EVENT_TYPE_OUTCOME_UNKNOWN\020\010\022\027\n\023EVENT" +
+      "_TYPE_RELEASED\020\t\022\037\n\033EVENT_TYPE_LEASE_TAK" +
+      "EN_OVER\020\n\022\031\n\025EVENT_TYPE_RECONCILED\020\013\022 \n\034" +
+      "EVENT_TYPE_RESOLVED_MANUALLY\020\014\022\030\n\024EVENT_" +
+      "TYPE_CANCELLED\020\r\022\037\n\033EVENT_TYPE_APPROVAL_" +
+      "EXPIRED\020\016*e\n\006Effect\022\026\n\022EFFECT_UNSPECIFIE" +
+      "D\020\000\022\024\n\020EFFECT_READ_ONLY\020\001\022\025\n\021EFFECT_IDEM" +
+      "POTENT\020\002\022\026\n\022EFFECT_SIDE_EFFECT\020\0032\364\004\n\rLed" +
+      "gerService\022D\n\007Prepare\022\033.opledger.v1.Prep" +
+      "areRequest\032\034.opledger.v1.PrepareResponse" +
+      "\022I\n\007Approve\022\033.opledger.v1.ApproveRequest" +
+      "\032\034.opledger.v1.ApproveResponse\"\003\220\002\002\022I\n\007E" +
+      "xecute\022\033.opledger.v1.ExecuteRequest\032\034.op" +
+      "ledger.v1.ExecuteResponse\"\003\220\002\002\022=\n\003Get\022\027." +
+      "opledger.v1.GetRequest\032\030.opledger.v1.Get" +
+      "Response\"\003\220\002\001\022O\n\tReconcile\022\035.opledger.v1" +
+      ".ReconcileRequest\032\036.opledger.v1.Reconcil" +
+      "eResponse\"\003\220\002\002\022F\n\006Cancel\022\032.opledger.v1.C" +
+      "ancelRequest\032\033.opledger.v1.CancelRespons" +
+      "e\"\003\220\002\002\022O\n\tListTools\022\035.opledger.v1.ListTo" +
+      "olsRequest\032\036.opledger.v1.ListToolsRespon" +
+      "se\"\003\220\002\001\022^\n\016ListOperations\022\".opledger.v1." +
+      "ListOperationsRequest\032#.opledger.v1.List" +
+      "OperationsResponse\"\003\220\002\001B\\\n\017dev.opledger." +
+      "v1B\013LedgerProtoP\001Z:github.com/opledger/o" +
+      "pledger/gen/go/opledger/v1;opledgerv1b\006p" +
+      "roto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -357,6 +406,36 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_CancelResponse_descriptor,
         new java.lang.String[] { "Operation", "Replayed", });
+    internal_static_opledger_v1_Tool_descriptor =
+      getDescriptor().getMessageType(16);
+    internal_static_opledger_v1_Tool_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_Tool_descriptor,
+        new java.lang.String[] { "Name", "Version", "Description", "Effect", "ApprovalRequired", "ArgsSchema", "ApprovalTtl", "Current", });
+    internal_static_opledger_v1_ListToolsRequest_descriptor =
+      getDescriptor().getMessageType(17);
+    internal_static_opledger_v1_ListToolsRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_ListToolsRequest_descriptor,
+        new java.lang.String[] { });
+    internal_static_opledger_v1_ListToolsResponse_descriptor =
+      getDescriptor().getMessageType(18);
+    internal_static_opledger_v1_ListToolsResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_ListToolsResponse_descriptor,
+        new java.lang.String[] { "Tools", });
+    internal_static_opledger_v1_ListOperationsRequest_descriptor =
+      getDescriptor().getMessageType(19);
+    internal_static_opledger_v1_ListOperationsRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_ListOperationsRequest_descriptor,
+        new java.lang.String[] { "States", "Tool", "PageSize", "PageToken", });
+    internal_static_opledger_v1_ListOperationsResponse_descriptor =
+      getDescriptor().getMessageType(20);
+    internal_static_opledger_v1_ListOperationsResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_ListOperationsResponse_descriptor,
+        new java.lang.String[] { "Operations", "NextPageToken", });
     descriptor.resolveAllFeaturesImmutable();
     com.google.protobuf.DurationProto.getDescriptor();
     com.google.protobuf.StructProto.getDescriptor();
