@@ -18,9 +18,8 @@ import (
 // line logged when it finishes. It is allocated once per call, with plain
 // fields rather than log attributes: nothing is formatted unless the
 // line's level is enabled, because an access log built and dropped on
-// every successful call cost more than the rest of the chain
-// (docs/performance.md). Inner interceptors set it before the handler runs,
-// on the call's goroutine.
+// every successful call would cost more than the rest of the chain. Inner
+// interceptors set it before the handler runs, on the call's goroutine.
 type callLog struct {
 	tenant, principal, keyDigest string
 }

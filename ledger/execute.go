@@ -41,9 +41,9 @@ const maxClaimRounds = 50
 // replayed reports that the outcome was already recorded and no downstream
 // request was made by this call.
 func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Duration) (Operation, bool, error) {
-	// The replay of a finished operation stays in this small frame: execute's
-	// frame is large, and entering it grew every call's goroutine stack (a
-	// stack copy per replay in the profile).
+	// A cached finished operation is answered in this small frame: execute's
+	// frame is large, and entering it would grow the goroutine's stack (a
+	// stack copy) on every replay.
 	if f, ok := l.finished.Get(opKey{a.Tenant, id}); ok {
 		return l.replayFinished(f.op)
 	}
@@ -379,9 +379,9 @@ func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operati
 // may have forgotten by the time the request reaches it: whatever made the
 // operation READY again (a lookup miss, a release) was decided inside the
 // key's retention, but this attempt comes too late to rely on it, and an
-// earlier attempt may have landed. Found by the chaos suite: a miss that
-// raced with the first request, then an Execute after the retention, charged
-// twice.
+// earlier attempt may have landed (a lookup miss can race the first request
+// still on its way), so a resubmission the downstream no longer dedupes
+// could be a second effect.
 func (l *Ledger) refuseResubmission(ctx context.Context, op Operation, b bound) (Operation, bool, error) {
 	detail := fmt.Sprintf("not resubmitted: the downstream may have forgotten the key (first sent %s, key retention %s) and an earlier attempt may have taken effect",
 		op.FirstClaimedAt.UTC().Format(time.RFC3339), b.settings.KeyRetention)

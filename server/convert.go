@@ -77,8 +77,8 @@ func itoa(i int) string {
 // operationPB encodes op. A finished operation's encoding is computed once,
 // when the ledger caches the operation (Ledger.SetEncoder), and shared
 // between answers (nothing mutates a response after the handler returns
-// it): decoding args and result into Structs was the largest part of a
-// replay's CPU (docs/performance.md).
+// it): decoding args and result into Structs is most of what an answer
+// costs.
 func (s *Server) operationPB(op ledger.Operation) *opledgerv1.Operation {
 	if pb, ok := s.ledger.Encoded(op).(*opledgerv1.Operation); ok {
 		return pb

@@ -108,10 +108,9 @@ func TransportOptions() []grpc.ServerOption {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Reused worker goroutines keep the stack that the interceptor chain
-		// and a handler grew; a fresh goroutine per call copied its stack
-		// on every call (runtime.newstack was the largest item of a
-		// replay's profile). Calls beyond the workers get goroutines of
-		// their own, as without the option; an idle worker costs its
+		// and a handler grew, where a fresh goroutine per call would copy
+		// its stack on every call. Calls beyond the workers get goroutines
+		// of their own, as without the option; an idle worker costs its
 		// stack, a few KiB.
 		grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0)))),
 	}
