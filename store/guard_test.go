@@ -20,7 +20,6 @@ import (
 // decides which guards each transition asks for (ledger/state.go); this
 // suite shows that the statements enforce them. (allStates is in list_test.go.)
 
-
 type guardDB struct {
 	st   *store.Store
 	pool *pgxpool.Pool
