@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"time"
@@ -86,6 +87,15 @@ type Config struct {
 	// memory to answer replayed Executes without a database round trip
 	// (--finished-cache, OPLEDGER_FINISHED_CACHE); 0: off.
 	FinishedCache int
+	// ConsoleListen serves the approval console at / (--console-listen,
+	// OPLEDGER_CONSOLE_LISTEN); empty: off. Plain HTTP only on a loopback
+	// address: elsewhere it needs --tls-cert or an https --console-url.
+	ConsoleListen string
+	// ConsoleURL is where people reach the console (--console-url,
+	// OPLEDGER_CONSOLE_URL), for links in notifications; https:// also
+	// marks cookies Secure behind a TLS-terminating proxy. Default: the
+	// console's own address.
+	ConsoleURL string
 }
 
 // bindConfig registers cfg's flags on fs with defaults taken from the
@@ -116,6 +126,8 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	str(&drain, "drain", "OPLEDGER_DRAIN", "10s", "graceful shutdown bound")
 	str(&cfg.MetricsListen, "metrics-listen", "OPLEDGER_METRICS_LISTEN", "", "Prometheus /metrics address HOST:PORT (empty: off)")
 	str(&cfg.WebhookListen, "webhook-listen", "OPLEDGER_WEBHOOK_LISTEN", "", "HTTP address for POST /webhooks/{tool} (empty: off)")
+	str(&cfg.ConsoleListen, "console-listen", "OPLEDGER_CONSOLE_LISTEN", "", "approval console address HOST:PORT (empty: off)")
+	str(&cfg.ConsoleURL, "console-url", "OPLEDGER_CONSOLE_URL", "", "the console's public URL, for links (default: from --console-listen)")
 	str(&cfg.TLSCert, "tls-cert", "OPLEDGER_TLS_CERT", "", "PEM certificate for TLS on the gRPC listener")
 	str(&cfg.TLSKey, "tls-key", "OPLEDGER_TLS_KEY", "", "PEM private key for --tls-cert")
 	str(&cfg.TLSClientCA, "tls-client-ca", "OPLEDGER_TLS_CLIENT_CA", "", "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)")
@@ -173,6 +185,11 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 		}
 		if cfg.TLSClientCA != "" && cfg.TLSCert == "" {
 			errs = append(errs, errors.New("--tls-client-ca needs --tls-cert and --tls-key"))
+		}
+		if cfg.ConsoleURL != "" {
+			if u, err := url.Parse(cfg.ConsoleURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				errs = append(errs, fmt.Errorf("--console-url: %q is not an http(s) URL", cfg.ConsoleURL))
+			}
 		}
 		n, err := strconv.Atoi(maxConns)
 		if err != nil || n < 0 {

@@ -39,6 +39,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	if err := finish(); err != nil {
 		return err
 	}
+	if getenv("OPLEDGER_CONSOLE_LISTEN") == "" && !flagGiven(fs, "console-listen") {
+		cfg.ConsoleListen = "127.0.0.1:8080"
+	}
 	logger := newLogger(stderr, cfg.LogLevel)
 	abs, err := filepath.Abs(*dir)
 	if err != nil {
@@ -124,6 +127,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		fmt.Fprintf(stdout, `
 opledger dev is ready
   gRPC          %s (reflection on, plaintext)
+  console       %s
   fake processor %s
   database      %s
   tenant        %s
@@ -139,7 +143,7 @@ In another shell:
     %s opledger.v1.LedgerService/Prepare
 
 Logs follow as JSON on standard error. Ctrl-C stops everything.
-`, addr, fakepayURL, cfg.DatabaseURL, *tenant, keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator],
+`, addr, orOff(consoleURL(cfg)), fakepayURL, cfg.DatabaseURL, *tenant, keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator],
 			relOrAbs(envFile), addr, addr)
 	}
 	cfg.Migrate = false
@@ -170,4 +174,17 @@ func devSecret(path string) ([]byte, error) {
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	return secret, os.WriteFile(path, []byte(hex.EncodeToString(secret)+"\n"), 0o600)
+}
+
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(fs *flag.FlagSet, name string) (given bool) {
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+func orOff(s string) string {
+	if s == "" {
+		return "off"
+	}
+	return s + "/ (sign in with the approver or operator key)"
 }

@@ -189,6 +189,13 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 		defer wsrv.Close()
 		logger.Info("serving webhooks", "listen", wlis.Addr().String())
 	}
+	if cfg.ConsoleListen != "" {
+		csrv, _, err := startConsole(cfg, l, logger)
+		if err != nil {
+			return err
+		}
+		defer csrv.Close()
+	}
 	tlsCfg, err := serverTLS(cfg)
 	if err != nil {
 		return err

@@ -1,5 +1,7 @@
 -- name: OperationInsert :one
--- Inserts a new operation and its PREPARED event in one statement. Returns no
+-- Inserts a new operation and its PREPARED event in one statement (and, with
+-- notify, the approval notification of an operation that awaits approval:
+-- the outbox row commits with the operation or not at all). Returns no
 -- row when (tenant, tool, idempotency_key) is taken: the caller then reads the
 -- existing operation. ON CONFLICT waits for a concurrent twin to commit, so
 -- twins never both insert.
@@ -13,6 +15,9 @@ WITH ins AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, ins.state, 0, 0, sqlc.arg(detail) FROM ins
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
 SELECT * FROM ins;
 
@@ -130,7 +135,8 @@ SELECT * FROM upd;
 -- already locked by the caller's transaction, guarded on the state it read.
 -- An expiry (no decision) also requires the approval to have lapsed on the
 -- database's clock: otherwise an Execute that read a lapsed approval could
--- wipe the renewal an approver committed just after that read.
+-- wipe the renewal an approver committed just after that read. An expiry
+-- with notify also queues the approval notification, in the same statement.
 WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
@@ -151,6 +157,10 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
     FROM upd
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT upd.id, upd.events, 'approval_expired' FROM upd
+    WHERE upd.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
 SELECT * FROM upd;
 

@@ -282,6 +282,10 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $9::text, $10, $8::text, upd.state, upd.attempts, upd.fence, $11
     FROM upd
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT upd.id, upd.events, 'approval_expired' FROM upd
+    WHERE upd.state = 'AWAITING_APPROVAL' AND $12::boolean
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM upd
 `
@@ -298,6 +302,7 @@ type OperationDecideParams struct {
 	EventType           string
 	Actor               string
 	Detail              string
+	Notify              bool
 }
 
 type OperationDecideRow struct {
@@ -338,7 +343,8 @@ type OperationDecideRow struct {
 // already locked by the caller's transaction, guarded on the state it read.
 // An expiry (no decision) also requires the approval to have lapsed on the
 // database's clock: otherwise an Execute that read a lapsed approval could
-// wipe the renewal an approver committed just after that read.
+// wipe the renewal an approver committed just after that read. An expiry
+// with notify also queues the approval notification, in the same statement.
 func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDecideParams) (OperationDecideRow, error) {
 	row := db.QueryRow(ctx, operationDecide,
 		arg.ToState,
@@ -352,6 +358,7 @@ func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDec
 		arg.EventType,
 		arg.Actor,
 		arg.Detail,
+		arg.Notify,
 	)
 	var i OperationDecideRow
 	err := row.Scan(
@@ -632,6 +639,9 @@ WITH ins AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT ins.id, 1, 'PREPARED', $13, NULL, ins.state, 0, 0, $14 FROM ins
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $15::boolean
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM ins
 `
@@ -651,6 +661,7 @@ type OperationInsertParams struct {
 	DownstreamKey    string
 	Actor            string
 	Detail           string
+	Notify           bool
 }
 
 type OperationInsertRow struct {
@@ -687,7 +698,9 @@ type OperationInsertRow struct {
 	UpdatedAt           pgtype.Timestamptz
 }
 
-// Inserts a new operation and its PREPARED event in one statement. Returns no
+// Inserts a new operation and its PREPARED event in one statement (and, with
+// notify, the approval notification of an operation that awaits approval:
+// the outbox row commits with the operation or not at all). Returns no
 // row when (tenant, tool, idempotency_key) is taken: the caller then reads the
 // existing operation. ON CONFLICT waits for a concurrent twin to commit, so
 // twins never both insert.
@@ -707,6 +720,7 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.DownstreamKey,
 		arg.Actor,
 		arg.Detail,
+		arg.Notify,
 	)
 	var i OperationInsertRow
 	err := row.Scan(
