@@ -158,12 +158,15 @@ func (l *Ledger) expireApproval(ctx context.Context, a Actor, op Operation) erro
 	}
 	_, err := l.store.OperationDecide(ctx, store.Decision{Tenant: a.Tenant, ID: op.ID, From: string(StateReady),
 		To: string(StateAwaitingApproval), Event: string(EventApprovalExpired), Actor: a.Name,
-		Detail: "approval expired at " + op.ApprovalExpiresAt.UTC().Format(time.RFC3339)})
+		Detail: "approval expired at " + op.ApprovalExpiresAt.UTC().Format(time.RFC3339), Notify: l.notifyOn()})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return storeErr(err)
+	}
+	if l.notifyOn() {
+		l.kickNotifier()
 	}
 	return refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_EXPIRED,
 		"the approval expired at %s; it must be approved again", op.ApprovalExpiresAt.UTC().Format(time.RFC3339))

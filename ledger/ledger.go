@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -84,6 +85,9 @@ type Config struct {
 	// FinishedCacheTTL bounds how long one is remembered (default 10m); an
 	// entry never outlives the operation's retention either.
 	FinishedCacheTTL time.Duration
+	// ApprovalWebhook, when its URL is set, notifies of every operation
+	// that starts awaiting approval (notify.go).
+	ApprovalWebhook ApprovalWebhook
 }
 
 func (c *Config) defaults() {
@@ -123,6 +127,7 @@ func (c *Config) defaults() {
 	if c.FinishedCacheTTL == 0 {
 		c.FinishedCacheTTL = 10 * time.Minute
 	}
+	c.ApprovalWebhook.defaults()
 }
 
 // bound is a tool with the executor that performs it.
@@ -152,6 +157,10 @@ type Ledger struct {
 
 	// finished remembers operations in a terminal state, by tenant and id.
 	finished *cache.Map[opKey, Operation]
+
+	// notifyKick wakes the approval notifier; notifyClient sends.
+	notifyKick   chan struct{}
+	notifyClient *http.Client
 }
 
 type opKey struct{ tenant, id string }
@@ -191,7 +200,8 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 		return nil, errors.New("ledger: the downstream secret must be at least 16 bytes")
 	}
 	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{},
-		finished: cache.New[opKey, Operation](cfg.FinishedCacheSize)}
+		finished: cache.New[opKey, Operation](cfg.FinishedCacheSize), notifyKick: make(chan struct{}, 1),
+		notifyClient: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	l.auth.entries = map[string]authEntry{}
 	for _, t := range reg.List() {
 		ex, err := execs.New(executorType(t), executorSettings(t))
@@ -333,12 +343,16 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 		ApprovalRequired: t.Approval.Required, ApprovalTTL: t.Approval.TTL,
 		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, id),
 		Actor:         a.Name, Detail: "prepared with key digest " + digest(in.IdempotencyKey),
+		Notify: l.notifyOn(),
 	})
 	if err != nil {
 		return Operation{}, false, storeErr(err)
 	}
 	if inserted {
 		failpoint.Inject(failpoint.AfterPrepare)
+		if state == StateAwaitingApproval && l.notifyOn() {
+			l.kickNotifier()
+		}
 		return op, false, nil
 	}
 	existing, err := l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey)

@@ -96,6 +96,20 @@ type Config struct {
 	// marks cookies Secure behind a TLS-terminating proxy. Default: the
 	// console's own address.
 	ConsoleURL string
+	// ApprovalWebhookURL receives a signed POST whenever an operation starts
+	// awaiting approval (--approval-webhook-url,
+	// OPLEDGER_APPROVAL_WEBHOOK_URL); empty: off.
+	ApprovalWebhookURL string
+	// ApprovalWebhookSecret signs those POSTs (--approval-webhook-secret,
+	// OPLEDGER_APPROVAL_WEBHOOK_SECRET); required with the URL.
+	ApprovalWebhookSecret string
+	// ApprovalWebhookArgs puts the operation's arguments in the payload
+	// (--approval-webhook-args, OPLEDGER_APPROVAL_WEBHOOK_ARGS).
+	ApprovalWebhookArgs bool
+	// ApprovalWebhookBackoff is the delay after the first failed delivery,
+	// doubling up to 5 minutes (--approval-webhook-backoff,
+	// OPLEDGER_APPROVAL_WEBHOOK_BACKOFF).
+	ApprovalWebhookBackoff time.Duration
 }
 
 // bindConfig registers cfg's flags on fs with defaults taken from the
@@ -128,6 +142,11 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	str(&cfg.WebhookListen, "webhook-listen", "OPLEDGER_WEBHOOK_LISTEN", "", "HTTP address for POST /webhooks/{tool} (empty: off)")
 	str(&cfg.ConsoleListen, "console-listen", "OPLEDGER_CONSOLE_LISTEN", "", "approval console address HOST:PORT (empty: off)")
 	str(&cfg.ConsoleURL, "console-url", "OPLEDGER_CONSOLE_URL", "", "the console's public URL, for links (default: from --console-listen)")
+	var hookArgs, hookBackoff string
+	str(&cfg.ApprovalWebhookURL, "approval-webhook-url", "OPLEDGER_APPROVAL_WEBHOOK_URL", "", "POST a signed notification here when an operation starts awaiting approval (empty: off)")
+	str(&cfg.ApprovalWebhookSecret, "approval-webhook-secret", "OPLEDGER_APPROVAL_WEBHOOK_SECRET", "", "HMAC secret signing the approval notifications (required with the URL)")
+	str(&hookArgs, "approval-webhook-args", "OPLEDGER_APPROVAL_WEBHOOK_ARGS", "false", "include the operation's arguments in approval notifications")
+	str(&hookBackoff, "approval-webhook-backoff", "OPLEDGER_APPROVAL_WEBHOOK_BACKOFF", "1s", "delay after a failed notification, doubling up to 5m")
 	str(&cfg.TLSCert, "tls-cert", "OPLEDGER_TLS_CERT", "", "PEM certificate for TLS on the gRPC listener")
 	str(&cfg.TLSKey, "tls-key", "OPLEDGER_TLS_KEY", "", "PEM private key for --tls-cert")
 	str(&cfg.TLSClientCA, "tls-client-ca", "OPLEDGER_TLS_CLIENT_CA", "", "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)")
@@ -185,6 +204,16 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 		}
 		if cfg.TLSClientCA != "" && cfg.TLSCert == "" {
 			errs = append(errs, errors.New("--tls-client-ca needs --tls-cert and --tls-key"))
+		}
+		boolean(&cfg.ApprovalWebhookArgs, "approval-webhook-args", hookArgs)
+		dur(&cfg.ApprovalWebhookBackoff, "approval-webhook-backoff", hookBackoff)
+		if cfg.ApprovalWebhookURL != "" {
+			if u, err := url.Parse(cfg.ApprovalWebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				errs = append(errs, fmt.Errorf("--approval-webhook-url: %q is not an http(s) URL", cfg.ApprovalWebhookURL))
+			}
+			if len(cfg.ApprovalWebhookSecret) < 16 {
+				errs = append(errs, errors.New("--approval-webhook-secret: at least 16 characters are needed to sign the notifications"))
+			}
 		}
 		if cfg.ConsoleURL != "" {
 			if u, err := url.Parse(cfg.ConsoleURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -83,3 +83,26 @@ func TestConsoleFlags(t *testing.T) {
 		require.NoError(t, srv.Close())
 	}
 }
+
+// TestApprovalWebhookFlags: the notification needs an http(s) URL and a
+// secret to sign with; args stay out unless asked for.
+func TestApprovalWebhookFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(t, nil, nil)
+	require.NoError(t, err)
+	require.Empty(t, cfg.ApprovalWebhookURL)
+	require.False(t, cfg.ApprovalWebhookArgs)
+	require.Equal(t, time.Second, cfg.ApprovalWebhookBackoff)
+
+	cfg, err = parseConfig(t, []string{"--approval-webhook-args", "true", "--approval-webhook-backoff", "250ms"}, map[string]string{
+		"OPLEDGER_APPROVAL_WEBHOOK_URL": "https://hooks.example.com/opledger", "OPLEDGER_APPROVAL_WEBHOOK_SECRET": "0123456789abcdef"})
+	require.NoError(t, err)
+	require.True(t, cfg.ApprovalWebhookArgs)
+	require.Equal(t, 250*time.Millisecond, cfg.ApprovalWebhookBackoff)
+	require.Equal(t, "https://hooks.example.com/opledger", cfg.ApprovalWebhookURL)
+
+	_, err = parseConfig(t, []string{"--approval-webhook-url", "https://hooks.example.com/opledger"}, nil)
+	require.ErrorContains(t, err, "--approval-webhook-secret")
+	_, err = parseConfig(t, []string{"--approval-webhook-url", "hooks.example.com", "--approval-webhook-secret", "0123456789abcdef"}, nil)
+	require.ErrorContains(t, err, "--approval-webhook-url")
+}

@@ -152,6 +152,8 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 		ServerID: cfg.ServerID, DownstreamSecret: cfg.DownstreamSecret, MinLease: cfg.MinLease, MaxWait: cfg.MaxWait,
 		ReconcileInterval: cfg.ReconcileInterval, ReconcileBackoff: cfg.ReconcileBackoff,
 		OpsPerMinute: cfg.OpsPerMinute, Retention: cfg.Retention, FinishedCacheSize: finishedCacheSize(cfg.FinishedCache),
+		ApprovalWebhook: ledger.ApprovalWebhook{URL: cfg.ApprovalWebhookURL, Secret: cfg.ApprovalWebhookSecret,
+			IncludeArgs: cfg.ApprovalWebhookArgs, ConsoleURL: consoleURL(cfg), Backoff: cfg.ApprovalWebhookBackoff},
 	}, st, reg, executor.NewDefaultRegistry(nil, logger), listener, logger)
 	if err != nil {
 		return err
@@ -165,6 +167,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 	go listener.Run(bg)
 	go l.RunReconciler(bg)
 	go l.RunPruner(bg)
+	go l.RunNotifier(bg)
 	m := metrics.New(st.OperationCountOpen)
 	l.SetObserver(m)
 	if cfg.MetricsListen != "" {
