@@ -48,7 +48,11 @@ func newBrowser(t *testing.T) context.Context {
 	t.Helper()
 	bin := chromium()
 	if bin == "" {
-		t.Skip("no Chromium binary on this machine (apt-get install chromium, or set OPLEDGER_CHROMIUM): the console's browser test cannot run")
+		const why = "no Chromium binary on this machine (apt-get install chromium, or set OPLEDGER_CHROMIUM): the console's browser test cannot run"
+		if os.Getenv("OPLEDGER_REQUIRE_BROWSER") == "1" {
+			t.Fatal(why + ", and OPLEDGER_REQUIRE_BROWSER=1")
+		}
+		t.Skip(why)
 	}
 	// A fresh profile. Chromium's helper processes may still be writing to
 	// it for a moment after the browser is gone, so removing it retries.

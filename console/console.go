@@ -56,6 +56,9 @@ type Console struct {
 	pages  map[string]*template.Template
 	mux    *http.ServeMux
 	cookie string
+	// crossOrigin refuses cross-site form posts by their Sec-Fetch-Site
+	// and Origin headers.
+	crossOrigin *http.CrossOriginProtection
 }
 
 const (
@@ -85,7 +88,8 @@ func New(l *ledger.Ledger, opts Options) *Console {
 	if opts.Session.Max == 0 {
 		opts.Session.Max = 8 * time.Hour
 	}
-	c := &Console{l: l, opts: opts, pages: map[string]*template.Template{}, mux: http.NewServeMux(), cookie: "opledger_session"}
+	c := &Console{l: l, opts: opts, pages: map[string]*template.Template{}, mux: http.NewServeMux(), cookie: "opledger_session",
+		crossOrigin: http.NewCrossOriginProtection()}
 	if opts.Secure {
 		c.cookie = "__Host-opledger_session"
 	}
@@ -129,7 +133,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 	ctx := context.WithValue(r.Context(), reqInfoKey{}, &reqInfo{})
 	r = r.WithContext(ctx)
-	if err := http.NewCrossOriginProtection().Check(r); err != nil {
+	if err := c.crossOrigin.Check(r); err != nil {
 		c.message(rec, r, http.StatusForbidden, "Request refused", "This form was sent from another site. Nothing changed.")
 	} else {
 		c.mux.ServeHTTP(rec, r)
@@ -461,6 +465,9 @@ type detail struct {
 	CanResolve bool
 	TTL        string
 	Expires    string
+	// PreparedBy names the principal that prepared it (the PREPARED
+	// event's actor).
+	PreparedBy string
 }
 
 var flashes = map[string]string{
@@ -490,6 +497,11 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 	now := time.Now()
 	v := viewOf(op, now)
 	d := detail{Op: v, Events: evs, SelfMade: op.PreparedBy == s.actor.ID}
+	for _, e := range evs {
+		if e.Type == string(ledger.EventPrepared) {
+			d.PreparedBy = e.Actor
+		}
+	}
 	d.CanDecide = v.Decidable && s.approver() && !d.SelfMade
 	d.CanResolve = v.Resolvable && s.operator()
 	if op.ApprovalRequired {
