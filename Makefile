@@ -18,7 +18,7 @@ MAVEN_DEPENDENCY_PLUGIN      := org.apache.maven.plugins:maven-dependency-plugin
 
 BUF := tools/node_modules/.bin/buf
 
-.PHONY: all dev build test test-go test-clients fuzz tools generate check-generated lint clean
+.PHONY: all dev build test test-go test-clients fuzz tools grpcurl generate check-generated lint clean
 
 all: build
 
@@ -52,6 +52,10 @@ fuzz:
 	go test ./tool -run='^$$' -fuzz='^FuzzValidateArgs$$' -fuzztime=$$((30000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzRequestPath$$' -fuzztime=$$((4000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzJSONStruct$$' -fuzztime=$$((20000*$(FUZZSCALE)))x
+
+## grpcurl: only grpcurl, into .bin, for the README's session (about 1.5 min
+## with an empty Go cache; `make tools` builds every generator and takes several).
+grpcurl: $(BIN)/grpcurl
 
 ## tools: install the pinned generators and linters into .bin, tools/ and .venv.
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/sqlc $(BIN)/grpcurl $(BIN)/protoc-java $(BIN)/protoc-gen-grpc-java tools/node_modules/.installed .venv/.installed

@@ -425,7 +425,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, s session) {
 		}
 		approved := section{Title: "Approved, not executed yet", Empty: "No approval is waiting to be executed."}
 		for _, op := range ready {
-			if !op.ApprovalRequired || op.Fence > 0 {
+			if !op.ApprovalRequired || op.FirstSentFence > 0 {
 				continue
 			}
 			v := viewOf(op, now)

@@ -278,7 +278,7 @@ func viewOf(op ledger.Operation, now time.Time) opView {
 	case state == ledger.StateAwaitingApproval:
 		v.TimeLeft = "no deadline; an approval lasts " + span(op.ApprovalTTL) + " once given"
 		v.Decidable = true
-	case state == ledger.StateReady && op.ApprovalRequired && op.Fence == 0:
+	case state == ledger.StateReady && op.ApprovalRequired && op.FirstSentFence == 0:
 		left := op.ApprovalExpiresAt.Sub(now)
 		if left <= 0 {
 			v.TimeLeft = "approval expired " + span(left) + " ago: decide again"

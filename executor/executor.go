@@ -14,6 +14,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 )
 
 // Outcome classifies what happened downstream.
@@ -59,6 +62,11 @@ type Call struct {
 	DownstreamKey string
 	// Args is the JSON object sent downstream.
 	Args json.RawMessage
+	// SendBy, when set, is the last instant (on this process's clock) at
+	// which a request of this call may start while nothing has been sent
+	// yet: an approval bounds when the first send may start. Past it, an
+	// executor reports OutcomeNotSubmitted without sending.
+	SendBy time.Time
 }
 
 // Result is what an execution produced.
@@ -66,8 +74,8 @@ type Result struct {
 	Outcome Outcome
 	// ExternalRef is the downstream's identifier of the side effect (e.g. a charge id), if any.
 	ExternalRef string
-	// Body is the downstream's JSON answer, bounded in size; a body that is not JSON (or too
-	// large) is wrapped as {"raw": "...", "truncated": bool}.
+	// Body is the downstream's answer as a JSON object, bounded in size (see Object for how an
+	// answer that is not an object becomes one); nil when the answer was empty.
 	Body json.RawMessage
 	// HTTPStatus is the status of the last answer received; 0 when none came.
 	HTTPStatus int
@@ -78,7 +86,8 @@ type Result struct {
 }
 
 // Executor performs calls. Implementations must be safe for concurrent use and must respect
-// ctx: a call cancelled before anything was sent reports OutcomeNotSubmitted.
+// ctx and SendBy: a call cancelled, past its deadline or past SendBy before anything was sent
+// reports OutcomeNotSubmitted and sends nothing.
 type Executor interface {
 	Execute(ctx context.Context, c Call) Result
 }
@@ -135,6 +144,77 @@ type Capabilities struct {
 	HasLookup bool
 	// LookupConsistent: a lookup's not-found is trustworthy (no replication lag).
 	LookupConsistent bool
+}
+
+// Classification says which of a downstream's answers are definitive. Anything it does not
+// declare is an unknown outcome (for a send) or inconclusive (for a lookup): a status or a body
+// the executor does not understand never counts as success, and never as a refusal.
+type Classification struct {
+	// DefinitiveStatuses lists the HTTP statuses (400–599) that prove the downstream refused the
+	// request and performed nothing. Empty means every 4xx except 408, 409, 425 and 429. A 3xx
+	// is never definitive: the request may already have been acted on.
+	DefinitiveStatuses []int
+	// LookupStatusField is the dot path of the status in a lookup's 200 answer; "status" when
+	// empty.
+	LookupStatusField string
+	// LookupSucceeded, LookupFailed and LookupPending list the values of that field that mean
+	// the side effect happened, was refused, or is not final yet (matched case-insensitively).
+	// Defaults when all three are empty: succeeded; failed, canceled, cancelled, declined,
+	// rejected; pending, processing, requires_action. Any other value is inconclusive.
+	LookupSucceeded, LookupFailed, LookupPending []string
+}
+
+// withDefaults returns c with the documented defaults filled in.
+func (c Classification) withDefaults() Classification {
+	if c.LookupStatusField == "" {
+		c.LookupStatusField = "status"
+	}
+	if len(c.LookupSucceeded)+len(c.LookupFailed)+len(c.LookupPending) == 0 {
+		c.LookupSucceeded = []string{"succeeded"}
+		c.LookupFailed = []string{"failed", "canceled", "cancelled", "declined", "rejected"}
+		c.LookupPending = []string{"pending", "processing", "requires_action"}
+	}
+	return c
+}
+
+// Definitive reports whether an answer with HTTP status code proves that the downstream
+// refused the request and performed nothing.
+func (c Classification) Definitive(code int) bool {
+	if len(c.DefinitiveStatuses) > 0 {
+		return slices.Contains(c.DefinitiveStatuses, code)
+	}
+	switch code {
+	case 408, 409, 425, 429:
+		return false
+	}
+	return code >= 400 && code < 500
+}
+
+// Validate checks the declared statuses and values.
+func (c Classification) Validate() error {
+	for _, code := range c.DefinitiveStatuses {
+		if code < 400 || code > 599 {
+			return fmt.Errorf("definitive_statuses: %d is not a 4xx or 5xx status (a 2xx is a success, and a 3xx may follow an effect)", code)
+		}
+	}
+	seen := map[string]string{}
+	for _, l := range []struct {
+		name string
+		vals []string
+	}{{"lookup_succeeded", c.LookupSucceeded}, {"lookup_failed", c.LookupFailed}, {"lookup_pending", c.LookupPending}} {
+		name := l.name
+		for _, v := range l.vals {
+			k := strings.ToLower(v)
+			if k == "" {
+				return fmt.Errorf("%s: empty value", name)
+			}
+			if prev, dup := seen[k]; dup && prev != name {
+				return fmt.Errorf("%s: %q is also listed in %s", name, v, prev)
+			}
+			seen[k] = name
+		}
+	}
+	return nil
 }
 
 // CapabilityReporter is implemented by executors that know their downstream's capabilities.

@@ -382,7 +382,7 @@ func TestClassification(t *testing.T) {
 		want   Outcome
 	}{
 		{200, OutcomeSucceeded}, {201, OutcomeSucceeded}, {204, OutcomeSucceeded},
-		{301, OutcomeFailed}, {307, OutcomeFailed},
+		{301, OutcomeUnknown}, {302, OutcomeUnknown}, {303, OutcomeUnknown}, {307, OutcomeUnknown}, {308, OutcomeUnknown},
 		{400, OutcomeFailed}, {401, OutcomeFailed}, {403, OutcomeFailed}, {404, OutcomeFailed}, {422, OutcomeFailed},
 		{408, OutcomeUnknown}, {409, OutcomeUnknown}, {425, OutcomeUnknown}, {429, OutcomeUnknown},
 		{500, OutcomeUnknown}, {502, OutcomeUnknown}, {503, OutcomeUnknown}, {504, OutcomeUnknown},
@@ -404,6 +404,80 @@ func TestClassification(t *testing.T) {
 	}
 }
 
+// TestRedirectAfterSendIsNeverFailed (issue 11, defect 1): a downstream that
+// acts and then redirects (to a receipt, a login page) has taken effect; an
+// agent told FAILED would retry under a new key and pay twice.
+func TestRedirectAfterSendIsNeverFailed(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{301, 302, 303, 307, 308} {
+		_, url := newStub(t, func(_ int, w http.ResponseWriter) {
+			w.Header().Set("Location", "/receipt")
+			w.WriteHeader(code)
+		})
+		h, err := NewHTTP(HTTPConfig{URL: url}, nil, nil)
+		require.NoError(t, err)
+		r := h.Execute(t.Context(), call("k", `{}`))
+		require.Equal(t, OutcomeUnknown, r.Outcome, "status %d", code)
+		require.Contains(t, r.Detail, "redirect")
+	}
+}
+
+// TestDeclaredDefinitiveStatuses: a tool that declares which statuses are
+// definitive refusals gets exactly those as FAILED; every other non-2xx
+// status is an unknown outcome.
+func TestDeclaredDefinitiveStatuses(t *testing.T) {
+	t.Parallel()
+	cl := Classification{DefinitiveStatuses: []int{400, 422, 501}}
+	cases := []struct {
+		status int
+		want   Outcome
+	}{
+		{400, OutcomeFailed}, {422, OutcomeFailed}, {501, OutcomeFailed},
+		{401, OutcomeUnknown}, {404, OutcomeUnknown}, {410, OutcomeUnknown}, {500, OutcomeUnknown}, {302, OutcomeUnknown},
+	}
+	for _, tc := range cases {
+		_, url := newStub(t, reply(tc.status, `{}`))
+		h, err := NewHTTP(HTTPConfig{URL: url, Classification: cl}, nil, nil)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, h.Execute(t.Context(), call("k", `{}`)).Outcome, "status %d", tc.status)
+	}
+	for _, bad := range []Classification{{DefinitiveStatuses: []int{302}}, {DefinitiveStatuses: []int{200}},
+		{LookupSucceeded: []string{"done"}, LookupFailed: []string{"DONE"}}, {LookupPending: []string{""}}} {
+		_, err := NewHTTP(HTTPConfig{URL: "http://127.0.0.1:1", Classification: bad}, nil, nil)
+		require.Error(t, err, "%+v", bad)
+	}
+}
+
+// TestLaterRefusalAfterAmbiguousSendIsUnknown (issue 11, defect 2): attempt 1
+// reaches the downstream, which charges and answers 502; attempt 2, under the
+// same key, is refused with 404. The charge exists: the outcome is unknown,
+// never FAILED.
+func TestLaterRefusalAfterAmbiguousSendIsUnknown(t *testing.T) {
+	t.Parallel()
+	s, url := newStub(t, func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+	})
+	h, err := NewHTTP(HTTPConfig{URL: url, DedupesKeys: true, MaxAttempts: 3, BackoffBase: time.Millisecond}, nil, nil)
+	require.NoError(t, err)
+	r := h.Execute(t.Context(), call("k", `{}`))
+	require.Equal(t, OutcomeUnknown, r.Outcome, r.Detail)
+	require.Equal(t, 404, r.HTTPStatus)
+	require.Equal(t, 2, r.Attempts)
+	require.Equal(t, 2, s.count(), "the refusal ends the retries")
+	require.Contains(t, r.Detail, "earlier attempt")
+
+	// A refusal of the first attempt, with nothing sent before, is definitive.
+	s2, url2 := newStub(t, reply(http.StatusNotFound, `{}`))
+	h2, err := NewHTTP(HTTPConfig{URL: url2, DedupesKeys: true, MaxAttempts: 3}, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeFailed, h2.Execute(t.Context(), call("k", `{}`)).Outcome)
+	require.Equal(t, 1, s2.count())
+}
+
 func TestRequestShape(t *testing.T) {
 	t.Parallel()
 	s, url := newStub(t, reply(200, `{"id":"x"}`))
@@ -419,6 +493,14 @@ func TestRequestShape(t *testing.T) {
 	require.Equal(t, "the-key", req.Header.Get("Idempotency-Key"))
 	require.Equal(t, "Bearer s3cret", req.Header.Get("Authorization"))
 	require.Equal(t, "1", req.Header.Get("X-Extra"))
+	// Exactly the headers docs/tools.md lists ("What it sends"), no more.
+	var names []string
+	for name := range req.Header {
+		names = append(names, name)
+	}
+	require.ElementsMatch(t, []string{"Accept", "Accept-Encoding", "Authorization", "Content-Length", "Content-Type",
+		"Idempotency-Key", "User-Agent", "X-Extra"}, names)
+	require.Equal(t, "application/json", req.Header.Get("Accept"))
 	s.mu.Lock()
 	require.Equal(t, `{"a": 1}`, s.bodies[0])
 	s.mu.Unlock()
@@ -441,6 +523,12 @@ func TestBodiesAndExternalRefs(t *testing.T) {
 		{name: "not JSON", body: "<html>ok</html>", field: "id", wantBody: `{"raw":"<html>ok</html>","truncated":false}`,
 			wantDetail: `succeeded, but the answer has no external reference at "id"`},
 		{name: "empty", body: "", field: "id", wantDetail: `succeeded, but the answer has no external reference at "id"`},
+		{name: "array", body: ` [1, {"id": "x"}] `, field: "id", wantBody: `{"value":[1,{"id":"x"}]}`,
+			wantDetail: `succeeded, but the answer has no external reference at "id"`},
+		{name: "string", body: `"ok"`, field: "id", wantBody: `{"value":"ok"}`,
+			wantDetail: `succeeded, but the answer has no external reference at "id"`},
+		{name: "trailing data", body: `{"id":"a"} {"id":"b"}`, field: "id", wantBody: `{"raw":"{\"id\":\"a\"} {\"id\":\"b\"}","truncated":false}`,
+			wantDetail: `succeeded, but the answer has no external reference at "id"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -459,6 +547,19 @@ func TestBodiesAndExternalRefs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestObject: the one rule by which any answer becomes a stored JSON object.
+func TestObject(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"a": 1}`: `{"a": 1}`, ` [1,2] `: `{"value":[1,2]}`, `7`: `{"value":7}`, `null`: `{"value":null}`,
+		`<b>x</b>`: `{"raw":"<b>x</b>","truncated":false}`, `{"a":`: `{"raw":"{\"a\":","truncated":false}`,
+	} {
+		require.Equal(t, want, string(Object([]byte(in))), in)
+	}
+	require.Nil(t, Object(nil))
+	require.Nil(t, Object([]byte("  ")))
 }
 
 func TestLargeBodiesAreBounded(t *testing.T) {
@@ -495,7 +596,7 @@ func TestRetriesConflictWhenDeduping(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, `{"id":"ch_9"}`)
 	})
-	h, err := NewHTTP(HTTPConfig{URL: url, DedupesKeys: true, ExternalRefField: "id", BackoffBase: time.Millisecond}, nil, nil)
+	h, err := NewHTTP(HTTPConfig{URL: url, DedupesKeys: true, MaxAttempts: 3, ExternalRefField: "id", BackoffBase: time.Millisecond}, nil, nil)
 	require.NoError(t, err)
 	r := h.Execute(t.Context(), call("k", `{}`))
 	require.Equal(t, OutcomeSucceeded, r.Outcome)
@@ -598,6 +699,14 @@ func TestLookupAnswers(t *testing.T) {
 		{200, `{"id":"ch_1","status":"succeeded"}`, LookupFound, OutcomeSucceeded, "ch_1"},
 		{200, `{"id":"ch_1","status":"failed"}`, LookupFound, OutcomeFailed, ""},
 		{200, `{"id":"ch_1","status":"pending"}`, LookupInconclusive, 0, ""},
+		{200, `{"id":"ch_1","status":"requires_action"}`, LookupInconclusive, 0, ""},
+		// Issue 11, defect 8: unknown is not success.
+		{200, `{"id":"ch_1","status":"on_hold"}`, LookupInconclusive, 0, ""},
+		{200, `{"id":"ch_1"}`, LookupInconclusive, 0, ""},
+		{200, `{"id":"ch_1","status":7}`, LookupInconclusive, 0, ""},
+		{200, `OK`, LookupInconclusive, 0, ""},
+		{200, `["succeeded"]`, LookupInconclusive, 0, ""},
+		{200, ``, LookupInconclusive, 0, ""},
 		{404, `{}`, LookupNotFound, 0, ""},
 		{500, `{}`, LookupInconclusive, 0, ""},
 		{429, `{}`, LookupInconclusive, 0, ""},
@@ -615,6 +724,35 @@ func TestLookupAnswers(t *testing.T) {
 		require.Equal(t, http.MethodGet, s.req(0).Method)
 		require.Equal(t, "/lookup/a+b%2Fc%26d", s.req(0).URL.EscapedPath())
 		require.Equal(t, "x=1", s.req(0).URL.RawQuery)
+	}
+}
+
+// TestLookupDeclaredStatuses: a tool declares its downstream's vocabulary
+// (and where the status sits); only those values settle an outcome.
+func TestLookupDeclaredStatuses(t *testing.T) {
+	t.Parallel()
+	cl := Classification{LookupStatusField: "data.state", LookupSucceeded: []string{"paid"},
+		LookupFailed: []string{"voided"}, LookupPending: []string{"open"}}
+	cases := []struct {
+		body    string
+		want    LookupStatus
+		outcome Outcome
+	}{
+		{`{"data":{"id":"in_1","state":"paid"}}`, LookupFound, OutcomeSucceeded},
+		{`{"data":{"id":"in_1","state":"PAID"}}`, LookupFound, OutcomeSucceeded},
+		{`{"data":{"id":"in_1","state":"voided"}}`, LookupFound, OutcomeFailed},
+		{`{"data":{"id":"in_1","state":"open"}}`, LookupInconclusive, 0},
+		{`{"data":{"id":"in_1","state":"succeeded"}}`, LookupInconclusive, 0},
+		{`{"status":"succeeded"}`, LookupInconclusive, 0},
+	}
+	for _, tc := range cases {
+		_, url := newStub(t, reply(200, tc.body))
+		h, err := NewHTTP(HTTPConfig{URL: url, LookupURL: url + "/?k={key}", LookupConsistent: true,
+			ExternalRefField: "data.id", Classification: cl}, nil, nil)
+		require.NoError(t, err)
+		lr := h.Lookup(t.Context(), call("k", `{}`))
+		require.Equal(t, tc.want, lr.Status, tc.body)
+		require.Equal(t, tc.outcome, lr.Result.Outcome, tc.body)
 	}
 }
 

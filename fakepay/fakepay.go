@@ -251,6 +251,10 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 				log.Info("fakepay: idempotency key reused with another body")
 				writeError(w, http.StatusUnprocessableEntity, "idempotency_error",
 					"keys for idempotent requests can only be used with the same parameters they were first used with")
+			case s.fireLocked(&s.faults.RefuseReplay):
+				s.mu.Unlock()
+				log.Info("fakepay: fault refuse_replay")
+				writeError(w, http.StatusBadRequest, "invalid_request_error", "injected refusal of a repeated request")
 			default:
 				status, body := e.status, e.body
 				s.mu.Unlock()
@@ -311,6 +315,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	failAfter := s.fireLocked(&s.faults.FailAfterCommit)
 	drop := !failAfter && s.fireLocked(&s.faults.DropAfterCommit)
+	redirect := !failAfter && !drop && s.fireLocked(&s.faults.RedirectAfterCommit)
 	hook := s.webhook
 	s.mu.Unlock()
 	s.announce(hook, c, body)
@@ -323,6 +328,10 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	case drop:
 		log.Info("fakepay: charge committed; fault drop_after_commit")
 		dropConnection(w)
+	case redirect:
+		log.Info("fakepay: charge committed; fault redirect_after_commit")
+		w.Header().Set("Location", "/charges/"+c.ID)
+		w.WriteHeader(http.StatusSeeOther)
 	default:
 		log.Debug("fakepay: charge committed")
 		writeRaw(w, http.StatusOK, body)
@@ -423,6 +432,7 @@ func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 	s.emails = append(s.emails, e)
 	failAfter := s.fireLocked(&s.faults.FailAfterCommit)
 	drop := !failAfter && s.fireLocked(&s.faults.DropAfterCommit)
+	redirect := !failAfter && !drop && s.fireLocked(&s.faults.RedirectAfterCommit)
 	s.mu.Unlock()
 
 	log = log.With("email", e.ID)
@@ -433,6 +443,10 @@ func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 	case drop:
 		log.Info("fakepay: e-mail sent; fault drop_after_commit")
 		dropConnection(w)
+	case redirect:
+		log.Info("fakepay: e-mail sent; fault redirect_after_commit")
+		w.Header().Set("Location", "/emails/"+e.ID)
+		w.WriteHeader(http.StatusSeeOther)
 	default:
 		log.Debug("fakepay: e-mail sent")
 		writeJSON(w, http.StatusOK, e)

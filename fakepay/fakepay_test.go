@@ -499,8 +499,37 @@ func TestFaultsJSON(t *testing.T) {
 	b, err := json.Marshal(Faults{Delay: 200 * time.Millisecond})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"delay":"200ms","fail_before_commit":{"next":0,"rate":0},"fail_after_commit":{"next":0,"rate":0},
-		"drop_after_commit":{"next":0,"rate":0},"no_key_support":false,"key_retention":"0s","lookup_lag":"0s"}`, string(b))
+		"drop_after_commit":{"next":0,"rate":0},"no_key_support":false,"key_retention":"0s","lookup_lag":"0s",
+		"redirect_after_commit":{"next":0,"rate":0},"refuse_replay":{"next":0,"rate":0}}`, string(b))
 }
+
+// TestRedirectAndRefusedReplay: the two faults that make a downstream's
+// answer look like a refusal after it took effect.
+func TestRedirectAndRefusedReplay(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.srv.SetFaults(Faults{RedirectAfterCommit: Trigger{Next: 1}, RefuseReplay: Trigger{Next: 1}})
+	body := `{"invoice_id":"INV-1","amount_minor":100,"currency":"EUR"}`
+	post := func() *http.Response {
+		req, err := http.NewRequest(http.MethodPost, f.url+"/charges", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "k1")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := noRedirect.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	first := post()
+	require.Equal(t, http.StatusSeeOther, first.StatusCode)
+	require.Len(t, f.srv.Charges(), 1, "the charge is committed before the redirect")
+	require.Equal(t, "/charges/"+f.srv.Charges()[0].ID, first.Header.Get("Location"))
+	require.Equal(t, http.StatusBadRequest, post().StatusCode, "the replay is refused")
+	require.Equal(t, http.StatusOK, post().StatusCode, "then replayed")
+	require.Len(t, f.srv.Charges(), 1)
+}
+
+var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 func TestReset(t *testing.T) {
 	t.Parallel()

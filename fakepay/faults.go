@@ -38,6 +38,13 @@ type Faults struct {
 	// LookupLag makes GET /charges?idempotency_key= blind to charges younger than this, like an
 	// eventually consistent read replica.
 	LookupLag time.Duration
+	// RedirectAfterCommit commits the charge and stores the key, then answers 303 See Other
+	// pointing at the charge (a downstream that acts, then redirects to a receipt).
+	RedirectAfterCommit Trigger
+	// RefuseReplay answers a request whose key already has a committed charge with 400 instead
+	// of replaying the stored answer: a refusal that follows an effect, which proves nothing
+	// about it.
+	RefuseReplay Trigger
 }
 
 // Trigger decides whether a fault fires: on each of the next Next matching requests, and after
@@ -63,7 +70,8 @@ func (f Faults) Validate() error {
 	triggers := []struct {
 		name string
 		t    Trigger
-	}{{"fail_before_commit", f.FailBeforeCommit}, {"fail_after_commit", f.FailAfterCommit}, {"drop_after_commit", f.DropAfterCommit}}
+	}{{"fail_before_commit", f.FailBeforeCommit}, {"fail_after_commit", f.FailAfterCommit}, {"drop_after_commit", f.DropAfterCommit},
+		{"redirect_after_commit", f.RedirectAfterCommit}, {"refuse_replay", f.RefuseReplay}}
 	for _, x := range triggers {
 		if x.t.Next < 0 {
 			errs = append(errs, fmt.Errorf("%s.next must not be negative", x.name))
@@ -85,6 +93,8 @@ type faultsJSON struct {
 	NoKeySupport     bool         `json:"no_key_support"`
 	KeyRetention     jsonDuration `json:"key_retention"`
 	LookupLag        jsonDuration `json:"lookup_lag"`
+	RedirectAfter    Trigger      `json:"redirect_after_commit"`
+	RefuseReplay     Trigger      `json:"refuse_replay"`
 }
 
 // MarshalJSON encodes f with Go duration strings.
@@ -97,6 +107,8 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 		NoKeySupport:     f.NoKeySupport,
 		KeyRetention:     jsonDuration(f.KeyRetention),
 		LookupLag:        jsonDuration(f.LookupLag),
+		RedirectAfter:    f.RedirectAfterCommit,
+		RefuseReplay:     f.RefuseReplay,
 	})
 }
 
@@ -110,13 +122,15 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*f = Faults{
-		Delay:            time.Duration(w.Delay),
-		FailBeforeCommit: w.FailBeforeCommit,
-		FailAfterCommit:  w.FailAfterCommit,
-		DropAfterCommit:  w.DropAfterCommit,
-		NoKeySupport:     w.NoKeySupport,
-		KeyRetention:     time.Duration(w.KeyRetention),
-		LookupLag:        time.Duration(w.LookupLag),
+		Delay:               time.Duration(w.Delay),
+		FailBeforeCommit:    w.FailBeforeCommit,
+		FailAfterCommit:     w.FailAfterCommit,
+		DropAfterCommit:     w.DropAfterCommit,
+		NoKeySupport:        w.NoKeySupport,
+		KeyRetention:        time.Duration(w.KeyRetention),
+		LookupLag:           time.Duration(w.LookupLag),
+		RedirectAfterCommit: w.RedirectAfter,
+		RefuseReplay:        w.RefuseReplay,
 	}
 	return nil
 }

@@ -59,12 +59,18 @@ type Options struct {
 	// ToolsYAML replaces the demo tools file; ${OPLEDGER_FAKEPAY_URL} in it
 	// points at this Env's fake processor.
 	ToolsYAML []byte
+	// DatabaseURL, when set, is a migrated database to use instead of a
+	// fresh one (e.g. pgtest.NewSkewedDatabase's).
+	DatabaseURL string
 }
 
 // New returns a fresh Env; everything it starts stops at the test's end.
 func New(t testing.TB, opts Options) *Env {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
+	url := opts.DatabaseURL
+	if url == "" {
+		url = pgtest.NewDatabase(t)
+	}
 	fp := fakepay.New(fakepay.Options{})
 	hs := httptest.NewServer(fp)
 	t.Cleanup(hs.Close)

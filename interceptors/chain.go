@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"strings"
@@ -16,15 +17,12 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/reason"
 )
 
 // Validator checks a decoded request before the handler sees it and returns
@@ -42,8 +40,6 @@ type Config struct {
 	Roles map[string][]string
 	// KeyRequired lists the methods that must carry an idempotency key.
 	KeyRequired map[string]bool
-	// Fingerprint computes request fingerprints; nil disables them.
-	Fingerprint Fingerprinter
 	// Validate checks requests; nil accepts everything.
 	Validate Validator
 	// Metrics records gRPC server metrics; nil records none.
@@ -62,20 +58,19 @@ type link struct {
 }
 
 // chain is the one ordered list of interceptors, outermost first. Recovery
-// is innermost so that a panic becomes an INTERNAL status that logging (and
-// everything else outside it) sees like any other error.
+// is outermost, so that a panic anywhere (in a handler or in any link:
+// auth, the idempotency check, validation…) becomes an INTERNAL answer and
+// never a dead process; logging records a panicking call like any failed
+// one on its way out.
 func chain(c Config) []link {
 	authFn := authFunc(c.Authenticator, c.Roles)
 	needsAuth := selector.MatchFunc(func(_ context.Context, m interceptors.CallMeta) bool { return !Public(m.FullMethod()) })
-	recoverFn := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
-		c.Logger.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
-		return Status(codes.Internal, opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
-	})
 	metricsU, metricsS := passUnary, passStream
 	if c.Metrics != nil {
 		metricsU, metricsS = c.Metrics.UnaryServerInterceptor(), c.Metrics.StreamServerInterceptor()
 	}
 	return []link{
+		{"recovery", recoverUnary(c.Logger), recoverStream(c.Logger)},
 		{"request_id", requestIDUnary, requestIDStream},
 		{"metrics", metricsU, metricsS},
 		{"logging", loggingUnary(c.Logger), loggingStream(c.Logger)},
@@ -83,9 +78,8 @@ func chain(c Config) []link {
 		{"auth", selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), needsAuth),
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), needsAuth)},
 		{"rate_limit", rateLimitUnary(c.RateLimit), rateLimitStream(c.RateLimit)},
-		{"idempotency", idempotencyUnary(c.KeyRequired, c.Fingerprint), idempotencyStream(c.KeyRequired)},
+		{"idempotency", idempotencyUnary(c.KeyRequired), idempotencyStream(c.KeyRequired)},
 		{"validation", validateUnary(c.Validate), validateStream(c.Validate)},
-		{"recovery", recovery.UnaryServerInterceptor(recoverFn), recovery.StreamServerInterceptor(recoverFn)},
 	}
 }
 
@@ -100,10 +94,12 @@ func Names(c Config) []string {
 
 // ServerOptions returns the chain as grpc.ServerOptions, the same list for
 // unary and streaming calls.
-func ServerOptions(c Config) []grpc.ServerOption {
+func ServerOptions(c Config) []grpc.ServerOption { return options(chain(c)) }
+
+func options(links []link) []grpc.ServerOption {
 	var u []grpc.UnaryServerInterceptor
 	var s []grpc.StreamServerInterceptor
-	for _, l := range chain(c) {
+	for _, l := range links {
 		u = append(u, l.unary)
 		s = append(s, l.stream)
 	}
@@ -132,6 +128,9 @@ func requestID(ctx context.Context) (context.Context, string) {
 		id = hex.EncodeToString(b[:])
 	}
 	_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, id))
+	if r, ok := ctx.Value(recoveryKey{}).(*recoveryState); ok {
+		r.requestID = id
+	}
 	return context.WithValue(ctx, requestIDKey{}, id), id
 }
 
@@ -165,6 +164,49 @@ type wrappedStream struct {
 }
 
 func (w *wrappedStream) Context() context.Context { return w.ctx }
+
+// recoveryState is what the recovery link learns of a call from the links
+// inside it, to log a panic with the call's request id.
+type recoveryState struct{ requestID string }
+
+type recoveryKey struct{}
+
+// errPanic is the answer to a call that panicked: the panic's text stays in
+// the logs.
+func errPanic() error {
+	return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
+}
+
+func logPanic(ctx context.Context, l *slog.Logger, method string, r *recoveryState, p any) {
+	l.ErrorContext(ctx, "panic in handler", "grpc.method", method, "request_id", r.requestID,
+		"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+}
+
+func recoverUnary(l *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		r := &recoveryState{}
+		defer func() {
+			if p := recover(); p != nil {
+				logPanic(ctx, l, info.FullMethod, r, p)
+				resp, err = nil, errPanic()
+			}
+		}()
+		return handler(context.WithValue(ctx, recoveryKey{}, r), req)
+	}
+}
+
+func recoverStream(l *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		r := &recoveryState{}
+		defer func() {
+			if p := recover(); p != nil {
+				logPanic(ss.Context(), l, info.FullMethod, r, p)
+				err = errPanic()
+			}
+		}()
+		return handler(srv, &wrappedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), recoveryKey{}, r)})
+	}
+}
 
 func passUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	return handler(ctx, req)
@@ -205,19 +247,4 @@ func (s *validatingStream) RecvMsg(m any) error {
 		return err
 	}
 	return s.v(s.Context(), s.method, m)
-}
-
-// ReasonOf returns the ErrorInfo reason of a status error, or "" if it has
-// none.
-func ReasonOf(err error) string {
-	st, ok := status.FromError(err)
-	if !ok {
-		return ""
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason()
-		}
-	}
-	return ""
 }

@@ -20,11 +20,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/interceptors"
+	"github.com/opledger/opledger/reason"
 )
 
 // requireReason checks that err is a gRPC status with code and exactly one
 // ErrorInfo, in opledger's domain, carrying reason.
-func requireReason(t testing.TB, err error, code codes.Code, reason string) *status.Status {
+func requireReason(t testing.TB, err error, code codes.Code, want string) *status.Status {
 	t.Helper()
 	require.Error(t, err)
 	st, ok := status.FromError(err)
@@ -37,14 +38,14 @@ func requireReason(t testing.TB, err error, code codes.Code, reason string) *sta
 		}
 	}
 	require.Len(t, infos, 1, "want exactly one ErrorInfo in %v", err)
-	require.Equal(t, interceptors.ErrorDomain, infos[0].GetDomain())
-	require.Equal(t, reason, infos[0].GetReason(), "status: %v", err)
+	require.Equal(t, reason.Domain, infos[0].GetDomain())
+	require.Equal(t, want, infos[0].GetReason(), "status: %v", err)
 	return st
 }
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []string{"request_id", "metrics", "logging", "deadline", "auth", "rate_limit", "idempotency", "validation", "recovery"},
+	require.Equal(t, []string{"recovery", "request_id", "metrics", "logging", "deadline", "auth", "rate_limit", "idempotency", "validation"},
 		interceptors.Names(interceptors.Config{}))
 }
 
@@ -159,7 +160,7 @@ func (testService) StreamingOutputCall(*testpb.StreamingOutputCallRequest, grpc.
 func (testService) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
 	p, _ := interceptors.PrincipalFrom(ctx)
 	idem, _ := interceptors.IdempotencyFrom(ctx)
-	return &testpb.SimpleResponse{Username: p.Tenant + "/" + p.ID, OauthScope: idem.Digest + "|" + idem.Fingerprint}, nil
+	return &testpb.SimpleResponse{Username: p.Tenant + "/" + p.ID, OauthScope: idem.Digest}, nil
 }
 
 const (
@@ -184,9 +185,6 @@ func startChain(t *testing.T) (testpb.TestServiceClient, *syncBuffer) {
 			methodUnary:  {"agent"},
 		},
 		KeyRequired: map[string]bool{methodUnary: true},
-		Fingerprint: func(_ context.Context, method string, p interceptors.Principal, _ any) (string, error) {
-			return "fp:" + p.Tenant + ":" + method, nil
-		},
 	}
 	srv := grpc.NewServer(interceptors.ServerOptions(cfg)...)
 	testpb.RegisterTestServiceServer(srv, testService{})
@@ -272,7 +270,8 @@ func TestChainAuthAndIdempotency(t *testing.T) {
 
 	// A method nobody listed in Roles is closed.
 	_, err = client.CacheableUnaryCall(authed(""), &testpb.SimpleRequest{})
-	requireReason(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
+	st := requireReason(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
+	require.Equal(t, "CacheableUnaryCall is not open to any role", st.Message())
 
 	_, err = client.UnaryCall(authed(""), &testpb.SimpleRequest{})
 	requireReason(t, err, codes.InvalidArgument, "IDEMPOTENCY_KEY_MISSING")
@@ -283,7 +282,7 @@ func TestChainAuthAndIdempotency(t *testing.T) {
 	var header metadata.MD
 	resp, err := client.UnaryCall(authed("order-42"), &testpb.SimpleRequest{}, grpc.Header(&header))
 	require.NoError(t, err)
-	require.Equal(t, interceptors.KeyDigest("order-42")+"|fp:acme:"+methodUnary, resp.GetOauthScope())
+	require.Equal(t, interceptors.KeyDigest("order-42"), resp.GetOauthScope())
 	require.Len(t, header.Get(interceptors.RequestIDHeader), 1, "every answer carries a request id")
 
 	// A caller's well-formed request id is echoed.
@@ -299,4 +298,68 @@ func TestChainAuthAndIdempotency(t *testing.T) {
 		require.NotContains(t, string(b), "order-42")
 		require.NotContains(t, string(b), "good-key")
 	}
+}
+
+// TestPanicInAnyLinkBecomesInternal (issue 11, defect 7): with recovery
+// innermost, a panic in the authenticator or a validator killed the
+// process (TestRecoveryIsOutermost puts a panic after every link). Each panics here on a request of its own;
+// each answers INTERNAL and the server goes on serving.
+func TestPanicInAnyLinkBecomesInternal(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	cfg := interceptors.Config{
+		Logger:        slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Authenticator: panickyKeys{"good-key": {ID: "pr_1", Tenant: "acme", Roles: []string{"agent"}}},
+		Roles:         map[string][]string{methodUnary: {"agent"}},
+		KeyRequired:   map[string]bool{methodUnary: true},
+		Validate: func(_ context.Context, _ string, req any) error {
+			if req.(*testpb.SimpleRequest).GetFillOauthScope() {
+				panic("boom: a bug in a validator")
+			}
+			return nil
+		},
+	}
+	srv := grpc.NewServer(interceptors.ServerOptions(cfg)...)
+	testpb.RegisterTestServiceServer(srv, testService{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	client := testpb.NewTestServiceClient(conn)
+
+	panicAuth := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer panic-key", "idempotency-key", "k"))
+	for name, call := range map[string]func() error{
+		"auth": func() error { _, err := client.UnaryCall(panicAuth, &testpb.SimpleRequest{}); return err },
+		"validation": func() error {
+			_, err := client.UnaryCall(authed("k2"), &testpb.SimpleRequest{FillOauthScope: true})
+			return err
+		},
+	} {
+		st := requireReason(t, call(), codes.Internal, "INTERNAL")
+		require.NotContains(t, st.Message(), "boom", name)
+	}
+	resp, err := client.UnaryCall(authed("k3"), &testpb.SimpleRequest{})
+	require.NoError(t, err, "the process survived the panics")
+	require.Equal(t, "acme/pr_1", resp.GetUsername())
+	panics := 0
+	for _, r := range logs.records(t) {
+		if r["msg"] == "panic in handler" {
+			panics++
+			require.NotEmpty(t, r["request_id"])
+		}
+	}
+	require.Equal(t, 2, panics)
+}
+
+// panickyKeys is an Authenticator with a bug: one key makes it panic.
+type panickyKeys keys
+
+func (k panickyKeys) Authenticate(ctx context.Context, key string) (interceptors.Principal, error) {
+	if key == "panic-key" {
+		panic("boom: a bug in the authenticator")
+	}
+	return keys(k).Authenticate(ctx, key)
 }

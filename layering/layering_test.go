@@ -71,6 +71,8 @@ func TestImportRules(t *testing.T) {
 			forbidden(dir, "github.com/jackc/pgx/v5")
 		}
 		switch {
+		case under(dir, "reason"):
+			forbidden(dir, module+"server", module+"store", module+"ledger", module+"cmd", module+"interceptors")
 		case under(dir, "interceptors"), under(dir, "clients"):
 			forbidden(dir, module+"server", module+"store", module+"ledger", module+"cmd")
 		case under(dir, "store"):

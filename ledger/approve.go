@@ -25,8 +25,9 @@ type ApproveInput struct {
 
 // Approve records a decision bound to the fingerprint the approver saw. It
 // locks the operation, decides with the rules below, and applies the change
-// with a statement guarded on the state it read. It returns replayed when
-// the same decision was already in force.
+// with a statement guarded on the state it read and, where the rule depends
+// on the approval having lapsed, on that too, on the database's clock. It
+// returns replayed when the same decision was already in force.
 func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operation, bool, error) {
 	var out Operation
 	var replayed bool
@@ -39,7 +40,7 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 		if err != nil {
 			return err
 		}
-		d, err := decideApproval(op, a, in, time.Now())
+		d, err := decideApproval(op, a, in)
 		if err != nil {
 			return err
 		}
@@ -50,11 +51,22 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 		if err := Check(State(op.State), d.event, d.to); err != nil {
 			return err
 		}
-		out, err = c.OperationDecide(ctx, store.Decision{
-			Tenant: a.Tenant, ID: op.ID, From: op.State, To: string(d.to), Decision: in.Decision,
-			DecidedBy: a.ID, ApprovedFingerprint: in.Fingerprint, Reason: in.Reason,
-			Event: string(d.event), Actor: a.Name, Detail: d.detail,
-		})
+		st, err := decision(op, d.event, d.to, ByApprover)
+		if err != nil {
+			return err
+		}
+		st.Decision, st.DecidedBy, st.ApprovedFingerprint, st.Reason = in.Decision, a.ID, in.Fingerprint, in.Reason
+		st.Actor, st.Detail = a.Name, d.detail
+		out, err = c.OperationDecide(ctx, st)
+		if errors.Is(err, store.ErrNotFound) && d.onlyIfLapsed != nil {
+			// The approval in force was not lapsed (or the operation was
+			// sent): the rule for an approval in force applies.
+			if d.onlyIfLapsed.replay {
+				out, replayed = op, true
+				return nil
+			}
+			return d.onlyIfLapsed.err
+		}
 		return err
 	})
 	if err != nil {
@@ -71,10 +83,23 @@ type approval struct {
 	event  Event
 	to     State
 	detail string
+	// onlyIfLapsed, when set, is the answer if the statement finds the
+	// approval still in force (the table guards a decision on a READY
+	// operation by its approval having lapsed with nothing sent, judged on
+	// the database's clock).
+	onlyIfLapsed *inForce
 }
 
-// decideApproval is the pure rule book of Approve.
-func decideApproval(op Operation, a Actor, in ApproveInput, now time.Time) (approval, error) {
+// inForce is the answer to a decision on an approval still in force.
+type inForce struct {
+	replay bool
+	err    error
+}
+
+// decideApproval is the pure rule book of Approve. It never reads a clock:
+// whether a READY operation's approval has lapsed is for the statement to
+// judge.
+func decideApproval(op Operation, a Actor, in ApproveInput) (approval, error) {
 	if op.PreparedBy == a.ID {
 		return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_SELF_APPROVAL_FORBIDDEN,
 			"the principal that prepared an operation cannot approve it")
@@ -88,38 +113,41 @@ func decideApproval(op Operation, a Actor, in ApproveInput, now time.Time) (appr
 			"tool %s needs no approval", op.Tool)
 	}
 	state := State(op.State)
-	// An approval an executor already exercised (fence > 0) does not lapse:
-	// the operation may have taken effect, so it can be neither denied nor
-	// approved again, only driven to its outcome.
-	expired := state == StateReady && op.Fence == 0 && !op.ApprovalExpiresAt.After(now)
-	conflict := func() (approval, error) {
-		return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_CONFLICT,
-			"the operation already has the opposite decision (state %s)", state)
-	}
+	conflict := refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_CONFLICT,
+		"the operation already has the opposite decision (state %s)", state)
+	// An approval that a send exercised does not lapse: the operation may
+	// have taken effect, so it can be neither denied nor approved again,
+	// only driven to its outcome. Until then a READY operation's approval
+	// may have lapsed, which only the database's clock can tell.
+	lapsable := state == StateReady && op.FirstSentFence == 0
 	switch in.Decision {
 	case DecisionApprove:
 		switch {
 		case state == StateAwaitingApproval:
 			return approval{event: EventApproved, to: StateReady, detail: "approved"}, nil
-		case expired:
-			return approval{event: EventApproved, to: StateReady, detail: "approved again after the approval expired"}, nil
+		case lapsable:
+			return approval{event: EventApproved, to: StateReady, detail: "approved again after the approval expired",
+				onlyIfLapsed: &inForce{replay: true}}, nil
 		case state == StateRejected:
-			return conflict()
+			return approval{}, conflict
 		case state == StateCancelled:
 			return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED, "the operation was cancelled")
-		default: // READY (unexpired), EXECUTING and outcomes: approved before
+		default: // READY (sent), EXECUTING and outcomes: approved before
 			return approval{replay: true}, nil
 		}
 	case DecisionDeny:
 		switch {
-		case state == StateAwaitingApproval, expired:
+		case state == StateAwaitingApproval:
 			return approval{event: EventDenied, to: StateRejected, detail: "denied"}, nil
+		case lapsable:
+			return approval{event: EventDenied, to: StateRejected, detail: "denied after the approval expired",
+				onlyIfLapsed: &inForce{err: conflict}}, nil
 		case state == StateRejected:
 			return approval{replay: true}, nil
 		case state == StateCancelled:
 			return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED, "the operation was cancelled")
 		default:
-			return conflict()
+			return approval{}, conflict
 		}
 	}
 	return approval{}, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "decision",

@@ -25,26 +25,22 @@ func (l *Ledger) Cancel(ctx context.Context, a Actor, id, reason string) (Operat
 	case StateCancelled:
 		return op, true, nil
 	case StateAwaitingApproval, StateReady:
-		if op.Fence > 0 {
-			// READY again after a claim (released, or reconciled after a lookup
-			// miss, which can race the request): an earlier attempt may have
-			// taken effect, so CANCELLED could be a lie.
-			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE,
-				"the operation was sent to the downstream before and may have taken effect; execute it to learn its outcome")
+		if op.FirstSentFence != 0 {
+			return Operation{}, false, sentBefore()
 		}
 	default:
 		return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE,
 			"the operation is %s: only an operation nobody has executed can be cancelled", op.State)
 	}
-	if err := Check(State(op.State), EventCancelled, StateCancelled); err != nil {
+	t, err := l.transition(op, EventCancelled, StateCancelled, ByAgent)
+	if err != nil {
 		return Operation{}, false, storeErr(err)
 	}
-	detail := "cancelled"
+	t.Actor, t.Detail = a.Name, "cancelled"
 	if reason != "" {
-		detail = "cancelled: " + reason
+		t.Detail = "cancelled: " + reason
 	}
-	out, err := l.store.OperationTransition(ctx, store.Transition{Tenant: a.Tenant, ID: op.ID, From: []string{op.State},
-		Fence: op.Fence, To: string(StateCancelled), Event: string(EventCancelled), Actor: a.Name, Detail: detail})
+	out, err := l.store.OperationTransition(ctx, t)
 	if errors.Is(err, store.ErrNotFound) {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS,
 			Message: "the operation changed while it was being cancelled; read it and try again", RetryAfter: 100 * time.Millisecond}
@@ -53,4 +49,13 @@ func (l *Ledger) Cancel(ctx context.Context, a Actor, id, reason string) (Operat
 		return Operation{}, false, storeErr(err)
 	}
 	return out, false, nil
+}
+
+// sentBefore refuses to cancel an operation that is READY again after a
+// send (reconciled after a lookup miss, which can race the request): an
+// earlier attempt may have taken effect, so CANCELLED could be a lie. A
+// claim that was released with nothing sent does not count.
+func sentBefore() *Error {
+	return refuse(opledgerv1.ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE,
+		"the operation was sent to the downstream before and may have taken effect; execute it to learn its outcome")
 }

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -66,4 +67,11 @@ func storeErr(err error) error {
 			Message: "the ledger database is unavailable; retry with the same request", RetryAfter: time.Second, Err: err}
 	}
 	return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, Message: "internal error", Err: err}
+}
+
+// retryableStoreErr reports whether a failed statement may succeed if sent
+// again: the database was unreachable (a restart, a failover), a
+// serialization failure, or the statement timed out.
+func retryableStoreErr(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrRetry) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -23,15 +23,22 @@ func newID(prefix string) string {
 }
 
 // DownstreamKey derives the idempotency key sent to the downstream for an
-// operation: HMAC-SHA256 of the server secret over the tenant and the
-// operation id. It is computed once at Prepare and stored, so every attempt
-// on every replica sends the same key, and rotating the secret only affects
-// operations prepared afterwards.
-func DownstreamKey(secret []byte, tenant, operationID string) string {
+// operation from its business identity: HMAC-SHA256 of the server secret
+// over the tenant, the tool, the caller's idempotency key and the request
+// fingerprint (each length-prefixed, after a version label). It depends on
+// nothing the database issues, so an operation row lost with a failed-over
+// or restored database, prepared again under the same key with the same
+// arguments, sends the same key and the downstream dedupes it. It is
+// computed once at Prepare and stored, so every attempt on every replica
+// sends the same key, and rotating the secret only affects operations
+// prepared afterwards.
+func DownstreamKey(secret []byte, tenant, tool, idempotencyKey, fingerprint string) string {
 	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(tenant))
-	m.Write([]byte{0})
-	m.Write([]byte(operationID))
+	var n [binary.MaxVarintLen64]byte
+	for _, part := range []string{"opledger downstream key v2", tenant, tool, idempotencyKey, fingerprint} {
+		m.Write(n[:binary.PutUvarint(n[:], uint64(len(part)))])
+		m.Write([]byte(part))
+	}
 	return "opk_" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 

@@ -6,12 +6,12 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -50,6 +50,10 @@ type Actor struct {
 
 func (a Actor) has(role string) bool { return slices.Contains(a.Roles, role) }
 
+// DefaultAuthCacheTTL is Config.AuthCacheTTL's default: how long a replica
+// may keep accepting a key after it was revoked.
+const DefaultAuthCacheTTL = 30 * time.Second
+
 // Config tunes the ledger. Zero values take the defaults noted.
 type Config struct {
 	// ServerID names this process in leases and event logs.
@@ -68,7 +72,7 @@ type Config struct {
 	// ReconcileMaxBackoff shape its retries (defaults 1s and 5m).
 	ReconcileInterval, ReconcileBackoff, ReconcileMaxBackoff time.Duration
 	// AuthCacheTTL is how long an authenticated key is remembered (default
-	// 30s); revocations take up to this long to bite.
+	// DefaultAuthCacheTTL); revocations take up to this long to bite.
 	AuthCacheTTL time.Duration
 	// OpsPerMinute caps the operations each tenant may create per minute,
 	// across all replicas (counted in the database); 0 means no quota.
@@ -85,6 +89,10 @@ type Config struct {
 	// FinishedCacheTTL bounds how long one is remembered (default 10m); an
 	// entry never outlives the operation's retention either.
 	FinishedCacheTTL time.Duration
+	// OutcomeRetry is how long an executor keeps trying to record a
+	// downstream's answer while the database is unreachable (default 1m):
+	// the answer is known only to it, and lost it becomes an unknown outcome.
+	OutcomeRetry time.Duration
 	// ApprovalWebhook, when its URL is set, notifies of every operation
 	// that starts awaiting approval (notify.go).
 	ApprovalWebhook ApprovalWebhook
@@ -113,7 +121,7 @@ func (c *Config) defaults() {
 		c.ReconcileMaxBackoff = 5 * time.Minute
 	}
 	if c.AuthCacheTTL == 0 {
-		c.AuthCacheTTL = 30 * time.Second
+		c.AuthCacheTTL = DefaultAuthCacheTTL
 	}
 	if c.Retention == 0 {
 		c.Retention = 30 * 24 * time.Hour
@@ -127,14 +135,19 @@ func (c *Config) defaults() {
 	if c.FinishedCacheTTL == 0 {
 		c.FinishedCacheTTL = 10 * time.Minute
 	}
+	if c.OutcomeRetry == 0 {
+		c.OutcomeRetry = time.Minute
+	}
 	c.ApprovalWebhook.defaults()
 }
 
-// bound is a tool with the executor that performs it.
+// bound is a tool with the executor that performs it, its settings with
+// their defaults, and what the executor says its downstream guarantees.
 type bound struct {
-	tool *tool.Tool
-	exec executor.Executor
-	caps executor.Capabilities
+	tool     *tool.Tool
+	settings executor.Settings
+	exec     executor.Executor
+	caps     executor.Capabilities
 }
 
 // Ledger is the execution ledger. It is safe for concurrent use, and any
@@ -155,8 +168,12 @@ type Ledger struct {
 	hooks *Hooks
 	obs   Observer
 
-	// finished remembers operations in a terminal state, by tenant and id.
-	finished *cache.Map[opKey, Operation]
+	// finished remembers operations in a terminal state, by tenant and id,
+	// with the form they are answered in (see SetEncoder): the one cache of
+	// finished operations in the process.
+	finished *cache.Map[opKey, finished]
+	// encode computes an operation's answer form; nil keeps none.
+	encode func(Operation) any
 
 	// notifyKick wakes the approval notifier; notifyClient sends.
 	notifyKick   chan struct{}
@@ -164,6 +181,28 @@ type Ledger struct {
 }
 
 type opKey struct{ tenant, id string }
+
+// finished is a cached finished operation and its answer form.
+type finished struct {
+	op      Operation
+	encoded any
+}
+
+// SetEncoder installs the function that computes the form in which an
+// operation is answered (the server's wire encoding). The finished-
+// operation cache keeps that form with the operation, so a replay is
+// answered without encoding it again. Call it before serving.
+func (l *Ledger) SetEncoder(encode func(Operation) any) { l.encode = encode }
+
+// Encoded returns the answer form of op kept in the finished-operation
+// cache, or nil when the cache holds no such copy of op.
+func (l *Ledger) Encoded(op Operation) any {
+	f, ok := l.finished.Get(opKey{op.Tenant, op.ID})
+	if !ok || !f.op.UpdatedAt.Equal(op.UpdatedAt) {
+		return nil
+	}
+	return f.encoded
+}
 
 // remember caches op if it is finished: nothing can change it any more
 // (the state machine has no edge out of a terminal state), until the pruner
@@ -178,11 +217,21 @@ func (l *Ledger) remember(op Operation) {
 	if _, ok := l.finished.Get(key); ok {
 		return
 	}
-	deadline := time.Now().Add(l.cfg.FinishedCacheTTL)
-	if pruned := op.UpdatedAt.Add(l.cfg.Retention); pruned.Before(deadline) {
-		deadline = pruned
+	// The pruner deletes it once its age passes the retention, on the
+	// database's clock: the copy goes no later, whatever this process's
+	// clock says.
+	if op.DBNow.IsZero() {
+		return
 	}
-	l.finished.Put(key, op, deadline)
+	ttl := min(l.cfg.FinishedCacheTTL, op.UpdatedAt.Add(l.cfg.Retention).Sub(op.DBNow))
+	if ttl <= 0 {
+		return
+	}
+	f := finished{op: op}
+	if l.encode != nil {
+		f.encoded = l.encode(op)
+	}
+	l.finished.Put(key, f, time.Now().Add(ttl))
 }
 
 // Hooks lets tests pause or crash the ledger at named points.
@@ -190,6 +239,9 @@ type Hooks struct {
 	// AfterDownstream runs after the downstream answered and before the
 	// outcome is committed.
 	AfterDownstream func(ctx context.Context, op Operation)
+	// BeforeApprovalExpiry runs when Execute found a READY operation it
+	// could not claim and is about to expire its approval.
+	BeforeApprovalExpiry func(ctx context.Context, op Operation)
 }
 
 // New returns a ledger over st for the tools in reg, calling each tool
@@ -200,18 +252,15 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 		return nil, errors.New("ledger: the downstream secret must be at least 16 bytes")
 	}
 	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{},
-		finished: cache.New[opKey, Operation](cfg.FinishedCacheSize), notifyKick: make(chan struct{}, 1),
+		finished: cache.New[opKey, finished](cfg.FinishedCacheSize), notifyKick: make(chan struct{}, 1),
 		notifyClient: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	l.auth.entries = map[string]authEntry{}
 	for _, t := range reg.List() {
-		ex, err := execs.New(executorType(t), executorSettings(t))
+		ex, err := execs.New(t.Executor.Type, t.Executor)
 		if err != nil {
 			return nil, fmt.Errorf("ledger: tool %s@%s: %w", t.Name, t.Version, err)
 		}
-		b := bound{tool: t, exec: ex}
-		if c, ok := ex.(interface{ Capabilities() executor.Capabilities }); ok {
-			b.caps = c.Capabilities()
-		}
+		b := bound{tool: t, settings: t.Executor.WithDefaults(), exec: ex, caps: executor.CapabilitiesOf(ex)}
 		l.bound[t.Name+"@"+t.Version] = b
 		l.maxLease = max(l.maxLease, l.lease(b))
 	}
@@ -235,11 +284,7 @@ func (l *Ledger) toolOf(op Operation) (bound, error) {
 }
 
 func (l *Ledger) lease(b bound) time.Duration {
-	attempts := max(1, b.tool.Executor.MaxAttempts)
-	timeout := b.tool.Executor.Timeout
-	if timeout == 0 {
-		timeout = 10 * time.Second
-	}
+	attempts, timeout := b.settings.MaxAttempts, b.settings.Timeout
 	// Every attempt may run to its timeout, retries back off up to 2s each,
 	// and the outcome must still be committed inside the lease.
 	return max(l.cfg.MinLease, time.Duration(attempts)*timeout+time.Duration(attempts-1)*2*time.Second+time.Second)
@@ -250,6 +295,9 @@ func (l *Ledger) opLogger(op Operation) *slog.Logger {
 		"attempt", op.Attempts, "fence", op.Fence)
 }
 
+// maxListedTools bounds the names an unknown-tool error lists.
+const maxListedTools = 20
+
 // ResolveTool returns the tool a Prepare names, resolving an empty version to
 // the current one.
 func (l *Ledger) ResolveTool(name, version string) (*tool.Tool, error) {
@@ -257,27 +305,16 @@ func (l *Ledger) ResolveTool(name, version string) (*tool.Tool, error) {
 	switch {
 	case errors.Is(err, tool.ErrUnknownTool):
 		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_TOOL_UNKNOWN, Field: "tool",
-			Message: fmt.Sprintf("no tool named %q is configured", name)}
+			Message: fmt.Sprintf("no tool named %q is configured; configured tools: %s (ListTools describes them)",
+				name, l.tools.Names(maxListedTools))}
 	case errors.Is(err, tool.ErrUnknownVersion):
 		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_TOOL_VERSION_UNKNOWN, Field: "tool_version",
-			Message: fmt.Sprintf("tool %q has no version %q", name, version)}
+			Message: fmt.Sprintf("tool %q has no version %q; its versions: %s (leave tool_version empty for the current one)",
+				name, version, l.tools.Versions(name, maxListedTools))}
 	case err != nil:
 		return nil, err
 	}
 	return t, nil
-}
-
-// Fingerprint computes the v1 fingerprint of a Prepare: method, tenant, the
-// resolved tool name and version, and the canonical args.
-func (l *Ledger) Fingerprint(method, tenant, toolName, version string, args *structpb.Struct) (string, error) {
-	if t, err := l.tools.Lookup(toolName, version); err == nil {
-		version = t.Version
-	}
-	fp, err := fingerprint.Compute(fingerprint.Input{Method: method, Tenant: tenant, Tool: toolName, ToolVersion: version, Args: args})
-	if err != nil {
-		return "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args", Message: err.Error()}
-	}
-	return fp, nil
 }
 
 // PrepareInput is a Prepare request after authentication.
@@ -286,8 +323,9 @@ type PrepareInput struct {
 	// Args is passed as the Struct itself: AsMap would turn NaN into the
 	// string "NaN" and so collide with a real string.
 	Args *structpb.Struct
-	// IdempotencyKey is the caller's key; Fingerprint the request's.
-	IdempotencyKey, Fingerprint string
+	// IdempotencyKey is the caller's key, and KeyDigest its digest for
+	// logs and the event log (computed when empty).
+	IdempotencyKey, KeyDigest string
 	// Method is the full gRPC method, part of the fingerprint.
 	Method string
 }
@@ -324,10 +362,14 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 		}
 		return Operation{}, false, le
 	}
-	if in.Fingerprint == "" {
-		if in.Fingerprint, err = l.Fingerprint(in.Method, a.Tenant, t.Name, t.Version, in.Args); err != nil {
-			return Operation{}, false, err
-		}
+	// The fingerprint covers the canonical bytes just produced: the args are
+	// canonicalised once per Prepare.
+	fp, err := fingerprint.OfCanonical(in.Method, a.Tenant, t.Name, t.Version, canonical)
+	if err != nil {
+		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args", Message: err.Error()}
+	}
+	if in.KeyDigest == "" {
+		in.KeyDigest = digest(in.IdempotencyKey)
 	}
 	state := StateReady
 	if t.Approval.Required {
@@ -339,10 +381,10 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 	id := newID("op_")
 	op, inserted, err := l.insert(ctx, a.Tenant, store.NewOperation{
 		ID: id, Tenant: a.Tenant, Tool: t.Name, ToolVersion: t.Version, IdempotencyKey: in.IdempotencyKey,
-		Args: canonical, Fingerprint: in.Fingerprint, State: string(state), PreparedBy: a.ID,
+		Args: canonical, Fingerprint: fp, State: string(state), PreparedBy: a.ID,
 		ApprovalRequired: t.Approval.Required, ApprovalTTL: t.Approval.TTL,
-		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, id),
-		Actor:         a.Name, Detail: "prepared with key digest " + digest(in.IdempotencyKey),
+		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, t.Name, in.IdempotencyKey, fp),
+		Actor:         a.Name, Detail: "prepared with key digest " + in.KeyDigest,
 		Notify: l.notifyOn(),
 	})
 	if err != nil {
@@ -361,10 +403,11 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 		// failure to read, not a race.
 		return Operation{}, false, storeErr(err)
 	}
-	if existing.Fingerprint == in.Fingerprint {
+	if existing.Fingerprint == fp {
 		l.obs.DuplicatePrevented("Prepare", t.Name, true)
+		l.remember(existing)
 	}
-	if existing.Fingerprint != in.Fingerprint {
+	if existing.Fingerprint != fp {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED,
 			Message:  "this idempotency key was already used for a different request (args, tool version or method differ); use a new key for a new operation",
 			Metadata: map[string]string{"operation_id": existing.ID}}
@@ -474,32 +517,46 @@ func CreatePrincipal(ctx context.Context, st *store.Store, tenant, name string, 
 	return key, p, err
 }
 
-// jsonObject returns b if it is a JSON object, else wraps it as {"value": b}
-// so that it fits google.protobuf.Struct.
-func jsonObject(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
+// ListPrincipals returns a tenant's principals, revoked ones included,
+// oldest first. Keys are never stored, so none can be listed.
+func ListPrincipals(ctx context.Context, st *store.Store, tenant string) ([]Principal, error) {
+	if tenant == "" {
+		return nil, errors.New("ledger: a tenant is required")
 	}
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		out, _ := json.Marshal(map[string]string{"raw": string(b)})
-		return out
-	}
-	if _, ok := v.(map[string]any); ok {
-		return b
-	}
-	out, _ := json.Marshal(map[string]any{"value": v})
-	return out
+	return st.PrincipalList(ctx, tenant)
 }
 
-// ExecutorType is the executor type a tool declares.
-func executorType(t *tool.Tool) string { return t.Executor.Type }
-
-func executorSettings(t *tool.Tool) executor.Settings {
-	e := t.Executor
-	return executor.Settings{Tool: t.Name, URL: e.URL, LookupURL: e.LookupURL, Timeout: e.Timeout,
-		DedupesKeys: e.DedupesKeys, LookupConsistent: e.LookupConsistent, ExternalRefField: e.ExternalRefField,
-		MaxAttempts: e.MaxAttempts, Headers: e.Headers}
+// RevokePrincipal revokes the key of the tenant's principal ref names (by
+// ID or by Name). Revoking twice is harmless: already reports that the key
+// was revoked before, at p.RevokedAt. Servers stop accepting the key within
+// their auth cache TTL.
+func RevokePrincipal(ctx context.Context, st *store.Store, tenant string, ref store.PrincipalRef) (p Principal, already bool, err error) {
+	if tenant == "" {
+		return p, false, errors.New("ledger: a tenant is required")
+	}
+	if (ref.ID == "") == (ref.Name == "") {
+		return p, false, errors.New("ledger: name the principal by its id or by its name, not both")
+	}
+	p, err = st.PrincipalRevoke(ctx, tenant, ref)
+	if !errors.Is(err, store.ErrNotFound) {
+		return p, false, err
+	}
+	p, err = st.PrincipalGet(ctx, tenant, ref)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		what := "named " + strconv.Quote(ref.Name)
+		if ref.ID != "" {
+			what = "with id " + strconv.Quote(ref.ID)
+		}
+		return p, false, fmt.Errorf("ledger: tenant %q has no principal %s", tenant, what)
+	case err != nil:
+		return p, false, err
+	case p.RevokedAt.IsZero():
+		// Nothing clears revoked_at, so an unrevoked row here was created
+		// under this name after the UPDATE looked: report it, do not guess.
+		return p, false, fmt.Errorf("ledger: principal %s changed while revoking; run the command again", p.ID)
+	}
+	return p, true, nil
 }
 
 // insert stores a new operation. With a quota it does so in a transaction

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
@@ -43,12 +41,15 @@ func (l *Ledger) Reconcile(ctx context.Context, a Actor, id string, res *Resolut
 	return l.reconcileOne(ctx, a.Name, op)
 }
 
-func unresolved(op Operation, now time.Time) bool {
-	return State(op.State) == StateOutcomeUnknown || State(op.State) == StateExecuting && now.After(op.LeaseExpiresAt)
+// unresolved reports whether op needs reconciling: its outcome is unknown,
+// or it is EXECUTING and its lease had expired on the database's clock when
+// it was read.
+func unresolved(op Operation) bool {
+	return State(op.State) == StateOutcomeUnknown || State(op.State) == StateExecuting && op.LeaseExpired()
 }
 
 func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolution) (Operation, string, error) {
-	if !unresolved(op, time.Now()) {
+	if !unresolved(op) {
 		return Operation{}, "", refuse(opledgerv1.ErrorReason_ERROR_REASON_RESOLUTION_NOT_APPLICABLE,
 			"only an OUTCOME_UNKNOWN operation, or an EXECUTING one whose lease expired, can be resolved; this one is %s", op.State)
 	}
@@ -56,12 +57,14 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "resolution.outcome",
 			Message: "outcome must be STATE_SUCCEEDED, STATE_FAILED or STATE_READY"}
 	}
-	t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: []string{op.State}, Fence: op.Fence, To: string(r.Outcome),
-		RequireLeaseExpired: true, ExternalRef: r.ExternalRef, Event: string(EventResolved), Actor: a.Name,
-		Detail: "resolved by an operator: " + r.Note}
+	t, err := l.transition(op, EventResolved, r.Outcome, ByOperator)
+	if err != nil {
+		return Operation{}, "", storeErr(err)
+	}
+	t.ExternalRef, t.Actor, t.Detail = r.ExternalRef, a.Name, "resolved by an operator: "+r.Note
 	if r.Outcome == StateFailed {
 		t.SetError = true
-		t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
+		t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
 			executor.Result{Detail: "resolved as failed by an operator: " + r.Note})
 	}
 	if r.Outcome == StateSucceeded {
@@ -81,8 +84,7 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 // reconcileOne looks an unresolved operation up at the downstream and
 // applies what it finds with a transition guarded on the fence it read.
 func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (Operation, string, error) {
-	now := time.Now()
-	if !unresolved(op, now) {
+	if !unresolved(op) {
 		if State(op.State) == StateExecuting {
 			return op, fmt.Sprintf("executing: the lease is held until %s", op.LeaseExpiresAt.UTC().Format(time.RFC3339)), nil
 		}
@@ -100,8 +102,11 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		if err := Check(State(op.State), ev, to); err != nil {
 			return Operation{}, "", storeErr(err)
 		}
-		t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: []string{op.State}, Fence: op.Fence, To: string(to),
-			RequireLeaseExpired: true, ReconcileAfter: l.cfg.ReconcileBackoff, Event: string(ev), Actor: actor, Detail: detail}
+		t, err := l.transition(op, ev, to, ByWatcher)
+		if err != nil {
+			return Operation{}, "", storeErr(err)
+		}
+		t.ReconcileAfter, t.Actor, t.Detail = l.cfg.ReconcileBackoff, actor, detail
 		if set != nil {
 			set(&t)
 		}
@@ -131,7 +136,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		l.obs.Reconciled(op.Tool, "inconclusive")
 		return op, "inconclusive: the downstream has no lookup; an operator must resolve it", nil
 	}
-	callCtx, cancel := context.WithTimeout(ctx, max(b.tool.Executor.Timeout, time.Second))
+	callCtx, cancel := context.WithTimeout(ctx, max(b.settings.Timeout, time.Second))
 	defer cancel()
 	lr := looker.Lookup(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args})
@@ -140,11 +145,11 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		if lr.Result.Outcome == executor.OutcomeFailed {
 			return apply(StateFailed, EventReconciled, "found at the downstream: refused", func(t *store.Transition) {
 				t.SetError = true
-				t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, lr.Result)
+				t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, lr.Result)
 			})
 		}
 		return apply(StateSucceeded, EventReconciled, "found at the downstream: succeeded", func(t *store.Transition) {
-			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, jsonObject(lr.Result.Body), true
+			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, lr.Result.Body, true
 		})
 	case executor.LookupNotFound:
 		if l.keyStillDedupes(b, op, 0) && b.caps.LookupConsistent {
@@ -153,7 +158,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		detail := "inconclusive: not found, but a miss from this downstream is not proof that nothing happened"
 		if b.caps.DedupesKeys && b.caps.LookupConsistent {
 			detail = "inconclusive: not found, but the downstream may have forgotten the key (first sent " +
-				op.FirstClaimedAt.UTC().Format(time.RFC3339) + ", key retention " + b.tool.Executor.KeyRetention.String() + ")"
+				op.FirstClaimedAt.UTC().Format(time.RFC3339) + ", key retention " + b.settings.KeyRetention.String() + ")"
 		}
 		if executing {
 			return apply(StateOutcomeUnknown, EventOutcomeUnknown, detail, setUnknown(detail))
@@ -173,7 +178,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 func setUnknown(detail string) func(*store.Transition) {
 	return func(t *store.Transition) {
 		t.SetError = true
-		t.Error = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail})
+		t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail})
 	}
 }
 
@@ -222,15 +227,25 @@ func (l *Ledger) ReconcileBatch(ctx context.Context) (int, error) {
 // is harmless: the downstream dedupes keys, and it cannot yet have forgotten
 // this one, nor will it have within ahead (how long a resubmission decided
 // now may take to reach it). Past (90% of) its key retention, counted from
-// the first claim, a lookup miss proves nothing and a resubmission could be
-// a second effect.
+// the first claim on the database's clock, a lookup miss proves nothing and
+// a resubmission could be a second effect. The statements that act on it
+// check the same window themselves (keyWindow); this answer only picks the
+// path.
 func (l *Ledger) keyStillDedupes(b bound, op Operation, ahead time.Duration) bool {
 	if !b.caps.DedupesKeys {
 		return false
 	}
-	r := b.tool.Executor.KeyRetention
+	r := b.settings.KeyRetention
 	if r == 0 || op.FirstClaimedAt.IsZero() {
 		return true
 	}
-	return time.Since(op.FirstClaimedAt)+ahead < r-r/10
+	if op.DBNow.IsZero() {
+		return false
+	}
+	return op.SinceFirstClaim()+ahead < r-r/10
+}
+
+// keyWindow is the guard that keyStillDedupes's rule becomes in a statement.
+func (l *Ledger) keyWindow(b bound, ahead time.Duration) store.KeyWindow {
+	return store.KeyWindow{Retention: b.settings.KeyRetention, Ahead: ahead}
 }

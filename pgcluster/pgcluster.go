@@ -63,7 +63,17 @@ type Options struct {
 	Settings map[string]string
 	// Logger receives progress messages; nil discards them.
 	Logger *slog.Logger
+	// FakeClock runs the server under libfaketime (Debian's package faketime), so that its clock,
+	// and so now(), can be offset from the machine's with SetClockOffset: tests of time rules
+	// judged on the database's clock, and the chaos suite's clock skew. A Go program does not read
+	// time through libc, so the database is the part whose clock a test can skew.
+	FakeClock bool
+	// ClockOffset is the initial offset of a FakeClock server's clock.
+	ClockOffset time.Duration
 }
+
+// LibFaketime is where Debian's faketime package puts the preload library.
+const LibFaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 // Cluster is a PostgreSQL cluster started by Start. Its methods are safe for concurrent use.
 type Cluster struct {
@@ -79,6 +89,8 @@ type Cluster struct {
 
 	mu   sync.Mutex // serialises Stop, Crash and Restart
 	port int        // fixed once Start returns
+
+	clockFile string // the libfaketime offset file of a FakeClock server; "" otherwise
 }
 
 const (
@@ -150,6 +162,15 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.prepareDirs(); err != nil {
 		return nil, err
 	}
+	if opts.FakeClock {
+		if _, err := os.Stat(LibFaketime); err != nil {
+			return nil, fmt.Errorf("pgcluster: a fake clock needs libfaketime (apt-get install faketime): %w", err)
+		}
+		c.clockFile = filepath.Join(dir, "faketime")
+		if err := c.SetClockOffset(opts.ClockOffset); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.initdb(ctx); err != nil {
 		return nil, err
 	}
@@ -181,6 +202,23 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.log.Info("port taken, trying another", "port", port)
 	}
+}
+
+// SetClockOffset moves the clock of a server started with FakeClock to the machine's clock plus d
+// (negative: behind). Its processes pick the change up within about a second.
+func (c *Cluster) SetClockOffset(d time.Duration) error {
+	if c.clockFile == "" {
+		return errors.New("pgcluster: SetClockOffset needs a cluster started with FakeClock")
+	}
+	spec := fmt.Sprintf("%+.6f", d.Seconds())
+	tmp := c.clockFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(spec+"\n"), 0o644); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	if err := os.Rename(tmp, c.clockFile); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	return nil
 }
 
 // FindBinDir returns the directory of the PostgreSQL server binaries: `pg_config --bindir` when
@@ -512,7 +550,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		logStart = fi.Size()
 	}
 	begin := time.Now()
-	out, err := c.run(ctx, "pg_ctl", "start", "-D", c.dataDir, "-l", c.logPath, "-w",
+	out, err := c.runEnv(ctx, c.serverEnv(), "pg_ctl", "start", "-D", c.dataDir, "-l", c.logPath, "-w",
 		"-t", strconv.Itoa(startTimeout), "-s")
 	if err != nil {
 		tail := readTail(c.logPath, logStart, 4096)
@@ -672,9 +710,13 @@ func readPID(dataDir string) (int, error) {
 // that a Ctrl-C meant for us does not reach it (pg_ctl also detaches the postmaster it starts), and
 // returns its combined output.
 func (c *Cluster) run(ctx context.Context, name string, args ...string) (string, error) {
+	return c.runEnv(ctx, c.env(), name, args...)
+}
+
+func (c *Cluster) runEnv(ctx context.Context, env []string, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
 	cmd.Dir = c.dir
-	cmd.Env = c.env()
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
 	var out bytes.Buffer
 	cmd.Stdout = &out
@@ -684,6 +726,18 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) (string,
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
 	return out.String(), err
+}
+
+// serverEnv is the environment the server runs in: env, and under a FakeClock the libfaketime
+// preload reading its offset from the clock file (re-read every second, not on every call, which
+// would cost a file read per clock reading).
+func (c *Cluster) serverEnv() []string {
+	env := c.env()
+	if c.clockFile != "" {
+		env = append(env, "LD_PRELOAD="+LibFaketime, "FAKETIME_TIMESTAMP_FILE="+c.clockFile,
+			"FAKETIME_CACHE_DURATION=1", "FAKETIME_DONT_RESET=1", "FAKETIME_DONT_FAKE_MONOTONIC=1")
+	}
+	return env
 }
 
 // env is our environment without the PG* variables (PGDATA, PGPORT… would redirect the tools) and

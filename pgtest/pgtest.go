@@ -177,6 +177,62 @@ func NewCluster(t testing.TB) *pgcluster.Cluster {
 	return c
 }
 
+// NewSkewedDatabase returns the URL of a fresh database with Options.Migrate applied, on a
+// private cluster whose clock runs offset from the machine's (pgcluster's FakeClock, which needs
+// Debian's faketime package; the test skips without it unless OPLEDGER_REQUIRE_FAKETIME is set,
+// as CI sets it). It is for tests of time rules that must be judged on the database's clock.
+func NewSkewedDatabase(t testing.TB, offset time.Duration) (url string, c *pgcluster.Cluster) {
+	t.Helper()
+	if _, err := os.Stat(pgcluster.LibFaketime); err != nil {
+		if os.Getenv("OPLEDGER_REQUIRE_FAKETIME") != "" {
+			t.Fatalf("pgtest: libfaketime is required: %v", err)
+		}
+		t.Skipf("pgtest: no libfaketime (apt-get install faketime): %v", err)
+	}
+	return newPrivateDatabase(t, pgcluster.Options{FakeClock: true, ClockOffset: offset})
+}
+
+// NewPrivateDatabase returns the URL of a migrated database on a private cluster of the calling
+// test, which it may stop, crash and restart without disturbing other tests.
+func NewPrivateDatabase(t testing.TB) (url string, c *pgcluster.Cluster) {
+	t.Helper()
+	if _, err := pgcluster.FindBinDir(); err != nil && os.Getenv(EnvDatabaseURL) != "" {
+		t.Skipf("pgtest: %v", err)
+	}
+	return newPrivateDatabase(t, pgcluster.Options{})
+}
+
+func newPrivateDatabase(t testing.TB, opts pgcluster.Options) (url string, c *pgcluster.Cluster) {
+	t.Helper()
+	dir, err := makeDir()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	opts.Dir, opts.Settings = dir, clusterSettings()
+	c, err = pgcluster.Start(ctx, opts)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Stop(ctx); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	url = c.URL("postgres")
+	if m := current.opts.Migrate; m != nil {
+		if err := m(ctx, url); err != nil {
+			t.Fatalf("pgtest: migrate: %v", err)
+		}
+	}
+	return url, c
+}
+
 func (s *suite) setup() error {
 	if !s.mainCalled.Load() {
 		return errors.New("call pgtest.Main(m, opts) from TestMain: it runs the migrations and removes the test cluster")

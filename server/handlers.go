@@ -19,7 +19,7 @@ func (s *Server) Prepare(ctx context.Context, r *opledgerv1.PrepareRequest) (*op
 	idem, _ := interceptors.IdempotencyFrom(ctx)
 	op, replayed, err := s.ledger.Prepare(ctx, actorOf(ctx), ledger.PrepareInput{
 		Tool: r.GetTool(), ToolVersion: r.GetToolVersion(), Args: r.GetArgs(),
-		IdempotencyKey: idem.Key, Fingerprint: idem.Fingerprint, Method: MethodPrepare,
+		IdempotencyKey: idem.Key, KeyDigest: idem.Digest, Method: MethodPrepare,
 	})
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "tool:"+r.GetTool())

@@ -17,7 +17,6 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -25,11 +24,11 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
 
-	"github.com/opledger/opledger/cache"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/metrics"
+	"github.com/opledger/opledger/reason"
 )
 
 // MaxMessageBytes bounds every request and response on the wire. Args have
@@ -69,8 +68,6 @@ type Server struct {
 	health *health.Server
 	// retention is advertised in response headers.
 	retention time.Duration
-	// encoded keeps finished operations' wire form, by id.
-	encoded *cache.Map[string, encoded]
 	// tools is ListTools' answer, built once.
 	toolsOnce sync.Once
 	tools     *opledgerv1.ListToolsResponse
@@ -111,10 +108,9 @@ func TransportOptions() []grpc.ServerOption {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Reused worker goroutines keep the stack that the interceptor chain
-		// and a handler grew; a fresh goroutine per call copied its stack
-		// on every call (runtime.newstack was the largest item of a
-		// replay's profile). Calls beyond the workers get goroutines of
-		// their own, as without the option; an idle worker costs its
+		// and a handler grew, where a fresh goroutine per call would copy
+		// its stack on every call. Calls beyond the workers get goroutines
+		// of their own, as without the option; an idle worker costs its
 		// stack, a few KiB.
 		grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0)))),
 	}
@@ -125,14 +121,13 @@ func New(l *ledger.Ledger, opts Options) *Server {
 	if opts.MaxDeadline == 0 {
 		opts.MaxDeadline = 2 * time.Minute
 	}
-	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer(), retention: opts.Retention,
-		encoded: cache.New[string, encoded](encodedCacheSize)}
+	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer(), retention: opts.Retention}
+	l.SetEncoder(func(op ledger.Operation) any { return operationPB(op) })
 	chain := interceptors.Config{
 		Logger:        opts.Logger,
 		Authenticator: authenticator{l},
 		Roles:         Roles,
 		KeyRequired:   map[string]bool{MethodPrepare: true},
-		Fingerprint:   s.fingerprint,
 		Validate:      validate,
 		RateLimit:     opts.RateLimit,
 		MaxDeadline:   opts.MaxDeadline,
@@ -212,26 +207,6 @@ func actorOf(ctx context.Context) ledger.Actor {
 	return ledger.Actor{ID: p.ID, Tenant: p.Tenant, Name: p.Name, Roles: p.Roles}
 }
 
-// fingerprint computes a Prepare's fingerprint for the idempotency
-// interceptor.
-func (s *Server) fingerprint(ctx context.Context, method string, p interceptors.Principal, req any) (string, error) {
-	r, ok := req.(*opledgerv1.PrepareRequest)
-	if !ok {
-		return "", nil
-	}
-	// An unknown tool or version has no fingerprint (no resolved version to
-	// put in it); the handler refuses it with TOOL_UNKNOWN or
-	// TOOL_VERSION_UNKNOWN, which is what the caller needs to hear.
-	if _, err := s.ledger.ResolveTool(r.GetTool(), r.GetToolVersion()); err != nil {
-		return "", nil
-	}
-	fp, err := s.ledger.Fingerprint(method, p.Tenant, r.GetTool(), r.GetToolVersion(), r.GetArgs())
-	if err != nil {
-		return "", toStatus(ctx, s, err, "")
-	}
-	return fp, nil
-}
-
 var (
 	toolName      = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 	operationID   = regexp.MustCompile(`^op_[0-9a-z]{26}$`)
@@ -239,8 +214,8 @@ var (
 )
 
 func invalid(field, msg string) error {
-	return interceptors.Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, field+": "+msg, nil,
-		interceptors.FieldViolation(field, msg))
+	return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, field+": "+msg, nil,
+		reason.FieldViolation(field, msg))
 }
 
 // validate checks request shape before any handler runs. An operation id
@@ -251,7 +226,7 @@ func validate(_ context.Context, _ string, req any) error {
 			return invalid("operation_id", "is required")
 		}
 		if !operationID.MatchString(id) {
-			return interceptors.Status(codes.NotFound, opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND,
+			return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND,
 				fmt.Sprintf("no operation %q in your tenant", truncate(id, 64)), nil)
 		}
 		return nil
@@ -282,8 +257,8 @@ func validate(_ context.Context, _ string, req any) error {
 			return err
 		}
 		if w := r.GetWait(); w != nil && (w.CheckValid() != nil || w.AsDuration() < 0) {
-			return interceptors.Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_DEADLINE_INVALID,
-				"wait must be a non-negative duration", nil, interceptors.FieldViolation("wait", "must be non-negative"))
+			return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_DEADLINE_INVALID,
+				"wait must be a non-negative duration", nil, reason.FieldViolation("wait", "must be non-negative"))
 		}
 	case *opledgerv1.GetRequest:
 		return checkID(r.GetOperationId())

@@ -34,14 +34,38 @@ type Operation struct {
 	LeaseOwner          string
 	LeaseExpiresAt      time.Time
 	FirstClaimedAt      time.Time
-	DownstreamKey       string
-	ExternalRef         string
+	// FirstSentFence is the fence of the first attempt that may have reached
+	// the downstream; 0 while nothing may have been sent.
+	FirstSentFence int64
+	DownstreamKey  string
+	ExternalRef    string
 	// Result and Error are JSON documents, or nil.
 	Result, Error     []byte
 	ReconcileAttempts int32
 	NextReconcileAt   time.Time
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	// DBNow is the database's clock when the row was read or written: every
+	// time rule is judged against it, never against this process's clock.
+	// Zero when the statement did not report it.
+	DBNow time.Time
+}
+
+// LeaseExpired reports whether the lease of an EXECUTING operation had
+// expired on the database's clock when the row was read.
+func (o Operation) LeaseExpired() bool { return !o.DBNow.IsZero() && !o.LeaseExpiresAt.After(o.DBNow) }
+
+// LeaseRemaining is how much of the lease was left on the database's clock
+// when the row was read.
+func (o Operation) LeaseRemaining() time.Duration { return o.LeaseExpiresAt.Sub(o.DBNow) }
+
+// SinceFirstClaim is how long before the read the operation was first
+// claimed, on the database's clock; 0 if it never was.
+func (o Operation) SinceFirstClaim() time.Duration {
+	if o.FirstClaimedAt.IsZero() {
+		return 0
+	}
+	return o.DBNow.Sub(o.FirstClaimedAt)
 }
 
 // Event is one entry of an operation's event log.
@@ -67,11 +91,25 @@ func fromDB(r db.Operation) Operation {
 		ApprovalDecidedAt: r.ApprovalDecidedAt.Time, ApprovalExpiresAt: r.ApprovalExpiresAt.Time,
 		ApprovalFingerprint: r.ApprovalFingerprint.String, ApprovalReason: r.ApprovalReason.String,
 		Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner.String, LeaseExpiresAt: r.LeaseExpiresAt.Time,
-		FirstClaimedAt: r.FirstClaimedAt.Time,
-		DownstreamKey:  r.DownstreamKey, ExternalRef: r.ExternalRef.String, Result: r.Result, Error: r.Error,
+		FirstClaimedAt: r.FirstClaimedAt.Time, FirstSentFence: r.FirstSentFence.Int64,
+		DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef.String, Result: r.Result, Error: r.Error,
 		ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt.Time,
 		CreatedAt: r.CreatedAt.Time, UpdatedAt: r.UpdatedAt.Time,
 	}
+}
+
+// withNow converts a row that carries the database's clock.
+func withNow(r db.Operation, now pgtype.Timestamptz) Operation {
+	op := fromDB(r)
+	op.DBNow = now.Time
+	return op
+}
+
+// wrote marks a row a statement just wrote with the database's clock: the
+// statement set updated_at to its now().
+func wrote(op Operation, err error) (Operation, error) {
+	op.DBNow = op.UpdatedAt
+	return op, err
 }
 
 func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
@@ -109,7 +147,7 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		ApprovalRequired: n.ApprovalRequired, ApprovalTtlMs: n.ApprovalTTL.Milliseconds(),
 		DownstreamKey: n.DownstreamKey, Actor: n.Actor, Detail: n.Detail, Notify: n.Notify,
 	})
-	op, err = one(r, err, func(r db.OperationInsertRow) db.Operation { return db.Operation(r) })
+	op, err = wrote(one(r, err, func(r db.OperationInsertRow) db.Operation { return db.Operation(r) }))
 	if errors.Is(err, ErrNotFound) {
 		return Operation{}, false, nil
 	}
@@ -126,7 +164,10 @@ func (c *Conn) OperationGetByKey(ctx context.Context, tenant, tool, key string) 
 // ErrNotFound.
 func (c *Conn) OperationGet(ctx context.Context, tenant, id string) (Operation, error) {
 	r, err := c.q.OperationGet(ctx, c.dbtx, db.OperationGetParams{ID: id, Tenant: tenant})
-	return one(r, err, func(r db.Operation) db.Operation { return r })
+	if err != nil {
+		return Operation{}, interpretError(err)
+	}
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence}, r.DbNow), nil
 }
 
 // OperationGetForUpdate reads and row-locks an operation for the rest of the
@@ -158,14 +199,23 @@ type Lease struct {
 	Actor string
 }
 
+// Claim is the guarded claim of an operation, as the state machine's table
+// describes it: From → To with Event, and whether the approval must be in
+// force.
+type Claim struct {
+	From, To, Event        string
+	RequireApprovalInForce bool
+}
+
 // OperationClaim moves a READY operation whose approval holds to EXECUTING
 // for the lease holder (fence + 1, attempts + 1), with its event, and
 // returns it with claimed = true. An operation it could not claim comes back
 // as it was (claimed = false) in the same round trip; ErrNotFound means the
 // tenant has no such operation.
-func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, l Lease) (op Operation, claimed bool, err error) {
+func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, l Lease) (op Operation, claimed bool, err error) {
 	rows, err := c.q.OperationClaim(ctx, c.dbtx, db.OperationClaimParams{
 		ID: id, Tenant: tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
+		FromState: cl.From, ToState: cl.To, EventType: cl.Event, RequireApprovalInForce: cl.RequireApprovalInForce,
 	})
 	if err != nil {
 		return Operation{}, false, interpretError(err)
@@ -174,27 +224,38 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, l Lease) (
 		return Operation{}, false, ErrNotFound
 	}
 	r := rows[0]
-	claimed = r.Claimed
-	return fromDB(db.Operation{
-		ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey,
-		Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy,
-		ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision,
-		ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt,
-		ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence,
-		LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt,
-		DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events,
-		ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
-	}), claimed, nil
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence}, r.DbNow), r.Claimed, nil
 }
 
 // OperationTakeOver fences out the holder of an expired lease (fence + 1)
 // and hands the operation to l. ErrNotFound means the lease had not expired
 // or someone else moved first.
-func (c *Conn) OperationTakeOver(ctx context.Context, tenant, id string, fence int64, l Lease) (Operation, error) {
+func (c *Conn) OperationTakeOver(ctx context.Context, t TakeOver, l Lease) (Operation, error) {
 	r, err := c.q.OperationTakeOver(ctx, c.dbtx, db.OperationTakeOverParams{
-		ID: id, Tenant: tenant, Fence: fence, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
+		ID: t.ID, Tenant: t.Tenant, Fence: t.Fence, FromState: t.From, EventType: t.Event,
+		LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
+		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
 	})
-	return one(r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) })
+	return wrote(one(r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) }))
+}
+
+// TakeOver is the guarded takeover of an expired lease: the operation in
+// From with the Fence the caller read, its event, and the key window a
+// resubmission must fit in.
+type TakeOver struct {
+	Tenant, ID  string
+	From, Event string
+	Fence       int64
+	KeyWindow   KeyWindow
+}
+
+// KeyWindow guards a resubmission of a downstream key: with a Retention (how
+// long the downstream remembers a key; 0 = forever), a request decided now
+// that reaches the downstream within Ahead must still land inside 90% of the
+// retention counted from the operation's first claim, on the database's
+// clock.
+type KeyWindow struct {
+	Retention, Ahead time.Duration
 }
 
 // Transition is one guarded state change with its event.
@@ -206,6 +267,14 @@ type Transition struct {
 	To    string
 	// RequireLeaseExpired additionally demands an expired lease.
 	RequireLeaseExpired bool
+	// RequireUnsent demands that nothing may have reached the downstream.
+	RequireUnsent bool
+	// RequireFirstSend demands that no attempt before the current fence may
+	// have reached the downstream.
+	RequireFirstSend bool
+	// KeyWindow, when its Retention is set, demands that a resubmission of
+	// the downstream key decided now is still safe.
+	KeyWindow KeyWindow
 	// ExternalRef and Result are kept when empty.
 	ExternalRef string
 	Result      []byte
@@ -226,36 +295,45 @@ func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation
 		ID: t.ID, Tenant: t.Tenant, ToState: t.To, ExternalRef: text(t.ExternalRef), Result: t.Result,
 		SetError: t.SetError, Error: t.Error, ReconcileAfterSeconds: t.ReconcileAfter.Seconds(),
 		FromStates: t.From, Fence: t.Fence, RequireLeaseExpired: t.RequireLeaseExpired,
+		RequireUnsent: t.RequireUnsent, RequireFirstSend: t.RequireFirstSend,
+		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
 		EventType: t.Event, Actor: t.Actor, Detail: t.Detail,
 	})
-	return one(r, err, func(r db.OperationTransitionRow) db.Operation { return db.Operation(r) })
+	return wrote(one(r, err, func(r db.OperationTransitionRow) db.Operation { return db.Operation(r) }))
 }
 
 // Decision is an approval-related change: a decision (Decision "APPROVE" or
 // "DENY") or an expiry (Decision empty, which clears the approval).
 type Decision struct {
-	Tenant, ID          string
-	From, To            string
+	Tenant, ID string
+	// From lists the states the operation may be in.
+	From                []string
+	To                  string
 	Decision            string
 	DecidedBy           string
 	ApprovedFingerprint string
 	Reason              string
 	Event, Actor        string
 	Detail              string
+	// RequireLapsedUnsent demands that the approval lapsed on the database's
+	// clock and that nothing was sent (an expiry, a renewal of a lapsed
+	// approval, a denial of a READY operation).
+	RequireLapsedUnsent bool
 	// Notify queues an approval notification when the change is an expiry
 	// (the operation awaits approval again).
 	Notify bool
 }
 
-// OperationDecide applies d, guarded on d.From. ErrNotFound means the state
-// moved.
+// OperationDecide applies d, guarded on d.From (and, when asked, on the
+// approval having lapsed with nothing sent). ErrNotFound means a guard
+// failed.
 func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, error) {
 	r, err := c.q.OperationDecide(ctx, c.dbtx, db.OperationDecideParams{
-		ID: d.ID, Tenant: d.Tenant, FromState: d.From, ToState: d.To, Decision: text(d.Decision),
+		ID: d.ID, Tenant: d.Tenant, FromStates: d.From, ToState: d.To, Decision: text(d.Decision),
 		DecidedBy: text(d.DecidedBy), ApprovedFingerprint: text(d.ApprovedFingerprint), Reason: text(d.Reason),
-		EventType: d.Event, Actor: d.Actor, Detail: d.Detail, Notify: d.Notify,
+		EventType: d.Event, Actor: d.Actor, Detail: d.Detail, RequireLapsedUnsent: d.RequireLapsedUnsent, Notify: d.Notify,
 	})
-	return one(r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) })
+	return wrote(one(r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
 }
 
 // OperationClaimUnresolved hands up to batch stuck operations to the
@@ -271,7 +349,7 @@ func (c *Conn) OperationClaimUnresolved(ctx context.Context, batch int32, base, 
 	}
 	out := make([]Operation, len(rows))
 	for i, r := range rows {
-		out[i] = fromDB(r)
+		out[i] = withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence}, r.DbNow)
 	}
 	return out, nil
 }

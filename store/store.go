@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,6 +61,18 @@ func interpretError(err error) error {
 	// can serve the call, so it is unavailable here, not failed.
 	var connErr *pgconn.ConnectError
 	if errors.As(err, &connErr) || pgconn.SafeToRetry(err) || errors.Is(err, puddle.ErrClosedPool) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	// The connection broke while the statement was in flight (the server
+	// crashed or was killed, a failover, a network fault): the statement may
+	// or may not have committed. The database is unavailable to the caller,
+	// whose guarded statements make a retry safe: a retried transition that
+	// had already landed finds its guard false and reads the outcome.
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err // the caller's own deadline or cancellation, not the database's
+	}
+	var netErr net.Error
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &netErr) || errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return err

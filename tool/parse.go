@@ -17,10 +17,11 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"gopkg.in/yaml.v3"
+
+	"github.com/opledger/opledger/executor"
 )
 
 const (
-	defaultTimeout = 10 * time.Second
 	// maxAttemptsLimit keeps a misconfigured retry count from hammering a
 	// downstream that is already failing.
 	maxAttemptsLimit = 10
@@ -74,6 +75,12 @@ type executorDoc struct {
 	KeyRetention     string            `yaml:"key_retention"`
 	WebhookSecret    string            `yaml:"webhook_secret"`
 	Headers          map[string]string `yaml:"headers"`
+	// Classification (see executor.Classification).
+	DefinitiveStatuses []int    `yaml:"definitive_statuses"`
+	LookupStatusField  string   `yaml:"lookup_status_field"`
+	LookupSucceeded    []string `yaml:"lookup_succeeded"`
+	LookupFailed       []string `yaml:"lookup_failed"`
+	LookupPending      []string `yaml:"lookup_pending"`
 }
 
 // yamlTypeNames makes yaml.v3's "field x not found in type tool.executorDoc"
@@ -184,6 +191,7 @@ func buildTool(td *toolDoc) (*Tool, error) {
 	if t.Executor, err = buildExecutor(td.Executor); err != nil {
 		return nil, err
 	}
+	t.Executor.Tool = t.Name
 	return t, nil
 }
 
@@ -216,12 +224,12 @@ func buildExecutor(ed *executorDoc) (ExecutorConfig, error) {
 		Type:             strings.TrimSpace(ed.Type),
 		URL:              ed.URL,
 		LookupURL:        ed.LookupURL,
-		Timeout:          defaultTimeout,
 		DedupesKeys:      ed.DedupesKeys,
 		LookupConsistent: ed.LookupConsistent,
 		ExternalRefField: ed.ExternalRefField,
-		MaxAttempts:      1,
 		Headers:          map[string]string{},
+		Classification: executor.Classification{DefinitiveStatuses: ed.DefinitiveStatuses, LookupStatusField: ed.LookupStatusField,
+			LookupSucceeded: ed.LookupSucceeded, LookupFailed: ed.LookupFailed, LookupPending: ed.LookupPending},
 	}
 	if e.Type == "" {
 		return e, errors.New("executor.type: missing")
@@ -263,6 +271,12 @@ func buildExecutor(ed *executorDoc) (ExecutorConfig, error) {
 			return e, errors.New("executor.webhook_secret: at least 16 characters")
 		}
 		e.WebhookSecret = ed.WebhookSecret
+	}
+	if err := e.Classification.Validate(); err != nil {
+		return e, fmt.Errorf("executor.%w", err)
+	}
+	if e.LookupURL == "" && (e.LookupStatusField != "" || len(e.LookupSucceeded)+len(e.LookupFailed)+len(e.LookupPending) > 0) {
+		return e, errors.New("executor.lookup_status_field, lookup_succeeded, lookup_failed, lookup_pending: set without lookup_url")
 	}
 	if e.LookupConsistent && e.LookupURL == "" {
 		return e, errors.New("executor.lookup_consistent: set without lookup_url")

@@ -2,6 +2,7 @@ package tool
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/executor"
 )
 
 const minimalTool = `
@@ -43,6 +46,11 @@ func TestParseDefaultsAndFields(t *testing.T) {
       external_ref_field: data.id
       max_attempts: 2
       headers: {X-Api-Version: "2"}
+      definitive_statuses: [400, 402, 422]
+      lookup_status_field: data.state
+      lookup_succeeded: [paid]
+      lookup_failed: [voided, refused]
+      lookup_pending: [open]
 ` + minimalTool
 	r, err := Parse([]byte(src), fakeEnv(map[string]string{"BASE": "https://pay.example"}))
 	require.NoError(t, err)
@@ -54,17 +62,20 @@ func TestParseDefaultsAndFields(t *testing.T) {
 	require.Equal(t, Approval{Required: true, TTL: 90 * time.Second}, c.Approval)
 	require.JSONEq(t, `{"type":"object","properties":{"n":{"type":"integer"}}}`, string(c.ArgsSchema))
 	require.Equal(t, ExecutorConfig{
-		Type: "http", URL: "https://pay.example/charges", LookupURL: "https://pay.example/charges?k={key}",
+		Tool: "charge", Type: "http", URL: "https://pay.example/charges", LookupURL: "https://pay.example/charges?k={key}",
 		Timeout: 3 * time.Second, DedupesKeys: true, LookupConsistent: true, ExternalRefField: "data.id",
 		MaxAttempts: 2, Headers: map[string]string{"X-Api-Version": "2"},
+		Classification: executor.Classification{DefinitiveStatuses: []int{400, 402, 422}, LookupStatusField: "data.state",
+			LookupSucceeded: []string{"paid"}, LookupFailed: []string{"voided", "refused"}, LookupPending: []string{"open"}},
 	}, c.Executor)
 
 	p, err := r.Lookup("ping", "")
 	require.NoError(t, err)
 	require.Equal(t, EffectReadOnly, p.Effect)
 	require.Equal(t, Approval{}, p.Approval)
-	require.Equal(t, 10*time.Second, p.Executor.Timeout)
-	require.Equal(t, 1, p.Executor.MaxAttempts)
+	require.Zero(t, p.Executor.Timeout, "zero stands for the default")
+	require.Equal(t, 10*time.Second, p.Executor.WithDefaults().Timeout)
+	require.Equal(t, 1, p.Executor.WithDefaults().MaxAttempts)
 	require.False(t, p.Executor.DedupesKeys)
 	require.NoError(t, p.ValidateArgs(nil))
 }
@@ -118,6 +129,31 @@ func TestLookupAndList(t *testing.T) {
 	// List returns a copy.
 	r.List()[0] = nil
 	require.NotNil(t, r.List()[0])
+}
+
+// TestNamesAndVersions: the lists an unknown-tool error shows name each
+// tool once, keep versions in declaration order, and stay bounded.
+func TestNamesAndVersions(t *testing.T) {
+	t.Parallel()
+	src := "tools:" + strings.ReplaceAll(minimalTool, "ping", "zeta") +
+		strings.Replace(minimalTool, `version: "1"`, `version: "2"`, 1) + minimalTool
+	r, err := Parse([]byte(src), fakeEnv(nil))
+	require.NoError(t, err)
+	require.Equal(t, "ping, zeta", r.Names(20))
+	require.Equal(t, "2, 1", r.Versions("ping", 20), "declaration order: the last is the current one")
+	require.Equal(t, "(none)", r.Versions("nope", 20))
+
+	var many strings.Builder
+	many.WriteString("tools:")
+	for i := range 25 {
+		many.WriteString(strings.ReplaceAll(minimalTool, "ping", fmt.Sprintf("tool_%02d", i)))
+	}
+	r, err = Parse([]byte(many.String()), fakeEnv(nil))
+	require.NoError(t, err)
+	got := r.Names(20)
+	require.True(t, strings.HasPrefix(got, "tool_00, tool_01, "), got)
+	require.True(t, strings.HasSuffix(got, "tool_19 and 5 more"), got)
+	require.NotContains(t, got, "tool_20")
 }
 
 func TestParseErrors(t *testing.T) {
@@ -184,6 +220,10 @@ func TestParseErrors(t *testing.T) {
 		{"empty ref path segment", with("type: http", "type: http\n      external_ref_field: data..id"), []string{"executor.external_ref_field"}},
 		{"bad header name", with("type: http", "type: http\n      headers: {\"X Bad\": v}"), []string{"executor.headers"}},
 		{"reserved header", with("type: http", "type: http\n      headers: {idempotency-key: fixed}"), []string{"executor.headers", "set by the executor"}},
+		{"redirect declared definitive", with("type: http", "type: http\n      definitive_statuses: [400, 302]"), []string{"executor.definitive_statuses", "302"}},
+		{"success declared definitive", with("type: http", "type: http\n      definitive_statuses: [200]"), []string{"executor.definitive_statuses"}},
+		{"lookup status in two lists", with("type: http", "type: http\n      lookup_url: http://x/l?k={key}\n      lookup_succeeded: [done]\n      lookup_pending: [Done]"), []string{"executor.lookup_pending", "lookup_succeeded"}},
+		{"lookup statuses without lookup", with("type: http", "type: http\n      lookup_succeeded: [done]"), []string{"without lookup_url"}},
 		{"header with newline", with("type: http", "type: http\n      headers: {X-A: \"a\\r\\nX-B: b\"}"), []string{"executor.headers"}},
 		{"duplicate name and version", "tools:" + minimalTool + minimalTool, []string{"tools[1]", "duplicate"}},
 		{"bad env reference", with("url: http://127.0.0.1:1/ping", "url: ${1}"), []string{"line 9", "bad variable reference"}},

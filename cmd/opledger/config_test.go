@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/ledger"
 )
 
 // parseConfig parses args over env the way serve does.
@@ -46,7 +48,33 @@ func TestConfigFlagsAndEnvironment(t *testing.T) {
 	_, err = parseConfig(t, []string{"--finished-cache", "-3"}, nil)
 	require.ErrorContains(t, err, "--finished-cache")
 	_, err = parseConfig(t, []string{"--retention", "soon"}, nil)
-	require.ErrorContains(t, err, "--retention")
+	require.ErrorContains(t, err, "-retention")
+
+	// Variables go through the flag's own type, and a bad one is named.
+	cfg, err = parseConfig(t, nil, map[string]string{"OPLEDGER_REFLECTION": "false", "OPLEDGER_RATE_LIMIT": "2.5",
+		"OPLEDGER_AUTH_CACHE_TTL": "5s", "OPLEDGER_DOWNSTREAM_SECRET": "00112233445566778899aabbccddeeff"})
+	require.NoError(t, err)
+	require.False(t, cfg.Reflection)
+	require.Equal(t, 2.5, cfg.RateLimit)
+	require.Equal(t, 5*time.Second, cfg.AuthCacheTTL)
+	require.Len(t, cfg.DownstreamSecret, 16)
+	cfg, err = parseConfig(t, []string{"--reflection=true", "--auth-cache-ttl", "1s"}, map[string]string{"OPLEDGER_REFLECTION": "false", "OPLEDGER_AUTH_CACHE_TTL": "5s"})
+	require.NoError(t, err)
+	require.True(t, cfg.Reflection, "the flag beats its variable")
+	require.Equal(t, time.Second, cfg.AuthCacheTTL)
+	_, err = parseConfig(t, nil, map[string]string{"OPLEDGER_RETENTION": "soon"})
+	require.ErrorContains(t, err, `OPLEDGER_RETENTION: "soon" is not a valid --retention`)
+	_, err = parseConfig(t, nil, map[string]string{"OPLEDGER_DOWNSTREAM_SECRET": "not-hex-but-secret"})
+	require.ErrorContains(t, err, "OPLEDGER_DOWNSTREAM_SECRET")
+	require.NotContains(t, err.Error(), "not-hex-but-secret", "a secret is never echoed")
+	require.Equal(t, ledger.DefaultAuthCacheTTL, mustConfig(t).AuthCacheTTL)
+}
+
+func mustConfig(t *testing.T) Config {
+	t.Helper()
+	cfg, err := parseConfig(t, nil, nil)
+	require.NoError(t, err)
+	return cfg
 }
 
 // TestConsoleFlags: the console's address and URL come from flags or the
@@ -94,7 +122,7 @@ func TestApprovalWebhookFlags(t *testing.T) {
 	require.False(t, cfg.ApprovalWebhookArgs)
 	require.Equal(t, time.Second, cfg.ApprovalWebhookBackoff)
 
-	cfg, err = parseConfig(t, []string{"--approval-webhook-args", "true", "--approval-webhook-backoff", "250ms"}, map[string]string{
+	cfg, err = parseConfig(t, []string{"--approval-webhook-args", "--approval-webhook-backoff", "250ms"}, map[string]string{
 		"OPLEDGER_APPROVAL_WEBHOOK_URL": "https://hooks.example.com/opledger", "OPLEDGER_APPROVAL_WEBHOOK_SECRET": "0123456789abcdef"})
 	require.NoError(t, err)
 	require.True(t, cfg.ApprovalWebhookArgs)

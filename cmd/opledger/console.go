@@ -46,7 +46,7 @@ func startConsole(cfg Config, l *ledger.Ledger, logger *slog.Logger) (*http.Serv
 	}
 	lis, err := net.Listen("tcp", cfg.ConsoleListen)
 	if err != nil {
-		return nil, "", fmt.Errorf("console listener: %w", err)
+		return nil, "", fmt.Errorf("console listener: %w (choose another address with --console-listen HOST:PORT; an empty one turns the console off)", err)
 	}
 	srv := &http.Server{
 		Handler:           console.New(l, console.Options{Logger: logger.With("component", "console"), Secure: secure}),

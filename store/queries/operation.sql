@@ -26,7 +26,9 @@ SELECT * FROM operation
 WHERE tenant = sqlc.arg(tenant) AND tool = sqlc.arg(tool) AND idempotency_key = sqlc.arg(idempotency_key);
 
 -- name: OperationGet :one
-SELECT * FROM operation
+-- db_now is the database's clock, against which the caller judges leases
+-- and retention.
+SELECT *, now()::timestamptz AS db_now FROM operation
 WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant);
 
 -- name: OperationGetForUpdate :one
@@ -40,18 +42,22 @@ WHERE operation_id = sqlc.arg(operation_id)
 ORDER BY seq;
 
 -- name: OperationClaim :many
--- Claims a READY operation whose approval (if required) has not expired, or
--- was already exercised by an earlier claim (fence > 0: the operation may
--- have taken effect, and the next claim resubmits the same key to learn the
--- outcome): fence + 1, attempts + 1, and a lease measured on the database's
--- clock, with its CLAIMED event, in one statement. When the operation is not claimable
--- the same statement returns it as it is (claimed = false), so a replayed
--- Execute costs one round trip. That row comes from the statement's snapshot:
--- if a concurrent claim won, it may still read READY, and the caller simply
--- tries again.
+-- Claims an operation in from_state (the state machine's: READY) for the
+-- caller: fence + 1, attempts + 1, and a lease measured on the
+-- database's clock, with its event, in one statement. With
+-- require_approval_in_force, an approval (if required) must be in force on
+-- the database's clock, or consumed by a send (first_sent_fence is set: the
+-- operation may have taken effect, and the next claim resubmits the same key
+-- to learn the outcome); a claim that ends in a release (nothing sent) does
+-- not consume the approval. When the operation is not claimable the same
+-- statement returns it as it is (claimed = false), so a replayed Execute
+-- costs one round trip. That row comes from the statement's snapshot: if a
+-- concurrent claim won, it may still read READY, and the caller simply tries
+-- again. db_now is the database's clock, against which the caller judges the
+-- lease and the approval it reads.
 WITH upd AS (
     UPDATE operation o SET
-        state = 'EXECUTING',
+        state = sqlc.arg(to_state)::text,
         fence = o.fence + 1,
         attempts = o.attempts + 1,
         lease_owner = sqlc.arg(lease_owner),
@@ -60,45 +66,68 @@ WITH upd AS (
         first_claimed_at = COALESCE(o.first_claimed_at, now()),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.fence > 0)
+    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
+      AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
+           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'CLAIMED', sqlc.arg(actor), 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT upd.*, true AS claimed FROM upd
+SELECT upd.*, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
-SELECT g.*, false AS claimed FROM operation g
+SELECT g.*, false AS claimed, now()::timestamptz AS db_now FROM operation g
 WHERE g.id = sqlc.arg(id) AND g.tenant = sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
 
 -- name: OperationTakeOver :one
--- Takes over an EXECUTING operation whose lease expired (only for downstreams
--- that dedupe keys): the old holder's fence becomes stale.
+-- Takes over an operation in from_state (the state machine's: EXECUTING)
+-- whose lease expired on the database's clock, if its fence is still the
+-- one the caller read (only for downstreams that dedupe keys): the old
+-- holder's fence becomes stale, and since it may have sent, the operation
+-- counts as sent. With a key retention (seconds, 0 = never forgets), the
+-- takeover's request, which may reach the downstream as late as
+-- ahead_seconds from now, must arrive within 90% of the retention counted
+-- from the first claim.
 WITH upd AS (
     UPDATE operation o SET
         fence = o.fence + 1,
+        first_sent_fence = COALESCE(o.first_sent_fence, o.fence),
         attempts = o.attempts + 1,
         lease_owner = sqlc.arg(lease_owner),
         lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = 'EXECUTING'
+    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND o.fence = sqlc.arg(fence) AND o.lease_expires_at < now()
+      AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
+           OR now() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
+              < o.first_claimed_at + make_interval(secs => 0.9 * sqlc.arg(key_retention_seconds)::float8))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'LEASE_TAKEN_OVER', sqlc.arg(actor), 'EXECUTING', upd.state, upd.attempts, upd.fence,
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out' FROM upd
 )
 SELECT * FROM upd;
 
 -- name: OperationTransition :one
--- The one guarded transition for outcomes and reconciliation: moves the
--- operation from one of from_states to to_state only if its fence is still
--- the caller's (and, when asked, its lease has expired), and appends the
--- event. A stale caller changes nothing and gets no row.
+-- The one guarded transition for outcomes, reconciliation and cancellation:
+-- moves the operation from one of from_states to to_state only if its fence
+-- is still the caller's and every condition the caller asks for holds, on
+-- the database's clock, in this statement:
+--   require_lease_expired: an EXECUTING operation's lease has expired;
+--   require_unsent:        nothing may have reached the downstream yet;
+--   require_first_send:    no earlier attempt than the current fence may have
+--                          reached it (a refusal of a later attempt proves
+--                          nothing about an earlier one);
+--   key_retention_seconds: (when > 0) a resubmission decided now, reaching the
+--                          downstream within ahead_seconds, still falls
+--                          inside 90% of the downstream's key retention
+--                          counted from the first claim.
+-- An attempt that ends any other way than a release (RELEASED: nothing was
+-- sent) marks the operation as sent. The event is appended in the same
+-- statement. A caller whose guard fails changes nothing and gets no row.
 WITH cur AS (
     SELECT c.id, c.state AS old_state FROM operation c
     WHERE c.id = sqlc.arg(id) AND c.tenant = sqlc.arg(tenant)
@@ -109,6 +138,8 @@ WITH cur AS (
         external_ref = COALESCE(sqlc.narg(external_ref)::text, o.external_ref),
         result = COALESCE(sqlc.narg(result)::jsonb, o.result),
         error = CASE WHEN sqlc.arg(set_error)::boolean THEN sqlc.narg(error)::jsonb ELSE o.error END,
+        first_sent_fence = CASE WHEN o.state = 'EXECUTING' AND sqlc.arg(event_type)::text <> 'RELEASED'
+                                THEN COALESCE(o.first_sent_fence, o.fence) ELSE o.first_sent_fence END,
         lease_owner = NULL,
         lease_expires_at = NULL,
         next_reconcile_at = CASE WHEN sqlc.arg(to_state)::text = 'OUTCOME_UNKNOWN'
@@ -122,6 +153,11 @@ WITH cur AS (
       AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND o.fence = sqlc.arg(fence)
       AND (NOT sqlc.arg(require_lease_expired)::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
+      AND (NOT sqlc.arg(require_unsent)::boolean OR o.first_sent_fence IS NULL)
+      AND (NOT sqlc.arg(require_first_send)::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
+      AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
+           OR now() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
+              < o.first_claimed_at + make_interval(secs => 0.9 * sqlc.arg(key_retention_seconds)::float8))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
@@ -132,12 +168,20 @@ SELECT * FROM upd;
 
 -- name: OperationDecide :one
 -- Records an approver's decision (or an approval's expiry) on an operation
--- already locked by the caller's transaction, guarded on the state it read.
--- An expiry (no decision) also requires the approval to have lapsed on the
--- database's clock: otherwise an Execute that read a lapsed approval could
--- wipe the renewal an approver committed just after that read. An expiry
--- with notify also queues the approval notification, in the same statement.
-WITH upd AS (
+-- in one of from_states. With require_lapsed_unsent (an expiry, a renewal of
+-- a lapsed approval, a denial of a READY operation), a READY operation's
+-- approval must also have lapsed on the database's clock and nothing may
+-- have been sent: otherwise
+-- an Execute that read a lapsed approval could wipe a renewal committed just
+-- after that read, or a stalled one could send an operation that may have
+-- taken effect back to AWAITING_APPROVAL, where a denial would make it
+-- REJECTED with an effect behind it. An expiry with notify also queues the
+-- approval notification, in the same statement.
+WITH cur AS (
+    SELECT c.id, c.state AS old_state FROM operation c
+    WHERE c.id = sqlc.arg(id) AND c.tenant = sqlc.arg(tenant)
+    FOR UPDATE
+), upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
         approval_decision = sqlc.narg(decision)::text,
@@ -150,13 +194,15 @@ WITH upd AS (
         approval_reason = sqlc.narg(reason)::text,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
-      AND (sqlc.narg(decision)::text IS NOT NULL OR o.approval_expires_at <= now())
+    FROM cur
+    WHERE o.id = cur.id AND o.state = ANY (sqlc.arg(from_states)::text[])
+      AND (NOT sqlc.arg(require_lapsed_unsent)::boolean OR o.state <> 'READY'
+           OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
-    FROM upd
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), cur.old_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
+    FROM upd JOIN cur ON cur.id = upd.id
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'approval_expired' FROM upd
@@ -184,7 +230,7 @@ UPDATE operation o SET
                                                            sqlc.arg(base_backoff_seconds)::float8 * power(2, o.reconcile_attempts)))
 FROM due
 WHERE o.id = due.id
-RETURNING o.*;
+RETURNING o.*, now()::timestamptz AS db_now;
 
 -- name: OperationCountOpen :many
 -- Counts open (non-terminal) operations by state, across tenants, through

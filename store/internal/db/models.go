@@ -58,6 +58,7 @@ type Operation struct {
 	NextReconcileAt     pgtype.Timestamptz
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
+	FirstSentFence      pgtype.Int8
 }
 
 type OperationEvent struct {

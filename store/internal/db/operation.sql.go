@@ -14,34 +14,39 @@ import (
 const operationClaim = `-- name: OperationClaim :many
 WITH upd AS (
     UPDATE operation o SET
-        state = 'EXECUTING',
+        state = $1::text,
         fence = o.fence + 1,
         attempts = o.attempts + 1,
-        lease_owner = $1,
-        lease_expires_at = now() + make_interval(secs => $2::float8),
-        next_reconcile_at = now() + make_interval(secs => $2::float8),
+        lease_owner = $2,
+        lease_expires_at = now() + make_interval(secs => $3::float8),
+        next_reconcile_at = now() + make_interval(secs => $3::float8),
         first_claimed_at = COALESCE(o.first_claimed_at, now()),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $3 AND o.tenant = $4 AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.fence > 0)
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at
+    WHERE o.id = $4 AND o.tenant = $5 AND o.state = $6::text
+      AND (NOT $7::boolean OR NOT o.approval_required
+           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'CLAIMED', $5, 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
+    SELECT upd.id, upd.events, $8::text, $9, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, true AS claimed FROM upd
+SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
-SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, false AS claimed FROM operation g
-WHERE g.id = $3 AND g.tenant = $4 AND NOT EXISTS (SELECT 1 FROM upd)
+SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, false AS claimed, now()::timestamptz AS db_now FROM operation g
+WHERE g.id = $4 AND g.tenant = $5 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
 type OperationClaimParams struct {
-	LeaseOwner   pgtype.Text
-	LeaseSeconds float64
-	ID           string
-	Tenant       string
-	Actor        string
+	ToState                string
+	LeaseOwner             pgtype.Text
+	LeaseSeconds           float64
+	ID                     string
+	Tenant                 string
+	FromState              string
+	RequireApprovalInForce bool
+	EventType              string
+	Actor                  string
 }
 
 type OperationClaimRow struct {
@@ -76,24 +81,34 @@ type OperationClaimRow struct {
 	NextReconcileAt     pgtype.Timestamptz
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
+	FirstSentFence      pgtype.Int8
 	Claimed             bool
+	DbNow               pgtype.Timestamptz
 }
 
-// Claims a READY operation whose approval (if required) has not expired, or
-// was already exercised by an earlier claim (fence > 0: the operation may
-// have taken effect, and the next claim resubmits the same key to learn the
-// outcome): fence + 1, attempts + 1, and a lease measured on the database's
-// clock, with its CLAIMED event, in one statement. When the operation is not claimable
-// the same statement returns it as it is (claimed = false), so a replayed
-// Execute costs one round trip. That row comes from the statement's snapshot:
-// if a concurrent claim won, it may still read READY, and the caller simply
-// tries again.
+// Claims an operation in from_state (the state machine's: READY) for the
+// caller: fence + 1, attempts + 1, and a lease measured on the
+// database's clock, with its event, in one statement. With
+// require_approval_in_force, an approval (if required) must be in force on
+// the database's clock, or consumed by a send (first_sent_fence is set: the
+// operation may have taken effect, and the next claim resubmits the same key
+// to learn the outcome); a claim that ends in a release (nothing sent) does
+// not consume the approval. When the operation is not claimable the same
+// statement returns it as it is (claimed = false), so a replayed Execute
+// costs one round trip. That row comes from the statement's snapshot: if a
+// concurrent claim won, it may still read READY, and the caller simply tries
+// again. db_now is the database's clock, against which the caller judges the
+// lease and the approval it reads.
 func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClaimParams) ([]OperationClaimRow, error) {
 	rows, err := db.Query(ctx, operationClaim,
+		arg.ToState,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
 		arg.ID,
 		arg.Tenant,
+		arg.FromState,
+		arg.RequireApprovalInForce,
+		arg.EventType,
 		arg.Actor,
 	)
 	if err != nil {
@@ -135,7 +150,9 @@ func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClai
 			&i.NextReconcileAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.FirstSentFence,
 			&i.Claimed,
+			&i.DbNow,
 		); err != nil {
 			return nil, err
 		}
@@ -163,7 +180,7 @@ UPDATE operation o SET
                                                            $2::float8 * power(2, o.reconcile_attempts)))
 FROM due
 WHERE o.id = due.id
-RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at
+RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, now()::timestamptz AS db_now
 `
 
 type OperationClaimUnresolvedParams struct {
@@ -172,19 +189,55 @@ type OperationClaimUnresolvedParams struct {
 	BatchSize          int32
 }
 
+type OperationClaimUnresolvedRow struct {
+	ID                  string
+	Tenant              string
+	Tool                string
+	ToolVersion         string
+	IdempotencyKey      string
+	Args                []byte
+	Fingerprint         string
+	State               string
+	PreparedBy          string
+	ApprovalRequired    bool
+	ApprovalTtlMs       int64
+	ApprovalDecision    pgtype.Text
+	ApprovalDecidedBy   pgtype.Text
+	ApprovalDecidedAt   pgtype.Timestamptz
+	ApprovalExpiresAt   pgtype.Timestamptz
+	ApprovalFingerprint pgtype.Text
+	ApprovalReason      pgtype.Text
+	Attempts            int32
+	Fence               int64
+	LeaseOwner          pgtype.Text
+	LeaseExpiresAt      pgtype.Timestamptz
+	FirstClaimedAt      pgtype.Timestamptz
+	DownstreamKey       string
+	ExternalRef         pgtype.Text
+	Result              []byte
+	Error               []byte
+	Events              int32
+	ReconcileAttempts   int32
+	NextReconcileAt     pgtype.Timestamptz
+	CreatedAt           pgtype.Timestamptz
+	UpdatedAt           pgtype.Timestamptz
+	FirstSentFence      pgtype.Int8
+	DbNow               pgtype.Timestamptz
+}
+
 // Hands a batch of stuck operations (OUTCOME_UNKNOWN, or EXECUTING with an
 // expired lease) to one reconciler: rows another replica is claiming are
 // skipped, and each claimed row's next attempt is pushed back so no other
 // replica picks it up while this one works on it.
-func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg OperationClaimUnresolvedParams) ([]Operation, error) {
+func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg OperationClaimUnresolvedParams) ([]OperationClaimUnresolvedRow, error) {
 	rows, err := db.Query(ctx, operationClaimUnresolved, arg.MaxBackoffSeconds, arg.BaseBackoffSeconds, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []Operation{}
+	items := []OperationClaimUnresolvedRow{}
 	for rows.Next() {
-		var i Operation
+		var i OperationClaimUnresolvedRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Tenant,
@@ -217,6 +270,8 @@ func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg Ope
 			&i.NextReconcileAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.FirstSentFence,
+			&i.DbNow,
 		); err != nil {
 			return nil, err
 		}
@@ -262,43 +317,50 @@ func (q *Queries) OperationCountOpen(ctx context.Context, db DBTX) ([]OperationC
 }
 
 const operationDecide = `-- name: OperationDecide :one
-WITH upd AS (
+WITH cur AS (
+    SELECT c.id, c.state AS old_state FROM operation c
+    WHERE c.id = $1 AND c.tenant = $2
+    FOR UPDATE
+), upd AS (
     UPDATE operation o SET
-        state = $1::text,
-        approval_decision = $2::text,
-        approval_decided_by = $3::text,
-        approval_decided_at = CASE WHEN $2::text IS NULL THEN NULL ELSE now() END,
-        approval_expires_at = CASE WHEN $2::text = 'APPROVE'
+        state = $3::text,
+        approval_decision = $4::text,
+        approval_decided_by = $5::text,
+        approval_decided_at = CASE WHEN $4::text IS NULL THEN NULL ELSE now() END,
+        approval_expires_at = CASE WHEN $4::text = 'APPROVE'
                                    THEN now() + make_interval(secs => o.approval_ttl_ms / 1000.0)
                                    ELSE NULL END,
-        approval_fingerprint = $4::text,
-        approval_reason = $5::text,
+        approval_fingerprint = $6::text,
+        approval_reason = $7::text,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $6 AND o.tenant = $7 AND o.state = $8::text
-      AND ($2::text IS NOT NULL OR o.approval_expires_at <= now())
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at
+    FROM cur
+    WHERE o.id = cur.id AND o.state = ANY ($8::text[])
+      AND (NOT $9::boolean OR o.state <> 'READY'
+           OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $9::text, $10, $8::text, upd.state, upd.attempts, upd.fence, $11
-    FROM upd
+    SELECT upd.id, upd.events, $10::text, $11, cur.old_state, upd.state, upd.attempts, upd.fence, $12
+    FROM upd JOIN cur ON cur.id = upd.id
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'approval_expired' FROM upd
-    WHERE upd.state = 'AWAITING_APPROVAL' AND $12::boolean
+    WHERE upd.state = 'AWAITING_APPROVAL' AND $13::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM upd
 `
 
 type OperationDecideParams struct {
+	ID                  string
+	Tenant              string
 	ToState             string
 	Decision            pgtype.Text
 	DecidedBy           pgtype.Text
 	ApprovedFingerprint pgtype.Text
 	Reason              pgtype.Text
-	ID                  string
-	Tenant              string
-	FromState           string
+	FromStates          []string
+	RequireLapsedUnsent bool
 	EventType           string
 	Actor               string
 	Detail              string
@@ -337,24 +399,30 @@ type OperationDecideRow struct {
 	NextReconcileAt     pgtype.Timestamptz
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
+	FirstSentFence      pgtype.Int8
 }
 
 // Records an approver's decision (or an approval's expiry) on an operation
-// already locked by the caller's transaction, guarded on the state it read.
-// An expiry (no decision) also requires the approval to have lapsed on the
-// database's clock: otherwise an Execute that read a lapsed approval could
-// wipe the renewal an approver committed just after that read. An expiry
-// with notify also queues the approval notification, in the same statement.
+// in one of from_states. With require_lapsed_unsent (an expiry, a renewal of
+// a lapsed approval, a denial of a READY operation), a READY operation's
+// approval must also have lapsed on the database's clock and nothing may
+// have been sent: otherwise
+// an Execute that read a lapsed approval could wipe a renewal committed just
+// after that read, or a stalled one could send an operation that may have
+// taken effect back to AWAITING_APPROVAL, where a denial would make it
+// REJECTED with an effect behind it. An expiry with notify also queues the
+// approval notification, in the same statement.
 func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDecideParams) (OperationDecideRow, error) {
 	row := db.QueryRow(ctx, operationDecide,
+		arg.ID,
+		arg.Tenant,
 		arg.ToState,
 		arg.Decision,
 		arg.DecidedBy,
 		arg.ApprovedFingerprint,
 		arg.Reason,
-		arg.ID,
-		arg.Tenant,
-		arg.FromState,
+		arg.FromStates,
+		arg.RequireLapsedUnsent,
 		arg.EventType,
 		arg.Actor,
 		arg.Detail,
@@ -393,6 +461,7 @@ func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDec
 		&i.NextReconcileAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.FirstSentFence,
 	)
 	return i, err
 }
@@ -435,7 +504,7 @@ func (q *Queries) OperationEvents(ctx context.Context, db DBTX, operationID stri
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, now()::timestamptz AS db_now FROM operation
 WHERE id = $1 AND tenant = $2
 `
 
@@ -444,9 +513,47 @@ type OperationGetParams struct {
 	Tenant string
 }
 
-func (q *Queries) OperationGet(ctx context.Context, db DBTX, arg OperationGetParams) (Operation, error) {
+type OperationGetRow struct {
+	ID                  string
+	Tenant              string
+	Tool                string
+	ToolVersion         string
+	IdempotencyKey      string
+	Args                []byte
+	Fingerprint         string
+	State               string
+	PreparedBy          string
+	ApprovalRequired    bool
+	ApprovalTtlMs       int64
+	ApprovalDecision    pgtype.Text
+	ApprovalDecidedBy   pgtype.Text
+	ApprovalDecidedAt   pgtype.Timestamptz
+	ApprovalExpiresAt   pgtype.Timestamptz
+	ApprovalFingerprint pgtype.Text
+	ApprovalReason      pgtype.Text
+	Attempts            int32
+	Fence               int64
+	LeaseOwner          pgtype.Text
+	LeaseExpiresAt      pgtype.Timestamptz
+	FirstClaimedAt      pgtype.Timestamptz
+	DownstreamKey       string
+	ExternalRef         pgtype.Text
+	Result              []byte
+	Error               []byte
+	Events              int32
+	ReconcileAttempts   int32
+	NextReconcileAt     pgtype.Timestamptz
+	CreatedAt           pgtype.Timestamptz
+	UpdatedAt           pgtype.Timestamptz
+	FirstSentFence      pgtype.Int8
+	DbNow               pgtype.Timestamptz
+}
+
+// db_now is the database's clock, against which the caller judges leases
+// and retention.
+func (q *Queries) OperationGet(ctx context.Context, db DBTX, arg OperationGetParams) (OperationGetRow, error) {
 	row := db.QueryRow(ctx, operationGet, arg.ID, arg.Tenant)
-	var i Operation
+	var i OperationGetRow
 	err := row.Scan(
 		&i.ID,
 		&i.Tenant,
@@ -479,12 +586,14 @@ func (q *Queries) OperationGet(ctx context.Context, db DBTX, arg OperationGetPar
 		&i.NextReconcileAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.FirstSentFence,
+		&i.DbNow,
 	)
 	return i, err
 }
 
 const operationGetByDownstreamKeyForUpdate = `-- name: OperationGetByDownstreamKeyForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM operation
 WHERE downstream_key = $1
 FOR UPDATE
 `
@@ -524,12 +633,13 @@ func (q *Queries) OperationGetByDownstreamKeyForUpdate(ctx context.Context, db D
 		&i.NextReconcileAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.FirstSentFence,
 	)
 	return i, err
 }
 
 const operationGetByKey = `-- name: OperationGetByKey :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM operation
 WHERE tenant = $1 AND tool = $2 AND idempotency_key = $3
 `
 
@@ -574,12 +684,13 @@ func (q *Queries) OperationGetByKey(ctx context.Context, db DBTX, arg OperationG
 		&i.NextReconcileAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.FirstSentFence,
 	)
 	return i, err
 }
 
 const operationGetForUpdate = `-- name: OperationGetForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM operation
 WHERE id = $1 AND tenant = $2
 FOR UPDATE
 `
@@ -624,6 +735,7 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 		&i.NextReconcileAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.FirstSentFence,
 	)
 	return i, err
 }
@@ -635,7 +747,7 @@ WITH ins AS (
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
             $9, $10, $11, $12, 1)
     ON CONFLICT ON CONSTRAINT operation_idempotency DO NOTHING
-    RETURNING id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at
+    RETURNING id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT ins.id, 1, 'PREPARED', $13, NULL, ins.state, 0, 0, $14 FROM ins
@@ -643,7 +755,7 @@ WITH ins AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $15::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM ins
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM ins
 `
 
 type OperationInsertParams struct {
@@ -696,6 +808,7 @@ type OperationInsertRow struct {
 	NextReconcileAt     pgtype.Timestamptz
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
+	FirstSentFence      pgtype.Int8
 }
 
 // Inserts a new operation and its PREPARED event in one statement (and, with
@@ -755,14 +868,15 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		&i.NextReconcileAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.FirstSentFence,
 	)
 	return i, err
 }
 
 const operationList = `-- name: OperationList :many
-SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at FROM unnest($1::text[]) AS s(state)
+SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence FROM unnest($1::text[]) AS s(state)
 CROSS JOIN LATERAL (
-    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at FROM operation l
+    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence FROM operation l
     WHERE l.tenant = $2 AND l.state = s.state
       AND ($3::text = '' OR l.tool = $3::text)
       AND (l.created_at, l.id) < ($4::timestamptz, $5::text)
@@ -836,6 +950,7 @@ func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListP
 			&i.NextReconcileAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.FirstSentFence,
 		); err != nil {
 			return nil, err
 		}
@@ -879,30 +994,38 @@ const operationTakeOver = `-- name: OperationTakeOver :one
 WITH upd AS (
     UPDATE operation o SET
         fence = o.fence + 1,
+        first_sent_fence = COALESCE(o.first_sent_fence, o.fence),
         attempts = o.attempts + 1,
         lease_owner = $1,
         lease_expires_at = now() + make_interval(secs => $2::float8),
         next_reconcile_at = now() + make_interval(secs => $2::float8),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $3 AND o.tenant = $4 AND o.state = 'EXECUTING'
-      AND o.fence = $5 AND o.lease_expires_at < now()
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at
+    WHERE o.id = $3 AND o.tenant = $4 AND o.state = $5::text
+      AND o.fence = $6 AND o.lease_expires_at < now()
+      AND ($7::float8 = 0 OR o.first_claimed_at IS NULL
+           OR now() + make_interval(secs => $8::float8)
+              < o.first_claimed_at + make_interval(secs => 0.9 * $7::float8))
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'LEASE_TAKEN_OVER', $6, 'EXECUTING', upd.state, upd.attempts, upd.fence,
+    SELECT upd.id, upd.events, $9::text, $10, $5::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out' FROM upd
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM upd
 `
 
 type OperationTakeOverParams struct {
-	LeaseOwner   pgtype.Text
-	LeaseSeconds float64
-	ID           string
-	Tenant       string
-	Fence        int64
-	Actor        string
+	LeaseOwner          pgtype.Text
+	LeaseSeconds        float64
+	ID                  string
+	Tenant              string
+	FromState           string
+	Fence               int64
+	KeyRetentionSeconds float64
+	AheadSeconds        float64
+	EventType           string
+	Actor               string
 }
 
 type OperationTakeOverRow struct {
@@ -937,17 +1060,28 @@ type OperationTakeOverRow struct {
 	NextReconcileAt     pgtype.Timestamptz
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
+	FirstSentFence      pgtype.Int8
 }
 
-// Takes over an EXECUTING operation whose lease expired (only for downstreams
-// that dedupe keys): the old holder's fence becomes stale.
+// Takes over an operation in from_state (the state machine's: EXECUTING)
+// whose lease expired on the database's clock, if its fence is still the
+// one the caller read (only for downstreams that dedupe keys): the old
+// holder's fence becomes stale, and since it may have sent, the operation
+// counts as sent. With a key retention (seconds, 0 = never forgets), the
+// takeover's request, which may reach the downstream as late as
+// ahead_seconds from now, must arrive within 90% of the retention counted
+// from the first claim.
 func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationTakeOverParams) (OperationTakeOverRow, error) {
 	row := db.QueryRow(ctx, operationTakeOver,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
 		arg.ID,
 		arg.Tenant,
+		arg.FromState,
 		arg.Fence,
+		arg.KeyRetentionSeconds,
+		arg.AheadSeconds,
+		arg.EventType,
 		arg.Actor,
 	)
 	var i OperationTakeOverRow
@@ -983,6 +1117,7 @@ func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationT
 		&i.NextReconcileAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.FirstSentFence,
 	)
 	return i, err
 }
@@ -998,26 +1133,33 @@ WITH cur AS (
         external_ref = COALESCE($4::text, o.external_ref),
         result = COALESCE($5::jsonb, o.result),
         error = CASE WHEN $6::boolean THEN $7::jsonb ELSE o.error END,
+        first_sent_fence = CASE WHEN o.state = 'EXECUTING' AND $8::text <> 'RELEASED'
+                                THEN COALESCE(o.first_sent_fence, o.fence) ELSE o.first_sent_fence END,
         lease_owner = NULL,
         lease_expires_at = NULL,
         next_reconcile_at = CASE WHEN $3::text = 'OUTCOME_UNKNOWN'
-                                 THEN now() + make_interval(secs => $8::float8)
+                                 THEN now() + make_interval(secs => $9::float8)
                                  ELSE NULL END,
         reconcile_attempts = CASE WHEN $3::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
         events = o.events + 1,
         updated_at = now()
     FROM cur
     WHERE o.id = cur.id
-      AND o.state = ANY ($9::text[])
-      AND o.fence = $10
-      AND (NOT $11::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at
+      AND o.state = ANY ($10::text[])
+      AND o.fence = $11
+      AND (NOT $12::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
+      AND (NOT $13::boolean OR o.first_sent_fence IS NULL)
+      AND (NOT $14::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
+      AND ($15::float8 = 0 OR o.first_claimed_at IS NULL
+           OR now() + make_interval(secs => $16::float8)
+              < o.first_claimed_at + make_interval(secs => 0.9 * $15::float8))
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $12::text, $13, cur.old_state, upd.state, upd.attempts, upd.fence, $14
+    SELECT upd.id, upd.events, $8::text, $17, cur.old_state, upd.state, upd.attempts, upd.fence, $18
     FROM upd JOIN cur ON cur.id = upd.id
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM upd
 `
 
 type OperationTransitionParams struct {
@@ -1028,11 +1170,15 @@ type OperationTransitionParams struct {
 	Result                []byte
 	SetError              bool
 	Error                 []byte
+	EventType             string
 	ReconcileAfterSeconds float64
 	FromStates            []string
 	Fence                 int64
 	RequireLeaseExpired   bool
-	EventType             string
+	RequireUnsent         bool
+	RequireFirstSend      bool
+	KeyRetentionSeconds   float64
+	AheadSeconds          float64
 	Actor                 string
 	Detail                string
 }
@@ -1069,12 +1215,27 @@ type OperationTransitionRow struct {
 	NextReconcileAt     pgtype.Timestamptz
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
+	FirstSentFence      pgtype.Int8
 }
 
-// The one guarded transition for outcomes and reconciliation: moves the
-// operation from one of from_states to to_state only if its fence is still
-// the caller's (and, when asked, its lease has expired), and appends the
-// event. A stale caller changes nothing and gets no row.
+// The one guarded transition for outcomes, reconciliation and cancellation:
+// moves the operation from one of from_states to to_state only if its fence
+// is still the caller's and every condition the caller asks for holds, on
+// the database's clock, in this statement:
+//
+//	require_lease_expired: an EXECUTING operation's lease has expired;
+//	require_unsent:        nothing may have reached the downstream yet;
+//	require_first_send:    no earlier attempt than the current fence may have
+//	                       reached it (a refusal of a later attempt proves
+//	                       nothing about an earlier one);
+//	key_retention_seconds: (when > 0) a resubmission decided now, reaching the
+//	                       downstream within ahead_seconds, still falls
+//	                       inside 90% of the downstream's key retention
+//	                       counted from the first claim.
+//
+// An attempt that ends any other way than a release (RELEASED: nothing was
+// sent) marks the operation as sent. The event is appended in the same
+// statement. A caller whose guard fails changes nothing and gets no row.
 func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg OperationTransitionParams) (OperationTransitionRow, error) {
 	row := db.QueryRow(ctx, operationTransition,
 		arg.ID,
@@ -1084,11 +1245,15 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		arg.Result,
 		arg.SetError,
 		arg.Error,
+		arg.EventType,
 		arg.ReconcileAfterSeconds,
 		arg.FromStates,
 		arg.Fence,
 		arg.RequireLeaseExpired,
-		arg.EventType,
+		arg.RequireUnsent,
+		arg.RequireFirstSend,
+		arg.KeyRetentionSeconds,
+		arg.AheadSeconds,
 		arg.Actor,
 		arg.Detail,
 	)
@@ -1125,6 +1290,7 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		&i.NextReconcileAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.FirstSentFence,
 	)
 	return i, err
 }
