@@ -23,6 +23,7 @@ import (
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/harness"
 	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/store"
 )
 
 // world is a real server (gRPC for the agent) and the console over the
@@ -497,4 +498,28 @@ func (b *browser) decisionFormless(id string) string {
 	status, page := b.get("/operations/" + id)
 	require.Equal(b.t, http.StatusOK, status)
 	return field(b.t, page, "csrf")
+}
+
+// TestRevocationEndsSessions: revoking the principal ends its console
+// sessions at once (no cache in between), and its pending form is refused.
+func TestRevocationEndsSessions(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+	op := w.prepare(t, "INV-revoke", 100)
+	key, p, err := ledger.CreatePrincipal(context.Background(), w.env.Store, "demo", "bob", []string{ledger.RoleApprover})
+	require.NoError(t, err)
+	b := w.browser(t)
+	status, _ := b.signIn(key)
+	require.Equal(t, http.StatusOK, status)
+	form := b.decisionForm(op.GetId())
+
+	_, _, err = ledger.RevokePrincipal(context.Background(), w.env.Store, "demo", store.PrincipalRef{ID: p.ID})
+	require.NoError(t, err)
+	form.Set("decision", "approve")
+	status, page := b.post("/operations/"+op.GetId()+"/decision", form)
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.Contains(t, page, "Your session ended")
+	w.requireState(t, op.GetId(), opledgerv1.State_STATE_AWAITING_APPROVAL)
+	_, _ = b.get("/")
+	require.Equal(t, "/login", b.last.Request.URL.Path)
 }
