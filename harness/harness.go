@@ -163,6 +163,7 @@ func (e *Env) StartServer(opts ServerOptions) *Server {
 	if !opts.NoReconciler {
 		go l.RunReconciler(ctx)
 	}
+	go l.RunNotifier(ctx) // only when Ledger.ApprovalWebhook has a URL
 	srv := server.New(l, server.Options{Reflection: true, TLS: opts.TLS, RateLimit: opts.RateLimit, Retention: l.Retention(), Logger: logger})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -81,6 +81,10 @@ func TestImportRules(t *testing.T) {
 			forbidden(dir, module+"server", module+"cmd", module+"interceptors")
 		case under(dir, "server"):
 			forbidden(dir, module+"cmd")
+		case under(dir, "console"):
+			// The console is an edge beside server: it goes through the
+			// ledger's functions, never around them.
+			forbidden(dir, module+"server", module+"store", module+"cmd", module+"interceptors")
 		}
 	}
 }

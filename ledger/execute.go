@@ -164,12 +164,16 @@ func (l *Ledger) expireApproval(ctx context.Context, a Actor, op Operation) erro
 		return storeErr(err)
 	}
 	d.Actor, d.Detail = a.Name, "approval expired at "+op.ApprovalExpiresAt.UTC().Format(time.RFC3339)
+	d.Notify = l.notifyOn()
 	_, err = l.store.OperationDecide(ctx, d)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return storeErr(err)
+	}
+	if l.notifyOn() {
+		l.kickNotifier()
 	}
 	return refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_EXPIRED,
 		"the approval expired at %s; it must be approved again", op.ApprovalExpiresAt.UTC().Format(time.RFC3339))

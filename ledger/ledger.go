@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -92,6 +93,9 @@ type Config struct {
 	// downstream's answer while the database is unreachable (default 1m):
 	// the answer is known only to it, and lost it becomes an unknown outcome.
 	OutcomeRetry time.Duration
+	// ApprovalWebhook, when its URL is set, notifies of every operation
+	// that starts awaiting approval (notify.go).
+	ApprovalWebhook ApprovalWebhook
 }
 
 func (c *Config) defaults() {
@@ -134,6 +138,7 @@ func (c *Config) defaults() {
 	if c.OutcomeRetry == 0 {
 		c.OutcomeRetry = time.Minute
 	}
+	c.ApprovalWebhook.defaults()
 }
 
 // bound is a tool with the executor that performs it, its settings with
@@ -169,6 +174,10 @@ type Ledger struct {
 	finished *cache.Map[opKey, finished]
 	// encode computes an operation's answer form; nil keeps none.
 	encode func(Operation) any
+
+	// notifyKick wakes the approval notifier; notifyClient sends.
+	notifyKick   chan struct{}
+	notifyClient *http.Client
 }
 
 type opKey struct{ tenant, id string }
@@ -243,7 +252,8 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 		return nil, errors.New("ledger: the downstream secret must be at least 16 bytes")
 	}
 	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{},
-		finished: cache.New[opKey, finished](cfg.FinishedCacheSize)}
+		finished: cache.New[opKey, finished](cfg.FinishedCacheSize), notifyKick: make(chan struct{}, 1),
+		notifyClient: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	l.auth.entries = map[string]authEntry{}
 	for _, t := range reg.List() {
 		ex, err := execs.New(t.Executor.Type, t.Executor)
@@ -375,12 +385,16 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 		ApprovalRequired: t.Approval.Required, ApprovalTTL: t.Approval.TTL,
 		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, t.Name, in.IdempotencyKey, fp),
 		Actor:         a.Name, Detail: "prepared with key digest " + in.KeyDigest,
+		Notify: l.notifyOn(),
 	})
 	if err != nil {
 		return Operation{}, false, storeErr(err)
 	}
 	if inserted {
 		failpoint.Inject(failpoint.AfterPrepare)
+		if state == StateAwaitingApproval && l.notifyOn() {
+			l.kickNotifier()
+		}
 		return op, false, nil
 	}
 	existing, err := l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey)

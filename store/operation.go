@@ -132,6 +132,9 @@ type NewOperation struct {
 	DownstreamKey                                 string
 	// Actor and Detail describe the PREPARED event.
 	Actor, Detail string
+	// Notify queues an approval notification with an operation that
+	// awaits approval.
+	Notify bool
 }
 
 // OperationInsert inserts the operation with its PREPARED event unless its
@@ -142,7 +145,7 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		ID: n.ID, Tenant: n.Tenant, Tool: n.Tool, ToolVersion: n.ToolVersion, IdempotencyKey: n.IdempotencyKey,
 		Args: n.Args, Fingerprint: n.Fingerprint, State: n.State, PreparedBy: n.PreparedBy,
 		ApprovalRequired: n.ApprovalRequired, ApprovalTtlMs: n.ApprovalTTL.Milliseconds(),
-		DownstreamKey: n.DownstreamKey, Actor: n.Actor, Detail: n.Detail,
+		DownstreamKey: n.DownstreamKey, Actor: n.Actor, Detail: n.Detail, Notify: n.Notify,
 	})
 	op, err = wrote(one(r, err, func(r db.OperationInsertRow) db.Operation { return db.Operation(r) }))
 	if errors.Is(err, ErrNotFound) {
@@ -316,6 +319,9 @@ type Decision struct {
 	// clock and that nothing was sent (an expiry, a renewal of a lapsed
 	// approval, a denial of a READY operation).
 	RequireLapsedUnsent bool
+	// Notify queues an approval notification when the change is an expiry
+	// (the operation awaits approval again).
+	Notify bool
 }
 
 // OperationDecide applies d, guarded on d.From (and, when asked, on the
@@ -325,7 +331,7 @@ func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, erro
 	r, err := c.q.OperationDecide(ctx, c.dbtx, db.OperationDecideParams{
 		ID: d.ID, Tenant: d.Tenant, FromStates: d.From, ToState: d.To, Decision: text(d.Decision),
 		DecidedBy: text(d.DecidedBy), ApprovedFingerprint: text(d.ApprovedFingerprint), Reason: text(d.Reason),
-		EventType: d.Event, Actor: d.Actor, Detail: d.Detail, RequireLapsedUnsent: d.RequireLapsedUnsent,
+		EventType: d.Event, Actor: d.Actor, Detail: d.Detail, RequireLapsedUnsent: d.RequireLapsedUnsent, Notify: d.Notify,
 	})
 	return wrote(one(r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
 }

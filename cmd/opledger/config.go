@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/opledger/opledger/ledger"
@@ -90,6 +91,29 @@ type Config struct {
 	// key, and so how long a revoked key may keep working there
 	// (--auth-cache-ttl, OPLEDGER_AUTH_CACHE_TTL).
 	AuthCacheTTL time.Duration
+	// ConsoleListen serves the approval console at / (--console-listen,
+	// OPLEDGER_CONSOLE_LISTEN); empty: off. Plain HTTP only on a loopback
+	// address: elsewhere it needs --tls-cert or an https --console-url.
+	ConsoleListen string
+	// ConsoleURL is where people reach the console (--console-url,
+	// OPLEDGER_CONSOLE_URL), for links in notifications; https:// also
+	// marks cookies Secure behind a TLS-terminating proxy. Default: the
+	// console's own address.
+	ConsoleURL string
+	// ApprovalWebhookURL receives a signed POST whenever an operation starts
+	// awaiting approval (--approval-webhook-url,
+	// OPLEDGER_APPROVAL_WEBHOOK_URL); empty: off.
+	ApprovalWebhookURL string
+	// ApprovalWebhookSecret signs those POSTs (--approval-webhook-secret,
+	// OPLEDGER_APPROVAL_WEBHOOK_SECRET); required with the URL.
+	ApprovalWebhookSecret string
+	// ApprovalWebhookArgs puts the operation's arguments in the payload
+	// (--approval-webhook-args, OPLEDGER_APPROVAL_WEBHOOK_ARGS).
+	ApprovalWebhookArgs bool
+	// ApprovalWebhookBackoff is the delay after the first failed delivery,
+	// doubling up to 5 minutes (--approval-webhook-backoff,
+	// OPLEDGER_APPROVAL_WEBHOOK_BACKOFF).
+	ApprovalWebhookBackoff time.Duration
 }
 
 // bindConfig registers cfg's flags on fs. The returned finish, called after
@@ -115,6 +139,12 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	e.duration(&cfg.Drain, "drain", "OPLEDGER_DRAIN", 10*time.Second, "graceful shutdown bound")
 	e.str(&cfg.MetricsListen, "metrics-listen", "OPLEDGER_METRICS_LISTEN", "", "Prometheus /metrics address `HOST:PORT` (empty: off)")
 	e.str(&cfg.WebhookListen, "webhook-listen", "OPLEDGER_WEBHOOK_LISTEN", "", "`HOST:PORT` for POST /webhooks/{tool} (empty: off)")
+	e.str(&cfg.ConsoleListen, "console-listen", "OPLEDGER_CONSOLE_LISTEN", "", "approval console address `HOST:PORT` (empty: off; dev: 127.0.0.1:8080)")
+	e.str(&cfg.ConsoleURL, "console-url", "OPLEDGER_CONSOLE_URL", "", "the console's public `URL`, for links; https also marks cookies Secure behind a TLS proxy")
+	e.str(&cfg.ApprovalWebhookURL, "approval-webhook-url", "OPLEDGER_APPROVAL_WEBHOOK_URL", "", "POST a signed notification to this `URL` when an operation starts awaiting approval (empty: off)")
+	e.str(&cfg.ApprovalWebhookSecret, "approval-webhook-secret", "OPLEDGER_APPROVAL_WEBHOOK_SECRET", "", "`secret` (at least 16 characters) signing the approval notifications; required with the URL")
+	e.boolean(&cfg.ApprovalWebhookArgs, "approval-webhook-args", "OPLEDGER_APPROVAL_WEBHOOK_ARGS", false, "include the operation's arguments in approval notifications")
+	e.duration(&cfg.ApprovalWebhookBackoff, "approval-webhook-backoff", "OPLEDGER_APPROVAL_WEBHOOK_BACKOFF", time.Second, "delay after a failed approval notification, doubling up to 5m")
 	e.str(&cfg.TLSCert, "tls-cert", "OPLEDGER_TLS_CERT", "", "PEM certificate `FILE` for TLS on the gRPC listener")
 	e.str(&cfg.TLSKey, "tls-key", "OPLEDGER_TLS_KEY", "", "PEM private key `FILE` for --tls-cert")
 	e.str(&cfg.TLSClientCA, "tls-client-ca", "OPLEDGER_TLS_CLIENT_CA", "", "PEM CA bundle `FILE`; when set, clients must present a certificate it signed (mTLS)")
@@ -136,7 +166,7 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 			v    time.Duration
 		}{{"min-lease", cfg.MinLease}, {"max-wait", cfg.MaxWait}, {"reconcile-interval", cfg.ReconcileInterval},
 			{"reconcile-backoff", cfg.ReconcileBackoff}, {"drain", cfg.Drain}, {"max-deadline", cfg.MaxDeadline},
-			{"retention", cfg.Retention}} {
+			{"retention", cfg.Retention}, {"approval-webhook-backoff", cfg.ApprovalWebhookBackoff}} {
 			if d.v < 0 {
 				errs = append(errs, fmt.Errorf("--%s: %s is negative", d.name, d.v))
 			}
@@ -162,6 +192,22 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 		if cfg.TLSClientCA != "" && cfg.TLSCert == "" {
 			errs = append(errs, errors.New("--tls-client-ca needs --tls-cert and --tls-key"))
 		}
+		if cfg.ApprovalWebhookURL != "" {
+			if !httpURL(cfg.ApprovalWebhookURL) {
+				errs = append(errs, fmt.Errorf("--approval-webhook-url: %q is not an http(s) URL", cfg.ApprovalWebhookURL))
+			}
+			if len(cfg.ApprovalWebhookSecret) < 16 {
+				errs = append(errs, errors.New("--approval-webhook-secret: at least 16 characters are needed to sign the notifications"))
+			}
+		}
+		if cfg.ConsoleURL != "" && !httpURL(cfg.ConsoleURL) {
+			errs = append(errs, fmt.Errorf("--console-url: %q is not an http(s) URL", cfg.ConsoleURL))
+		}
 		return errors.Join(errs...)
 	}
+}
+
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +75,62 @@ func mustConfig(t *testing.T) Config {
 	cfg, err := parseConfig(t, nil, nil)
 	require.NoError(t, err)
 	return cfg
+}
+
+// TestConsoleFlags: the console's address and URL come from flags or the
+// environment; plain HTTP is refused off loopback unless an https URL says
+// a TLS proxy is in front.
+func TestConsoleFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(t, nil, map[string]string{"OPLEDGER_CONSOLE_LISTEN": "127.0.0.1:8081"})
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:8081", cfg.ConsoleListen)
+	require.Equal(t, "http://127.0.0.1:8081", consoleURL(cfg))
+	cfg, err = parseConfig(t, []string{"--console-listen", "", "--console-url", "https://approvals.example.com/"},
+		map[string]string{"OPLEDGER_CONSOLE_LISTEN": "127.0.0.1:8081"})
+	require.NoError(t, err)
+	require.Empty(t, cfg.ConsoleListen)
+	require.Equal(t, "https://approvals.example.com", consoleURL(cfg))
+	_, err = parseConfig(t, []string{"--console-url", "approvals.example.com"}, nil)
+	require.ErrorContains(t, err, "--console-url")
+
+	logger := newLogger(io.Discard, "error")
+	_, _, err = startConsole(Config{ConsoleListen: "0.0.0.0:0"}, nil, logger)
+	require.ErrorContains(t, err, "needs TLS")
+	for _, c := range []Config{
+		{ConsoleListen: "127.0.0.1:0"},
+		{ConsoleListen: "[::1]:0"},
+		{ConsoleListen: "0.0.0.0:0", ConsoleURL: "https://approvals.example.com"},
+	} {
+		srv, url, err := startConsole(c, nil, logger)
+		if err != nil && strings.Contains(err.Error(), "cannot assign") {
+			continue // no IPv6 loopback here
+		}
+		require.NoError(t, err, "%+v", c)
+		require.NotEmpty(t, url)
+		require.NoError(t, srv.Close())
+	}
+}
+
+// TestApprovalWebhookFlags: the notification needs an http(s) URL and a
+// secret to sign with; args stay out unless asked for.
+func TestApprovalWebhookFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(t, nil, nil)
+	require.NoError(t, err)
+	require.Empty(t, cfg.ApprovalWebhookURL)
+	require.False(t, cfg.ApprovalWebhookArgs)
+	require.Equal(t, time.Second, cfg.ApprovalWebhookBackoff)
+
+	cfg, err = parseConfig(t, []string{"--approval-webhook-args", "--approval-webhook-backoff", "250ms"}, map[string]string{
+		"OPLEDGER_APPROVAL_WEBHOOK_URL": "https://hooks.example.com/opledger", "OPLEDGER_APPROVAL_WEBHOOK_SECRET": "0123456789abcdef"})
+	require.NoError(t, err)
+	require.True(t, cfg.ApprovalWebhookArgs)
+	require.Equal(t, 250*time.Millisecond, cfg.ApprovalWebhookBackoff)
+	require.Equal(t, "https://hooks.example.com/opledger", cfg.ApprovalWebhookURL)
+
+	_, err = parseConfig(t, []string{"--approval-webhook-url", "https://hooks.example.com/opledger"}, nil)
+	require.ErrorContains(t, err, "--approval-webhook-secret")
+	_, err = parseConfig(t, []string{"--approval-webhook-url", "hooks.example.com", "--approval-webhook-secret", "0123456789abcdef"}, nil)
+	require.ErrorContains(t, err, "--approval-webhook-url")
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -56,6 +57,9 @@ to the service inside dev.`)
 	}
 	if err := finish(); err != nil {
 		return err
+	}
+	if getenv("OPLEDGER_CONSOLE_LISTEN") == "" && !flagGiven(fs, "console-listen") {
+		cfg.ConsoleListen = "127.0.0.1:8080"
 	}
 	logger := newLogger(stderr, cfg.LogLevel)
 	abs, err := filepath.Abs(*dir)
@@ -169,6 +173,7 @@ to the service inside dev.`)
 		fmt.Fprintf(stdout, `
 opledger dev is ready
   gRPC          %s (reflection on, plaintext)
+  console       %s
   fake processor %s
   database      %s
   tenant        %s
@@ -184,7 +189,7 @@ In another shell:
     %s opledger.v1.LedgerService/Prepare
 
 Logs follow as JSON on standard error. Ctrl-C stops everything.
-`, addr, fakepayURL, cfg.DatabaseURL, *tenant, keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator],
+`, addr, orOff(consoleURL(cfg)), fakepayURL, cfg.DatabaseURL, *tenant, keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator],
 			relOrAbs(envFile), addr, addr)
 	}
 	cfg.Migrate = false
@@ -215,4 +220,17 @@ func devSecret(path string) ([]byte, error) {
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	return secret, os.WriteFile(path, []byte(hex.EncodeToString(secret)+"\n"), 0o600)
+}
+
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(fs *flag.FlagSet, name string) (given bool) {
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+func orOff(s string) string {
+	if s == "" {
+		return "off"
+	}
+	return s + "/ (sign in with the approver or operator key)"
 }

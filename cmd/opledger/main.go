@@ -223,6 +223,8 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 		AuthCacheTTL:      cfg.AuthCacheTTL,
 		ReconcileInterval: cfg.ReconcileInterval, ReconcileBackoff: cfg.ReconcileBackoff,
 		OpsPerMinute: cfg.OpsPerMinute, Retention: cfg.Retention, FinishedCacheSize: finishedCacheSize(cfg.FinishedCache),
+		ApprovalWebhook: ledger.ApprovalWebhook{URL: cfg.ApprovalWebhookURL, Secret: cfg.ApprovalWebhookSecret,
+			IncludeArgs: cfg.ApprovalWebhookArgs, ConsoleURL: consoleURL(cfg), Backoff: cfg.ApprovalWebhookBackoff},
 	}, st, reg, executor.NewDefaultRegistry(nil, logger), listener, logger)
 	if err != nil {
 		return err
@@ -236,6 +238,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 	go listener.Run(bg)
 	go l.RunReconciler(bg)
 	go l.RunPruner(bg)
+	go l.RunNotifier(bg)
 	m := metrics.New(st.OperationCountOpen)
 	l.SetObserver(m)
 	if cfg.MetricsListen != "" {
@@ -259,6 +262,13 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 		go func() { _ = wsrv.Serve(wlis) }()
 		defer wsrv.Close()
 		logger.Info("serving webhooks", "listen", wlis.Addr().String())
+	}
+	if cfg.ConsoleListen != "" {
+		csrv, _, err := startConsole(cfg, l, logger)
+		if err != nil {
+			return err
+		}
+		defer csrv.Close()
 	}
 	tlsCfg, err := serverTLS(cfg)
 	if err != nil {

@@ -1,5 +1,7 @@
 -- name: OperationInsert :one
--- Inserts a new operation and its PREPARED event in one statement. Returns no
+-- Inserts a new operation and its PREPARED event in one statement (and, with
+-- notify, the approval notification of an operation that awaits approval:
+-- the outbox row commits with the operation or not at all). Returns no
 -- row when (tenant, tool, idempotency_key) is taken: the caller then reads the
 -- existing operation. ON CONFLICT waits for a concurrent twin to commit, so
 -- twins never both insert.
@@ -13,6 +15,9 @@ WITH ins AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, ins.state, 0, 0, sqlc.arg(detail) FROM ins
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
 SELECT * FROM ins;
 
@@ -170,7 +175,8 @@ SELECT * FROM upd;
 -- an Execute that read a lapsed approval could wipe a renewal committed just
 -- after that read, or a stalled one could send an operation that may have
 -- taken effect back to AWAITING_APPROVAL, where a denial would make it
--- REJECTED with an effect behind it.
+-- REJECTED with an effect behind it. An expiry with notify also queues the
+-- approval notification, in the same statement.
 WITH cur AS (
     SELECT c.id, c.state AS old_state FROM operation c
     WHERE c.id = sqlc.arg(id) AND c.tenant = sqlc.arg(tenant)
@@ -197,6 +203,10 @@ WITH cur AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), cur.old_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
     FROM upd JOIN cur ON cur.id = upd.id
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT upd.id, upd.events, 'approval_expired' FROM upd
+    WHERE upd.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
 SELECT * FROM upd;
 

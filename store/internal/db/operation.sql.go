@@ -343,6 +343,10 @@ WITH cur AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $10::text, $11, cur.old_state, upd.state, upd.attempts, upd.fence, $12
     FROM upd JOIN cur ON cur.id = upd.id
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT upd.id, upd.events, 'approval_expired' FROM upd
+    WHERE upd.state = 'AWAITING_APPROVAL' AND $13::boolean
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM upd
 `
@@ -360,6 +364,7 @@ type OperationDecideParams struct {
 	EventType           string
 	Actor               string
 	Detail              string
+	Notify              bool
 }
 
 type OperationDecideRow struct {
@@ -405,7 +410,8 @@ type OperationDecideRow struct {
 // an Execute that read a lapsed approval could wipe a renewal committed just
 // after that read, or a stalled one could send an operation that may have
 // taken effect back to AWAITING_APPROVAL, where a denial would make it
-// REJECTED with an effect behind it.
+// REJECTED with an effect behind it. An expiry with notify also queues the
+// approval notification, in the same statement.
 func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDecideParams) (OperationDecideRow, error) {
 	row := db.QueryRow(ctx, operationDecide,
 		arg.ID,
@@ -420,6 +426,7 @@ func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDec
 		arg.EventType,
 		arg.Actor,
 		arg.Detail,
+		arg.Notify,
 	)
 	var i OperationDecideRow
 	err := row.Scan(
@@ -744,6 +751,9 @@ WITH ins AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT ins.id, 1, 'PREPARED', $13, NULL, ins.state, 0, 0, $14 FROM ins
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $15::boolean
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM ins
 `
@@ -763,6 +773,7 @@ type OperationInsertParams struct {
 	DownstreamKey    string
 	Actor            string
 	Detail           string
+	Notify           bool
 }
 
 type OperationInsertRow struct {
@@ -800,7 +811,9 @@ type OperationInsertRow struct {
 	FirstSentFence      pgtype.Int8
 }
 
-// Inserts a new operation and its PREPARED event in one statement. Returns no
+// Inserts a new operation and its PREPARED event in one statement (and, with
+// notify, the approval notification of an operation that awaits approval:
+// the outbox row commits with the operation or not at all). Returns no
 // row when (tenant, tool, idempotency_key) is taken: the caller then reads the
 // existing operation. ON CONFLICT waits for a concurrent twin to commit, so
 // twins never both insert.
@@ -820,6 +833,7 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.DownstreamKey,
 		arg.Actor,
 		arg.Detail,
+		arg.Notify,
 	)
 	var i OperationInsertRow
 	err := row.Scan(
