@@ -32,8 +32,15 @@ dev:
 ## started when DATABASE_URL is not set).
 test: test-go test-clients
 
+# GO_MODULES are the nested Go modules (a module of their own each, see
+# docs/clients/go.md): `./...` at the root does not descend into them.
+GO_MODULES := clients/go gen/go
+
+## test-go: the server's module, then the nested modules (the Go client's
+## tests against a server are skipped here; clients/test.sh runs them).
 test-go:
 	go test -count=1 ./...
+	cd clients/go && go test -count=1 ./...
 
 ## test-clients: the Python, TypeScript, Go and Java client suites and their
 ## examples, against one throwaway server (clients/test.sh).
@@ -47,7 +54,7 @@ test-clients:
 ## is about five seconds on two idle cores; FUZZSCALE multiplies them.
 FUZZSCALE ?= 1
 fuzz:
-	go test ./fingerprint -run='^$$' -fuzz='^FuzzCanonicalize$$' -fuzztime=$$((50000*$(FUZZSCALE)))x
+	cd clients/go && go test ./fingerprint -run='^$$' -fuzz='^FuzzCanonicalize$$' -fuzztime=$$((50000*$(FUZZSCALE)))x
 	go test ./interceptors -run='^$$' -fuzz='^FuzzValidateKey$$' -fuzztime=$$((30000*$(FUZZSCALE)))x
 	go test ./tool -run='^$$' -fuzz='^FuzzValidateArgs$$' -fuzztime=$$((30000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzRequestPath$$' -fuzztime=$$((4000*$(FUZZSCALE)))x
@@ -98,13 +105,15 @@ generate: tools
 check-generated: generate
 	@git status --porcelain -- gen store/internal/db | grep . && { echo "generated code drifted: run 'make generate' and commit"; git diff --stat -- gen store/internal/db; exit 1; } || echo "generated code is up to date"
 
-## lint: buf lint, format and breaking-change check against main; gofmt; go vet.
+## lint: buf lint, format and breaking-change check against main; gofmt; go vet
+## and a tidy go.mod in every Go module.
 lint: tools
 	$(BUF) lint
 	$(BUF) format -d --exit-code
 	@if git rev-parse --verify -q main >/dev/null; then $(BUF) breaking --against '.git#branch=main'; else echo "no main branch: skipping buf breaking"; fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	@for m in $(GO_MODULES); do (cd $$m && go vet ./... && go mod tidy -diff) || { echo "$$m: go vet or go mod tidy failed"; exit 1; }; done
 
 clean:
 	rm -rf bin .bin .venv tools/node_modules

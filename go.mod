@@ -10,6 +10,8 @@ require (
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jackc/puddle/v2 v2.2.3
+	github.com/opledger/opledger/clients/go v0.0.0-00010101000000-000000000000
+	github.com/opledger/opledger/gen/go v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/stretchr/testify v1.12.1
@@ -59,4 +61,12 @@ require (
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
+)
+
+// The Go client and the generated code are modules of their own (so that a
+// program using the client does not depend on the server's modules); the
+// server builds against the copies in this repository.
+replace (
+	github.com/opledger/opledger/clients/go => ./clients/go
+	github.com/opledger/opledger/gen/go => ./gen/go
 )

@@ -1,13 +1,19 @@
 // Package layering_test enforces the import rules of docs/development.md:
 // cmd → server → ledger → store, only store imports pgx, and the
-// interceptors and clients depend on neither server nor store.
+// interceptors and clients depend on neither server nor store. It also
+// guards the Go client's own module (clients/go) and the generated code's
+// (gen/go): what they may depend on, and that the generated Go code exists
+// exactly once.
 package layering_test
 
 import (
+	"bufio"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,6 +79,14 @@ func TestImportRules(t *testing.T) {
 		switch {
 		case under(dir, "reason"):
 			forbidden(dir, module+"server", module+"store", module+"ledger", module+"cmd", module+"interceptors")
+		case under(dir, "clients/go"):
+			// A module of its own: the standard library, the generated API,
+			// grpc, protobuf and genproto, nothing of the server's module.
+			for imp := range pkgs[dir] {
+				if !clientImportAllowed(imp) {
+					t.Errorf("%s imports %s: the Go client module may import only the standard library, %s, grpc, protobuf and genproto", dir, imp, module+"gen/go")
+				}
+			}
 		case under(dir, "interceptors"), under(dir, "clients"):
 			forbidden(dir, module+"server", module+"store", module+"ledger", module+"cmd")
 		case under(dir, "store"):
@@ -86,5 +100,144 @@ func TestImportRules(t *testing.T) {
 			// ledger's functions, never around them.
 			forbidden(dir, module+"server", module+"store", module+"cmd", module+"interceptors")
 		}
+	}
+}
+
+// clientImportAllowed is the import rule of the Go client module.
+func clientImportAllowed(imp string) bool {
+	first, _, _ := strings.Cut(imp, "/")
+	if !strings.Contains(first, ".") {
+		return true // the standard library
+	}
+	for _, p := range []string{"google.golang.org/grpc", "google.golang.org/protobuf", "google.golang.org/genproto",
+		module + "gen/go", module + "clients/go"} {
+		if imp == p || strings.HasPrefix(imp, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// goMod is the part of a go.mod file these tests read.
+type goMod struct {
+	module, goVersion string
+	direct, indirect  []string // module paths
+	replaces          map[string]string
+}
+
+func readGoMod(t *testing.T, path string) goMod {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m := goMod{replaces: map[string]string{}}
+	block := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		indirect := strings.HasSuffix(line, "// indirect")
+		if i := strings.Index(line, "//"); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		switch {
+		case fields[0] == ")":
+			block = ""
+			continue
+		case len(fields) == 2 && fields[1] == "(":
+			block = fields[0]
+			continue
+		}
+		kind := block
+		if kind == "" {
+			kind, fields = fields[0], fields[1:]
+		}
+		switch kind {
+		case "module":
+			m.module = fields[0]
+		case "go":
+			m.goVersion = fields[0]
+		case "require":
+			if indirect {
+				m.indirect = append(m.indirect, fields[0])
+			} else {
+				m.direct = append(m.direct, fields[0])
+			}
+		case "replace":
+			if i := slices.Index(fields, "=>"); i > 0 {
+				m.replaces[fields[0]] = fields[i+1]
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestClientModules: a program that uses the Go client depends on grpc,
+// protobuf and genproto (and what they need), never on the server's modules
+// (pgx, otel, prometheus …), and the server builds against the client and the
+// generated code in this repository.
+func TestClientModules(t *testing.T) {
+	allowedDirect := []string{"google.golang.org/grpc", "google.golang.org/protobuf", "google.golang.org/genproto/googleapis/rpc", module + "gen/go"}
+	for _, c := range []struct{ path, module string }{
+		{"../clients/go/go.mod", module + "clients/go"},
+		{"../gen/go/go.mod", module + "gen/go"},
+	} {
+		m := readGoMod(t, c.path)
+		if m.module != c.module {
+			t.Errorf("%s: module %q, want %q", c.path, m.module, c.module)
+		}
+		if m.goVersion == "" {
+			t.Errorf("%s: no go line", c.path)
+		}
+		for _, d := range m.direct {
+			if !slices.Contains(allowedDirect, d) {
+				t.Errorf("%s requires %s: the client modules depend only on grpc, protobuf and genproto", c.path, d)
+			}
+		}
+		for _, d := range m.indirect {
+			if !strings.HasPrefix(d, "golang.org/x/") && !strings.HasPrefix(d, "google.golang.org/") {
+				t.Errorf("%s needs %s indirectly: a client module must not pull that into its users' builds", c.path, d)
+			}
+		}
+	}
+	root := readGoMod(t, "../go.mod")
+	for mod, dir := range map[string]string{module + "clients/go": "./clients/go", module + "gen/go": "./gen/go"} {
+		if got := root.replaces[mod]; got != dir {
+			t.Errorf("go.mod: replace %s => %q, want %s", mod, got, dir)
+		}
+	}
+}
+
+// TestOneCopyOfTheGeneratedGoCode: two copies of ledger.proto's Go code in
+// one binary make protobuf-go panic at start-up (a conflicting registration),
+// so the generated Go code lives only in gen/go.
+func TestOneCopyOfTheGeneratedGoCode(t *testing.T) {
+	var found []string
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != ".." || d.Name() == "node_modules" || d.Name() == "target") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".pb.go") {
+			found = append(found, filepath.ToSlash(strings.TrimPrefix(path, "../")))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"gen/go/opledger/v1/ledger.pb.go", "gen/go/opledger/v1/ledger_grpc.pb.go"}
+	if !slices.Equal(found, want) {
+		t.Errorf("generated Go files %v, want exactly %v", found, want)
 	}
 }

@@ -18,9 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opledger/opledger/cache"
+	"github.com/opledger/opledger/clients/go/fingerprint"
 	"github.com/opledger/opledger/executor"
 	"github.com/opledger/opledger/failpoint"
-	"github.com/opledger/opledger/fingerprint"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/opledger/opledger/clients/go/internal/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -94,7 +94,7 @@ func startFlaky(t *testing.T, f *flaky, policy client.RetryPolicy) *client.Clien
 	opledgerv1.RegisterLedgerServiceServer(srv, f)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	c, err := client.New(lis.Addr().String(), "opl_test", client.WithInsecure(), client.WithRetryPolicy(policy))
+	c, err := client.New(lis.Addr().String(), "opl_test", client.WithPlaintext(), client.WithRetryPolicy(policy))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

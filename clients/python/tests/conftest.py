@@ -60,7 +60,7 @@ def charges():
 
 @pytest.fixture(scope="session")
 def vectors():
-    path = Path(os.environ.get("OPLEDGER_VECTORS", REPO / "fingerprint" / "testdata" / "vectors.json"))
+    path = Path(os.environ.get("OPLEDGER_VECTORS", REPO / "clients" / "go" / "fingerprint" / "testdata" / "vectors.json"))
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     assert doc["version"] == "v1"

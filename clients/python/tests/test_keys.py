@@ -8,7 +8,7 @@ from opledger import derive_idempotency_key, key_preimage
 # The normative vectors of docs/fingerprint.md, "Idempotency key derivation"; the Go, Java and
 # TypeScript clients check the same file, so all four derive the same keys.
 REPO = Path(__file__).resolve().parents[3]
-with open(REPO / "fingerprint" / "testdata" / "key_vectors.json", encoding="utf-8") as _f:
+with open(REPO / "clients" / "go" / "fingerprint" / "testdata" / "key_vectors.json", encoding="utf-8") as _f:
     _DOC = json.load(_f)
 KEY_VECTORS = _DOC["vectors"]
 

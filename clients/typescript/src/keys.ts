@@ -5,7 +5,7 @@
 //
 // The recipe ("opk1") is the normative one of docs/fingerprint.md, "Idempotency key derivation",
 // shared by every opledger client (Go, Java, Python, TypeScript) and checked against
-// fingerprint/testdata/key_vectors.json, so every language derives the same key from the same parts.
+// clients/go/fingerprint/testdata/key_vectors.json, so every language derives the same key from the same parts.
 //
 // Caveat: a model provider's tool-call id is not a business identity. It matches a tool result
 // to one model response, but a regenerated response (a retried model round, another provider)

@@ -7,7 +7,7 @@ import { REPO } from "./helpers";
 
 const base = { workflowId: "conv-42", modelRound: 3, toolCallId: "call_123", toolName: "pay_invoice", toolVersion: "1" };
 
-/** KeyVector is one entry of fingerprint/testdata/key_vectors.json. */
+/** KeyVector is one entry of clients/go/fingerprint/testdata/key_vectors.json. */
 interface KeyVector {
   name: string;
   conversation: string;
@@ -22,7 +22,7 @@ interface KeyVector {
 // The normative vectors of docs/fingerprint.md, "Idempotency key derivation"; the Go, Java and
 // Python clients check the same file, so all four derive the same keys. REPO is resolved from
 // this file's location at run time (dist/test), not from the working directory.
-const keyDoc = JSON.parse(readFileSync(resolve(REPO, "fingerprint", "testdata", "key_vectors.json"), "utf8")) as {
+const keyDoc = JSON.parse(readFileSync(resolve(REPO, "clients", "go", "fingerprint", "testdata", "key_vectors.json"), "utf8")) as {
   version: string;
   vectors: KeyVector[];
 };

@@ -13,7 +13,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestFactory;
 
 class IdempotencyKeysTest {
-  /** Every vector of fingerprint/testdata/key_vectors.json. */
+  /** Every vector of clients/go/fingerprint/testdata/key_vectors.json. */
   @TestFactory
   Stream<DynamicTest> keyVectors() throws IOException {
     List<Value> vectors = TestData.vectors("key_vectors.json");

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/opledger/opledger/clients/go/internal/require"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/vectors.json from vectorCases")
@@ -87,7 +87,7 @@ func buildVectors(t *testing.T) vectorFile {
 		Comment: "opledger fingerprint test vectors; see docs/fingerprint.md. " +
 			"Parse args with a JSON parser (numbers as IEEE-754 doubles), build the preimage, " +
 			"check it equals canonical byte for byte (UTF-8), then check fingerprint = \"v1:\" + hex(sha256(canonical)). " +
-			"Regenerate with: go test ./fingerprint -run TestVectors -update",
+			"Regenerate with: (cd clients/go && go test ./fingerprint -run TestVectors -update)",
 		Version: Version,
 	}
 	for _, c := range vectorCases {
@@ -127,7 +127,7 @@ func TestVectors(t *testing.T) {
 	}
 	got, err := os.ReadFile(vectorsPath)
 	require.NoError(t, err)
-	require.Equal(t, string(want), string(got), "vectors.json is stale: go test ./fingerprint -run TestVectors -update")
+	require.Equal(t, string(want), string(got), "vectors.json is stale: (cd clients/go && go test ./fingerprint -run TestVectors -update)")
 }
 
 // TestVectorsFile verifies the published file the way a client in another

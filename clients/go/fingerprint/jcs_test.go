@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/opledger/opledger/clients/go/internal/require"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
