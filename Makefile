@@ -18,7 +18,7 @@ MAVEN_DEPENDENCY_PLUGIN      := org.apache.maven.plugins:maven-dependency-plugin
 
 BUF := tools/node_modules/.bin/buf
 
-.PHONY: all dev build test test-go test-clients fuzz tools grpcurl generate check-generated lint clean
+.PHONY: all dev build test test-go test-clients test-outside client-typescript fuzz tools grpcurl generate check-generated lint clean
 
 all: build
 
@@ -46,6 +46,11 @@ test-go:
 ## examples, against one throwaway server (clients/test.sh).
 test-clients:
 	clients/test.sh
+
+## client-typescript: the TypeScript client as an npm tarball for other projects
+## (clients/typescript/opledger-client-VERSION.tgz; docs/clients/typescript.md installs it).
+client-typescript:
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm pack --loglevel=error
 
 ## fuzz: a short run of every fuzz target. Budgets are execution counts, not
 ## durations: a duration-based -fuzztime races the fuzz coordinator's own
