@@ -45,7 +45,7 @@ import java.util.function.Function;
  *
  * <pre>{@code
  * try (OpledgerClient agent = OpledgerClient.builder("127.0.0.1:50051", agentKey).usePlaintext().build()) {
- *   String key = IdempotencyKeys.derive(conversationId, round, toolCallId, "pay_invoice", "1");
+ *   String key = IdempotencyKeys.derive(KeyParts.builder().conversation(conversationId).round(round).tool("pay_invoice").build());
  *   PrepareResponse p = agent.prepare("pay_invoice", Args.fromJson(argsJson), key);
  * }
  * }</pre>

@@ -8,7 +8,6 @@ import com.google.protobuf.Any;
 import com.google.rpc.Code;
 import com.google.rpc.ErrorInfo;
 import com.google.rpc.RetryInfo;
-import dev.opledger.v1.ErrorReason;
 import dev.opledger.v1.ExecuteRequest;
 import dev.opledger.v1.ExecuteResponse;
 import dev.opledger.v1.LedgerServiceGrpc;
@@ -167,7 +166,7 @@ class RetryTest {
     OpledgerException e =
         assertThrows(OpledgerException.class, () -> c.prepare("pay_invoice", null, "opk1-k"));
     assertEquals(Status.Code.INVALID_ARGUMENT, e.getCode());
-    assertEquals(ErrorReason.ERROR_REASON_ARGS_INVALID, e.getReason());
+    assertEquals(Reason.ARGS_INVALID, e.getReason());
     assertEquals("ARGS_INVALID", e.getReasonName());
     assertEquals(1, f.keys.size());
   }
@@ -185,7 +184,7 @@ class RetryTest {
     OpledgerClient d = start(g, FAST);
     OpledgerException e =
         assertThrows(OpledgerException.class, () -> d.prepare("pay_invoice", null, "opk1-k"));
-    assertTrue(e.is(ErrorReason.ERROR_REASON_OPERATION_IN_PROGRESS));
+    assertTrue(e.is(Reason.OPERATION_IN_PROGRESS));
     assertEquals(1, g.keys.size());
   }
 
@@ -198,7 +197,7 @@ class RetryTest {
     OpledgerClient c = start(f, FAST);
     OpledgerException e =
         assertThrows(OpledgerException.class, () -> c.prepare("pay_invoice", null, "opk1-k"));
-    assertTrue(e.is(ErrorReason.ERROR_REASON_LEDGER_UNAVAILABLE));
+    assertTrue(e.is(Reason.LEDGER_UNAVAILABLE));
     assertEquals(4, f.keys.size(), "the default budget is 4 attempts");
 
     Flaky g = new Flaky();
