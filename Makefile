@@ -47,6 +47,12 @@ test-go:
 test-clients:
 	clients/test.sh
 
+## test-outside: each client installed the way docs/clients/*.md says, in a scratch project
+## outside the repository, running its quick start against a real server (one charge, one typed
+## error); CI runs it after `make test` (clients/outside-test.sh).
+test-outside:
+	clients/outside-test.sh
+
 ## client-typescript: the TypeScript client as an npm tarball for other projects
 ## (clients/typescript/opledger-client-VERSION.tgz; docs/clients/typescript.md installs it).
 client-typescript:
