@@ -79,8 +79,10 @@ func TestImportRules(t *testing.T) {
 			forbidden(dir, module+"ledger", module+"server", module+"cmd", module+"interceptors")
 		case under(dir, "ledger"):
 			forbidden(dir, module+"server", module+"cmd", module+"interceptors")
-		case under(dir, "server"):
-			forbidden(dir, module+"cmd")
+		case under(dir, "server"), under(dir, "console"):
+			forbidden(dir, module+"cmd", module+"service")
+		case under(dir, "service"):
+			forbidden(dir, module+"cmd", module+"harness", module+"bench", module+"chaos")
 		case under(dir, "console"):
 			// The console is an edge beside server: it goes through the
 			// ledger's functions, never around them.
