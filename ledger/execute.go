@@ -120,9 +120,24 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 				l.obs.DuplicatePrevented("Execute", op.Tool, false)
 				return op, false, nil // pending: the same operation, still executing
 			}
+			if sub != nil && !op.Waited && op.LeaseOwner != l.cfg.ServerID {
+				// The holder is another replica: ask for a notification when
+				// its attempt ends (only waited-on outcomes notify). A holder
+				// in this process wakes us itself.
+				marked, err := l.store.OperationMarkWaited(ctx, op.Tenant, op.ID, op.Fence)
+				if err != nil {
+					return Operation{}, false, storeErr(err)
+				}
+				if !marked {
+					continue // the attempt already ended: read its outcome
+				}
+			}
+			if l.hooks != nil && l.hooks.Waiting != nil {
+				l.hooks.Waiting(ctx, op)
+			}
 			// Poll as well as listen: a notification can be lost while the
 			// listener reconnects, and a lease can expire silently.
-			timer := time.NewTimer(min(remaining, op.LeaseRemaining()+10*time.Millisecond, 500*time.Millisecond))
+			timer := time.NewTimer(min(remaining, op.LeaseRemaining()+10*time.Millisecond, l.cfg.WaitPoll))
 			select {
 			case <-ctx.Done():
 				timer.Stop()
@@ -305,6 +320,9 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 		return Operation{}, false, storeErr(err)
 	}
 	failpoint.Inject(failpoint.AfterCommit)
+	if l.listener != nil && State(out.State) != StateExecuting {
+		l.listener.Wake(out.ID) // this process's waiters; others were notified if they asked
+	}
 	l.remember(out)
 	if res.Outcome == executor.OutcomeNotSubmitted {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE,

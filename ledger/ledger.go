@@ -36,6 +36,10 @@ type Config struct {
 	MinLease time.Duration
 	// MaxWait caps ExecuteRequest.wait (default 30s).
 	MaxWait time.Duration
+	// WaitPoll is how often a waiting Execute reads the operation again
+	// even without a wake-up (default 500ms): a notification can be lost
+	// while the listener reconnects.
+	WaitPoll time.Duration
 	// MaxArgsBytes bounds the canonical args (default 64 KiB).
 	MaxArgsBytes int
 	// ReconcileInterval is how often the background reconciler looks for
@@ -78,6 +82,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = 30 * time.Second
+	}
+	if c.WaitPoll == 0 {
+		c.WaitPoll = 500 * time.Millisecond
 	}
 	if c.MaxArgsBytes == 0 {
 		c.MaxArgsBytes = 64 << 10
@@ -159,6 +166,9 @@ type Hooks struct {
 	// BeforeApprovalExpiry runs when Execute found a READY operation it
 	// could not claim and is about to expire its approval.
 	BeforeApprovalExpiry func(ctx context.Context, op Operation)
+	// Waiting runs when an Execute is about to sleep until another
+	// attempt's outcome.
+	Waiting func(ctx context.Context, op Operation)
 }
 
 // New returns a ledger over st for the tools in reg, calling each tool

@@ -64,6 +64,7 @@ WITH upd AS (
         lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        waited = false,
         events = o.events + 1,
         updated_at = now()
     WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
@@ -209,6 +210,13 @@ WITH cur AS (
     WHERE upd.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
 SELECT * FROM upd;
+
+-- name: OperationMarkWaited :execrows
+-- Records that an Execute waits for the outcome of the attempt holding
+-- fence, so that the statement recording it notifies (migration 0009). No
+-- row: the attempt already ended (or another took over); read again.
+UPDATE operation SET waited = true
+WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant) AND state = 'EXECUTING' AND fence = sqlc.arg(fence);
 
 -- name: OperationClaimUnresolved :many
 -- Hands a batch of stuck operations (OUTCOME_UNKNOWN, or EXECUTING with an
