@@ -322,7 +322,7 @@ func errorResult(err error, op *opledgerv1.Operation) *mcp.CallToolResult {
 // refusal is the gateway's own refusal of a malformed call (nothing was
 // sent to the ledger).
 func refusal(reason, msg, next string) *mcp.CallToolResult {
-	a := Answer{Status: StatusError, Error: &AnswerError{Code: codes.InvalidArgument.String(), Reason: reason, Message: msg}, Next: next}
+	a := Answer{Status: StatusError, Error: &AnswerError{Code: codeName(codes.InvalidArgument), Reason: reason, Message: msg}, Next: next}
 	return result(fmt.Sprintf("Error: %s. Nothing was recorded. %s", a.Error.short(), next), a, true)
 }
 
@@ -353,7 +353,7 @@ func hint(r client.Reason, op *opledgerv1.Operation) string {
 }
 
 func answerError(err error) *AnswerError {
-	e := &AnswerError{Code: status.Code(err).String(), Reason: string(client.ReasonOf(err))}
+	e := &AnswerError{Code: codeName(status.Code(err)), Reason: string(client.ReasonOf(err))}
 	var ce *client.Error
 	if errors.As(err, &ce) {
 		e.Message = ce.Message
@@ -394,6 +394,22 @@ func (e *AnswerError) short() string {
 
 func result(text string, a Answer, isError bool) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: a, IsError: isError}
+}
+
+// codeName is a gRPC code as the gRPC specification spells it, e.g.
+// "INVALID_ARGUMENT" (codes.Code.String gives "InvalidArgument").
+func codeName(c codes.Code) string {
+	if c == codes.OK {
+		return "OK"
+	}
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
 }
 
 // digest is what the logs show of an idempotency key.

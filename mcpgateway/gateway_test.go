@@ -137,7 +137,7 @@ func TestCallExecutesOnceAndRetryIsOneEffect(t *testing.T) {
 	require.True(t, res.IsError)
 	require.Equal(t, mcpgateway.StatusError, reused.Status)
 	require.Equal(t, string(client.ReasonIdempotencyKeyReused), reused.Error.Reason)
-	require.Equal(t, "AlreadyExists", reused.Error.Code)
+	require.Equal(t, "ALREADY_EXISTS", reused.Error.Code)
 	require.Len(t, w.env.Fakepay.Emails(), 4)
 }
 
@@ -247,7 +247,7 @@ func TestRefusalsAreToolErrorsWithTheReason(t *testing.T) {
 	res, a := call(t, cs, "pay_invoice", map[string]any{"invoice_id": "INV-1", "amount_minor": -5, "currency": "euro"}, nil)
 	require.True(t, res.IsError)
 	require.Equal(t, mcpgateway.StatusError, a.Status)
-	require.Equal(t, "InvalidArgument", a.Error.Code)
+	require.Equal(t, "INVALID_ARGUMENT", a.Error.Code)
 	require.Equal(t, string(client.ReasonArgsInvalid), a.Error.Reason)
 	require.NotEmpty(t, a.Error.Violations)
 	require.Contains(t, text(res), "ARGS_INVALID")
