@@ -317,3 +317,39 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+// TestConcurrentSameCallsAreOneEffect: a client that fires the same call
+// several times at once (a retry racing the original) gets one operation and
+// one e-mail; every answer is that operation's success.
+func TestConcurrentSameCallsAreOneEffect(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, demoTools())
+	cs := connectHTTP(t, w.httpGateway(""), nil)
+	w.env.Fakepay.SetFaults(fakepay.Faults{Delay: 300 * time.Millisecond})
+	args := map[string]any{"to": "race@example.com", "subject": "Once", "body": "Only once."}
+	const n = 6
+	answers := make(chan mcpgateway.Answer, n)
+	for range n {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "send_email", Arguments: args})
+			if err != nil {
+				answers <- mcpgateway.Answer{Status: "protocol error: " + err.Error()}
+				return
+			}
+			b, _ := json.Marshal(res.StructuredContent)
+			var a mcpgateway.Answer
+			_ = json.Unmarshal(b, &a)
+			answers <- a
+		}()
+	}
+	ids := map[string]bool{}
+	for range n {
+		a := <-answers
+		require.Equal(t, mcpgateway.StatusSucceeded, a.Status, "%+v", a)
+		ids[a.OperationID] = true
+	}
+	require.Len(t, ids, 1, "one operation")
+	require.Len(t, w.env.Fakepay.Emails(), 1, "one e-mail")
+}
