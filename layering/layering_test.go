@@ -1,6 +1,7 @@
 // Package layering_test enforces the import rules of docs/development.md:
 // cmd → server → ledger → store, only store imports pgx, and the
-// interceptors and clients depend on neither server nor store.
+// interceptors, clients and the MCP gateway depend on neither server nor
+// store.
 package layering_test
 
 import (
@@ -73,7 +74,7 @@ func TestImportRules(t *testing.T) {
 		switch {
 		case under(dir, "reason"):
 			forbidden(dir, module+"server", module+"store", module+"ledger", module+"cmd", module+"interceptors")
-		case under(dir, "interceptors"), under(dir, "clients"):
+		case under(dir, "interceptors"), under(dir, "clients"), under(dir, "mcpgateway"):
 			forbidden(dir, module+"server", module+"store", module+"ledger", module+"cmd")
 		case under(dir, "store"):
 			forbidden(dir, module+"ledger", module+"server", module+"cmd", module+"interceptors")

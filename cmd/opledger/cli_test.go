@@ -86,7 +86,8 @@ var numberLike = regexp.MustCompile(`\(default "(-?[0-9.]+(ns|us|µs|ms|s|m|h)?|
 func TestHelpOnEveryCommand(t *testing.T) {
 	t.Parallel()
 	secretEnv := []string{"DATABASE_URL=postgres://app:hunter2@db.internal/opledger",
-		"OPLEDGER_DOWNSTREAM_SECRET=00112233445566778899aabbccddeeff00112233"}
+		"OPLEDGER_DOWNSTREAM_SECRET=00112233445566778899aabbccddeeff00112233",
+		"OPLEDGER_API_KEY=hunter2-agent-key", "OPLEDGER_MCP_TOKEN=hunter2-mcp-token"}
 	commands := []struct {
 		args  []string
 		about string // a phrase of what the command does
@@ -102,6 +103,7 @@ func TestHelpOnEveryCommand(t *testing.T) {
 		{[]string{"fakepay"}, "Runs the fake payment processor"},
 		{[]string{"chaos"}, "Runs the fault-injection suite"},
 		{[]string{"bench"}, "Measures opledger's throughput"},
+		{[]string{"mcp"}, "Runs the MCP gateway"},
 	}
 	for _, c := range commands {
 		name := strings.Join(c.args, " ")

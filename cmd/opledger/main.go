@@ -41,6 +41,7 @@ commands:
   keys list    list a tenant's principals (never their keys): --tenant T
   keys revoke  revoke an API key: --tenant T --name N | --id ID
   fakepay      run the fake payment processor (--listen HOST:PORT)
+  mcp          the MCP gateway: the ledger's tools for MCP clients (stdio, or --listen HOST:PORT)
   chaos        run the fault-injection suite and check every effect (--duration D)
   bench        measure throughput and latency against baselines (--quick)
 
@@ -114,6 +115,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return fmt.Errorf("keys: unknown subcommand %q", sub)
 	case "fakepay":
 		return cmdFakepay(ctx, args[1:], stdout, stderr, getenv)
+	case "mcp":
+		return cmdMCP(ctx, args[1:], stdout, stderr, getenv)
 	case "chaos":
 		return cmdChaos(ctx, args[1:], stdout, stderr, getenv)
 	case "bench":
