@@ -138,18 +138,28 @@ type NewOperation struct {
 	// Notify queues an approval notification with an operation that
 	// awaits approval.
 	Notify bool
+	// Claim, when set, claims the new operation for Lease in the same
+	// statement (the one-call path), if it is born in Claim.From and needs
+	// no approval; the row then reports the claim (fence 1).
+	Claim *Claim
+	Lease Lease
 }
 
 // OperationInsert inserts the operation with its PREPARED event unless its
 // (tenant, tool, idempotency key) is taken, in which case it returns
 // inserted == false and the caller reads the existing one.
 func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operation, inserted bool, err error) {
-	r, err := c.q.OperationInsert(ctx, c.dbtx, db.OperationInsertParams{
+	p := db.OperationInsertParams{
 		ID: n.ID, Tenant: n.Tenant, Tool: n.Tool, ToolVersion: n.ToolVersion, IdempotencyKey: n.IdempotencyKey,
 		Args: n.Args, Fingerprint: n.Fingerprint, State: n.State, PreparedBy: n.PreparedBy,
 		ApprovalRequired: n.ApprovalRequired, ApprovalTtlMs: n.ApprovalTTL.Milliseconds(),
 		DownstreamKey: n.DownstreamKey, Actor: n.Actor, Detail: n.Detail, Notify: n.Notify,
-	})
+	}
+	if n.Claim != nil {
+		p.Claim, p.ClaimFrom, p.ClaimTo, p.ClaimEvent = true, n.Claim.From, n.Claim.To, n.Claim.Event
+		p.LeaseOwner, p.LeaseSeconds = text(n.Lease.Owner), n.Lease.Duration.Seconds()
+	}
+	r, err := c.q.OperationInsert(ctx, c.dbtx, p)
 	op, err = wrote(one(r, err, func(r db.OperationInsertRow) db.Operation { return db.Operation(r) }))
 	if errors.Is(err, ErrNotFound) {
 		return Operation{}, false, nil

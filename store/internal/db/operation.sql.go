@@ -755,17 +755,29 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 const operationInsert = `-- name: OperationInsert :one
 WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
-                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-            $9, $10, $11, $12, 1)
+                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
+                           fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7,
+            CASE WHEN $8::boolean THEN $9::text ELSE $10::text END,
+            $11, $12, $13, $14,
+            CASE WHEN $8::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $8::boolean THEN $15::text END,
+            CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
+            CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
+            CASE WHEN $8::boolean THEN now() END)
     ON CONFLICT ON CONSTRAINT operation_idempotency DO NOTHING
     RETURNING id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 1, 'PREPARED', $13, NULL, ins.state, 0, 0, $14 FROM ins
+    SELECT ins.id, 1, 'PREPARED', $17, NULL, $10::text, 0, 0, $18 FROM ins
+), claimed AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT ins.id, 2, $19::text, $17, $20::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
-    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $15::boolean
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $21::boolean
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM ins
 `
@@ -778,13 +790,19 @@ type OperationInsertParams struct {
 	IdempotencyKey   string
 	Args             []byte
 	Fingerprint      string
+	Claim            bool
+	ClaimTo          string
 	State            string
 	PreparedBy       string
 	ApprovalRequired bool
 	ApprovalTtlMs    int64
 	DownstreamKey    string
+	LeaseOwner       pgtype.Text
+	LeaseSeconds     float64
 	Actor            string
 	Detail           string
+	ClaimEvent       string
+	ClaimFrom        string
 	Notify           bool
 }
 
@@ -826,10 +844,17 @@ type OperationInsertRow struct {
 
 // Inserts a new operation and its PREPARED event in one statement (and, with
 // notify, the approval notification of an operation that awaits approval:
-// the outbox row commits with the operation or not at all). Returns no
-// row when (tenant, tool, idempotency_key) is taken: the caller then reads the
-// existing operation. ON CONFLICT waits for a concurrent twin to commit, so
-// twins never both insert.
+// the outbox row commits with the operation or not at all). With claim (the
+// one-call path: Prepare that also executes, for a tool that needs no
+// approval) the same statement also claims it for the caller: the row is
+// born EXECUTING with fence 1, attempt 1 and a lease measured on the
+// database's clock, and its CLAIMED event (claim_from → claim_to) follows
+// the PREPARED one, exactly as a Prepare followed by a claim would leave it.
+// Returns no row when (tenant, tool, idempotency_key) is taken: the caller
+// then reads the existing operation. ON CONFLICT waits for a concurrent twin
+// to commit, so twins never both insert. (A claim is only asked for an
+// operation born in claim_from that needs no approval; the table's
+// operation_executing_has_lease check holds the lease to it.)
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {
 	row := db.QueryRow(ctx, operationInsert,
 		arg.ID,
@@ -839,13 +864,19 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.IdempotencyKey,
 		arg.Args,
 		arg.Fingerprint,
+		arg.Claim,
+		arg.ClaimTo,
 		arg.State,
 		arg.PreparedBy,
 		arg.ApprovalRequired,
 		arg.ApprovalTtlMs,
 		arg.DownstreamKey,
+		arg.LeaseOwner,
+		arg.LeaseSeconds,
 		arg.Actor,
 		arg.Detail,
+		arg.ClaimEvent,
+		arg.ClaimFrom,
 		arg.Notify,
 	)
 	var i OperationInsertRow
