@@ -36,12 +36,12 @@ test-go: mcp-venv
 	go test -count=1 ./...
 
 ## mcp-venv: the Python `mcp` package (PyPI, pinned in
-## mcpgateway/testdata/requirements.txt) in bin/mcp-venv, for the MCP
+## internal/mcpgateway/testdata/requirements.txt) in bin/mcp-venv, for the MCP
 ## gateway's tests with a Python MCP client.
 mcp-venv: bin/mcp-venv/.installed
-bin/mcp-venv/.installed: mcpgateway/testdata/requirements.txt
+bin/mcp-venv/.installed: internal/mcpgateway/testdata/requirements.txt
 	python3 -m venv bin/mcp-venv
-	bin/mcp-venv/bin/pip install -q --disable-pip-version-check -r mcpgateway/testdata/requirements.txt
+	bin/mcp-venv/bin/pip install -q --disable-pip-version-check -r internal/mcpgateway/testdata/requirements.txt
 	touch $@
 
 ## test-clients: the Python, TypeScript, Go and Java client suites and their

@@ -13,7 +13,7 @@ import (
 
 	client "github.com/opledger/opledger/clients/go"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/proof/harness"
 )
 
 // world is a real server with an agent, an approver and another tenant's

@@ -3,7 +3,7 @@ package client_test
 import (
 	"testing"
 
-	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/proof/harness"
 )
 
 // TestMain starts the throwaway PostgreSQL the harness-backed tests use.

@@ -8,8 +8,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/opledger/opledger/chaos"
-	"github.com/opledger/opledger/failpoint"
+	"github.com/opledger/opledger/proof/chaos"
+	"github.com/opledger/opledger/proof/failpoint"
 )
 
 // cmdChaos runs the fault-injection suite: three `opledger serve`
