@@ -76,13 +76,13 @@ type AutoFailoverOptions struct {
 // stops PostgreSQL after FailoverPartitionTimeout, before the monitor
 // (unhealthy after 3s, then 5s of demote timeout) promotes the standby.
 var monitorTiming = map[string]string{
-	"pgautofailover.health_check_period":              "1000",
-	"pgautofailover.health_check_timeout":             "1000",
-	"pgautofailover.health_check_max_retries":         "1",
-	"pgautofailover.health_check_retry_delay":         "500",
+	"pgautofailover.health_check_period":               "1000",
+	"pgautofailover.health_check_timeout":              "1000",
+	"pgautofailover.health_check_max_retries":          "1",
+	"pgautofailover.health_check_retry_delay":          "500",
 	"pgautofailover.node_considered_unhealthy_timeout": "3000",
-	"pgautofailover.primary_demote_timeout":           "5000",
-	"pgautofailover.startup_grace_period":             "3000",
+	"pgautofailover.primary_demote_timeout":            "5000",
+	"pgautofailover.startup_grace_period":              "3000",
 }
 
 // FailoverPartitionTimeout is the keepers' timeout.network_partition_timeout:
