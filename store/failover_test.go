@@ -299,4 +299,3 @@ func TestListenerLeavesSilentConnection(t *testing.T) {
 	p.hold()
 	requireNotified(t, l, u, 30*time.Second)
 }
-
