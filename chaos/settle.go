@@ -77,6 +77,9 @@ func (r *Runner) settle(ctx context.Context) (map[string]FinalOp, error) {
 		parallel(pending, func(t *trackedOp) {
 			s := r.servers[(round+len(t.key))%len(r.servers)]
 			a := r.call(ctx, "settle", "get", s, t, t.opID(), r.agent, 0, getRPC(t.opID()))
+			if status.Code(a.err) == codes.NotFound {
+				return // lost with a failover: nothing left to settle
+			}
 			if a.err != nil {
 				mu.Lock()
 				next = append(next, t)
@@ -158,6 +161,7 @@ func (r *Runner) settle(ctx context.Context) (map[string]FinalOp, error) {
 				break
 			}
 			if status.Code(err) == codes.NotFound {
+				f.Missing = true
 				break
 			}
 			time.Sleep(200 * time.Millisecond)

@@ -59,12 +59,18 @@ type Options struct {
 	// ToolsYAML replaces the demo tools file; ${OPLEDGER_FAKEPAY_URL} in it
 	// points at this Env's fake processor.
 	ToolsYAML []byte
+	// DBURL is a migrated database to use instead of a fresh one of the
+	// test cluster (a failover formation's multi-host URL, say).
+	DBURL string
 }
 
 // New returns a fresh Env; everything it starts stops at the test's end.
 func New(t testing.TB, opts Options) *Env {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
+	url := opts.DBURL
+	if url == "" {
+		url = pgtest.NewDatabase(t)
+	}
 	fp := fakepay.New(fakepay.Options{})
 	hs := httptest.NewServer(fp)
 	t.Cleanup(hs.Close)

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/opledger/opledger/store"
 )
 
 // AutoFailoverOptions configures StartAutoFailover.
@@ -73,8 +75,9 @@ type AutoFailoverOptions struct {
 // the primary to drain) make a failover take about a minute; these make it
 // take seconds, which a test of what clients see during failovers needs.
 // The keeper of a primary cut off from both the monitor and its standby
-// stops PostgreSQL after FailoverPartitionTimeout, before the monitor
-// (unhealthy after 3s, then 5s of demote timeout) promotes the standby.
+// (its walsender gone after wal_sender_timeout, 2s) stops PostgreSQL after
+// FailoverPartitionTimeout, before the monitor (unhealthy after 3s, then 5s
+// of demote timeout) promotes the standby.
 var monitorTiming = map[string]string{
 	"pgautofailover.health_check_period":               "1000",
 	"pgautofailover.health_check_timeout":              "1000",
@@ -243,7 +246,13 @@ func StartAutoFailover(ctx context.Context, opts AutoFailoverOptions) (*AutoFail
 		return nil, err
 	}
 
-	settings := map[string]string{"fsync": "off"}
+	// A primary's keeper takes itself for partitioned only when it reaches
+	// neither the monitor nor a standby, and it counts a standby as
+	// reached while its walsender lives. wal_sender_timeout (60s by
+	// default) must therefore end the walsender of a vanished standby
+	// well before the monitor promotes it, or a partitioned primary keeps
+	// serving (and, when the partition heals, serves next to the new one).
+	settings := map[string]string{"fsync": "off", "wal_sender_timeout": "2s"}
 	for k, v := range opts.Settings {
 		settings[k] = v
 	}
@@ -610,6 +619,45 @@ func (a *AutoFailover) waitFor(ctx context.Context, timeout time.Duration, what 
 	}
 }
 
+// WaitReplicated waits until a standby streams from the primary and has
+// flushed everything the primary had flushed when the wait began, up to
+// timeout. After a crash of the primary's PostgreSQL that its keeper
+// restarted in place, commits that were waiting for the standby at the crash
+// are visible again without it (PostgreSQL documents this of synchronous
+// replication); a failover before the standby has them loses them.
+func (a *AutoFailover) WaitReplicated(ctx context.Context, timeout time.Duration) error {
+	p, err := a.Primary(ctx)
+	if err != nil {
+		return err
+	}
+	if p < 0 {
+		return errors.New("pgcluster: no primary")
+	}
+	direct := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", a.ports[p])
+	secs := max(int(timeout/time.Second), 1)
+	// pg_stat_get_wal_senders reads the walsenders' state afresh on every
+	// call (pg_stat_replication's activity part is a per-transaction
+	// snapshot).
+	err = store.AdminExec(ctx, direct,
+		"SELECT set_config('pgcluster.target', pg_current_wal_flush_lsn()::text, false)",
+		fmt.Sprintf(`DO $$
+DECLARE deadline timestamptz := clock_timestamp() + interval '%d seconds';
+BEGIN
+  LOOP
+    EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_get_wal_senders() w
+      WHERE w.state = 'streaming' AND w.flush_lsn >= current_setting('pgcluster.target')::pg_lsn);
+    IF clock_timestamp() > deadline THEN
+      RAISE EXCEPTION 'no standby has flushed %%', current_setting('pgcluster.target');
+    END IF;
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+END $$`, secs))
+	if err != nil {
+		return fmt.Errorf("pgcluster: waiting for the standby to catch up with node%d: %w", p+1, err)
+	}
+	return nil
+}
+
 // KillNode kills node i's pg_autoctl and PostgreSQL with SIGKILL. Nothing
 // restarts them until StartNode: to the monitor the node is gone.
 func (a *AutoFailover) KillNode(i int) { a.nodes[i].kill() }
@@ -622,17 +670,19 @@ func (a *AutoFailover) StartNode(i int) error { return a.start(a.nodes[i]) }
 // NodeRunning reports whether node i's pg_autoctl runs.
 func (a *AutoFailover) NodeRunning(i int) bool { return a.nodes[i].running() }
 
-// CrashPostgres stops node i's PostgreSQL the way a crash would (pg_ctl
-// stop -m immediate) and leaves its keeper running: the keeper and the
-// monitor decide between a restart and a failover.
-func (a *AutoFailover) CrashPostgres(ctx context.Context, i int) error {
-	c := &Cluster{dataDir: a.nodes[i].pgdata, dir: a.dir, binDir: a.binDir, cred: a.cred, log: a.log}
-	if pid, err := readPID(c.dataDir); err != nil || !isPostmasterOf(pid, c.dataDir) {
+// CrashPostgres stops node i's PostgreSQL the way a crash would (SIGQUIT to
+// the postmaster: an immediate shutdown, crash recovery at the next start)
+// and leaves its keeper running: the keeper and the monitor decide between
+// a restart in place and a failover. It does not wait: the keeper may
+// restart PostgreSQL within moments.
+func (a *AutoFailover) CrashPostgres(i int) error {
+	dataDir := a.nodes[i].pgdata
+	pid, err := readPID(dataDir)
+	if err != nil || !isPostmasterOf(pid, dataDir) {
 		return fmt.Errorf("pgcluster: %s: PostgreSQL is not running", a.nodes[i].name)
 	}
-	out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dataDir, "-m", "immediate", "-w", "-t", "30", "-s")
-	if err != nil {
-		return fmt.Errorf("pgcluster: pg_ctl stop -m immediate: %w: %s", err, strings.TrimSpace(out))
+	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
+		return fmt.Errorf("pgcluster: %s: %w", a.nodes[i].name, err)
 	}
 	return nil
 }

@@ -32,6 +32,9 @@ func cmdChaos(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	rate := fs.Float64("failpoint-rate", 0.0005, "probability that each named failpoint kills a server on each hit (negative: scheduled crashes only)")
 	requireAll := fs.Bool("require-all-faults", true, "fail when some fault kind was never injected")
 	dir := fs.String("dir", "", "working directory (default: a temporary one, removed after a clean run)")
+	var failover failoverFlag
+	crashWindow := fs.Bool("failover-crash-window", false, "with --failover: let a failover follow a crash of the primary's PostgreSQL before the standby caught up again (shows PostgreSQL's crash-recovery window: outcomes may be lost even with synchronous replication)")
+	fs.Var(&failover, "failover", "run PostgreSQL as a pg_auto_failover formation and kill and partition its primary during the run: --failover (synchronous replication) or --failover=async")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,7 +47,7 @@ func cmdChaos(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	}
 	opts := chaos.Options{Binary: exe, Duration: *duration, Ops: *ops, MaxDuration: *maxDuration, Workers: *workers,
 		Seed: *seed, Control: *control, Failpoints: true, FailpointRate: *rate, RequireAllFaults: *requireAll,
-		Dir: *dir, Log: stderr}
+		Dir: *dir, Log: stderr, Failover: string(failover), FailoverCrashWindow: *crashWindow}
 	if *history != "" {
 		f, err := os.Create(*history)
 		if err != nil {
@@ -67,10 +70,36 @@ func cmdChaos(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fmt.Fprintf(stdout, "chaos: seed=%d elapsed=%s effects=%d succeeded=%d failed=%d ready=%d rejected=%d awaiting=%d\n",
 		s.Seed, s.Elapsed.Round(time.Second), s.Check.Effects, s.Check.Succeeded, s.Check.Failed, s.Check.Ready, s.Check.Rejected, s.Check.AwaitingOps)
 	fmt.Fprintf(stdout, "chaos: injected %v\n", s.Injected)
+	if s.HA != nil {
+		fmt.Fprint(stdout, s.HA.Details())
+	}
 	fmt.Fprintln(stdout, s.Line())
 	verdict := s.Err(*requireAll)
 	if s.Control && verdict == nil {
 		fmt.Fprintf(stdout, "chaos: control run: with deduplication disabled the checker detected %d duplicate effect(s), as it must\n", s.Check.Duplicates)
 	}
 	return verdict
+}
+
+// failoverFlag is --failover: alone (or =sync) synchronous replication,
+// =async asynchronous replication, absent (or =false) a single PostgreSQL.
+type failoverFlag string
+
+func (f *failoverFlag) String() string { return string(*f) }
+
+// IsBoolFlag lets --failover stand alone.
+func (f *failoverFlag) IsBoolFlag() bool { return true }
+
+func (f *failoverFlag) Set(v string) error {
+	switch v {
+	case "true", chaos.FailoverSync:
+		*f = chaos.FailoverSync
+	case chaos.FailoverAsync:
+		*f = chaos.FailoverAsync
+	case "false", "":
+		*f = ""
+	default:
+		return fmt.Errorf("--failover=%s: want sync or async", v)
+	}
+	return nil
 }
