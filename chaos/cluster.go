@@ -192,18 +192,19 @@ func (p *processors) close() {
 // server is one `opledger serve` process, restarted on the same port with
 // the same proxies as often as the nemesis likes.
 type server struct {
-	r       *Runner
-	idx     int
-	addr    string
-	dbProxy *Proxy
+	r         *Runner
+	idx       int
+	addr      string
+	dbProxy   *Proxy
+	procProxy *Proxy
+	toolsPath string
+	logPath   string
+	conn      *grpc.ClientConn
+	client    opledgerv1.LedgerServiceClient
+
 	// standbyProxies lead to the other PostgreSQL nodes in failover mode,
 	// after dbProxy in the multi-host DATABASE_URL.
 	standbyProxies []*Proxy
-	procProxy      *Proxy
-	toolsPath      string
-	logPath        string
-	conn           *grpc.ClientConn
-	client         opledgerv1.LedgerServiceClient
 
 	// opMu serialises what changes the process (start, stop, kill,
 	// pause): nemesis actions, the crash supervisor and the final heal.
