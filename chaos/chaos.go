@@ -78,13 +78,20 @@ type Options struct {
 	// partitions the primary during the run (see failover.go):
 	// FailoverSync or FailoverAsync; "" is a single PostgreSQL.
 	Failover string
-	// FailoverCrashWindow lets a failover follow a crash of the primary's
-	// PostgreSQL (restarted in place by its keeper) before the standby has
-	// caught up again. PostgreSQL makes commits that were waiting for the
-	// standby at the crash visible after recovery; a failover then loses
-	// them, synchronous replication or not. Off, the failover nemesis
-	// waits for the standby first. See docs/reliability.md.
-	FailoverCrashWindow bool
+	// FailoverUnsafeWindows lets failovers hit the two windows in which
+	// PostgreSQL and pg_auto_failover lose outcomes even with synchronous
+	// replication. (1) A failover right after a crash of the primary's
+	// PostgreSQL that its keeper restarted in place: commits that waited
+	// for the standby at the crash are visible after recovery without it.
+	// (2) A partition of the primary that heals after the standby was
+	// promoted: pg_auto_failover 2.0's keeper does not fence a primary
+	// whose standby vanished before its monitor did, so the old primary
+	// serves again until its keeper hears it was demoted. Off, the nemesis
+	// waits for the standby to catch up after a crash, and heals a
+	// partition's monitor link first and its data links only once the old
+	// primary was demoted, as a fencing HA setup would. See
+	// docs/reliability.md.
+	FailoverUnsafeWindows bool
 }
 
 func (o *Options) defaults() {

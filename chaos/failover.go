@@ -303,6 +303,9 @@ func (f *failover) inject(ctx context.Context, kind string) {
 	} else if ctx.Err() == nil {
 		r.logf("failover: no promotion within 60s of %s of node%d", kind, p+1)
 	}
+	if kind == "ha-partition" && promoted && !r.opts.FailoverUnsafeWindows {
+		f.fence(p)
+	}
 	if err := f.restore(p); err != nil {
 		r.logf("failover: bringing node%d back: %v", p+1, err)
 	}
@@ -312,6 +315,30 @@ func (f *failover) inject(ctx context.Context, kind string) {
 		return
 	}
 	r.nem.event(kind, 0, fmt.Sprintf("stable again %s after the fault", time.Since(begin).Round(100*time.Millisecond)))
+}
+
+// fence heals partitioned node i's link to the monitor alone and waits
+// until its keeper has demoted it (stopped its PostgreSQL) before anyone
+// else may reach it: an HA setup must fence an old primary, and
+// pg_auto_failover 2.0's keeper does not fence itself when its standby's
+// walsender ended before it lost the monitor (its last_secondary_contact
+// stays unset, so it never counts itself partitioned).
+func (f *failover) fence(i int) {
+	f.monProxies[i].Heal()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		s, err := f.af.State(context.Background())
+		if err == nil {
+			for _, n := range s {
+				if n.Port == f.af.NodePort(i) && n.Reported != "primary" && n.Reported != "wait_primary" && n.Reported != "single" {
+					f.r.nem.event("ha-partition", 0, fmt.Sprintf("node%d fenced: its keeper reports %s", i+1, n.Reported))
+					return
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	f.r.logf("failover: node%d was not demoted within 30s of reaching the monitor again", i+1)
 }
 
 // restore undoes a kill or partition of node i.
@@ -349,8 +376,8 @@ func (f *failover) crashPrimaryPostgres(ctx context.Context) {
 	// The keeper may restart PostgreSQL in place, with commits that were
 	// waiting for the standby at the crash visible again without it; the
 	// next failover waits until the standby has them, unless the run is
-	// to show that window (Options.FailoverCrashWindow).
-	if err := f.settled(context.Background(), !r.opts.FailoverCrashWindow); err != nil {
+	// to show that window (Options.FailoverUnsafeWindows).
+	if err := f.settled(context.Background(), !r.opts.FailoverUnsafeWindows); err != nil {
 		r.logf("failover: after pg-crash: %v", err)
 		return
 	}
@@ -450,8 +477,10 @@ type FailoverReport struct {
 type FailoverWindow struct {
 	Kind string
 	At   time.Time
-	// Unavailable is how long after the fault the first new operation was
-	// prepared again (0: the workload had stopped).
+	// Unavailable is the longest stretch after the fault in which no new
+	// operation could be prepared (a call in flight at the fault may still
+	// complete on the old primary); -1 when none was prepared after the
+	// fault at all (the workload had stopped).
 	Unavailable time.Duration
 	// Failed counts the calls that failed meanwhile, by gRPC code and
 	// reason.
@@ -462,7 +491,7 @@ func (rep *FailoverReport) line() string {
 	var un []time.Duration
 	failed := 0
 	for _, w := range rep.Windows {
-		if w.Unavailable > 0 {
+		if w.Unavailable >= 0 {
 			un = append(un, w.Unavailable)
 		}
 		for _, n := range w.Failed {
@@ -488,8 +517,12 @@ func (rep *FailoverReport) Details() string {
 			codes = append(codes, fmt.Sprintf("%s=%d", k, n))
 		}
 		sort.Strings(codes)
-		fmt.Fprintf(&b, "chaos: failover window %d: %s at %s, first new operation after %s, failed calls: %s\n",
-			i+1, w.Kind, w.At.Format("15:04:05.0"), w.Unavailable.Round(100*time.Millisecond), strings.Join(codes, " "))
+		un := "none prepared after it"
+		if w.Unavailable >= 0 {
+			un = w.Unavailable.Round(100 * time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "chaos: failover window %d: %s at %s, longest stretch without a new operation %s, failed calls: %s\n",
+			i+1, w.Kind, w.At.Format("15:04:05.0"), un, strings.Join(codes, " "))
 	}
 	for _, s := range rep.Internal {
 		fmt.Fprintf(&b, "chaos: INTERNAL answer: %s\n", s)
@@ -546,24 +579,48 @@ func (f *failover) report(in CheckInput, res *CheckResult) *FailoverReport {
 	}
 	calls := append([]callMark(nil), f.calls...)
 	sort.Slice(calls, func(i, j int) bool { return calls[i].at.Before(calls[j].at) })
-	for _, fm := range f.faults {
-		w := FailoverWindow{Kind: fm.kind, At: fm.at, Failed: map[string]int{}}
-		i := sort.Search(len(calls), func(i int) bool { return !calls[i].at.Before(fm.at) })
-		for ; i < len(calls); i++ {
-			c := calls[i]
-			if c.ok {
-				w.Unavailable = c.at.Sub(fm.at)
-				break
+	for k, fm := range f.faults {
+		end := fm.at.Add(time.Minute)
+		if k+1 < len(f.faults) && f.faults[k+1].at.Before(end) {
+			end = f.faults[k+1].at
+		}
+		rep.Windows = append(rep.Windows, outage(calls, fm, end))
+	}
+	return rep
+}
+
+// outage is what clients saw of the fault fm, up to end: the longest
+// stretch in which no new operation could be prepared (a call in flight at
+// the fault may still complete on the old primary), and the calls that
+// failed from the fault to the end of that stretch.
+func outage(calls []callMark, fm faultMark, end time.Time) FailoverWindow {
+	w := FailoverWindow{Kind: fm.kind, At: fm.at, Failed: map[string]int{}, Unavailable: -1}
+	first := sort.Search(len(calls), func(i int) bool { return !calls[i].at.Before(fm.at) })
+	prev, stretchEnd := fm.at, end
+	for _, c := range calls[first:] {
+		if c.at.After(end) {
+			break
+		}
+		if c.ok {
+			if gap := c.at.Sub(prev); gap > w.Unavailable {
+				w.Unavailable, stretchEnd = gap, c.at
 			}
+			prev = c.at
+		}
+	}
+	for _, c := range calls[first:] {
+		if c.at.After(stretchEnd) {
+			break
+		}
+		if !c.ok {
 			key := c.code
 			if c.reason != "" {
 				key += "/" + c.reason
 			}
 			w.Failed[key]++
 		}
-		rep.Windows = append(rep.Windows, w)
 	}
-	return rep
+	return w
 }
 
 // lostAcknowledged counts the operations whose final outcome a client was

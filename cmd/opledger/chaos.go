@@ -33,7 +33,7 @@ func cmdChaos(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	requireAll := fs.Bool("require-all-faults", true, "fail when some fault kind was never injected")
 	dir := fs.String("dir", "", "working directory (default: a temporary one, removed after a clean run)")
 	var failover failoverFlag
-	crashWindow := fs.Bool("failover-crash-window", false, "with --failover: let a failover follow a crash of the primary's PostgreSQL before the standby caught up again (shows PostgreSQL's crash-recovery window: outcomes may be lost even with synchronous replication)")
+	unsafeWindows := fs.Bool("failover-unsafe-windows", false, "with --failover: let failovers follow a crash restart of the primary before its standby caught up, and heal partitions before the old primary was demoted (outcomes may then be lost even with synchronous replication; see docs/reliability.md)")
 	fs.Var(&failover, "failover", "run PostgreSQL as a pg_auto_failover formation and kill and partition its primary during the run: --failover (synchronous replication) or --failover=async")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -47,7 +47,7 @@ func cmdChaos(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	}
 	opts := chaos.Options{Binary: exe, Duration: *duration, Ops: *ops, MaxDuration: *maxDuration, Workers: *workers,
 		Seed: *seed, Control: *control, Failpoints: true, FailpointRate: *rate, RequireAllFaults: *requireAll,
-		Dir: *dir, Log: stderr, Failover: string(failover), FailoverCrashWindow: *crashWindow}
+		Dir: *dir, Log: stderr, Failover: string(failover), FailoverUnsafeWindows: *unsafeWindows}
 	if *history != "" {
 		f, err := os.Create(*history)
 		if err != nil {
