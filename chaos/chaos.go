@@ -557,11 +557,12 @@ func (r *Runner) teardown() {
 func (r *Runner) effects() []Effect {
 	var out []Effect
 	for _, p := range []*fakepay.Server{r.procs.pay, r.procs.ret, r.procs.mail} {
+		name := r.procs.name(p)
 		for _, c := range p.Charges() {
-			out = append(out, Effect{Kind: "charge", ID: c.ID, Key: c.IdempotencyKey, Subject: c.InvoiceID})
+			out = append(out, Effect{Kind: "charge", ID: c.ID, Key: c.IdempotencyKey, Subject: name + ":" + c.InvoiceID})
 		}
 		for _, e := range p.Emails() {
-			out = append(out, Effect{Kind: "email", ID: e.ID, Key: e.IdempotencyKey, Subject: e.To})
+			out = append(out, Effect{Kind: "email", ID: e.ID, Key: e.IdempotencyKey, Subject: name + ":" + e.To})
 		}
 	}
 	return out

@@ -60,9 +60,10 @@ type FinalOp struct {
 // with the idempotency key it was sent under.
 type Effect struct {
 	Kind, ID, Key string
-	// Subject is the business identity the request named (the invoice, the
-	// recipient), unique per operation of the workload: two effects with
-	// one subject are a second effect whatever keys they were sent under.
+	// Subject is the processor and the business identity the request named
+	// ("pay:INV-12", "mail:customer-7@example.com"), unique per operation
+	// of the workload: two effects with one subject are a second effect
+	// whatever keys they were sent under.
 	Subject string
 }
 

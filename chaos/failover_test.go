@@ -19,19 +19,19 @@ func TestSecondEffectsByBusinessIdentity(t *testing.T) {
 	// op_a was lost and prepared again as op_a2 with a key of its own.
 	in.Ops["op_a2"] = FinalOp{ID: "op_a2", Tool: ToolPay, State: StateSucceeded, ExternalRef: "ch_1b", DownstreamKey: "opk_a2"}
 	in.Effects = []Effect{
-		{Kind: "charge", ID: "ch_1", Key: "opk_a", Subject: "INV-1"},
-		{Kind: "email", ID: "em_2", Key: "opk_b", Subject: "customer-2@example.com"},
-		{Kind: "charge", ID: "ch_3", Key: "opk_c", Subject: "INV-3"},
-		{Kind: "charge", ID: "ch_1b", Key: "opk_a2", Subject: "INV-1"},
+		{Kind: "charge", ID: "ch_1", Key: "opk_a", Subject: "pay:INV-1"},
+		{Kind: "email", ID: "em_2", Key: "opk_b", Subject: "mail:customer-2@example.com"},
+		{Kind: "charge", ID: "ch_3", Key: "opk_c", Subject: "pay:INV-3"},
+		{Kind: "charge", ID: "ch_1b", Key: "opk_a2", Subject: "pay:INV-1"},
 	}
 	require.Zero(t, Check(in).Duplicates, "by keys, each operation has one effect")
 	n, vs := secondEffects(in.Effects)
 	require.Equal(t, 1, n)
-	require.Contains(t, vs[0].Detail, "INV-1 has 2 effects")
+	require.Contains(t, vs[0].Detail, "pay:INV-1 has 2 effects")
 
 	// Two effects of one operation under one key are one second effect,
 	// counted once by either checker.
-	n, _ = secondEffects(append(in.Effects[:3:3], Effect{Kind: "charge", ID: "ch_3b", Key: "opk_c", Subject: "INV-3"}))
+	n, _ = secondEffects(append(in.Effects[:3:3], Effect{Kind: "charge", ID: "ch_3b", Key: "opk_c", Subject: "pay:INV-3"}))
 	require.Equal(t, 1, n)
 }
 
@@ -84,15 +84,15 @@ func TestOutageIgnoresCallsInFlight(t *testing.T) {
 }
 
 // TestFailoverVerdict: synchronous replication fails on anything lost;
-// asynchronous replication only on a second effect; both on INTERNAL and
-// on a run without a failover.
+// asynchronous replication only on a second effect at a deduping
+// downstream; both on INTERNAL and on a run without a failover.
 func TestFailoverVerdict(t *testing.T) {
 	t.Parallel()
 	lostRun := CheckResult{Lost: 1, Violations: []Violation{{Kind: ViolationLost}}}
 	require.Empty(t, (&FailoverReport{Mode: FailoverAsync, Failovers: 3, LostAcknowledged: 2}).verdict(lostRun))
 	require.NotEmpty(t, (&FailoverReport{Mode: FailoverSync, Failovers: 3, LostAcknowledged: 2}).verdict(lostRun))
 	require.NotEmpty(t, (&FailoverReport{Mode: FailoverSync, Failovers: 3, ForgottenOps: 1}).verdict(CheckResult{}))
-	require.NotEmpty(t, (&FailoverReport{Mode: FailoverAsync, Failovers: 3}).verdict(CheckResult{Duplicates: 1}))
+	require.NotEmpty(t, (&FailoverReport{Mode: FailoverAsync, Failovers: 3, SecondEffects: 1}).verdict(CheckResult{Duplicates: 1}))
 	require.NotEmpty(t, (&FailoverReport{Mode: FailoverAsync, Failovers: 3, Internal: []string{"x"}}).verdict(CheckResult{}))
 	require.NotEmpty(t, (&FailoverReport{Mode: FailoverSync}).verdict(CheckResult{}))
 	require.Empty(t, (&FailoverReport{Mode: FailoverSync, Failovers: 1}).verdict(CheckResult{}))
@@ -107,4 +107,28 @@ func TestOutageWithoutRecovery(t *testing.T) {
 	w := outage(calls, faultMark{at: t0}, t0.Add(time.Minute))
 	require.Equal(t, time.Duration(-1), w.Unavailable)
 	require.Equal(t, 1, w.Failed["Unavailable"])
+}
+
+// TestSecondEffectsByProcessor: a second e-mail (no dedupe downstream) is
+// the price of asynchronous replication; a second charge at a deduping
+// processor never is.
+func TestSecondEffectsByProcessor(t *testing.T) {
+	t.Parallel()
+	f := &failover{mode: FailoverAsync}
+	in := world()
+	in.Effects = []Effect{
+		{Kind: "charge", ID: "ch_1", Key: "opk_a", Subject: "pay:INV-1"},
+		{Kind: "email", ID: "em_2", Key: "opk_b", Subject: "mail:customer-2@example.com"},
+		{Kind: "email", ID: "em_2b", Key: "opk_b", Subject: "mail:customer-2@example.com"},
+		{Kind: "charge", ID: "ch_3", Key: "opk_c", Subject: "pay:INV-3"},
+	}
+	res := Check(in)
+	rep := f.report(in, &res)
+	require.Equal(t, 0, rep.SecondEffects)
+	require.Equal(t, 1, rep.SecondEffectsNoDedupe)
+	require.Equal(t, 1, res.Duplicates)
+	rep.Failovers = 1
+	require.Empty(t, rep.verdict(res), "asynchronous: a second e-mail is reported, not failed")
+	rep.Mode = FailoverSync
+	require.NotEmpty(t, rep.verdict(res))
 }
