@@ -215,7 +215,7 @@ func (f *failover) watchPrimary() {
 		select {
 		case <-f.watch:
 			return
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(500 * time.Millisecond):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		p, err := f.af.Primary(ctx)
@@ -312,7 +312,7 @@ func (f *failover) inject(ctx context.Context, kind string) {
 			promoted = true
 			break
 		}
-		sleepCtx(ctx, 100*time.Millisecond)
+		sleepCtx(ctx, 250*time.Millisecond)
 	}
 	if promoted {
 		r.nem.event(kind, 0, fmt.Sprintf("the monitor promoted node%d after %s", other+1, time.Since(begin).Round(100*time.Millisecond)))

@@ -320,10 +320,6 @@ func stable(s []NodeState) bool {
 	return primaries == 1
 }
 
-// Stable reports whether the formation has one primary and every other
-// node is a secondary, as the monitor says.
-func Stable(s []NodeState) bool { return stable(s) }
-
 // appendConf appends settings to pgdata/postgresql.conf, where they win
 // over what initdb wrote (pg_autoctl's own file is included before the end).
 func appendConf(pgdata string, settings map[string]string) error {
