@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/fakepay"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/pgcluster"
 )
 
@@ -61,6 +62,7 @@ type failover struct {
 	mu         sync.Mutex
 	kills      int
 	partitions int
+	redone     map[string]bool // idempotency keys prepared again by redo
 	primary    int
 	failovers  []failoverMark
 	faults     []faultMark
@@ -95,7 +97,7 @@ func (r *Runner) startFailover(ctx context.Context) (string, error) {
 	if r.opts.Failover != FailoverSync && r.opts.Failover != FailoverAsync {
 		return "", fmt.Errorf("chaos: failover mode %q: want %q or %q", r.opts.Failover, FailoverSync, FailoverAsync)
 	}
-	f := &failover{r: r, mode: r.opts.Failover, primary: 0, watch: make(chan struct{})}
+	f := &failover{r: r, mode: r.opts.Failover, primary: 0, watch: make(chan struct{}), redone: map[string]bool{}}
 	r.ha = f
 	monPort, err := pgcluster.FreePort()
 	if err != nil {
@@ -447,6 +449,50 @@ func (f *failover) close() {
 	}
 }
 
+// redo is what an agent does, once, when its operation is gone after a
+// failover (NOT_FOUND): prepare it again under the same idempotency key and
+// arguments, and approve the new operation if the workload meant to run
+// it; the settle phase then executes it. Under the same key and arguments
+// the new operation must reach the downstream with the same downstream
+// key as the lost one, or a deduping processor charges twice (counted in
+// second_effects). It reports whether t now names a new operation.
+func (f *failover) redo(ctx context.Context, s *server, t *trackedOp) bool {
+	r := f.r
+	f.mu.Lock()
+	done := f.redone[t.key]
+	f.redone[t.key] = true
+	f.mu.Unlock()
+	if done {
+		return false
+	}
+	var op *opledgerv1.Operation
+	for attempt := 0; attempt < 10 && op == nil && ctx.Err() == nil; attempt++ {
+		a := r.call(ctx, "settle", "prepare", s, t, "", r.agent, 0, prepareRPC(t))
+		if a.err == nil {
+			op = a.op
+		} else {
+			sleepCtx(ctx, 250*time.Millisecond)
+		}
+	}
+	if op == nil {
+		return false
+	}
+	t.mu.Lock()
+	t.id, t.fingerprint = op.GetId(), op.GetFingerprint()
+	t.mu.Unlock()
+	if needsApproval(t.tool) && t.intent == intentRun && stateName(op) == StateAwaitingApproval {
+		for attempt := 0; attempt < 10 && ctx.Err() == nil; attempt++ {
+			a := r.call(ctx, "settle", "approve", s, t, op.GetId(), r.approver, 0,
+				approveRPC(op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE))
+			if a.err == nil {
+				break
+			}
+			sleepCtx(ctx, 250*time.Millisecond)
+		}
+	}
+	return true
+}
+
 // notInjected lists the failover faults the run never made.
 func (f *failover) notInjected() []string {
 	f.mu.Lock()
@@ -479,6 +525,10 @@ type FailoverReport struct {
 	// ForgottenOps counts operations a client was given that the ledger no
 	// longer has at all.
 	ForgottenOps int
+	// Reprepared counts the forgotten operations the settle phase prepared
+	// again under their idempotency key (and approved and executed), as
+	// their agents would.
+	Reprepared int
 	// SecondEffects counts effects beyond the first per business operation
 	// (by the invoice or recipient the request named), whatever keys they
 	// were sent under, at the processors that dedupe keys: what a new
@@ -527,8 +577,8 @@ func (rep *FailoverReport) line() string {
 	if len(un) > 0 {
 		med, worst = un[len(un)/2], un[len(un)-1]
 	}
-	return fmt.Sprintf("failover=%s failovers=%d ha_kills=%d ha_partitions=%d lost_acknowledged=%d forgotten_ops=%d second_effects=%d second_effects_no_dedupe=%d internal=%d client_unavailable_median=%s client_unavailable_max=%s calls_failed_in_failovers=%d",
-		rep.Mode, rep.Failovers, rep.Kills, rep.Partitions, rep.LostAcknowledged, rep.ForgottenOps, rep.SecondEffects, rep.SecondEffectsNoDedupe,
+	return fmt.Sprintf("failover=%s failovers=%d ha_kills=%d ha_partitions=%d lost_acknowledged=%d forgotten_ops=%d reprepared=%d second_effects=%d second_effects_no_dedupe=%d internal=%d client_unavailable_median=%s client_unavailable_max=%s calls_failed_in_failovers=%d",
+		rep.Mode, rep.Failovers, rep.Kills, rep.Partitions, rep.LostAcknowledged, rep.ForgottenOps, rep.Reprepared, rep.SecondEffects, rep.SecondEffectsNoDedupe,
 		len(rep.Internal), med.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), failed)
 }
 
@@ -589,7 +639,7 @@ func (f *failover) report(in CheckInput, res *CheckResult) *FailoverReport {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rep := &FailoverReport{Mode: f.mode, Failovers: len(f.failovers), Kills: f.kills, Partitions: f.partitions,
-		Internal: append([]string(nil), f.internal...)}
+		Reprepared: len(f.redone), Internal: append([]string(nil), f.internal...)}
 	rep.LostAcknowledged, rep.ForgottenOps = lostAcknowledged(in)
 	second, vs := secondEffects(in.Effects)
 	for _, v := range vs {
