@@ -149,10 +149,12 @@ func (p *processors) name(s *fakepay.Server) string {
 	return "mail"
 }
 
-// dedupingSubject reports an effect subject of a processor that dedupes
-// keys (pay_invoice's and pay_retained's); "mail" (pay_nokey, send_email)
-// does not.
-func dedupingSubject(subject string) bool { return !strings.HasPrefix(subject, "mail:") }
+// protectedSubject reports an effect subject of the processor that
+// recognises a resend for sure: "pay" (pay_invoice) dedupes keys for ever.
+// "mail" (pay_nokey, send_email) does not dedupe, and "ret" (pay_retained)
+// forgets keys after its retention, which an operation prepared again after
+// its row was lost cannot know the start of.
+func protectedSubject(subject string) bool { return strings.HasPrefix(subject, "pay:") }
 
 // addServer gives s a proxy to every other node, after its dbProxy to the
 // first, for its multi-host DATABASE_URL.
@@ -531,16 +533,18 @@ type FailoverReport struct {
 	Reprepared int
 	// SecondEffects counts effects beyond the first per business operation
 	// (by the invoice or recipient the request named), whatever keys they
-	// were sent under, at the processors that dedupe keys: what a new
-	// downstream key for a re-prepared lost operation would cause. It must
-	// be 0 with any replication.
+	// were sent under, at the processor that dedupes keys for ever
+	// (pay_invoice's): what a new downstream key for a re-prepared lost
+	// operation would cause. It must be 0 with any replication.
 	SecondEffects int
-	// SecondEffectsNoDedupe counts the same at the processor that does not
-	// dedupe keys (pay_nokey, send_email). Synchronous replication must
-	// keep it at 0. Asynchronous replication cannot: a claim acknowledged
-	// by the old primary and lost with it makes the operation READY again
-	// on the new one, and nothing downstream recognises the resend.
-	SecondEffectsNoDedupe int
+	// SecondEffectsUnprotected counts the same at the processors that cannot
+	// recognise every resend: no dedupe (pay_nokey, send_email), or keys
+	// forgotten after a retention (pay_retained). Synchronous replication
+	// must keep it at 0. Asynchronous replication cannot: a claim
+	// acknowledged by the old primary and lost with it makes the operation
+	// READY again on the new one, and an operation lost outright is
+	// prepared again with no memory of when its key was first sent.
+	SecondEffectsUnprotected int
 	// Internal lists the INTERNAL answers clients got (never expected).
 	Internal []string
 	// Windows are the faults on the primary, with what clients saw.
@@ -577,8 +581,8 @@ func (rep *FailoverReport) line() string {
 	if len(un) > 0 {
 		med, worst = un[len(un)/2], un[len(un)-1]
 	}
-	return fmt.Sprintf("failover=%s failovers=%d ha_kills=%d ha_partitions=%d lost_acknowledged=%d forgotten_ops=%d reprepared=%d second_effects=%d second_effects_no_dedupe=%d internal=%d client_unavailable_median=%s client_unavailable_max=%s calls_failed_in_failovers=%d",
-		rep.Mode, rep.Failovers, rep.Kills, rep.Partitions, rep.LostAcknowledged, rep.ForgottenOps, rep.Reprepared, rep.SecondEffects, rep.SecondEffectsNoDedupe,
+	return fmt.Sprintf("failover=%s failovers=%d ha_kills=%d ha_partitions=%d lost_acknowledged=%d forgotten_ops=%d reprepared=%d second_effects=%d second_effects_unprotected=%d internal=%d client_unavailable_median=%s client_unavailable_max=%s calls_failed_in_failovers=%d",
+		rep.Mode, rep.Failovers, rep.Kills, rep.Partitions, rep.LostAcknowledged, rep.ForgottenOps, rep.Reprepared, rep.SecondEffects, rep.SecondEffectsUnprotected,
 		len(rep.Internal), med.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), failed)
 }
 
@@ -607,8 +611,8 @@ func (rep *FailoverReport) Details() string {
 // verdict is the failover mode's judgement. Synchronous replication
 // promises everything a single PostgreSQL does, plus no acknowledged
 // outcome lost; asynchronous replication promises only that no operation
-// has a second effect at a downstream that dedupes keys. Neither ever
-// answers INTERNAL, and a run without a failover proves nothing.
+// has a second effect at a downstream that dedupes keys for ever. Neither
+// ever answers INTERNAL, and a run without a failover proves nothing.
 func (rep *FailoverReport) verdict(c CheckResult) []error {
 	var errs []error
 	if rep.Failovers == 0 {
@@ -619,7 +623,7 @@ func (rep *FailoverReport) verdict(c CheckResult) []error {
 	}
 	if rep.Mode == FailoverAsync {
 		if rep.SecondEffects > 0 {
-			errs = append(errs, fmt.Errorf("%d second effect(s) at a downstream that dedupes keys: asynchronous replication may lose outcomes but never duplicate one there", rep.SecondEffects))
+			errs = append(errs, fmt.Errorf("%d second effect(s) at a downstream that dedupes keys for ever: asynchronous replication may lose outcomes but never duplicate one there", rep.SecondEffects))
 		}
 		return errs
 	}
@@ -643,10 +647,10 @@ func (f *failover) report(in CheckInput, res *CheckResult) *FailoverReport {
 	rep.LostAcknowledged, rep.ForgottenOps = lostAcknowledged(in)
 	second, vs := secondEffects(in.Effects)
 	for _, v := range vs {
-		if dedupingSubject(v.Op) {
+		if protectedSubject(v.Op) {
 			rep.SecondEffects++
 		} else {
-			rep.SecondEffectsNoDedupe++
+			rep.SecondEffectsUnprotected++
 		}
 	}
 	if extra := second - res.Duplicates; extra > 0 {

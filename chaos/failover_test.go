@@ -125,10 +125,20 @@ func TestSecondEffectsByProcessor(t *testing.T) {
 	res := Check(in)
 	rep := f.report(in, &res)
 	require.Equal(t, 0, rep.SecondEffects)
-	require.Equal(t, 1, rep.SecondEffectsNoDedupe)
+	require.Equal(t, 1, rep.SecondEffectsUnprotected)
 	require.Equal(t, 1, res.Duplicates)
 	rep.Failovers = 1
 	require.Empty(t, rep.verdict(res), "asynchronous: a second e-mail is reported, not failed")
 	rep.Mode = FailoverSync
 	require.NotEmpty(t, rep.verdict(res))
+}
+
+// TestProtectedSubjects: only the processor that dedupes keys for ever can
+// recognise every resend of a re-prepared operation.
+func TestProtectedSubjects(t *testing.T) {
+	t.Parallel()
+	require.True(t, protectedSubject("pay:INV-1"))
+	require.False(t, protectedSubject("ret:INV-2"), "forgets keys after its retention")
+	require.False(t, protectedSubject("mail:INV-3"))
+	require.False(t, protectedSubject("mail:customer-4@example.com"))
 }
