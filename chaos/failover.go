@@ -23,8 +23,8 @@ const (
 	// effect, nothing stuck.
 	FailoverSync = "sync"
 	// FailoverAsync: asynchronous replication. The weaker promise: outcomes
-	// acknowledged just before a failover may be lost, but there is never a
-	// second effect.
+	// acknowledged just before a failover may be lost, but a downstream
+	// that dedupes keys for ever never sees a second effect.
 	FailoverAsync = "async"
 )
 

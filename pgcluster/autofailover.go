@@ -88,6 +88,9 @@ var monitorTiming = map[string]string{
 	"pgautofailover.startup_grace_period":              "3000",
 }
 
+// debianSocketDir is PostgreSQL's default Unix socket directory on Debian.
+const debianSocketDir = "/var/run/postgresql"
+
 // FailoverPartitionTimeout is the keepers' timeout.network_partition_timeout:
 // how long a primary that reaches neither the monitor nor a standby keeps
 // running before it demotes itself.
@@ -361,6 +364,16 @@ func (a *AutoFailover) prepareDirs() error {
 	}
 	if a.cred == nil {
 		return nil
+	}
+	// pg_autoctl's nodes keep PostgreSQL's default socket directory, which
+	// Debian creates at boot (tmpfiles.d) and a container may lack.
+	if _, err := os.Stat(debianSocketDir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(debianSocketDir, 0o2775); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+		if err := os.Chown(debianSocketDir, int(a.cred.Uid), int(a.cred.Gid)); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
 	}
 	c := &Cluster{dir: a.dir, cred: a.cred}
 	if err := c.checkReachable(); err != nil {
