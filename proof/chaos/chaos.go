@@ -73,6 +73,25 @@ type Options struct {
 	// SettleTimeout bounds the wait for the ledger to resolve leftovers
 	// after the faults stop (default 2m).
 	SettleTimeout time.Duration
+	// Failover runs PostgreSQL as a pg_auto_failover formation (a monitor,
+	// a primary and a standby) instead of one server, and kills and
+	// partitions the primary during the run (see failover.go):
+	// FailoverSync or FailoverAsync; "" is a single PostgreSQL.
+	Failover string
+	// FailoverUnsafeWindows lets failovers hit the two windows in which
+	// PostgreSQL and pg_auto_failover lose outcomes even with synchronous
+	// replication. (1) A failover right after a crash of the primary's
+	// PostgreSQL that its keeper restarted in place: commits that waited
+	// for the standby at the crash are visible after recovery without it.
+	// (2) A partition of the primary that heals after the standby was
+	// promoted: pg_auto_failover 2.0's keeper does not fence a primary
+	// whose standby vanished before its monitor did, so the old primary
+	// serves again until its keeper hears it was demoted. Off, the nemesis
+	// waits for the standby to catch up after a crash, and heals a
+	// partition's monitor link first and its data links only once the old
+	// primary was demoted, as a fencing HA setup would. See
+	// docs/reliability.md.
+	FailoverUnsafeWindows bool
 }
 
 func (o *Options) defaults() {
@@ -111,14 +130,20 @@ type Summary struct {
 	Control     bool
 	Seed        uint64
 	Elapsed     time.Duration
+	// HA is the failover mode's report; nil without Options.Failover.
+	HA *FailoverReport
 }
 
 // Line is the one-line summary.
 func (s Summary) Line() string {
 	c := s.Check
-	return fmt.Sprintf("chaos: ops=%d kills=%d stops=%d pg_crashes=%d net_faults=%d proc_faults=%d failpoint_crashes=%d duplicates=%d lost=%d stuck=%d unknown=%d inconsistent=%d",
+	line := fmt.Sprintf("chaos: ops=%d kills=%d stops=%d pg_crashes=%d net_faults=%d proc_faults=%d failpoint_crashes=%d duplicates=%d lost=%d stuck=%d unknown=%d inconsistent=%d",
 		s.Ops, s.Kills, s.Stops, s.PGCrashes, s.NetFaults, s.ProcFaults, s.FailpointCrashes,
 		c.Duplicates, c.Lost, c.Stuck, c.Unknown, c.Inconsistent)
+	if s.HA != nil {
+		line += " " + s.HA.line()
+	}
+	return line
 }
 
 // Err is the verdict: nil for a clean run; for a control run, nil only
@@ -129,6 +154,8 @@ func (s Summary) Err(requireAll bool) error {
 		if s.Check.Duplicates == 0 {
 			errs = append(errs, errors.New("control run: deduplication was off, yet the checker found no duplicate; the checker proves nothing"))
 		}
+	} else if s.HA != nil {
+		errs = append(errs, s.HA.verdict(s.Check)...)
 	} else if !s.Check.OK() {
 		errs = append(errs, fmt.Errorf("%d violation(s)", len(s.Check.Violations)))
 	}
@@ -180,7 +207,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 			}
 		}()
 	}
-	r.logf("seed %d, dir %s, %d workers, duration %s, control %t", opts.Seed, r.opts.Dir, opts.Workers, opts.Duration, opts.Control)
+	r.logf("seed %d, dir %s, %d workers, duration %s, control %t, failover %q", opts.Seed, r.opts.Dir, opts.Workers, opts.Duration, opts.Control, opts.Failover)
 	r.nem = newNemesis(r)
 	defer r.teardown()
 	if err := r.setup(ctx); err != nil {
@@ -231,6 +258,9 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	stopWork()
 	stopNemesis()
 	nemDone.Wait()
+	if r.ha != nil {
+		r.ha.stopNemesis()
+	}
 	if err := r.healAll(ctx); err != nil {
 		return Summary{}, err
 	}
@@ -245,13 +275,24 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		return Summary{}, err
 	}
 	effects := r.effects()
-	res := Check(CheckInput{Observations: r.hist.Observations(), Ops: final, Effects: effects, Policies: policies()})
+	in := CheckInput{Observations: r.hist.Observations(), Ops: final, Effects: effects, Policies: policies()}
+	res := Check(in)
+	var ha *FailoverReport
+	if r.ha != nil {
+		ha = r.ha.report(in, &res)
+	}
 	for _, v := range res.Violations {
 		r.record(Event{Type: EventViolation, Process: "checker", F: v.Kind, Op: v.Op, Detail: v.Detail})
 	}
 	s := r.nem.summary()
 	s.Ops = len(final)
 	s.Check = res
+	if r.ha != nil {
+		s.HA = ha
+		if r.opts.RequireAllFaults {
+			s.NotInjected = append(s.NotInjected, r.ha.notInjected()...)
+		}
+	}
 	s.Control = opts.Control
 	s.Seed = opts.Seed
 	s.Elapsed = time.Since(r.start)
@@ -287,6 +328,7 @@ type Runner struct {
 	rng   *rand.Rand
 
 	cluster  *pgcluster.Cluster
+	ha       *failover // Options.Failover: the formation and its nemesis
 	pgMu     sync.Mutex
 	dbURL    string
 	agent    string
@@ -305,7 +347,12 @@ func (r *Runner) logf(format string, args ...any) {
 	fmt.Fprintf(r.opts.Log, "chaos: %5.1fs "+format+"\n", append([]any{time.Since(r.start).Seconds()}, args...)...)
 }
 
-func (r *Runner) record(e Event) { r.hist.Record(e) }
+func (r *Runner) record(e Event) {
+	r.hist.Record(e)
+	if r.ha != nil {
+		r.ha.observe(e)
+	}
+}
 
 // rand returns a float in [0, 1) from the run's seeded generator.
 func (r *Runner) rand() float64 {
@@ -336,17 +383,10 @@ func (r *Runner) progress(ctx context.Context) {
 }
 
 func (r *Runner) setup(ctx context.Context) error {
-	r.logf("starting PostgreSQL")
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(r.opts.Dir, "pg"),
-		Settings: map[string]string{"max_connections": "200"}})
+	pgAddr, err := r.startDatabase(ctx)
 	if err != nil {
 		return err
 	}
-	r.cluster = c
-	if err := c.CreateDatabase(ctx, "chaos", ""); err != nil {
-		return err
-	}
-	r.dbURL = c.URL("chaos")
 	if _, err := store.Migrate(ctx, r.dbURL); err != nil {
 		return err
 	}
@@ -373,13 +413,20 @@ func (r *Runner) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pgAddr := fmt.Sprintf("127.0.0.1:%d", c.Port())
 	for i := 1; i <= numServers; i++ {
 		s, err := newServer(r, i, pgAddr, r.procs.addr)
 		if err != nil {
 			return err
 		}
+		if r.ha != nil {
+			if err := r.ha.addServer(s); err != nil {
+				return err
+			}
+		}
 		r.servers = append(r.servers, s)
+	}
+	if r.ha != nil {
+		r.ha.startNemesis()
 	}
 	r.logf("starting %d opledger servers (%s serve)", numServers, r.opts.Binary)
 	for _, s := range r.servers {
@@ -391,6 +438,27 @@ func (r *Runner) setup(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// startDatabase starts PostgreSQL (one server, or a failover formation),
+// creates the chaos database and sets r.dbURL; pgAddr is where the servers'
+// proxies lead (in failover mode: the first node).
+func (r *Runner) startDatabase(ctx context.Context) (pgAddr string, err error) {
+	if r.opts.Failover != "" {
+		return r.startFailover(ctx)
+	}
+	r.logf("starting PostgreSQL")
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(r.opts.Dir, "pg"),
+		Settings: map[string]string{"max_connections": "200"}})
+	if err != nil {
+		return "", err
+	}
+	r.cluster = c
+	if err := c.CreateDatabase(ctx, "chaos", ""); err != nil {
+		return "", err
+	}
+	r.dbURL = c.URL("chaos")
+	return fmt.Sprintf("127.0.0.1:%d", c.Port()), nil
 }
 
 // failpointSpec is OPLEDGER_FAILPOINTS for a server started now: extra
@@ -420,11 +488,18 @@ func (r *Runner) failpointSpec(extra string) string {
 func (r *Runner) healAll(ctx context.Context) error {
 	r.procs.clear()
 	for _, s := range r.servers {
-		s.dbProxy.Heal()
+		for _, p := range s.dbProxies() {
+			p.Heal()
+		}
 		s.procProxy.Heal()
 	}
 	r.pgMu.Lock()
-	if _, err := r.cluster.PID(); err != nil {
+	if r.ha != nil {
+		if err := r.ha.heal(ctx); err != nil {
+			r.pgMu.Unlock()
+			return err
+		}
+	} else if _, err := r.cluster.PID(); err != nil {
 		if err := r.restartPG(ctx); err != nil {
 			r.pgMu.Unlock()
 			return err
@@ -473,17 +548,21 @@ func (r *Runner) teardown() {
 		_ = r.cluster.Stop(ctx)
 		cancel()
 	}
+	if r.ha != nil {
+		r.ha.close()
+	}
 }
 
 // effects reads every charge and e-mail from every processor.
 func (r *Runner) effects() []Effect {
 	var out []Effect
 	for _, p := range []*fakepay.Server{r.procs.pay, r.procs.ret, r.procs.mail} {
+		name := r.procs.name(p)
 		for _, c := range p.Charges() {
-			out = append(out, Effect{Kind: "charge", ID: c.ID, Key: c.IdempotencyKey})
+			out = append(out, Effect{Kind: "charge", ID: c.ID, Key: c.IdempotencyKey, Subject: name + ":" + c.InvoiceID})
 		}
 		for _, e := range p.Emails() {
-			out = append(out, Effect{Kind: "email", ID: e.ID, Key: e.IdempotencyKey})
+			out = append(out, Effect{Kind: "email", ID: e.ID, Key: e.IdempotencyKey, Subject: name + ":" + e.To})
 		}
 	}
 	return out

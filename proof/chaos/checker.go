@@ -51,12 +51,20 @@ type FinalOp struct {
 	ID, Tool, State, ExternalRef, DownstreamKey string
 	// Unreadable: Get failed for good; State is empty.
 	Unreadable bool
+	// Missing: Get answered NOT_FOUND (with Unreadable): the ledger lost
+	// the operation, as an asynchronously replicated failover can.
+	Missing bool
 }
 
 // Effect is one side effect the processor recorded: a charge or an e-mail,
 // with the idempotency key it was sent under.
 type Effect struct {
 	Kind, ID, Key string
+	// Subject is the processor and the business identity the request named
+	// ("pay:INV-12", "mail:customer-7@example.com"), unique per operation
+	// of the workload: two effects with one subject are a second effect
+	// whatever keys they were sent under.
+	Subject string
 }
 
 // CheckInput is everything the checker looks at. It never consults the

@@ -202,6 +202,10 @@ type server struct {
 	conn      *grpc.ClientConn
 	client    opledgerv1.LedgerServiceClient
 
+	// standbyProxies lead to the other PostgreSQL nodes in failover mode,
+	// after dbProxy in the multi-host DATABASE_URL.
+	standbyProxies []*Proxy
+
 	// opMu serialises what changes the process (start, stop, kill,
 	// pause): nemesis actions, the crash supervisor and the final heal.
 	opMu sync.Mutex
@@ -259,7 +263,7 @@ func (s *server) env(failpoints string) []string {
 		}
 	}
 	env = append(env,
-		fmt.Sprintf("DATABASE_URL=postgres://postgres@127.0.0.1:%s/chaos?sslmode=disable&connect_timeout=3", dbPort),
+		"DATABASE_URL="+s.databaseURL(dbPort),
 		"OPLEDGER_LISTEN="+s.addr,
 		"OPLEDGER_TOOLS="+s.toolsPath,
 		"OPLEDGER_DOWNSTREAM_SECRET="+r.secret,
@@ -460,7 +464,9 @@ func (s *server) lastFailpoint() (point, last string) {
 
 func (s *server) close() {
 	_ = s.conn.Close()
-	s.dbProxy.Close()
+	for _, p := range s.dbProxies() {
+		p.Close()
+	}
 	s.procProxy.Close()
 	s.mu.Lock()
 	if s.logFile != nil {

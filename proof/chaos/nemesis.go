@@ -316,6 +316,10 @@ func (n *nemesis) crashPG(ctx context.Context) {
 	r := n.r
 	r.pgMu.Lock()
 	defer r.pgMu.Unlock()
+	if r.ha != nil {
+		r.ha.crashPrimaryPostgres(ctx)
+		return
+	}
 	down := r.between(200*time.Millisecond, 1500*time.Millisecond)
 	n.event("pg-crash", 0, fmt.Sprintf("pg_ctl stop -m immediate; restart in %s", down.Round(time.Millisecond)))
 	if err := r.cluster.Crash(context.Background()); err != nil {
@@ -354,10 +358,18 @@ func (n *nemesis) netFault(ctx context.Context, kind string, s *server, p *Proxy
 		}
 	}
 	n.event(kind, s.idx, fmt.Sprintf("%s for %s (latency %s)", f, d.Round(time.Millisecond), lat.Round(time.Millisecond)))
-	p.Set(f, lat)
+	link := []*Proxy{p}
+	if p == s.dbProxy {
+		link = s.dbProxies() // the server's way to every PostgreSQL node
+	}
+	for _, q := range link {
+		q.Set(f, lat)
+	}
 	n.injectedOne(kind)
 	sleepCtx(ctx, d)
-	p.Heal()
+	for _, q := range link {
+		q.Heal()
+	}
 	n.event(kind, s.idx, "healed")
 }
 

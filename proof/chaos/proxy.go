@@ -101,8 +101,11 @@ func (c *proxyConn) close(reset bool) {
 
 // NewProxy listens on a free port of 127.0.0.1 and forwards every
 // connection to target (HOST:PORT).
-func NewProxy(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func NewProxy(target string) (*Proxy, error) { return NewProxyOn("127.0.0.1:0", target) }
+
+// NewProxyOn is NewProxy listening on listen (HOST:PORT).
+func NewProxyOn(listen, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
 	}
@@ -263,6 +266,12 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
 		if err != nil {
 			// EOF or error on one side: close both, as most proxies do; a
 			// half-close would keep a PostgreSQL session alive for nothing.
+			// A partition holds the close as it holds data: the other side
+			// learns of it when the partition heals.
+			if _, ok := p.gate(c); !ok {
+				c.close(true)
+				return
+			}
 			c.close(false)
 			return
 		}

@@ -77,6 +77,16 @@ func (r *Runner) settle(ctx context.Context) (map[string]FinalOp, error) {
 		parallel(pending, func(t *trackedOp) {
 			s := r.servers[(round+len(t.key))%len(r.servers)]
 			a := r.call(ctx, "settle", "get", s, t, t.opID(), r.agent, 0, getRPC(t.opID()))
+			if status.Code(a.err) == codes.NotFound {
+				// Lost with a failover. An agent prepares it again under
+				// its idempotency key; then it is settled like the rest.
+				if r.ha != nil && r.ha.redo(ctx, s, t) {
+					mu.Lock()
+					next = append(next, t)
+					mu.Unlock()
+				}
+				return
+			}
 			if a.err != nil {
 				mu.Lock()
 				next = append(next, t)
@@ -158,6 +168,7 @@ func (r *Runner) settle(ctx context.Context) (map[string]FinalOp, error) {
 				break
 			}
 			if status.Code(err) == codes.NotFound {
+				f.Missing = true
 				break
 			}
 			time.Sleep(200 * time.Millisecond)

@@ -59,7 +59,8 @@ type Options struct {
 	// points at this Env's fake processor.
 	ToolsYAML []byte
 	// DatabaseURL, when set, is a migrated database to use instead of a
-	// fresh one (e.g. pgtest.NewSkewedDatabase's).
+	// fresh one of the test cluster (pgtest.NewSkewedDatabase's, or a
+	// failover formation's multi-host URL).
 	DatabaseURL string
 }
 
