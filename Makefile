@@ -18,7 +18,7 @@ MAVEN_DEPENDENCY_PLUGIN      := org.apache.maven.plugins:maven-dependency-plugin
 
 BUF := tools/node_modules/.bin/buf
 
-.PHONY: all dev build test test-go test-clients test-outside client-typescript fuzz tools grpcurl generate check-generated lint clean
+.PHONY: all dev build test test-go test-clients test-outside client-typescript mcp-venv fuzz tools grpcurl generate check-generated lint clean
 
 all: build
 
@@ -38,9 +38,18 @@ GO_MODULES := clients/go gen/go
 
 ## test-go: the server's module, then the nested modules (the Go client's
 ## tests against a server are skipped here; clients/test.sh runs them).
-test-go:
+test-go: mcp-venv
 	go test -count=1 ./...
 	cd clients/go && go test -count=1 ./...
+
+## mcp-venv: the Python `mcp` package (PyPI, pinned in
+## internal/mcpgateway/testdata/requirements.txt) in bin/mcp-venv, for the MCP
+## gateway's tests with a Python MCP client.
+mcp-venv: bin/mcp-venv/.installed
+bin/mcp-venv/.installed: internal/mcpgateway/testdata/requirements.txt
+	python3 -m venv bin/mcp-venv
+	bin/mcp-venv/bin/pip install -q --disable-pip-version-check -r internal/mcpgateway/testdata/requirements.txt
+	touch $@
 
 ## test-clients: the Python, TypeScript, Go and Java client suites and their
 ## examples, against one throwaway server (clients/test.sh).

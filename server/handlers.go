@@ -10,17 +10,25 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/internal/ledger"
 )
 
 // Prepare implements LedgerService.Prepare.
 func (s *Server) Prepare(ctx context.Context, r *opledgerv1.PrepareRequest) (*opledgerv1.PrepareResponse, error) {
 	s.advertiseRetention(ctx)
 	idem, _ := interceptors.IdempotencyFrom(ctx)
-	op, replayed, err := s.ledger.Prepare(ctx, actorOf(ctx), ledger.PrepareInput{
+	in := ledger.PrepareInput{
 		Tool: r.GetTool(), ToolVersion: r.GetToolVersion(), Args: r.GetArgs(),
 		IdempotencyKey: idem.Key, KeyDigest: idem.Digest, Method: MethodPrepare,
-	})
+	}
+	if r.GetExecute() {
+		op, replayed, execReplayed, err := s.ledger.PrepareAndExecute(ctx, actorOf(ctx), in, r.GetWait().AsDuration())
+		if err != nil {
+			return nil, toStatus(ctx, s, err, "tool:"+r.GetTool())
+		}
+		return &opledgerv1.PrepareResponse{Operation: s.operationPB(op), Replayed: replayed, ExecutionReplayed: execReplayed}, nil
+	}
+	op, replayed, err := s.ledger.Prepare(ctx, actorOf(ctx), in)
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "tool:"+r.GetTool())
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/opledger/opledger/clients/go/fingerprint"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/proof/harness"
 )
 
 // TestPrepareConcurrentTwinsMakeOneOperation fires 100 identical Prepares at

@@ -23,12 +23,13 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
-	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/metrics"
-	"github.com/opledger/opledger/reason"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/internal/metrics"
+	"github.com/opledger/opledger/internal/reason"
 )
 
 // MaxMessageBytes bounds every request and response on the wire. Args have
@@ -239,6 +240,9 @@ func validate(_ context.Context, _ string, req any) error {
 		if len(r.GetToolVersion()) > 32 {
 			return invalid("tool_version", "is longer than 32 characters")
 		}
+		if err := checkWait(r.GetWait()); err != nil {
+			return err
+		}
 	case *opledgerv1.ApproveRequest:
 		if err := checkID(r.GetOperationId()); err != nil {
 			return err
@@ -256,9 +260,8 @@ func validate(_ context.Context, _ string, req any) error {
 		if err := checkID(r.GetOperationId()); err != nil {
 			return err
 		}
-		if w := r.GetWait(); w != nil && (w.CheckValid() != nil || w.AsDuration() < 0) {
-			return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_DEADLINE_INVALID,
-				"wait must be a non-negative duration", nil, reason.FieldViolation("wait", "must be non-negative"))
+		if err := checkWait(r.GetWait()); err != nil {
+			return err
 		}
 	case *opledgerv1.GetRequest:
 		return checkID(r.GetOperationId())
@@ -291,6 +294,14 @@ func validate(_ context.Context, _ string, req any) error {
 		if len(r.GetPageToken()) > 256 {
 			return invalid("page_token", "is not a token this server issued")
 		}
+	}
+	return nil
+}
+
+func checkWait(w *durationpb.Duration) error {
+	if w != nil && (w.CheckValid() != nil || w.AsDuration() < 0) {
+		return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_DEADLINE_INVALID,
+			"wait must be a non-negative duration", nil, reason.FieldViolation("wait", "must be non-negative"))
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/opledger/opledger/pgtest"
+	"github.com/opledger/opledger/proof/pgtest"
 	"github.com/opledger/opledger/store"
 )
 
@@ -299,4 +299,40 @@ func TestDecideGuards(t *testing.T) {
 	require.NoError(t, approve(id))
 	op := g.get(t, id)
 	require.InDelta(t, 60, op.ApprovalExpiresAt.Sub(op.UpdatedAt).Seconds(), 0.01, "renewed for the TTL on the database's clock")
+}
+
+// TestOnlyWaitedOutcomesNotify: an attempt that ends notifies only when an
+// Execute marked it as waited for (migration 0009). Notifications arrive in
+// commit order, so the first one a listener gets after an unwaited outcome
+// and then a waited one must be the waited one's.
+func TestOnlyWaitedOutcomesNotify(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	conn, err := g.pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(t.Context(), "LISTEN opledger_operation")
+	require.NoError(t, err)
+	end := func(id string) {
+		_, err := g.st.OperationTransition(t.Context(), store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING"},
+			Fence: 2, To: "SUCCEEDED", Event: "SUCCEEDED", Actor: "test"})
+		require.NoError(t, err)
+	}
+	unwaited, waited := g.row(t, executing()), g.row(t, executing())
+	marked, err := g.st.OperationMarkWaited(t.Context(), "acme", waited, 1)
+	require.NoError(t, err)
+	require.False(t, marked, "a stale fence marks nothing")
+	marked, err = g.st.OperationMarkWaited(t.Context(), "acme", waited, 2)
+	require.NoError(t, err)
+	require.True(t, marked)
+	end(unwaited)
+	end(waited)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	n, err := conn.Conn().WaitForNotification(ctx)
+	require.NoError(t, err)
+	require.Equal(t, waited, n.Payload)
+	marked, err = g.st.OperationMarkWaited(t.Context(), "acme", waited, 2)
+	require.NoError(t, err)
+	require.False(t, marked, "the attempt ended: nothing left to wait for")
 }

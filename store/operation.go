@@ -37,8 +37,11 @@ type Operation struct {
 	// FirstSentFence is the fence of the first attempt that may have reached
 	// the downstream; 0 while nothing may have been sent.
 	FirstSentFence int64
-	DownstreamKey  string
-	ExternalRef    string
+	// Waited says an Execute waits for the current attempt's outcome, so the
+	// statement recording it notifies (OperationMarkWaited).
+	Waited        bool
+	DownstreamKey string
+	ExternalRef   string
 	// Result and Error are JSON documents, or nil.
 	Result, Error     []byte
 	ReconcileAttempts int32
@@ -91,7 +94,7 @@ func fromDB(r db.Operation) Operation {
 		ApprovalDecidedAt: r.ApprovalDecidedAt.Time, ApprovalExpiresAt: r.ApprovalExpiresAt.Time,
 		ApprovalFingerprint: r.ApprovalFingerprint.String, ApprovalReason: r.ApprovalReason.String,
 		Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner.String, LeaseExpiresAt: r.LeaseExpiresAt.Time,
-		FirstClaimedAt: r.FirstClaimedAt.Time, FirstSentFence: r.FirstSentFence.Int64,
+		FirstClaimedAt: r.FirstClaimedAt.Time, FirstSentFence: r.FirstSentFence.Int64, Waited: r.Waited,
 		DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef.String, Result: r.Result, Error: r.Error,
 		ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt.Time,
 		CreatedAt: r.CreatedAt.Time, UpdatedAt: r.UpdatedAt.Time,
@@ -135,18 +138,28 @@ type NewOperation struct {
 	// Notify queues an approval notification with an operation that
 	// awaits approval.
 	Notify bool
+	// Claim, when set, claims the new operation for Lease in the same
+	// statement (the one-call path), if it is born in Claim.From and needs
+	// no approval; the row then reports the claim (fence 1).
+	Claim *Claim
+	Lease Lease
 }
 
 // OperationInsert inserts the operation with its PREPARED event unless its
 // (tenant, tool, idempotency key) is taken, in which case it returns
 // inserted == false and the caller reads the existing one.
 func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operation, inserted bool, err error) {
-	r, err := c.q.OperationInsert(ctx, c.dbtx, db.OperationInsertParams{
+	p := db.OperationInsertParams{
 		ID: n.ID, Tenant: n.Tenant, Tool: n.Tool, ToolVersion: n.ToolVersion, IdempotencyKey: n.IdempotencyKey,
 		Args: n.Args, Fingerprint: n.Fingerprint, State: n.State, PreparedBy: n.PreparedBy,
 		ApprovalRequired: n.ApprovalRequired, ApprovalTtlMs: n.ApprovalTTL.Milliseconds(),
 		DownstreamKey: n.DownstreamKey, Actor: n.Actor, Detail: n.Detail, Notify: n.Notify,
-	})
+	}
+	if n.Claim != nil {
+		p.Claim, p.ClaimFrom, p.ClaimTo, p.ClaimEvent = true, n.Claim.From, n.Claim.To, n.Claim.Event
+		p.LeaseOwner, p.LeaseSeconds = text(n.Lease.Owner), n.Lease.Duration.Seconds()
+	}
+	r, err := c.q.OperationInsert(ctx, c.dbtx, p)
 	op, err = wrote(one(r, err, func(r db.OperationInsertRow) db.Operation { return db.Operation(r) }))
 	if errors.Is(err, ErrNotFound) {
 		return Operation{}, false, nil
@@ -167,7 +180,7 @@ func (c *Conn) OperationGet(ctx context.Context, tenant, id string) (Operation, 
 	if err != nil {
 		return Operation{}, interpretError(err)
 	}
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence}, r.DbNow), nil
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow), nil
 }
 
 // OperationGetForUpdate reads and row-locks an operation for the rest of the
@@ -224,7 +237,7 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, 
 		return Operation{}, false, ErrNotFound
 	}
 	r := rows[0]
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence}, r.DbNow), r.Claimed, nil
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow), r.Claimed, nil
 }
 
 // OperationTakeOver fences out the holder of an expired lease (fence + 1)
@@ -336,6 +349,13 @@ func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, erro
 	return wrote(one(r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
 }
 
+// OperationMarkWaited records that an Execute waits for the outcome of the
+// attempt holding fence. It reports false when that attempt already ended.
+func (c *Conn) OperationMarkWaited(ctx context.Context, tenant, id string, fence int64) (bool, error) {
+	n, err := c.q.OperationMarkWaited(ctx, c.dbtx, db.OperationMarkWaitedParams{ID: id, Tenant: tenant, Fence: fence})
+	return n == 1, interpretError(err)
+}
+
 // OperationClaimUnresolved hands up to batch stuck operations to the
 // calling reconciler and pushes their next attempt back by an exponential
 // backoff (base × 2^attempts, capped at max), skipping rows other replicas
@@ -349,7 +369,7 @@ func (c *Conn) OperationClaimUnresolved(ctx context.Context, batch int32, base, 
 	}
 	out := make([]Operation, len(rows))
 	for i, r := range rows {
-		out[i] = withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence}, r.DbNow)
+		out[i] = withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow)
 	}
 	return out, nil
 }

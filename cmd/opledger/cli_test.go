@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/fakepay"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/proof/fakepay"
+	"github.com/opledger/opledger/proof/harness"
 )
 
 // cliResult is what one run of the opledger binary printed and how it
@@ -38,9 +38,10 @@ type cliResult struct {
 // from the test's own) and waits for it, up to a minute.
 func runCLI(t *testing.T, env []string, args ...string) cliResult {
 	t.Helper()
+	bin := harness.Binary(t) // built once per test binary, before the command's clock starts
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, harness.Binary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(cleanEnv(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -86,7 +87,8 @@ var numberLike = regexp.MustCompile(`\(default "(-?[0-9.]+(ns|us|µs|ms|s|m|h)?|
 func TestHelpOnEveryCommand(t *testing.T) {
 	t.Parallel()
 	secretEnv := []string{"DATABASE_URL=postgres://app:hunter2@db.internal/opledger",
-		"OPLEDGER_DOWNSTREAM_SECRET=00112233445566778899aabbccddeeff00112233"}
+		"OPLEDGER_DOWNSTREAM_SECRET=00112233445566778899aabbccddeeff00112233",
+		"OPLEDGER_API_KEY=hunter2-agent-key", "OPLEDGER_MCP_TOKEN=hunter2-mcp-token"}
 	commands := []struct {
 		args  []string
 		about string // a phrase of what the command does
@@ -102,6 +104,7 @@ func TestHelpOnEveryCommand(t *testing.T) {
 		{[]string{"fakepay"}, "Runs the fake payment processor"},
 		{[]string{"chaos"}, "Runs the fault-injection suite"},
 		{[]string{"bench"}, "Measures opledger's throughput"},
+		{[]string{"mcp"}, "Runs the MCP gateway"},
 	}
 	for _, c := range commands {
 		name := strings.Join(c.args, " ")

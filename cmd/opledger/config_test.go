@@ -3,13 +3,13 @@ package main
 import (
 	"flag"
 	"io"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/service"
 )
 
 // parseConfig parses args over env the way serve does.
@@ -33,12 +33,12 @@ func TestConfigFlagsAndEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 16384, cfg.FinishedCache)
 	require.Equal(t, 720*time.Hour, cfg.Retention)
-	require.Equal(t, 16384, finishedCacheSize(cfg.FinishedCache))
+	require.Equal(t, 16384, service.FinishedCacheSize(cfg.FinishedCache))
 
 	cfg, err = parseConfig(t, nil, map[string]string{"OPLEDGER_FINISHED_CACHE": "0", "OPLEDGER_RETENTION": "48h"})
 	require.NoError(t, err)
 	require.Equal(t, 0, cfg.FinishedCache)
-	require.Equal(t, -1, finishedCacheSize(cfg.FinishedCache), "0 turns the ledger's cache off")
+	require.Equal(t, -1, service.FinishedCacheSize(cfg.FinishedCache), "0 turns the ledger's cache off")
 	require.Equal(t, 48*time.Hour, cfg.Retention)
 
 	cfg, err = parseConfig(t, []string{"--finished-cache", "100"}, map[string]string{"OPLEDGER_FINISHED_CACHE": "0"})
@@ -85,31 +85,15 @@ func TestConsoleFlags(t *testing.T) {
 	cfg, err := parseConfig(t, nil, map[string]string{"OPLEDGER_CONSOLE_LISTEN": "127.0.0.1:8081"})
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:8081", cfg.ConsoleListen)
-	require.Equal(t, "http://127.0.0.1:8081", consoleURL(cfg))
+	require.Equal(t, "http://127.0.0.1:8081", service.ConsoleURL(cfg))
 	cfg, err = parseConfig(t, []string{"--console-listen", "", "--console-url", "https://approvals.example.com/"},
 		map[string]string{"OPLEDGER_CONSOLE_LISTEN": "127.0.0.1:8081"})
 	require.NoError(t, err)
 	require.Empty(t, cfg.ConsoleListen)
-	require.Equal(t, "https://approvals.example.com", consoleURL(cfg))
+	require.Equal(t, "https://approvals.example.com", service.ConsoleURL(cfg))
 	_, err = parseConfig(t, []string{"--console-url", "approvals.example.com"}, nil)
 	require.ErrorContains(t, err, "--console-url")
 
-	logger := newLogger(io.Discard, "error")
-	_, _, err = startConsole(Config{ConsoleListen: "0.0.0.0:0"}, nil, logger)
-	require.ErrorContains(t, err, "needs TLS")
-	for _, c := range []Config{
-		{ConsoleListen: "127.0.0.1:0"},
-		{ConsoleListen: "[::1]:0"},
-		{ConsoleListen: "0.0.0.0:0", ConsoleURL: "https://approvals.example.com"},
-	} {
-		srv, url, err := startConsole(c, nil, logger)
-		if err != nil && strings.Contains(err.Error(), "cannot assign") {
-			continue // no IPv6 loopback here
-		}
-		require.NoError(t, err, "%+v", c)
-		require.NotEmpty(t, url)
-		require.NoError(t, srv.Close())
-	}
 }
 
 // TestApprovalWebhookFlags: the notification needs an http(s) URL and a

@@ -15,9 +15,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opledger/opledger/fakepay"
-	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/pgcluster"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/proof/fakepay"
+	"github.com/opledger/opledger/proof/pgcluster"
+	"github.com/opledger/opledger/service"
 	"github.com/opledger/opledger/store"
 )
 
@@ -159,7 +160,8 @@ to the service inside dev.`)
 	}
 	envFile := filepath.Join(abs, "env")
 	var readyErr error
-	ready := func(addr string) {
+	ready := func(r service.Ready) {
+		addr := r.Addr
 		// The env file is written once the service listens, with the
 		// address it really bound: whoever sources it can connect at once.
 		// FAKEPAY_URL is what the clients' examples and test suites read;
@@ -189,7 +191,7 @@ In another shell:
     %s opledger.v1.LedgerService/Prepare
 
 Logs follow as JSON on standard error. Ctrl-C stops everything.
-`, addr, orOff(consoleURL(cfg)), fakepayURL, cfg.DatabaseURL, *tenant, keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator],
+`, addr, orOff(r.ConsoleURL), fakepayURL, cfg.DatabaseURL, *tenant, keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator],
 			relOrAbs(envFile), addr, addr)
 	}
 	cfg.Migrate = false

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,12 +20,9 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/examples"
-	"github.com/opledger/opledger/executor"
-	"github.com/opledger/opledger/fakepay"
-	"github.com/opledger/opledger/interceptors"
-	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/metrics"
-	"github.com/opledger/opledger/server"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/proof/fakepay"
+	"github.com/opledger/opledger/service"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"
 )
@@ -45,6 +41,7 @@ commands:
   keys list    list a tenant's principals (never their keys): --tenant T
   keys revoke  revoke an API key: --tenant T --name N | --id ID
   fakepay      run the fake payment processor (--listen HOST:PORT)
+  mcp          the MCP gateway: the ledger's tools for MCP clients (stdio, or --listen HOST:PORT)
   chaos        run the fault-injection suite and check every effect (--duration D)
   bench        measure throughput and latency against baselines (--quick)
 
@@ -118,6 +115,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return fmt.Errorf("keys: unknown subcommand %q", sub)
 	case "fakepay":
 		return cmdFakepay(ctx, args[1:], stdout, stderr, getenv)
+	case "mcp":
+		return cmdMCP(ctx, args[1:], stdout, stderr, getenv)
 	case "chaos":
 		return cmdChaos(ctx, args[1:], stdout, stderr, getenv)
 	case "bench":
@@ -177,15 +176,9 @@ the environment variable named with it; a flag beats its variable.`)
 	return serve(ctx, cfg, logger, getenv, nil)
 }
 
-// serve runs the service until ctx ends. ready, if set, receives the bound
-// address once the listener is open.
-func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(string) string, ready func(addr string)) error {
-	if cfg.DatabaseURL == "" {
-		return errors.New("DATABASE_URL is not set")
-	}
-	if len(cfg.DownstreamSecret) == 0 {
-		return errors.New("OPLEDGER_DOWNSTREAM_SECRET is not set: every replica needs the same secret (32+ hex digits) to derive downstream idempotency keys")
-	}
+// serve runs the service until ctx ends. ready, if set, learns where it
+// answers once everything listens.
+func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(string) string, ready func(service.Ready)) error {
 	var reg *tool.Registry
 	var err error
 	if cfg.Tools == "" {
@@ -203,91 +196,16 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 		return err
 	}
 	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }()
-	if cfg.Migrate {
-		applied, err := store.Migrate(ctx, cfg.DatabaseURL)
-		if err != nil {
-			return err
-		}
-		if len(applied) > 0 {
-			logger.Info("applied migrations", "versions", applied)
-		}
-	}
-	st, err := store.Open(ctx, store.Config{URL: cfg.DatabaseURL, MaxConns: int32(cfg.DBMaxConns)})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	listener := store.NewListener(cfg.DatabaseURL, logger)
-	l, err := ledger.New(ledger.Config{
-		ServerID: cfg.ServerID, DownstreamSecret: cfg.DownstreamSecret, MinLease: cfg.MinLease, MaxWait: cfg.MaxWait,
-		AuthCacheTTL:      cfg.AuthCacheTTL,
-		ReconcileInterval: cfg.ReconcileInterval, ReconcileBackoff: cfg.ReconcileBackoff,
-		OpsPerMinute: cfg.OpsPerMinute, Retention: cfg.Retention, FinishedCacheSize: finishedCacheSize(cfg.FinishedCache),
-		ApprovalWebhook: ledger.ApprovalWebhook{URL: cfg.ApprovalWebhookURL, Secret: cfg.ApprovalWebhookSecret,
-			IncludeArgs: cfg.ApprovalWebhookArgs, ConsoleURL: consoleURL(cfg), Backoff: cfg.ApprovalWebhookBackoff},
-	}, st, reg, executor.NewDefaultRegistry(nil, logger), listener, logger)
+	svc, err := service.New(ctx, cfg, service.Options{Logger: logger, Tools: reg, Tracing: tracing})
 	if err != nil {
 		return err
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		svc.Close()
 		return err
 	}
-	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelBG()
-	go listener.Run(bg)
-	go l.RunReconciler(bg)
-	go l.RunPruner(bg)
-	go l.RunNotifier(bg)
-	m := metrics.New(st.OperationCountOpen)
-	l.SetObserver(m)
-	if cfg.MetricsListen != "" {
-		mlis, err := net.Listen("tcp", cfg.MetricsListen)
-		if err != nil {
-			return fmt.Errorf("metrics listener: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", m.Handler())
-		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = msrv.Serve(mlis) }()
-		defer msrv.Close()
-		logger.Info("serving metrics", "listen", mlis.Addr().String())
-	}
-	if cfg.WebhookListen != "" {
-		wlis, err := net.Listen("tcp", cfg.WebhookListen)
-		if err != nil {
-			return fmt.Errorf("webhook listener: %w", err)
-		}
-		wsrv := &http.Server{Handler: server.WebhookHandler(l, logger), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = wsrv.Serve(wlis) }()
-		defer wsrv.Close()
-		logger.Info("serving webhooks", "listen", wlis.Addr().String())
-	}
-	if cfg.ConsoleListen != "" {
-		csrv, _, err := startConsole(cfg, l, logger)
-		if err != nil {
-			return err
-		}
-		defer csrv.Close()
-	}
-	tlsCfg, err := serverTLS(cfg)
-	if err != nil {
-		return err
-	}
-	srv := server.New(l, server.Options{Reflection: cfg.Reflection, Logger: logger, Metrics: m, TLS: tlsCfg,
-		RateLimit:   interceptors.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst},
-		MaxDeadline: cfg.MaxDeadline, Retention: l.Retention(), Tracing: tracing})
-	var names []string
-	for _, t := range reg.List() {
-		names = append(names, t.Name+"@"+t.Version)
-	}
-	logger.Info("serving", "listen", lis.Addr().String(), "server_id", l.ServerID(), "tools", strings.Join(names, ","), "reflection", cfg.Reflection)
-	if ready != nil {
-		ready(lis.Addr().String())
-	}
-	err = srv.Serve(ctx, lis, cfg.Drain)
-	logger.Info("stopped")
-	return err
+	return svc.Run(ctx, lis, ready)
 }
 
 func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
@@ -473,13 +391,4 @@ Everything is lost when it stops.`)
 		return err
 	}
 	return fakepay.ListenAndServe(ctx, listen, newLogger(stderr, "info"))
-}
-
-// finishedCacheSize maps --finished-cache (0: off) to the ledger's setting
-// (0: its default, negative: off).
-func finishedCacheSize(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }

@@ -1,20 +1,39 @@
 -- name: OperationInsert :one
 -- Inserts a new operation and its PREPARED event in one statement (and, with
 -- notify, the approval notification of an operation that awaits approval:
--- the outbox row commits with the operation or not at all). Returns no
--- row when (tenant, tool, idempotency_key) is taken: the caller then reads the
--- existing operation. ON CONFLICT waits for a concurrent twin to commit, so
--- twins never both insert.
+-- the outbox row commits with the operation or not at all). With claim (the
+-- one-call path: Prepare that also executes, for a tool that needs no
+-- approval) the same statement also claims it for the caller: the row is
+-- born EXECUTING with fence 1, attempt 1 and a lease measured on the
+-- database's clock, and its CLAIMED event (claim_from → claim_to) follows
+-- the PREPARED one, exactly as a Prepare followed by a claim would leave it.
+-- Returns no row when (tenant, tool, idempotency_key) is taken: the caller
+-- then reads the existing operation. ON CONFLICT waits for a concurrent twin
+-- to commit, so twins never both insert. (A claim is only asked for an
+-- operation born in claim_from that needs no approval; the table's
+-- operation_executing_has_lease check holds the lease to it.)
 WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
-                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events)
-    VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(tool_version), sqlc.arg(idempotency_key), sqlc.arg(args), sqlc.arg(fingerprint), sqlc.arg(state),
-            sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key), 1)
+                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
+                           fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at)
+    VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(tool_version), sqlc.arg(idempotency_key), sqlc.arg(args), sqlc.arg(fingerprint),
+            CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.arg(claim_to)::text ELSE sqlc.arg(state)::text END,
+            sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key),
+            CASE WHEN sqlc.arg(claim)::boolean THEN 2 ELSE 1 END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.narg(lease_owner)::text END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN now() END)
     ON CONFLICT ON CONSTRAINT operation_idempotency DO NOTHING
     RETURNING *
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, ins.state, 0, 0, sqlc.arg(detail) FROM ins
+    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail) FROM ins
+), claimed AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT ins.id, 2, sqlc.arg(claim_event)::text, sqlc.arg(actor), sqlc.arg(claim_from)::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
@@ -64,6 +83,7 @@ WITH upd AS (
         lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        waited = false,
         events = o.events + 1,
         updated_at = now()
     WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
@@ -209,6 +229,13 @@ WITH cur AS (
     WHERE upd.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
 SELECT * FROM upd;
+
+-- name: OperationMarkWaited :execrows
+-- Records that an Execute waits for the outcome of the attempt holding
+-- fence, so that the statement recording it notifies (migration 0009). No
+-- row: the attempt already ended (or another took over); read again.
+UPDATE operation SET waited = true
+WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant) AND state = 'EXECUTING' AND fence = sqlc.arg(fence);
 
 -- name: OperationClaimUnresolved :many
 -- Hands a batch of stuck operations (OUTCOME_UNKNOWN, or EXECUTING with an

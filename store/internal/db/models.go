@@ -59,6 +59,7 @@ type Operation struct {
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
+	Waited              bool
 }
 
 type OperationEvent struct {

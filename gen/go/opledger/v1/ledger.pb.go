@@ -954,7 +954,18 @@ type PrepareRequest struct {
 	ToolVersion string `protobuf:"bytes,2,opt,name=tool_version,json=toolVersion,proto3" json:"tool_version,omitempty"`
 	// The arguments; validated against the tool's JSON Schema. Numbers are
 	// IEEE-754 doubles: send integers above 2^53 as strings.
-	Args          *structpb.Struct `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
+	Args *structpb.Struct `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
+	// Execute the operation in the same call, as an Execute right after the
+	// Prepare would, with the same guarantees and answers: the one-call path
+	// for tools that need no approval. An operation that awaits approval is
+	// answered as Prepare answers it (no error): approve it, then Execute. An
+	// operation the key already names is executed (or its recorded outcome
+	// replayed) like any Execute of it. A refusal of the execution carries
+	// the operation's id in its ErrorInfo metadata (operation_id).
+	Execute bool `protobuf:"varint,4,opt,name=execute,proto3" json:"execute,omitempty"`
+	// With execute: how long to wait for the outcome when another caller is
+	// executing the operation (ExecuteRequest.wait).
+	Wait          *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1010,16 +1021,33 @@ func (x *PrepareRequest) GetArgs() *structpb.Struct {
 	return nil
 }
 
+func (x *PrepareRequest) GetExecute() bool {
+	if x != nil {
+		return x.Execute
+	}
+	return false
+}
+
+func (x *PrepareRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
 // PrepareResponse carries the operation.
 type PrepareResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The operation, new or existing.
+	// The operation, new or existing; with execute, as the execution left it.
 	Operation *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	// True when the idempotency key was already used with the same
 	// fingerprint and this is the existing operation.
-	Replayed      bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replayed bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// With execute: true when this call made no downstream request because
+	// the operation's outcome was already recorded (ExecuteResponse.replayed).
+	ExecutionReplayed bool `protobuf:"varint,3,opt,name=execution_replayed,json=executionReplayed,proto3" json:"execution_replayed,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PrepareResponse) Reset() {
@@ -1062,6 +1090,13 @@ func (x *PrepareResponse) GetOperation() *Operation {
 func (x *PrepareResponse) GetReplayed() bool {
 	if x != nil {
 		return x.Replayed
+	}
+	return false
+}
+
+func (x *PrepareResponse) GetExecutionReplayed() bool {
+	if x != nil {
+		return x.ExecutionReplayed
 	}
 	return false
 }
@@ -2079,14 +2114,17 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x05fence\x18\a \x01(\x03R\x05fence\x12\x16\n" +
 	"\x06detail\x18\b \x01(\tR\x06detail\x12;\n" +
 	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"t\n" +
+	"createTime\"\xbd\x01\n" +
 	"\x0ePrepareRequest\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12!\n" +
 	"\ftool_version\x18\x02 \x01(\tR\vtoolVersion\x12+\n" +
-	"\x04args\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04args\"c\n" +
+	"\x04args\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04args\x12\x18\n" +
+	"\aexecute\x18\x04 \x01(\bR\aexecute\x12-\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x92\x01\n" +
 	"\x0fPrepareResponse\x124\n" +
 	"\toperation\x18\x01 \x01(\v2\x16.opledger.v1.OperationR\toperation\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xa0\x01\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\x12-\n" +
+	"\x12execution_replayed\x18\x03 \x01(\bR\x11executionReplayed\"\xa0\x01\n" +
 	"\x0eApproveRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12 \n" +
 	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\x121\n" +
@@ -2296,44 +2334,45 @@ var file_opledger_v1_ledger_proto_depIdxs = []int32{
 	0,  // 13: opledger.v1.OperationEvent.to_state:type_name -> opledger.v1.State
 	28, // 14: opledger.v1.OperationEvent.create_time:type_name -> google.protobuf.Timestamp
 	26, // 15: opledger.v1.PrepareRequest.args:type_name -> google.protobuf.Struct
-	5,  // 16: opledger.v1.PrepareResponse.operation:type_name -> opledger.v1.Operation
-	1,  // 17: opledger.v1.ApproveRequest.decision:type_name -> opledger.v1.Decision
-	5,  // 18: opledger.v1.ApproveResponse.operation:type_name -> opledger.v1.Operation
-	29, // 19: opledger.v1.ExecuteRequest.wait:type_name -> google.protobuf.Duration
-	5,  // 20: opledger.v1.ExecuteResponse.operation:type_name -> opledger.v1.Operation
-	5,  // 21: opledger.v1.GetResponse.operation:type_name -> opledger.v1.Operation
-	7,  // 22: opledger.v1.GetResponse.events:type_name -> opledger.v1.OperationEvent
-	0,  // 23: opledger.v1.Resolution.outcome:type_name -> opledger.v1.State
-	16, // 24: opledger.v1.ReconcileRequest.resolution:type_name -> opledger.v1.Resolution
-	5,  // 25: opledger.v1.ReconcileResponse.operation:type_name -> opledger.v1.Operation
-	5,  // 26: opledger.v1.CancelResponse.operation:type_name -> opledger.v1.Operation
-	4,  // 27: opledger.v1.Tool.effect:type_name -> opledger.v1.Effect
-	26, // 28: opledger.v1.Tool.args_schema:type_name -> google.protobuf.Struct
-	29, // 29: opledger.v1.Tool.approval_ttl:type_name -> google.protobuf.Duration
-	21, // 30: opledger.v1.ListToolsResponse.tools:type_name -> opledger.v1.Tool
-	0,  // 31: opledger.v1.ListOperationsRequest.states:type_name -> opledger.v1.State
-	5,  // 32: opledger.v1.ListOperationsResponse.operations:type_name -> opledger.v1.Operation
-	8,  // 33: opledger.v1.LedgerService.Prepare:input_type -> opledger.v1.PrepareRequest
-	10, // 34: opledger.v1.LedgerService.Approve:input_type -> opledger.v1.ApproveRequest
-	12, // 35: opledger.v1.LedgerService.Execute:input_type -> opledger.v1.ExecuteRequest
-	14, // 36: opledger.v1.LedgerService.Get:input_type -> opledger.v1.GetRequest
-	17, // 37: opledger.v1.LedgerService.Reconcile:input_type -> opledger.v1.ReconcileRequest
-	19, // 38: opledger.v1.LedgerService.Cancel:input_type -> opledger.v1.CancelRequest
-	22, // 39: opledger.v1.LedgerService.ListTools:input_type -> opledger.v1.ListToolsRequest
-	24, // 40: opledger.v1.LedgerService.ListOperations:input_type -> opledger.v1.ListOperationsRequest
-	9,  // 41: opledger.v1.LedgerService.Prepare:output_type -> opledger.v1.PrepareResponse
-	11, // 42: opledger.v1.LedgerService.Approve:output_type -> opledger.v1.ApproveResponse
-	13, // 43: opledger.v1.LedgerService.Execute:output_type -> opledger.v1.ExecuteResponse
-	15, // 44: opledger.v1.LedgerService.Get:output_type -> opledger.v1.GetResponse
-	18, // 45: opledger.v1.LedgerService.Reconcile:output_type -> opledger.v1.ReconcileResponse
-	20, // 46: opledger.v1.LedgerService.Cancel:output_type -> opledger.v1.CancelResponse
-	23, // 47: opledger.v1.LedgerService.ListTools:output_type -> opledger.v1.ListToolsResponse
-	25, // 48: opledger.v1.LedgerService.ListOperations:output_type -> opledger.v1.ListOperationsResponse
-	41, // [41:49] is the sub-list for method output_type
-	33, // [33:41] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	29, // 16: opledger.v1.PrepareRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 17: opledger.v1.PrepareResponse.operation:type_name -> opledger.v1.Operation
+	1,  // 18: opledger.v1.ApproveRequest.decision:type_name -> opledger.v1.Decision
+	5,  // 19: opledger.v1.ApproveResponse.operation:type_name -> opledger.v1.Operation
+	29, // 20: opledger.v1.ExecuteRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 21: opledger.v1.ExecuteResponse.operation:type_name -> opledger.v1.Operation
+	5,  // 22: opledger.v1.GetResponse.operation:type_name -> opledger.v1.Operation
+	7,  // 23: opledger.v1.GetResponse.events:type_name -> opledger.v1.OperationEvent
+	0,  // 24: opledger.v1.Resolution.outcome:type_name -> opledger.v1.State
+	16, // 25: opledger.v1.ReconcileRequest.resolution:type_name -> opledger.v1.Resolution
+	5,  // 26: opledger.v1.ReconcileResponse.operation:type_name -> opledger.v1.Operation
+	5,  // 27: opledger.v1.CancelResponse.operation:type_name -> opledger.v1.Operation
+	4,  // 28: opledger.v1.Tool.effect:type_name -> opledger.v1.Effect
+	26, // 29: opledger.v1.Tool.args_schema:type_name -> google.protobuf.Struct
+	29, // 30: opledger.v1.Tool.approval_ttl:type_name -> google.protobuf.Duration
+	21, // 31: opledger.v1.ListToolsResponse.tools:type_name -> opledger.v1.Tool
+	0,  // 32: opledger.v1.ListOperationsRequest.states:type_name -> opledger.v1.State
+	5,  // 33: opledger.v1.ListOperationsResponse.operations:type_name -> opledger.v1.Operation
+	8,  // 34: opledger.v1.LedgerService.Prepare:input_type -> opledger.v1.PrepareRequest
+	10, // 35: opledger.v1.LedgerService.Approve:input_type -> opledger.v1.ApproveRequest
+	12, // 36: opledger.v1.LedgerService.Execute:input_type -> opledger.v1.ExecuteRequest
+	14, // 37: opledger.v1.LedgerService.Get:input_type -> opledger.v1.GetRequest
+	17, // 38: opledger.v1.LedgerService.Reconcile:input_type -> opledger.v1.ReconcileRequest
+	19, // 39: opledger.v1.LedgerService.Cancel:input_type -> opledger.v1.CancelRequest
+	22, // 40: opledger.v1.LedgerService.ListTools:input_type -> opledger.v1.ListToolsRequest
+	24, // 41: opledger.v1.LedgerService.ListOperations:input_type -> opledger.v1.ListOperationsRequest
+	9,  // 42: opledger.v1.LedgerService.Prepare:output_type -> opledger.v1.PrepareResponse
+	11, // 43: opledger.v1.LedgerService.Approve:output_type -> opledger.v1.ApproveResponse
+	13, // 44: opledger.v1.LedgerService.Execute:output_type -> opledger.v1.ExecuteResponse
+	15, // 45: opledger.v1.LedgerService.Get:output_type -> opledger.v1.GetResponse
+	18, // 46: opledger.v1.LedgerService.Reconcile:output_type -> opledger.v1.ReconcileResponse
+	20, // 47: opledger.v1.LedgerService.Cancel:output_type -> opledger.v1.CancelResponse
+	23, // 48: opledger.v1.LedgerService.ListTools:output_type -> opledger.v1.ListToolsResponse
+	25, // 49: opledger.v1.LedgerService.ListOperations:output_type -> opledger.v1.ListOperationsResponse
+	42, // [42:50] is the sub-list for method output_type
+	34, // [34:42] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_opledger_v1_ledger_proto_init() }

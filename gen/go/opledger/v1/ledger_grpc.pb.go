@@ -63,6 +63,10 @@ type LedgerServiceClient interface {
 	//
 	// A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
 	// approval, otherwise in STATE_READY.
+	//
+	// With `execute`, Prepare also does what an Execute of the operation would
+	// do, in the same call (the one-call path for tools that need no
+	// approval): see PrepareRequest.execute.
 	Prepare(ctx context.Context, in *PrepareRequest, opts ...grpc.CallOption) (*PrepareResponse, error)
 	// Approve records a person's decision on exactly one operation, bound to
 	// the fingerprint the approver was shown.
@@ -260,6 +264,10 @@ type LedgerServiceServer interface {
 	//
 	// A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
 	// approval, otherwise in STATE_READY.
+	//
+	// With `execute`, Prepare also does what an Execute of the operation would
+	// do, in the same call (the one-call path for tools that need no
+	// approval): see PrepareRequest.execute.
 	Prepare(context.Context, *PrepareRequest) (*PrepareResponse, error)
 	// Approve records a person's decision on exactly one operation, bound to
 	// the fingerprint the approver was shown.

@@ -237,22 +237,28 @@ class OperationEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., type: _Optional[_Union[EventType, str]] = ..., actor: _Optional[str] = ..., from_state: _Optional[_Union[State, str]] = ..., to_state: _Optional[_Union[State, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., detail: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class PrepareRequest(_message.Message):
-    __slots__ = ("tool", "tool_version", "args")
+    __slots__ = ("tool", "tool_version", "args", "execute", "wait")
     TOOL_FIELD_NUMBER: _ClassVar[int]
     TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
     tool: str
     tool_version: str
     args: _struct_pb2.Struct
-    def __init__(self, tool: _Optional[str] = ..., tool_version: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    execute: bool
+    wait: _duration_pb2.Duration
+    def __init__(self, tool: _Optional[str] = ..., tool_version: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., execute: _Optional[bool] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class PrepareResponse(_message.Message):
-    __slots__ = ("operation", "replayed")
+    __slots__ = ("operation", "replayed", "execution_replayed")
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_REPLAYED_FIELD_NUMBER: _ClassVar[int]
     operation: Operation
     replayed: bool
-    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    execution_replayed: bool
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ..., execution_replayed: _Optional[bool] = ...) -> None: ...
 
 class ApproveRequest(_message.Message):
     __slots__ = ("operation_id", "fingerprint", "decision", "reason")

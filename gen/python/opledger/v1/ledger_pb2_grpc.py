@@ -121,6 +121,10 @@ class LedgerServiceServicer:
 
         A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
         approval, otherwise in STATE_READY.
+
+        With `execute`, Prepare also does what an Execute of the operation would
+        do, in the same call (the one-call path for tools that need no
+        approval): see PrepareRequest.execute.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

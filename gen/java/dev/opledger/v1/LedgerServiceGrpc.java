@@ -372,6 +372,9 @@ public final class LedgerServiceGrpc {
      * Concurrent twins never create a second operation.
      * A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
      * approval, otherwise in STATE_READY.
+     * With `execute`, Prepare also does what an Execute of the operation would
+     * do, in the same call (the one-call path for tools that need no
+     * approval): see PrepareRequest.execute.
      * </pre>
      */
     default void prepare(dev.opledger.v1.PrepareRequest request,
@@ -570,6 +573,9 @@ public final class LedgerServiceGrpc {
      * Concurrent twins never create a second operation.
      * A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
      * approval, otherwise in STATE_READY.
+     * With `execute`, Prepare also does what an Execute of the operation would
+     * do, in the same call (the one-call path for tools that need no
+     * approval): see PrepareRequest.execute.
      * </pre>
      */
     public void prepare(dev.opledger.v1.PrepareRequest request,
@@ -752,6 +758,9 @@ public final class LedgerServiceGrpc {
      * Concurrent twins never create a second operation.
      * A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
      * approval, otherwise in STATE_READY.
+     * With `execute`, Prepare also does what an Execute of the operation would
+     * do, in the same call (the one-call path for tools that need no
+     * approval): see PrepareRequest.execute.
      * </pre>
      */
     public dev.opledger.v1.PrepareResponse prepare(dev.opledger.v1.PrepareRequest request) throws io.grpc.StatusException {
@@ -926,6 +935,9 @@ public final class LedgerServiceGrpc {
      * Concurrent twins never create a second operation.
      * A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
      * approval, otherwise in STATE_READY.
+     * With `execute`, Prepare also does what an Execute of the operation would
+     * do, in the same call (the one-call path for tools that need no
+     * approval): see PrepareRequest.execute.
      * </pre>
      */
     public dev.opledger.v1.PrepareResponse prepare(dev.opledger.v1.PrepareRequest request) {
@@ -1100,6 +1112,9 @@ public final class LedgerServiceGrpc {
      * Concurrent twins never create a second operation.
      * A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
      * approval, otherwise in STATE_READY.
+     * With `execute`, Prepare also does what an Execute of the operation would
+     * do, in the same call (the one-call path for tools that need no
+     * approval): see PrepareRequest.execute.
      * </pre>
      */
     public com.google.common.util.concurrent.ListenableFuture<dev.opledger.v1.PrepareResponse> prepare(
