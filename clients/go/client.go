@@ -131,6 +131,22 @@ func WithToolVersion(v string) PrepareOption {
 	return func(r *opledgerv1.PrepareRequest) { r.ToolVersion = v }
 }
 
+// WithExecute makes Prepare also execute the operation in the same call, as
+// an Execute right after it would (the one-call path for tools that need no
+// approval): the answer is the operation as the execution left it, and
+// ExecutionReplayed says that no downstream request was made because the
+// outcome was recorded already. wait (0: none) is how long to wait when
+// another caller is executing it, as WithWait. An operation that awaits
+// approval comes back as without WithExecute (no error).
+func WithExecute(wait time.Duration) PrepareOption {
+	return func(r *opledgerv1.PrepareRequest) {
+		r.Execute = true
+		if wait > 0 {
+			r.Wait = durationpb.New(wait)
+		}
+	}
+}
+
 // Prepare records a proposed tool call under idempotencyKey (see DeriveKey),
 // or returns the operation already recorded under it with Replayed = true.
 //

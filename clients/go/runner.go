@@ -49,7 +49,8 @@ type RunnerOptions struct {
 // Running the same call again (same tool, args and idempotency key) is how an
 // agent resumes it: after AwaitingApproval, after OutcomeUnknown, or after a
 // crash. The ledger replays the operation and Run continues from its state;
-// it never causes a second effect.
+// it never causes a second effect. A call that needs no approval takes one
+// request (Prepare with execute, the one-call path).
 type ToolRunner struct {
 	c    *Client
 	opts RunnerOptions
@@ -226,25 +227,30 @@ func forModel(m map[string]any) string {
 // the context ended, OnApprovalRequired failed. The same Run can simply be
 // repeated. Refusals of the call itself come back as *Failed.
 func (r *ToolRunner) Run(ctx context.Context, tool string, args any, idempotencyKey string) (Outcome, error) {
-	var popts []PrepareOption
+	// The one-call path: Prepare also executes a call that needs no
+	// approval, and answers one that does as it stands.
+	popts := []PrepareOption{WithExecute(r.opts.ExecuteWait)}
 	if r.opts.ToolVersion != "" {
 		popts = append(popts, WithToolVersion(r.opts.ToolVersion))
 	}
 	prep, err := r.c.Prepare(ctx, tool, args, idempotencyKey, popts...)
 	if err != nil {
-		if f := refusal(err, nil); f != nil {
-			return f, nil
-		}
-		return nil, err
+		return r.refused(ctx, err, nil)
 	}
 	op := prep.GetOperation()
-	if op.GetState() == opledgerv1.State_STATE_AWAITING_APPROVAL {
+	switch op.GetState() {
+	case opledgerv1.State_STATE_AWAITING_APPROVAL:
 		if op, err = r.awaitDecision(ctx, op); err != nil {
 			return nil, err
 		}
 		if op.GetState() == opledgerv1.State_STATE_AWAITING_APPROVAL {
 			return &AwaitingApproval{Operation: op}, nil
 		}
+	case opledgerv1.State_STATE_READY:
+		// Not executed by the Prepare (a server without the one-call
+		// path): Execute below.
+	default:
+		return final(op)
 	}
 	// Execute answers every other state: it runs a READY operation, waits
 	// for an EXECUTING one, replays a finished one and refuses a rejected,
@@ -254,12 +260,29 @@ func (r *ToolRunner) Run(ctx context.Context, tool string, args any, idempotency
 		if errors.Is(err, ReasonApprovalRequired) {
 			return &AwaitingApproval{Operation: op}, nil
 		}
-		if f := refusal(err, op); f != nil {
-			return f, nil
-		}
-		return nil, err
+		return r.refused(ctx, err, op)
 	}
 	return final(ex.GetOperation())
+}
+
+// refused answers an error of Prepare or Execute: a refusal of the call
+// itself becomes a *Failed (with the operation a refused execution names),
+// anything else is returned as the error it is.
+func (r *ToolRunner) refused(ctx context.Context, err error, op *opledgerv1.Operation) (Outcome, error) {
+	f := refusal(err, op)
+	if f == nil {
+		return nil, err
+	}
+	if f.Operation == nil && f.Reason != ReasonIdempotencyKeyReused {
+		// A refusal of the one-call path's execution names its operation.
+		var e *Error
+		if errors.As(err, &e) && e.Metadata["operation_id"] != "" {
+			if got, gerr := r.c.Get(ctx, e.Metadata["operation_id"]); gerr == nil {
+				f.Operation = got.GetOperation()
+			}
+		}
+	}
+	return f, nil
 }
 
 // final maps an Execute answer to an Outcome.

@@ -76,9 +76,13 @@ type stubLedger struct {
 	mu                sync.Mutex
 	gets, executes    int
 	executeWaitMillis int64
+	prepares          []*opledgerv1.PrepareRequest
 }
 
 func (s *stubLedger) Prepare(_ context.Context, r *opledgerv1.PrepareRequest) (*opledgerv1.PrepareResponse, error) {
+	s.mu.Lock()
+	s.prepares = append(s.prepares, r)
+	s.mu.Unlock()
 	return &opledgerv1.PrepareResponse{Operation: &opledgerv1.Operation{Id: "op_1", Tool: r.GetTool(), State: s.prepareState}}, nil
 }
 
@@ -147,6 +151,11 @@ func TestToolRunnerMapsEveryFinalState(t *testing.T) {
 	require.Equal(t, "op_1", f.OperationID())
 	failed.mu.Lock()
 	require.Equal(t, int64(3000), failed.executeWaitMillis, "Execute waits ExecuteWait")
+	// The one-call path is asked for; this stub ignores it (as a server
+	// without it would), so the runner executes the READY operation itself.
+	require.Len(t, failed.prepares, 1)
+	require.True(t, failed.prepares[0].GetExecute())
+	require.Equal(t, int64(3000), failed.prepares[0].GetWait().AsDuration().Milliseconds())
 	failed.mu.Unlock()
 
 	unknown := run(&stubLedger{prepareState: opledgerv1.State_STATE_READY, executeOp: &opledgerv1.Operation{
@@ -163,8 +172,11 @@ func TestToolRunnerMapsEveryFinalState(t *testing.T) {
 	require.True(t, ok, "got %T", pending)
 	require.True(t, p.Pending)
 
-	done := run(&stubLedger{prepareState: opledgerv1.State_STATE_SUCCEEDED, executeOp: &opledgerv1.Operation{
-		Id: "op_1", State: opledgerv1.State_STATE_SUCCEEDED}})
+	// The one-call path answered with the outcome: no Execute.
+	oneCall := &stubLedger{prepareState: opledgerv1.State_STATE_SUCCEEDED}
+	done := run(oneCall)
+	_, executes := oneCall.counts()
+	require.Equal(t, 0, executes)
 	s, ok := done.(*client.Succeeded)
 	require.True(t, ok, "got %T", done)
 	require.Equal(t, map[string]any{}, s.Result)

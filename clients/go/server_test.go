@@ -498,3 +498,27 @@ func (w *world) emails(t *testing.T, to string) int {
 	}
 	return n
 }
+
+// TestToolRunnerRunsAToolWithoutApproval: send_email needs no approval, so
+// one Run sends it (Prepare with execute), and running it again replays the
+// answer without a second mail.
+func TestToolRunnerRunsAToolWithoutApproval(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := ctxFor(t)
+	runner := client.NewToolRunner(w.agent, client.RunnerOptions{})
+	to := strings.ToLower(newInvoiceID()) + "@example.com"
+	args := json.RawMessage(fmt.Sprintf(`{"to":%q,"subject":"receipt","body":"paid"}`, to))
+	key, err := client.DeriveKey(client.KeyParts{Conversation: to, Round: 1, ToolCall: "call_1", Tool: "send_email"})
+	require.NoError(t, err)
+
+	out, err := runner.Run(ctx, "send_email", args, key)
+	require.NoError(t, err)
+	done, ok := out.(*client.Succeeded)
+	require.True(t, ok, "got %T: %s", out, out.ForModel())
+	require.Equal(t, done.Operation.GetExternalRef(), done.Result["id"])
+	again, err := runner.Run(ctx, "send_email", args, key)
+	require.NoError(t, err)
+	require.Equal(t, out.ForModel(), again.ForModel())
+	require.Equal(t, 1, w.emails(t, to))
+}

@@ -66,9 +66,12 @@ class StubLedger(ledger_pb2_grpc.LedgerServiceServicer):
         self.execute_op = execute_op
         self.gets = 0
         self.executes = []
+        self.prepares = []
         self.lock = threading.Lock()
 
     def Prepare(self, request, context):
+        with self.lock:
+            self.prepares.append(request)
         return ledger_pb2.PrepareResponse(operation=ledger_pb2.Operation(id="op_1", tool=request.tool, state=self.prepare_state))
 
     def Get(self, request, context):
@@ -108,6 +111,9 @@ def test_every_final_state_maps_to_its_outcome(stub):
     assert isinstance(out, opledger.Failed)
     assert (out.reason, out.message, out.operation_id) == ("DOWNSTREAM_REJECTED", "card declined", "op_1")
     assert failed.executes == [3.0]
+    # The one-call path is asked for; this stub ignores it (as a server without it would), so the
+    # runner executes the READY operation itself.
+    assert [(p.execute, p.wait.ToTimedelta().total_seconds()) for p in failed.prepares] == [(True, 3.0)]
 
     unknown = StubLedger(
         ledger_pb2.STATE_READY,
@@ -120,9 +126,10 @@ def test_every_final_state_maps_to_its_outcome(stub):
     out = opledger.ToolRunner(stub(pending)).run("pay_invoice", None, "k")
     assert isinstance(out, opledger.OutcomeUnknown) and out.pending
 
-    done = StubLedger(ledger_pb2.STATE_SUCCEEDED, ledger_pb2.Operation(id="op_1", state=ledger_pb2.STATE_SUCCEEDED))
+    done = StubLedger(ledger_pb2.STATE_SUCCEEDED)  # the one-call path answered with the outcome
     out = opledger.ToolRunner(stub(done)).run("pay_invoice", {}, "k")
     assert isinstance(out, opledger.Succeeded)
+    assert done.executes == []
     assert out.for_model() == '{"operation_id":"op_1","result":{},"status":"succeeded"}'
 
 
@@ -215,6 +222,18 @@ def test_refusals_are_failed(agent, approver):
     assert bad.for_model().endswith('"reason":"ARGS_INVALID","status":"failed"}')
     denied = runner.run("pay_invoice", args, key_for(invoice))
     assert isinstance(denied, opledger.Failed) and denied.reason == "OPERATION_REJECTED" and denied.operation_id
+
+
+def test_runs_a_tool_without_approval_in_one_run(agent, emails):
+    to = f"py-{uuid.uuid4().hex[:10]}@example.com"
+    args = {"to": to, "subject": "receipt", "body": "paid"}
+    key = key_for(to, tool="send_email")
+    runner = opledger.ToolRunner(agent)
+    out = runner.run("send_email", args, key)
+    assert isinstance(out, opledger.Succeeded), out
+    assert out.result["id"] == out.operation.external_ref
+    assert runner.run("send_email", args, key).for_model() == out.for_model()
+    assert emails(to) == 1
 
 
 def test_outcome_unknown_is_its_own_answer(agent, faults, emails):

@@ -66,6 +66,13 @@ export interface PrepareOptions extends CallOptions {
   idempotencyKey: string;
   /** toolVersion pins the tool version; by default the server uses the tool's current one. */
   toolVersion?: string;
+  /** execute also executes the operation in the same call, as an execute right after it would
+   * (the one-call path for tools that need no approval): the answer is the operation as the
+   * execution left it, and executionReplayed says that no downstream request was made. An
+   * operation that awaits approval comes back as without execute (no error). */
+  execute?: boolean;
+  /** waitMs, with execute: how long to wait when another caller is executing it. */
+  waitMs?: number;
 }
 
 /** ExecuteOptions are Execute's named arguments. */
@@ -160,9 +167,17 @@ export class OpledgerClient {
     if (!opts?.idempotencyKey) {
       return Promise.reject(new RangeError("idempotencyKey must not be empty"));
     }
-    const req = { tool, toolVersion: opts.toolVersion ?? "", args };
+    const waitMs = opts.waitMs;
+    const req = {
+      tool,
+      toolVersion: opts.toolVersion ?? "",
+      args,
+      execute: opts.execute ?? false,
+      wait: waitMs === undefined ? undefined : durationFromMs(waitMs),
+    };
     const headers = { "idempotency-key": opts.idempotencyKey };
-    return this.call((o) => this.rpc.prepare(req, o), headers, opts.timeoutMs ?? this.timeoutMs, opts.signal);
+    const t = opts.execute ? Math.max(opts.timeoutMs ?? this.timeoutMs, (waitMs ?? 0) + WAIT_MARGIN_MS) : (opts.timeoutMs ?? this.timeoutMs);
+    return this.call((o) => this.rpc.prepare(req, o), headers, t, opts.signal);
   }
 
   /** approve records an approver's decision on the operation whose fingerprint the approver was

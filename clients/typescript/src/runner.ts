@@ -16,7 +16,8 @@
 //
 // Running the same call again (same tool, args and key) is how an agent resumes it after
 // AwaitingApproval, after OutcomeUnknown or after a crash: the ledger replays the operation and
-// the run continues from its state, without a second effect.
+// the run continues from its state, without a second effect. A call that needs no approval takes
+// one request (prepare with execute, the one-call path).
 
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { OpledgerClient } from "./client";
@@ -185,15 +186,24 @@ export class ToolRunner {
   async run(tool: string, args: JsonObject | string | undefined, idempotencyKey: string): Promise<ToolOutcome> {
     let op: Operation;
     try {
-      op = (await this.client.prepare(tool, parseArgs(args), { idempotencyKey, toolVersion: this.opts.toolVersion })).operation!;
+      // The one-call path: prepare also executes a call that needs no approval.
+      const prepared = await this.client.prepare(tool, parseArgs(args), {
+        idempotencyKey,
+        toolVersion: this.opts.toolVersion,
+        execute: true,
+        waitMs: this.opts.executeWaitMs,
+      });
+      op = prepared.operation!;
     } catch (err) {
-      return refusal(err, undefined);
+      return this.refused(err, undefined);
     }
     if (op.state === State.AWAITING_APPROVAL) {
       op = await this.awaitDecision(op);
       if (op.state === State.AWAITING_APPROVAL) {
         return new AwaitingApproval(op);
       }
+    } else if (op.state !== State.READY) {
+      return final(op); // READY: not executed (a server without the one-call path)
     }
     try {
       const done = await this.client.execute(op.id, { waitMs: this.opts.executeWaitMs });
@@ -202,8 +212,23 @@ export class ToolRunner {
       if (isOpledgerError(err, "APPROVAL_REQUIRED")) {
         return new AwaitingApproval(op);
       }
-      return refusal(err, op);
+      return this.refused(err, op);
     }
+  }
+
+  /** refused turns a refusal of the call itself into a Failed (with the operation a refused
+   * one-call execution names) and rethrows anything else. */
+  private async refused(err: unknown, op: Operation | undefined): Promise<Failed> {
+    const failed = refusal(err, op);
+    const id = (err as OpledgerError).metadata?.["operation_id"];
+    if (!failed.operation && failed.reason !== "IDEMPOTENCY_KEY_REUSED" && id) {
+      try {
+        return new Failed(failed.reason, failed.message, (await this.client.get(id)).operation);
+      } catch {
+        // The answer stands without the operation.
+      }
+    }
+    return failed;
   }
 
   private async awaitDecision(op: Operation): Promise<Operation> {

@@ -83,9 +83,12 @@ function storedError(reason: string, message: string) {
 
 /** fakeClient prepares into prepareState and executes into executeOp, counting calls. */
 function fakeClient(prepareState: State, executeOp?: Operation) {
-  const calls = { gets: 0, executes: [] as (number | undefined)[] };
+  const calls = { gets: 0, executes: [] as (number | undefined)[], prepares: [] as { execute?: boolean; waitMs?: number }[] };
   const client = {
-    prepare: async (tool: string) => ({ operation: op("op_1", prepareState, { tool }), replayed: false }),
+    prepare: async (tool: string, _args: unknown, opts: { execute?: boolean; waitMs?: number }) => {
+      calls.prepares.push({ execute: opts.execute, waitMs: opts.waitMs });
+      return { operation: op("op_1", prepareState, { tool }), replayed: false };
+    },
     get: async (id: string) => {
       calls.gets++;
       return { operation: op(id, prepareState), events: [] };
@@ -104,6 +107,9 @@ test("every final state maps to its outcome", async () => {
   assert.ok(f instanceof Failed);
   assert.deepEqual([f.reason, f.message, f.operationId], ["DOWNSTREAM_REJECTED", "card declined", "op_1"]);
   assert.deepEqual(failed.calls.executes, [3000]);
+  // The one-call path is asked for; this fake ignores it (as a server without it would), so the
+  // runner executes the READY operation itself.
+  assert.deepEqual(failed.calls.prepares, [{ execute: true, waitMs: 3000 }]);
 
   const unknown = await new ToolRunner(fakeClient(State.READY, op("op_1", State.OUTCOME_UNKNOWN)).client).run("pay_invoice", "{}", "k");
   assert.ok(unknown instanceof OutcomeUnknown && !unknown.pending);
@@ -111,8 +117,10 @@ test("every final state maps to its outcome", async () => {
   const pending = await new ToolRunner(fakeClient(State.EXECUTING, op("op_1", State.EXECUTING)).client).run("pay_invoice", undefined, "k");
   assert.ok(pending instanceof OutcomeUnknown && pending.pending);
 
-  const done = await new ToolRunner(fakeClient(State.SUCCEEDED, op("op_1", State.SUCCEEDED)).client).run("pay_invoice", {}, "k");
+  const oneCall = fakeClient(State.SUCCEEDED); // the one-call path answered with the outcome
+  const done = await new ToolRunner(oneCall.client).run("pay_invoice", {}, "k");
   assert.ok(done instanceof Succeeded);
+  assert.equal(oneCall.calls.executes.length, 0);
   assert.equal(done.forModel(), '{"operation_id":"op_1","result":{},"status":"succeeded"}');
 });
 
@@ -204,6 +212,17 @@ describe("ToolRunner against a real server", { skip: env ? false : "OPLEDGER_ADD
     assert.ok(bad instanceof Failed && bad.reason === "ARGS_INVALID" && bad.operation === undefined);
     const denied = await runner.run("pay_invoice", args, keyFor(invoice));
     assert.ok(denied instanceof Failed && denied.reason === "OPERATION_REJECTED" && denied.operationId);
+  });
+
+  test("a tool without approval runs in one run", async () => {
+    const to = `ts-${randomUUID().slice(0, 10)}@example.com`;
+    const args = { to, subject: "receipt", body: "paid" };
+    const runner = new ToolRunner(agent);
+    const out = await runner.run("send_email", args, keyFor(to, "send_email"));
+    assert.ok(out instanceof Succeeded, out.forModel());
+    assert.equal(out.result["id"], out.operation.externalRef);
+    assert.equal((await runner.run("send_email", args, keyFor(to, "send_email"))).forModel(), out.forModel());
+    assert.equal(await count("/emails", "to", to), 1);
   });
 
   test("an unknown outcome is its own answer, and is never sent twice", async () => {

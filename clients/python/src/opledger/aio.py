@@ -117,14 +117,17 @@ class AsyncClient:
         idempotency_key: str,
         *,
         tool_version: Optional[str] = None,
+        execute: bool = False,
+        wait: Wait = None,
         timeout: Optional[float] = None,
     ) -> ledger_pb2.PrepareResponse:
         """prepare: see Client.prepare."""
         if not idempotency_key:
             raise ValueError("idempotency_key must not be empty")
-        req = prepare_request(tool, args, tool_version)
+        req, wait_s = prepare_request(tool, args, tool_version, execute, wait)
         md = (("idempotency-key", idempotency_key),)
-        return await self._call(self._stub.Prepare, req, ledger_pb2.PrepareResponse, timeout, md)
+        t = max(timeout or self._timeout, wait_s + _WAIT_MARGIN) if execute else timeout
+        return await self._call(self._stub.Prepare, req, ledger_pb2.PrepareResponse, t, md)
 
     async def approve(
         self,

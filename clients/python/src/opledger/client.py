@@ -111,9 +111,16 @@ def _auth(api_key: str) -> Tuple[str, str]:
     return ("authorization", "Bearer " + api_key)
 
 
-def prepare_request(tool: str, args: Args, tool_version: Optional[str]) -> ledger_pb2.PrepareRequest:
-    """prepare_request builds a PrepareRequest (shared by Client and AsyncClient)."""
-    return ledger_pb2.PrepareRequest(tool=tool, tool_version=tool_version or "", args=_struct(args))
+def prepare_request(
+    tool: str, args: Args, tool_version: Optional[str], execute: bool = False, wait: Wait = None
+) -> Tuple[ledger_pb2.PrepareRequest, float]:
+    """prepare_request builds a PrepareRequest (shared by Client and AsyncClient) and returns the
+    seconds of its wait."""
+    duration, wait_s = _duration(wait)
+    req = ledger_pb2.PrepareRequest(
+        tool=tool, tool_version=tool_version or "", args=_struct(args), execute=execute, wait=duration
+    )
+    return req, wait_s
 
 
 def approve_request(
@@ -225,17 +232,26 @@ class Client:
         idempotency_key: str,
         *,
         tool_version: Optional[str] = None,
+        execute: bool = False,
+        wait: Wait = None,
         timeout: Optional[float] = None,
     ) -> ledger_pb2.PrepareResponse:
         """prepare records a proposed call of ``tool`` with ``args`` under ``idempotency_key``
         (see derive_key), or returns the operation already recorded under that key with
         ``replayed=True``. The same key with other args raises IdempotencyKeyReused.
-        ``tool_version`` pins a version; by default the server uses the tool's current one."""
+        ``tool_version`` pins a version; by default the server uses the tool's current one.
+
+        ``execute=True`` also executes the operation in the same call, as an execute right after
+        it would (the one-call path for tools that need no approval; ``wait`` as for execute):
+        the answer is the operation as the execution left it, ``execution_replayed`` says that
+        no downstream request was made. An operation that awaits approval comes back as without
+        ``execute`` (no error)."""
         if not idempotency_key:
             raise ValueError("idempotency_key must not be empty")
-        req = prepare_request(tool, args, tool_version)
+        req, wait_s = prepare_request(tool, args, tool_version, execute, wait)
         md = (("idempotency-key", idempotency_key),)
-        return self._call(self._stub.Prepare, req, ledger_pb2.PrepareResponse, timeout, md)
+        t = max(timeout or self._timeout, wait_s + _WAIT_MARGIN) if execute else timeout
+        return self._call(self._stub.Prepare, req, ledger_pb2.PrepareResponse, t, md)
 
     def approve(
         self,

@@ -20,7 +20,8 @@ text to hand the model, byte for byte the same in every opledger client.
 
 Running the same call again (same tool, args and idempotency key) is how an agent resumes it
 after AwaitingApproval, after OutcomeUnknown or after a crash: the ledger replays the operation,
-and the run continues from its state without a second effect.
+and the run continues from its state without a second effect. A call that needs no approval takes
+one request (prepare with execute, the one-call path).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import asyncio
 import inspect
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Union
 
 from google.protobuf import struct_pb2
@@ -225,6 +226,12 @@ def final(op: ledger_pb2.Operation) -> ToolOutcome:
     raise RuntimeError(f"opledger: Execute answered with state {ledger_pb2.State.Name(op.state)}")
 
 
+def _names_operation(err: OpledgerError) -> bool:
+    """_names_operation: a refusal of the one-call path's execution names its operation (a reused
+    key names another call's, which is not this call's)."""
+    return not isinstance(err, IdempotencyKeyReused) and bool(err.metadata.get("operation_id"))
+
+
 def _refusal(err: OpledgerError, op: Optional[ledger_pb2.Operation]) -> Optional[Failed]:
     if isinstance(err, _REFUSALS):
         return Failed(reason=err.reason or "", message=err.message, operation=op)
@@ -271,29 +278,37 @@ class ToolRunner:
         Raises OpledgerError for what the runtime, not the model, must handle (the ledger
         unreachable after the client's retries, a bad key, a hook's exception); the same run
         may simply be repeated. Refusals of the call itself come back as Failed."""
+        # The one-call path: prepare also executes a call that needs no approval.
         try:
             op = self._client.prepare(
-                tool, _args(args), idempotency_key, tool_version=self._tool_version
+                tool, _args(args), idempotency_key, tool_version=self._tool_version, execute=True, wait=self._execute_wait
             ).operation
         except OpledgerError as err:
-            refused = _refusal(err, None)
-            if refused is None:
-                raise
-            return refused
+            return self._refused(err, None)
         if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
             op = self._await_decision(op)
             if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
                 return AwaitingApproval(operation=op)
+        elif op.state != ledger_pb2.STATE_READY:  # READY: not executed (a server without the one-call path)
+            return final(op)
         try:
             done = self._client.execute(op.id, wait=self._execute_wait)
         except ApprovalRequired:
             return AwaitingApproval(operation=op)
         except OpledgerError as err:
-            refused = _refusal(err, op)
-            if refused is None:
-                raise
-            return refused
+            return self._refused(err, op)
         return final(done.operation)
+
+    def _refused(self, err: OpledgerError, op: Optional[ledger_pb2.Operation]) -> Failed:
+        refused = _refusal(err, op)
+        if refused is None:
+            raise err
+        if refused.operation is None and _names_operation(err):
+            try:
+                refused = replace(refused, operation=self._client.get(err.metadata["operation_id"]).operation)
+            except OpledgerError:
+                pass
+        return refused
 
     def _await_decision(self, op: ledger_pb2.Operation) -> ledger_pb2.Operation:
         if self._hook is not None:
@@ -338,28 +353,36 @@ class AsyncToolRunner:
         """run: see ToolRunner.run."""
         try:
             prepared = await self._client.prepare(
-                tool, _args(args), idempotency_key, tool_version=self._tool_version
+                tool, _args(args), idempotency_key, tool_version=self._tool_version, execute=True, wait=self._execute_wait
             )
         except OpledgerError as err:
-            refused = _refusal(err, None)
-            if refused is None:
-                raise
-            return refused
+            return await self._refused(err, None)
         op = prepared.operation
         if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
             op = await self._await_decision(op)
             if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
                 return AwaitingApproval(operation=op)
+        elif op.state != ledger_pb2.STATE_READY:
+            return final(op)
         try:
             done = await self._client.execute(op.id, wait=self._execute_wait)
         except ApprovalRequired:
             return AwaitingApproval(operation=op)
         except OpledgerError as err:
-            refused = _refusal(err, op)
-            if refused is None:
-                raise
-            return refused
+            return await self._refused(err, op)
         return final(done.operation)
+
+    async def _refused(self, err: OpledgerError, op: Optional[ledger_pb2.Operation]) -> Failed:
+        refused = _refusal(err, op)
+        if refused is None:
+            raise err
+        if refused.operation is None and _names_operation(err):
+            try:
+                got = await self._client.get(err.metadata["operation_id"])
+                refused = replace(refused, operation=got.operation)
+            except OpledgerError:
+                pass
+        return refused
 
     async def _await_decision(self, op: ledger_pb2.Operation) -> ledger_pb2.Operation:
         if self._hook is not None:

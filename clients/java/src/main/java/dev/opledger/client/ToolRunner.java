@@ -21,7 +21,8 @@ import java.util.function.Consumer;
  *
  * <p>Running the same call again (same tool, args and idempotency key) is how an agent resumes it
  * after AwaitingApproval, after OutcomeUnknown or after a crash: the ledger replays the operation
- * and the run continues from its state, without a second effect.
+ * and the run continues from its state, without a second effect. A call that needs no approval
+ * takes one request (Prepare with execute, the one-call path).
  *
  * <pre>{@code
  * ToolRunner runner = ToolRunner.builder(agent).approvalWait(Duration.ofMinutes(2)).build();
@@ -153,15 +154,18 @@ public final class ToolRunner {
   public ToolOutcome run(String tool, Struct args, String idempotencyKey) {
     Operation op;
     try {
-      op = client.prepare(tool, args, idempotencyKey, toolVersion).getOperation();
+      // The one-call path: Prepare also executes a call that needs no approval.
+      op = client.prepareAndExecute(tool, args, idempotencyKey, toolVersion, executeWait).getOperation();
     } catch (OpledgerException e) {
-      return refusal(e, null);
+      return refused(e, null);
     }
     if (op.getState() == State.STATE_AWAITING_APPROVAL) {
       op = awaitDecision(op);
       if (op.getState() == State.STATE_AWAITING_APPROVAL) {
         return new ToolOutcome.AwaitingApproval(op);
       }
+    } else if (op.getState() != State.STATE_READY) {
+      return outcomeOf(op); // READY: not executed (a server without the one-call path)
     }
     ExecuteResponse done;
     try {
@@ -170,7 +174,7 @@ public final class ToolRunner {
       if (e.is(Reason.APPROVAL_REQUIRED)) {
         return new ToolOutcome.AwaitingApproval(op);
       }
-      return refusal(e, op);
+      return refused(e, op);
     }
     return outcomeOf(done.getOperation());
   }
@@ -190,11 +194,23 @@ public final class ToolRunner {
     };
   }
 
-  private static ToolOutcome refusal(OpledgerException e, Operation op) {
-    if (REFUSALS.contains(e.getReason())) {
-      return new ToolOutcome.Failed(e.getReasonName(), e.getStatusMessage(), op);
+  /**
+   * Refused turns a refusal of the call itself into a Failed (with the operation a refused one-call
+   * execution names) and rethrows anything else.
+   */
+  private ToolOutcome refused(OpledgerException e, Operation op) {
+    if (!REFUSALS.contains(e.getReason())) {
+      throw e;
     }
-    throw e;
+    String id = e.getMetadata().get("operation_id");
+    if (op == null && e.getReason() != Reason.IDEMPOTENCY_KEY_REUSED && id != null && !id.isEmpty()) {
+      try {
+        op = client.get(id).getOperation();
+      } catch (OpledgerException ignored) {
+        // The answer stands without the operation.
+      }
+    }
+    return new ToolOutcome.Failed(e.getReasonName(), e.getStatusMessage(), op);
   }
 
   private Operation awaitDecision(Operation op) {

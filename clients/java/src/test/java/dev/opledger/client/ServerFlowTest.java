@@ -324,6 +324,18 @@ class ServerFlowTest {
   }
 
   @Test
+  void toolRunnerRunsAToolWithoutApprovalInOneRun() throws Exception {
+    String to = "java-" + UUID.randomUUID().toString().substring(0, 10) + "@example.com";
+    Struct args = Args.of(Map.of("to", to, "subject", "receipt", "body", "paid"));
+    String k = KeyParts.builder().conversation(to).round(1).toolCall("call_1").tool("send_email").derive();
+    ToolRunner runner = ToolRunner.builder(agent).build();
+    ToolOutcome.Succeeded out = assertInstanceOf(ToolOutcome.Succeeded.class, runner.run("send_email", args, k));
+    assertEquals(out.operation().getExternalRef(), out.result().getFieldsOrThrow("id").getStringValue());
+    assertEquals(out.forModel(), runner.run("send_email", args, k).forModel());
+    assertEquals(1, emails(to));
+  }
+
+  @Test
   void toolRunnerOutcomeUnknownIsItsOwnAnswer() throws Exception {
     faults("{\"fail_after_commit\":{\"next\":1}}");
     try {

@@ -84,6 +84,7 @@ class ToolRunnerTest {
     final Operation executeOp;
     final AtomicInteger gets = new AtomicInteger();
     final List<Long> executeWaits = new ArrayList<>();
+    final List<PrepareRequest> prepares = new ArrayList<>();
 
     Stub(State prepareState, Operation executeOp) {
       this.prepareState = prepareState;
@@ -91,7 +92,8 @@ class ToolRunnerTest {
     }
 
     @Override
-    public void prepare(PrepareRequest req, StreamObserver<PrepareResponse> out) {
+    public synchronized void prepare(PrepareRequest req, StreamObserver<PrepareResponse> out) {
+      prepares.add(req);
       out.onNext(
           PrepareResponse.newBuilder()
               .setOperation(Operation.newBuilder().setId("op_1").setState(prepareState))
@@ -161,6 +163,11 @@ class ToolRunnerTest {
     assertEquals("card declined", ff.message());
     assertEquals("op_1", ff.operationId());
     assertEquals(List.of(3L), failed.executeWaits);
+    // The one-call path is asked for; this stub ignores it (as a server without it would), so the
+    // runner executes the READY operation itself.
+    assertEquals(1, failed.prepares.size());
+    assertTrue(failed.prepares.get(0).getExecute());
+    assertEquals(3L, failed.prepares.get(0).getWait().getSeconds());
 
     ToolOutcome unknown =
         ToolRunner.builder(
@@ -184,15 +191,10 @@ class ToolRunnerTest {
             .run("pay_invoice", "{}", "k");
     assertTrue(assertInstanceOf(ToolOutcome.OutcomeUnknown.class, pending).pending());
 
-    ToolOutcome done =
-        ToolRunner.builder(
-                start(
-                    new Stub(
-                        State.STATE_SUCCEEDED,
-                        Operation.newBuilder().setId("op_1").setState(State.STATE_SUCCEEDED).build())))
-            .build()
-            .run("pay_invoice", "{}", "k");
+    Stub oneCall = new Stub(State.STATE_SUCCEEDED, null); // the one-call path answered with the outcome
+    ToolOutcome done = ToolRunner.builder(start(oneCall)).build().run("pay_invoice", "{}", "k");
     assertInstanceOf(ToolOutcome.Succeeded.class, done);
+    assertTrue(oneCall.executeWaits.isEmpty());
     assertEquals("{\"operation_id\":\"op_1\",\"result\":{},\"status\":\"succeeded\"}", done.forModel());
   }
 
