@@ -78,7 +78,9 @@ type Violation struct {
 	Description string `json:"description"`
 }
 
-// toolHandler turns a tools/call of ledger tool t into Prepare and Execute.
+// toolHandler turns a tools/call of ledger tool t into one Prepare that also
+// executes (the one-call path; a tool that needs approval is prepared and
+// answered as awaiting approval).
 func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		ctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
@@ -100,13 +102,39 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 			}
 		}
 		log := g.log.With("tool", t.GetName(), "key_digest", digest(key), "explicit_key", explicit)
-		prep, err := g.ledger.Prepare(ctx, t.GetName(), args, key, client.WithToolVersion(t.GetVersion()))
+		prep, err := g.ledger.Prepare(ctx, t.GetName(), args, key, client.WithToolVersion(t.GetVersion()), client.WithExecute(g.opts.Wait))
 		if err != nil {
-			log.Info("prepare refused", "reason", client.ReasonOf(err), "code", status.Code(err).String())
-			return errorResult(err, nil), nil
+			id := client.OperationIDOf(err)
+			if id == "" || client.ReasonOf(err) == client.ReasonIdempotencyKeyReused {
+				log.Info("prepare refused", "reason", client.ReasonOf(err), "code", status.Code(err).String())
+				return errorResult(err, nil), nil
+			}
+			// The operation was prepared and its execution refused: answer
+			// as a refused Execute of it would be answered.
+			op := &opledgerv1.Operation{Id: id}
+			if got, gerr := g.ledger.Get(ctx, id); gerr == nil {
+				op = got.GetOperation()
+			}
+			res, a := g.executeError(op, err)
+			log.Info("tools/call", "operation_id", id, "status", a.Status, "reason", client.ReasonOf(err))
+			return res, nil
 		}
-		res, a := g.drive(ctx, prep.GetOperation(), prep.GetReplayed(), false)
-		log.Info("tools/call", "operation_id", prep.GetOperation().GetId(), "prepare_replayed", prep.GetReplayed(), "status", a.Status)
+		op := prep.GetOperation()
+		var res *mcp.CallToolResult
+		var a Answer
+		switch op.GetState() {
+		case opledgerv1.State_STATE_SUCCEEDED, opledgerv1.State_STATE_FAILED, opledgerv1.State_STATE_EXECUTING:
+			res, a = render(op, prep.GetExecutionReplayed(), "")
+		case opledgerv1.State_STATE_OUTCOME_UNKNOWN:
+			if prep.GetReplayed() {
+				res, a = g.drive(ctx, op, true, false) // a repeat: the ledger may know more now
+			} else {
+				res, a = render(op, prep.GetExecutionReplayed(), "")
+			}
+		default: // awaiting approval, or a server without the one-call path
+			res, a = g.drive(ctx, op, prep.GetReplayed(), false)
+		}
+		log.Info("tools/call", "operation_id", op.GetId(), "prepare_replayed", prep.GetReplayed(), "status", a.Status)
 		return res, nil
 	}
 }
