@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"sync"
@@ -138,6 +139,10 @@ type ServerOptions struct {
 	// Logger receives the server's logs; nil writes WARN and above to
 	// stderr. Tests that inspect what is logged pass their own.
 	Logger *slog.Logger
+	// HTTPClient is the HTTP executors' client; nil gives each executor a
+	// private one. Tests that stage transport faults (a refused
+	// connection) pass their own.
+	HTTPClient *http.Client
 }
 
 // StartServer starts an in-process server against the Env's database.
@@ -154,7 +159,7 @@ func (e *Env) StartServer(opts ServerOptions) *Server {
 	lcfg := opts.Ledger
 	lcfg.DownstreamSecret = e.Secret
 	listener := store.NewListener(e.DBURL, logger)
-	l, err := ledger.New(lcfg, st, e.Tools(), executor.NewDefaultRegistry(nil, logger), listener, logger)
+	l, err := ledger.New(lcfg, st, e.Tools(), executor.NewDefaultRegistry(opts.HTTPClient, logger), listener, logger)
 	require.NoError(t, err)
 	if opts.Hooks != nil {
 		l.SetHooks(opts.Hooks)
