@@ -72,15 +72,15 @@ func TestModel(t *testing.T) {
 }
 
 // The times of the model. An approval lasts modelTTL and a lease
-// modelLease on the database's clock; a lease step is past a lease, and five
-// of them stay inside an approval (55 min), six do not (66 min); a lapse
+// modelLease on the database's clock; a lease step is past a lease, and two
+// of them stay inside an approval (22 min), three do not (33 min); a lapse
 // step is past an approval. Every boundary is minutes away from where the
 // steps land, and a check lasts seconds of real time.
 const (
-	modelTTL   = time.Hour
+	modelTTL   = 30 * time.Minute
 	modelLease = 10 * time.Minute
 	leaseStep  = 11 * time.Minute
-	lapseStep  = 65 * time.Minute
+	lapseStep  = 35 * time.Minute
 )
 
 // toolModel is one tool of the model's tools file.
@@ -102,7 +102,7 @@ var modelTools = []toolModel{
 	{name: "pay_dd", approval: true, dedupes: true, lookup: true, attempts: 2, timeout: time.Minute,
 		definitive: "[400, 402, 404]", undeclared: 422},
 	{name: "pay_nd", approval: true, dedupes: false, lookup: true, attempts: 1, timeout: time.Minute, undeclared: 409},
-	{name: "ship_dd", approval: false, dedupes: true, lookup: false, attempts: 2, timeout: 500 * time.Millisecond,
+	{name: "ship_dd", approval: false, dedupes: true, lookup: false, attempts: 2, timeout: 300 * time.Millisecond,
 		definitive: "[400, 402, 404]", undeclared: 422, fast: true},
 }
 
@@ -137,6 +137,9 @@ func modelToolsYAML(sendURL, lookupURL string) []byte {
 func modelArgs(variant int) map[string]any {
 	return map[string]any{"invoice_id": fmt.Sprintf("INV-%d", variant), "amount_minor": float64(100 + variant)}
 }
+
+// modelKeys is how many idempotency keys a check uses per tool.
+const modelKeys = 3
 
 // modelWorld is what every check shares: one database, two servers, the
 // scripted downstream, and the database's clock.
@@ -287,6 +290,7 @@ type model struct {
 	tenant  string
 	keys    [4]string
 	ops     []*mop
+	slots   map[int]*mop // by tool and key: tool index × modelKeys + key index
 	vnow    time.Duration
 	pending []*pendingCall
 	strays  []*held // held requests the model did not expect, released at cleanup
@@ -295,7 +299,7 @@ type model struct {
 
 func (w *modelWorld) newModel(t *rapid.T) *model {
 	w.ds.reset()
-	m := &model{w: w, tenant: fmt.Sprintf("model%d", w.seq.Add(1))}
+	m := &model{w: w, tenant: fmt.Sprintf("model%d", w.seq.Add(1)), slots: map[int]*mop{}}
 	roles := [4][]string{{ledger.RoleAgent}, {ledger.RoleAgent, ledger.RoleApprover}, {ledger.RoleApprover}, {ledger.RoleOperator}}
 	for i, r := range roles {
 		key, _, err := ledger.CreatePrincipal(context.Background(), w.env.Store, m.tenant, "", r)
@@ -377,20 +381,29 @@ func (m *model) logf(t *rapid.T, format string, args ...any) {
 
 func (m *model) client(srv int) opledgerv1.LedgerServiceClient { return m.w.servers[srv].Client }
 
-// drawOp draws an operation, mostly (3 in 4) one in a state where the
-// action does something (preferred), else any: the others mostly replay or
-// refuse, which is checked, but rarely leads anywhere new.
+// drawOp draws an operation by its slot (tool and key), so that a shrunk
+// sequence keeps pointing at the same operations: the first one at or after
+// the slot, mostly (3 in 4) the first in a state where the action does
+// something (preferred). The others mostly replay or refuse, which is
+// checked, but rarely leads anywhere new.
 func (m *model) drawOp(t *rapid.T, preferred ...ledger.State) *mop {
-	var apt []*mop
-	for _, op := range m.ops {
-		if slices.Contains(preferred, op.state) {
-			apt = append(apt, op)
+	n := len(modelTools) * modelKeys
+	slot := rapid.IntRange(0, n-1).Draw(t, "slot")
+	choosy := rapid.IntRange(0, 3).Draw(t, "choosy") > 0
+	var first *mop
+	for i := range n {
+		op := m.slots[(slot+i)%n]
+		if op == nil {
+			continue
+		}
+		if first == nil {
+			first = op
+		}
+		if !choosy || slices.Contains(preferred, op.state) {
+			return op
 		}
 	}
-	if len(apt) > 0 && rapid.IntRange(0, 3).Draw(t, "any op") > 0 {
-		return apt[rapid.IntRange(0, len(apt)-1).Draw(t, "apt op")]
-	}
-	return m.ops[rapid.IntRange(0, len(m.ops)-1).Draw(t, "op")]
+	return first
 }
 
 // sendAnswers are the scripted answers, weighted towards a plain success
@@ -418,17 +431,13 @@ func (m *model) drawAnswers(t *rapid.T, tl *toolModel, n int, label string, mayH
 }
 
 func (m *model) prepare(t *rapid.T) {
-	tl := &modelTools[rapid.IntRange(0, len(modelTools)-1).Draw(t, "tool")]
-	key := fmt.Sprintf("k%d", rapid.IntRange(0, 2).Draw(t, "key"))
+	ti := rapid.IntRange(0, len(modelTools)-1).Draw(t, "tool")
+	ki := rapid.IntRange(0, modelKeys-1).Draw(t, "key")
+	tl, key := &modelTools[ti], fmt.Sprintf("k%d", ki)
 	args := rapid.IntRange(0, 1).Draw(t, "args")
 	who := rapid.SampledFrom([]int{pAgent, pAgent, pAgent, pAgentApprover}).Draw(t, "preparer")
 	srv := rapid.IntRange(0, 1).Draw(t, "server")
-	var op *mop
-	for _, o := range m.ops {
-		if o.tool == tl && o.key == key {
-			op = o
-		}
-	}
+	op := m.slots[ti*modelKeys+ki]
 	m.logf(t, "Prepare %s key %s args %d by principal %d on server %d", tl.name, key, args, who, srv)
 	pb, err := structpb.NewStruct(modelArgs(args))
 	if err != nil {
@@ -447,6 +456,7 @@ func (m *model) prepare(t *rapid.T) {
 			op.state = ledger.StateAwaitingApproval
 		}
 		m.ops = append(m.ops, op)
+		m.slots[ti*modelKeys+ki] = op
 		m.expect(t, "Prepare", op, want{}, got, resp.GetReplayed(), nil)
 	case op.args == args:
 		m.expect(t, "Prepare", op, want{replayed: true}, resp.GetOperation(), resp.GetReplayed(), err)
@@ -519,6 +529,12 @@ func (m *model) execute(t *rapid.T) {
 	op := m.drawOp(t, ledger.StateReady, ledger.StateExecuting)
 	srv := rapid.IntRange(0, 1).Draw(t, "server")
 	answers := m.drawAnswers(t, op.tool, op.tool.attempts, "answer", true)
+	if rapid.IntRange(0, 5).Draw(t, "downstream down") == 5 {
+		// Down for the whole call: nothing is sent, the claim is released.
+		for i := range answers {
+			answers[i] = ansConnRefused
+		}
+	}
 	m.logf(t, "Execute %s (%s, fence %d) on server %d; the downstream will answer %v", op.name, op.state, op.fence, srv, answers)
 	w, c := m.predictExecute(op)
 	var res outcome
@@ -708,10 +724,12 @@ func (m *model) release(t *rapid.T) {
 // answers.
 func (m *model) finishPending(t *rapid.T, i int) {
 	p := m.pending[i]
-	m.pending = append(m.pending[:i], m.pending[i+1:]...)
 	c := p.call
 	final := rapid.SampledFrom(releaseAnswers).Draw(t, "release with")
 	retries := m.drawAnswers(t, c.op.tool, c.op.tool.attempts-c.attempts, "then", false)
+	// Drawn first: a draw may end the check, and cleanup releases what is
+	// still pending.
+	m.pending = slices.Delete(m.pending, i, i+1)
 	m.logf(t, "Release %s's request of fence %d (now %s, fence %d) with %v, then %v", c.op.name, c.fence, c.op.state, c.op.fence, final, retries)
 	res, more := c.settle(final)
 	used := 0
@@ -836,7 +854,7 @@ func (m *model) resolve(t *rapid.T) {
 // clockStep moves the database's clock forward: past a lease, or past an
 // approval.
 func (m *model) clockStep(t *rapid.T) {
-	d := rapid.SampledFrom([]time.Duration{leaseStep, leaseStep, lapseStep}).Draw(t, "clock step")
+	d := rapid.SampledFrom([]time.Duration{leaseStep, lapseStep}).Draw(t, "clock step")
 	m.logf(t, "the database's clock moves %s forward", d)
 	m.vnow += d
 	if err := m.w.cluster.SetClockOffset(time.Duration(m.w.offset.Add(int64(d)))); err != nil {
