@@ -350,6 +350,7 @@ func (m *model) step(t *rapid.T) {
 		{"Prepare", 2, m.prepare, true},
 		{"Approve", 3, m.approve, ops},
 		{"Execute", 6, m.execute, ops},
+		{"ExecuteRace", 2, m.executeRace, len(m.claimable()) > 0},
 		{"Release", 3, m.release, held},
 		{"Clock", 2, m.clockStep, true},
 		{"Reconcile", 2, m.reconcile, ops},
@@ -413,10 +414,11 @@ var sendAnswers = []answer{ansOK, ansOK, ansOK, ansRefused, ansRefused, ansUndec
 	ansBlock, ansBlock, ansBlock, ansBlock, ansSlow, ansSlowAfter}
 
 // drawAnswers draws the answers to up to n requests of a tool's executor.
-func (m *model) drawAnswers(t *rapid.T, tl *toolModel, n int, label string, mayHold bool) []answer {
+func (m *model) drawAnswers(t *rapid.T, tl *toolModel, n int, label string, mayHold bool, except ...answer) []answer {
 	var allowed []answer
 	for _, a := range sendAnswers {
 		switch {
+		case slices.Contains(except, a):
 		case a == ansBlock && (tl.fast || !mayHold || len(m.pending) >= 3):
 		case (a == ansSlow || a == ansSlowAfter) && !tl.fast:
 		default:
@@ -569,6 +571,89 @@ func (m *model) execute(t *rapid.T) {
 	}
 	m.expect(t, "Execute", op, w, r.op, r.replayed, r.err)
 	m.checkUsed(t, used, 0)
+}
+
+// claimable lists the operations an Execute would claim.
+func (m *model) claimable() []*mop {
+	var out []*mop
+	for _, op := range m.ops {
+		if op.state == ledger.StateReady && (!op.tool.approval || op.reached || m.vnow < op.approvedUntil) {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// executeRace executes a claimable operation on both servers at once:
+// exactly one claims it and makes the calls the answers script; the other
+// answers the pending operation, or the outcome as a replay if it read the
+// operation after the outcome was recorded. A refused connection is not
+// scripted here: the released operation would be claimed again by the
+// other, with a different count of requests.
+func (m *model) executeRace(t *rapid.T) {
+	ops := m.claimable()
+	op := ops[rapid.IntRange(0, len(ops)-1).Draw(t, "claimable op")]
+	answers := m.drawAnswers(t, op.tool, op.tool.attempts, "answer", true, ansConnRefused)
+	m.logf(t, "Execute %s (%s, fence %d) on both servers at once; the downstream will answer %v", op.name, op.state, op.fence, answers)
+	_, c := m.predictExecute(op)
+	res, used, holds := m.advance(c, answers, outNone)
+	m.w.ds.script(answers)
+	m.w.stats.add("execute races", 1)
+	dones := [2]chan rpcResult{make(chan rpcResult, 1), make(chan rpcResult, 1)}
+	for srv, done := range dones {
+		go func() {
+			resp, err := execute(m.client(srv), m.keys[pAgent], op.id, 0)
+			done <- rpcResult{resp.GetOperation(), resp.GetReplayed(), err}
+		}()
+	}
+	// pendingAnswer: the loser read the operation while the winner held it.
+	pendingAnswer := func(r rpcResult) bool {
+		return r.err == nil && stateOf(r.op) == ledger.StateExecuting && r.op.GetFence() == c.fence && !r.replayed
+	}
+	if holds {
+		var h *held
+		loser := -1
+		for h == nil || loser < 0 {
+			select {
+			case h = <-m.w.ds.arrived:
+			case r := <-dones[0]:
+				loser = 0
+				m.raceLoser(t, op, r, pendingAnswer(r))
+			case r := <-dones[1]:
+				loser = 1
+				m.raceLoser(t, op, r, pendingAnswer(r))
+			case <-time.After(time.Minute):
+				t.Fatalf("the race did not settle: held %t, loser %d", h != nil, loser)
+			}
+			if loser >= 0 && h == nil && len(dones[1-loser]) > 0 {
+				t.Fatalf("both Executes returned where the model expects one held")
+			}
+		}
+		m.pending = append(m.pending, &pendingCall{call: c, held: h, done: dones[1-loser], srv: 1 - loser})
+		m.w.stats.add("requests held", 1)
+		m.checkUsed(t, used, 0)
+		return
+	}
+	r0, r1 := m.await(t, dones[0]), m.await(t, dones[1])
+	w := m.commit(c, res)
+	winner, loser := r0, r1
+	if r0.replayed || pendingAnswer(r0) {
+		winner, loser = r1, r0
+	}
+	m.expect(t, "Execute (race winner)", op, w, winner.op, winner.replayed, winner.err)
+	replay := loser.err == nil && loser.replayed && stateOf(loser.op) == op.state && loser.op.GetFence() == op.fence &&
+		(op.state.Terminal() || op.state == ledger.StateOutcomeUnknown)
+	m.raceLoser(t, op, loser, pendingAnswer(loser) || replay)
+	m.checkUsed(t, used, 0)
+}
+
+func (m *model) raceLoser(t *rapid.T, op *mop, r rpcResult, ok bool) {
+	t.Helper()
+	if !ok {
+		t.Fatalf("Execute (race loser) of %s: the ledger answered %s, fence %d, replayed %t, error %v; the model says the pending operation or a replay of %s, fence %d",
+			op.name, stateOf(r.op), r.op.GetFence(), r.replayed, r.err, op.state, op.fence)
+	}
+	m.w.stats.add("answer Execute (race loser) "+string(stateOf(r.op)), 1)
 }
 
 // await waits for an Execute that the model expects to return, failing
