@@ -3,12 +3,14 @@ package ledger_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,15 +52,16 @@ import (
 //
 // Time is the database's clock (PostgreSQL under libfaketime, re-read on
 // every reading): a lease expires, or an approval lapses, when a step moves
-// that clock forward, with no sleeps. The default run is sized for about a
-// minute on two cores; a longer one:
+// that clock forward, with no sleeps. The default run (100 checks of about
+// 60 steps) takes about half a minute on two cores; a longer one:
 //
-//	go test ./ledger -run 'TestModel$' -rapid.checks=2000 -rapid.steps=60 -timeout 2h
+//	go test ./ledger -run 'TestModel$' -rapid.checks=2000 -rapid.steps=100 -timeout 3h
 //
 // -rapid.seed=N replays a run, -rapid.v prints every step, and a failure is
 // shrunk to a short sequence and saved under testdata/rapid/ for replay.
 func TestModel(t *testing.T) {
 	t.Parallel()
+	defaultFlag(t, "rapid.steps", "RAPID_STEPS", modelSteps)
 	w := newModelWorld(t)
 	defer func() { t.Log(w.stats) }()
 	rapid.Check(t, func(rt *rapid.T) {
@@ -69,6 +72,29 @@ func TestModel(t *testing.T) {
 		w.stats.add("checks", 1)
 		w.stats.add("steps", m.steps)
 	})
+}
+
+// modelSteps is TestModel's default for -rapid.steps (rapid's own is 30):
+// the faults it stages take several steps each to set up (a send, a
+// reconciliation, a clock step, a second send), and a default run of 100
+// checks of about 60 steps catches each re-introduced defect of the
+// controls (issue 11) in well under a minute.
+const modelSteps = 60
+
+// defaultFlag sets a flag that neither the command line nor its
+// environment variable set, for the test's duration.
+func defaultFlag(t *testing.T, name, env string, value int) {
+	set := os.Getenv(env) != ""
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	f := flag.Lookup(name)
+	if set || f == nil {
+		return
+	}
+	old := f.Value.String()
+	if err := f.Value.Set(strconv.Itoa(value)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Value.Set(old) })
 }
 
 // The times of the model. An approval lasts modelTTL and a lease
@@ -139,7 +165,7 @@ func modelArgs(variant int) map[string]any {
 }
 
 // modelKeys is how many idempotency keys a check uses per tool.
-const modelKeys = 3
+const modelKeys = 2
 
 // modelWorld is what every check shares: one database, two servers, the
 // scripted downstream, and the database's clock.
