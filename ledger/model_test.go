@@ -319,7 +319,8 @@ type model struct {
 	slots   map[int]*mop // by tool and key: tool index × modelKeys + key index
 	vnow    time.Duration
 	pending []*pendingCall
-	strays  []*held // held requests the model did not expect, released at cleanup
+	strays  []*held
+	down    bool // the downstream refuses every connection // held requests the model did not expect, released at cleanup
 	steps   int
 }
 
@@ -376,12 +377,13 @@ func (m *model) step(t *rapid.T) {
 		{"Prepare", 2, m.prepare, true},
 		{"Approve", 3, m.approve, ops},
 		{"Execute", 6, m.execute, ops},
-		{"ExecuteRace", 2, m.executeRace, len(m.claimable()) > 0},
+		{"ExecuteRace", 2, m.executeRace, !m.down && len(m.claimable()) > 0},
 		{"Release", 3, m.release, held},
 		{"Clock", 2, m.clockStep, true},
 		{"Reconcile", 2, m.reconcile, ops},
 		{"Resolve", 1, m.resolve, ops},
 		{"Cancel", 1, m.cancel, ops},
+		{"Outage", 1, m.outage, true},
 	}
 	var names []string
 	byName := map[string]func(*rapid.T){}
@@ -454,6 +456,9 @@ func (m *model) drawAnswers(t *rapid.T, tl *toolModel, n int, label string, mayH
 	out := make([]answer, n)
 	for i := range out {
 		out[i] = rapid.SampledFrom(allowed).Draw(t, label)
+		if m.down {
+			out[i] = ansConnRefused
+		}
 	}
 	return out
 }
@@ -557,12 +562,6 @@ func (m *model) execute(t *rapid.T) {
 	op := m.drawOp(t, ledger.StateReady, ledger.StateExecuting)
 	srv := rapid.IntRange(0, 1).Draw(t, "server")
 	answers := m.drawAnswers(t, op.tool, op.tool.attempts, "answer", true)
-	if rapid.IntRange(0, 5).Draw(t, "downstream down") == 5 {
-		// Down for the whole call: nothing is sent, the claim is released.
-		for i := range answers {
-			answers[i] = ansConnRefused
-		}
-	}
 	m.logf(t, "Execute %s (%s, fence %d) on server %d; the downstream will answer %v", op.name, op.state, op.fence, srv, answers)
 	w, c := m.predictExecute(op)
 	var res outcome
@@ -960,6 +959,14 @@ func (m *model) resolve(t *rapid.T) {
 	resp, err := m.client(srv).Reconcile(harness.Ctx(m.keys[pOperator], ""), &opledgerv1.ReconcileRequest{OperationId: op.id,
 		Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State(opledgerv1.State_value["STATE_"+string(outcome)]), ExternalRef: ref, Note: "model"}})
 	m.expect(t, "Resolve", op, w, resp.GetOperation(), false, err)
+}
+
+// outage takes the downstream down (every connection refused: nothing is
+// sent, claims are released), or brings it back.
+func (m *model) outage(t *rapid.T) {
+	m.down = !m.down
+	m.logf(t, "the downstream %s", map[bool]string{true: "goes down", false: "comes back"}[m.down])
+	m.w.stats.add("outages", b2i(m.down))
 }
 
 // clockStep moves the database's clock forward: past a lease, or past an
