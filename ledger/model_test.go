@@ -562,8 +562,12 @@ func (m *model) execute(t *rapid.T) {
 	op := m.drawOp(t, ledger.StateReady, ledger.StateExecuting)
 	srv := rapid.IntRange(0, 1).Draw(t, "server")
 	answers := m.drawAnswers(t, op.tool, op.tool.attempts, "answer", true)
-	m.logf(t, "Execute %s (%s, fence %d) on server %d; the downstream will answer %v", op.name, op.state, op.fence, srv, answers)
+	was, fence := op.state, op.fence
 	w, c := m.predictExecute(op)
+	if c == nil {
+		answers = nil // no call: any request is one nobody scripted
+	}
+	m.logf(t, "Execute %s (%s, fence %d) on server %d; the downstream will answer %v", op.name, was, fence, srv, answers)
 	var res outcome
 	used, holds := 0, false
 	if c != nil {
@@ -965,6 +969,7 @@ func (m *model) resolve(t *rapid.T) {
 // sent, claims are released), or brings it back.
 func (m *model) outage(t *rapid.T) {
 	m.down = !m.down
+	m.w.ds.setDown(m.down)
 	m.logf(t, "the downstream %s", map[bool]string{true: "goes down", false: "comes back"}[m.down])
 	m.w.stats.add("outages", b2i(m.down))
 }
@@ -986,6 +991,9 @@ func (m *model) expect(t *rapid.T, what string, op *mop, w want, got *opledgerv1
 	t.Helper()
 	if w.code != codes.OK {
 		code, reason := statusReason(err)
+		if err == nil {
+			t.Fatalf("%s of %s: the ledger answered %s, fence %d; the model says %v %s", what, op.name, stateOf(got), got.GetFence(), w.code, w.reason)
+		}
 		if code != w.code || reason != w.reason {
 			t.Fatalf("%s of %s: the ledger answered %v %s (%v); the model says %v %s", what, op.name, code, reason, err, w.code, w.reason)
 		}

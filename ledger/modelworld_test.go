@@ -110,9 +110,10 @@ type downstream struct {
 	clock        func() time.Time
 
 	mu         sync.Mutex
+	down       bool
 	queue      []answer
 	lookups    []lookupAnswer
-	consumed   int // answers taken (refused connections included) since the last script
+	consumed   int // requests tried (refused connections included) since the last script
 	lookedUp   int
 	requests   []*dsRequest
 	effects    map[string][]string // by key, in order: more than one is a second effect
@@ -151,7 +152,7 @@ func newDownstream(t *testing.T, tools []dsTool, clock func() time.Time) *downst
 func (d *downstream) reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.queue, d.lookups, d.consumed, d.lookedUp = nil, nil, 0, 0
+	d.queue, d.lookups, d.consumed, d.lookedUp, d.down = nil, nil, 0, 0, false
 	d.requests, d.effects, d.unexpected = nil, map[string][]string{}, nil
 	for len(d.arrived) > 0 {
 		<-d.arrived
@@ -175,13 +176,24 @@ func (d *downstream) used() (sends, lookups int, unexpected []string) {
 	return d.consumed, d.lookedUp, append([]string(nil), d.unexpected...)
 }
 
+// setDown makes the downstream refuse every connection (down) or only
+// those scripted to be refused.
+func (d *downstream) setDown(down bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.down = down
+}
+
 func (d *downstream) takeRefusal() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.queue) == 0 || d.queue[0] != ansConnRefused {
+	scripted := len(d.queue) > 0 && d.queue[0] == ansConnRefused
+	if !scripted && !d.down {
 		return false
 	}
-	d.queue = d.queue[1:]
+	if scripted {
+		d.queue = d.queue[1:]
+	}
 	d.consumed++
 	return true
 }
@@ -218,9 +230,13 @@ func (d *downstream) serveSend(w http.ResponseWriter, r *http.Request) {
 	tl, ok := d.tools[r.URL.Path]
 	d.mu.Lock()
 	if !ok || r.Method != http.MethodPost || len(d.queue) == 0 {
+		// Recorded as a request that reached the downstream (nothing
+		// performed), for the checks after the step.
 		d.unexpected = append(d.unexpected, fmt.Sprintf("%s %s: a request no step scripted an answer for", r.Method, r.URL.Path))
+		d.requests = append(d.requests, &dsRequest{seq: len(d.requests) + 1, tool: tl.name, key: r.Header.Get("Idempotency-Key"),
+			body: body, answer: ans5xxBefore, dbTime: d.clock()})
 		d.mu.Unlock()
-		http.Error(w, `{"error":"unscripted"}`, http.StatusServiceUnavailable)
+		http.Error(w, `{"error":"unscripted"}`, http.StatusBadGateway)
 		return
 	}
 	a := d.queue[0]
