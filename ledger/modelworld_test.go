@@ -3,22 +3,38 @@ package ledger_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/pgcluster"
+	"github.com/opledger/opledger/pgtest"
 )
 
 // This file is the world TestModel (model_test.go) runs in: a scripted HTTP
 // downstream that gives each request the next answer a step scripted for
-// it, and records every request it receives and every effect it performs.
+// it, and records every request it receives and every effect it performs;
+// the database, the two servers and the tools file; and small helpers.
 
 // answer is what the scripted downstream does with one request.
 type answer int
@@ -270,6 +286,11 @@ func (d *downstream) serveSend(w http.ResponseWriter, r *http.Request) {
 	}
 	d.mu.Unlock()
 
+	if a != ansSlow && a != ansSlowAfter && r.Context().Err() != nil {
+		// Not the ledger's doing: the executor's timeout passed before a
+		// prompt answer (a machine too loaded for the scripted timeouts).
+		d.complain("the executor gave up on a %s request before its prompt answer %v", tl.name, a)
+	}
 	switch a {
 	case ansOK:
 		writeJSON(w, http.StatusOK, map[string]any{"id": req.effect, "status": "succeeded"})
@@ -330,4 +351,149 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// defaultFlag sets a flag that neither the command line nor its
+// environment variable set, for the test's duration.
+func defaultFlag(t *testing.T, name, env string, value int) {
+	set := os.Getenv(env) != ""
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	f := flag.Lookup(name)
+	if set || f == nil {
+		return
+	}
+	old := f.Value.String()
+	if err := f.Value.Set(strconv.Itoa(value)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Value.Set(old) })
+}
+
+func modelToolsYAML(sendURL, lookupURL string) []byte {
+	var b strings.Builder
+	b.WriteString("tools:\n")
+	for _, tl := range modelTools {
+		fmt.Fprintf(&b, "  - name: %s\n    version: \"1\"\n    effect: side_effect\n", tl.name)
+		if tl.approval {
+			fmt.Fprintf(&b, "    approval:\n      required: true\n      ttl: %s\n", modelTTL)
+		}
+		b.WriteString(`    args_schema:
+      type: object
+      properties:
+        invoice_id: {type: string}
+        amount_minor: {type: integer}
+      required: [invoice_id, amount_minor]
+      additionalProperties: false
+`)
+		fmt.Fprintf(&b, "    executor:\n      type: http\n      url: %s/%s\n      timeout: %s\n      dedupes_keys: %t\n      max_attempts: %d\n      external_ref_field: id\n",
+			sendURL, tl.name, tl.timeout, tl.dedupes, tl.attempts)
+		if tl.definitive != "" {
+			fmt.Fprintf(&b, "      definitive_statuses: %s\n", tl.definitive)
+		}
+		if tl.lookup {
+			fmt.Fprintf(&b, "      lookup_url: %s/%s?idempotency_key={key}\n      lookup_consistent: true\n", lookupURL, tl.name)
+		}
+	}
+	return []byte(b.String())
+}
+
+// modelWorld is what every check shares: one database, two servers, the
+// scripted downstream, and the database's clock.
+type modelWorld struct {
+	env     *harness.Env
+	servers []*harness.Server
+	ds      *downstream
+	cluster *pgcluster.Cluster
+	offset  atomic.Int64 // the database clock's offset, in nanoseconds; only grows
+	seq     atomic.Int64
+	stats   *modelStats
+}
+
+func newModelWorld(t *testing.T) *modelWorld {
+	dbURL, cluster := pgtest.NewSteppedClockDatabase(t)
+	w := &modelWorld{cluster: cluster, stats: &modelStats{n: map[string]int{}}}
+	w.ds = newDownstream(t, dsTools(), func() time.Time { return time.Now().Add(time.Duration(w.offset.Load())) })
+	w.env = harness.New(t, harness.Options{DatabaseURL: dbURL, ToolsYAML: modelToolsYAML(w.ds.send.URL, w.ds.lookup.URL)})
+	// Stale commits and takeovers are what this test stages: only errors
+	// are worth printing.
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	for range 2 {
+		w.servers = append(w.servers, w.env.StartServer(harness.ServerOptions{Ledger: ledger.Config{MinLease: modelLease},
+			NoReconciler: true, HTTPClient: w.ds.client, Logger: logger}))
+	}
+	return w
+}
+
+func dsTools() []dsTool {
+	var out []dsTool
+	for _, tl := range modelTools {
+		out = append(out, dsTool{name: tl.name, dedupes: tl.dedupes, undeclared: tl.undeclared})
+	}
+	return out
+}
+
+// modelStats counts what the runs staged, for the log.
+type modelStats struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (s *modelStats) add(k string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n[k] += n
+}
+
+func (s *modelStats) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.n))
+	for k := range s.n {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("model test staged (shrinking runs included):")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "\n  %-32s %d", k, s.n[k])
+	}
+	return b.String()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func firstAnswer(reqs []dsRequest) string {
+	if len(reqs) == 0 {
+		return "(no request reached it)"
+	}
+	return reqs[0].answer.String()
+}
+
+func stateOf(op *opledgerv1.Operation) ledger.State {
+	return ledger.State(strings.TrimPrefix(op.GetState().String(), "STATE_"))
+}
+
+// statusReason returns a gRPC error's code and ErrorInfo reason.
+func statusReason(err error) (codes.Code, string) {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return st.Code(), info.GetReason()
+		}
+	}
+	return st.Code(), ""
+}
+
+// otherFingerprint is a well-formed fingerprint that is not fp.
+func otherFingerprint(fp string) string {
+	last := fp[len(fp)-1]
+	if last == '0' {
+		return fp[:len(fp)-1] + "1"
+	}
+	return fp[:len(fp)-1] + "0"
 }
