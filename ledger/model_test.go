@@ -200,8 +200,8 @@ type model struct {
 	slots   map[int]*mop // by tool and key: tool index × modelKeys + key index
 	vnow    time.Duration
 	pending []*pendingCall
-	strays  []*held
-	down    bool // the downstream refuses every connection // held requests the model did not expect, released at cleanup
+	strays  []*held // held requests the model did not expect, released at cleanup
+	down    bool    // the downstream refuses every connection
 	steps   int
 }
 
@@ -252,6 +252,7 @@ type action struct {
 	applies bool
 }
 
+// step draws one action among those that apply, by weight, and runs it.
 func (m *model) step(t *rapid.T) {
 	ops, held := len(m.ops) > 0, len(m.pending) > 0
 	all := []action{
