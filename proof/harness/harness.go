@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/opledger/opledger/examples"
+	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/internal/ledger"
@@ -138,6 +140,10 @@ type ServerOptions struct {
 	// Logger receives the server's logs; nil writes WARN and above to
 	// stderr. Tests that inspect what is logged pass their own.
 	Logger *slog.Logger
+	// HTTPClient is the HTTP executors' client; nil gives each executor a
+	// private one. Tests that stage transport faults (a refused
+	// connection) pass their own.
+	HTTPClient *http.Client
 }
 
 // StartServer starts an in-process server against the Env's database,
@@ -153,7 +159,7 @@ func (e *Env) StartServer(opts ServerOptions) *Server {
 	cfg := service.Config{DatabaseURL: e.DBURL, DownstreamSecret: e.Secret, Reflection: true, DBMaxConns: 16,
 		Drain: 5 * time.Second, RateLimit: opts.RateLimit.PerSecond, RateBurst: opts.RateLimit.Burst}
 	svc, err := service.New(ctx, cfg, service.Options{Logger: logger, Tools: e.Tools(), TLS: opts.TLS,
-		Hooks: opts.Hooks, NoReconciler: opts.NoReconciler,
+		Executors: executor.NewDefaultRegistry(opts.HTTPClient, logger), Hooks: opts.Hooks, NoReconciler: opts.NoReconciler,
 		Ledger: func(c *ledger.Config) {
 			// The test's ledger configuration, with the Env's secret.
 			*c = opts.Ledger

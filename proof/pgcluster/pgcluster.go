@@ -70,6 +70,12 @@ type Options struct {
 	FakeClock bool
 	// ClockOffset is the initial offset of a FakeClock server's clock.
 	ClockOffset time.Duration
+	// ClockNoCache makes a FakeClock server's processes re-read the offset on every clock reading
+	// (libfaketime's FAKETIME_NO_CACHE) instead of at most once a second, so that SetClockOffset
+	// takes effect at once in every backend: tests that step the database's clock between two
+	// statements need it. It costs a read of the offset file per clock reading (several per
+	// statement), which is why it is off by default.
+	ClockNoCache bool
 }
 
 // LibFaketime is where Debian's faketime package puts the preload library.
@@ -90,7 +96,8 @@ type Cluster struct {
 	mu   sync.Mutex // serialises Stop, Crash and Restart
 	port int        // fixed once Start returns
 
-	clockFile string // the libfaketime offset file of a FakeClock server; "" otherwise
+	clockFile    string // the libfaketime offset file of a FakeClock server; "" otherwise
+	clockNoCache bool   // re-read clockFile on every clock reading
 }
 
 const (
@@ -167,6 +174,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, fmt.Errorf("pgcluster: a fake clock needs libfaketime (apt-get install faketime): %w", err)
 		}
 		c.clockFile = filepath.Join(dir, "faketime")
+		c.clockNoCache = opts.ClockNoCache
 		if err := c.SetClockOffset(opts.ClockOffset); err != nil {
 			return nil, err
 		}
@@ -205,7 +213,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 // SetClockOffset moves the clock of a server started with FakeClock to the machine's clock plus d
-// (negative: behind). Its processes pick the change up within about a second.
+// (negative: behind). Its processes pick the change up within about a second, or at their next
+// clock reading with ClockNoCache.
 func (c *Cluster) SetClockOffset(d time.Duration) error {
 	if c.clockFile == "" {
 		return errors.New("pgcluster: SetClockOffset needs a cluster started with FakeClock")
@@ -730,12 +739,16 @@ func (c *Cluster) runEnv(ctx context.Context, env []string, name string, args ..
 
 // serverEnv is the environment the server runs in: env, and under a FakeClock the libfaketime
 // preload reading its offset from the clock file (re-read every second, not on every call, which
-// would cost a file read per clock reading).
+// would cost a file read per clock reading, unless ClockNoCache asks for exactly that).
 func (c *Cluster) serverEnv() []string {
 	env := c.env()
 	if c.clockFile != "" {
+		cache := "FAKETIME_CACHE_DURATION=1"
+		if c.clockNoCache {
+			cache = "FAKETIME_NO_CACHE=1"
+		}
 		env = append(env, "LD_PRELOAD="+LibFaketime, "FAKETIME_TIMESTAMP_FILE="+c.clockFile,
-			"FAKETIME_CACHE_DURATION=1", "FAKETIME_DONT_RESET=1", "FAKETIME_DONT_FAKE_MONOTONIC=1")
+			cache, "FAKETIME_DONT_RESET=1", "FAKETIME_DONT_FAKE_MONOTONIC=1")
 	}
 	return env
 }

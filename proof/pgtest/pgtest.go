@@ -192,6 +192,22 @@ func NewSkewedDatabase(t testing.TB, offset time.Duration) (url string, c *pgclu
 	return newPrivateDatabase(t, pgcluster.Options{FakeClock: true, ClockOffset: offset})
 }
 
+// NewSteppedClockDatabase is NewSkewedDatabase (offset 0) for tests that step the database's
+// clock between two statements (lease and approval expiry as steps, without sleeps): every
+// clock reading of the server re-reads the offset (pgcluster's ClockNoCache), so a
+// SetClockOffset is in force in every backend as soon as it returns, at the price of a file read
+// per clock reading.
+func NewSteppedClockDatabase(t testing.TB) (url string, c *pgcluster.Cluster) {
+	t.Helper()
+	if _, err := os.Stat(pgcluster.LibFaketime); err != nil {
+		if os.Getenv("OPLEDGER_REQUIRE_FAKETIME") != "" {
+			t.Fatalf("pgtest: libfaketime is required: %v", err)
+		}
+		t.Skipf("pgtest: no libfaketime (apt-get install faketime): %v", err)
+	}
+	return newPrivateDatabase(t, pgcluster.Options{FakeClock: true, ClockNoCache: true})
+}
+
 // NewPrivateDatabase returns the URL of a migrated database on a private cluster of the calling
 // test, which it may stop, crash and restart without disturbing other tests.
 func NewPrivateDatabase(t testing.TB) (url string, c *pgcluster.Cluster) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -110,4 +111,27 @@ func TestNewCluster(t *testing.T) {
 	require.NoError(t, c.Restart(t.Context()))
 	conn := connect(t, c.URL("postgres"))
 	require.NoError(t, conn.Ping(t.Context()))
+}
+
+// TestSteppedClockIsInstant: a step of a stepped clock is in force in every
+// backend as soon as SetClockOffset returns, also in backends that read the
+// clock just before.
+func TestSteppedClockIsInstant(t *testing.T) {
+	t.Parallel()
+	url, c := pgtest.NewSteppedClockDatabase(t)
+	conns := []*pgx.Conn{connect(t, url), connect(t, url), connect(t, url)}
+	dbNow := func(conn *pgx.Conn) time.Time {
+		var now time.Time
+		require.NoError(t, conn.QueryRow(t.Context(), "SELECT now()").Scan(&now))
+		return now
+	}
+	for _, conn := range conns {
+		require.WithinDuration(t, time.Now(), dbNow(conn), time.Minute)
+	}
+	for _, step := range []time.Duration{time.Hour, 3 * time.Hour} {
+		require.NoError(t, c.SetClockOffset(step))
+		for _, conn := range conns {
+			require.WithinDuration(t, time.Now().Add(step), dbNow(conn), time.Minute, "offset %s", step)
+		}
+	}
 }
