@@ -14,8 +14,8 @@ import (
 	"pgregory.net/rapid"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/proof/harness"
 	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/proof/harness"
 )
 
 // TestModel is a property-based state-machine test (issue 11, "Widen the

@@ -25,8 +25,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/proof/harness"
 	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/proof/harness"
 	"github.com/opledger/opledger/proof/pgcluster"
 	"github.com/opledger/opledger/proof/pgtest"
 )
