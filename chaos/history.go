@@ -30,6 +30,10 @@ const (
 	EventFinal = "final"
 	// EventSummary: the summary line.
 	EventSummary = "summary"
+	// EventSend: a request a processor received (Process is the processor,
+	// Server the sender, Code the status answered, Detail the answer),
+	// recorded after the run at the time it arrived.
+	EventSend = "send"
 )
 
 // Event is one line of the JSON-lines history: every client invocation and

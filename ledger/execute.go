@@ -69,7 +69,8 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 		// measures on the database's clock end no earlier than this instant
 		// plus what the claim reports as left (see run).
 		claimStart := time.Now()
-		op, claimed, err := l.store.OperationClaim(ctx, a.Tenant, id, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
+		op, claimed, err := l.store.OperationClaim(ctx, a.Tenant, id, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name,
+			UnsafeClaimConsumesApproval: failpoint.Defect(failpoint.DefectApprovalClaim)})
 		if errors.Is(err, store.ErrNotFound) {
 			return Operation{}, false, notFound(id)
 		}
@@ -191,7 +192,7 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 	// its lease: the key must still be remembered then. The statement checks
 	// that on the database's clock; a refusal falls through to
 	// OUTCOME_UNKNOWN below.
-	if b.caps.DedupesKeys {
+	if b.caps.DedupesKeys || failpoint.Defect(failpoint.DefectTakeoverNoDedupe) {
 		taken, err := l.store.OperationTakeOver(ctx, a.Tenant, op.ID, op.Fence,
 			store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name}, l.keyWindow(b, l.lease(b)))
 		switch {
@@ -248,11 +249,24 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 	defer cancel()
 	call := executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args}
-	if op.ApprovalRequired && op.FirstSentFence == 0 {
+	if op.ApprovalRequired && op.FirstSentFence == 0 && (op.Fence == 1 || !failpoint.Defect(failpoint.DefectApprovalClaim)) {
 		// The approval bounds when the first send may start.
 		call.SendBy = claimStart.Add(op.ApprovalExpiresAt.Sub(op.DBNow))
+		if failpoint.Defect(failpoint.DefectServerClock) {
+			// Test-only, failpoints builds: the database's timestamp read on
+			// this server's clock, for the chaos suite's control run.
+			call.SendBy = op.ApprovalExpiresAt
+		}
+	}
+	if failpoint.Defect(failpoint.DefectServerClock) {
+		var cancelSkewed context.CancelFunc
+		callCtx, cancelSkewed = context.WithDeadline(context.WithoutCancel(ctx), op.LeaseExpiresAt)
+		defer cancelSkewed()
 	}
 	failpoint.Inject(failpoint.BeforeDownstream)
+	if failpoint.Enabled && !call.SendBy.IsZero() {
+		failpoint.Inject(failpoint.BeforeFirstSend + "/" + op.Tool)
+	}
 	l.obs.ExecutionStarted(op.Tool)
 	if failpoint.FreshDownstreamKeys() {
 		// Test-only, failpoints builds: a new key per claim defeats the
@@ -321,7 +335,7 @@ func (l *Ledger) outcome(op Operation, res executor.Result) store.Transition {
 		// FAILED promises that nothing happened: only a refusal of the first
 		// request that may have reached the downstream earns it.
 		t.From, t.To, t.Event = []string{string(StateExecuting), string(StateOutcomeUnknown)}, string(StateFailed), string(EventFailed)
-		t.RequireFirstSend = true
+		t.RequireFirstSend = !failpoint.Defect(failpoint.DefectRefusalOverrides)
 		t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, res)
 		t.Detail = fmt.Sprintf("downstream refused (HTTP %d)", res.HTTPStatus)
 	case executor.OutcomeNotSubmitted:

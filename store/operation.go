@@ -194,6 +194,11 @@ type Lease struct {
 	Duration time.Duration
 	// Actor names the claimer in the event log.
 	Actor string
+	// UnsafeClaimConsumesApproval re-introduces, for the chaos suite's
+	// approval-claim control only, the fixed defect of a claim consuming the
+	// approval: an operation claimed before claims again after its approval
+	// ended although nothing was sent. Only failpoints builds ever set it.
+	UnsafeClaimConsumesApproval bool
 }
 
 // OperationClaim moves a READY operation whose approval holds to EXECUTING
@@ -204,6 +209,7 @@ type Lease struct {
 func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, l Lease) (op Operation, claimed bool, err error) {
 	rows, err := c.q.OperationClaim(ctx, c.dbtx, db.OperationClaimParams{
 		ID: id, Tenant: tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
+		UnsafeClaimConsumesApproval: l.UnsafeClaimConsumesApproval,
 	})
 	if err != nil {
 		return Operation{}, false, interpretError(err)

@@ -61,7 +61,10 @@ WITH upd AS (
         events = o.events + 1,
         updated_at = now()
     WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL
+           -- Test-only (the chaos suite's approval-claim control, failpoints
+           -- builds): the fixed defect of a claim consuming the approval.
+           OR (sqlc.arg(unsafe_claim_consumes_approval)::boolean AND o.fence > 0))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)

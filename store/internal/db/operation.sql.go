@@ -24,11 +24,14 @@ WITH upd AS (
         events = o.events + 1,
         updated_at = now()
     WHERE o.id = $3 AND o.tenant = $4 AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL
+           -- Test-only (the chaos suite's approval-claim control, failpoints
+           -- builds): the fixed defect of a claim consuming the approval.
+           OR ($5::boolean AND o.fence > 0))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'CLAIMED', $5, 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
+    SELECT upd.id, upd.events, 'CLAIMED', $6, 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
 )
 SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
@@ -37,11 +40,12 @@ WHERE g.id = $3 AND g.tenant = $4 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
 type OperationClaimParams struct {
-	LeaseOwner   pgtype.Text
-	LeaseSeconds float64
-	ID           string
-	Tenant       string
-	Actor        string
+	LeaseOwner                  pgtype.Text
+	LeaseSeconds                float64
+	ID                          string
+	Tenant                      string
+	UnsafeClaimConsumesApproval bool
+	Actor                       string
 }
 
 type OperationClaimRow struct {
@@ -99,6 +103,7 @@ func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClai
 		arg.LeaseSeconds,
 		arg.ID,
 		arg.Tenant,
+		arg.UnsafeClaimConsumesApproval,
 		arg.Actor,
 	)
 	if err != nil {
