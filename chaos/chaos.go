@@ -146,10 +146,10 @@ func (s Summary) StagedLine() string {
 func (s Summary) staged() map[string]int {
 	a := s.Check.Answers
 	return map[string]int{
-		"a 303 after commit (proc-redirect)":                         a[fakepay.AnswerRedirected],
-		"a 409 in progress (proc-in-progress)":                       a[fakepay.AnswerInProgress],
-		"a refusal of a repeated request (proc-refuse-replay)":       a[fakepay.AnswerRefusedReplay],
-		"a release, nothing sent (net-proc-refuse)":                  s.Check.Released,
+		"a 303 after commit (proc-redirect)":                             a[fakepay.AnswerRedirected],
+		"a 409 in progress (proc-in-progress)":                           a[fakepay.AnswerInProgress],
+		"a refusal of a repeated request (proc-refuse-replay)":           a[fakepay.AnswerRefusedReplay],
+		"a release, nothing sent (net-proc-refuse)":                      s.Check.Released,
 		"an approval lapsed after a release (pay_direct, its short TTL)": s.Check.Lapsed,
 	}
 }
@@ -336,9 +336,9 @@ type Runner struct {
 	// fakeClock: PostgreSQL runs under libfaketime, so the nemesis can step
 	// its clock.
 	fakeClock bool
-	runID string
-	hist  *History
-	phase atomic.Int32
+	runID     string
+	hist      *History
+	phase     atomic.Int32
 
 	rngMu sync.Mutex
 	rng   *rand.Rand

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opledger/opledger/fakepay"
 	"github.com/opledger/opledger/failpoint"
+	"github.com/opledger/opledger/fakepay"
 )
 
 // Control is one control run: a defect the ledger once had (or, for
