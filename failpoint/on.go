@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,8 +87,16 @@ func Inject(name string) {
 	case "panic":
 		panic("failpoint " + name)
 	case "stop":
+		// The stop of a process takes effect asynchronously: the calling
+		// thread could run on for a while before every thread is stopped.
+		// Waiting for the SIGCONT that ends it keeps this goroutine at the
+		// point, whatever the others do.
+		cont := make(chan os.Signal, 1)
+		signal.Notify(cont, syscall.SIGCONT)
+		defer signal.Stop(cont)
 		fmt.Fprintf(os.Stderr, "failpoint %s: SIGSTOP\n", name)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		<-cont
 	case "sleep":
 		time.Sleep(a.sleep)
 	}
