@@ -64,6 +64,8 @@ type Event struct {
 	Code     string `json:"code,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	Detail   string `json:"detail,omitempty"`
+	// Events is a final operation's event log (database clock).
+	Events []OpEvent `json:"events,omitempty"`
 }
 
 // KeyDigest is the digest under which an idempotency key appears in the

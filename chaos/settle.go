@@ -188,7 +188,7 @@ func (r *Runner) settle(ctx context.Context) (map[string]FinalOp, error) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		r.record(Event{Type: EventFinal, Process: "checker", Tool: f.Tool, Key: t.key, Op: t.id, State: f.State, Ref: f.ExternalRef,
-			Detail: "intent " + t.intent})
+			Detail: "intent " + t.intent, Events: f.Events})
 		mu.Lock()
 		final[t.id] = f
 		mu.Unlock()
