@@ -477,11 +477,13 @@ func (r *Runner) failpointSpecAction(extra, action string) string {
 	if extra != "" {
 		parts = append(parts, extra+"=1*"+action)
 	}
-	if r.opts.FailpointRate > 0 {
-		for _, p := range failpointNames {
-			if p != extra {
-				parts = append(parts, fmt.Sprintf("%s=p%g*kill", p, r.opts.FailpointRate))
-			}
+	for _, p := range failpointNames {
+		rate := r.opts.FailpointRate
+		if c := r.control; c != nil && c.FailpointRates[p] > 0 {
+			rate = c.FailpointRates[p]
+		}
+		if p != extra && rate > 0 {
+			parts = append(parts, fmt.Sprintf("%s=p%g*kill", p, rate))
 		}
 	}
 	return strings.Join(parts, ",")

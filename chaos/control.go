@@ -30,6 +30,8 @@ type Control struct {
 	// ClockOffset is where the database's clock starts, relative to the
 	// servers' (default clockStart).
 	ClockOffset time.Duration
+	// FailpointRates override --failpoint-rate for some points.
+	FailpointRates map[string]float64
 	// Expect is the violation kind the checker must report.
 	Expect string
 	// What says in a few words what the run re-introduces.
@@ -86,8 +88,12 @@ var Controls = map[string]Control{
 	},
 	failpoint.DefectTakeoverNoDedupe: {
 		Name: failpoint.DefectTakeoverNoDedupe, Defect: failpoint.DefectTakeoverNoDedupe,
-		Focus:  []string{"stop", "fp-after-downstream", "fp-stall-first-send"},
-		Expect: ViolationResent,
+		// A server killed right after the downstream answered leaves its
+		// operation EXECUTING with a request sent: what a takeover then
+		// sends again.
+		FailpointRates: map[string]float64{"after-downstream": 0.01},
+		Focus:          []string{"stop", "kill", "fp-after-downstream"},
+		Expect:         ViolationResent,
 		What:   "an expired lease taken over, and the operation sent again, where the downstream does not dedupe keys",
 	},
 }
