@@ -91,7 +91,7 @@ var Controls = map[string]Control{
 		// A server killed right after the downstream answered leaves its
 		// operation EXECUTING with a request sent: what a takeover then
 		// sends again.
-		FailpointRates: map[string]float64{"after-downstream": 0.01},
+		FailpointRates: map[string]float64{"after-downstream": 0.05},
 		Focus:          []string{"stop", "kill", "fp-after-downstream"},
 		Expect:         ViolationResent,
 		What:   "an expired lease taken over, and the operation sent again, where the downstream does not dedupe keys",
