@@ -94,7 +94,7 @@ var Controls = map[string]Control{
 		FailpointRates: map[string]float64{"after-downstream": 0.05},
 		Focus:          []string{"stop", "kill", "fp-after-downstream"},
 		Expect:         ViolationResent,
-		What:   "an expired lease taken over, and the operation sent again, where the downstream does not dedupe keys",
+		What:           "an expired lease taken over, and the operation sent again, where the downstream does not dedupe keys",
 	},
 }
 
