@@ -18,7 +18,7 @@ MAVEN_DEPENDENCY_PLUGIN      := org.apache.maven.plugins:maven-dependency-plugin
 
 BUF := tools/node_modules/.bin/buf
 
-.PHONY: all dev build test test-go test-clients fuzz tools generate check-generated lint clean
+.PHONY: all dev build test test-go test-clients mcp-venv fuzz tools grpcurl generate check-generated lint clean
 
 all: build
 
@@ -32,8 +32,17 @@ dev:
 ## started when DATABASE_URL is not set).
 test: test-go test-clients
 
-test-go:
+test-go: mcp-venv
 	go test -count=1 ./...
+
+## mcp-venv: the Python `mcp` package (PyPI, pinned in
+## mcpgateway/testdata/requirements.txt) in bin/mcp-venv, for the MCP
+## gateway's tests with a Python MCP client.
+mcp-venv: bin/mcp-venv/.installed
+bin/mcp-venv/.installed: mcpgateway/testdata/requirements.txt
+	python3 -m venv bin/mcp-venv
+	bin/mcp-venv/bin/pip install -q --disable-pip-version-check -r mcpgateway/testdata/requirements.txt
+	touch $@
 
 ## test-clients: the Python, TypeScript, Go and Java client suites and their
 ## examples, against one throwaway server (clients/test.sh).
@@ -52,6 +61,10 @@ fuzz:
 	go test ./tool -run='^$$' -fuzz='^FuzzValidateArgs$$' -fuzztime=$$((30000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzRequestPath$$' -fuzztime=$$((4000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzJSONStruct$$' -fuzztime=$$((20000*$(FUZZSCALE)))x
+
+## grpcurl: only grpcurl, into .bin, for the README's session (about 1.5 min
+## with an empty Go cache; `make tools` builds every generator and takes several).
+grpcurl: $(BIN)/grpcurl
 
 ## tools: install the pinned generators and linters into .bin, tools/ and .venv.
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/sqlc $(BIN)/grpcurl $(BIN)/protoc-java $(BIN)/protoc-gen-grpc-java tools/node_modules/.installed .venv/.installed

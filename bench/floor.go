@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,14 +18,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/metrics"
 	"github.com/opledger/opledger/server"
-	"github.com/opledger/opledger/store"
-	"github.com/opledger/opledger/tool"
 )
 
 // canned is what the floor servers answer: the real server's answers for a
@@ -219,12 +215,12 @@ func ServeFloor(ctx context.Context, cfg FloorConfig) error {
 		if err != nil {
 			return err
 		}
-		st, lg, err := newLedger(ctx, cfg.DatabaseURL, y, cfg.SecretHex, 4, 0, "bench-floor", nil, logger)
+		svc, err := newService(ctx, cfg.DatabaseURL, y, cfg.SecretHex, 4, 0, "bench-floor", logger)
 		if err != nil {
 			return err
 		}
-		defer st.Close()
-		l = lg
+		defer svc.Close()
+		l = svc.Ledger
 	}
 	srv := floorGRPC(c, l, logger)
 	lis, err := net.Listen("tcp", cfg.Listen)
@@ -233,30 +229,6 @@ func ServeFloor(ctx context.Context, cfg FloorConfig) error {
 	}
 	go func() { <-ctx.Done(); srv.Stop() }()
 	return srv.Serve(lis)
-}
-
-// newLedger builds a ledger over its own pool, as serve does.
-func newLedger(ctx context.Context, dbURL string, toolsYAML []byte, secretHex string, maxConns, finishedCache int,
-	serverID string, listener *store.Listener, logger *slog.Logger) (*store.Store, *ledger.Ledger, error) {
-	secret, err := hex.DecodeString(secretHex)
-	if err != nil {
-		return nil, nil, err
-	}
-	reg, err := tool.Parse(toolsYAML, func(string) string { return "" })
-	if err != nil {
-		return nil, nil, err
-	}
-	st, err := store.Open(ctx, store.Config{URL: dbURL, MaxConns: int32(maxConns)})
-	if err != nil {
-		return nil, nil, err
-	}
-	l, err := ledger.New(ledger.Config{ServerID: serverID, DownstreamSecret: secret, FinishedCacheSize: finishedCache}, st, reg,
-		executor.NewDefaultRegistry(nil, logger), listener, logger)
-	if err != nil {
-		st.Close()
-		return nil, nil, err
-	}
-	return st, l, nil
 }
 
 var operationIDRE = regexp.MustCompile(`^op_[0-9a-z]{26}$`)

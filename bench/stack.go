@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"encoding/hex"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"sync"
@@ -13,14 +15,13 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/metrics"
-	"github.com/opledger/opledger/server"
+	"github.com/opledger/opledger/service"
 	"github.com/opledger/opledger/store"
+	"github.com/opledger/opledger/tool"
 )
 
-// stack is opledger wired in this process exactly as `opledger serve` wires
-// it (store, listener, ledger with its reconciler, metrics, server), so that
-// runtime/pprof can profile it.
+// stack is opledger wired in this process by service.New, exactly as
+// `opledger serve` wires it, so that runtime/pprof can profile it.
 type stack struct {
 	addr   string
 	dir    string
@@ -36,30 +37,45 @@ func startStack(ctx context.Context, dbURL string, toolsYAML []byte, secretHex s
 	if err != nil {
 		return nil, err
 	}
-	listener := store.NewListener(dbURL, logger)
-	st, l, err := newLedger(ctx, dbURL, toolsYAML, secretHex, maxConns, finishedCache, "bench-inprocess", listener, logger)
+	svc, err := newService(ctx, dbURL, toolsYAML, secretHex, maxConns, finishedCache, "bench-inprocess", logger)
 	if err != nil {
+		closeLog()
 		return nil, err
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		st.Close()
+		svc.Close()
+		closeLog()
 		return nil, err
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	go listener.Run(bg)
-	go l.RunReconciler(bg)
-	m := metrics.New(st.OperationCountOpen)
-	l.SetObserver(m)
-	srv := server.New(l, server.Options{Reflection: true, Logger: logger, Metrics: m})
 	done := make(chan struct{})
-	go func() { _ = srv.Serve(bg, lis, 5*time.Second); close(done) }()
-	return &stack{addr: lis.Addr().String(), dir: filepath.Dir(logPath), ledger: l, store: st, stop: sync.OnceFunc(func() {
+	go func() { _ = svc.Run(bg, lis, nil); close(done) }()
+	return &stack{addr: lis.Addr().String(), dir: filepath.Dir(logPath), ledger: svc.Ledger, store: svc.Store, stop: sync.OnceFunc(func() {
 		cancel()
 		<-done
-		st.Close()
 		closeLog()
 	})}, nil
+}
+
+// newService wires opledger as serve does, with the benchmark's settings.
+func newService(ctx context.Context, dbURL string, toolsYAML []byte, secretHex string, maxConns, finishedCache int,
+	serverID string, logger *slog.Logger) (*service.Service, error) {
+	secret, err := hex.DecodeString(secretHex)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := tool.Parse(toolsYAML, func(string) string { return "" })
+	if err != nil {
+		return nil, err
+	}
+	cfg := service.Config{DatabaseURL: dbURL, DownstreamSecret: secret, Reflection: true, DBMaxConns: maxConns,
+		ServerID: serverID, FinishedCache: max(finishedCache, 0), Drain: 5 * time.Second}
+	o := service.Options{Logger: logger, Tools: reg}
+	if finishedCache == 0 {
+		o.Ledger = func(c *ledger.Config) { c.FinishedCacheSize = 0 } // the ledger's default
+	}
+	return service.New(ctx, cfg, o)
 }
 
 // clients are the connections the load generator spreads its workers over:

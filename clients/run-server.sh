@@ -35,7 +35,7 @@ while [[ $fakepay_port == "$grpc_port" ]]; do fakepay_port=$(free_port); done
 # setsid: the server gets its own process group, so a Ctrl-C aimed at the test runner does not
 # tear it down half-way; stop-server.sh stops it deliberately.
 setsid "$bin" dev --dir "$dir/dev" --pg-port 0 \
-  --listen "127.0.0.1:$grpc_port" --fakepay-listen "127.0.0.1:$fakepay_port" \
+  --listen "127.0.0.1:$grpc_port" --fakepay-listen "127.0.0.1:$fakepay_port" --console-listen "" \
   </dev/null >"$dir/server.log" 2>&1 &
 pid=$!
 

@@ -5,7 +5,8 @@
 # dev; see that script), exports its env file (OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY,
 # OPERATOR_KEY, OTHER_AGENT_KEY, FAKEPAY_URL, …), runs every suite whose directory exists under
 # clients/ (python, typescript, go, java; or only the ones named), stops the server and exits
-# non-zero if any suite failed. Each suite also runs its agent_loop example.
+# non-zero if any suite failed. Each suite also runs its agent_loop example, and checks that the
+# example refuses to run without FAKEPAY_URL.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -17,6 +18,18 @@ trap '"$here/stop-server.sh" "$envfile"' EXIT
 "$here/run-server.sh" "$envfile" || { echo "test.sh: the server did not start" >&2; exit 1; }
 # shellcheck disable=SC1090
 . "$envfile"
+
+# fails_without_fakepay CMD…: an example run without FAKEPAY_URL must stop at once and name it;
+# with a guessed default it would count charges at the wrong processor.
+fails_without_fakepay() {
+  local out
+  if out=$(env -u FAKEPAY_URL -u OPLEDGER_FAKEPAY_URL "$@" 2>&1); then
+    echo "the example ran without FAKEPAY_URL" >&2
+    return 1
+  fi
+  grep -q "FAKEPAY_URL.*source the env file" <<<"$out" ||
+    { echo "the example failed without saying that FAKEPAY_URL is missing: $out" >&2; return 1; }
+}
 
 # --- python (clients/python): a venv at clients/python/.venv, the package installed from source
 # the way a user installs it (pip install ./clients/python), pytest, the example.
@@ -30,7 +43,8 @@ python_suite() {
   .venv/bin/python -m pip install -q --disable-pip-version-check . -r requirements-test.txt || return 1
   # src/ layout: `import opledger` can only be the installed package, as users get it.
   OPLEDGER_REQUIRE_SERVER=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests || return 1
-  .venv/bin/python examples/agent_loop.py "$envfile"
+  .venv/bin/python examples/agent_loop.py "$envfile" || return 1
+  fails_without_fakepay .venv/bin/python examples/agent_loop.py
 }
 
 # --- typescript (clients/typescript): npm ci (package-lock.json), tsc, node --test, the example.
@@ -38,7 +52,8 @@ typescript_suite() {
   cd "$here/typescript" || return 1
   npm ci --no-audit --no-fund --loglevel=error || return 1
   OPLEDGER_REQUIRE_SERVER=1 npm test || return 1
-  node dist/examples/agent_loop.js "$envfile"
+  node dist/examples/agent_loop.js "$envfile" || return 1
+  fails_without_fakepay node dist/examples/agent_loop.js
 }
 
 # --- go (clients/go): owned by the Go client; define go_suite here.
@@ -47,7 +62,8 @@ typescript_suite() {
 go_suite() {
   cd "$here/.." || return 1
   go test -count=1 ./clients/go/... || return 1
-  go run ./clients/go/examples/agent_loop
+  go run ./clients/go/examples/agent_loop || return 1
+  fails_without_fakepay go run ./clients/go/examples/agent_loop
 }
 
 # --- java (clients/java): owned by the Java client; define java_suite here.
@@ -60,7 +76,8 @@ java_suite() {
   local rc=$?
   cat target/surefire-reports/*.txt 2>/dev/null | grep -h "Tests run" || true
   ((rc == 0)) || return 1
-  mvn -q -B -Dstyle.color=never exec:java
+  mvn -q -B -Dstyle.color=never exec:java || return 1
+  fails_without_fakepay mvn -q -B -Dstyle.color=never exec:java
 }
 
 passed=()

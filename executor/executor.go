@@ -74,8 +74,8 @@ type Result struct {
 	Outcome Outcome
 	// ExternalRef is the downstream's identifier of the side effect (e.g. a charge id), if any.
 	ExternalRef string
-	// Body is the downstream's JSON answer, bounded in size; a body that is not JSON (or too
-	// large) is wrapped as {"raw": "...", "truncated": bool}.
+	// Body is the downstream's answer as a JSON object, bounded in size (see Object for how an
+	// answer that is not an object becomes one); nil when the answer was empty.
 	Body json.RawMessage
 	// HTTPStatus is the status of the last answer received; 0 when none came.
 	HTTPStatus int

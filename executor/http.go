@@ -23,11 +23,11 @@ import (
 	"github.com/opledger/opledger/failpoint"
 )
 
-// Defaults of HTTPConfig.
+// Defaults of Settings (see Settings.WithDefaults).
 const (
 	DefaultTimeout      = 10 * time.Second
 	DefaultMaxBodyBytes = 64 << 10
-	DefaultMaxAttempts  = 3 // only where the downstream dedupes keys
+	DefaultMaxAttempts  = 1
 	DefaultBackoffBase  = 50 * time.Millisecond
 	DefaultBackoffMax   = 2 * time.Second
 )
@@ -36,37 +36,10 @@ const (
 // useful to a person only in their first lines.
 const maxRawBytes = 8 << 10
 
-// HTTPConfig configures the HTTP executor.
-type HTTPConfig struct {
-	// URL receives the call's args as a JSON POST.
-	URL string
-	// LookupURL, optional, finds a side effect by downstream key with a GET; "{key}" in it is
-	// replaced by the query-escaped key, e.g. "http://pay/charges?idempotency_key={key}".
-	LookupURL string
-	// Timeout bounds each attempt; DefaultTimeout when 0.
-	Timeout time.Duration
-	// DedupesKeys declares that the downstream never performs two side effects for one
-	// Idempotency-Key. Only then does the executor retry.
-	DedupesKeys bool
-	// LookupConsistent declares that a 404 from LookupURL proves there is no side effect.
-	LookupConsistent bool
-	// ExternalRefField is the dot path ("id", "data.charge.id") of the external reference in a
-	// success answer; none is extracted when empty.
-	ExternalRefField string
-	// MaxAttempts bounds the attempts of one Execute when DedupesKeys (DefaultMaxAttempts when
-	// 0); without DedupesKeys there is always exactly one.
-	MaxAttempts int
-	// Headers are added to every request (e.g. Authorization). They cannot replace
-	// Content-Type or Idempotency-Key. Their values are never logged.
-	Headers map[string]string
-	// MaxBodyBytes bounds the answer kept in Result.Body; DefaultMaxBodyBytes when 0.
-	MaxBodyBytes int64
-	// BackoffBase and BackoffMax shape the exponential backoff with full jitter between
-	// attempts; DefaultBackoffBase and DefaultBackoffMax when 0.
-	BackoffBase, BackoffMax time.Duration
-	// Classification declares which answers are definitive; see Classification.
-	Classification Classification
-}
+// HTTPConfig configures the HTTP executor: the tool's Settings, of which it reads URL,
+// LookupURL, Timeout, DedupesKeys, LookupConsistent, ExternalRefField, MaxAttempts, Headers,
+// MaxBodyBytes, the backoff and the Classification.
+type HTTPConfig = Settings
 
 // HTTP is the built-in executor: it POSTs the args as JSON with the downstream key in an
 // Idempotency-Key header, and classifies the answer. It is safe for concurrent use.
@@ -103,7 +76,6 @@ func NewHTTP(cfg HTTPConfig, client *http.Client, logger *slog.Logger) (*HTTP, e
 	if err := cfg.Classification.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Classification = cfg.Classification.withDefaults()
 	switch {
 	case cfg.Timeout < 0:
 		return nil, errors.New("timeout: must not be negative")
@@ -127,28 +99,11 @@ func NewHTTP(cfg HTTPConfig, client *http.Client, logger *slog.Logger) (*HTTP, e
 		headers[canon] = value
 	}
 	cfg.Headers = headers
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
+	if !cfg.DedupesKeys && cfg.MaxAttempts > 1 {
+		logger.Warn("executor: max_attempts ignored: the downstream does not dedupe keys, so it is never retried",
+			"max_attempts", cfg.MaxAttempts)
 	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.BackoffBase == 0 {
-		cfg.BackoffBase = DefaultBackoffBase
-	}
-	if cfg.BackoffMax == 0 {
-		cfg.BackoffMax = DefaultBackoffMax
-	}
-	switch {
-	case !cfg.DedupesKeys:
-		if cfg.MaxAttempts > 1 {
-			logger.Warn("executor: max_attempts ignored: the downstream does not dedupe keys, so it is never retried",
-				"max_attempts", cfg.MaxAttempts)
-		}
-		cfg.MaxAttempts = 1
-	case cfg.MaxAttempts == 0:
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
+	cfg = cfg.WithDefaults()
 
 	var c http.Client
 	if client != nil {
@@ -290,13 +245,13 @@ func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retr
 	}
 	defer closeBody(resp.Body)
 	sends = max(sends, 1)
-	body, readErr := readBody(resp.Body, h.cfg.MaxBodyBytes)
-	res = Result{HTTPStatus: resp.StatusCode, Body: body}
+	ans, readErr := readBody(resp.Body, h.cfg.MaxBodyBytes)
+	res = Result{HTTPStatus: resp.StatusCode, Body: ans.body}
 	code := resp.StatusCode
 	switch {
 	case code >= 200 && code < 300:
 		res.Outcome = OutcomeSucceeded
-		res.ExternalRef, res.Detail = h.externalRef(body)
+		res.ExternalRef, res.Detail = h.externalRef(ans)
 		if readErr != nil {
 			res.Detail = joinDetail(res.Detail, "answer body unreadable: "+describeErr(readErr, h.cfg.Timeout))
 		}
@@ -353,24 +308,24 @@ func (h *HTTP) lookup(ctx context.Context, c Call) LookupResult {
 		return LookupResult{Status: LookupInconclusive, Detail: "lookup failed: " + describeErr(err, h.cfg.Timeout)}
 	}
 	defer closeBody(resp.Body)
-	body, readErr := readBody(resp.Body, h.cfg.MaxBodyBytes)
+	ans, readErr := readBody(resp.Body, h.cfg.MaxBodyBytes)
 	switch resp.StatusCode {
 	case http.StatusOK:
 		if readErr != nil {
 			return LookupResult{Status: LookupInconclusive, Detail: "lookup answer unreadable: " + describeErr(readErr, h.cfg.Timeout)}
 		}
 		cl := h.cfg.Classification
-		status, ok := extractPath(body, cl.LookupStatusField)
-		if !ok || !isJSONObject(body) {
+		status, ok := extractPath(ans.fields, cl.LookupStatusField)
+		if !ok {
 			// Unknown is not success: a 200 that does not say what happened proves nothing.
 			return LookupResult{Status: LookupInconclusive,
 				Detail: fmt.Sprintf("lookup answered 200 without a status at %q", cl.LookupStatusField)}
 		}
-		res := Result{Body: body, HTTPStatus: http.StatusOK}
+		res := Result{Body: ans.body, HTTPStatus: http.StatusOK}
 		switch {
 		case containsFold(cl.LookupSucceeded, status):
 			res.Outcome = OutcomeSucceeded
-			res.ExternalRef, res.Detail = h.externalRef(body)
+			res.ExternalRef, res.Detail = h.externalRef(ans)
 		case containsFold(cl.LookupFailed, status):
 			res.Outcome = OutcomeFailed
 			res.Detail = fmt.Sprintf("downstream reports status %q", status)
@@ -394,12 +349,12 @@ func (h *HTTP) lookup(ctx context.Context, c Call) LookupResult {
 
 // externalRef extracts the configured reference from a success body, and says so when it is
 // missing: a success without a reference is still a success.
-func (h *HTTP) externalRef(body json.RawMessage) (ref, detail string) {
+func (h *HTTP) externalRef(a answer) (ref, detail string) {
 	field := h.cfg.ExternalRefField
 	if field == "" {
 		return "", ""
 	}
-	ref, ok := extractPath(body, field)
+	ref, ok := extractPath(a.fields, field)
 	if !ok {
 		return "", fmt.Sprintf("succeeded, but the answer has no external reference at %q", field)
 	}
@@ -434,23 +389,72 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// readBody keeps at most limit bytes of the answer. JSON is kept compacted; anything else, or
-// JSON cut by the limit, is wrapped as {"raw": "...", "truncated": bool}. An empty body is nil.
-func readBody(r io.Reader, limit int64) (json.RawMessage, error) {
+// answer is a downstream's answer as the executor read it, in one parse: body is what is kept
+// of it (always a JSON object, see Object), fields its decoded members for reading the
+// reference and the status (nil when it was not a JSON object).
+type answer struct {
+	body   json.RawMessage
+	fields map[string]any
+}
+
+// readBody keeps at most limit bytes of the answer and parses it once. A JSON object is kept
+// compacted; anything else becomes an object by Object's rule. An empty body is nil.
+func readBody(r io.Reader, limit int64) (answer, error) {
 	b, err := io.ReadAll(io.LimitReader(r, limit+1))
 	truncated := int64(len(b)) > limit
 	if truncated {
 		b = b[:limit]
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, err
+		return answer{}, err
 	}
-	if !truncated && err == nil && json.Valid(b) {
-		var buf bytes.Buffer
-		if json.Compact(&buf, b) == nil {
-			return buf.Bytes(), nil
-		}
+	if truncated || err != nil {
+		return answer{body: wrapRaw(b, true)}, err
 	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, b) != nil {
+		return answer{body: wrapRaw(b, false)}, nil
+	}
+	c := compact.Bytes()
+	if c[0] != '{' {
+		return answer{body: wrapValue(c)}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(c))
+	dec.UseNumber()
+	var fields map[string]any
+	if dec.Decode(&fields) != nil {
+		return answer{body: wrapRaw(b, false)}, nil
+	}
+	return answer{body: c, fields: fields}, nil
+}
+
+// Object is the one rule by which whatever a downstream answered (or reported in a webhook)
+// becomes the JSON object stored as an operation's result or error body: a JSON object is kept
+// as it is, any other JSON value is wrapped as {"value": v}, and anything that is not JSON as
+// {"raw": "<text>", "truncated": false}. nil stays nil.
+func Object(b []byte) json.RawMessage {
+	t := bytes.TrimSpace(b)
+	switch {
+	case len(t) == 0:
+		return nil
+	case !json.Valid(t):
+		return wrapRaw(t, false)
+	case t[0] == '{':
+		return t
+	}
+	return wrapValue(t)
+}
+
+func wrapValue(v []byte) json.RawMessage {
+	out := make([]byte, 0, len(v)+10)
+	out = append(out, `{"value":`...)
+	out = append(out, v...)
+	return append(out, '}')
+}
+
+// wrapRaw keeps the text of an answer that is not JSON (mostly an HTML error page, useful to a
+// person only in its first lines: at most maxRawBytes of it).
+func wrapRaw(b []byte, truncated bool) json.RawMessage {
 	raw := b
 	if len(raw) > maxRawBytes {
 		raw, truncated = raw[:maxRawBytes], true
@@ -458,13 +462,11 @@ func readBody(r io.Reader, limit int64) (json.RawMessage, error) {
 	var wrapped bytes.Buffer
 	enc := json.NewEncoder(&wrapped)
 	enc.SetEscapeHTML(false) // raw bodies are mostly HTML error pages: keep them legible
-	if mErr := enc.Encode(struct {
+	_ = enc.Encode(struct {
 		Raw       string `json:"raw"`
 		Truncated bool   `json:"truncated"`
-	}{strings.ToValidUTF8(string(raw), "\uFFFD"), truncated || err != nil}); mErr != nil { // a cut character becomes U+FFFD
-		return nil, err
-	}
-	return bytes.TrimSpace(wrapped.Bytes()), err
+	}{strings.ToValidUTF8(string(raw), "\uFFFD"), truncated}) // a cut character becomes U+FFFD
+	return bytes.TrimSpace(wrapped.Bytes())
 }
 
 func closeBody(body io.ReadCloser) {
@@ -473,17 +475,9 @@ func closeBody(body io.ReadCloser) {
 	_ = body.Close()
 }
 
-// extractPath follows a dot path through JSON objects to a string or number.
-func extractPath(body json.RawMessage, path string) (string, bool) {
-	if len(body) == 0 {
-		return "", false
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil {
-		return "", false
-	}
+// extractPath follows a dot path through decoded JSON objects to a string or number.
+func extractPath(fields map[string]any, path string) (string, bool) {
+	var v any = fields
 	for part := range strings.SplitSeq(path, ".") {
 		obj, ok := v.(map[string]any)
 		if !ok {

@@ -493,6 +493,14 @@ func TestRequestShape(t *testing.T) {
 	require.Equal(t, "the-key", req.Header.Get("Idempotency-Key"))
 	require.Equal(t, "Bearer s3cret", req.Header.Get("Authorization"))
 	require.Equal(t, "1", req.Header.Get("X-Extra"))
+	// Exactly the headers docs/tools.md lists ("What it sends"), no more.
+	var names []string
+	for name := range req.Header {
+		names = append(names, name)
+	}
+	require.ElementsMatch(t, []string{"Accept", "Accept-Encoding", "Authorization", "Content-Length", "Content-Type",
+		"Idempotency-Key", "User-Agent", "X-Extra"}, names)
+	require.Equal(t, "application/json", req.Header.Get("Accept"))
 	s.mu.Lock()
 	require.Equal(t, `{"a": 1}`, s.bodies[0])
 	s.mu.Unlock()
@@ -515,6 +523,12 @@ func TestBodiesAndExternalRefs(t *testing.T) {
 		{name: "not JSON", body: "<html>ok</html>", field: "id", wantBody: `{"raw":"<html>ok</html>","truncated":false}`,
 			wantDetail: `succeeded, but the answer has no external reference at "id"`},
 		{name: "empty", body: "", field: "id", wantDetail: `succeeded, but the answer has no external reference at "id"`},
+		{name: "array", body: ` [1, {"id": "x"}] `, field: "id", wantBody: `{"value":[1,{"id":"x"}]}`,
+			wantDetail: `succeeded, but the answer has no external reference at "id"`},
+		{name: "string", body: `"ok"`, field: "id", wantBody: `{"value":"ok"}`,
+			wantDetail: `succeeded, but the answer has no external reference at "id"`},
+		{name: "trailing data", body: `{"id":"a"} {"id":"b"}`, field: "id", wantBody: `{"raw":"{\"id\":\"a\"} {\"id\":\"b\"}","truncated":false}`,
+			wantDetail: `succeeded, but the answer has no external reference at "id"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -533,6 +547,19 @@ func TestBodiesAndExternalRefs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestObject: the one rule by which any answer becomes a stored JSON object.
+func TestObject(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"a": 1}`: `{"a": 1}`, ` [1,2] `: `{"value":[1,2]}`, `7`: `{"value":7}`, `null`: `{"value":null}`,
+		`<b>x</b>`: `{"raw":"<b>x</b>","truncated":false}`, `{"a":`: `{"raw":"{\"a\":","truncated":false}`,
+	} {
+		require.Equal(t, want, string(Object([]byte(in))), in)
+	}
+	require.Nil(t, Object(nil))
+	require.Nil(t, Object([]byte("  ")))
 }
 
 func TestLargeBodiesAreBounded(t *testing.T) {
@@ -569,7 +596,7 @@ func TestRetriesConflictWhenDeduping(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, `{"id":"ch_9"}`)
 	})
-	h, err := NewHTTP(HTTPConfig{URL: url, DedupesKeys: true, ExternalRefField: "id", BackoffBase: time.Millisecond}, nil, nil)
+	h, err := NewHTTP(HTTPConfig{URL: url, DedupesKeys: true, MaxAttempts: 3, ExternalRefField: "id", BackoffBase: time.Millisecond}, nil, nil)
 	require.NoError(t, err)
 	r := h.Execute(t.Context(), call("k", `{}`))
 	require.Equal(t, OutcomeSucceeded, r.Outcome)

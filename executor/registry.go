@@ -13,44 +13,80 @@ import (
 // TypeHTTP is the type name of the built-in HTTP executor.
 const TypeHTTP = "http"
 
-// Settings are an executor's settings as a tools file declares them. Custom executors read the
-// fields that mean something to them and may carry anything else in Extra.
+// Settings are a tool's executor settings, as its tools file declares them: the one shape the
+// tools file, the ledger and every executor share. The HTTP executor reads them as HTTPConfig;
+// custom executors read the fields that mean something to them and may carry anything else in
+// Extra.
 type Settings struct {
 	// Tool is the name of the tool the executor serves, for errors and logs.
-	Tool             string
-	URL              string
-	LookupURL        string
-	Timeout          time.Duration
-	DedupesKeys      bool
+	Tool string
+	// Type names the executor ("http" is built in; other names are registered in Go).
+	Type string
+	// URL receives the call's args as a JSON POST.
+	URL string
+	// LookupURL, optional, finds a side effect by downstream key with a GET; "{key}" in it is
+	// replaced by the query-escaped key, e.g. "http://pay/charges?idempotency_key={key}".
+	LookupURL string
+	// Timeout bounds each attempt; DefaultTimeout when 0.
+	Timeout time.Duration
+	// DedupesKeys declares that the downstream never performs two side effects for one
+	// Idempotency-Key. Only then does the executor retry, or the ledger take over an expired
+	// lease or resubmit after a lookup found nothing.
+	DedupesKeys bool
+	// LookupConsistent declares that a 404 from LookupURL proves there is no side effect.
 	LookupConsistent bool
+	// ExternalRefField is the dot path ("id", "data.charge.id") of the external reference in a
+	// success answer; none is extracted when empty.
 	ExternalRefField string
-	MaxAttempts      int
-	Headers          map[string]string
-	MaxBodyBytes     int64
-	BackoffBase      time.Duration
-	BackoffMax       time.Duration
+	// MaxAttempts bounds the attempts of one Execute when DedupesKeys (DefaultMaxAttempts when
+	// 0); without DedupesKeys there is always exactly one.
+	MaxAttempts int
+	// KeyRetention is how long the downstream remembers an idempotency key (Stripe: 24h); zero
+	// means it never forgets. Past it the same key no longer dedupes, so the ledger stops
+	// trusting a lookup miss, a lease takeover or a resubmission for an operation first sent
+	// that long ago.
+	KeyRetention time.Duration
+	// Headers are added to every request (e.g. Authorization). They cannot replace
+	// Content-Type or Idempotency-Key. Their values are never logged.
+	Headers map[string]string
+	// WebhookSecret, when set, accepts signed completion events for the tool at
+	// POST /webhooks/{tool}.
+	WebhookSecret string
+	// MaxBodyBytes bounds the answer kept in Result.Body; DefaultMaxBodyBytes when 0.
+	MaxBodyBytes int64
+	// BackoffBase and BackoffMax shape the exponential backoff with full jitter between
+	// attempts; DefaultBackoffBase and DefaultBackoffMax when 0.
+	BackoffBase, BackoffMax time.Duration
 	// Classification declares which answers are definitive.
-	Classification Classification
+	Classification
 	// Extra holds settings that only a custom executor understands.
 	Extra map[string]any
 }
 
-// HTTPConfig returns the HTTP executor configuration that s describes.
-func (s Settings) HTTPConfig() HTTPConfig {
-	return HTTPConfig{
-		URL:              s.URL,
-		LookupURL:        s.LookupURL,
-		Timeout:          s.Timeout,
-		DedupesKeys:      s.DedupesKeys,
-		LookupConsistent: s.LookupConsistent,
-		ExternalRefField: s.ExternalRefField,
-		MaxAttempts:      s.MaxAttempts,
-		Headers:          s.Headers,
-		MaxBodyBytes:     s.MaxBodyBytes,
-		BackoffBase:      s.BackoffBase,
-		BackoffMax:       s.BackoffMax,
-		Classification:   s.Classification,
+// WithDefaults returns s with every zero value that has a default replaced by it (the defaults
+// are documented on each field), so that everyone reading the settings (the executor, the
+// ledger's lease) sees the same values.
+func (s Settings) WithDefaults() Settings {
+	if s.Timeout == 0 {
+		s.Timeout = DefaultTimeout
 	}
+	if s.MaxBodyBytes == 0 {
+		s.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if s.BackoffBase == 0 {
+		s.BackoffBase = DefaultBackoffBase
+	}
+	if s.BackoffMax == 0 {
+		s.BackoffMax = DefaultBackoffMax
+	}
+	switch {
+	case !s.DedupesKeys:
+		s.MaxAttempts = 1
+	case s.MaxAttempts == 0:
+		s.MaxAttempts = DefaultMaxAttempts
+	}
+	s.Classification = s.Classification.withDefaults()
+	return s
 }
 
 // Factory builds an executor from its settings.
@@ -86,7 +122,7 @@ func HTTPFactory(client *http.Client, logger *slog.Logger) Factory {
 		if log != nil && s.Tool != "" {
 			log = log.With("tool", s.Tool)
 		}
-		return NewHTTP(s.HTTPConfig(), client, log)
+		return NewHTTP(s, client, log)
 	}
 }
 

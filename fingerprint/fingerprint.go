@@ -79,6 +79,42 @@ func Compute(in Input) (string, error) {
 	return Version + ":" + hex.EncodeToString(sum[:]), nil
 }
 
+// OfCanonical returns the v1 fingerprint of a request whose args are
+// already in canonical form (Canonicalize's output for a JSON object): the
+// same value Compute returns for them, without canonicalising the args a
+// second time. JCS sorts the preimage's members, so the canonical args are
+// its first member and the rest are plain strings.
+func OfCanonical(method, tenant, tool, toolVersion string, canonicalArgs []byte) (string, error) {
+	for _, f := range []struct{ name, value string }{
+		{"method", method},
+		{"tenant", tenant},
+		{"tool", tool},
+		{"tool_version", toolVersion},
+	} {
+		if f.value == "" {
+			return "", fmt.Errorf("fingerprint: %s is empty", f.name)
+		}
+	}
+	if len(canonicalArgs) < 2 || canonicalArgs[0] != '{' {
+		return "", errArgsNotObject
+	}
+	pre := make([]byte, 0, len(canonicalArgs)+len(method)+len(tenant)+len(tool)+len(toolVersion)+64)
+	pre = append(pre, `{"args":`...)
+	pre = append(pre, canonicalArgs...)
+	var err error
+	for _, f := range []struct{ name, value string }{
+		{`,"method":`, method}, {`,"tenant":`, tenant}, {`,"tool":`, tool}, {`,"tool_version":`, toolVersion},
+	} {
+		pre = append(pre, f.name...)
+		if pre, err = appendString(pre, f.value); err != nil {
+			return "", err
+		}
+	}
+	pre = append(pre, `,"v":1}`...)
+	sum := sha256.Sum256(pre)
+	return Version + ":" + hex.EncodeToString(sum[:]), nil
+}
+
 // VersionOf returns the version prefix of a fingerprint ("v1" for
 // "v1:…"), or "" when fp has no prefix.
 func VersionOf(fp string) string {

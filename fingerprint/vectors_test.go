@@ -159,6 +159,16 @@ func TestVectorsFile(t *testing.T) {
 			fp2, err := Compute(Input{Method: v.Method, Tenant: v.Tenant, Tool: v.Tool, ToolVersion: v.ToolVersion, Args: v.Args})
 			require.NoError(t, err)
 			require.Equal(t, fp, fp2)
+			// So must the path from already canonical args (the ledger's).
+			obj := args
+			if obj == nil {
+				obj = map[string]any{} // null args are the empty object
+			}
+			canon, err := Canonicalize(obj)
+			require.NoError(t, err)
+			fp3, err := OfCanonical(v.Method, v.Tenant, v.Tool, v.ToolVersion, canon)
+			require.NoError(t, err)
+			require.Equal(t, fp, fp3)
 		})
 	}
 }

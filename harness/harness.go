@@ -23,13 +23,12 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/opledger/opledger/examples"
-	"github.com/opledger/opledger/executor"
 	"github.com/opledger/opledger/fakepay"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgtest"
-	"github.com/opledger/opledger/server"
+	"github.com/opledger/opledger/service"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"
 )
@@ -140,7 +139,8 @@ type ServerOptions struct {
 	Logger *slog.Logger
 }
 
-// StartServer starts an in-process server against the Env's database.
+// StartServer starts an in-process server against the Env's database,
+// wired by service.New as `opledger serve` is.
 func (e *Env) StartServer(opts ServerOptions) *Server {
 	t := e.T
 	t.Helper()
@@ -149,25 +149,20 @@ func (e *Env) StartServer(opts ServerOptions) *Server {
 	if logger == nil {
 		logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	st, err := store.Open(ctx, store.Config{URL: e.DBURL, MaxConns: 16})
+	cfg := service.Config{DatabaseURL: e.DBURL, DownstreamSecret: e.Secret, Reflection: true, DBMaxConns: 16,
+		Drain: 5 * time.Second, RateLimit: opts.RateLimit.PerSecond, RateBurst: opts.RateLimit.Burst}
+	svc, err := service.New(ctx, cfg, service.Options{Logger: logger, Tools: e.Tools(), TLS: opts.TLS,
+		Hooks: opts.Hooks, NoReconciler: opts.NoReconciler,
+		Ledger: func(c *ledger.Config) {
+			// The test's ledger configuration, with the Env's secret.
+			*c = opts.Ledger
+			c.DownstreamSecret = e.Secret
+		}})
 	require.NoError(t, err)
-	lcfg := opts.Ledger
-	lcfg.DownstreamSecret = e.Secret
-	listener := store.NewListener(e.DBURL, logger)
-	l, err := ledger.New(lcfg, st, e.Tools(), executor.NewDefaultRegistry(nil, logger), listener, logger)
-	require.NoError(t, err)
-	if opts.Hooks != nil {
-		l.SetHooks(opts.Hooks)
-	}
-	go listener.Run(ctx)
-	if !opts.NoReconciler {
-		go l.RunReconciler(ctx)
-	}
-	srv := server.New(l, server.Options{Reflection: true, TLS: opts.TLS, RateLimit: opts.RateLimit, Retention: l.Retention(), Logger: logger})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis, 5*time.Second) }()
+	go func() { done <- svc.Run(ctx, lis, nil) }()
 	creds := insecure.NewCredentials()
 	if opts.ClientTLS != nil {
 		creds = credentials.NewTLS(opts.ClientTLS)
@@ -178,10 +173,9 @@ func (e *Env) StartServer(opts ServerOptions) *Server {
 		_ = conn.Close()
 		cancel()
 		<-done
-		st.Close()
 	})
 	t.Cleanup(stop)
-	return &Server{Addr: lis.Addr().String(), Ledger: l, Conn: conn, Client: opledgerv1.NewLedgerServiceClient(conn), Store: st, stop: stop}
+	return &Server{Addr: lis.Addr().String(), Ledger: svc.Ledger, Conn: conn, Client: opledgerv1.NewLedgerServiceClient(conn), Store: svc.Store, stop: stop}
 }
 
 // Dial returns a client for a server address.

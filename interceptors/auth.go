@@ -3,13 +3,15 @@ package interceptors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/reason"
 )
 
 // Principal is an authenticated caller: one tenant, one or more roles.
@@ -53,22 +55,22 @@ func authFunc(a Authenticator, roles map[string][]string) func(ctx context.Conte
 		method, _ := grpc.Method(ctx)
 		key, err := auth.AuthFromMD(ctx, "bearer")
 		if err != nil {
-			return nil, Status(codes.Unauthenticated, opledgerv1.ErrorReason_ERROR_REASON_API_KEY_MISSING,
+			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_API_KEY_MISSING,
 				"missing 'authorization: Bearer <api key>' metadata", nil)
 		}
 		p, err := a.Authenticate(ctx, key)
 		if errors.Is(err, ErrBadCredentials) {
-			return nil, Status(codes.Unauthenticated, opledgerv1.ErrorReason_ERROR_REASON_API_KEY_INVALID,
+			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_API_KEY_INVALID,
 				"the API key is not valid", nil)
 		}
 		if err != nil {
-			return nil, Status(codes.Unavailable, opledgerv1.ErrorReason_ERROR_REASON_LEDGER_UNAVAILABLE,
+			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_LEDGER_UNAVAILABLE,
 				"could not check the API key; retry", nil)
 		}
 		allowed := roles[method]
 		if !slices.ContainsFunc(allowed, p.HasRole) {
-			return nil, Status(codes.PermissionDenied, opledgerv1.ErrorReason_ERROR_REASON_ROLE_REQUIRED,
-				"this method needs one of the roles "+joinRoles(allowed), map[string]string{"method": method})
+			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_ROLE_REQUIRED,
+				roleRequiredMessage(method, allowed, p.Roles), map[string]string{"method": method})
 		}
 		cl := callLogFrom(ctx)
 		cl.tenant, cl.principal = p.Tenant, p.ID
@@ -76,13 +78,29 @@ func authFunc(a Authenticator, roles map[string][]string) func(ctx context.Conte
 	}
 }
 
-func joinRoles(r []string) string {
-	if len(r) == 0 {
-		return "(none)"
+// roleRequiredMessage tells a caller which role a method needs and which
+// roles their key has, e.g. "Approve needs a key with the approver role;
+// this key has the agent role".
+func roleRequiredMessage(method string, allowed, held []string) string {
+	name := method[strings.LastIndex(method, "/")+1:]
+	if len(allowed) == 0 {
+		return name + " is not open to any role"
 	}
-	s := r[0]
-	for _, x := range r[1:] {
-		s += ", " + x
+	has := "no role"
+	switch len(held) {
+	case 0:
+	case 1:
+		has = "the " + held[0] + " role"
+	default:
+		has = "the " + joinWords(held, "and") + " roles"
 	}
-	return s
+	return fmt.Sprintf("%s needs a key with the %s role; this key has %s", name, joinWords(allowed, "or"), has)
+}
+
+// joinWords joins words as in English: "a", "a or b", "a, b or c".
+func joinWords(words []string, conj string) string {
+	if len(words) == 1 {
+		return words[0]
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " " + conj + " " + words[len(words)-1]
 }

@@ -18,13 +18,11 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/reason"
 )
 
 // Validator checks a decoded request before the handler sees it and returns
@@ -42,8 +40,6 @@ type Config struct {
 	Roles map[string][]string
 	// KeyRequired lists the methods that must carry an idempotency key.
 	KeyRequired map[string]bool
-	// Fingerprint computes request fingerprints; nil disables them.
-	Fingerprint Fingerprinter
 	// Validate checks requests; nil accepts everything.
 	Validate Validator
 	// Metrics records gRPC server metrics; nil records none.
@@ -82,7 +78,7 @@ func chain(c Config) []link {
 		{"auth", selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), needsAuth),
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), needsAuth)},
 		{"rate_limit", rateLimitUnary(c.RateLimit), rateLimitStream(c.RateLimit)},
-		{"idempotency", idempotencyUnary(c.KeyRequired, c.Fingerprint), idempotencyStream(c.KeyRequired)},
+		{"idempotency", idempotencyUnary(c.KeyRequired), idempotencyStream(c.KeyRequired)},
 		{"validation", validateUnary(c.Validate), validateStream(c.Validate)},
 	}
 }
@@ -178,7 +174,7 @@ type recoveryKey struct{}
 // errPanic is the answer to a call that panicked: the panic's text stays in
 // the logs.
 func errPanic() error {
-	return Status(codes.Internal, opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
+	return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
 }
 
 func logPanic(ctx context.Context, l *slog.Logger, method string, r *recoveryState, p any) {
@@ -251,19 +247,4 @@ func (s *validatingStream) RecvMsg(m any) error {
 		return err
 	}
 	return s.v(s.Context(), s.method, m)
-}
-
-// ReasonOf returns the ErrorInfo reason of a status error, or "" if it has
-// none.
-func ReasonOf(err error) string {
-	st, ok := status.FromError(err)
-	if !ok {
-		return ""
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason()
-		}
-	}
-	return ""
 }

@@ -14,6 +14,8 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/opledger/opledger/reason"
 )
 
 type echo struct {
@@ -67,7 +69,7 @@ func TestRecoveryIsOutermost(t *testing.T) {
 
 			_, err = client.EmptyCall(metadata.AppendToOutgoingContext(ctx, "boom", "1"), &testpb.Empty{})
 			require.Equal(t, codes.Internal, status.Code(err), "%v", err)
-			require.Equal(t, "INTERNAL", ReasonOf(err))
+			require.Equal(t, "INTERNAL", reason.Of(err))
 			_, err = client.EmptyCall(ctx, &testpb.Empty{})
 			require.NoError(t, err, "the server survived")
 		})

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/interceptors"
+	"github.com/opledger/opledger/reason"
 )
 
 // FuzzValidateKey: any metadata values are either accepted as exactly one
@@ -25,7 +26,7 @@ func FuzzValidateKey(f *testing.F) {
 		}
 		key, err := interceptors.ValidateKey(values)
 		if err != nil {
-			if status.Code(err) != codes.InvalidArgument || interceptors.ReasonOf(err) == "" {
+			if status.Code(err) != codes.InvalidArgument || reason.Of(err) == "" {
 				t.Fatalf("refusal %v is not INVALID_ARGUMENT with a reason", err)
 			}
 			return

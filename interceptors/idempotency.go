@@ -7,10 +7,10 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/reason"
 )
 
 // IdempotencyKeyHeader is the gRPC metadata key carrying the caller's
@@ -26,14 +26,7 @@ type Idempotency struct {
 	Key string
 	// Digest identifies the key in logs without revealing it.
 	Digest string
-	// Fingerprint is the versioned fingerprint of the request.
-	Fingerprint string
 }
-
-// Fingerprinter computes the versioned request fingerprint of req for the
-// authenticated principal. It returns a status error (built with Status) when
-// the request cannot be fingerprinted.
-type Fingerprinter func(ctx context.Context, method string, p Principal, req any) (string, error)
 
 type idempotencyKey struct{}
 
@@ -59,7 +52,7 @@ func KeyDigest(key string) string {
 // 1 to 255 printable ASCII characters (0x21 to 0x7e plus space inside).
 func ValidateKey(values []string) (string, error) {
 	if len(values) == 0 {
-		return "", Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_MISSING,
+		return "", reason.Status(opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_MISSING,
 			"this method needs an 'idempotency-key' metadata entry", nil)
 	}
 	if len(values) > 1 {
@@ -84,14 +77,15 @@ func ValidateKey(values []string) (string, error) {
 }
 
 func keyInvalid(msg string) error {
-	return Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_INVALID, msg, nil,
-		FieldViolation("metadata.idempotency-key", msg))
+	return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_INVALID, msg, nil,
+		reason.FieldViolation("metadata.idempotency-key", msg))
 }
 
-// idempotencyUnary validates the key on every method that receives one,
-// requires it where required[method], and fingerprints the request for the
-// authenticated principal.
-func idempotencyUnary(required map[string]bool, fp Fingerprinter) grpc.UnaryServerInterceptor {
+// idempotencyUnary validates the key's presence and form on every method
+// that receives one, and requires it where required[method]. What the key
+// identifies (the tool, the fingerprint of the request) is the ledger's to
+// decide.
+func idempotencyUnary(required map[string]bool) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		values := md.Get(IdempotencyKeyHeader)
@@ -104,12 +98,6 @@ func idempotencyUnary(required map[string]bool, fp Fingerprinter) grpc.UnaryServ
 		}
 		v := Idempotency{Key: key, Digest: KeyDigest(key)}
 		callLogFrom(ctx).keyDigest = v.Digest
-		if fp != nil {
-			p, _ := PrincipalFrom(ctx)
-			if v.Fingerprint, err = fp(ctx, info.FullMethod, p, req); err != nil {
-				return nil, err
-			}
-		}
 		return handler(WithIdempotency(ctx, v), req)
 	}
 }

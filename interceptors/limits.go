@@ -8,10 +8,10 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/reason"
 )
 
 // RateLimit bounds each tenant's request rate in this process. Limits are
@@ -54,7 +54,7 @@ func (t *tenantLimiter) allow(tenant string) (time.Duration, bool) {
 }
 
 func rateLimited(delay time.Duration) error {
-	return Status(codes.ResourceExhausted, opledgerv1.ErrorReason_ERROR_REASON_RATE_LIMITED,
+	return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_RATE_LIMITED,
 		"too many requests for this tenant; retry after the RetryInfo delay", nil,
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
 }

@@ -10,15 +10,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/opledger/opledger/reason"
 )
 
 // callLog collects what inner interceptors learn about a call for the one
 // line logged when it finishes. It is allocated once per call, with plain
 // fields rather than log attributes: nothing is formatted unless the
 // line's level is enabled, because an access log built and dropped on
-// every successful call cost more than the rest of the chain
-// (docs/performance.md). Inner interceptors set it before the handler runs,
-// on the call's goroutine.
+// every successful call would cost more than the rest of the chain. Inner
+// interceptors set it before the handler runs, on the call's goroutine.
 type callLog struct {
 	tenant, principal, keyDigest string
 }
@@ -80,7 +81,7 @@ func finished(ctx context.Context, l *slog.Logger, method, kind string, start ti
 		attrs = append(attrs, "idempotency_key_digest", cl.keyDigest)
 	}
 	if err != nil {
-		attrs = append(attrs, "error_reason", ReasonOf(err))
+		attrs = append(attrs, "error_reason", reason.Of(err))
 	}
 	l.Log(ctx, lvl, "finished call", attrs...)
 }

@@ -1,6 +1,7 @@
 // Package layering_test enforces the import rules of docs/development.md:
 // cmd → server → ledger → store, only store imports pgx, and the
-// interceptors and clients depend on neither server nor store.
+// interceptors, clients and the MCP gateway depend on neither server nor
+// store.
 package layering_test
 
 import (
@@ -71,14 +72,22 @@ func TestImportRules(t *testing.T) {
 			forbidden(dir, "github.com/jackc/pgx/v5")
 		}
 		switch {
-		case under(dir, "interceptors"), under(dir, "clients"):
+		case under(dir, "reason"):
+			forbidden(dir, module+"server", module+"store", module+"ledger", module+"cmd", module+"interceptors")
+		case under(dir, "interceptors"), under(dir, "clients"), under(dir, "mcpgateway"):
 			forbidden(dir, module+"server", module+"store", module+"ledger", module+"cmd")
 		case under(dir, "store"):
 			forbidden(dir, module+"ledger", module+"server", module+"cmd", module+"interceptors")
 		case under(dir, "ledger"):
 			forbidden(dir, module+"server", module+"cmd", module+"interceptors")
-		case under(dir, "server"):
-			forbidden(dir, module+"cmd")
+		case under(dir, "server"), under(dir, "console"):
+			forbidden(dir, module+"cmd", module+"service")
+		case under(dir, "service"):
+			forbidden(dir, module+"cmd", module+"harness", module+"bench", module+"chaos")
+		case under(dir, "console"):
+			// The console is an edge beside server: it goes through the
+			// ledger's functions, never around them.
+			forbidden(dir, module+"server", module+"store", module+"cmd", module+"interceptors")
 		}
 	}
 }

@@ -51,11 +51,13 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 		if err := Check(State(op.State), d.event, d.to); err != nil {
 			return err
 		}
-		out, err = c.OperationDecide(ctx, store.Decision{
-			Tenant: a.Tenant, ID: op.ID, From: op.State, To: string(d.to), Decision: in.Decision,
-			DecidedBy: a.ID, ApprovedFingerprint: in.Fingerprint, Reason: in.Reason,
-			Event: string(d.event), Actor: a.Name, Detail: d.detail, RequireLapsedUnsent: d.onlyIfLapsed != nil,
-		})
+		st, err := decision(op, d.event, d.to, ByApprover)
+		if err != nil {
+			return err
+		}
+		st.Decision, st.DecidedBy, st.ApprovedFingerprint, st.Reason = in.Decision, a.ID, in.Fingerprint, in.Reason
+		st.Actor, st.Detail = a.Name, d.detail
+		out, err = c.OperationDecide(ctx, st)
 		if errors.Is(err, store.ErrNotFound) && d.onlyIfLapsed != nil {
 			// The approval in force was not lapsed (or the operation was
 			// sent): the rule for an approval in force applies.
@@ -81,9 +83,10 @@ type approval struct {
 	event  Event
 	to     State
 	detail string
-	// onlyIfLapsed, when set, makes the change conditional on the approval
-	// having lapsed with nothing sent (judged by the statement on the
-	// database's clock); otherwise this is the answer.
+	// onlyIfLapsed, when set, is the answer if the statement finds the
+	// approval still in force (the table guards a decision on a READY
+	// operation by its approval having lapsed with nothing sent, judged on
+	// the database's clock).
 	onlyIfLapsed *inForce
 }
 

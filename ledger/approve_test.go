@@ -205,7 +205,7 @@ func TestApprovalExpiryGuard(t *testing.T) {
 	op := preparedApproved(t, w, c, "pay_invoice")
 
 	_, err := w.env.Store.OperationDecide(context.Background(), store.Decision{Tenant: "acme", ID: op.GetId(),
-		From: string(ledger.StateReady), To: string(ledger.StateAwaitingApproval),
+		From: []string{string(ledger.StateReady)}, To: string(ledger.StateAwaitingApproval),
 		Event: string(ledger.EventApprovalExpired), Actor: "test", Detail: "stale expiry", RequireLapsedUnsent: true})
 	require.ErrorIs(t, err, store.ErrNotFound)
 

@@ -32,15 +32,15 @@ func (l *Ledger) Cancel(ctx context.Context, a Actor, id, reason string) (Operat
 		return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE,
 			"the operation is %s: only an operation nobody has executed can be cancelled", op.State)
 	}
-	if err := Check(State(op.State), EventCancelled, StateCancelled); err != nil {
+	t, err := l.transition(op, EventCancelled, StateCancelled, ByAgent)
+	if err != nil {
 		return Operation{}, false, storeErr(err)
 	}
-	detail := "cancelled"
+	t.Actor, t.Detail = a.Name, "cancelled"
 	if reason != "" {
-		detail = "cancelled: " + reason
+		t.Detail = "cancelled: " + reason
 	}
-	out, err := l.store.OperationTransition(ctx, store.Transition{Tenant: a.Tenant, ID: op.ID, From: []string{op.State},
-		Fence: op.Fence, RequireUnsent: true, To: string(StateCancelled), Event: string(EventCancelled), Actor: a.Name, Detail: detail})
+	out, err := l.store.OperationTransition(ctx, t)
 	if errors.Is(err, store.ErrNotFound) {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS,
 			Message: "the operation changed while it was being cancelled; read it and try again", RetryAfter: 100 * time.Millisecond}

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -414,4 +415,64 @@ func TestReconcileAbandonedExecuting(t *testing.T) {
 	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, final.GetState())
 	require.Equal(t, opledgerv1.EventType_EVENT_TYPE_RECONCILED, evs[len(evs)-1].GetType(), "the stale commit appended nothing")
 	require.Len(t, w.env.Fakepay.Charges(), 1)
+}
+
+// TestWaitersAreWokenWithoutPolling: outcomes notify only when someone waits
+// for them (migration 0009). A waiter on another replica marks the
+// operation and is woken by the notification; a waiter on the holder's own
+// replica is woken in process. Neither may depend on its poll, which is set
+// here to a minute, nor on re-reading when its wait ends (a minute too):
+// the caller gives up after 5 s, long after a wake-up would have come.
+func TestWaitersAreWokenWithoutPolling(t *testing.T) {
+	t.Parallel()
+	for _, sameReplica := range []bool{false, true} {
+		t.Run(fmt.Sprintf("same replica %t", sameReplica), func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, harness.Options{})
+			b := newBlocker()
+			cfg := ledger.Config{WaitPoll: time.Minute, MinLease: time.Minute, MaxWait: time.Minute}
+			waiting := make(chan ledger.Operation, 1)
+			hooks := &ledger.Hooks{AfterDownstream: b.hook, Waiting: func(_ context.Context, op ledger.Operation) {
+				select {
+				case waiting <- op:
+				default:
+				}
+			}}
+			holder := w.env.StartServer(harness.ServerOptions{Ledger: cfg, NoReconciler: true, Hooks: hooks})
+			waiter := holder
+			if !sameReplica {
+				waiter = w.env.StartServer(harness.ServerOptions{Ledger: cfg, NoReconciler: true,
+					Hooks: &ledger.Hooks{Waiting: hooks.Waiting}})
+			}
+			op := preparedApproved(t, w, holder.Client, "pay_invoice")
+			holderDone := make(chan struct{})
+			go func() {
+				defer close(holderDone)
+				_, _ = execute(holder.Client, w.agent, op.GetId(), 0)
+			}()
+			b.waitArrived(t, holderDone)
+
+			waiterDone := make(chan struct{})
+			var resp *opledgerv1.ExecuteResponse
+			var err error
+			go func() {
+				defer close(waiterDone)
+				ctx, cancel := context.WithTimeout(harness.Ctx(w.agent, ""), 5*time.Second)
+				defer cancel()
+				resp, err = executeCtx(ctx, waiter.Client, op.GetId(), time.Minute)
+			}()
+			select {
+			case <-waiting:
+			case <-waiterDone:
+				t.Fatalf("the waiter answered before it waited: %v %v", resp, err)
+			}
+			got, _ := w.env.Store.OperationGet(context.Background(), "acme", op.GetId())
+			require.Equal(t, !sameReplica, got.Waited, "only a waiter on another replica asks to be notified")
+			close(b.release)
+			<-waiterDone
+			require.NoError(t, err)
+			require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState(), "woken, not timed out")
+			<-holderDone
+		})
+	}
 }

@@ -6,20 +6,14 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"sync"
+	"net/http"
 	"time"
-
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opledger/opledger/cache"
 	"github.com/opledger/opledger/executor"
-	"github.com/opledger/opledger/failpoint"
-	"github.com/opledger/opledger/fingerprint"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"
@@ -30,24 +24,6 @@ type Operation = store.Operation
 
 // OperationEvent is one entry of an operation's event log.
 type OperationEvent = store.Event
-
-// The roles a principal may hold.
-const (
-	RoleAgent    = "agent"
-	RoleApprover = "approver"
-	RoleOperator = "operator"
-)
-
-// Roles lists every role.
-var Roles = []string{RoleAgent, RoleApprover, RoleOperator}
-
-// Actor is the authenticated principal on whose behalf the ledger acts.
-type Actor struct {
-	ID, Tenant, Name string
-	Roles            []string
-}
-
-func (a Actor) has(role string) bool { return slices.Contains(a.Roles, role) }
 
 // Config tunes the ledger. Zero values take the defaults noted.
 type Config struct {
@@ -60,6 +36,10 @@ type Config struct {
 	MinLease time.Duration
 	// MaxWait caps ExecuteRequest.wait (default 30s).
 	MaxWait time.Duration
+	// WaitPoll is how often a waiting Execute reads the operation again
+	// even without a wake-up (default 500ms): a notification can be lost
+	// while the listener reconnects.
+	WaitPoll time.Duration
 	// MaxArgsBytes bounds the canonical args (default 64 KiB).
 	MaxArgsBytes int
 	// ReconcileInterval is how often the background reconciler looks for
@@ -67,7 +47,7 @@ type Config struct {
 	// ReconcileMaxBackoff shape its retries (defaults 1s and 5m).
 	ReconcileInterval, ReconcileBackoff, ReconcileMaxBackoff time.Duration
 	// AuthCacheTTL is how long an authenticated key is remembered (default
-	// 30s); revocations take up to this long to bite.
+	// DefaultAuthCacheTTL); revocations take up to this long to bite.
 	AuthCacheTTL time.Duration
 	// OpsPerMinute caps the operations each tenant may create per minute,
 	// across all replicas (counted in the database); 0 means no quota.
@@ -88,6 +68,9 @@ type Config struct {
 	// downstream's answer while the database is unreachable (default 1m):
 	// the answer is known only to it, and lost it becomes an unknown outcome.
 	OutcomeRetry time.Duration
+	// ApprovalWebhook, when its URL is set, notifies of every operation
+	// that starts awaiting approval (notify.go).
+	ApprovalWebhook ApprovalWebhook
 }
 
 func (c *Config) defaults() {
@@ -99,6 +82,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = 30 * time.Second
+	}
+	if c.WaitPoll == 0 {
+		c.WaitPoll = 500 * time.Millisecond
 	}
 	if c.MaxArgsBytes == 0 {
 		c.MaxArgsBytes = 64 << 10
@@ -113,7 +99,7 @@ func (c *Config) defaults() {
 		c.ReconcileMaxBackoff = 5 * time.Minute
 	}
 	if c.AuthCacheTTL == 0 {
-		c.AuthCacheTTL = 30 * time.Second
+		c.AuthCacheTTL = DefaultAuthCacheTTL
 	}
 	if c.Retention == 0 {
 		c.Retention = 30 * 24 * time.Hour
@@ -130,13 +116,16 @@ func (c *Config) defaults() {
 	if c.OutcomeRetry == 0 {
 		c.OutcomeRetry = time.Minute
 	}
+	c.ApprovalWebhook.defaults()
 }
 
-// bound is a tool with the executor that performs it.
+// bound is a tool with the executor that performs it, its settings with
+// their defaults, and what the executor says its downstream guarantees.
 type bound struct {
-	tool *tool.Tool
-	exec executor.Executor
-	caps executor.Capabilities
+	tool     *tool.Tool
+	settings executor.Settings
+	exec     executor.Executor
+	caps     executor.Capabilities
 }
 
 // Ledger is the execution ledger. It is safe for concurrent use, and any
@@ -157,36 +146,16 @@ type Ledger struct {
 	hooks *Hooks
 	obs   Observer
 
-	// finished remembers operations in a terminal state, by tenant and id.
-	finished *cache.Map[opKey, Operation]
-}
+	// finished remembers operations in a terminal state, by tenant and id,
+	// with the form they are answered in (see SetEncoder): the one cache of
+	// finished operations in the process.
+	finished *cache.Map[opKey, finished]
+	// encode computes an operation's answer form; nil keeps none.
+	encode func(Operation) any
 
-type opKey struct{ tenant, id string }
-
-// remember caches op if it is finished: nothing can change it any more
-// (the state machine has no edge out of a terminal state), until the pruner
-// deletes it, which the entry's deadline anticipates.
-func (l *Ledger) remember(op Operation) {
-	if !State(op.State).Terminal() {
-		return
-	}
-	// Every Get of a finished operation comes here: a copy already held
-	// is the same operation, so only a missing one takes the write lock.
-	key := opKey{op.Tenant, op.ID}
-	if _, ok := l.finished.Get(key); ok {
-		return
-	}
-	// The pruner deletes it once its age passes the retention, on the
-	// database's clock: the copy goes no later, whatever this process's
-	// clock says.
-	if op.DBNow.IsZero() {
-		return
-	}
-	ttl := min(l.cfg.FinishedCacheTTL, op.UpdatedAt.Add(l.cfg.Retention).Sub(op.DBNow))
-	if ttl <= 0 {
-		return
-	}
-	l.finished.Put(key, op, time.Now().Add(ttl))
+	// notifyKick wakes the approval notifier; notifyClient sends.
+	notifyKick   chan struct{}
+	notifyClient *http.Client
 }
 
 // Hooks lets tests pause or crash the ledger at named points.
@@ -197,6 +166,9 @@ type Hooks struct {
 	// BeforeApprovalExpiry runs when Execute found a READY operation it
 	// could not claim and is about to expire its approval.
 	BeforeApprovalExpiry func(ctx context.Context, op Operation)
+	// Waiting runs when an Execute is about to sleep until another
+	// attempt's outcome.
+	Waiting func(ctx context.Context, op Operation)
 }
 
 // New returns a ledger over st for the tools in reg, calling each tool
@@ -207,17 +179,15 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 		return nil, errors.New("ledger: the downstream secret must be at least 16 bytes")
 	}
 	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{},
-		finished: cache.New[opKey, Operation](cfg.FinishedCacheSize)}
+		finished: cache.New[opKey, finished](cfg.FinishedCacheSize), notifyKick: make(chan struct{}, 1),
+		notifyClient: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	l.auth.entries = map[string]authEntry{}
 	for _, t := range reg.List() {
-		ex, err := execs.New(executorType(t), executorSettings(t))
+		ex, err := execs.New(t.Executor.Type, t.Executor)
 		if err != nil {
 			return nil, fmt.Errorf("ledger: tool %s@%s: %w", t.Name, t.Version, err)
 		}
-		b := bound{tool: t, exec: ex}
-		if c, ok := ex.(interface{ Capabilities() executor.Capabilities }); ok {
-			b.caps = c.Capabilities()
-		}
+		b := bound{tool: t, settings: t.Executor.WithDefaults(), exec: ex, caps: executor.CapabilitiesOf(ex)}
 		l.bound[t.Name+"@"+t.Version] = b
 		l.maxLease = max(l.maxLease, l.lease(b))
 	}
@@ -241,11 +211,7 @@ func (l *Ledger) toolOf(op Operation) (bound, error) {
 }
 
 func (l *Ledger) lease(b bound) time.Duration {
-	attempts := max(1, b.tool.Executor.MaxAttempts)
-	timeout := b.tool.Executor.Timeout
-	if timeout == 0 {
-		timeout = 10 * time.Second
-	}
+	attempts, timeout := b.settings.MaxAttempts, b.settings.Timeout
 	// Every attempt may run to its timeout, retries back off up to 2s each,
 	// and the outcome must still be committed inside the lease.
 	return max(l.cfg.MinLease, time.Duration(attempts)*timeout+time.Duration(attempts-1)*2*time.Second+time.Second)
@@ -255,322 +221,3 @@ func (l *Ledger) opLogger(op Operation) *slog.Logger {
 	return l.logger.With("operation_id", op.ID, "tenant", op.Tenant, "tool", op.Tool,
 		"attempt", op.Attempts, "fence", op.Fence)
 }
-
-// ResolveTool returns the tool a Prepare names, resolving an empty version to
-// the current one.
-func (l *Ledger) ResolveTool(name, version string) (*tool.Tool, error) {
-	t, err := l.tools.Lookup(name, version)
-	switch {
-	case errors.Is(err, tool.ErrUnknownTool):
-		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_TOOL_UNKNOWN, Field: "tool",
-			Message: fmt.Sprintf("no tool named %q is configured", name)}
-	case errors.Is(err, tool.ErrUnknownVersion):
-		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_TOOL_VERSION_UNKNOWN, Field: "tool_version",
-			Message: fmt.Sprintf("tool %q has no version %q", name, version)}
-	case err != nil:
-		return nil, err
-	}
-	return t, nil
-}
-
-// Fingerprint computes the v1 fingerprint of a Prepare: method, tenant, the
-// resolved tool name and version, and the canonical args.
-func (l *Ledger) Fingerprint(method, tenant, toolName, version string, args *structpb.Struct) (string, error) {
-	if t, err := l.tools.Lookup(toolName, version); err == nil {
-		version = t.Version
-	}
-	fp, err := fingerprint.Compute(fingerprint.Input{Method: method, Tenant: tenant, Tool: toolName, ToolVersion: version, Args: args})
-	if err != nil {
-		return "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args", Message: err.Error()}
-	}
-	return fp, nil
-}
-
-// PrepareInput is a Prepare request after authentication.
-type PrepareInput struct {
-	Tool, ToolVersion string
-	// Args is passed as the Struct itself: AsMap would turn NaN into the
-	// string "NaN" and so collide with a real string.
-	Args *structpb.Struct
-	// IdempotencyKey is the caller's key; Fingerprint the request's.
-	IdempotencyKey, Fingerprint string
-	// Method is the full gRPC method, part of the fingerprint.
-	Method string
-}
-
-// Prepare records the operation, or returns the one already recorded under
-// the same (tenant, tool, key) when the fingerprints match. Validation
-// happens before anything is written, so a refused request reserves nothing.
-func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operation, bool, error) {
-	t, err := l.ResolveTool(in.Tool, in.ToolVersion)
-	if err != nil {
-		return Operation{}, false, err
-	}
-	if in.Args == nil {
-		in.Args = &structpb.Struct{}
-	}
-	canonical, err := fingerprint.Canonicalize(in.Args)
-	if err != nil {
-		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args", Message: err.Error()}
-	}
-	if len(canonical) > l.cfg.MaxArgsBytes {
-		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_TOO_LARGE, Field: "args",
-			Message: fmt.Sprintf("args are %d bytes in canonical form; at most %d are allowed", len(canonical), l.cfg.MaxArgsBytes)}
-	}
-	if err := t.ValidateArgs(in.Args); err != nil {
-		le := &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args",
-			Message: fmt.Sprintf("args do not match the schema of %s@%s", t.Name, t.Version)}
-		var ae *tool.ArgsError
-		if errors.As(err, &ae) {
-			for _, v := range ae.Violations {
-				le.Violations = append(le.Violations, Violation{Field: "args" + v.Field, Description: v.Description})
-			}
-		} else {
-			le.Violations = []Violation{{Field: "args", Description: err.Error()}}
-		}
-		return Operation{}, false, le
-	}
-	if in.Fingerprint == "" {
-		if in.Fingerprint, err = l.Fingerprint(in.Method, a.Tenant, t.Name, t.Version, in.Args); err != nil {
-			return Operation{}, false, err
-		}
-	}
-	state := StateReady
-	if t.Approval.Required {
-		state = StateAwaitingApproval
-	}
-	if err := Check("", EventPrepared, state); err != nil {
-		return Operation{}, false, storeErr(err)
-	}
-	id := newID("op_")
-	op, inserted, err := l.insert(ctx, a.Tenant, store.NewOperation{
-		ID: id, Tenant: a.Tenant, Tool: t.Name, ToolVersion: t.Version, IdempotencyKey: in.IdempotencyKey,
-		Args: canonical, Fingerprint: in.Fingerprint, State: string(state), PreparedBy: a.ID,
-		ApprovalRequired: t.Approval.Required, ApprovalTTL: t.Approval.TTL,
-		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, t.Name, in.IdempotencyKey, in.Fingerprint),
-		Actor:         a.Name, Detail: "prepared with key digest " + digest(in.IdempotencyKey),
-	})
-	if err != nil {
-		return Operation{}, false, storeErr(err)
-	}
-	if inserted {
-		failpoint.Inject(failpoint.AfterPrepare)
-		return op, false, nil
-	}
-	existing, err := l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey)
-	if err != nil {
-		// The row that refused our insert is committed, so this is a real
-		// failure to read, not a race.
-		return Operation{}, false, storeErr(err)
-	}
-	if existing.Fingerprint == in.Fingerprint {
-		l.obs.DuplicatePrevented("Prepare", t.Name, true)
-	}
-	if existing.Fingerprint != in.Fingerprint {
-		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED,
-			Message:  "this idempotency key was already used for a different request (args, tool version or method differ); use a new key for a new operation",
-			Metadata: map[string]string{"operation_id": existing.ID}}
-	}
-	return existing, true, nil
-}
-
-// Get returns an operation of the actor's tenant and, when asked, its
-// events.
-func (l *Ledger) Get(ctx context.Context, a Actor, id string, withEvents bool) (Operation, []OperationEvent, error) {
-	op, err := l.store.OperationGet(ctx, a.Tenant, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return Operation{}, nil, notFound(id)
-	}
-	if err != nil {
-		return Operation{}, nil, storeErr(err)
-	}
-	l.remember(op)
-	if !withEvents {
-		return op, nil, nil
-	}
-	evs, err := l.store.OperationEvents(ctx, op.ID)
-	if err != nil {
-		return Operation{}, nil, storeErr(err)
-	}
-	return op, evs, nil
-}
-
-// authCache keeps recently authenticated keys off the database's hot path.
-type authCache struct {
-	mu      sync.Mutex
-	entries map[string]authEntry
-}
-
-type authEntry struct {
-	actor   Actor
-	ok      bool
-	expires time.Time
-}
-
-// ErrBadKey is returned by Authenticate for unknown or revoked keys.
-var ErrBadKey = errors.New("ledger: unknown or revoked API key")
-
-// Authenticate resolves an API key to its actor. Results (including
-// refusals, briefly) are cached per key hash.
-func (l *Ledger) Authenticate(ctx context.Context, key string) (Actor, error) {
-	h := HashAPIKey(key)
-	hk := string(h)
-	now := time.Now()
-	l.auth.mu.Lock()
-	e, hit := l.auth.entries[hk]
-	l.auth.mu.Unlock()
-	if hit && now.Before(e.expires) {
-		if !e.ok {
-			return Actor{}, ErrBadKey
-		}
-		return e.actor, nil
-	}
-	p, err := l.store.PrincipalByKeyHash(ctx, h)
-	var entry authEntry
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		entry = authEntry{ok: false, expires: now.Add(2 * time.Second)}
-	case err != nil:
-		return Actor{}, storeErr(err)
-	default:
-		entry = authEntry{actor: Actor{ID: p.ID, Tenant: p.Tenant, Name: p.Name, Roles: p.Roles}, ok: true, expires: now.Add(l.cfg.AuthCacheTTL)}
-	}
-	l.auth.mu.Lock()
-	if len(l.auth.entries) > 10000 {
-		l.auth.entries = map[string]authEntry{}
-	}
-	l.auth.entries[hk] = entry
-	l.auth.mu.Unlock()
-	if !entry.ok {
-		return Actor{}, ErrBadKey
-	}
-	return entry.actor, nil
-}
-
-// Principal is an API key's owner.
-type Principal = store.Principal
-
-// CreatePrincipal creates a principal and returns its new API key, which is
-// shown once and never stored.
-func CreatePrincipal(ctx context.Context, st *store.Store, tenant, name string, roles []string) (key string, p Principal, err error) {
-	if tenant == "" || len(tenant) > 64 {
-		return "", p, errors.New("ledger: tenant must be 1 to 64 characters")
-	}
-	if len(roles) == 0 {
-		return "", p, errors.New("ledger: at least one role is needed")
-	}
-	for _, r := range roles {
-		if !slices.Contains(Roles, r) {
-			return "", p, fmt.Errorf("ledger: unknown role %q (want agent, approver or operator)", r)
-		}
-	}
-	key, hash, prefix := NewAPIKey()
-	id := newID("pr_")
-	if name == "" {
-		name = id
-	}
-	p, err = st.PrincipalCreate(ctx, store.Principal{ID: id, Tenant: tenant, Name: name, Roles: roles, KeyPrefix: prefix}, hash)
-	if errors.Is(err, store.ErrAlreadyExists) {
-		return "", p, fmt.Errorf("ledger: tenant %q already has a principal named %q", tenant, name)
-	}
-	return key, p, err
-}
-
-// jsonObject returns b if it is a JSON object, else wraps it as {"value": b}
-// so that it fits google.protobuf.Struct.
-func jsonObject(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		out, _ := json.Marshal(map[string]string{"raw": string(b)})
-		return out
-	}
-	if _, ok := v.(map[string]any); ok {
-		return b
-	}
-	out, _ := json.Marshal(map[string]any{"value": v})
-	return out
-}
-
-// ExecutorType is the executor type a tool declares.
-func executorType(t *tool.Tool) string { return t.Executor.Type }
-
-func executorSettings(t *tool.Tool) executor.Settings {
-	e := t.Executor
-	return executor.Settings{Tool: t.Name, URL: e.URL, LookupURL: e.LookupURL, Timeout: e.Timeout,
-		DedupesKeys: e.DedupesKeys, LookupConsistent: e.LookupConsistent, ExternalRefField: e.ExternalRefField,
-		MaxAttempts: e.MaxAttempts, Headers: e.Headers, Classification: e.Classification}
-}
-
-// insert stores a new operation. With a quota it does so in a transaction
-// that also counts the tenant's operations this minute, so an operation over
-// the quota is rolled back and nothing is stored.
-func (l *Ledger) insert(ctx context.Context, tenant string, n store.NewOperation) (Operation, bool, error) {
-	if l.cfg.OpsPerMinute <= 0 {
-		return l.store.OperationInsert(ctx, n)
-	}
-	var op Operation
-	var inserted bool
-	err := l.store.InTx(ctx, func(c *store.Conn) error {
-		var err error
-		op, inserted, err = c.OperationInsert(ctx, n)
-		if err != nil || !inserted {
-			return err
-		}
-		count, err := c.TenantUsageBump(ctx, tenant)
-		if err != nil {
-			return err
-		}
-		if int(count) > l.cfg.OpsPerMinute {
-			return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED,
-				Message:    fmt.Sprintf("this tenant may create %d operations per minute; nothing was stored", l.cfg.OpsPerMinute),
-				RetryAfter: time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)) + 100*time.Millisecond}
-		}
-		return nil
-	})
-	return op, inserted, err
-}
-
-// RunPruner deletes finished operations older than the retention until ctx
-// ends. Every replica may run it: batches skip rows another replica holds.
-// Open and OUTCOME_UNKNOWN operations are never pruned. A key whose
-// operation was pruned is free again: reusing it starts a new operation.
-func (l *Ledger) RunPruner(ctx context.Context) {
-	t := time.NewTicker(l.cfg.PruneInterval)
-	defer t.Stop()
-	for {
-		if n, err := l.Prune(ctx); err != nil {
-			l.logger.Warn("pruner: failed", "error", err)
-		} else if n > 0 {
-			l.logger.Info("pruner: deleted finished operations", "count", n, "retention", l.cfg.Retention.String())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// Prune deletes every finished operation older than the retention, in
-// batches, and returns how many it deleted.
-func (l *Ledger) Prune(ctx context.Context) (int64, error) {
-	var total int64
-	for ctx.Err() == nil {
-		n, err := l.store.OperationPrune(ctx, l.cfg.Retention, 1000)
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < 1000 {
-			break
-		}
-	}
-	_, err := l.store.TenantUsagePrune(ctx)
-	return total, err
-}
-
-// Retention is how long finished operations are kept.
-func (l *Ledger) Retention() time.Duration { return l.cfg.Retention }

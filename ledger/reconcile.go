@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
@@ -59,12 +57,14 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "resolution.outcome",
 			Message: "outcome must be STATE_SUCCEEDED, STATE_FAILED or STATE_READY"}
 	}
-	t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: []string{op.State}, Fence: op.Fence, To: string(r.Outcome),
-		RequireLeaseExpired: true, ExternalRef: r.ExternalRef, Event: string(EventResolved), Actor: a.Name,
-		Detail: "resolved by an operator: " + r.Note}
+	t, err := l.transition(op, EventResolved, r.Outcome, ByOperator)
+	if err != nil {
+		return Operation{}, "", storeErr(err)
+	}
+	t.ExternalRef, t.Actor, t.Detail = r.ExternalRef, a.Name, "resolved by an operator: "+r.Note
 	if r.Outcome == StateFailed {
 		t.SetError = true
-		t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
+		t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
 			executor.Result{Detail: "resolved as failed by an operator: " + r.Note})
 	}
 	if r.Outcome == StateSucceeded {
@@ -102,8 +102,11 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		if err := Check(State(op.State), ev, to); err != nil {
 			return Operation{}, "", storeErr(err)
 		}
-		t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: []string{op.State}, Fence: op.Fence, To: string(to),
-			RequireLeaseExpired: true, ReconcileAfter: l.cfg.ReconcileBackoff, Event: string(ev), Actor: actor, Detail: detail}
+		t, err := l.transition(op, ev, to, ByWatcher)
+		if err != nil {
+			return Operation{}, "", storeErr(err)
+		}
+		t.ReconcileAfter, t.Actor, t.Detail = l.cfg.ReconcileBackoff, actor, detail
 		if set != nil {
 			set(&t)
 		}
@@ -125,8 +128,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	looker, hasLookup := b.exec.(executor.Looker)
 	if !hasLookup || !b.caps.HasLookup {
 		if executing && l.keyStillDedupes(b, op, 0) {
-			return apply(StateReady, EventReconciled, "the lease expired; the downstream dedupes keys, so the next Execute resubmits the same key",
-				func(t *store.Transition) { t.KeyWindow = l.keyWindow(b, 0) })
+			return apply(StateReady, EventReconciled, "the lease expired; the downstream dedupes keys, so the next Execute resubmits the same key", nil)
 		}
 		if executing {
 			return apply(StateOutcomeUnknown, EventOutcomeUnknown, "the lease expired; the downstream has no lookup and does not dedupe keys", setUnknown("the executor's lease expired before it recorded an outcome"))
@@ -134,7 +136,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		l.obs.Reconciled(op.Tool, "inconclusive")
 		return op, "inconclusive: the downstream has no lookup; an operator must resolve it", nil
 	}
-	callCtx, cancel := context.WithTimeout(ctx, max(b.tool.Executor.Timeout, time.Second))
+	callCtx, cancel := context.WithTimeout(ctx, max(b.settings.Timeout, time.Second))
 	defer cancel()
 	lr := looker.Lookup(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args})
@@ -143,21 +145,20 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		if lr.Result.Outcome == executor.OutcomeFailed {
 			return apply(StateFailed, EventReconciled, "found at the downstream: refused", func(t *store.Transition) {
 				t.SetError = true
-				t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, lr.Result)
+				t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, lr.Result)
 			})
 		}
 		return apply(StateSucceeded, EventReconciled, "found at the downstream: succeeded", func(t *store.Transition) {
-			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, jsonObject(lr.Result.Body), true
+			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, lr.Result.Body, true
 		})
 	case executor.LookupNotFound:
 		if l.keyStillDedupes(b, op, 0) && b.caps.LookupConsistent {
-			return apply(StateReady, EventReconciled, "not found at the downstream, whose lookup is consistent: the next Execute resubmits the same key",
-				func(t *store.Transition) { t.KeyWindow = l.keyWindow(b, 0) })
+			return apply(StateReady, EventReconciled, "not found at the downstream, whose lookup is consistent: the next Execute resubmits the same key", nil)
 		}
 		detail := "inconclusive: not found, but a miss from this downstream is not proof that nothing happened"
 		if b.caps.DedupesKeys && b.caps.LookupConsistent {
 			detail = "inconclusive: not found, but the downstream may have forgotten the key (first sent " +
-				op.FirstClaimedAt.UTC().Format(time.RFC3339) + ", key retention " + b.tool.Executor.KeyRetention.String() + ")"
+				op.FirstClaimedAt.UTC().Format(time.RFC3339) + ", key retention " + b.settings.KeyRetention.String() + ")"
 		}
 		if executing {
 			return apply(StateOutcomeUnknown, EventOutcomeUnknown, detail, setUnknown(detail))
@@ -177,7 +178,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 func setUnknown(detail string) func(*store.Transition) {
 	return func(t *store.Transition) {
 		t.SetError = true
-		t.Error = storedError(codes.Unknown, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail})
+		t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail})
 	}
 }
 
@@ -234,7 +235,7 @@ func (l *Ledger) keyStillDedupes(b bound, op Operation, ahead time.Duration) boo
 	if !b.caps.DedupesKeys {
 		return false
 	}
-	r := b.tool.Executor.KeyRetention
+	r := b.settings.KeyRetention
 	if r == 0 || op.FirstClaimedAt.IsZero() {
 		return true
 	}
@@ -246,5 +247,5 @@ func (l *Ledger) keyStillDedupes(b bound, op Operation, ahead time.Duration) boo
 
 // keyWindow is the guard that keyStillDedupes's rule becomes in a statement.
 func (l *Ledger) keyWindow(b bound, ahead time.Duration) store.KeyWindow {
-	return store.KeyWindow{Retention: b.tool.Executor.KeyRetention, Ahead: ahead}
+	return store.KeyWindow{Retention: b.settings.KeyRetention, Ahead: ahead}
 }

@@ -51,74 +51,167 @@ const (
 	EventCancelled       Event = "CANCELLED"
 )
 
-// Transition is one legal edge of the state machine.
+// Party is who takes a transition. The same edge may need different guards
+// depending on who takes it: the executor holding the lease may record an
+// unknown outcome at once, anyone else only once the lease has expired.
+type Party string
+
+// The parties.
+const (
+	// ByAgent prepares and cancels.
+	ByAgent Party = "agent"
+	// ByApprover decides.
+	ByApprover Party = "approver"
+	// ByClaimant is an Execute claiming a READY operation, or finding its
+	// approval lapsed.
+	ByClaimant Party = "claimant"
+	// ByHolder is the executor holding the operation's lease (its fence),
+	// recording what the downstream answered.
+	ByHolder Party = "holder"
+	// ByWatcher is an Execute or the reconciler acting on an operation
+	// whose lease expired or whose outcome is unknown: a takeover, a lookup.
+	ByWatcher Party = "watcher"
+	// ByDownstream is the downstream's own signed report (a webhook), which
+	// settles an outcome even while an executor still holds the lease.
+	ByDownstream Party = "downstream"
+	// ByOperator resolves by hand.
+	ByOperator Party = "operator"
+)
+
+// Guard is a condition a transition's statement checks in the database,
+// besides the from-state, on the row and on the database's clock.
+type Guard uint8
+
+// The guards.
+const (
+	// GuardFence: the caller's fencing token is still the operation's.
+	GuardFence Guard = 1 << iota
+	// GuardLeaseExpired: an EXECUTING operation's lease has expired.
+	GuardLeaseExpired
+	// GuardUnsent: nothing may have reached the downstream yet.
+	GuardUnsent
+	// GuardFirstSend: no attempt before the current fence may have reached
+	// the downstream (FAILED is only for a refusal of the first send).
+	GuardFirstSend
+	// GuardKeyWindow: a resubmission of the downstream key decided now is
+	// still inside the downstream's key retention.
+	GuardKeyWindow
+	// GuardApprovalInForce: the approval, if required, has not lapsed, or
+	// was consumed by a send.
+	GuardApprovalInForce
+	// GuardLapsedUnsent: the approval has lapsed and nothing was sent.
+	GuardLapsedUnsent
+)
+
+// Has reports whether g includes every guard of h.
+func (g Guard) Has(h Guard) bool { return g&h == h }
+
+// Rule is one legal edge of the state machine, who takes it, and the
+// guards its statement checks.
+type Rule struct {
+	From  State
+	Event Event
+	To    State
+	By    Party
+	Guard Guard
+}
+
+// Transition is one legal edge of the state machine, whoever takes it.
 type Transition struct {
 	From  State
 	Event Event
 	To    State
 }
 
-// transitions names every legal transition. Anything not listed is illegal;
-// in particular no edge leaves a terminal state, and no edge enters
-// EXECUTING from OUTCOME_UNKNOWN (an unknown outcome is never resubmitted
-// without reconciliation proving nothing reached the downstream).
-var transitions = []Transition{
+// rules is the state machine: every legal transition, who takes it, and
+// what its guarded statement checks. The statements are built from it (see
+// guards.go): a transition's statement takes the from-states and the guards
+// of its (event, to, party) from here. Anything not listed is illegal; in
+// particular no edge leaves a terminal state, and no edge enters EXECUTING
+// from OUTCOME_UNKNOWN (an unknown outcome is never resubmitted without
+// reconciliation proving nothing reached the downstream).
+var rules = []Rule{
 	// Prepare creates the operation in one of these (From is empty).
-	{"", EventPrepared, StateAwaitingApproval},
-	{"", EventPrepared, StateReady},
+	{"", EventPrepared, StateAwaitingApproval, ByAgent, 0},
+	{"", EventPrepared, StateReady, ByAgent, 0},
 
-	{StateAwaitingApproval, EventApproved, StateReady},
-	{StateAwaitingApproval, EventDenied, StateRejected},
-	{StateAwaitingApproval, EventCancelled, StateCancelled},
-	// An approval that expired before anyone executed the operation.
-	{StateReady, EventApprovalExpired, StateAwaitingApproval},
-	// A re-approval while READY extends the approval.
-	{StateReady, EventApproved, StateReady},
-	{StateReady, EventDenied, StateRejected},
-	{StateReady, EventCancelled, StateCancelled},
+	{StateAwaitingApproval, EventApproved, StateReady, ByApprover, 0},
+	{StateAwaitingApproval, EventDenied, StateRejected, ByApprover, 0},
+	// A lapsed approval (nothing sent) may be renewed or denied while the
+	// operation still says READY; one in force is replayed or conflicts.
+	{StateReady, EventApproved, StateReady, ByApprover, GuardLapsedUnsent},
+	{StateReady, EventDenied, StateRejected, ByApprover, GuardLapsedUnsent},
+	// Cancel: never once something may have been sent.
+	{StateAwaitingApproval, EventCancelled, StateCancelled, ByAgent, GuardFence | GuardUnsent},
+	{StateReady, EventCancelled, StateCancelled, ByAgent, GuardFence | GuardUnsent},
 
-	{StateReady, EventClaimed, StateExecuting},
-	{StateExecuting, EventLeaseTakenOver, StateExecuting},
-	{StateExecuting, EventSucceeded, StateSucceeded},
-	{StateExecuting, EventFailed, StateFailed},
-	{StateExecuting, EventOutcomeUnknown, StateOutcomeUnknown},
+	// An approval that lapsed before anything was sent.
+	{StateReady, EventApprovalExpired, StateAwaitingApproval, ByClaimant, GuardLapsedUnsent},
+	{StateReady, EventClaimed, StateExecuting, ByClaimant, GuardApprovalInForce},
+
+	// The holder records what the downstream said. A late but definitive
+	// answer also resolves an OUTCOME_UNKNOWN declared while it held the
+	// fence.
+	{StateExecuting, EventSucceeded, StateSucceeded, ByHolder, GuardFence},
+	{StateOutcomeUnknown, EventSucceeded, StateSucceeded, ByHolder, GuardFence},
+	{StateExecuting, EventFailed, StateFailed, ByHolder, GuardFence | GuardFirstSend},
+	{StateOutcomeUnknown, EventFailed, StateFailed, ByHolder, GuardFence | GuardFirstSend},
+	{StateExecuting, EventOutcomeUnknown, StateOutcomeUnknown, ByHolder, GuardFence},
 	// Nothing reached the downstream: safe to try again.
-	{StateExecuting, EventReleased, StateReady},
+	{StateExecuting, EventReleased, StateReady, ByHolder, GuardFence},
 
-	// A late but definitive answer from the fenced holder, or a lookup.
-	{StateOutcomeUnknown, EventSucceeded, StateSucceeded},
-	{StateOutcomeUnknown, EventFailed, StateFailed},
-	{StateOutcomeUnknown, EventReconciled, StateSucceeded},
-	{StateOutcomeUnknown, EventReconciled, StateFailed},
-	// A trustworthy not-found from a downstream that dedupes keys.
-	{StateOutcomeUnknown, EventReconciled, StateReady},
-	{StateExecuting, EventReconciled, StateSucceeded},
-	{StateExecuting, EventReconciled, StateFailed},
-	{StateExecuting, EventReconciled, StateReady},
-	{StateExecuting, EventReconciled, StateOutcomeUnknown},
+	// An expired lease: taken over where the downstream dedupes keys (and
+	// still remembers this one), otherwise the outcome is unknown.
+	{StateExecuting, EventLeaseTakenOver, StateExecuting, ByWatcher, GuardFence | GuardLeaseExpired | GuardKeyWindow},
+	{StateExecuting, EventOutcomeUnknown, StateOutcomeUnknown, ByWatcher, GuardFence | GuardLeaseExpired},
+	// A lookup. READY only on a trustworthy not-found from a downstream
+	// that dedupes keys and still remembers this one.
+	{StateOutcomeUnknown, EventReconciled, StateSucceeded, ByWatcher, GuardFence},
+	{StateOutcomeUnknown, EventReconciled, StateFailed, ByWatcher, GuardFence},
+	{StateOutcomeUnknown, EventReconciled, StateReady, ByWatcher, GuardFence | GuardKeyWindow},
+	{StateExecuting, EventReconciled, StateSucceeded, ByWatcher, GuardFence | GuardLeaseExpired},
+	{StateExecuting, EventReconciled, StateFailed, ByWatcher, GuardFence | GuardLeaseExpired},
+	{StateExecuting, EventReconciled, StateReady, ByWatcher, GuardFence | GuardLeaseExpired | GuardKeyWindow},
+	// The downstream's signed report.
+	{StateExecuting, EventReconciled, StateSucceeded, ByDownstream, GuardFence},
+	{StateExecuting, EventReconciled, StateFailed, ByDownstream, GuardFence},
+	{StateOutcomeUnknown, EventReconciled, StateSucceeded, ByDownstream, GuardFence},
+	{StateOutcomeUnknown, EventReconciled, StateFailed, ByDownstream, GuardFence},
 
-	{StateOutcomeUnknown, EventResolved, StateSucceeded},
-	{StateOutcomeUnknown, EventResolved, StateFailed},
-	{StateOutcomeUnknown, EventResolved, StateReady},
-	{StateExecuting, EventResolved, StateSucceeded},
-	{StateExecuting, EventResolved, StateFailed},
-	{StateExecuting, EventResolved, StateReady},
+	{StateOutcomeUnknown, EventResolved, StateSucceeded, ByOperator, GuardFence},
+	{StateOutcomeUnknown, EventResolved, StateFailed, ByOperator, GuardFence},
+	{StateOutcomeUnknown, EventResolved, StateReady, ByOperator, GuardFence},
+	{StateExecuting, EventResolved, StateSucceeded, ByOperator, GuardFence | GuardLeaseExpired},
+	{StateExecuting, EventResolved, StateFailed, ByOperator, GuardFence | GuardLeaseExpired},
+	{StateExecuting, EventResolved, StateReady, ByOperator, GuardFence | GuardLeaseExpired},
 }
 
 var legal = func() map[Transition]bool {
-	m := make(map[Transition]bool, len(transitions))
-	for _, t := range transitions {
-		m[t] = true
+	m := make(map[Transition]bool, len(rules))
+	for _, r := range rules {
+		m[Transition{r.From, r.Event, r.To}] = true
 	}
 	return m
 }()
 
-// Transitions returns every legal transition.
-func Transitions() []Transition { return append([]Transition(nil), transitions...) }
+// Rules returns the state machine's table.
+func Rules() []Rule { return append([]Rule(nil), rules...) }
+
+// Transitions returns every legal transition, whoever takes it.
+func Transitions() []Transition {
+	var out []Transition
+	seen := map[Transition]bool{}
+	for _, r := range rules {
+		t := Transition{r.From, r.Event, r.To}
+		if !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	return out
+}
 
 // Check returns an error unless from --event--> to is a legal transition.
-// Every write path asks it before issuing its guarded UPDATE, so a code path
-// that would overwrite a terminal state fails loudly instead of silently.
 func Check(from State, event Event, to State) error {
 	if legal[Transition{from, event, to}] {
 		return nil
@@ -126,16 +219,23 @@ func Check(from State, event Event, to State) error {
 	return fmt.Errorf("ledger: illegal transition %s --%s--> %s", orNone(from), event, to)
 }
 
-// FromStates returns the states from which event leads to to: the guard of
-// the UPDATE that performs it.
-func FromStates(event Event, to State) []State {
-	var out []State
-	for _, t := range transitions {
-		if t.Event == event && t.To == to && t.From != "" {
-			out = append(out, t.From)
+// Guarded returns what the statement taking event to `to` by party checks:
+// the states it may start from and its guards (the union over those
+// states; a lease guard only concerns EXECUTING). It fails for a
+// combination the table does not list.
+func Guarded(event Event, to State, by Party) ([]State, Guard, error) {
+	var froms []State
+	var g Guard
+	for _, r := range rules {
+		if r.Event == event && r.To == to && r.By == by && r.From != "" {
+			froms = append(froms, r.From)
+			g |= r.Guard
 		}
 	}
-	return out
+	if len(froms) == 0 {
+		return nil, 0, fmt.Errorf("ledger: no transition --%s--> %s by %s", event, to, by)
+	}
+	return froms, g, nil
 }
 
 func orNone(s State) string {

@@ -3,69 +3,134 @@ package ledger
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/executor"
+	"github.com/opledger/opledger/store"
+	"github.com/opledger/opledger/tool"
 )
 
-// allEvents lists every event; TestTransitionTable fails if a transition
-// names one that is missing here, so a new event cannot escape the table.
+// allEvents lists every event; TestTableShape fails if a rule names one
+// that is missing here, so a new event cannot escape the checks below.
 var allEvents = []Event{EventPrepared, EventApproved, EventDenied, EventApprovalExpired, EventClaimed,
 	EventLeaseTakenOver, EventSucceeded, EventFailed, EventOutcomeUnknown, EventReleased, EventReconciled,
 	EventResolved, EventCancelled}
 
-// TestTransitionTable checks every (from, event, to) combination: exactly
-// the listed transitions are legal, nothing leaves a terminal state, and
-// nothing enters EXECUTING from OUTCOME_UNKNOWN.
-func TestTransitionTable(t *testing.T) {
-	t.Parallel()
-	listed := map[Transition]bool{}
-	for _, tr := range Transitions() {
-		require.False(t, listed[tr], "%v is listed twice", tr)
-		listed[tr] = true
-		require.True(t, tr.From == "" || slices.Contains(States, tr.From), "%v: unknown from state", tr)
-		require.Contains(t, States, tr.To, "%v: unknown to state", tr)
-		require.Contains(t, allEvents, tr.Event, "%v: event missing from allEvents", tr)
-		require.Equal(t, tr.From == "", tr.Event == EventPrepared, "%v: only PREPARED creates, and it only creates", tr)
-	}
+var allParties = []Party{ByAgent, ByApprover, ByClaimant, ByHolder, ByWatcher, ByDownstream, ByOperator}
 
-	froms := append([]State{""}, States...)
-	checked := 0
-	for _, from := range froms {
-		for _, ev := range allEvents {
-			for _, to := range States {
-				tr := Transition{from, ev, to}
-				err := Check(from, ev, to)
-				checked++
-				if listed[tr] {
-					require.NoError(t, err, "%v must be legal", tr)
-				} else {
-					require.Error(t, err, "%v must be illegal", tr)
-				}
-				if from.Terminal() {
-					require.Error(t, err, "%v leaves a terminal state", tr)
-				}
-				if from == StateOutcomeUnknown && to == StateExecuting {
-					require.Error(t, err, "%v resubmits an unknown outcome", tr)
-				}
+// stateOf is the one state a guard concerns, or "" for a guard that
+// concerns every state: a rule group's statement applies the union of its
+// rules' guards, so rules may differ only in guards about a state other
+// than the one they start from.
+func stateOf(g Guard) State {
+	switch g {
+	case GuardLeaseExpired:
+		return StateExecuting
+	case GuardApprovalInForce, GuardLapsedUnsent:
+		return StateReady
+	}
+	return ""
+}
+
+var allGuards = []Guard{GuardFence, GuardLeaseExpired, GuardUnsent, GuardFirstSend, GuardKeyWindow, GuardApprovalInForce, GuardLapsedUnsent}
+
+// TestTableShape checks the table's form: known states, events and
+// parties, one rule per (from, event, to, party), only PREPARED creates,
+// and the rules of one statement agree on their guards.
+func TestTableShape(t *testing.T) {
+	t.Parallel()
+	type key struct {
+		from  State
+		event Event
+		to    State
+		by    Party
+	}
+	seen := map[key]bool{}
+	for _, r := range Rules() {
+		k := key{r.From, r.Event, r.To, r.By}
+		require.False(t, seen[k], "%+v is listed twice", r)
+		seen[k] = true
+		require.True(t, r.From == "" || slices.Contains(States, r.From), "%+v: unknown from state", r)
+		require.Contains(t, States, r.To, "%+v: unknown to state", r)
+		require.Contains(t, allEvents, r.Event, "%+v: event missing from allEvents", r)
+		require.Contains(t, allParties, r.By, "%+v: party missing from allParties", r)
+		require.Equal(t, r.From == "", r.Event == EventPrepared, "%+v: only PREPARED creates, and it only creates", r)
+		if r.From == "" {
+			continue
+		}
+		froms, union, err := Guarded(r.Event, r.To, r.By)
+		require.NoError(t, err)
+		require.Contains(t, froms, r.From)
+		for _, g := range allGuards {
+			if !union.Has(g) || r.Guard.Has(g) {
+				continue
 			}
+			require.NotEqual(t, "", stateOf(g), "%+v lacks %b, which its statement applies to every state", r, g)
+			require.NotEqual(t, r.From, stateOf(g), "%+v lacks %b, which its statement applies to %s", r, g, r.From)
 		}
 	}
-	require.Equal(t, (len(States)+1)*len(allEvents)*len(States), checked)
+	_, _, err := Guarded(EventClaimed, StateSucceeded, ByClaimant)
+	require.Error(t, err)
+}
 
-	// FromStates is the guard of each UPDATE: exactly the listed sources.
-	for _, ev := range allEvents {
-		for _, to := range States {
-			var want []State
-			for _, from := range States {
-				if listed[Transition{from, ev, to}] {
-					want = append(want, from)
-				}
-			}
-			require.ElementsMatch(t, want, FromStates(ev, to), "FromStates(%s, %s)", ev, to)
+// TestTableSafety checks the rules the ledger's promises rest on, so that
+// an edit of the table that would break one fails here: each is a property
+// of the table, not a restatement of it.
+func TestTableSafety(t *testing.T) {
+	t.Parallel()
+	for _, r := range Rules() {
+		// Nothing leaves a terminal state.
+		require.False(t, r.From.Terminal(), "%+v leaves a terminal state", r)
+		// Only a claim of a READY operation, or a takeover of an expired
+		// lease, enters EXECUTING: an unknown outcome is never resubmitted
+		// before reconciliation makes it READY.
+		if r.To == StateExecuting {
+			ok := r.From == StateReady && r.Event == EventClaimed && r.Guard.Has(GuardApprovalInForce) ||
+				r.From == StateExecuting && r.Event == EventLeaseTakenOver && r.Guard.Has(GuardFence|GuardLeaseExpired|GuardKeyWindow)
+			require.True(t, ok, "%+v enters EXECUTING", r)
+		}
+		// Every change of a claimed operation is fenced.
+		if r.From == StateExecuting || r.From == StateOutcomeUnknown {
+			require.True(t, r.Guard.Has(GuardFence), "%+v is not fenced", r)
+		}
+		// Only the lease holder and the downstream's own report may act on
+		// an EXECUTING operation before its lease expires.
+		if r.From == StateExecuting && r.By != ByHolder && r.By != ByDownstream {
+			require.True(t, r.Guard.Has(GuardLeaseExpired), "%+v acts on a live lease", r)
+		}
+		// FAILED promises nothing happened: from the holder's answer, only
+		// for a refusal of the first send.
+		if r.To == StateFailed && r.By == ByHolder {
+			require.True(t, r.Guard.Has(GuardFirstSend), "%+v", r)
+		}
+		// Back to READY after a possible send (not a release) only while a
+		// resubmission of the key is still deduplicated, unless an operator
+		// says so.
+		if r.To == StateReady && (r.From == StateExecuting || r.From == StateOutcomeUnknown) &&
+			r.Event != EventReleased && r.By != ByOperator {
+			require.True(t, r.Guard.Has(GuardKeyWindow), "%+v", r)
+		}
+		// A release is the holder's alone (only it knows nothing was sent).
+		if r.Event == EventReleased {
+			require.Equal(t, ByHolder, r.By, "%+v", r)
+		}
+		// What undoes an approval (cancel, deny, expiry) never follows a
+		// send: REJECTED or CANCELLED with an effect behind it would be a lie.
+		if (r.To == StateCancelled || r.To == StateRejected || r.To == StateAwaitingApproval) && r.From != "" {
+			unsent := r.Guard.Has(GuardUnsent) || r.Guard.Has(GuardLapsedUnsent) || r.From == StateAwaitingApproval
+			require.True(t, unsent, "%+v may undo a sent operation", r)
+		}
+		// An approval in force is neither renewed over nor denied.
+		if r.From == StateReady && (r.Event == EventApproved || r.Event == EventDenied || r.Event == EventApprovalExpired) {
+			require.True(t, r.Guard.Has(GuardLapsedUnsent), "%+v", r)
 		}
 	}
 }
 
+// TestStatesShape: every state is reachable from creation, and every
+// non-terminal state has a way out, so nothing gets stuck by construction.
 func TestStatesShape(t *testing.T) {
 	t.Parallel()
 	var terminal []State
@@ -75,9 +140,6 @@ func TestStatesShape(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []State{StateSucceeded, StateFailed, StateRejected, StateCancelled}, terminal)
-
-	// Every state is reachable from creation, and every non-terminal state
-	// has a way out: nothing can get stuck by construction.
 	reached := map[State]bool{}
 	frontier := []State{""}
 	for len(frontier) > 0 {
@@ -97,5 +159,48 @@ func TestStatesShape(t *testing.T) {
 		}
 		exits := slices.ContainsFunc(Transitions(), func(tr Transition) bool { return tr.From == s && tr.To != s })
 		require.True(t, exits, "%s has no way out", s)
+	}
+}
+
+// TestStatementsFollowTheTable: the statements the ledger issues carry
+// exactly the from-states and guards of their rules (the store's own suite,
+// store/guard_test.go, shows that each statement enforces them).
+func TestStatementsFollowTheTable(t *testing.T) {
+	t.Parallel()
+	settings := executor.Settings{KeyRetention: time.Hour, DedupesKeys: true}.WithDefaults()
+	l := &Ledger{bound: map[string]bound{"pay@1": {tool: &tool.Tool{Name: "pay", Version: "1", Executor: settings}, settings: settings}}}
+	op := Operation{Tenant: "acme", ID: "op_1", Fence: 3, Tool: "pay", ToolVersion: "1"}
+	for _, r := range Rules() {
+		if r.From == "" {
+			continue
+		}
+		froms, g, err := Guarded(r.Event, r.To, r.By)
+		require.NoError(t, err)
+		switch r.Event {
+		case EventClaimed:
+			require.Equal(t, []string{string(StateReady)}, names(froms))
+			require.Equal(t, string(r.From), claim.From)
+			require.Equal(t, g.Has(GuardApprovalInForce), claim.RequireApprovalInForce)
+		case EventLeaseTakenOver:
+			to := l.takeOver(op, l.bound["pay@1"], time.Minute)
+			require.Equal(t, []string{to.From}, names(froms))
+			require.Equal(t, op.Fence, to.Fence)
+			require.Equal(t, g.Has(GuardKeyWindow), to.KeyWindow == store.KeyWindow{Retention: time.Hour, Ahead: time.Minute})
+		case EventApproved, EventDenied, EventApprovalExpired:
+			d, err := decision(op, r.Event, r.To, r.By)
+			require.NoError(t, err)
+			require.ElementsMatch(t, names(froms), d.From)
+			require.Equal(t, g.Has(GuardLapsedUnsent), d.RequireLapsedUnsent, "%+v", r)
+		default:
+			tr, err := l.transition(op, r.Event, r.To, r.By)
+			require.NoError(t, err)
+			require.ElementsMatch(t, names(froms), tr.From)
+			require.Equal(t, op.Fence, tr.Fence)
+			require.True(t, g.Has(GuardFence), "%+v: the transition statement always checks the fence", r)
+			require.Equal(t, g.Has(GuardLeaseExpired), tr.RequireLeaseExpired, "%+v", r)
+			require.Equal(t, g.Has(GuardUnsent), tr.RequireUnsent, "%+v", r)
+			require.Equal(t, g.Has(GuardFirstSend), tr.RequireFirstSend, "%+v", r)
+			require.Equal(t, g.Has(GuardKeyWindow), tr.KeyWindow == store.KeyWindow{Retention: time.Hour}, "%+v", r)
+		}
 	}
 }

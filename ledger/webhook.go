@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
@@ -75,13 +73,16 @@ func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (str
 		if err := Check(State(op.State), EventReconciled, to); err != nil {
 			return err
 		}
-		t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: []string{op.State}, Fence: op.Fence, To: string(to),
-			Event: string(EventReconciled), Actor: "webhook:" + tool, Detail: "webhook event " + ev.ID, SetError: true}
+		t, err := l.transition(op, EventReconciled, to, ByDownstream)
+		if err != nil {
+			return err
+		}
+		t.Actor, t.Detail, t.SetError = "webhook:"+tool, "webhook event "+ev.ID, true
 		if to == StateSucceeded {
-			t.ExternalRef, t.Result, t.Error = ev.ExternalRef, jsonObject(ev.Data), nil
+			t.ExternalRef, t.Result, t.Error = ev.ExternalRef, executor.Object(ev.Data), nil
 		} else {
-			t.Error = storedError(codes.FailedPrecondition, opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
-				executor.Result{Detail: "the downstream reported failure by webhook", Body: ev.Data})
+			t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
+				executor.Result{Detail: "the downstream reported failure by webhook", Body: executor.Object(ev.Data)})
 		}
 		if _, err := c.OperationTransition(ctx, t); err != nil {
 			return err

@@ -103,12 +103,14 @@ func TestRoles(t *testing.T) {
 
 	_, err := c.Prepare(harness.Ctx(approver, harness.Unique("k")),
 		&opledgerv1.PrepareRequest{Tool: "pay_invoice", ToolVersion: "1", Args: invoiceArgs(t, 4900)})
-	requireReason(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
+	st := requireReason(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
+	require.Equal(t, "Prepare needs a key with the agent role; this key has the approver role", st.Message())
 
 	op := prepare(t, c, agent, harness.Unique("k"), "pay_invoice", invoiceArgs(t, 4900)).GetOperation()
 	_, err = c.Approve(harness.Ctx(agent, ""), &opledgerv1.ApproveRequest{
 		OperationId: op.GetId(), Fingerprint: op.GetFingerprint(), Decision: opledgerv1.Decision_DECISION_APPROVE})
-	requireReason(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
+	st = requireReason(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
+	require.Equal(t, "Approve needs a key with the approver role; this key has the agent role", st.Message())
 	_, err = c.Execute(harness.Ctx(approver, ""), &opledgerv1.ExecuteRequest{OperationId: op.GetId()})
 	requireReason(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
 

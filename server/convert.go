@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/reason"
 )
 
 func ts(t time.Time) *timestamppb.Timestamp {
@@ -53,8 +53,8 @@ func statusOf(b []byte) *status.Status {
 	if err := json.Unmarshal(b, &se); err != nil {
 		return &status.Status{Code: 2, Message: string(b)}
 	}
-	st := &status.Status{Code: se.Code, Message: se.Message}
-	info := &errdetails.ErrorInfo{Reason: se.Reason, Domain: interceptors.ErrorDomain}
+	st := &status.Status{Code: int32(reason.Code(reason.Parse(se.Reason))), Message: se.Message}
+	info := &errdetails.ErrorInfo{Reason: se.Reason, Domain: reason.Domain}
 	if se.HTTPStatus != 0 {
 		info.Metadata = map[string]string{"http_status": itoa(se.HTTPStatus)}
 	}
@@ -74,34 +74,16 @@ func itoa(i int) string {
 	return string(b)
 }
 
-// encodedCacheSize bounds the encodings of finished operations kept by
-// operationPB; encodedCacheTTL bounds their age.
-const (
-	encodedCacheSize = 16384
-	encodedCacheTTL  = 10 * time.Minute
-)
-
-// encoded is a finished operation's wire form and the version it encodes.
-type encoded struct {
-	updated time.Time
-	pb      *opledgerv1.Operation
-}
-
-// operationPB encodes op. A finished operation's encoding is kept and
-// shared between answers (nothing mutates a response after the handler
-// returns it): decoding args and result into Structs was the largest part
-// of a replay's CPU (docs/performance.md). The entry is keyed by id and
-// checked against updated_at, so a row that changed is encoded afresh.
+// operationPB encodes op. A finished operation's encoding is computed once,
+// when the ledger caches the operation (Ledger.SetEncoder), and shared
+// between answers (nothing mutates a response after the handler returns
+// it): decoding args and result into Structs is most of what an answer
+// costs.
 func (s *Server) operationPB(op ledger.Operation) *opledgerv1.Operation {
-	if !ledger.State(op.State).Terminal() {
-		return operationPB(op)
+	if pb, ok := s.ledger.Encoded(op).(*opledgerv1.Operation); ok {
+		return pb
 	}
-	if e, ok := s.encoded.Get(op.ID); ok && e.updated.Equal(op.UpdatedAt) {
-		return e.pb
-	}
-	pb := operationPB(op)
-	s.encoded.Put(op.ID, encoded{updated: op.UpdatedAt, pb: pb}, time.Now().Add(encodedCacheTTL))
-	return pb
+	return operationPB(op)
 }
 
 func operationPB(op ledger.Operation) *opledgerv1.Operation {

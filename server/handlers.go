@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
@@ -16,10 +17,18 @@ import (
 func (s *Server) Prepare(ctx context.Context, r *opledgerv1.PrepareRequest) (*opledgerv1.PrepareResponse, error) {
 	s.advertiseRetention(ctx)
 	idem, _ := interceptors.IdempotencyFrom(ctx)
-	op, replayed, err := s.ledger.Prepare(ctx, actorOf(ctx), ledger.PrepareInput{
+	in := ledger.PrepareInput{
 		Tool: r.GetTool(), ToolVersion: r.GetToolVersion(), Args: r.GetArgs(),
-		IdempotencyKey: idem.Key, Fingerprint: idem.Fingerprint, Method: MethodPrepare,
-	})
+		IdempotencyKey: idem.Key, KeyDigest: idem.Digest, Method: MethodPrepare,
+	}
+	if r.GetExecute() {
+		op, replayed, execReplayed, err := s.ledger.PrepareAndExecute(ctx, actorOf(ctx), in, r.GetWait().AsDuration())
+		if err != nil {
+			return nil, toStatus(ctx, s, err, "tool:"+r.GetTool())
+		}
+		return &opledgerv1.PrepareResponse{Operation: s.operationPB(op), Replayed: replayed, ExecutionReplayed: execReplayed}, nil
+	}
+	op, replayed, err := s.ledger.Prepare(ctx, actorOf(ctx), in)
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "tool:"+r.GetTool())
 	}
@@ -93,4 +102,42 @@ func (s *Server) Cancel(ctx context.Context, r *opledgerv1.CancelRequest) (*ople
 		return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())
 	}
 	return &opledgerv1.CancelResponse{Operation: s.operationPB(op), Replayed: replayed}, nil
+}
+
+// ListTools implements LedgerService.ListTools. The tools never change while
+// the server runs, so the answer is built once and shared.
+func (s *Server) ListTools(context.Context, *opledgerv1.ListToolsRequest) (*opledgerv1.ListToolsResponse, error) {
+	s.toolsOnce.Do(func() {
+		out := &opledgerv1.ListToolsResponse{}
+		for _, t := range s.ledger.Tools() {
+			pb := &opledgerv1.Tool{
+				Name: t.Name, Version: t.Version, Description: t.Description,
+				Effect:           opledgerv1.Effect(opledgerv1.Effect_value["EFFECT_"+strings.ToUpper(string(t.Effect))]),
+				ApprovalRequired: t.Approval.Required, ArgsSchema: structOf(t.ArgsSchema), Current: s.ledger.IsCurrent(t),
+			}
+			if t.Approval.Required {
+				pb.ApprovalTtl = durationpb.New(t.Approval.TTL)
+			}
+			out.Tools = append(out.Tools, pb)
+		}
+		s.tools = out
+	})
+	return s.tools, nil
+}
+
+// ListOperations implements LedgerService.ListOperations.
+func (s *Server) ListOperations(ctx context.Context, r *opledgerv1.ListOperationsRequest) (*opledgerv1.ListOperationsResponse, error) {
+	in := ledger.ListInput{Tool: r.GetTool(), PageSize: int(r.GetPageSize()), PageToken: r.GetPageToken()}
+	for _, st := range r.GetStates() {
+		in.States = append(in.States, ledger.State(strings.TrimPrefix(st.String(), "STATE_")))
+	}
+	ops, next, err := s.ledger.ListOperations(ctx, actorOf(ctx), in)
+	if err != nil {
+		return nil, toStatus(ctx, s, err, "")
+	}
+	out := &opledgerv1.ListOperationsResponse{Operations: make([]*opledgerv1.Operation, len(ops)), NextPageToken: next}
+	for i, op := range ops {
+		out.Operations[i] = operationPB(op)
+	}
+	return out, nil
 }

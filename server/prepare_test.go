@@ -232,6 +232,16 @@ func TestPrepareRefusals(t *testing.T) {
 		})
 	}
 
+	t.Run("unknown tool and version name what is configured", func(t *testing.T) {
+		t.Parallel()
+		_, err := c.Prepare(harness.Ctx(key, harness.Unique("typo")), &opledgerv1.PrepareRequest{Tool: "pay_invoices", Args: invoiceArgs(t, 4900)})
+		st := requireReason(t, err, codes.InvalidArgument, "TOOL_UNKNOWN")
+		require.Equal(t, `no tool named "pay_invoices" is configured; configured tools: pay_invoice, send_email (ListTools describes them)`, st.Message())
+		_, err = c.Prepare(harness.Ctx(key, harness.Unique("typo")), &opledgerv1.PrepareRequest{Tool: "pay_invoice", ToolVersion: "2", Args: invoiceArgs(t, 4900)})
+		st = requireReason(t, err, codes.InvalidArgument, "TOOL_VERSION_UNKNOWN")
+		require.Equal(t, `tool "pay_invoice" has no version "2"; its versions: 1 (leave tool_version empty for the current one)`, st.Message())
+	})
+
 	t.Run("message too large", func(t *testing.T) {
 		t.Parallel()
 		idem := harness.Unique("huge")

@@ -12,23 +12,24 @@ import (
 	"net"
 	"regexp"
 	"runtime"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/opledger/opledger/cache"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/metrics"
+	"github.com/opledger/opledger/reason"
 )
 
 // MaxMessageBytes bounds every request and response on the wire. Args have
@@ -68,28 +69,33 @@ type Server struct {
 	health *health.Server
 	// retention is advertised in response headers.
 	retention time.Duration
-	// encoded keeps finished operations' wire form, by id.
-	encoded *cache.Map[string, encoded]
+	// tools is ListTools' answer, built once.
+	toolsOnce sync.Once
+	tools     *opledgerv1.ListToolsResponse
 }
 
 // Method names, as interceptors see them.
 const (
-	MethodPrepare   = "/opledger.v1.LedgerService/Prepare"
-	MethodApprove   = "/opledger.v1.LedgerService/Approve"
-	MethodExecute   = "/opledger.v1.LedgerService/Execute"
-	MethodGet       = "/opledger.v1.LedgerService/Get"
-	MethodReconcile = "/opledger.v1.LedgerService/Reconcile"
-	MethodCancel    = "/opledger.v1.LedgerService/Cancel"
+	MethodPrepare        = "/opledger.v1.LedgerService/Prepare"
+	MethodApprove        = "/opledger.v1.LedgerService/Approve"
+	MethodExecute        = "/opledger.v1.LedgerService/Execute"
+	MethodGet            = "/opledger.v1.LedgerService/Get"
+	MethodReconcile      = "/opledger.v1.LedgerService/Reconcile"
+	MethodCancel         = "/opledger.v1.LedgerService/Cancel"
+	MethodListTools      = "/opledger.v1.LedgerService/ListTools"
+	MethodListOperations = "/opledger.v1.LedgerService/ListOperations"
 )
 
 // Roles says which roles may call each method; everything else is refused.
 var Roles = map[string][]string{
-	MethodPrepare:   {ledger.RoleAgent},
-	MethodApprove:   {ledger.RoleApprover},
-	MethodExecute:   {ledger.RoleAgent},
-	MethodGet:       {ledger.RoleAgent, ledger.RoleApprover, ledger.RoleOperator},
-	MethodReconcile: {ledger.RoleAgent, ledger.RoleOperator},
-	MethodCancel:    {ledger.RoleAgent, ledger.RoleOperator},
+	MethodPrepare:        {ledger.RoleAgent},
+	MethodApprove:        {ledger.RoleApprover},
+	MethodExecute:        {ledger.RoleAgent},
+	MethodGet:            {ledger.RoleAgent, ledger.RoleApprover, ledger.RoleOperator},
+	MethodReconcile:      {ledger.RoleAgent, ledger.RoleOperator},
+	MethodCancel:         {ledger.RoleAgent, ledger.RoleOperator},
+	MethodListTools:      {ledger.RoleAgent, ledger.RoleApprover, ledger.RoleOperator},
+	MethodListOperations: {ledger.RoleAgent, ledger.RoleApprover, ledger.RoleOperator},
 }
 
 // TransportOptions are the grpc.ServerOptions New adds to the interceptor
@@ -103,10 +109,9 @@ func TransportOptions() []grpc.ServerOption {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Reused worker goroutines keep the stack that the interceptor chain
-		// and a handler grew; a fresh goroutine per call copied its stack
-		// on every call (runtime.newstack was the largest item of a
-		// replay's profile). Calls beyond the workers get goroutines of
-		// their own, as without the option; an idle worker costs its
+		// and a handler grew, where a fresh goroutine per call would copy
+		// its stack on every call. Calls beyond the workers get goroutines
+		// of their own, as without the option; an idle worker costs its
 		// stack, a few KiB.
 		grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0)))),
 	}
@@ -117,14 +122,13 @@ func New(l *ledger.Ledger, opts Options) *Server {
 	if opts.MaxDeadline == 0 {
 		opts.MaxDeadline = 2 * time.Minute
 	}
-	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer(), retention: opts.Retention,
-		encoded: cache.New[string, encoded](encodedCacheSize)}
+	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer(), retention: opts.Retention}
+	l.SetEncoder(func(op ledger.Operation) any { return operationPB(op) })
 	chain := interceptors.Config{
 		Logger:        opts.Logger,
 		Authenticator: authenticator{l},
 		Roles:         Roles,
 		KeyRequired:   map[string]bool{MethodPrepare: true},
-		Fingerprint:   s.fingerprint,
 		Validate:      validate,
 		RateLimit:     opts.RateLimit,
 		MaxDeadline:   opts.MaxDeadline,
@@ -204,26 +208,6 @@ func actorOf(ctx context.Context) ledger.Actor {
 	return ledger.Actor{ID: p.ID, Tenant: p.Tenant, Name: p.Name, Roles: p.Roles}
 }
 
-// fingerprint computes a Prepare's fingerprint for the idempotency
-// interceptor.
-func (s *Server) fingerprint(ctx context.Context, method string, p interceptors.Principal, req any) (string, error) {
-	r, ok := req.(*opledgerv1.PrepareRequest)
-	if !ok {
-		return "", nil
-	}
-	// An unknown tool or version has no fingerprint (no resolved version to
-	// put in it); the handler refuses it with TOOL_UNKNOWN or
-	// TOOL_VERSION_UNKNOWN, which is what the caller needs to hear.
-	if _, err := s.ledger.ResolveTool(r.GetTool(), r.GetToolVersion()); err != nil {
-		return "", nil
-	}
-	fp, err := s.ledger.Fingerprint(method, p.Tenant, r.GetTool(), r.GetToolVersion(), r.GetArgs())
-	if err != nil {
-		return "", toStatus(ctx, s, err, "")
-	}
-	return fp, nil
-}
-
 var (
 	toolName      = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 	operationID   = regexp.MustCompile(`^op_[0-9a-z]{26}$`)
@@ -231,8 +215,8 @@ var (
 )
 
 func invalid(field, msg string) error {
-	return interceptors.Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, field+": "+msg, nil,
-		interceptors.FieldViolation(field, msg))
+	return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, field+": "+msg, nil,
+		reason.FieldViolation(field, msg))
 }
 
 // validate checks request shape before any handler runs. An operation id
@@ -243,7 +227,7 @@ func validate(_ context.Context, _ string, req any) error {
 			return invalid("operation_id", "is required")
 		}
 		if !operationID.MatchString(id) {
-			return interceptors.Status(codes.NotFound, opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND,
+			return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND,
 				fmt.Sprintf("no operation %q in your tenant", truncate(id, 64)), nil)
 		}
 		return nil
@@ -255,6 +239,9 @@ func validate(_ context.Context, _ string, req any) error {
 		}
 		if len(r.GetToolVersion()) > 32 {
 			return invalid("tool_version", "is longer than 32 characters")
+		}
+		if err := checkWait(r.GetWait()); err != nil {
+			return err
 		}
 	case *opledgerv1.ApproveRequest:
 		if err := checkID(r.GetOperationId()); err != nil {
@@ -273,9 +260,8 @@ func validate(_ context.Context, _ string, req any) error {
 		if err := checkID(r.GetOperationId()); err != nil {
 			return err
 		}
-		if w := r.GetWait(); w != nil && (w.CheckValid() != nil || w.AsDuration() < 0) {
-			return interceptors.Status(codes.InvalidArgument, opledgerv1.ErrorReason_ERROR_REASON_DEADLINE_INVALID,
-				"wait must be a non-negative duration", nil, interceptors.FieldViolation("wait", "must be non-negative"))
+		if err := checkWait(r.GetWait()); err != nil {
+			return err
 		}
 	case *opledgerv1.GetRequest:
 		return checkID(r.GetOperationId())
@@ -293,6 +279,29 @@ func validate(_ context.Context, _ string, req any) error {
 		if res := r.GetResolution(); res != nil && len(res.GetNote()) > 1000 {
 			return invalid("resolution.note", "is longer than 1000 characters")
 		}
+	case *opledgerv1.ListOperationsRequest:
+		for _, st := range r.GetStates() {
+			if _, known := opledgerv1.State_name[int32(st)]; !known || st == opledgerv1.State_STATE_UNSPECIFIED {
+				return invalid("states", "must list known states, e.g. STATE_AWAITING_APPROVAL")
+			}
+		}
+		if r.GetTool() != "" && !toolName.MatchString(r.GetTool()) {
+			return invalid("tool", "must be empty or match [a-z][a-z0-9_]{0,63}")
+		}
+		if r.GetPageSize() < 0 {
+			return invalid("page_size", "must not be negative")
+		}
+		if len(r.GetPageToken()) > 256 {
+			return invalid("page_token", "is not a token this server issued")
+		}
+	}
+	return nil
+}
+
+func checkWait(w *durationpb.Duration) error {
+	if w != nil && (w.CheckValid() != nil || w.AsDuration() < 0) {
+		return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_DEADLINE_INVALID,
+			"wait must be a non-negative duration", nil, reason.FieldViolation("wait", "must be non-negative"))
 	}
 	return nil
 }

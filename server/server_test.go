@@ -11,7 +11,7 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/harness"
-	"github.com/opledger/opledger/interceptors"
+	"github.com/opledger/opledger/reason"
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }
@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { harness.Main(m) }
 // requireReason checks that err is a gRPC status with code and exactly one
 // ErrorInfo, in opledger's domain, carrying reason. It returns the status so
 // that callers can look at further details.
-func requireReason(t testing.TB, err error, code codes.Code, reason string) *status.Status {
+func requireReason(t testing.TB, err error, code codes.Code, want string) *status.Status {
 	t.Helper()
 	require.Error(t, err)
 	st, ok := status.FromError(err)
@@ -32,8 +32,8 @@ func requireReason(t testing.TB, err error, code codes.Code, reason string) *sta
 		}
 	}
 	require.Len(t, infos, 1, "want exactly one ErrorInfo in %v", err)
-	require.Equal(t, interceptors.ErrorDomain, infos[0].GetDomain())
-	require.Equal(t, reason, infos[0].GetReason(), "status: %v", err)
+	require.Equal(t, reason.Domain, infos[0].GetDomain())
+	require.Equal(t, want, infos[0].GetReason(), "status: %v", err)
 	return st
 }
 

@@ -69,6 +69,14 @@ func WebhookHandler(l *ledger.Ledger, logger *slog.Logger) http.Handler {
 	return mux
 }
 
+// VerifySignature reports whether header is a valid Opledger-Signature of
+// body under secret, signed within 5 minutes of now. It is the check this
+// server makes on incoming webhooks, and the one a receiver of opledger's
+// approval notifications makes (docs/operations.md).
+func VerifySignature(secret, header string, body []byte, now time.Time) bool {
+	return validSignature(secret, header, body, now)
+}
+
 func validSignature(secret, header string, body []byte, now time.Time) bool {
 	var ts, sig string
 	for _, part := range strings.Split(header, ",") {

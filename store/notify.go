@@ -52,6 +52,11 @@ func (l *Listener) Subscribe(id string) (<-chan struct{}, func()) {
 	}
 }
 
+// Wake wakes this process's waiters on an operation, as a notification
+// would: for a change made by this process, whose waiters need no
+// round trip through PostgreSQL.
+func (l *Listener) Wake(id string) { l.wake(id, false) }
+
 func (l *Listener) wake(id string, all bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

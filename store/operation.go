@@ -37,8 +37,11 @@ type Operation struct {
 	// FirstSentFence is the fence of the first attempt that may have reached
 	// the downstream; 0 while nothing may have been sent.
 	FirstSentFence int64
-	DownstreamKey  string
-	ExternalRef    string
+	// Waited says an Execute waits for the current attempt's outcome, so the
+	// statement recording it notifies (OperationMarkWaited).
+	Waited        bool
+	DownstreamKey string
+	ExternalRef   string
 	// Result and Error are JSON documents, or nil.
 	Result, Error     []byte
 	ReconcileAttempts int32
@@ -91,7 +94,7 @@ func fromDB(r db.Operation) Operation {
 		ApprovalDecidedAt: r.ApprovalDecidedAt.Time, ApprovalExpiresAt: r.ApprovalExpiresAt.Time,
 		ApprovalFingerprint: r.ApprovalFingerprint.String, ApprovalReason: r.ApprovalReason.String,
 		Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner.String, LeaseExpiresAt: r.LeaseExpiresAt.Time,
-		FirstClaimedAt: r.FirstClaimedAt.Time, FirstSentFence: r.FirstSentFence.Int64,
+		FirstClaimedAt: r.FirstClaimedAt.Time, FirstSentFence: r.FirstSentFence.Int64, Waited: r.Waited,
 		DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef.String, Result: r.Result, Error: r.Error,
 		ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt.Time,
 		CreatedAt: r.CreatedAt.Time, UpdatedAt: r.UpdatedAt.Time,
@@ -132,18 +135,31 @@ type NewOperation struct {
 	DownstreamKey                                 string
 	// Actor and Detail describe the PREPARED event.
 	Actor, Detail string
+	// Notify queues an approval notification with an operation that
+	// awaits approval.
+	Notify bool
+	// Claim, when set, claims the new operation for Lease in the same
+	// statement (the one-call path), if it is born in Claim.From and needs
+	// no approval; the row then reports the claim (fence 1).
+	Claim *Claim
+	Lease Lease
 }
 
 // OperationInsert inserts the operation with its PREPARED event unless its
 // (tenant, tool, idempotency key) is taken, in which case it returns
 // inserted == false and the caller reads the existing one.
 func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operation, inserted bool, err error) {
-	r, err := c.q.OperationInsert(ctx, c.dbtx, db.OperationInsertParams{
+	p := db.OperationInsertParams{
 		ID: n.ID, Tenant: n.Tenant, Tool: n.Tool, ToolVersion: n.ToolVersion, IdempotencyKey: n.IdempotencyKey,
 		Args: n.Args, Fingerprint: n.Fingerprint, State: n.State, PreparedBy: n.PreparedBy,
 		ApprovalRequired: n.ApprovalRequired, ApprovalTtlMs: n.ApprovalTTL.Milliseconds(),
-		DownstreamKey: n.DownstreamKey, Actor: n.Actor, Detail: n.Detail,
-	})
+		DownstreamKey: n.DownstreamKey, Actor: n.Actor, Detail: n.Detail, Notify: n.Notify,
+	}
+	if n.Claim != nil {
+		p.Claim, p.ClaimFrom, p.ClaimTo, p.ClaimEvent = true, n.Claim.From, n.Claim.To, n.Claim.Event
+		p.LeaseOwner, p.LeaseSeconds = text(n.Lease.Owner), n.Lease.Duration.Seconds()
+	}
+	r, err := c.q.OperationInsert(ctx, c.dbtx, p)
 	op, err = wrote(one(r, err, func(r db.OperationInsertRow) db.Operation { return db.Operation(r) }))
 	if errors.Is(err, ErrNotFound) {
 		return Operation{}, false, nil
@@ -164,7 +180,7 @@ func (c *Conn) OperationGet(ctx context.Context, tenant, id string) (Operation, 
 	if err != nil {
 		return Operation{}, interpretError(err)
 	}
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence}, r.DbNow), nil
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow), nil
 }
 
 // OperationGetForUpdate reads and row-locks an operation for the rest of the
@@ -194,11 +210,14 @@ type Lease struct {
 	Duration time.Duration
 	// Actor names the claimer in the event log.
 	Actor string
-	// UnsafeClaimConsumesApproval re-introduces, for the chaos suite's
-	// approval-claim control only, the fixed defect of a claim consuming the
-	// approval: an operation claimed before claims again after its approval
-	// ended although nothing was sent. Only failpoints builds ever set it.
-	UnsafeClaimConsumesApproval bool
+}
+
+// Claim is the guarded claim of an operation, as the state machine's table
+// describes it: From → To with Event, and whether the approval must be in
+// force.
+type Claim struct {
+	From, To, Event        string
+	RequireApprovalInForce bool
 }
 
 // OperationClaim moves a READY operation whose approval holds to EXECUTING
@@ -206,10 +225,10 @@ type Lease struct {
 // returns it with claimed = true. An operation it could not claim comes back
 // as it was (claimed = false) in the same round trip; ErrNotFound means the
 // tenant has no such operation.
-func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, l Lease) (op Operation, claimed bool, err error) {
+func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, l Lease) (op Operation, claimed bool, err error) {
 	rows, err := c.q.OperationClaim(ctx, c.dbtx, db.OperationClaimParams{
 		ID: id, Tenant: tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
-		UnsafeClaimConsumesApproval: l.UnsafeClaimConsumesApproval,
+		FromState: cl.From, ToState: cl.To, EventType: cl.Event, RequireApprovalInForce: cl.RequireApprovalInForce,
 	})
 	if err != nil {
 		return Operation{}, false, interpretError(err)
@@ -218,18 +237,29 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, l Lease) (
 		return Operation{}, false, ErrNotFound
 	}
 	r := rows[0]
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence}, r.DbNow), r.Claimed, nil
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow), r.Claimed, nil
 }
 
 // OperationTakeOver fences out the holder of an expired lease (fence + 1)
 // and hands the operation to l. ErrNotFound means the lease had not expired
 // or someone else moved first.
-func (c *Conn) OperationTakeOver(ctx context.Context, tenant, id string, fence int64, l Lease, k KeyWindow) (Operation, error) {
+func (c *Conn) OperationTakeOver(ctx context.Context, t TakeOver, l Lease) (Operation, error) {
 	r, err := c.q.OperationTakeOver(ctx, c.dbtx, db.OperationTakeOverParams{
-		ID: id, Tenant: tenant, Fence: fence, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
-		KeyRetentionSeconds: k.Retention.Seconds(), AheadSeconds: k.Ahead.Seconds(),
+		ID: t.ID, Tenant: t.Tenant, Fence: t.Fence, FromState: t.From, EventType: t.Event,
+		LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
+		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
 	})
 	return wrote(one(r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) }))
+}
+
+// TakeOver is the guarded takeover of an expired lease: the operation in
+// From with the Fence the caller read, its event, and the key window a
+// resubmission must fit in.
+type TakeOver struct {
+	Tenant, ID  string
+	From, Event string
+	Fence       int64
+	KeyWindow   KeyWindow
 }
 
 // KeyWindow guards a resubmission of a downstream key: with a Retention (how
@@ -288,8 +318,10 @@ func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation
 // Decision is an approval-related change: a decision (Decision "APPROVE" or
 // "DENY") or an expiry (Decision empty, which clears the approval).
 type Decision struct {
-	Tenant, ID          string
-	From, To            string
+	Tenant, ID string
+	// From lists the states the operation may be in.
+	From                []string
+	To                  string
 	Decision            string
 	DecidedBy           string
 	ApprovedFingerprint string
@@ -300,17 +332,28 @@ type Decision struct {
 	// clock and that nothing was sent (an expiry, a renewal of a lapsed
 	// approval, a denial of a READY operation).
 	RequireLapsedUnsent bool
+	// Notify queues an approval notification when the change is an expiry
+	// (the operation awaits approval again).
+	Notify bool
 }
 
-// OperationDecide applies d, guarded on d.From. ErrNotFound means the state
-// moved.
+// OperationDecide applies d, guarded on d.From (and, when asked, on the
+// approval having lapsed with nothing sent). ErrNotFound means a guard
+// failed.
 func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, error) {
 	r, err := c.q.OperationDecide(ctx, c.dbtx, db.OperationDecideParams{
-		ID: d.ID, Tenant: d.Tenant, FromState: d.From, ToState: d.To, Decision: text(d.Decision),
+		ID: d.ID, Tenant: d.Tenant, FromStates: d.From, ToState: d.To, Decision: text(d.Decision),
 		DecidedBy: text(d.DecidedBy), ApprovedFingerprint: text(d.ApprovedFingerprint), Reason: text(d.Reason),
-		EventType: d.Event, Actor: d.Actor, Detail: d.Detail, RequireLapsedUnsent: d.RequireLapsedUnsent,
+		EventType: d.Event, Actor: d.Actor, Detail: d.Detail, RequireLapsedUnsent: d.RequireLapsedUnsent, Notify: d.Notify,
 	})
 	return wrote(one(r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
+}
+
+// OperationMarkWaited records that an Execute waits for the outcome of the
+// attempt holding fence. It reports false when that attempt already ended.
+func (c *Conn) OperationMarkWaited(ctx context.Context, tenant, id string, fence int64) (bool, error) {
+	n, err := c.q.OperationMarkWaited(ctx, c.dbtx, db.OperationMarkWaitedParams{ID: id, Tenant: tenant, Fence: fence})
+	return n == 1, interpretError(err)
 }
 
 // OperationClaimUnresolved hands up to batch stuck operations to the
@@ -326,7 +369,7 @@ func (c *Conn) OperationClaimUnresolved(ctx context.Context, batch int32, base, 
 	}
 	out := make([]Operation, len(rows))
 	for i, r := range rows {
-		out[i] = withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence}, r.DbNow)
+		out[i] = withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow)
 	}
 	return out, nil
 }
@@ -375,4 +418,41 @@ func (c *Conn) OperationGetByDownstreamKeyForUpdate(ctx context.Context, key str
 func (c *Conn) WebhookEventInsert(ctx context.Context, tool, id, operationID string) (bool, error) {
 	n, err := c.q.WebhookEventInsert(ctx, c.dbtx, db.WebhookEventInsertParams{Tool: tool, ID: id, OperationID: text(operationID)})
 	return n == 1, interpretError(err)
+}
+
+// ListQuery selects a page of a tenant's operations, newest first.
+type ListQuery struct {
+	Tenant string
+	// States are the states to include; every one must be given (the
+	// query reads the index once per state).
+	States []string
+	// Tool, when not empty, keeps only that tool's operations.
+	Tool string
+	// AfterTime and AfterID are the cursor: the last operation of the
+	// previous page. Zero starts from the newest operation.
+	AfterTime time.Time
+	AfterID   string
+	// Limit is the most operations returned.
+	Limit int32
+}
+
+// OperationList returns up to q.Limit of the tenant's operations in
+// q.States, ordered by creation time and then id, newest first, that come
+// after the cursor in that order.
+func (c *Conn) OperationList(ctx context.Context, q ListQuery) ([]Operation, error) {
+	before := pgtype.Timestamptz{Time: q.AfterTime, Valid: true}
+	if q.AfterTime.IsZero() {
+		before = pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	}
+	rows, err := c.q.OperationList(ctx, c.dbtx, db.OperationListParams{
+		States: q.States, Tenant: q.Tenant, Tool: q.Tool, BeforeTime: before, BeforeID: q.AfterID, PageLimit: q.Limit,
+	})
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out := make([]Operation, len(rows))
+	for i, r := range rows {
+		out[i] = fromDB(r)
+	}
+	return out, nil
 }

@@ -22,7 +22,6 @@ import (
 )
 
 const (
-	defaultTimeout = 10 * time.Second
 	// maxAttemptsLimit keeps a misconfigured retry count from hammering a
 	// downstream that is already failing.
 	maxAttemptsLimit = 10
@@ -192,6 +191,7 @@ func buildTool(td *toolDoc) (*Tool, error) {
 	if t.Executor, err = buildExecutor(td.Executor); err != nil {
 		return nil, err
 	}
+	t.Executor.Tool = t.Name
 	return t, nil
 }
 
@@ -224,11 +224,9 @@ func buildExecutor(ed *executorDoc) (ExecutorConfig, error) {
 		Type:             strings.TrimSpace(ed.Type),
 		URL:              ed.URL,
 		LookupURL:        ed.LookupURL,
-		Timeout:          defaultTimeout,
 		DedupesKeys:      ed.DedupesKeys,
 		LookupConsistent: ed.LookupConsistent,
 		ExternalRefField: ed.ExternalRefField,
-		MaxAttempts:      1,
 		Headers:          map[string]string{},
 		Classification: executor.Classification{DefinitiveStatuses: ed.DefinitiveStatuses, LookupStatusField: ed.LookupStatusField,
 			LookupSucceeded: ed.LookupSucceeded, LookupFailed: ed.LookupFailed, LookupPending: ed.LookupPending},

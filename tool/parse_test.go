@@ -2,6 +2,7 @@ package tool
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,7 +62,7 @@ func TestParseDefaultsAndFields(t *testing.T) {
 	require.Equal(t, Approval{Required: true, TTL: 90 * time.Second}, c.Approval)
 	require.JSONEq(t, `{"type":"object","properties":{"n":{"type":"integer"}}}`, string(c.ArgsSchema))
 	require.Equal(t, ExecutorConfig{
-		Type: "http", URL: "https://pay.example/charges", LookupURL: "https://pay.example/charges?k={key}",
+		Tool: "charge", Type: "http", URL: "https://pay.example/charges", LookupURL: "https://pay.example/charges?k={key}",
 		Timeout: 3 * time.Second, DedupesKeys: true, LookupConsistent: true, ExternalRefField: "data.id",
 		MaxAttempts: 2, Headers: map[string]string{"X-Api-Version": "2"},
 		Classification: executor.Classification{DefinitiveStatuses: []int{400, 402, 422}, LookupStatusField: "data.state",
@@ -72,8 +73,9 @@ func TestParseDefaultsAndFields(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, EffectReadOnly, p.Effect)
 	require.Equal(t, Approval{}, p.Approval)
-	require.Equal(t, 10*time.Second, p.Executor.Timeout)
-	require.Equal(t, 1, p.Executor.MaxAttempts)
+	require.Zero(t, p.Executor.Timeout, "zero stands for the default")
+	require.Equal(t, 10*time.Second, p.Executor.WithDefaults().Timeout)
+	require.Equal(t, 1, p.Executor.WithDefaults().MaxAttempts)
 	require.False(t, p.Executor.DedupesKeys)
 	require.NoError(t, p.ValidateArgs(nil))
 }
@@ -127,6 +129,31 @@ func TestLookupAndList(t *testing.T) {
 	// List returns a copy.
 	r.List()[0] = nil
 	require.NotNil(t, r.List()[0])
+}
+
+// TestNamesAndVersions: the lists an unknown-tool error shows name each
+// tool once, keep versions in declaration order, and stay bounded.
+func TestNamesAndVersions(t *testing.T) {
+	t.Parallel()
+	src := "tools:" + strings.ReplaceAll(minimalTool, "ping", "zeta") +
+		strings.Replace(minimalTool, `version: "1"`, `version: "2"`, 1) + minimalTool
+	r, err := Parse([]byte(src), fakeEnv(nil))
+	require.NoError(t, err)
+	require.Equal(t, "ping, zeta", r.Names(20))
+	require.Equal(t, "2, 1", r.Versions("ping", 20), "declaration order: the last is the current one")
+	require.Equal(t, "(none)", r.Versions("nope", 20))
+
+	var many strings.Builder
+	many.WriteString("tools:")
+	for i := range 25 {
+		many.WriteString(strings.ReplaceAll(minimalTool, "ping", fmt.Sprintf("tool_%02d", i)))
+	}
+	r, err = Parse([]byte(many.String()), fakeEnv(nil))
+	require.NoError(t, err)
+	got := r.Names(20)
+	require.True(t, strings.HasPrefix(got, "tool_00, tool_01, "), got)
+	require.True(t, strings.HasSuffix(got, "tool_19 and 5 more"), got)
+	require.NotContains(t, got, "tool_20")
 }
 
 func TestParseErrors(t *testing.T) {

@@ -48,46 +48,11 @@ type Approval struct {
 	TTL time.Duration
 }
 
-// ExecutorConfig says how a tool is performed. Type "http" is built in;
-// other types name executors registered in Go, which read the fields they
-// need.
-type ExecutorConfig struct {
-	// Type names the executor ("http").
-	Type string
-	// URL is the endpoint the args are POSTed to (http).
-	URL string
-	// LookupURL, if set, finds the downstream's record by downstream key;
-	// "{key}" in it is replaced by the URL-escaped key (http).
-	LookupURL string
-	// Timeout bounds one attempt; defaults to 10s.
-	Timeout time.Duration
-	// DedupesKeys means the downstream honours Idempotency-Key: the same key
-	// has the same effect at most once, so a retry or a lease takeover with
-	// the same key is safe.
-	DedupesKeys bool
-	// LookupConsistent means a not-found from LookupURL is trustworthy
-	// (read-after-write consistent), so the operation may be resubmitted.
-	LookupConsistent bool
-	// ExternalRefField is the JSON field (dot path, e.g. "data.id") of a 2xx
-	// body holding the downstream's reference.
-	ExternalRefField string
-	// MaxAttempts bounds attempts per Execute for failures of unknown
-	// outcome; > 1 only when DedupesKeys. Defaults to 1.
-	MaxAttempts int
-	// Headers are extra static request headers.
-	Headers map[string]string
-	// KeyRetention is how long the downstream remembers an idempotency key
-	// (Stripe: 24h); zero means it never forgets. Past it, the same key no
-	// longer dedupes, so the ledger stops trusting a lookup miss, a lease
-	// takeover or a resubmission for an operation first sent that long ago.
-	KeyRetention time.Duration
-	// WebhookSecret, when set, accepts signed completion events for this
-	// tool at POST /webhooks/{tool}; keep it in the environment (${VAR}).
-	WebhookSecret string
-	// Classification declares which answers are definitive: the statuses
-	// that are refusals, and the lookup statuses that settle an outcome.
-	executor.Classification
-}
+// ExecutorConfig says how a tool is performed: the executor settings the
+// tools file declares (see executor.Settings, which documents each field and
+// its default). Zero values stand for the defaults; read them through
+// executor.Settings.WithDefaults.
+type ExecutorConfig = executor.Settings
 
 // Tool is one version of a declared tool.
 type Tool struct {
@@ -146,6 +111,40 @@ func (r *Registry) Lookup(name, version string) (*Tool, error) {
 // List returns every tool, sorted by name and then version.
 func (r *Registry) List() []*Tool {
 	return append([]*Tool(nil), r.list...)
+}
+
+// Names describes the configured tool names for a person, sorted and
+// comma-separated, at most limit of them and then how many more there are:
+// an unknown-tool error can say what would have worked without growing
+// with the file.
+func (r *Registry) Names(limit int) string {
+	var names []string
+	for _, t := range r.list {
+		if len(names) == 0 || names[len(names)-1] != t.Name {
+			names = append(names, t.Name)
+		}
+	}
+	return boundedList(names, limit)
+}
+
+// Versions describes a tool's declared versions like Names, in declaration
+// order (the last is the current one).
+func (r *Registry) Versions(name string, limit int) string {
+	var versions []string
+	for _, t := range r.byName[name] {
+		versions = append(versions, t.Version)
+	}
+	return boundedList(versions, limit)
+}
+
+func boundedList(items []string, limit int) string {
+	if len(items) == 0 {
+		return "(none)"
+	}
+	if limit > 0 && len(items) > limit {
+		return strings.Join(items[:limit], ", ") + fmt.Sprintf(" and %d more", len(items)-limit)
+	}
+	return strings.Join(items, ", ")
 }
 
 // ArgsError reports args that do not match a tool's schema.

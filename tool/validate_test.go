@@ -29,7 +29,7 @@ func TestExamplesFile(t *testing.T) {
 	require.Equal(t, EffectSideEffect, pay.Effect)
 	require.Equal(t, Approval{Required: true, TTL: 15 * time.Minute}, pay.Approval)
 	require.Equal(t, ExecutorConfig{
-		Type: "http", URL: "http://127.0.0.1:7070/charges",
+		Tool: "pay_invoice", Type: "http", URL: "http://127.0.0.1:7070/charges",
 		LookupURL: "http://127.0.0.1:7070/charges?idempotency_key={key}",
 		Timeout:   10 * time.Second, DedupesKeys: true, LookupConsistent: true, ExternalRefField: "id",
 		MaxAttempts: 3, Headers: map[string]string{}, KeyRetention: 24 * time.Hour,
@@ -43,6 +43,7 @@ func TestExamplesFile(t *testing.T) {
 	require.False(t, mail.Executor.DedupesKeys)
 	require.Empty(t, mail.Executor.LookupURL)
 	require.Equal(t, 1, mail.Executor.MaxAttempts)
+	require.Equal(t, 1, mail.Executor.WithDefaults().MaxAttempts)
 	require.Equal(t, "id", mail.Executor.ExternalRefField)
 }
 

@@ -284,3 +284,55 @@ func (c *Client) Cancel(ctx context.Context, operationID, reason string) (*opled
 	})
 	return resp, err
 }
+
+// ListTools returns the tools the server is configured with (every version;
+// Tool.Current marks the one Prepare uses without WithToolVersion), with
+// their descriptions, effects, approval policies and argument JSON Schemas.
+func (c *Client) ListTools(ctx context.Context) (*opledgerv1.ListToolsResponse, error) {
+	var resp *opledgerv1.ListToolsResponse
+	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+		resp, err = c.rpc.ListTools(ctx, &opledgerv1.ListToolsRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// ListOperationsOption tunes ListOperations.
+type ListOperationsOption func(*opledgerv1.ListOperationsRequest)
+
+// WithStates lists only operations in these states.
+func WithStates(states ...opledgerv1.State) ListOperationsOption {
+	return func(r *opledgerv1.ListOperationsRequest) { r.States = append(r.States, states...) }
+}
+
+// WithTool lists only operations of this tool.
+func WithTool(tool string) ListOperationsOption {
+	return func(r *opledgerv1.ListOperationsRequest) { r.Tool = tool }
+}
+
+// WithPageSize asks for at most n operations per page (the server's default
+// is 50 and its maximum 200).
+func WithPageSize(n int32) ListOperationsOption {
+	return func(r *opledgerv1.ListOperationsRequest) { r.PageSize = n }
+}
+
+// WithPageToken asks for the page after the one that returned token (its
+// NextPageToken); pass the same states and tool as for that page.
+func WithPageToken(token string) ListOperationsOption {
+	return func(r *opledgerv1.ListOperationsRequest) { r.PageToken = token }
+}
+
+// ListOperations returns one page of the tenant's operations, newest first.
+// NextPageToken is empty on the last page.
+func (c *Client) ListOperations(ctx context.Context, opts ...ListOperationsOption) (*opledgerv1.ListOperationsResponse, error) {
+	req := &opledgerv1.ListOperationsRequest{}
+	for _, o := range opts {
+		o(req)
+	}
+	var resp *opledgerv1.ListOperationsResponse
+	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+		resp, err = c.rpc.ListOperations(ctx, req)
+		return err
+	})
+	return resp, err
+}

@@ -169,3 +169,62 @@ func TestValidationErrorsAreTyped(t *testing.T) {
 	require.ErrorIs(t, err, client.ReasonAPIKeyInvalid)
 	require.False(t, errors.Is(err, client.ReasonAPIKeyMissing))
 }
+
+func TestListToolsOperationsAndCancel(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+
+	tools, err := w.approver.ListTools(ctx)
+	require.NoError(t, err)
+	var pay *opledgerv1.Tool
+	for _, tl := range tools.GetTools() {
+		if tl.GetName() == "pay_invoice" {
+			pay = tl
+		}
+	}
+	require.NotNil(t, pay)
+	require.True(t, pay.GetApprovalRequired())
+	require.Equal(t, opledgerv1.Effect_EFFECT_SIDE_EFFECT, pay.GetEffect())
+	require.Contains(t, pay.GetArgsSchema().AsMap()["properties"], "amount_minor")
+
+	var ids []string // oldest first
+	for i := range 3 {
+		prep, err := w.agent.Prepare(ctx, "pay_invoice", invoice(4900+i), testKey(t, "call_"+string(rune('a'+i))))
+		require.NoError(t, err)
+		ids = append(ids, prep.GetOperation().GetId())
+	}
+	pending := client.WithStates(opledgerv1.State_STATE_AWAITING_APPROVAL)
+	page1, err := w.approver.ListOperations(ctx, pending, client.WithTool("pay_invoice"), client.WithPageSize(2))
+	require.NoError(t, err)
+	require.Len(t, page1.GetOperations(), 2)
+	require.Equal(t, []string{ids[2], ids[1]}, []string{page1.GetOperations()[0].GetId(), page1.GetOperations()[1].GetId()})
+	require.NotEmpty(t, page1.GetNextPageToken())
+	page2, err := w.approver.ListOperations(ctx, pending, client.WithTool("pay_invoice"), client.WithPageSize(2),
+		client.WithPageToken(page1.GetNextPageToken()))
+	require.NoError(t, err)
+	require.Len(t, page2.GetOperations(), 1)
+	require.Equal(t, ids[0], page2.GetOperations()[0].GetId())
+	require.Empty(t, page2.GetNextPageToken())
+
+	// The token is bound to the filters; another tenant sees none of it.
+	_, err = w.approver.ListOperations(ctx, client.WithPageToken(page1.GetNextPageToken()))
+	require.ErrorIs(t, err, client.ReasonFieldInvalid)
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	theirs, err := w.other.ListOperations(ctx)
+	require.NoError(t, err)
+	require.Empty(t, theirs.GetOperations())
+
+	// Cancel takes an operation off the pending list.
+	cancelled, err := w.agent.Cancel(ctx, ids[1], "not needed")
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_CANCELLED, cancelled.GetOperation().GetState())
+	again, err := w.agent.Cancel(ctx, ids[1], "not needed")
+	require.NoError(t, err)
+	require.True(t, again.GetReplayed())
+	left, err := w.approver.ListOperations(ctx, pending)
+	require.NoError(t, err)
+	require.Len(t, left.GetOperations(), 2)
+	require.Equal(t, ids[2], left.GetOperations()[0].GetId())
+	require.Equal(t, ids[0], left.GetOperations()[1].GetId())
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,28 +17,30 @@ import (
 // very binary) and prints the comparison table. It fails when a measurement
 // broke (errors, or no op completed), never because of the numbers.
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer, _ func(string) string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("bench", "[flags]", `
+Measures opledger's throughput and latency against baselines (pgbench
+running opledger's own statements, a bare gRPC server, the interceptor
+chain, DBOS) on a throwaway PostgreSQL, with real serve processes of this
+binary, and prints the comparison table with CPU time per operation
+(docs/performance.md). It fails only when a measurement broke, never
+because of the numbers.`)
 	var o bench.Options
 	fs.BoolVar(&o.Quick, "quick", false, "fewer concurrency levels and 1s measurements: shows that everything works, in about a minute")
-	conc := fs.String("concurrency", "", "comma-separated client counts (default 1,4,16,64; quick: 1,16)")
+	conc := fs.String("concurrency", "", "comma-separated client `counts` (default 1,4,16,64; quick: 1,16)")
 	fs.DurationVar(&o.Duration, "duration", 0, "length of each measurement (default 5s; quick: 1s)")
 	fs.IntVar(&o.Grow, "grow", 0, "also bulk-load this many operations and measure execute-replay at 10 thousand and at N")
-	out := fs.String("out", "", "also write the report to this file: Markdown, or JSON if the name ends in .json")
-	fs.StringVar(&o.CPUProfileDir, "cpuprofile-dir", "", "write one CPU profile per scenario (in-process server) into this directory")
+	out := fs.String("out", "", "also write the report to this `FILE`: Markdown, or JSON if the name ends in .json")
+	fs.StringVar(&o.CPUProfileDir, "cpuprofile-dir", "", "write one CPU profile per scenario (in-process server) into this `DIR`")
 	fs.IntVar(&o.ProfileConcurrency, "profile-concurrency", 0, "client count of the profiled runs (default: the sweep's highest up to 16)")
-	fs.IntVar(&o.Processes, "processes", 1, "number of `opledger serve` processes sharing the database")
+	fs.IntVar(&o.Processes, "processes", 1, "number of serve processes sharing the database")
 	fs.IntVar(&o.Repeat, "repeat", 1, "measure every point this many times and keep the median (tames a busy machine)")
 	fs.IntVar(&o.DBConns, "db-conns", 16, "connection pool size of each server and of DBOS")
-	scen := fs.String("scenarios", "", "comma-separated subset of: "+strings.Join(bench.Scenarios, ", "))
-	base := fs.String("baselines", "", "comma-separated subset of: pgbench, pgbench-nonotify, grpc-floor, grpc-chain, dbos")
-	fs.StringVar(&o.Dir, "dir", "", "working directory for the cluster and logs (default: a temporary one, removed)")
-	inProcess := fs.Bool("in-process", false, "serve from this process instead of `opledger serve` children")
-	if err := fs.Parse(args); err != nil {
+	scen := fs.String("scenarios", "", "comma-separated `list`, a subset of: "+strings.Join(bench.Scenarios, ", "))
+	base := fs.String("baselines", "", "comma-separated `list`, a subset of: pgbench, pgbench-nonotify, grpc-floor, grpc-chain, dbos")
+	fs.StringVar(&o.Dir, "dir", "", "working `DIR` for the cluster and logs (default: a temporary one, removed)")
+	inProcess := fs.Bool("in-process", false, "serve from this process instead of serve child processes")
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
 	if *conc != "" {
 		for _, f := range strings.Split(*conc, ",") {
@@ -107,15 +108,16 @@ func writeReport(rep *bench.Report, path string) error {
 // only `opledger bench` starts it): a gRPC server answering canned
 // responses, bare or behind the interceptor chain, in a process of its own
 // like the servers it is compared with.
-func cmdBenchFloor(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("bench-floor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func cmdBenchFloor(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := newFlagSet("bench-floor", "[flags]", `
+The benchmark's floor child, started only by 'opledger bench': a gRPC
+server answering canned responses, bare or behind the interceptor chain.`)
 	cfg := bench.FloorConfig{DatabaseURL: getenv("DATABASE_URL"), ToolsFile: getenv("OPLEDGER_TOOLS"),
 		SecretHex: getenv("OPLEDGER_DOWNSTREAM_SECRET")}
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "address HOST:PORT")
-	fs.StringVar(&cfg.CannedDir, "canned", "", "directory holding the canned answers")
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "address `HOST:PORT`")
+	fs.StringVar(&cfg.CannedDir, "canned", "", "`DIR` holding the canned answers")
 	fs.BoolVar(&cfg.Chain, "chain", false, "run the interceptor chain (authenticating against DATABASE_URL)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	return bench.ServeFloor(ctx, cfg)

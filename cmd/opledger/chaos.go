@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,8 +20,13 @@ import (
 // line and fails on any violation (with --control=NAME: unless the checker
 // found the violations the re-introduced defect must cause).
 func cmdChaos(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("chaos", "[flags]", `
+Runs the fault-injection suite (docs/reliability.md): three serve processes
+of this binary on one throwaway PostgreSQL, fake processors, a workload of
+agents and a nemesis that crashes servers and injects database, network and
+processor faults; then it checks every effect and every answer: each
+approved operation has exactly one charge or is truthfully OUTCOME_UNKNOWN.
+Needs a binary built with -tags failpoints.`)
 	duration := fs.Duration("duration", time.Minute, "how long the workload and the nemesis run")
 	ops := fs.Int("ops", 0, "run on past --duration until this many operations were started (0: no floor)")
 	maxDuration := fs.Duration("max-duration", 0, "cap when --ops is not reached (default 4 × --duration)")
@@ -30,12 +34,12 @@ func cmdChaos(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.Var(&control, "control", "a control run: re-introduce a fixed defect, and require the checker to catch it: "+
 		strings.Join(chaos.ControlNames(), ", ")+" (bare --control: "+chaos.DefaultControl+")")
 	seed := fs.Uint64("seed", 0, "seed for every random choice (0: random, printed)")
-	history := fs.String("history", "", "write the JSON-lines history to this file")
+	history := fs.String("history", "", "write the JSON-lines history to this `FILE`")
 	workers := fs.Int("workers", 16, "concurrent agents")
 	rate := fs.Float64("failpoint-rate", 0.0005, "probability that each named failpoint kills a server on each hit (negative: scheduled crashes only)")
 	requireAll := fs.Bool("require-all-faults", true, "fail when some fault kind was never injected")
-	dir := fs.String("dir", "", "working directory (default: a temporary one, removed after a clean run)")
-	if err := fs.Parse(args); err != nil {
+	dir := fs.String("dir", "", "working `DIR` (default: a temporary one, removed after a clean run)")
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if !failpoint.Enabled {

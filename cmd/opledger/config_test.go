@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/service"
 )
 
 // parseConfig parses args over env the way serve does.
@@ -30,12 +33,12 @@ func TestConfigFlagsAndEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 16384, cfg.FinishedCache)
 	require.Equal(t, 720*time.Hour, cfg.Retention)
-	require.Equal(t, 16384, finishedCacheSize(cfg.FinishedCache))
+	require.Equal(t, 16384, service.FinishedCacheSize(cfg.FinishedCache))
 
 	cfg, err = parseConfig(t, nil, map[string]string{"OPLEDGER_FINISHED_CACHE": "0", "OPLEDGER_RETENTION": "48h"})
 	require.NoError(t, err)
 	require.Equal(t, 0, cfg.FinishedCache)
-	require.Equal(t, -1, finishedCacheSize(cfg.FinishedCache), "0 turns the ledger's cache off")
+	require.Equal(t, -1, service.FinishedCacheSize(cfg.FinishedCache), "0 turns the ledger's cache off")
 	require.Equal(t, 48*time.Hour, cfg.Retention)
 
 	cfg, err = parseConfig(t, []string{"--finished-cache", "100"}, map[string]string{"OPLEDGER_FINISHED_CACHE": "0"})
@@ -45,5 +48,73 @@ func TestConfigFlagsAndEnvironment(t *testing.T) {
 	_, err = parseConfig(t, []string{"--finished-cache", "-3"}, nil)
 	require.ErrorContains(t, err, "--finished-cache")
 	_, err = parseConfig(t, []string{"--retention", "soon"}, nil)
-	require.ErrorContains(t, err, "--retention")
+	require.ErrorContains(t, err, "-retention")
+
+	// Variables go through the flag's own type, and a bad one is named.
+	cfg, err = parseConfig(t, nil, map[string]string{"OPLEDGER_REFLECTION": "false", "OPLEDGER_RATE_LIMIT": "2.5",
+		"OPLEDGER_AUTH_CACHE_TTL": "5s", "OPLEDGER_DOWNSTREAM_SECRET": "00112233445566778899aabbccddeeff"})
+	require.NoError(t, err)
+	require.False(t, cfg.Reflection)
+	require.Equal(t, 2.5, cfg.RateLimit)
+	require.Equal(t, 5*time.Second, cfg.AuthCacheTTL)
+	require.Len(t, cfg.DownstreamSecret, 16)
+	cfg, err = parseConfig(t, []string{"--reflection=true", "--auth-cache-ttl", "1s"}, map[string]string{"OPLEDGER_REFLECTION": "false", "OPLEDGER_AUTH_CACHE_TTL": "5s"})
+	require.NoError(t, err)
+	require.True(t, cfg.Reflection, "the flag beats its variable")
+	require.Equal(t, time.Second, cfg.AuthCacheTTL)
+	_, err = parseConfig(t, nil, map[string]string{"OPLEDGER_RETENTION": "soon"})
+	require.ErrorContains(t, err, `OPLEDGER_RETENTION: "soon" is not a valid --retention`)
+	_, err = parseConfig(t, nil, map[string]string{"OPLEDGER_DOWNSTREAM_SECRET": "not-hex-but-secret"})
+	require.ErrorContains(t, err, "OPLEDGER_DOWNSTREAM_SECRET")
+	require.NotContains(t, err.Error(), "not-hex-but-secret", "a secret is never echoed")
+	require.Equal(t, ledger.DefaultAuthCacheTTL, mustConfig(t).AuthCacheTTL)
+}
+
+func mustConfig(t *testing.T) Config {
+	t.Helper()
+	cfg, err := parseConfig(t, nil, nil)
+	require.NoError(t, err)
+	return cfg
+}
+
+// TestConsoleFlags: the console's address and URL come from flags or the
+// environment; plain HTTP is refused off loopback unless an https URL says
+// a TLS proxy is in front.
+func TestConsoleFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(t, nil, map[string]string{"OPLEDGER_CONSOLE_LISTEN": "127.0.0.1:8081"})
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:8081", cfg.ConsoleListen)
+	require.Equal(t, "http://127.0.0.1:8081", service.ConsoleURL(cfg))
+	cfg, err = parseConfig(t, []string{"--console-listen", "", "--console-url", "https://approvals.example.com/"},
+		map[string]string{"OPLEDGER_CONSOLE_LISTEN": "127.0.0.1:8081"})
+	require.NoError(t, err)
+	require.Empty(t, cfg.ConsoleListen)
+	require.Equal(t, "https://approvals.example.com", service.ConsoleURL(cfg))
+	_, err = parseConfig(t, []string{"--console-url", "approvals.example.com"}, nil)
+	require.ErrorContains(t, err, "--console-url")
+
+}
+
+// TestApprovalWebhookFlags: the notification needs an http(s) URL and a
+// secret to sign with; args stay out unless asked for.
+func TestApprovalWebhookFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(t, nil, nil)
+	require.NoError(t, err)
+	require.Empty(t, cfg.ApprovalWebhookURL)
+	require.False(t, cfg.ApprovalWebhookArgs)
+	require.Equal(t, time.Second, cfg.ApprovalWebhookBackoff)
+
+	cfg, err = parseConfig(t, []string{"--approval-webhook-args", "--approval-webhook-backoff", "250ms"}, map[string]string{
+		"OPLEDGER_APPROVAL_WEBHOOK_URL": "https://hooks.example.com/opledger", "OPLEDGER_APPROVAL_WEBHOOK_SECRET": "0123456789abcdef"})
+	require.NoError(t, err)
+	require.True(t, cfg.ApprovalWebhookArgs)
+	require.Equal(t, 250*time.Millisecond, cfg.ApprovalWebhookBackoff)
+	require.Equal(t, "https://hooks.example.com/opledger", cfg.ApprovalWebhookURL)
+
+	_, err = parseConfig(t, []string{"--approval-webhook-url", "https://hooks.example.com/opledger"}, nil)
+	require.ErrorContains(t, err, "--approval-webhook-secret")
+	_, err = parseConfig(t, []string{"--approval-webhook-url", "hooks.example.com", "--approval-webhook-secret", "0123456789abcdef"}, nil)
+	require.ErrorContains(t, err, "--approval-webhook-url")
 }

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,27 +18,49 @@ import (
 	"github.com/opledger/opledger/fakepay"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgcluster"
+	"github.com/opledger/opledger/service"
 	"github.com/opledger/opledger/store"
 )
 
+// defaultDevFakepay is the demo tools' processor URL when nothing else is
+// given (examples/tools.yaml's default for OPLEDGER_FAKEPAY_URL).
+const defaultDevFakepay = "127.0.0.1:7070"
+
 // cmdDev runs everything a first-time user needs on one machine: a private
 // PostgreSQL in --dir, the fake processor, a demo tenant with one key per
-// role, and the service with the demo tools. It writes the keys to
-// DIR/env so another shell can `. DIR/env`.
+// role, and the service with the demo tools. It writes the keys and
+// addresses to DIR/env so another shell can `. DIR/env`. One dev runs per
+// directory at a time (devLock).
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dir := fs.String("dir", ".opledger-dev", "directory for the private PostgreSQL and the demo keys")
+	fs := newFlagSet("dev", "[flags]", `
+Starts everything a first try needs, in the foreground: a private PostgreSQL
+(from the machine's PostgreSQL server binaries) kept in --dir, the fake
+payment processor, a demo tenant with one API key per role (agent,
+approver, operator) and the service with the demo tools
+(examples/tools.yaml) pointing at that processor. It prints the keys and
+addresses and writes them to DIR/env, for '. DIR/env' in another shell.
+Ctrl-C stops everything.
+
+One dev runs per --dir: a second one refuses while the first is alive (a
+crashed one does not block). The database survives a restart (operations,
+and every key issued: each start adds three new keys, the earlier ones stay
+valid until revoked); the fake processor's charges and e-mails live in
+memory and do not. Delete DIR to start afresh. The serve flags below apply
+to the service inside dev.`)
+	dir := fs.String("dir", ".opledger-dev", "`DIR` for the private PostgreSQL, the demo keys and the lock")
 	pgPort := fs.Int("pg-port", 0, "PostgreSQL port on 127.0.0.1 (0: any free port)")
-	fakepayAddr := fs.String("fakepay-listen", "127.0.0.1:7070", "fake processor address (empty: do not start it)")
-	tenant := fs.String("tenant", "demo", "the demo tenant")
+	fakepayAddr := fs.String("fakepay-listen", defaultDevFakepay, "fake processor address `HOST:PORT` (empty: do not start it)")
+	tenant := fs.String("tenant", "demo", "the demo `tenant`")
 	var cfg Config
 	finish := bindConfig(fs, &cfg, getenv)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if err := finish(); err != nil {
 		return err
+	}
+	if getenv("OPLEDGER_CONSOLE_LISTEN") == "" && !flagGiven(fs, "console-listen") {
+		cfg.ConsoleListen = "127.0.0.1:8080"
 	}
 	logger := newLogger(stderr, cfg.LogLevel)
 	abs, err := filepath.Abs(*dir)
@@ -47,6 +70,28 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return err
 	}
+	lock, err := lockDevDir(abs)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	// The processor's port is taken before PostgreSQL starts: a clash (a
+	// dev in another directory, say) fails at once, and port 0 works.
+	fakepayURL := "http://" + defaultDevFakepay
+	var fpLis net.Listener
+	if *fakepayAddr != "" {
+		if fpLis, err = net.Listen("tcp", *fakepayAddr); err != nil {
+			return fmt.Errorf("fake processor: %w (choose another with --fakepay-listen HOST:PORT)", err)
+		}
+		defer fpLis.Close()
+		fakepayURL = "http://" + fpLis.Addr().String()
+	}
+	if v := getenv("OPLEDGER_FAKEPAY_URL"); v != "" {
+		fakepayURL = v
+	}
+	started := time.Now().UTC().Format(time.RFC3339)
+	lock.update(devLockInfo{PID: os.Getpid(), GRPC: cfg.Listen, Fakepay: fakepayURL, Started: started})
+
 	pgDir := filepath.Join(abs, "pg")
 	fmt.Fprintln(stdout, "starting a private PostgreSQL in", pgDir, "...")
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: pgDir, Port: *pgPort, Durable: true, Logger: logger})
@@ -84,7 +129,11 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	if err != nil {
 		return err
 	}
-	suffix := time.Now().UTC().Format("20060102-150405")
+	// Each start issues new keys; the names say when, and a random tail
+	// keeps two starts within one second apart.
+	tail := make([]byte, 2)
+	_, _ = rand.Read(tail)
+	suffix := time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(tail)
 	keys := map[string]string{}
 	for _, role := range ledger.Roles {
 		key, _, err := ledger.CreatePrincipal(ctx, st, *tenant, role+"-"+suffix, []string{role})
@@ -95,35 +144,38 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		keys[role] = key
 	}
 	st.Close()
-	fakepayURL := getenv("OPLEDGER_FAKEPAY_URL")
-	if *fakepayAddr != "" {
-		if fakepayURL == "" {
-			fakepayURL = "http://" + *fakepayAddr
-		}
-		errc := make(chan error, 1)
-		go func() { errc <- fakepay.ListenAndServe(ctx, *fakepayAddr, logger.With("component", "fakepay")) }()
-		select {
-		case err := <-errc:
-			return fmt.Errorf("fake processor: %w", err)
-		case <-time.After(200 * time.Millisecond):
-		}
+	if fpLis != nil {
+		fp := fakepay.New(fakepay.Options{Logger: logger.With("component", "fakepay")})
+		go func() {
+			if err := fp.Serve(ctx, fpLis); err != nil {
+				logger.Error("fake processor stopped", "error", err)
+			}
+		}()
 	}
 	devenv := func(k string) string {
-		if k == "OPLEDGER_FAKEPAY_URL" && fakepayURL != "" {
+		if k == "OPLEDGER_FAKEPAY_URL" {
 			return fakepayURL
 		}
 		return getenv(k)
 	}
 	envFile := filepath.Join(abs, "env")
-	envText := fmt.Sprintf("export AGENT_KEY=%s\nexport APPROVER_KEY=%s\nexport OPERATOR_KEY=%s\nexport OPLEDGER_ADDR=%s\nexport DATABASE_URL=%s\n",
-		keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator], cfg.Listen, cfg.DatabaseURL)
-	if err := os.WriteFile(envFile, []byte(envText), 0o600); err != nil {
-		return err
-	}
-	ready := func(addr string) {
+	var readyErr error
+	ready := func(r service.Ready) {
+		addr := r.Addr
+		// The env file is written once the service listens, with the
+		// address it really bound: whoever sources it can connect at once.
+		// FAKEPAY_URL is what the clients' examples and test suites read;
+		// OPLEDGER_FAKEPAY_URL is what tools files expand.
+		envText := fmt.Sprintf("export AGENT_KEY=%s\nexport APPROVER_KEY=%s\nexport OPERATOR_KEY=%s\nexport OPLEDGER_ADDR=%s\nexport DATABASE_URL=%s\nexport OPLEDGER_FAKEPAY_URL=%s\nexport FAKEPAY_URL=%s\n",
+			keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator], addr, cfg.DatabaseURL, fakepayURL, fakepayURL)
+		if readyErr = writeFileAtomic(envFile, []byte(envText), 0o600); readyErr != nil {
+			fmt.Fprintln(stderr, "opledger dev: could not write", envFile+":", readyErr)
+		}
+		lock.update(devLockInfo{PID: os.Getpid(), GRPC: addr, Fakepay: fakepayURL, Database: cfg.DatabaseURL, Started: started})
 		fmt.Fprintf(stdout, `
 opledger dev is ready
   gRPC          %s (reflection on, plaintext)
+  console       %s
   fake processor %s
   database      %s
   tenant        %s
@@ -139,15 +191,15 @@ In another shell:
     %s opledger.v1.LedgerService/Prepare
 
 Logs follow as JSON on standard error. Ctrl-C stops everything.
-`, addr, fakepayURL, cfg.DatabaseURL, *tenant, keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator],
+`, addr, orOff(r.ConsoleURL), fakepayURL, cfg.DatabaseURL, *tenant, keys[ledger.RoleAgent], keys[ledger.RoleApprover], keys[ledger.RoleOperator],
 			relOrAbs(envFile), addr, addr)
 	}
 	cfg.Migrate = false
 	err = serve(ctx, cfg, logger, devenv, ready)
 	if errors.Is(err, context.Canceled) {
-		return nil
+		err = nil
 	}
-	return err
+	return errors.Join(err, readyErr)
 }
 
 func relOrAbs(p string) string {
@@ -170,4 +222,17 @@ func devSecret(path string) ([]byte, error) {
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	return secret, os.WriteFile(path, []byte(hex.EncodeToString(secret)+"\n"), 0o600)
+}
+
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(fs *flag.FlagSet, name string) (given bool) {
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+func orOff(s string) string {
+	if s == "" {
+		return "off"
+	}
+	return s + "/ (sign in with the approver or operator key)"
 }

@@ -1,18 +1,42 @@
 -- name: OperationInsert :one
--- Inserts a new operation and its PREPARED event in one statement. Returns no
--- row when (tenant, tool, idempotency_key) is taken: the caller then reads the
--- existing operation. ON CONFLICT waits for a concurrent twin to commit, so
--- twins never both insert.
+-- Inserts a new operation and its PREPARED event in one statement (and, with
+-- notify, the approval notification of an operation that awaits approval:
+-- the outbox row commits with the operation or not at all). With claim (the
+-- one-call path: Prepare that also executes, for a tool that needs no
+-- approval) the same statement also claims it for the caller: the row is
+-- born EXECUTING with fence 1, attempt 1 and a lease measured on the
+-- database's clock, and its CLAIMED event (claim_from → claim_to) follows
+-- the PREPARED one, exactly as a Prepare followed by a claim would leave it.
+-- Returns no row when (tenant, tool, idempotency_key) is taken: the caller
+-- then reads the existing operation. ON CONFLICT waits for a concurrent twin
+-- to commit, so twins never both insert. (A claim is only asked for an
+-- operation born in claim_from that needs no approval; the table's
+-- operation_executing_has_lease check holds the lease to it.)
 WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
-                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events)
-    VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(tool_version), sqlc.arg(idempotency_key), sqlc.arg(args), sqlc.arg(fingerprint), sqlc.arg(state),
-            sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key), 1)
+                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
+                           fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at)
+    VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(tool_version), sqlc.arg(idempotency_key), sqlc.arg(args), sqlc.arg(fingerprint),
+            CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.arg(claim_to)::text ELSE sqlc.arg(state)::text END,
+            sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key),
+            CASE WHEN sqlc.arg(claim)::boolean THEN 2 ELSE 1 END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.narg(lease_owner)::text END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN now() END)
     ON CONFLICT ON CONSTRAINT operation_idempotency DO NOTHING
     RETURNING *
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, ins.state, 0, 0, sqlc.arg(detail) FROM ins
+    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail) FROM ins
+), claimed AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT ins.id, 2, sqlc.arg(claim_event)::text, sqlc.arg(actor), sqlc.arg(claim_from)::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
 SELECT * FROM ins;
 
@@ -37,38 +61,38 @@ WHERE operation_id = sqlc.arg(operation_id)
 ORDER BY seq;
 
 -- name: OperationClaim :many
--- Claims a READY operation whose approval (if required) is in force on the
--- database's clock, or was already exercised by a send (first_sent_fence is
--- set: the operation may have taken effect, and the next claim resubmits the
--- same key to learn the outcome): fence + 1, attempts + 1, and a lease
--- measured on the database's clock, with its CLAIMED event, in one statement.
--- A claim that ends in a release (nothing sent) does not consume the
--- approval. When the operation is not claimable the same statement returns
--- it as it is (claimed = false), so a replayed Execute costs one round trip.
--- That row comes from the statement's snapshot: if a concurrent claim won, it
--- may still read READY, and the caller simply tries again. db_now is the
--- database's clock, against which the caller judges the lease and the
--- approval it reads.
+-- Claims an operation in from_state (the state machine's: READY) for the
+-- caller: fence + 1, attempts + 1, and a lease measured on the
+-- database's clock, with its event, in one statement. With
+-- require_approval_in_force, an approval (if required) must be in force on
+-- the database's clock, or consumed by a send (first_sent_fence is set: the
+-- operation may have taken effect, and the next claim resubmits the same key
+-- to learn the outcome); a claim that ends in a release (nothing sent) does
+-- not consume the approval. When the operation is not claimable the same
+-- statement returns it as it is (claimed = false), so a replayed Execute
+-- costs one round trip. That row comes from the statement's snapshot: if a
+-- concurrent claim won, it may still read READY, and the caller simply tries
+-- again. db_now is the database's clock, against which the caller judges the
+-- lease and the approval it reads.
 WITH upd AS (
     UPDATE operation o SET
-        state = 'EXECUTING',
+        state = sqlc.arg(to_state)::text,
         fence = o.fence + 1,
         attempts = o.attempts + 1,
         lease_owner = sqlc.arg(lease_owner),
         lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        waited = false,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL
-           -- Test-only (the chaos suite's approval-claim control, failpoints
-           -- builds): the fixed defect of a claim consuming the approval.
-           OR (sqlc.arg(unsafe_claim_consumes_approval)::boolean AND o.fence > 0))
+    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
+      AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
+           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'CLAIMED', sqlc.arg(actor), 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
 SELECT upd.*, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
@@ -76,12 +100,14 @@ SELECT g.*, false AS claimed, now()::timestamptz AS db_now FROM operation g
 WHERE g.id = sqlc.arg(id) AND g.tenant = sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
 
 -- name: OperationTakeOver :one
--- Takes over an EXECUTING operation whose lease expired on the database's
--- clock (only for downstreams that dedupe keys): the old holder's fence
--- becomes stale, and since it may have sent, the operation counts as sent.
--- With a key retention (seconds, 0 = never forgets), the takeover's request,
--- which may reach the downstream as late as ahead_seconds from now, must
--- arrive within 90% of the retention counted from the first claim.
+-- Takes over an operation in from_state (the state machine's: EXECUTING)
+-- whose lease expired on the database's clock, if its fence is still the
+-- one the caller read (only for downstreams that dedupe keys): the old
+-- holder's fence becomes stale, and since it may have sent, the operation
+-- counts as sent. With a key retention (seconds, 0 = never forgets), the
+-- takeover's request, which may reach the downstream as late as
+-- ahead_seconds from now, must arrive within 90% of the retention counted
+-- from the first claim.
 WITH upd AS (
     UPDATE operation o SET
         fence = o.fence + 1,
@@ -92,7 +118,7 @@ WITH upd AS (
         next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = 'EXECUTING'
+    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND o.fence = sqlc.arg(fence) AND o.lease_expires_at < now()
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
@@ -100,7 +126,7 @@ WITH upd AS (
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'LEASE_TAKEN_OVER', sqlc.arg(actor), 'EXECUTING', upd.state, upd.attempts, upd.fence,
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out' FROM upd
 )
 SELECT * FROM upd;
@@ -161,15 +187,21 @@ WITH cur AS (
 SELECT * FROM upd;
 
 -- name: OperationDecide :one
--- Records an approver's decision (or an approval's expiry) guarded on the
--- state. With require_lapsed_unsent (an expiry, a renewal of a lapsed
--- approval, a denial of a READY operation) the approval must also have
--- lapsed on the database's clock and nothing may have been sent: otherwise
+-- Records an approver's decision (or an approval's expiry) on an operation
+-- in one of from_states. With require_lapsed_unsent (an expiry, a renewal of
+-- a lapsed approval, a denial of a READY operation), a READY operation's
+-- approval must also have lapsed on the database's clock and nothing may
+-- have been sent: otherwise
 -- an Execute that read a lapsed approval could wipe a renewal committed just
 -- after that read, or a stalled one could send an operation that may have
 -- taken effect back to AWAITING_APPROVAL, where a denial would make it
--- REJECTED with an effect behind it.
-WITH upd AS (
+-- REJECTED with an effect behind it. An expiry with notify also queues the
+-- approval notification, in the same statement.
+WITH cur AS (
+    SELECT c.id, c.state AS old_state FROM operation c
+    WHERE c.id = sqlc.arg(id) AND c.tenant = sqlc.arg(tenant)
+    FOR UPDATE
+), upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
         approval_decision = sqlc.narg(decision)::text,
@@ -182,16 +214,28 @@ WITH upd AS (
         approval_reason = sqlc.narg(reason)::text,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
-      AND (NOT sqlc.arg(require_lapsed_unsent)::boolean
+    FROM cur
+    WHERE o.id = cur.id AND o.state = ANY (sqlc.arg(from_states)::text[])
+      AND (NOT sqlc.arg(require_lapsed_unsent)::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
-    FROM upd
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), cur.old_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
+    FROM upd JOIN cur ON cur.id = upd.id
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT upd.id, upd.events, 'approval_expired' FROM upd
+    WHERE upd.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
 SELECT * FROM upd;
+
+-- name: OperationMarkWaited :execrows
+-- Records that an Execute waits for the outcome of the attempt holding
+-- fence, so that the statement recording it notifies (migration 0009). No
+-- row: the attempt already ended (or another took over); read again.
+UPDATE operation SET waited = true
+WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant) AND state = 'EXECUTING' AND fence = sqlc.arg(fence);
 
 -- name: OperationClaimUnresolved :many
 -- Hands a batch of stuck operations (OUTCOME_UNKNOWN, or EXECUTING with an
@@ -257,3 +301,22 @@ FOR UPDATE;
 INSERT INTO webhook_event (tool, id, operation_id)
 VALUES (sqlc.arg(tool), sqlc.arg(id), sqlc.narg(operation_id))
 ON CONFLICT (tool, id) DO NOTHING;
+
+-- name: OperationList :many
+-- A page of a tenant's operations in the given states, newest first, older
+-- than the cursor (before_time, before_id). Each state is read through the
+-- operation_list index backwards from the cursor and stops after page_limit
+-- rows, so a page costs at most states × page_limit index entries however
+-- many operations the tenant has; the outer sort only merges those. The tool
+-- filter is checked on the rows the index yields.
+SELECT o.* FROM unnest(sqlc.arg(states)::text[]) AS s(state)
+CROSS JOIN LATERAL (
+    SELECT l.* FROM operation l
+    WHERE l.tenant = sqlc.arg(tenant) AND l.state = s.state
+      AND (sqlc.arg(tool)::text = '' OR l.tool = sqlc.arg(tool)::text)
+      AND (l.created_at, l.id) < (sqlc.arg(before_time)::timestamptz, sqlc.arg(before_id)::text)
+    ORDER BY l.created_at DESC, l.id DESC
+    LIMIT sqlc.arg(page_limit)
+) o
+ORDER BY o.created_at DESC, o.id DESC
+LIMIT sqlc.arg(page_limit);

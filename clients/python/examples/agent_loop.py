@@ -8,7 +8,8 @@ It shows the three things that keep a retried or repeated tool call from paying 
 3. when the Execute answer is lost, the runtime simply asks again and gets the stored outcome
    (replayed=True): the processor still holds one charge.
 
-Run it against `clients/run-server.sh ENVFILE` (or `make dev`'s .opledger-dev/env):
+Run it against `clients/run-server.sh ENVFILE` (or `make dev`'s .opledger-dev/env); it reads
+OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL from that file or from the environment:
 
     python clients/python/examples/agent_loop.py ENVFILE
 """
@@ -33,8 +34,19 @@ def load_env(path):
                 os.environ[k] = v
 
 
+def require_env(*names):
+    """require_env stops with a clear message when a variable is missing: with a guessed
+    default the example would count charges at the wrong processor."""
+    missing = [n for n in names if not os.environ.get(n)]
+    if missing:
+        sys.exit(
+            f"agent_loop: {', '.join(missing)} not set: source the env file of `opledger dev` "
+            "(. ./.opledger-dev/env) or of clients/run-server.sh, or pass that file as the first argument"
+        )
+
+
 def charges_for(invoice_id):
-    url = os.environ.get("FAKEPAY_URL", "http://127.0.0.1:7070").rstrip("/") + "/charges"
+    url = os.environ["FAKEPAY_URL"].rstrip("/") + "/charges"
     with urllib.request.urlopen(url, timeout=10) as resp:
         return sum(1 for ch in json.load(resp)["data"] if ch.get("invoice_id") == invoice_id)
 
@@ -56,6 +68,7 @@ class LostResponse(Exception):
 def main():
     if len(sys.argv) > 1:
         load_env(sys.argv[1])
+    require_env("OPLEDGER_ADDR", "AGENT_KEY", "APPROVER_KEY", "FAKEPAY_URL")
     addr = os.environ["OPLEDGER_ADDR"]
     invoice_id = "INV-" + uuid.uuid4().hex[:8].upper()
 

@@ -127,3 +127,37 @@ def test_auth_and_validation_errors_are_typed(addr, agent, approver):
         agent.prepare("pay_invoice", {"invoice_id": "INV-1", "amount_minor": -1, "currency": "EUR"}, "k-args")
     with pytest.raises(opledger.IdempotencyKeyInvalid):
         agent.prepare("pay_invoice", {}, "k" * 256)
+
+
+def test_list_tools_operations_and_cancel(agent, approver, other_agent):
+    tools = {t.name: t for t in approver.list_tools().tools}
+    pay = tools["pay_invoice"]
+    assert pay.approval_required and pay.current
+    assert pay.effect == ledger_pb2.EFFECT_SIDE_EFFECT
+    assert "amount_minor" in opledger.struct_to_dict(pay.args_schema)["properties"]
+
+    ids = []  # oldest first
+    for _ in range(3):
+        _, args, key = new_invoice()
+        ids.append(agent.prepare("pay_invoice", args, key).operation.id)
+    page1 = approver.list_operations(states=["awaiting_approval"], tool="pay_invoice", page_size=2)
+    assert [op.id for op in page1.operations] == [ids[2], ids[1]]
+    assert page1.next_page_token
+    page2 = approver.list_operations(
+        states=[ledger_pb2.STATE_AWAITING_APPROVAL], tool="pay_invoice", page_size=2, page_token=page1.next_page_token
+    )
+    assert page2.operations[0].id == ids[0]
+
+    # The token is bound to its filters; another tenant never sees these operations.
+    with pytest.raises(opledger.FieldInvalid) as ei:
+        approver.list_operations(page_token=page1.next_page_token)
+    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    theirs = other_agent.list_operations(page_size=200)
+    assert not set(ids) & {op.id for op in theirs.operations}
+
+    # Cancel takes one off the pending list.
+    cancelled = agent.cancel(ids[1], "not needed")
+    assert cancelled.operation.state == ledger_pb2.STATE_CANCELLED
+    assert agent.cancel(ids[1], "not needed").replayed
+    left = approver.list_operations(states=["awaiting_approval"], tool="pay_invoice", page_size=2)
+    assert [op.id for op in left.operations] == [ids[2], ids[0]]

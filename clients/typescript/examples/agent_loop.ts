@@ -7,7 +7,8 @@
 //  3. when the Execute answer is lost, the runtime asks again and gets the stored outcome
 //     (replayed = true): the processor still holds one charge.
 //
-// Run it against `clients/run-server.sh ENVFILE` (or `make dev`'s .opledger-dev/env):
+// Run it against `clients/run-server.sh ENVFILE` (or `make dev`'s .opledger-dev/env); it reads
+// OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL from that file or from the environment:
 //
 //   cd clients/typescript && npm run build && node dist/examples/agent_loop.js ENVFILE
 
@@ -23,8 +24,21 @@ function loadEnv(path: string): void {
   }
 }
 
+/** requireEnv stops with a clear message when a variable is missing: with a guessed default the
+ * example would count charges at the wrong processor. */
+function requireEnv(...names: string[]): void {
+  const missing = names.filter((n) => !process.env[n]);
+  if (missing.length > 0) {
+    console.error(
+      `agent_loop: ${missing.join(", ")} not set: source the env file of \`opledger dev\` ` +
+        "(. ./.opledger-dev/env) or of clients/run-server.sh, or pass that file as the first argument",
+    );
+    process.exit(2);
+  }
+}
+
 async function chargesFor(invoiceId: string): Promise<number> {
-  const url = (process.env.FAKEPAY_URL ?? "http://127.0.0.1:7070").replace(/\/$/, "") + "/charges";
+  const url = process.env.FAKEPAY_URL!.replace(/\/$/, "") + "/charges";
   const body = (await (await fetch(url)).json()) as { data: { invoice_id?: string }[] };
   return body.data.filter((c) => c.invoice_id === invoiceId).length;
 }
@@ -41,6 +55,7 @@ function fakeModel(invoiceId: string) {
 
 async function main(): Promise<number> {
   if (process.argv[2]) loadEnv(process.argv[2]);
+  requireEnv("OPLEDGER_ADDR", "AGENT_KEY", "APPROVER_KEY", "FAKEPAY_URL");
   const addr = process.env.OPLEDGER_ADDR!;
   const invoiceId = "INV-" + randomUUID().slice(0, 8).toUpperCase();
   // The runtime's trusted workflow state: it owns the identity of the intended action.

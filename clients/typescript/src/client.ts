@@ -18,7 +18,10 @@ import {
   type PrepareResponse,
   type ReconcileResponse,
   type CancelResponse,
+  type ListOperationsResponse,
+  type ListToolsResponse,
   type Resolution,
+  type State,
 } from "./gen/opledger/v1/ledger_pb";
 import { callWithRetry, retryPolicy, type RetryPolicy } from "./retry";
 
@@ -59,6 +62,18 @@ export type DecisionInput = "approve" | "deny" | Decision;
 
 /** ResolutionInput is a manual Reconcile verdict (operator keys only). */
 export type ResolutionInput = Partial<Pick<Resolution, "outcome" | "externalRef" | "note">>;
+
+/** ListOperationsInput selects a page of the tenant's operations. */
+export interface ListOperationsInput {
+  /** states keeps operations in these states (none: all). */
+  states?: State[];
+  /** tool keeps one tool's operations (empty: all). */
+  tool?: string;
+  /** pageSize is the most operations per page (0: the server's default, 50; at most 200). */
+  pageSize?: number;
+  /** pageToken is the previous page's nextPageToken; send the same states and tool with it. */
+  pageToken?: string;
+}
 
 /** OpledgerClient calls one opledger server with one API key. */
 export class OpledgerClient {
@@ -162,5 +177,19 @@ export class OpledgerClient {
   cancel(operationId: string, reason = "", opts: CallOptions = {}): Promise<CancelResponse> {
     const req = { operationId, reason };
     return this.call((o) => this.rpc.cancel(req, o), {}, opts.timeoutMs ?? this.timeoutMs, opts.signal);
+  }
+
+  /** listTools returns the tools the server is configured with (every version; `current` marks
+   * the one prepare uses without a version), with their descriptions, effects, approval policies
+   * and argument JSON Schemas. */
+  listTools(opts: CallOptions = {}): Promise<ListToolsResponse> {
+    return this.call((o) => this.rpc.listTools({}, o), {}, opts.timeoutMs ?? this.timeoutMs, opts.signal);
+  }
+
+  /** listOperations returns one page of the tenant's operations, newest first; nextPageToken is
+   * empty on the last page. */
+  listOperations(req: ListOperationsInput = {}, opts: CallOptions = {}): Promise<ListOperationsResponse> {
+    const r = { states: req.states ?? [], tool: req.tool ?? "", pageSize: req.pageSize ?? 0, pageToken: req.pageToken ?? "" };
+    return this.call((o) => this.rpc.listOperations(r, o), {}, opts.timeoutMs ?? this.timeoutMs, opts.signal);
   }
 }

@@ -3,7 +3,7 @@
 // Execute it at most once, Get or Reconcile it. See docs/clients/typescript.md.
 
 export { OpledgerClient, DEFAULT_TIMEOUT_MS } from "./client";
-export type { ClientOptions, CallOptions, DecisionInput, ResolutionInput } from "./client";
+export type { ClientOptions, CallOptions, DecisionInput, ListOperationsInput, ResolutionInput } from "./client";
 export {
   OpledgerError,
   isOpledgerError,

@@ -8,6 +8,7 @@ import {
   computeFingerprint,
   Decision,
   deriveIdempotencyKey,
+  Effect,
   EventType,
   isOpledgerError,
   OpledgerClient,
@@ -156,5 +157,37 @@ describe("against a real server", { skip: env ? false : "OPLEDGER_ADDR etc. not 
     await rejectsWith(agent.prepare("no_such_tool", {}, "k-tool"), "TOOL_UNKNOWN");
     await rejectsWith(agent.prepare("pay_invoice", { invoice_id: "INV-1", amount_minor: -1, currency: "EUR" }, "k-args"), "ARGS_INVALID");
     await rejectsWith(agent.prepare("pay_invoice", {}, "k".repeat(256)), "IDEMPOTENCY_KEY_INVALID");
+  });
+
+  test("list tools and operations; cancel takes one off the pending list", async () => {
+    const tools = (await approver.listTools()).tools;
+    const pay = tools.find((t) => t.name === "pay_invoice")!;
+    assert.equal(pay.approvalRequired, true);
+    assert.equal(pay.current, true);
+    assert.equal(pay.effect, Effect.SIDE_EFFECT);
+    assert.ok("amount_minor" in (pay.argsSchema?.["properties"] as Record<string, unknown>));
+
+    const ids: string[] = []; // oldest first
+    for (let i = 0; i < 3; i++) {
+      const { args, key } = newInvoice();
+      ids.push((await agent.prepare("pay_invoice", args, key)).operation!.id);
+    }
+    const pending = { states: [State.AWAITING_APPROVAL], tool: "pay_invoice", pageSize: 2 };
+    const page1 = await approver.listOperations(pending);
+    assert.deepEqual(page1.operations.map((op) => op.id), [ids[2], ids[1]]);
+    assert.ok(page1.nextPageToken);
+    const page2 = await approver.listOperations({ ...pending, pageToken: page1.nextPageToken });
+    assert.equal(page2.operations[0]?.id, ids[0]);
+
+    // The token is bound to its filters; another tenant never sees these operations.
+    await rejectsWith(approver.listOperations({ pageToken: page1.nextPageToken }), "FIELD_INVALID", Code.InvalidArgument);
+    const theirs = await other.listOperations({ pageSize: 200 });
+    assert.ok(!theirs.operations.some((op) => ids.includes(op.id)));
+
+    const cancelled = await agent.cancel(ids[1]!, "not needed");
+    assert.equal(cancelled.operation?.state, State.CANCELLED);
+    assert.equal((await agent.cancel(ids[1]!, "not needed")).replayed, true);
+    const left = await approver.listOperations(pending);
+    assert.deepEqual(left.operations.map((op) => op.id), [ids[2], ids[0]]);
   });
 });

@@ -8,6 +8,24 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type ApprovalNotification struct {
+	OperationID   string
+	Seq           int32
+	Reason        string
+	Attempts      int32
+	NextAttemptAt pgtype.Timestamptz
+	LastError     pgtype.Text
+	CreatedAt     pgtype.Timestamptz
+}
+
+type ConsoleSession struct {
+	IDHash      []byte
+	PrincipalID string
+	CsrfToken   string
+	CreatedAt   pgtype.Timestamptz
+	ExpiresAt   pgtype.Timestamptz
+}
+
 type Operation struct {
 	ID                  string
 	Tenant              string
@@ -41,6 +59,7 @@ type Operation struct {
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
+	Waited              bool
 }
 
 type OperationEvent struct {

@@ -14,38 +14,40 @@ import (
 const operationClaim = `-- name: OperationClaim :many
 WITH upd AS (
     UPDATE operation o SET
-        state = 'EXECUTING',
+        state = $1::text,
         fence = o.fence + 1,
         attempts = o.attempts + 1,
-        lease_owner = $1,
-        lease_expires_at = now() + make_interval(secs => $2::float8),
-        next_reconcile_at = now() + make_interval(secs => $2::float8),
+        lease_owner = $2,
+        lease_expires_at = now() + make_interval(secs => $3::float8),
+        next_reconcile_at = now() + make_interval(secs => $3::float8),
         first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        waited = false,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $3 AND o.tenant = $4 AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL
-           -- Test-only (the chaos suite's approval-claim control, failpoints
-           -- builds): the fixed defect of a claim consuming the approval.
-           OR ($5::boolean AND o.fence > 0))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
+    WHERE o.id = $4 AND o.tenant = $5 AND o.state = $6::text
+      AND (NOT $7::boolean OR NOT o.approval_required
+           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'CLAIMED', $6, 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
+    SELECT upd.id, upd.events, $8::text, $9, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, true AS claimed, now()::timestamptz AS db_now FROM upd
+SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
-SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, false AS claimed, now()::timestamptz AS db_now FROM operation g
-WHERE g.id = $3 AND g.tenant = $4 AND NOT EXISTS (SELECT 1 FROM upd)
+SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, false AS claimed, now()::timestamptz AS db_now FROM operation g
+WHERE g.id = $4 AND g.tenant = $5 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
 type OperationClaimParams struct {
-	LeaseOwner                  pgtype.Text
-	LeaseSeconds                float64
-	ID                          string
-	Tenant                      string
-	UnsafeClaimConsumesApproval bool
-	Actor                       string
+	ToState                string
+	LeaseOwner             pgtype.Text
+	LeaseSeconds           float64
+	ID                     string
+	Tenant                 string
+	FromState              string
+	RequireApprovalInForce bool
+	EventType              string
+	Actor                  string
 }
 
 type OperationClaimRow struct {
@@ -81,29 +83,34 @@ type OperationClaimRow struct {
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
+	Waited              bool
 	Claimed             bool
 	DbNow               pgtype.Timestamptz
 }
 
-// Claims a READY operation whose approval (if required) is in force on the
-// database's clock, or was already exercised by a send (first_sent_fence is
-// set: the operation may have taken effect, and the next claim resubmits the
-// same key to learn the outcome): fence + 1, attempts + 1, and a lease
-// measured on the database's clock, with its CLAIMED event, in one statement.
-// A claim that ends in a release (nothing sent) does not consume the
-// approval. When the operation is not claimable the same statement returns
-// it as it is (claimed = false), so a replayed Execute costs one round trip.
-// That row comes from the statement's snapshot: if a concurrent claim won, it
-// may still read READY, and the caller simply tries again. db_now is the
-// database's clock, against which the caller judges the lease and the
-// approval it reads.
+// Claims an operation in from_state (the state machine's: READY) for the
+// caller: fence + 1, attempts + 1, and a lease measured on the
+// database's clock, with its event, in one statement. With
+// require_approval_in_force, an approval (if required) must be in force on
+// the database's clock, or consumed by a send (first_sent_fence is set: the
+// operation may have taken effect, and the next claim resubmits the same key
+// to learn the outcome); a claim that ends in a release (nothing sent) does
+// not consume the approval. When the operation is not claimable the same
+// statement returns it as it is (claimed = false), so a replayed Execute
+// costs one round trip. That row comes from the statement's snapshot: if a
+// concurrent claim won, it may still read READY, and the caller simply tries
+// again. db_now is the database's clock, against which the caller judges the
+// lease and the approval it reads.
 func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClaimParams) ([]OperationClaimRow, error) {
 	rows, err := db.Query(ctx, operationClaim,
+		arg.ToState,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
 		arg.ID,
 		arg.Tenant,
-		arg.UnsafeClaimConsumesApproval,
+		arg.FromState,
+		arg.RequireApprovalInForce,
+		arg.EventType,
 		arg.Actor,
 	)
 	if err != nil {
@@ -146,6 +153,7 @@ func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClai
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.FirstSentFence,
+			&i.Waited,
 			&i.Claimed,
 			&i.DbNow,
 		); err != nil {
@@ -175,7 +183,7 @@ UPDATE operation o SET
                                                            $2::float8 * power(2, o.reconcile_attempts)))
 FROM due
 WHERE o.id = due.id
-RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, now()::timestamptz AS db_now
+RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, now()::timestamptz AS db_now
 `
 
 type OperationClaimUnresolvedParams struct {
@@ -217,6 +225,7 @@ type OperationClaimUnresolvedRow struct {
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
+	Waited              bool
 	DbNow               pgtype.Timestamptz
 }
 
@@ -266,6 +275,7 @@ func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg Ope
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.FirstSentFence,
+			&i.Waited,
 			&i.DbNow,
 		); err != nil {
 			return nil, err
@@ -312,44 +322,54 @@ func (q *Queries) OperationCountOpen(ctx context.Context, db DBTX) ([]OperationC
 }
 
 const operationDecide = `-- name: OperationDecide :one
-WITH upd AS (
+WITH cur AS (
+    SELECT c.id, c.state AS old_state FROM operation c
+    WHERE c.id = $1 AND c.tenant = $2
+    FOR UPDATE
+), upd AS (
     UPDATE operation o SET
-        state = $1::text,
-        approval_decision = $2::text,
-        approval_decided_by = $3::text,
-        approval_decided_at = CASE WHEN $2::text IS NULL THEN NULL ELSE now() END,
-        approval_expires_at = CASE WHEN $2::text = 'APPROVE'
+        state = $3::text,
+        approval_decision = $4::text,
+        approval_decided_by = $5::text,
+        approval_decided_at = CASE WHEN $4::text IS NULL THEN NULL ELSE now() END,
+        approval_expires_at = CASE WHEN $4::text = 'APPROVE'
                                    THEN now() + make_interval(secs => o.approval_ttl_ms / 1000.0)
                                    ELSE NULL END,
-        approval_fingerprint = $4::text,
-        approval_reason = $5::text,
+        approval_fingerprint = $6::text,
+        approval_reason = $7::text,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $6 AND o.tenant = $7 AND o.state = $8::text
-      AND (NOT $9::boolean
+    FROM cur
+    WHERE o.id = cur.id AND o.state = ANY ($8::text[])
+      AND (NOT $9::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $10::text, $11, $8::text, upd.state, upd.attempts, upd.fence, $12
-    FROM upd
+    SELECT upd.id, upd.events, $10::text, $11, cur.old_state, upd.state, upd.attempts, upd.fence, $12
+    FROM upd JOIN cur ON cur.id = upd.id
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT upd.id, upd.events, 'approval_expired' FROM upd
+    WHERE upd.state = 'AWAITING_APPROVAL' AND $13::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM upd
 `
 
 type OperationDecideParams struct {
+	ID                  string
+	Tenant              string
 	ToState             string
 	Decision            pgtype.Text
 	DecidedBy           pgtype.Text
 	ApprovedFingerprint pgtype.Text
 	Reason              pgtype.Text
-	ID                  string
-	Tenant              string
-	FromState           string
+	FromStates          []string
 	RequireLapsedUnsent bool
 	EventType           string
 	Actor               string
 	Detail              string
+	Notify              bool
 }
 
 type OperationDecideRow struct {
@@ -385,30 +405,34 @@ type OperationDecideRow struct {
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
+	Waited              bool
 }
 
-// Records an approver's decision (or an approval's expiry) guarded on the
-// state. With require_lapsed_unsent (an expiry, a renewal of a lapsed
-// approval, a denial of a READY operation) the approval must also have
-// lapsed on the database's clock and nothing may have been sent: otherwise
+// Records an approver's decision (or an approval's expiry) on an operation
+// in one of from_states. With require_lapsed_unsent (an expiry, a renewal of
+// a lapsed approval, a denial of a READY operation), a READY operation's
+// approval must also have lapsed on the database's clock and nothing may
+// have been sent: otherwise
 // an Execute that read a lapsed approval could wipe a renewal committed just
 // after that read, or a stalled one could send an operation that may have
 // taken effect back to AWAITING_APPROVAL, where a denial would make it
-// REJECTED with an effect behind it.
+// REJECTED with an effect behind it. An expiry with notify also queues the
+// approval notification, in the same statement.
 func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDecideParams) (OperationDecideRow, error) {
 	row := db.QueryRow(ctx, operationDecide,
+		arg.ID,
+		arg.Tenant,
 		arg.ToState,
 		arg.Decision,
 		arg.DecidedBy,
 		arg.ApprovedFingerprint,
 		arg.Reason,
-		arg.ID,
-		arg.Tenant,
-		arg.FromState,
+		arg.FromStates,
 		arg.RequireLapsedUnsent,
 		arg.EventType,
 		arg.Actor,
 		arg.Detail,
+		arg.Notify,
 	)
 	var i OperationDecideRow
 	err := row.Scan(
@@ -444,6 +468,7 @@ func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDec
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FirstSentFence,
+		&i.Waited,
 	)
 	return i, err
 }
@@ -486,7 +511,7 @@ func (q *Queries) OperationEvents(ctx context.Context, db DBTX, operationID stri
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, now()::timestamptz AS db_now FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, now()::timestamptz AS db_now FROM operation
 WHERE id = $1 AND tenant = $2
 `
 
@@ -528,6 +553,7 @@ type OperationGetRow struct {
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
+	Waited              bool
 	DbNow               pgtype.Timestamptz
 }
 
@@ -569,13 +595,14 @@ func (q *Queries) OperationGet(ctx context.Context, db DBTX, arg OperationGetPar
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FirstSentFence,
+		&i.Waited,
 		&i.DbNow,
 	)
 	return i, err
 }
 
 const operationGetByDownstreamKeyForUpdate = `-- name: OperationGetByDownstreamKeyForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM operation
 WHERE downstream_key = $1
 FOR UPDATE
 `
@@ -616,12 +643,13 @@ func (q *Queries) OperationGetByDownstreamKeyForUpdate(ctx context.Context, db D
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FirstSentFence,
+		&i.Waited,
 	)
 	return i, err
 }
 
 const operationGetByKey = `-- name: OperationGetByKey :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM operation
 WHERE tenant = $1 AND tool = $2 AND idempotency_key = $3
 `
 
@@ -667,12 +695,13 @@ func (q *Queries) OperationGetByKey(ctx context.Context, db DBTX, arg OperationG
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FirstSentFence,
+		&i.Waited,
 	)
 	return i, err
 }
 
 const operationGetForUpdate = `-- name: OperationGetForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM operation
 WHERE id = $1 AND tenant = $2
 FOR UPDATE
 `
@@ -718,6 +747,7 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FirstSentFence,
+		&i.Waited,
 	)
 	return i, err
 }
@@ -725,16 +755,31 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 const operationInsert = `-- name: OperationInsert :one
 WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
-                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-            $9, $10, $11, $12, 1)
+                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
+                           fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7,
+            CASE WHEN $8::boolean THEN $9::text ELSE $10::text END,
+            $11, $12, $13, $14,
+            CASE WHEN $8::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $8::boolean THEN $15::text END,
+            CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
+            CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
+            CASE WHEN $8::boolean THEN now() END)
     ON CONFLICT ON CONSTRAINT operation_idempotency DO NOTHING
-    RETURNING id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence
+    RETURNING id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 1, 'PREPARED', $13, NULL, ins.state, 0, 0, $14 FROM ins
+    SELECT ins.id, 1, 'PREPARED', $17, NULL, $10::text, 0, 0, $18 FROM ins
+), claimed AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT ins.id, 2, $19::text, $17, $20::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $21::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM ins
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM ins
 `
 
 type OperationInsertParams struct {
@@ -745,13 +790,20 @@ type OperationInsertParams struct {
 	IdempotencyKey   string
 	Args             []byte
 	Fingerprint      string
+	Claim            bool
+	ClaimTo          string
 	State            string
 	PreparedBy       string
 	ApprovalRequired bool
 	ApprovalTtlMs    int64
 	DownstreamKey    string
+	LeaseOwner       pgtype.Text
+	LeaseSeconds     float64
 	Actor            string
 	Detail           string
+	ClaimEvent       string
+	ClaimFrom        string
+	Notify           bool
 }
 
 type OperationInsertRow struct {
@@ -787,12 +839,22 @@ type OperationInsertRow struct {
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
+	Waited              bool
 }
 
-// Inserts a new operation and its PREPARED event in one statement. Returns no
-// row when (tenant, tool, idempotency_key) is taken: the caller then reads the
-// existing operation. ON CONFLICT waits for a concurrent twin to commit, so
-// twins never both insert.
+// Inserts a new operation and its PREPARED event in one statement (and, with
+// notify, the approval notification of an operation that awaits approval:
+// the outbox row commits with the operation or not at all). With claim (the
+// one-call path: Prepare that also executes, for a tool that needs no
+// approval) the same statement also claims it for the caller: the row is
+// born EXECUTING with fence 1, attempt 1 and a lease measured on the
+// database's clock, and its CLAIMED event (claim_from → claim_to) follows
+// the PREPARED one, exactly as a Prepare followed by a claim would leave it.
+// Returns no row when (tenant, tool, idempotency_key) is taken: the caller
+// then reads the existing operation. ON CONFLICT waits for a concurrent twin
+// to commit, so twins never both insert. (A claim is only asked for an
+// operation born in claim_from that needs no approval; the table's
+// operation_executing_has_lease check holds the lease to it.)
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {
 	row := db.QueryRow(ctx, operationInsert,
 		arg.ID,
@@ -802,13 +864,20 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.IdempotencyKey,
 		arg.Args,
 		arg.Fingerprint,
+		arg.Claim,
+		arg.ClaimTo,
 		arg.State,
 		arg.PreparedBy,
 		arg.ApprovalRequired,
 		arg.ApprovalTtlMs,
 		arg.DownstreamKey,
+		arg.LeaseOwner,
+		arg.LeaseSeconds,
 		arg.Actor,
 		arg.Detail,
+		arg.ClaimEvent,
+		arg.ClaimFrom,
+		arg.Notify,
 	)
 	var i OperationInsertRow
 	err := row.Scan(
@@ -844,8 +913,121 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FirstSentFence,
+		&i.Waited,
 	)
 	return i, err
+}
+
+const operationList = `-- name: OperationList :many
+SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited FROM unnest($1::text[]) AS s(state)
+CROSS JOIN LATERAL (
+    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence, l.waited FROM operation l
+    WHERE l.tenant = $2 AND l.state = s.state
+      AND ($3::text = '' OR l.tool = $3::text)
+      AND (l.created_at, l.id) < ($4::timestamptz, $5::text)
+    ORDER BY l.created_at DESC, l.id DESC
+    LIMIT $6
+) o
+ORDER BY o.created_at DESC, o.id DESC
+LIMIT $6
+`
+
+type OperationListParams struct {
+	States     []string
+	Tenant     string
+	Tool       string
+	BeforeTime pgtype.Timestamptz
+	BeforeID   string
+	PageLimit  int32
+}
+
+// A page of a tenant's operations in the given states, newest first, older
+// than the cursor (before_time, before_id). Each state is read through the
+// operation_list index backwards from the cursor and stops after page_limit
+// rows, so a page costs at most states × page_limit index entries however
+// many operations the tenant has; the outer sort only merges those. The tool
+// filter is checked on the rows the index yields.
+func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListParams) ([]Operation, error) {
+	rows, err := db.Query(ctx, operationList,
+		arg.States,
+		arg.Tenant,
+		arg.Tool,
+		arg.BeforeTime,
+		arg.BeforeID,
+		arg.PageLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Operation{}
+	for rows.Next() {
+		var i Operation
+		if err := rows.Scan(
+			&i.ID,
+			&i.Tenant,
+			&i.Tool,
+			&i.ToolVersion,
+			&i.IdempotencyKey,
+			&i.Args,
+			&i.Fingerprint,
+			&i.State,
+			&i.PreparedBy,
+			&i.ApprovalRequired,
+			&i.ApprovalTtlMs,
+			&i.ApprovalDecision,
+			&i.ApprovalDecidedBy,
+			&i.ApprovalDecidedAt,
+			&i.ApprovalExpiresAt,
+			&i.ApprovalFingerprint,
+			&i.ApprovalReason,
+			&i.Attempts,
+			&i.Fence,
+			&i.LeaseOwner,
+			&i.LeaseExpiresAt,
+			&i.FirstClaimedAt,
+			&i.DownstreamKey,
+			&i.ExternalRef,
+			&i.Result,
+			&i.Error,
+			&i.Events,
+			&i.ReconcileAttempts,
+			&i.NextReconcileAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FirstSentFence,
+			&i.Waited,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const operationMarkWaited = `-- name: OperationMarkWaited :execrows
+UPDATE operation SET waited = true
+WHERE id = $1 AND tenant = $2 AND state = 'EXECUTING' AND fence = $3
+`
+
+type OperationMarkWaitedParams struct {
+	ID     string
+	Tenant string
+	Fence  int64
+}
+
+// Records that an Execute waits for the outcome of the attempt holding
+// fence, so that the statement recording it notifies (migration 0009). No
+// row: the attempt already ended (or another took over); read again.
+func (q *Queries) OperationMarkWaited(ctx context.Context, db DBTX, arg OperationMarkWaitedParams) (int64, error) {
+	result, err := db.Exec(ctx, operationMarkWaited, arg.ID, arg.Tenant, arg.Fence)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const operationPrune = `-- name: OperationPrune :execrows
@@ -887,18 +1069,18 @@ WITH upd AS (
         next_reconcile_at = now() + make_interval(secs => $2::float8),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $3 AND o.tenant = $4 AND o.state = 'EXECUTING'
-      AND o.fence = $5 AND o.lease_expires_at < now()
-      AND ($6::float8 = 0 OR o.first_claimed_at IS NULL
-           OR now() + make_interval(secs => $7::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * $6::float8))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
+    WHERE o.id = $3 AND o.tenant = $4 AND o.state = $5::text
+      AND o.fence = $6 AND o.lease_expires_at < now()
+      AND ($7::float8 = 0 OR o.first_claimed_at IS NULL
+           OR now() + make_interval(secs => $8::float8)
+              < o.first_claimed_at + make_interval(secs => 0.9 * $7::float8))
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'LEASE_TAKEN_OVER', $8, 'EXECUTING', upd.state, upd.attempts, upd.fence,
+    SELECT upd.id, upd.events, $9::text, $10, $5::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out' FROM upd
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM upd
 `
 
 type OperationTakeOverParams struct {
@@ -906,9 +1088,11 @@ type OperationTakeOverParams struct {
 	LeaseSeconds        float64
 	ID                  string
 	Tenant              string
+	FromState           string
 	Fence               int64
 	KeyRetentionSeconds float64
 	AheadSeconds        float64
+	EventType           string
 	Actor               string
 }
 
@@ -945,23 +1129,28 @@ type OperationTakeOverRow struct {
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
+	Waited              bool
 }
 
-// Takes over an EXECUTING operation whose lease expired on the database's
-// clock (only for downstreams that dedupe keys): the old holder's fence
-// becomes stale, and since it may have sent, the operation counts as sent.
-// With a key retention (seconds, 0 = never forgets), the takeover's request,
-// which may reach the downstream as late as ahead_seconds from now, must
-// arrive within 90% of the retention counted from the first claim.
+// Takes over an operation in from_state (the state machine's: EXECUTING)
+// whose lease expired on the database's clock, if its fence is still the
+// one the caller read (only for downstreams that dedupe keys): the old
+// holder's fence becomes stale, and since it may have sent, the operation
+// counts as sent. With a key retention (seconds, 0 = never forgets), the
+// takeover's request, which may reach the downstream as late as
+// ahead_seconds from now, must arrive within 90% of the retention counted
+// from the first claim.
 func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationTakeOverParams) (OperationTakeOverRow, error) {
 	row := db.QueryRow(ctx, operationTakeOver,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
 		arg.ID,
 		arg.Tenant,
+		arg.FromState,
 		arg.Fence,
 		arg.KeyRetentionSeconds,
 		arg.AheadSeconds,
+		arg.EventType,
 		arg.Actor,
 	)
 	var i OperationTakeOverRow
@@ -998,6 +1187,7 @@ func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationT
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FirstSentFence,
+		&i.Waited,
 	)
 	return i, err
 }
@@ -1033,13 +1223,13 @@ WITH cur AS (
       AND ($15::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => $16::float8)
               < o.first_claimed_at + make_interval(secs => 0.9 * $15::float8))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $8::text, $17, cur.old_state, upd.state, upd.attempts, upd.fence, $18
     FROM upd JOIN cur ON cur.id = upd.id
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM upd
 `
 
 type OperationTransitionParams struct {
@@ -1096,6 +1286,7 @@ type OperationTransitionRow struct {
 	CreatedAt           pgtype.Timestamptz
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
+	Waited              bool
 }
 
 // The one guarded transition for outcomes, reconciliation and cancellation:
@@ -1171,6 +1362,7 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FirstSentFence,
+		&i.Waited,
 	)
 	return i, err
 }

@@ -7,6 +7,8 @@ package db
 
 import (
 	"context"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const principalByKeyHash = `-- name: PrincipalByKeyHash :one
@@ -54,6 +56,104 @@ func (q *Queries) PrincipalCreate(ctx context.Context, db DBTX, arg PrincipalCre
 		arg.KeyHash,
 		arg.KeyPrefix,
 	)
+	var i Principal
+	err := row.Scan(
+		&i.ID,
+		&i.Tenant,
+		&i.Name,
+		&i.Roles,
+		&i.KeyHash,
+		&i.KeyPrefix,
+		&i.CreatedAt,
+		&i.RevokedAt,
+	)
+	return i, err
+}
+
+const principalGet = `-- name: PrincipalGet :one
+SELECT id, tenant, name, roles, key_hash, key_prefix, created_at, revoked_at FROM principal
+WHERE tenant = $1
+  AND (id = $2 OR name = $3)
+`
+
+type PrincipalGetParams struct {
+	Tenant string
+	ID     pgtype.Text
+	Name   pgtype.Text
+}
+
+// The tenant's principal with this id or this name (pass the other NULL).
+func (q *Queries) PrincipalGet(ctx context.Context, db DBTX, arg PrincipalGetParams) (Principal, error) {
+	row := db.QueryRow(ctx, principalGet, arg.Tenant, arg.ID, arg.Name)
+	var i Principal
+	err := row.Scan(
+		&i.ID,
+		&i.Tenant,
+		&i.Name,
+		&i.Roles,
+		&i.KeyHash,
+		&i.KeyPrefix,
+		&i.CreatedAt,
+		&i.RevokedAt,
+	)
+	return i, err
+}
+
+const principalList = `-- name: PrincipalList :many
+SELECT id, tenant, name, roles, key_hash, key_prefix, created_at, revoked_at FROM principal
+WHERE tenant = $1
+ORDER BY created_at, id
+`
+
+// A tenant's principals, revoked ones included, oldest first.
+func (q *Queries) PrincipalList(ctx context.Context, db DBTX, tenant string) ([]Principal, error) {
+	rows, err := db.Query(ctx, principalList, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Principal{}
+	for rows.Next() {
+		var i Principal
+		if err := rows.Scan(
+			&i.ID,
+			&i.Tenant,
+			&i.Name,
+			&i.Roles,
+			&i.KeyHash,
+			&i.KeyPrefix,
+			&i.CreatedAt,
+			&i.RevokedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const principalRevoke = `-- name: PrincipalRevoke :one
+UPDATE principal SET revoked_at = now()
+WHERE tenant = $1
+  AND (id = $2 OR name = $3)
+  AND revoked_at IS NULL
+RETURNING id, tenant, name, roles, key_hash, key_prefix, created_at, revoked_at
+`
+
+type PrincipalRevokeParams struct {
+	Tenant string
+	ID     pgtype.Text
+	Name   pgtype.Text
+}
+
+// Revokes the tenant's principal with this id or this name (pass the other
+// NULL), once: a principal already revoked keeps its first revocation time
+// and matches nothing.
+func (q *Queries) PrincipalRevoke(ctx context.Context, db DBTX, arg PrincipalRevokeParams) (Principal, error) {
+	row := db.QueryRow(ctx, principalRevoke, arg.Tenant, arg.ID, arg.Name)
 	var i Principal
 	err := row.Scan(
 		&i.ID,

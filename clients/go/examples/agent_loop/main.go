@@ -6,7 +6,7 @@
 // It reads OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL (as written
 // by `opledger dev` to .opledger-dev/env, or by clients/run-server.sh):
 //
-//	. ./.opledger-dev/env && FAKEPAY_URL=http://127.0.0.1:7070 go run ./clients/go/examples/agent_loop
+//	. ./.opledger-dev/env && go run ./clients/go/examples/agent_loop
 package main
 
 import (
@@ -41,7 +41,7 @@ func main() {
 func run() error {
 	addr, agentKey, approverKey, fakepay := os.Getenv("OPLEDGER_ADDR"), os.Getenv("AGENT_KEY"), os.Getenv("APPROVER_KEY"), os.Getenv("FAKEPAY_URL")
 	if addr == "" || agentKey == "" || approverKey == "" || fakepay == "" {
-		return fmt.Errorf("set OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL")
+		return fmt.Errorf("set OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL: source the env file of `opledger dev` (. ./.opledger-dev/env) or of clients/run-server.sh")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -27,6 +27,7 @@ DEFAULT_TIMEOUT = 30.0
 _WAIT_MARGIN = 10.0
 
 Decision = Union[str, int]
+State = Union[str, int]
 Wait = Union[float, int, datetime.timedelta, duration_pb2.Duration, None]
 
 
@@ -42,6 +43,20 @@ def _decision(d: Decision) -> int:
         return ledger_pb2.Decision.Value(name)
     except ValueError:
         raise ValueError(f"unknown decision {d!r}: use 'approve' or 'deny'") from None
+
+
+def _state(s: State) -> int:
+    if isinstance(s, bool):
+        raise TypeError("state must be a name like 'awaiting_approval' or a ledger_pb2.State value")
+    if isinstance(s, int):
+        return s
+    name = s.strip().upper()
+    if not name.startswith("STATE_"):
+        name = "STATE_" + name
+    try:
+        return ledger_pb2.State.Value(name)
+    except ValueError:
+        raise ValueError(f"unknown state {s!r}, e.g. 'awaiting_approval'") from None
 
 
 def _duration(w: Wait) -> Tuple[Optional[duration_pb2.Duration], float]:
@@ -202,3 +217,27 @@ class Client:
         repeating it returns ``replayed=True``."""
         req = ledger_pb2.CancelRequest(operation_id=operation_id, reason=reason)
         return self._call(self._stub.Cancel, req, (), timeout or self._timeout)
+
+    def list_tools(self, *, timeout: Optional[float] = None) -> ledger_pb2.ListToolsResponse:
+        """list_tools returns the tools the server is configured with (every version; ``current``
+        marks the one prepare uses without a version), with their descriptions, effects, approval
+        policies and argument JSON Schemas (``args_schema``, a Struct)."""
+        return self._call(self._stub.ListTools, ledger_pb2.ListToolsRequest(), (), timeout or self._timeout)
+
+    def list_operations(
+        self,
+        states: Sequence[State] = (),
+        tool: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        *,
+        timeout: Optional[float] = None,
+    ) -> ledger_pb2.ListOperationsResponse:
+        """list_operations returns one page of the tenant's operations, newest first: only those in
+        ``states`` (names like "awaiting_approval", or ledger_pb2.State values; none means all) and
+        of ``tool`` (empty means all). Pass the response's ``next_page_token`` as ``page_token``,
+        with the same states and tool, for the next page; it is empty on the last page."""
+        req = ledger_pb2.ListOperationsRequest(
+            states=[_state(s) for s in states], tool=tool, page_size=page_size, page_token=page_token
+        )
+        return self._call(self._stub.ListOperations, req, (), timeout or self._timeout)

@@ -460,6 +460,66 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{3}
 }
 
+// Effect says what calling a tool does to the world (the tools file's
+// `effect`).
+type Effect int32
+
+const (
+	// Never used by the server.
+	Effect_EFFECT_UNSPECIFIED Effect = 0
+	// The tool changes nothing (`read_only`).
+	Effect_EFFECT_READ_ONLY Effect = 1
+	// The tool changes something, but repeating a call has no further effect
+	// (`idempotent`).
+	Effect_EFFECT_IDEMPOTENT Effect = 2
+	// Every call changes something, such as a charge or an e-mail
+	// (`side_effect`).
+	Effect_EFFECT_SIDE_EFFECT Effect = 3
+)
+
+// Enum value maps for Effect.
+var (
+	Effect_name = map[int32]string{
+		0: "EFFECT_UNSPECIFIED",
+		1: "EFFECT_READ_ONLY",
+		2: "EFFECT_IDEMPOTENT",
+		3: "EFFECT_SIDE_EFFECT",
+	}
+	Effect_value = map[string]int32{
+		"EFFECT_UNSPECIFIED": 0,
+		"EFFECT_READ_ONLY":   1,
+		"EFFECT_IDEMPOTENT":  2,
+		"EFFECT_SIDE_EFFECT": 3,
+	}
+)
+
+func (x Effect) Enum() *Effect {
+	p := new(Effect)
+	*p = x
+	return p
+}
+
+func (x Effect) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Effect) Descriptor() protoreflect.EnumDescriptor {
+	return file_opledger_v1_ledger_proto_enumTypes[4].Descriptor()
+}
+
+func (Effect) Type() protoreflect.EnumType {
+	return &file_opledger_v1_ledger_proto_enumTypes[4]
+}
+
+func (x Effect) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Effect.Descriptor instead.
+func (Effect) EnumDescriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{4}
+}
+
 // Operation is one proposed tool call and everything the ledger knows about
 // it.
 type Operation struct {
@@ -894,7 +954,18 @@ type PrepareRequest struct {
 	ToolVersion string `protobuf:"bytes,2,opt,name=tool_version,json=toolVersion,proto3" json:"tool_version,omitempty"`
 	// The arguments; validated against the tool's JSON Schema. Numbers are
 	// IEEE-754 doubles: send integers above 2^53 as strings.
-	Args          *structpb.Struct `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
+	Args *structpb.Struct `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
+	// Execute the operation in the same call, as an Execute right after the
+	// Prepare would, with the same guarantees and answers: the one-call path
+	// for tools that need no approval. An operation that awaits approval is
+	// answered as Prepare answers it (no error): approve it, then Execute. An
+	// operation the key already names is executed (or its recorded outcome
+	// replayed) like any Execute of it. A refusal of the execution carries
+	// the operation's id in its ErrorInfo metadata (operation_id).
+	Execute bool `protobuf:"varint,4,opt,name=execute,proto3" json:"execute,omitempty"`
+	// With execute: how long to wait for the outcome when another caller is
+	// executing the operation (ExecuteRequest.wait).
+	Wait          *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -950,16 +1021,33 @@ func (x *PrepareRequest) GetArgs() *structpb.Struct {
 	return nil
 }
 
+func (x *PrepareRequest) GetExecute() bool {
+	if x != nil {
+		return x.Execute
+	}
+	return false
+}
+
+func (x *PrepareRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
 // PrepareResponse carries the operation.
 type PrepareResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The operation, new or existing.
+	// The operation, new or existing; with execute, as the execution left it.
 	Operation *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	// True when the idempotency key was already used with the same
 	// fingerprint and this is the existing operation.
-	Replayed      bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replayed bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// With execute: true when this call made no downstream request because
+	// the operation's outcome was already recorded (ExecuteResponse.replayed).
+	ExecutionReplayed bool `protobuf:"varint,3,opt,name=execution_replayed,json=executionReplayed,proto3" json:"execution_replayed,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PrepareResponse) Reset() {
@@ -1002,6 +1090,13 @@ func (x *PrepareResponse) GetOperation() *Operation {
 func (x *PrepareResponse) GetReplayed() bool {
 	if x != nil {
 		return x.Replayed
+	}
+	return false
+}
+
+func (x *PrepareResponse) GetExecutionReplayed() bool {
+	if x != nil {
+		return x.ExecutionReplayed
 	}
 	return false
 }
@@ -1646,6 +1741,329 @@ func (x *CancelResponse) GetReplayed() bool {
 	return false
 }
 
+// Tool is one version of a configured tool, as declared in the tools file.
+type Tool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's name, e.g. "pay_invoice"; PrepareRequest.tool.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The version; PrepareRequest.tool_version.
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// What the tool does, for people and models.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// What a call does to the world.
+	Effect Effect `protobuf:"varint,4,opt,name=effect,proto3,enum=opledger.v1.Effect" json:"effect,omitempty"`
+	// Whether an operation of this tool waits for an approver's decision
+	// before it may execute.
+	ApprovalRequired bool `protobuf:"varint,5,opt,name=approval_required,json=approvalRequired,proto3" json:"approval_required,omitempty"`
+	// The JSON Schema the args must match.
+	ArgsSchema *structpb.Struct `protobuf:"bytes,6,opt,name=args_schema,json=argsSchema,proto3" json:"args_schema,omitempty"`
+	// How long an approval allows Execute, when approval is required.
+	ApprovalTtl *durationpb.Duration `protobuf:"bytes,7,opt,name=approval_ttl,json=approvalTtl,proto3" json:"approval_ttl,omitempty"`
+	// Whether this is the version a Prepare without tool_version gets (the
+	// last one declared under the name).
+	Current       bool `protobuf:"varint,8,opt,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tool) Reset() {
+	*x = Tool{}
+	mi := &file_opledger_v1_ledger_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tool) ProtoMessage() {}
+
+func (x *Tool) ProtoReflect() protoreflect.Message {
+	mi := &file_opledger_v1_ledger_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tool.ProtoReflect.Descriptor instead.
+func (*Tool) Descriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Tool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Tool) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Tool) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Tool) GetEffect() Effect {
+	if x != nil {
+		return x.Effect
+	}
+	return Effect_EFFECT_UNSPECIFIED
+}
+
+func (x *Tool) GetApprovalRequired() bool {
+	if x != nil {
+		return x.ApprovalRequired
+	}
+	return false
+}
+
+func (x *Tool) GetArgsSchema() *structpb.Struct {
+	if x != nil {
+		return x.ArgsSchema
+	}
+	return nil
+}
+
+func (x *Tool) GetApprovalTtl() *durationpb.Duration {
+	if x != nil {
+		return x.ApprovalTtl
+	}
+	return nil
+}
+
+func (x *Tool) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+// ListToolsRequest asks for the configured tools.
+type ListToolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolsRequest) Reset() {
+	*x = ListToolsRequest{}
+	mi := &file_opledger_v1_ledger_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolsRequest) ProtoMessage() {}
+
+func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opledger_v1_ledger_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
+func (*ListToolsRequest) Descriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{17}
+}
+
+// ListToolsResponse carries the configured tools.
+type ListToolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every configured tool version, sorted by name and then version.
+	Tools         []*Tool `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolsResponse) Reset() {
+	*x = ListToolsResponse{}
+	mi := &file_opledger_v1_ledger_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolsResponse) ProtoMessage() {}
+
+func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opledger_v1_ledger_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
+func (*ListToolsResponse) Descriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListToolsResponse) GetTools() []*Tool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+// ListOperationsRequest asks for a page of the tenant's operations.
+type ListOperationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only operations in one of these states; empty means every state.
+	States []State `protobuf:"varint,1,rep,packed,name=states,proto3,enum=opledger.v1.State" json:"states,omitempty"`
+	// Only operations of this tool (any version); empty means every tool.
+	Tool string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	// At most this many operations; 0 means 50, and more than 200 is read as
+	// 200. Negative is invalid.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The `next_page_token` of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperationsRequest) Reset() {
+	*x = ListOperationsRequest{}
+	mi := &file_opledger_v1_ledger_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperationsRequest) ProtoMessage() {}
+
+func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opledger_v1_ledger_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
+func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListOperationsRequest) GetStates() []State {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ListOperationsRequest) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ListOperationsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOperationsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListOperationsResponse carries one page of operations.
+type ListOperationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operations, newest first (by create_time, then id).
+	Operations []*Operation `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	// Pass as `page_token` to get the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperationsResponse) Reset() {
+	*x = ListOperationsResponse{}
+	mi := &file_opledger_v1_ledger_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperationsResponse) ProtoMessage() {}
+
+func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opledger_v1_ledger_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
+func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListOperationsResponse) GetOperations() []*Operation {
+	if x != nil {
+		return x.Operations
+	}
+	return nil
+}
+
+func (x *ListOperationsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_opledger_v1_ledger_proto protoreflect.FileDescriptor
 
 const file_opledger_v1_ledger_proto_rawDesc = "" +
@@ -1696,14 +2114,17 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x05fence\x18\a \x01(\x03R\x05fence\x12\x16\n" +
 	"\x06detail\x18\b \x01(\tR\x06detail\x12;\n" +
 	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"t\n" +
+	"createTime\"\xbd\x01\n" +
 	"\x0ePrepareRequest\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12!\n" +
 	"\ftool_version\x18\x02 \x01(\tR\vtoolVersion\x12+\n" +
-	"\x04args\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04args\"c\n" +
+	"\x04args\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04args\x12\x18\n" +
+	"\aexecute\x18\x04 \x01(\bR\aexecute\x12-\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x92\x01\n" +
 	"\x0fPrepareResponse\x124\n" +
 	"\toperation\x18\x01 \x01(\v2\x16.opledger.v1.OperationR\toperation\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xa0\x01\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\x12-\n" +
+	"\x12execution_replayed\x18\x03 \x01(\bR\x11executionReplayed\"\xa0\x01\n" +
 	"\x0eApproveRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12 \n" +
 	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\x121\n" +
@@ -1743,7 +2164,31 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"b\n" +
 	"\x0eCancelResponse\x124\n" +
 	"\toperation\x18\x01 \x01(\v2\x16.opledger.v1.OperationR\toperation\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed*\xcc\x01\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xc2\x02\n" +
+	"\x04Tool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12+\n" +
+	"\x06effect\x18\x04 \x01(\x0e2\x13.opledger.v1.EffectR\x06effect\x12+\n" +
+	"\x11approval_required\x18\x05 \x01(\bR\x10approvalRequired\x128\n" +
+	"\vargs_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructR\n" +
+	"argsSchema\x12<\n" +
+	"\fapproval_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\vapprovalTtl\x12\x18\n" +
+	"\acurrent\x18\b \x01(\bR\acurrent\"\x12\n" +
+	"\x10ListToolsRequest\"<\n" +
+	"\x11ListToolsResponse\x12'\n" +
+	"\x05tools\x18\x01 \x03(\v2\x11.opledger.v1.ToolR\x05tools\"\x93\x01\n" +
+	"\x15ListOperationsRequest\x12*\n" +
+	"\x06states\x18\x01 \x03(\x0e2\x12.opledger.v1.StateR\x06states\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"x\n" +
+	"\x16ListOperationsResponse\x126\n" +
+	"\n" +
+	"operations\x18\x01 \x03(\v2\x16.opledger.v1.OperationR\n" +
+	"operations\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\xcc\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17STATE_AWAITING_APPROVAL\x10\x01\x12\x0f\n" +
@@ -1809,14 +2254,21 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x15EVENT_TYPE_RECONCILED\x10\v\x12 \n" +
 	"\x1cEVENT_TYPE_RESOLVED_MANUALLY\x10\f\x12\x18\n" +
 	"\x14EVENT_TYPE_CANCELLED\x10\r\x12\x1f\n" +
-	"\x1bEVENT_TYPE_APPROVAL_EXPIRED\x10\x0e2\xc3\x03\n" +
+	"\x1bEVENT_TYPE_APPROVAL_EXPIRED\x10\x0e*e\n" +
+	"\x06Effect\x12\x16\n" +
+	"\x12EFFECT_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10EFFECT_READ_ONLY\x10\x01\x12\x15\n" +
+	"\x11EFFECT_IDEMPOTENT\x10\x02\x12\x16\n" +
+	"\x12EFFECT_SIDE_EFFECT\x10\x032\xf4\x04\n" +
 	"\rLedgerService\x12D\n" +
 	"\aPrepare\x12\x1b.opledger.v1.PrepareRequest\x1a\x1c.opledger.v1.PrepareResponse\x12I\n" +
 	"\aApprove\x12\x1b.opledger.v1.ApproveRequest\x1a\x1c.opledger.v1.ApproveResponse\"\x03\x90\x02\x02\x12I\n" +
 	"\aExecute\x12\x1b.opledger.v1.ExecuteRequest\x1a\x1c.opledger.v1.ExecuteResponse\"\x03\x90\x02\x02\x12=\n" +
 	"\x03Get\x12\x17.opledger.v1.GetRequest\x1a\x18.opledger.v1.GetResponse\"\x03\x90\x02\x01\x12O\n" +
 	"\tReconcile\x12\x1d.opledger.v1.ReconcileRequest\x1a\x1e.opledger.v1.ReconcileResponse\"\x03\x90\x02\x02\x12F\n" +
-	"\x06Cancel\x12\x1a.opledger.v1.CancelRequest\x1a\x1b.opledger.v1.CancelResponse\"\x03\x90\x02\x02B\\\n" +
+	"\x06Cancel\x12\x1a.opledger.v1.CancelRequest\x1a\x1b.opledger.v1.CancelResponse\"\x03\x90\x02\x02\x12O\n" +
+	"\tListTools\x12\x1d.opledger.v1.ListToolsRequest\x1a\x1e.opledger.v1.ListToolsResponse\"\x03\x90\x02\x01\x12^\n" +
+	"\x0eListOperations\x12\".opledger.v1.ListOperationsRequest\x1a#.opledger.v1.ListOperationsResponse\"\x03\x90\x02\x01B\\\n" +
 	"\x0fdev.opledger.v1B\vLedgerProtoP\x01Z:github.com/opledger/opledger/gen/go/opledger/v1;opledgerv1b\x06proto3"
 
 var (
@@ -1831,79 +2283,96 @@ func file_opledger_v1_ledger_proto_rawDescGZIP() []byte {
 	return file_opledger_v1_ledger_proto_rawDescData
 }
 
-var file_opledger_v1_ledger_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_opledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_opledger_v1_ledger_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_opledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_opledger_v1_ledger_proto_goTypes = []any{
-	(State)(0),                    // 0: opledger.v1.State
-	(Decision)(0),                 // 1: opledger.v1.Decision
-	(ErrorReason)(0),              // 2: opledger.v1.ErrorReason
-	(EventType)(0),                // 3: opledger.v1.EventType
-	(*Operation)(nil),             // 4: opledger.v1.Operation
-	(*Approval)(nil),              // 5: opledger.v1.Approval
-	(*OperationEvent)(nil),        // 6: opledger.v1.OperationEvent
-	(*PrepareRequest)(nil),        // 7: opledger.v1.PrepareRequest
-	(*PrepareResponse)(nil),       // 8: opledger.v1.PrepareResponse
-	(*ApproveRequest)(nil),        // 9: opledger.v1.ApproveRequest
-	(*ApproveResponse)(nil),       // 10: opledger.v1.ApproveResponse
-	(*ExecuteRequest)(nil),        // 11: opledger.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),       // 12: opledger.v1.ExecuteResponse
-	(*GetRequest)(nil),            // 13: opledger.v1.GetRequest
-	(*GetResponse)(nil),           // 14: opledger.v1.GetResponse
-	(*Resolution)(nil),            // 15: opledger.v1.Resolution
-	(*ReconcileRequest)(nil),      // 16: opledger.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),     // 17: opledger.v1.ReconcileResponse
-	(*CancelRequest)(nil),         // 18: opledger.v1.CancelRequest
-	(*CancelResponse)(nil),        // 19: opledger.v1.CancelResponse
-	(*structpb.Struct)(nil),       // 20: google.protobuf.Struct
-	(*status.Status)(nil),         // 21: google.rpc.Status
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(State)(0),                     // 0: opledger.v1.State
+	(Decision)(0),                  // 1: opledger.v1.Decision
+	(ErrorReason)(0),               // 2: opledger.v1.ErrorReason
+	(EventType)(0),                 // 3: opledger.v1.EventType
+	(Effect)(0),                    // 4: opledger.v1.Effect
+	(*Operation)(nil),              // 5: opledger.v1.Operation
+	(*Approval)(nil),               // 6: opledger.v1.Approval
+	(*OperationEvent)(nil),         // 7: opledger.v1.OperationEvent
+	(*PrepareRequest)(nil),         // 8: opledger.v1.PrepareRequest
+	(*PrepareResponse)(nil),        // 9: opledger.v1.PrepareResponse
+	(*ApproveRequest)(nil),         // 10: opledger.v1.ApproveRequest
+	(*ApproveResponse)(nil),        // 11: opledger.v1.ApproveResponse
+	(*ExecuteRequest)(nil),         // 12: opledger.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),        // 13: opledger.v1.ExecuteResponse
+	(*GetRequest)(nil),             // 14: opledger.v1.GetRequest
+	(*GetResponse)(nil),            // 15: opledger.v1.GetResponse
+	(*Resolution)(nil),             // 16: opledger.v1.Resolution
+	(*ReconcileRequest)(nil),       // 17: opledger.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),      // 18: opledger.v1.ReconcileResponse
+	(*CancelRequest)(nil),          // 19: opledger.v1.CancelRequest
+	(*CancelResponse)(nil),         // 20: opledger.v1.CancelResponse
+	(*Tool)(nil),                   // 21: opledger.v1.Tool
+	(*ListToolsRequest)(nil),       // 22: opledger.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),      // 23: opledger.v1.ListToolsResponse
+	(*ListOperationsRequest)(nil),  // 24: opledger.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil), // 25: opledger.v1.ListOperationsResponse
+	(*structpb.Struct)(nil),        // 26: google.protobuf.Struct
+	(*status.Status)(nil),          // 27: google.rpc.Status
+	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
 }
 var file_opledger_v1_ledger_proto_depIdxs = []int32{
-	20, // 0: opledger.v1.Operation.args:type_name -> google.protobuf.Struct
+	26, // 0: opledger.v1.Operation.args:type_name -> google.protobuf.Struct
 	0,  // 1: opledger.v1.Operation.state:type_name -> opledger.v1.State
-	5,  // 2: opledger.v1.Operation.approval:type_name -> opledger.v1.Approval
-	20, // 3: opledger.v1.Operation.result:type_name -> google.protobuf.Struct
-	21, // 4: opledger.v1.Operation.error:type_name -> google.rpc.Status
-	22, // 5: opledger.v1.Operation.create_time:type_name -> google.protobuf.Timestamp
-	22, // 6: opledger.v1.Operation.update_time:type_name -> google.protobuf.Timestamp
-	22, // 7: opledger.v1.Operation.lease_expire_time:type_name -> google.protobuf.Timestamp
+	6,  // 2: opledger.v1.Operation.approval:type_name -> opledger.v1.Approval
+	26, // 3: opledger.v1.Operation.result:type_name -> google.protobuf.Struct
+	27, // 4: opledger.v1.Operation.error:type_name -> google.rpc.Status
+	28, // 5: opledger.v1.Operation.create_time:type_name -> google.protobuf.Timestamp
+	28, // 6: opledger.v1.Operation.update_time:type_name -> google.protobuf.Timestamp
+	28, // 7: opledger.v1.Operation.lease_expire_time:type_name -> google.protobuf.Timestamp
 	1,  // 8: opledger.v1.Approval.decision:type_name -> opledger.v1.Decision
-	22, // 9: opledger.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
-	22, // 10: opledger.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	28, // 9: opledger.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
+	28, // 10: opledger.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
 	3,  // 11: opledger.v1.OperationEvent.type:type_name -> opledger.v1.EventType
 	0,  // 12: opledger.v1.OperationEvent.from_state:type_name -> opledger.v1.State
 	0,  // 13: opledger.v1.OperationEvent.to_state:type_name -> opledger.v1.State
-	22, // 14: opledger.v1.OperationEvent.create_time:type_name -> google.protobuf.Timestamp
-	20, // 15: opledger.v1.PrepareRequest.args:type_name -> google.protobuf.Struct
-	4,  // 16: opledger.v1.PrepareResponse.operation:type_name -> opledger.v1.Operation
-	1,  // 17: opledger.v1.ApproveRequest.decision:type_name -> opledger.v1.Decision
-	4,  // 18: opledger.v1.ApproveResponse.operation:type_name -> opledger.v1.Operation
-	23, // 19: opledger.v1.ExecuteRequest.wait:type_name -> google.protobuf.Duration
-	4,  // 20: opledger.v1.ExecuteResponse.operation:type_name -> opledger.v1.Operation
-	4,  // 21: opledger.v1.GetResponse.operation:type_name -> opledger.v1.Operation
-	6,  // 22: opledger.v1.GetResponse.events:type_name -> opledger.v1.OperationEvent
-	0,  // 23: opledger.v1.Resolution.outcome:type_name -> opledger.v1.State
-	15, // 24: opledger.v1.ReconcileRequest.resolution:type_name -> opledger.v1.Resolution
-	4,  // 25: opledger.v1.ReconcileResponse.operation:type_name -> opledger.v1.Operation
-	4,  // 26: opledger.v1.CancelResponse.operation:type_name -> opledger.v1.Operation
-	7,  // 27: opledger.v1.LedgerService.Prepare:input_type -> opledger.v1.PrepareRequest
-	9,  // 28: opledger.v1.LedgerService.Approve:input_type -> opledger.v1.ApproveRequest
-	11, // 29: opledger.v1.LedgerService.Execute:input_type -> opledger.v1.ExecuteRequest
-	13, // 30: opledger.v1.LedgerService.Get:input_type -> opledger.v1.GetRequest
-	16, // 31: opledger.v1.LedgerService.Reconcile:input_type -> opledger.v1.ReconcileRequest
-	18, // 32: opledger.v1.LedgerService.Cancel:input_type -> opledger.v1.CancelRequest
-	8,  // 33: opledger.v1.LedgerService.Prepare:output_type -> opledger.v1.PrepareResponse
-	10, // 34: opledger.v1.LedgerService.Approve:output_type -> opledger.v1.ApproveResponse
-	12, // 35: opledger.v1.LedgerService.Execute:output_type -> opledger.v1.ExecuteResponse
-	14, // 36: opledger.v1.LedgerService.Get:output_type -> opledger.v1.GetResponse
-	17, // 37: opledger.v1.LedgerService.Reconcile:output_type -> opledger.v1.ReconcileResponse
-	19, // 38: opledger.v1.LedgerService.Cancel:output_type -> opledger.v1.CancelResponse
-	33, // [33:39] is the sub-list for method output_type
-	27, // [27:33] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	28, // 14: opledger.v1.OperationEvent.create_time:type_name -> google.protobuf.Timestamp
+	26, // 15: opledger.v1.PrepareRequest.args:type_name -> google.protobuf.Struct
+	29, // 16: opledger.v1.PrepareRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 17: opledger.v1.PrepareResponse.operation:type_name -> opledger.v1.Operation
+	1,  // 18: opledger.v1.ApproveRequest.decision:type_name -> opledger.v1.Decision
+	5,  // 19: opledger.v1.ApproveResponse.operation:type_name -> opledger.v1.Operation
+	29, // 20: opledger.v1.ExecuteRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 21: opledger.v1.ExecuteResponse.operation:type_name -> opledger.v1.Operation
+	5,  // 22: opledger.v1.GetResponse.operation:type_name -> opledger.v1.Operation
+	7,  // 23: opledger.v1.GetResponse.events:type_name -> opledger.v1.OperationEvent
+	0,  // 24: opledger.v1.Resolution.outcome:type_name -> opledger.v1.State
+	16, // 25: opledger.v1.ReconcileRequest.resolution:type_name -> opledger.v1.Resolution
+	5,  // 26: opledger.v1.ReconcileResponse.operation:type_name -> opledger.v1.Operation
+	5,  // 27: opledger.v1.CancelResponse.operation:type_name -> opledger.v1.Operation
+	4,  // 28: opledger.v1.Tool.effect:type_name -> opledger.v1.Effect
+	26, // 29: opledger.v1.Tool.args_schema:type_name -> google.protobuf.Struct
+	29, // 30: opledger.v1.Tool.approval_ttl:type_name -> google.protobuf.Duration
+	21, // 31: opledger.v1.ListToolsResponse.tools:type_name -> opledger.v1.Tool
+	0,  // 32: opledger.v1.ListOperationsRequest.states:type_name -> opledger.v1.State
+	5,  // 33: opledger.v1.ListOperationsResponse.operations:type_name -> opledger.v1.Operation
+	8,  // 34: opledger.v1.LedgerService.Prepare:input_type -> opledger.v1.PrepareRequest
+	10, // 35: opledger.v1.LedgerService.Approve:input_type -> opledger.v1.ApproveRequest
+	12, // 36: opledger.v1.LedgerService.Execute:input_type -> opledger.v1.ExecuteRequest
+	14, // 37: opledger.v1.LedgerService.Get:input_type -> opledger.v1.GetRequest
+	17, // 38: opledger.v1.LedgerService.Reconcile:input_type -> opledger.v1.ReconcileRequest
+	19, // 39: opledger.v1.LedgerService.Cancel:input_type -> opledger.v1.CancelRequest
+	22, // 40: opledger.v1.LedgerService.ListTools:input_type -> opledger.v1.ListToolsRequest
+	24, // 41: opledger.v1.LedgerService.ListOperations:input_type -> opledger.v1.ListOperationsRequest
+	9,  // 42: opledger.v1.LedgerService.Prepare:output_type -> opledger.v1.PrepareResponse
+	11, // 43: opledger.v1.LedgerService.Approve:output_type -> opledger.v1.ApproveResponse
+	13, // 44: opledger.v1.LedgerService.Execute:output_type -> opledger.v1.ExecuteResponse
+	15, // 45: opledger.v1.LedgerService.Get:output_type -> opledger.v1.GetResponse
+	18, // 46: opledger.v1.LedgerService.Reconcile:output_type -> opledger.v1.ReconcileResponse
+	20, // 47: opledger.v1.LedgerService.Cancel:output_type -> opledger.v1.CancelResponse
+	23, // 48: opledger.v1.LedgerService.ListTools:output_type -> opledger.v1.ListToolsResponse
+	25, // 49: opledger.v1.LedgerService.ListOperations:output_type -> opledger.v1.ListOperationsResponse
+	42, // [42:50] is the sub-list for method output_type
+	34, // [34:42] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_opledger_v1_ledger_proto_init() }
@@ -1916,8 +2385,8 @@ func file_opledger_v1_ledger_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opledger_v1_ledger_proto_rawDesc), len(file_opledger_v1_ledger_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   16,
+			NumEnums:      5,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

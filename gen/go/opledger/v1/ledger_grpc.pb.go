@@ -19,12 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LedgerService_Prepare_FullMethodName   = "/opledger.v1.LedgerService/Prepare"
-	LedgerService_Approve_FullMethodName   = "/opledger.v1.LedgerService/Approve"
-	LedgerService_Execute_FullMethodName   = "/opledger.v1.LedgerService/Execute"
-	LedgerService_Get_FullMethodName       = "/opledger.v1.LedgerService/Get"
-	LedgerService_Reconcile_FullMethodName = "/opledger.v1.LedgerService/Reconcile"
-	LedgerService_Cancel_FullMethodName    = "/opledger.v1.LedgerService/Cancel"
+	LedgerService_Prepare_FullMethodName        = "/opledger.v1.LedgerService/Prepare"
+	LedgerService_Approve_FullMethodName        = "/opledger.v1.LedgerService/Approve"
+	LedgerService_Execute_FullMethodName        = "/opledger.v1.LedgerService/Execute"
+	LedgerService_Get_FullMethodName            = "/opledger.v1.LedgerService/Get"
+	LedgerService_Reconcile_FullMethodName      = "/opledger.v1.LedgerService/Reconcile"
+	LedgerService_Cancel_FullMethodName         = "/opledger.v1.LedgerService/Cancel"
+	LedgerService_ListTools_FullMethodName      = "/opledger.v1.LedgerService/ListTools"
+	LedgerService_ListOperations_FullMethodName = "/opledger.v1.LedgerService/ListOperations"
 )
 
 // LedgerServiceClient is the client API for LedgerService service.
@@ -61,6 +63,10 @@ type LedgerServiceClient interface {
 	//
 	// A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
 	// approval, otherwise in STATE_READY.
+	//
+	// With `execute`, Prepare also does what an Execute of the operation would
+	// do, in the same call (the one-call path for tools that need no
+	// approval): see PrepareRequest.execute.
 	Prepare(ctx context.Context, in *PrepareRequest, opts ...grpc.CallOption) (*PrepareResponse, error)
 	// Approve records a person's decision on exactly one operation, bound to
 	// the fingerprint the approver was shown.
@@ -115,6 +121,25 @@ type LedgerServiceClient interface {
 	//
 	// Requires the `agent` or `operator` role.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
+	// ListTools returns every tool this server is configured with, from the
+	// same tools file the ledger enforces, so an agent runtime can build its
+	// model's tool list (names, descriptions, argument schemas) without
+	// copying them by hand. Read-only.
+	//
+	// Requires any role in a tenant; every tenant sees the same tools.
+	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
+	// ListOperations lists the caller's tenant's operations, newest first,
+	// optionally only those in some states or of one tool, a page at a time
+	// (AIP-158). Read-only; served from an index.
+	//
+	// `next_page_token` is opaque and bound to the caller's tenant and to the
+	// request's filters: a token that was altered, comes from another tenant
+	// or is sent with other `states` or `tool` fails with INVALID_ARGUMENT and
+	// reason FIELD_INVALID (field `page_token`). `page_size` may change
+	// between pages.
+	//
+	// Requires the `agent`, `approver` or `operator` role.
+	ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error)
 }
 
 type ledgerServiceClient struct {
@@ -185,6 +210,26 @@ func (c *ledgerServiceClient) Cancel(ctx context.Context, in *CancelRequest, opt
 	return out, nil
 }
 
+func (c *ledgerServiceClient) ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListToolsResponse)
+	err := c.cc.Invoke(ctx, LedgerService_ListTools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *ledgerServiceClient) ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOperationsResponse)
+	err := c.cc.Invoke(ctx, LedgerService_ListOperations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LedgerServiceServer is the server API for LedgerService service.
 // All implementations must embed UnimplementedLedgerServiceServer
 // for forward compatibility.
@@ -219,6 +264,10 @@ type LedgerServiceServer interface {
 	//
 	// A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
 	// approval, otherwise in STATE_READY.
+	//
+	// With `execute`, Prepare also does what an Execute of the operation would
+	// do, in the same call (the one-call path for tools that need no
+	// approval): see PrepareRequest.execute.
 	Prepare(context.Context, *PrepareRequest) (*PrepareResponse, error)
 	// Approve records a person's decision on exactly one operation, bound to
 	// the fingerprint the approver was shown.
@@ -273,6 +322,25 @@ type LedgerServiceServer interface {
 	//
 	// Requires the `agent` or `operator` role.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
+	// ListTools returns every tool this server is configured with, from the
+	// same tools file the ledger enforces, so an agent runtime can build its
+	// model's tool list (names, descriptions, argument schemas) without
+	// copying them by hand. Read-only.
+	//
+	// Requires any role in a tenant; every tenant sees the same tools.
+	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
+	// ListOperations lists the caller's tenant's operations, newest first,
+	// optionally only those in some states or of one tool, a page at a time
+	// (AIP-158). Read-only; served from an index.
+	//
+	// `next_page_token` is opaque and bound to the caller's tenant and to the
+	// request's filters: a token that was altered, comes from another tenant
+	// or is sent with other `states` or `tool` fails with INVALID_ARGUMENT and
+	// reason FIELD_INVALID (field `page_token`). `page_size` may change
+	// between pages.
+	//
+	// Requires the `agent`, `approver` or `operator` role.
+	ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error)
 	mustEmbedUnimplementedLedgerServiceServer()
 }
 
@@ -300,6 +368,12 @@ func (UnimplementedLedgerServiceServer) Reconcile(context.Context, *ReconcileReq
 }
 func (UnimplementedLedgerServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
+}
+func (UnimplementedLedgerServiceServer) ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTools not implemented")
+}
+func (UnimplementedLedgerServiceServer) ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOperations not implemented")
 }
 func (UnimplementedLedgerServiceServer) mustEmbedUnimplementedLedgerServiceServer() {}
 func (UnimplementedLedgerServiceServer) testEmbeddedByValue()                       {}
@@ -430,6 +504,42 @@ func _LedgerService_Cancel_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LedgerService_ListTools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListToolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LedgerServiceServer).ListTools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LedgerService_ListTools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LedgerServiceServer).ListTools(ctx, req.(*ListToolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LedgerService_ListOperations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOperationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LedgerServiceServer).ListOperations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LedgerService_ListOperations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LedgerServiceServer).ListOperations(ctx, req.(*ListOperationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LedgerService_ServiceDesc is the grpc.ServiceDesc for LedgerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -460,6 +570,14 @@ var LedgerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Cancel",
 			Handler:    _LedgerService_Cancel_Handler,
+		},
+		{
+			MethodName: "ListTools",
+			Handler:    _LedgerService_ListTools_Handler,
+		},
+		{
+			MethodName: "ListOperations",
+			Handler:    _LedgerService_ListOperations_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

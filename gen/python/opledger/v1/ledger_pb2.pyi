@@ -84,6 +84,13 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_RESOLVED_MANUALLY: _ClassVar[EventType]
     EVENT_TYPE_CANCELLED: _ClassVar[EventType]
     EVENT_TYPE_APPROVAL_EXPIRED: _ClassVar[EventType]
+
+class Effect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EFFECT_UNSPECIFIED: _ClassVar[Effect]
+    EFFECT_READ_ONLY: _ClassVar[Effect]
+    EFFECT_IDEMPOTENT: _ClassVar[Effect]
+    EFFECT_SIDE_EFFECT: _ClassVar[Effect]
 STATE_UNSPECIFIED: State
 STATE_AWAITING_APPROVAL: State
 STATE_READY: State
@@ -144,6 +151,10 @@ EVENT_TYPE_RECONCILED: EventType
 EVENT_TYPE_RESOLVED_MANUALLY: EventType
 EVENT_TYPE_CANCELLED: EventType
 EVENT_TYPE_APPROVAL_EXPIRED: EventType
+EFFECT_UNSPECIFIED: Effect
+EFFECT_READ_ONLY: Effect
+EFFECT_IDEMPOTENT: Effect
+EFFECT_SIDE_EFFECT: Effect
 
 class Operation(_message.Message):
     __slots__ = ("id", "tool", "tool_version", "args", "fingerprint", "state", "approval", "attempts", "fence", "downstream_key", "external_ref", "result", "error", "create_time", "update_time", "tenant", "prepared_by", "lease_expire_time")
@@ -226,22 +237,28 @@ class OperationEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., type: _Optional[_Union[EventType, str]] = ..., actor: _Optional[str] = ..., from_state: _Optional[_Union[State, str]] = ..., to_state: _Optional[_Union[State, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., detail: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class PrepareRequest(_message.Message):
-    __slots__ = ("tool", "tool_version", "args")
+    __slots__ = ("tool", "tool_version", "args", "execute", "wait")
     TOOL_FIELD_NUMBER: _ClassVar[int]
     TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
     tool: str
     tool_version: str
     args: _struct_pb2.Struct
-    def __init__(self, tool: _Optional[str] = ..., tool_version: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    execute: bool
+    wait: _duration_pb2.Duration
+    def __init__(self, tool: _Optional[str] = ..., tool_version: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., execute: _Optional[bool] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class PrepareResponse(_message.Message):
-    __slots__ = ("operation", "replayed")
+    __slots__ = ("operation", "replayed", "execution_replayed")
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_REPLAYED_FIELD_NUMBER: _ClassVar[int]
     operation: Operation
     replayed: bool
-    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    execution_replayed: bool
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ..., execution_replayed: _Optional[bool] = ...) -> None: ...
 
 class ApproveRequest(_message.Message):
     __slots__ = ("operation_id", "fingerprint", "decision", "reason")
@@ -336,3 +353,53 @@ class CancelResponse(_message.Message):
     operation: Operation
     replayed: bool
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+
+class Tool(_message.Message):
+    __slots__ = ("name", "version", "description", "effect", "approval_required", "args_schema", "approval_ttl", "current")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    ARGS_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_TTL_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    description: str
+    effect: Effect
+    approval_required: bool
+    args_schema: _struct_pb2.Struct
+    approval_ttl: _duration_pb2.Duration
+    current: bool
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., effect: _Optional[_Union[Effect, str]] = ..., approval_required: _Optional[bool] = ..., args_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., approval_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., current: _Optional[bool] = ...) -> None: ...
+
+class ListToolsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListToolsResponse(_message.Message):
+    __slots__ = ("tools",)
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[Tool]
+    def __init__(self, tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ...) -> None: ...
+
+class ListOperationsRequest(_message.Message):
+    __slots__ = ("states", "tool", "page_size", "page_token")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[State]
+    tool: str
+    page_size: int
+    page_token: str
+    def __init__(self, states: _Optional[_Iterable[_Union[State, str]]] = ..., tool: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListOperationsResponse(_message.Message):
+    __slots__ = ("operations", "next_page_token")
+    OPERATIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    operations: _containers.RepeatedCompositeFieldContainer[Operation]
+    next_page_token: str
+    def __init__(self, operations: _Optional[_Iterable[_Union[Operation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -76,6 +76,16 @@ class LedgerServiceStub:
                 request_serializer=opledger_dot_v1_dot_ledger__pb2.CancelRequest.SerializeToString,
                 response_deserializer=opledger_dot_v1_dot_ledger__pb2.CancelResponse.FromString,
                 _registered_method=True)
+        self.ListTools = channel.unary_unary(
+                '/opledger.v1.LedgerService/ListTools',
+                request_serializer=opledger_dot_v1_dot_ledger__pb2.ListToolsRequest.SerializeToString,
+                response_deserializer=opledger_dot_v1_dot_ledger__pb2.ListToolsResponse.FromString,
+                _registered_method=True)
+        self.ListOperations = channel.unary_unary(
+                '/opledger.v1.LedgerService/ListOperations',
+                request_serializer=opledger_dot_v1_dot_ledger__pb2.ListOperationsRequest.SerializeToString,
+                response_deserializer=opledger_dot_v1_dot_ledger__pb2.ListOperationsResponse.FromString,
+                _registered_method=True)
 
 
 class LedgerServiceServicer:
@@ -111,6 +121,10 @@ class LedgerServiceServicer:
 
         A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
         approval, otherwise in STATE_READY.
+
+        With `execute`, Prepare also does what an Execute of the operation would
+        do, in the same call (the one-call path for tools that need no
+        approval): see PrepareRequest.execute.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -194,6 +208,35 @@ class LedgerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTools(self, request, context):
+        """ListTools returns every tool this server is configured with, from the
+        same tools file the ledger enforces, so an agent runtime can build its
+        model's tool list (names, descriptions, argument schemas) without
+        copying them by hand. Read-only.
+
+        Requires any role in a tenant; every tenant sees the same tools.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListOperations(self, request, context):
+        """ListOperations lists the caller's tenant's operations, newest first,
+        optionally only those in some states or of one tool, a page at a time
+        (AIP-158). Read-only; served from an index.
+
+        `next_page_token` is opaque and bound to the caller's tenant and to the
+        request's filters: a token that was altered, comes from another tenant
+        or is sent with other `states` or `tool` fails with INVALID_ARGUMENT and
+        reason FIELD_INVALID (field `page_token`). `page_size` may change
+        between pages.
+
+        Requires the `agent`, `approver` or `operator` role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LedgerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -226,6 +269,16 @@ def add_LedgerServiceServicer_to_server(servicer, server):
                     servicer.Cancel,
                     request_deserializer=opledger_dot_v1_dot_ledger__pb2.CancelRequest.FromString,
                     response_serializer=opledger_dot_v1_dot_ledger__pb2.CancelResponse.SerializeToString,
+            ),
+            'ListTools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTools,
+                    request_deserializer=opledger_dot_v1_dot_ledger__pb2.ListToolsRequest.FromString,
+                    response_serializer=opledger_dot_v1_dot_ledger__pb2.ListToolsResponse.SerializeToString,
+            ),
+            'ListOperations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOperations,
+                    request_deserializer=opledger_dot_v1_dot_ledger__pb2.ListOperationsRequest.FromString,
+                    response_serializer=opledger_dot_v1_dot_ledger__pb2.ListOperationsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -402,6 +455,60 @@ class LedgerService:
             '/opledger.v1.LedgerService/Cancel',
             opledger_dot_v1_dot_ledger__pb2.CancelRequest.SerializeToString,
             opledger_dot_v1_dot_ledger__pb2.CancelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opledger.v1.LedgerService/ListTools',
+            opledger_dot_v1_dot_ledger__pb2.ListToolsRequest.SerializeToString,
+            opledger_dot_v1_dot_ledger__pb2.ListToolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOperations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opledger.v1.LedgerService/ListOperations',
+            opledger_dot_v1_dot_ledger__pb2.ListOperationsRequest.SerializeToString,
+            opledger_dot_v1_dot_ledger__pb2.ListOperationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file opledger/v1/ledger.proto.
  */
 export const file_opledger_v1_ledger: GenFile = /*@__PURE__*/
-  fileDesc("ChhvcGxlZGdlci92MS9sZWRnZXIucHJvdG8SC29wbGVkZ2VyLnYxIpwECglPcGVyYXRpb24SCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIUCgx0b29sX3ZlcnNpb24YAyABKAkSJQoEYXJncxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLZmluZ2VycHJpbnQYBSABKAkSIQoFc3RhdGUYBiABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRInCghhcHByb3ZhbBgHIAEoCzIVLm9wbGVkZ2VyLnYxLkFwcHJvdmFsEhAKCGF0dGVtcHRzGAggASgFEg0KBWZlbmNlGAkgASgDEhYKDmRvd25zdHJlYW1fa2V5GAogASgJEhQKDGV4dGVybmFsX3JlZhgLIAEoCRInCgZyZXN1bHQYDCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiEKBWVycm9yGA0gASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXMSLwoLY3JlYXRlX3RpbWUYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZ0ZW5hbnQYECABKAkSEwoLcHJlcGFyZWRfYnkYESABKAkSNQoRbGVhc2VfZXhwaXJlX3RpbWUYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIukBCghBcHByb3ZhbBIQCghyZXF1aXJlZBgBIAEoCBInCghkZWNpc2lvbhgCIAEoDjIVLm9wbGVkZ2VyLnYxLkRlY2lzaW9uEhIKCmRlY2lkZWRfYnkYAyABKAkSLwoLZGVjaWRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2V4cGlyZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcChRhcHByb3ZlZF9maW5nZXJwcmludBgGIAEoCRIOCgZyZWFzb24YByABKAkigQIKDk9wZXJhdGlvbkV2ZW50EgsKA3NlcRgBIAEoAxIkCgR0eXBlGAIgASgOMhYub3BsZWRnZXIudjEuRXZlbnRUeXBlEg0KBWFjdG9yGAMgASgJEiYKCmZyb21fc3RhdGUYBCABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRIkCgh0b19zdGF0ZRgFIAEoDjISLm9wbGVkZ2VyLnYxLlN0YXRlEg8KB2F0dGVtcHQYBiABKAUSDQoFZmVuY2UYByABKAMSDgoGZGV0YWlsGAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJbCg5QcmVwYXJlUmVxdWVzdBIMCgR0b29sGAEgASgJEhQKDHRvb2xfdmVyc2lvbhgCIAEoCRIlCgRhcmdzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJOCg9QcmVwYXJlUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEhAKCHJlcGxheWVkGAIgASgIInQKDkFwcHJvdmVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRITCgtmaW5nZXJwcmludBgCIAEoCRInCghkZWNpc2lvbhgDIAEoDjIVLm9wbGVkZ2VyLnYxLkRlY2lzaW9uEg4KBnJlYXNvbhgEIAEoCSJOCg9BcHByb3ZlUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEhAKCHJlcGxheWVkGAIgASgIIk8KDkV4ZWN1dGVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRInCgR3YWl0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIk4KD0V4ZWN1dGVSZXNwb25zZRIpCglvcGVyYXRpb24YASABKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SEAoIcmVwbGF5ZWQYAiABKAgiOgoKR2V0UmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSFgoOaW5jbHVkZV9ldmVudHMYAiABKAgiZQoLR2V0UmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEisKBmV2ZW50cxgCIAMoCzIbLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbkV2ZW50IlUKClJlc29sdXRpb24SIwoHb3V0Y29tZRgBIAEoDjISLm9wbGVkZ2VyLnYxLlN0YXRlEhQKDGV4dGVybmFsX3JlZhgCIAEoCRIMCgRub3RlGAMgASgJIlUKEFJlY29uY2lsZVJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEisKCnJlc29sdXRpb24YAiABKAsyFy5vcGxlZGdlci52MS5SZXNvbHV0aW9uIk4KEVJlY29uY2lsZVJlc3BvbnNlEikKCW9wZXJhdGlvbhgBIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIOCgZkZXRhaWwYAiABKAkiNQoNQ2FuY2VsUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSDgoGcmVhc29uGAIgASgJIk0KDkNhbmNlbFJlc3BvbnNlEikKCW9wZXJhdGlvbhgBIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIQCghyZXBsYXllZBgCIAEoCCrMAQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABIbChdTVEFURV9BV0FJVElOR19BUFBST1ZBTBABEg8KC1NUQVRFX1JFQURZEAISEwoPU1RBVEVfRVhFQ1VUSU5HEAMSEwoPU1RBVEVfU1VDQ0VFREVEEAQSEAoMU1RBVEVfRkFJTEVEEAUSGQoVU1RBVEVfT1VUQ09NRV9VTktOT1dOEAYSEgoOU1RBVEVfUkVKRUNURUQQBxITCg9TVEFURV9DQU5DRUxMRUQQCCpNCghEZWNpc2lvbhIYChRERUNJU0lPTl9VTlNQRUNJRklFRBAAEhQKEERFQ0lTSU9OX0FQUFJPVkUQARIRCg1ERUNJU0lPTl9ERU5ZEAIq0QkKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEiAKHEVSUk9SX1JFQVNPTl9BUElfS0VZX01JU1NJTkcQARIgChxFUlJPUl9SRUFTT05fQVBJX0tFWV9JTlZBTElEEAISHgoaRVJST1JfUkVBU09OX1JPTEVfUkVRVUlSRUQQAxIoCiRFUlJPUl9SRUFTT05fSURFTVBPVEVOQ1lfS0VZX01JU1NJTkcQBBIoCiRFUlJPUl9SRUFTT05fSURFTVBPVEVOQ1lfS0VZX0lOVkFMSUQQBRInCiNFUlJPUl9SRUFTT05fSURFTVBPVEVOQ1lfS0VZX1JFVVNFRBAGEh0KGUVSUk9SX1JFQVNPTl9UT09MX1VOS05PV04QBxIlCiFFUlJPUl9SRUFTT05fVE9PTF9WRVJTSU9OX1VOS05PV04QCBIdChlFUlJPUl9SRUFTT05fQVJHU19JTlZBTElEEAkSHwobRVJST1JfUkVBU09OX0FSR1NfVE9PX0xBUkdFEAoSHgoaRVJST1JfUkVBU09OX0ZJRUxEX0lOVkFMSUQQCxIkCiBFUlJPUl9SRUFTT05fT1BFUkFUSU9OX05PVF9GT1VORBAMEiIKHkVSUk9SX1JFQVNPTl9BUFBST1ZBTF9SRVFVSVJFRBANEiEKHUVSUk9SX1JFQVNPTl9BUFBST1ZBTF9FWFBJUkVEEA4SLgoqRVJST1JfUkVBU09OX0FQUFJPVkFMX0ZJTkdFUlBSSU5UX01JU01BVENIEA8SIgoeRVJST1JfUkVBU09OX0FQUFJPVkFMX0NPTkZMSUNUEBASKAokRVJST1JfUkVBU09OX1NFTEZfQVBQUk9WQUxfRk9SQklEREVOEBESKAokRVJST1JfUkVBU09OX0FQUFJPVkFMX05PVF9BUFBMSUNBQkxFEBISIwofRVJST1JfUkVBU09OX09QRVJBVElPTl9SRUpFQ1RFRBATEiQKIEVSUk9SX1JFQVNPTl9PUEVSQVRJT05fQ0FOQ0VMTEVEEBQSJgoiRVJST1JfUkVBU09OX09QRVJBVElPTl9JTl9QUk9HUkVTUxAVEioKJkVSUk9SX1JFQVNPTl9SRVNPTFVUSU9OX05PVF9BUFBMSUNBQkxFEBYSIwofRVJST1JfUkVBU09OX0xFREdFUl9VTkFWQUlMQUJMRRAXEhkKFUVSUk9SX1JFQVNPTl9JTlRFUk5BTBAYEicKI0VSUk9SX1JFQVNPTl9ET1dOU1RSRUFNX1VOQVZBSUxBQkxFEBkSIQodRVJST1JfUkVBU09OX0RFQURMSU5FX0lOVkFMSUQQGhIkCiBFUlJPUl9SRUFTT05fRE9XTlNUUkVBTV9SRUpFQ1RFRBAbEisKJ0VSUk9SX1JFQVNPTl9ET1dOU1RSRUFNX09VVENPTUVfVU5LTk9XThAcEiIKHkVSUk9SX1JFQVNPTl9PUEVSQVRPUl9SRVFVSVJFRBAdEh0KGUVSUk9SX1JFQVNPTl9SQVRFX0xJTUlURUQQHhIfChtFUlJPUl9SRUFTT05fUVVPVEFfRVhDRUVERUQQHxImCiJFUlJPUl9SRUFTT05fQ0FOQ0VMX05PVF9BUFBMSUNBQkxFECAqsQMKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfVFlQRV9QUkVQQVJFRBABEhcKE0VWRU5UX1RZUEVfQVBQUk9WRUQQAhIVChFFVkVOVF9UWVBFX0RFTklFRBADEhYKEkVWRU5UX1RZUEVfQ0xBSU1FRBAEEiQKIEVWRU5UX1RZUEVfRVhURVJOQUxfUkVGX1JFQ09SREVEEAUSGAoURVZFTlRfVFlQRV9TVUNDRUVERUQQBhIVChFFVkVOVF9UWVBFX0ZBSUxFRBAHEh4KGkVWRU5UX1RZUEVfT1VUQ09NRV9VTktOT1dOEAgSFwoTRVZFTlRfVFlQRV9SRUxFQVNFRBAJEh8KG0VWRU5UX1RZUEVfTEVBU0VfVEFLRU5fT1ZFUhAKEhkKFUVWRU5UX1RZUEVfUkVDT05DSUxFRBALEiAKHEVWRU5UX1RZUEVfUkVTT0xWRURfTUFOVUFMTFkQDBIYChRFVkVOVF9UWVBFX0NBTkNFTExFRBANEh8KG0VWRU5UX1RZUEVfQVBQUk9WQUxfRVhQSVJFRBAOMsMDCg1MZWRnZXJTZXJ2aWNlEkQKB1ByZXBhcmUSGy5vcGxlZGdlci52MS5QcmVwYXJlUmVxdWVzdBocLm9wbGVkZ2VyLnYxLlByZXBhcmVSZXNwb25zZRJJCgdBcHByb3ZlEhsub3BsZWRnZXIudjEuQXBwcm92ZVJlcXVlc3QaHC5vcGxlZGdlci52MS5BcHByb3ZlUmVzcG9uc2UiA5ACAhJJCgdFeGVjdXRlEhsub3BsZWRnZXIudjEuRXhlY3V0ZVJlcXVlc3QaHC5vcGxlZGdlci52MS5FeGVjdXRlUmVzcG9uc2UiA5ACAhI9CgNHZXQSFy5vcGxlZGdlci52MS5HZXRSZXF1ZXN0Ghgub3BsZWRnZXIudjEuR2V0UmVzcG9uc2UiA5ACARJPCglSZWNvbmNpbGUSHS5vcGxlZGdlci52MS5SZWNvbmNpbGVSZXF1ZXN0Gh4ub3BsZWRnZXIudjEuUmVjb25jaWxlUmVzcG9uc2UiA5ACAhJGCgZDYW5jZWwSGi5vcGxlZGdlci52MS5DYW5jZWxSZXF1ZXN0Ghsub3BsZWRnZXIudjEuQ2FuY2VsUmVzcG9uc2UiA5ACAkJcCg9kZXYub3BsZWRnZXIudjFCC0xlZGdlclByb3RvUAFaOmdpdGh1Yi5jb20vb3BsZWRnZXIvb3BsZWRnZXIvZ2VuL2dvL29wbGVkZ2VyL3YxO29wbGVkZ2VydjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("ChhvcGxlZGdlci92MS9sZWRnZXIucHJvdG8SC29wbGVkZ2VyLnYxIpwECglPcGVyYXRpb24SCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIUCgx0b29sX3ZlcnNpb24YAyABKAkSJQoEYXJncxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLZmluZ2VycHJpbnQYBSABKAkSIQoFc3RhdGUYBiABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRInCghhcHByb3ZhbBgHIAEoCzIVLm9wbGVkZ2VyLnYxLkFwcHJvdmFsEhAKCGF0dGVtcHRzGAggASgFEg0KBWZlbmNlGAkgASgDEhYKDmRvd25zdHJlYW1fa2V5GAogASgJEhQKDGV4dGVybmFsX3JlZhgLIAEoCRInCgZyZXN1bHQYDCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiEKBWVycm9yGA0gASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXMSLwoLY3JlYXRlX3RpbWUYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZ0ZW5hbnQYECABKAkSEwoLcHJlcGFyZWRfYnkYESABKAkSNQoRbGVhc2VfZXhwaXJlX3RpbWUYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIukBCghBcHByb3ZhbBIQCghyZXF1aXJlZBgBIAEoCBInCghkZWNpc2lvbhgCIAEoDjIVLm9wbGVkZ2VyLnYxLkRlY2lzaW9uEhIKCmRlY2lkZWRfYnkYAyABKAkSLwoLZGVjaWRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2V4cGlyZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcChRhcHByb3ZlZF9maW5nZXJwcmludBgGIAEoCRIOCgZyZWFzb24YByABKAkigQIKDk9wZXJhdGlvbkV2ZW50EgsKA3NlcRgBIAEoAxIkCgR0eXBlGAIgASgOMhYub3BsZWRnZXIudjEuRXZlbnRUeXBlEg0KBWFjdG9yGAMgASgJEiYKCmZyb21fc3RhdGUYBCABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRIkCgh0b19zdGF0ZRgFIAEoDjISLm9wbGVkZ2VyLnYxLlN0YXRlEg8KB2F0dGVtcHQYBiABKAUSDQoFZmVuY2UYByABKAMSDgoGZGV0YWlsGAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKVAQoOUHJlcGFyZVJlcXVlc3QSDAoEdG9vbBgBIAEoCRIUCgx0b29sX3ZlcnNpb24YAiABKAkSJQoEYXJncxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDwoHZXhlY3V0ZRgEIAEoCBInCgR3YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImoKD1ByZXBhcmVSZXNwb25zZRIpCglvcGVyYXRpb24YASABKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SEAoIcmVwbGF5ZWQYAiABKAgSGgoSZXhlY3V0aW9uX3JlcGxheWVkGAMgASgIInQKDkFwcHJvdmVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRITCgtmaW5nZXJwcmludBgCIAEoCRInCghkZWNpc2lvbhgDIAEoDjIVLm9wbGVkZ2VyLnYxLkRlY2lzaW9uEg4KBnJlYXNvbhgEIAEoCSJOCg9BcHByb3ZlUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEhAKCHJlcGxheWVkGAIgASgIIk8KDkV4ZWN1dGVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRInCgR3YWl0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIk4KD0V4ZWN1dGVSZXNwb25zZRIpCglvcGVyYXRpb24YASABKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SEAoIcmVwbGF5ZWQYAiABKAgiOgoKR2V0UmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSFgoOaW5jbHVkZV9ldmVudHMYAiABKAgiZQoLR2V0UmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEisKBmV2ZW50cxgCIAMoCzIbLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbkV2ZW50IlUKClJlc29sdXRpb24SIwoHb3V0Y29tZRgBIAEoDjISLm9wbGVkZ2VyLnYxLlN0YXRlEhQKDGV4dGVybmFsX3JlZhgCIAEoCRIMCgRub3RlGAMgASgJIlUKEFJlY29uY2lsZVJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEisKCnJlc29sdXRpb24YAiABKAsyFy5vcGxlZGdlci52MS5SZXNvbHV0aW9uIk4KEVJlY29uY2lsZVJlc3BvbnNlEikKCW9wZXJhdGlvbhgBIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIOCgZkZXRhaWwYAiABKAkiNQoNQ2FuY2VsUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSDgoGcmVhc29uGAIgASgJIk0KDkNhbmNlbFJlc3BvbnNlEikKCW9wZXJhdGlvbhgBIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIQCghyZXBsYXllZBgCIAEoCCLqAQoEVG9vbBIMCgRuYW1lGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkSIwoGZWZmZWN0GAQgASgOMhMub3BsZWRnZXIudjEuRWZmZWN0EhkKEWFwcHJvdmFsX3JlcXVpcmVkGAUgASgIEiwKC2FyZ3Nfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIvCgxhcHByb3ZhbF90dGwYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHY3VycmVudBgIIAEoCCISChBMaXN0VG9vbHNSZXF1ZXN0IjUKEUxpc3RUb29sc1Jlc3BvbnNlEiAKBXRvb2xzGAEgAygLMhEub3BsZWRnZXIudjEuVG9vbCJwChVMaXN0T3BlcmF0aW9uc1JlcXVlc3QSIgoGc3RhdGVzGAEgAygOMhIub3BsZWRnZXIudjEuU3RhdGUSDAoEdG9vbBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJdChZMaXN0T3BlcmF0aW9uc1Jlc3BvbnNlEioKCm9wZXJhdGlvbnMYASADKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJKswBCgVTdGF0ZRIVChFTVEFURV9VTlNQRUNJRklFRBAAEhsKF1NUQVRFX0FXQUlUSU5HX0FQUFJPVkFMEAESDwoLU1RBVEVfUkVBRFkQAhITCg9TVEFURV9FWEVDVVRJTkcQAxITCg9TVEFURV9TVUNDRUVERUQQBBIQCgxTVEFURV9GQUlMRUQQBRIZChVTVEFURV9PVVRDT01FX1VOS05PV04QBhISCg5TVEFURV9SRUpFQ1RFRBAHEhMKD1NUQVRFX0NBTkNFTExFRBAIKk0KCERlY2lzaW9uEhgKFERFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASFAoQREVDSVNJT05fQVBQUk9WRRABEhEKDURFQ0lTSU9OX0RFTlkQAirRCQoLRXJyb3JSZWFzb24SHAoYRVJST1JfUkVBU09OX1VOU1BFQ0lGSUVEEAASIAocRVJST1JfUkVBU09OX0FQSV9LRVlfTUlTU0lORxABEiAKHEVSUk9SX1JFQVNPTl9BUElfS0VZX0lOVkFMSUQQAhIeChpFUlJPUl9SRUFTT05fUk9MRV9SRVFVSVJFRBADEigKJEVSUk9SX1JFQVNPTl9JREVNUE9URU5DWV9LRVlfTUlTU0lORxAEEigKJEVSUk9SX1JFQVNPTl9JREVNUE9URU5DWV9LRVlfSU5WQUxJRBAFEicKI0VSUk9SX1JFQVNPTl9JREVNUE9URU5DWV9LRVlfUkVVU0VEEAYSHQoZRVJST1JfUkVBU09OX1RPT0xfVU5LTk9XThAHEiUKIUVSUk9SX1JFQVNPTl9UT09MX1ZFUlNJT05fVU5LTk9XThAIEh0KGUVSUk9SX1JFQVNPTl9BUkdTX0lOVkFMSUQQCRIfChtFUlJPUl9SRUFTT05fQVJHU19UT09fTEFSR0UQChIeChpFUlJPUl9SRUFTT05fRklFTERfSU5WQUxJRBALEiQKIEVSUk9SX1JFQVNPTl9PUEVSQVRJT05fTk9UX0ZPVU5EEAwSIgoeRVJST1JfUkVBU09OX0FQUFJPVkFMX1JFUVVJUkVEEA0SIQodRVJST1JfUkVBU09OX0FQUFJPVkFMX0VYUElSRUQQDhIuCipFUlJPUl9SRUFTT05fQVBQUk9WQUxfRklOR0VSUFJJTlRfTUlTTUFUQ0gQDxIiCh5FUlJPUl9SRUFTT05fQVBQUk9WQUxfQ09ORkxJQ1QQEBIoCiRFUlJPUl9SRUFTT05fU0VMRl9BUFBST1ZBTF9GT1JCSURERU4QERIoCiRFUlJPUl9SRUFTT05fQVBQUk9WQUxfTk9UX0FQUExJQ0FCTEUQEhIjCh9FUlJPUl9SRUFTT05fT1BFUkFUSU9OX1JFSkVDVEVEEBMSJAogRVJST1JfUkVBU09OX09QRVJBVElPTl9DQU5DRUxMRUQQFBImCiJFUlJPUl9SRUFTT05fT1BFUkFUSU9OX0lOX1BST0dSRVNTEBUSKgomRVJST1JfUkVBU09OX1JFU09MVVRJT05fTk9UX0FQUExJQ0FCTEUQFhIjCh9FUlJPUl9SRUFTT05fTEVER0VSX1VOQVZBSUxBQkxFEBcSGQoVRVJST1JfUkVBU09OX0lOVEVSTkFMEBgSJwojRVJST1JfUkVBU09OX0RPV05TVFJFQU1fVU5BVkFJTEFCTEUQGRIhCh1FUlJPUl9SRUFTT05fREVBRExJTkVfSU5WQUxJRBAaEiQKIEVSUk9SX1JFQVNPTl9ET1dOU1RSRUFNX1JFSkVDVEVEEBsSKwonRVJST1JfUkVBU09OX0RPV05TVFJFQU1fT1VUQ09NRV9VTktOT1dOEBwSIgoeRVJST1JfUkVBU09OX09QRVJBVE9SX1JFUVVJUkVEEB0SHQoZRVJST1JfUkVBU09OX1JBVEVfTElNSVRFRBAeEh8KG0VSUk9SX1JFQVNPTl9RVU9UQV9FWENFRURFRBAfEiYKIkVSUk9SX1JFQVNPTl9DQU5DRUxfTk9UX0FQUExJQ0FCTEUQICqxAwoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIXChNFVkVOVF9UWVBFX1BSRVBBUkVEEAESFwoTRVZFTlRfVFlQRV9BUFBST1ZFRBACEhUKEUVWRU5UX1RZUEVfREVOSUVEEAMSFgoSRVZFTlRfVFlQRV9DTEFJTUVEEAQSJAogRVZFTlRfVFlQRV9FWFRFUk5BTF9SRUZfUkVDT1JERUQQBRIYChRFVkVOVF9UWVBFX1NVQ0NFRURFRBAGEhUKEUVWRU5UX1RZUEVfRkFJTEVEEAcSHgoaRVZFTlRfVFlQRV9PVVRDT01FX1VOS05PV04QCBIXChNFVkVOVF9UWVBFX1JFTEVBU0VEEAkSHwobRVZFTlRfVFlQRV9MRUFTRV9UQUtFTl9PVkVSEAoSGQoVRVZFTlRfVFlQRV9SRUNPTkNJTEVEEAsSIAocRVZFTlRfVFlQRV9SRVNPTFZFRF9NQU5VQUxMWRAMEhgKFEVWRU5UX1RZUEVfQ0FOQ0VMTEVEEA0SHwobRVZFTlRfVFlQRV9BUFBST1ZBTF9FWFBJUkVEEA4qZQoGRWZmZWN0EhYKEkVGRkVDVF9VTlNQRUNJRklFRBAAEhQKEEVGRkVDVF9SRUFEX09OTFkQARIVChFFRkZFQ1RfSURFTVBPVEVOVBACEhYKEkVGRkVDVF9TSURFX0VGRkVDVBADMvQECg1MZWRnZXJTZXJ2aWNlEkQKB1ByZXBhcmUSGy5vcGxlZGdlci52MS5QcmVwYXJlUmVxdWVzdBocLm9wbGVkZ2VyLnYxLlByZXBhcmVSZXNwb25zZRJJCgdBcHByb3ZlEhsub3BsZWRnZXIudjEuQXBwcm92ZVJlcXVlc3QaHC5vcGxlZGdlci52MS5BcHByb3ZlUmVzcG9uc2UiA5ACAhJJCgdFeGVjdXRlEhsub3BsZWRnZXIudjEuRXhlY3V0ZVJlcXVlc3QaHC5vcGxlZGdlci52MS5FeGVjdXRlUmVzcG9uc2UiA5ACAhI9CgNHZXQSFy5vcGxlZGdlci52MS5HZXRSZXF1ZXN0Ghgub3BsZWRnZXIudjEuR2V0UmVzcG9uc2UiA5ACARJPCglSZWNvbmNpbGUSHS5vcGxlZGdlci52MS5SZWNvbmNpbGVSZXF1ZXN0Gh4ub3BsZWRnZXIudjEuUmVjb25jaWxlUmVzcG9uc2UiA5ACAhJGCgZDYW5jZWwSGi5vcGxlZGdlci52MS5DYW5jZWxSZXF1ZXN0Ghsub3BsZWRnZXIudjEuQ2FuY2VsUmVzcG9uc2UiA5ACAhJPCglMaXN0VG9vbHMSHS5vcGxlZGdlci52MS5MaXN0VG9vbHNSZXF1ZXN0Gh4ub3BsZWRnZXIudjEuTGlzdFRvb2xzUmVzcG9uc2UiA5ACARJeCg5MaXN0T3BlcmF0aW9ucxIiLm9wbGVkZ2VyLnYxLkxpc3RPcGVyYXRpb25zUmVxdWVzdBojLm9wbGVkZ2VyLnYxLkxpc3RPcGVyYXRpb25zUmVzcG9uc2UiA5ACAUJcCg9kZXYub3BsZWRnZXIudjFCC0xlZGdlclByb3RvUAFaOmdpdGh1Yi5jb20vb3BsZWRnZXIvb3BsZWRnZXIvZ2VuL2dvL29wbGVkZ2VyL3YxO29wbGVkZ2VydjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Operation is one proposed tool call and everything the ledger knows about
@@ -331,6 +331,27 @@ export type PrepareRequest = Message<"opledger.v1.PrepareRequest"> & {
    * @generated from field: google.protobuf.Struct args = 3;
    */
   args?: JsonObject | undefined;
+
+  /**
+   * Execute the operation in the same call, as an Execute right after the
+   * Prepare would, with the same guarantees and answers: the one-call path
+   * for tools that need no approval. An operation that awaits approval is
+   * answered as Prepare answers it (no error): approve it, then Execute. An
+   * operation the key already names is executed (or its recorded outcome
+   * replayed) like any Execute of it. A refusal of the execution carries
+   * the operation's id in its ErrorInfo metadata (operation_id).
+   *
+   * @generated from field: bool execute = 4;
+   */
+  execute: boolean;
+
+  /**
+   * With execute: how long to wait for the outcome when another caller is
+   * executing the operation (ExecuteRequest.wait).
+   *
+   * @generated from field: google.protobuf.Duration wait = 5;
+   */
+  wait?: Duration | undefined;
 };
 
 /**
@@ -347,7 +368,7 @@ export const PrepareRequestSchema: GenMessage<PrepareRequest> = /*@__PURE__*/
  */
 export type PrepareResponse = Message<"opledger.v1.PrepareResponse"> & {
   /**
-   * The operation, new or existing.
+   * The operation, new or existing; with execute, as the execution left it.
    *
    * @generated from field: opledger.v1.Operation operation = 1;
    */
@@ -360,6 +381,14 @@ export type PrepareResponse = Message<"opledger.v1.PrepareResponse"> & {
    * @generated from field: bool replayed = 2;
    */
   replayed: boolean;
+
+  /**
+   * With execute: true when this call made no downstream request because
+   * the operation's outcome was already recorded (ExecuteResponse.replayed).
+   *
+   * @generated from field: bool execution_replayed = 3;
+   */
+  executionReplayed: boolean;
 };
 
 /**
@@ -705,6 +734,185 @@ export type CancelResponse = Message<"opledger.v1.CancelResponse"> & {
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
   messageDesc(file_opledger_v1_ledger, 15);
+
+/**
+ * Tool is one version of a configured tool, as declared in the tools file.
+ *
+ * @generated from message opledger.v1.Tool
+ */
+export type Tool = Message<"opledger.v1.Tool"> & {
+  /**
+   * The tool's name, e.g. "pay_invoice"; PrepareRequest.tool.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The version; PrepareRequest.tool_version.
+   *
+   * @generated from field: string version = 2;
+   */
+  version: string;
+
+  /**
+   * What the tool does, for people and models.
+   *
+   * @generated from field: string description = 3;
+   */
+  description: string;
+
+  /**
+   * What a call does to the world.
+   *
+   * @generated from field: opledger.v1.Effect effect = 4;
+   */
+  effect: Effect;
+
+  /**
+   * Whether an operation of this tool waits for an approver's decision
+   * before it may execute.
+   *
+   * @generated from field: bool approval_required = 5;
+   */
+  approvalRequired: boolean;
+
+  /**
+   * The JSON Schema the args must match.
+   *
+   * @generated from field: google.protobuf.Struct args_schema = 6;
+   */
+  argsSchema?: JsonObject | undefined;
+
+  /**
+   * How long an approval allows Execute, when approval is required.
+   *
+   * @generated from field: google.protobuf.Duration approval_ttl = 7;
+   */
+  approvalTtl?: Duration | undefined;
+
+  /**
+   * Whether this is the version a Prepare without tool_version gets (the
+   * last one declared under the name).
+   *
+   * @generated from field: bool current = 8;
+   */
+  current: boolean;
+};
+
+/**
+ * Describes the message opledger.v1.Tool.
+ * Use `create(ToolSchema)` to create a new message.
+ */
+export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
+  messageDesc(file_opledger_v1_ledger, 16);
+
+/**
+ * ListToolsRequest asks for the configured tools.
+ *
+ * @generated from message opledger.v1.ListToolsRequest
+ */
+export type ListToolsRequest = Message<"opledger.v1.ListToolsRequest"> & {
+};
+
+/**
+ * Describes the message opledger.v1.ListToolsRequest.
+ * Use `create(ListToolsRequestSchema)` to create a new message.
+ */
+export const ListToolsRequestSchema: GenMessage<ListToolsRequest> = /*@__PURE__*/
+  messageDesc(file_opledger_v1_ledger, 17);
+
+/**
+ * ListToolsResponse carries the configured tools.
+ *
+ * @generated from message opledger.v1.ListToolsResponse
+ */
+export type ListToolsResponse = Message<"opledger.v1.ListToolsResponse"> & {
+  /**
+   * Every configured tool version, sorted by name and then version.
+   *
+   * @generated from field: repeated opledger.v1.Tool tools = 1;
+   */
+  tools: Tool[];
+};
+
+/**
+ * Describes the message opledger.v1.ListToolsResponse.
+ * Use `create(ListToolsResponseSchema)` to create a new message.
+ */
+export const ListToolsResponseSchema: GenMessage<ListToolsResponse> = /*@__PURE__*/
+  messageDesc(file_opledger_v1_ledger, 18);
+
+/**
+ * ListOperationsRequest asks for a page of the tenant's operations.
+ *
+ * @generated from message opledger.v1.ListOperationsRequest
+ */
+export type ListOperationsRequest = Message<"opledger.v1.ListOperationsRequest"> & {
+  /**
+   * Only operations in one of these states; empty means every state.
+   *
+   * @generated from field: repeated opledger.v1.State states = 1;
+   */
+  states: State[];
+
+  /**
+   * Only operations of this tool (any version); empty means every tool.
+   *
+   * @generated from field: string tool = 2;
+   */
+  tool: string;
+
+  /**
+   * At most this many operations; 0 means 50, and more than 200 is read as
+   * 200. Negative is invalid.
+   *
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message opledger.v1.ListOperationsRequest.
+ * Use `create(ListOperationsRequestSchema)` to create a new message.
+ */
+export const ListOperationsRequestSchema: GenMessage<ListOperationsRequest> = /*@__PURE__*/
+  messageDesc(file_opledger_v1_ledger, 19);
+
+/**
+ * ListOperationsResponse carries one page of operations.
+ *
+ * @generated from message opledger.v1.ListOperationsResponse
+ */
+export type ListOperationsResponse = Message<"opledger.v1.ListOperationsResponse"> & {
+  /**
+   * The operations, newest first (by create_time, then id).
+   *
+   * @generated from field: repeated opledger.v1.Operation operations = 1;
+   */
+  operations: Operation[];
+
+  /**
+   * Pass as `page_token` to get the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message opledger.v1.ListOperationsResponse.
+ * Use `create(ListOperationsResponseSchema)` to create a new message.
+ */
+export const ListOperationsResponseSchema: GenMessage<ListOperationsResponse> = /*@__PURE__*/
+  messageDesc(file_opledger_v1_ledger, 20);
 
 /**
  * State is where an operation is in its life. SUCCEEDED, FAILED, REJECTED
@@ -1210,6 +1418,50 @@ export const EventTypeSchema: GenEnum<EventType> = /*@__PURE__*/
   enumDesc(file_opledger_v1_ledger, 3);
 
 /**
+ * Effect says what calling a tool does to the world (the tools file's
+ * `effect`).
+ *
+ * @generated from enum opledger.v1.Effect
+ */
+export enum Effect {
+  /**
+   * Never used by the server.
+   *
+   * @generated from enum value: EFFECT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The tool changes nothing (`read_only`).
+   *
+   * @generated from enum value: EFFECT_READ_ONLY = 1;
+   */
+  READ_ONLY = 1,
+
+  /**
+   * The tool changes something, but repeating a call has no further effect
+   * (`idempotent`).
+   *
+   * @generated from enum value: EFFECT_IDEMPOTENT = 2;
+   */
+  IDEMPOTENT = 2,
+
+  /**
+   * Every call changes something, such as a charge or an e-mail
+   * (`side_effect`).
+   *
+   * @generated from enum value: EFFECT_SIDE_EFFECT = 3;
+   */
+  SIDE_EFFECT = 3,
+}
+
+/**
+ * Describes the enum opledger.v1.Effect.
+ */
+export const EffectSchema: GenEnum<Effect> = /*@__PURE__*/
+  enumDesc(file_opledger_v1_ledger, 4);
+
+/**
  * LedgerService is the execution ledger for AI agents' side-effecting tool
  * calls. An agent Prepares an operation, an approver Approves exactly that
  * operation, the agent Executes it, and anyone in the tenant may Get or
@@ -1244,6 +1496,10 @@ export const LedgerService: GenService<{
    *
    * A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
    * approval, otherwise in STATE_READY.
+   *
+   * With `execute`, Prepare also does what an Execute of the operation would
+   * do, in the same call (the one-call path for tools that need no
+   * approval): see PrepareRequest.execute.
    *
    * @generated from rpc opledger.v1.LedgerService.Prepare
    */
@@ -1344,6 +1600,41 @@ export const LedgerService: GenService<{
     methodKind: "unary";
     input: typeof CancelRequestSchema;
     output: typeof CancelResponseSchema;
+  },
+  /**
+   * ListTools returns every tool this server is configured with, from the
+   * same tools file the ledger enforces, so an agent runtime can build its
+   * model's tool list (names, descriptions, argument schemas) without
+   * copying them by hand. Read-only.
+   *
+   * Requires any role in a tenant; every tenant sees the same tools.
+   *
+   * @generated from rpc opledger.v1.LedgerService.ListTools
+   */
+  listTools: {
+    methodKind: "unary";
+    input: typeof ListToolsRequestSchema;
+    output: typeof ListToolsResponseSchema;
+  },
+  /**
+   * ListOperations lists the caller's tenant's operations, newest first,
+   * optionally only those in some states or of one tool, a page at a time
+   * (AIP-158). Read-only; served from an index.
+   *
+   * `next_page_token` is opaque and bound to the caller's tenant and to the
+   * request's filters: a token that was altered, comes from another tenant
+   * or is sent with other `states` or `tool` fails with INVALID_ARGUMENT and
+   * reason FIELD_INVALID (field `page_token`). `page_size` may change
+   * between pages.
+   *
+   * Requires the `agent`, `approver` or `operator` role.
+   *
+   * @generated from rpc opledger.v1.LedgerService.ListOperations
+   */
+  listOperations: {
+    methodKind: "unary";
+    input: typeof ListOperationsRequestSchema;
+    output: typeof ListOperationsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_opledger_v1_ledger, 0);

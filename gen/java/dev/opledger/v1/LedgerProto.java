@@ -106,6 +106,31 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_opledger_v1_CancelResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_Tool_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_Tool_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_ListToolsRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_ListToolsRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_ListToolsResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_ListToolsResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_ListOperationsRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_ListOperationsRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_ListOperationsResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_ListOperationsResponse_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -153,105 +178,132 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       "ate\022\030\n\007attempt\030\006 \001(\005R\007attempt\022\024\n\005fence\030\007" +
       " \001(\003R\005fence\022\026\n\006detail\030\010 \001(\tR\006detail\022;\n\013c" +
       "reate_time\030\t \001(\0132\032.google.protobuf.Times" +
-      "tampR\ncreateTime\"t\n\016PrepareRequest\022\022\n\004to" +
-      "ol\030\001 \001(\tR\004tool\022!\n\014tool_version\030\002 \001(\tR\013to" +
-      "olVersion\022+\n\004args\030\003 \001(\0132\027.google.protobu" +
-      "f.StructR\004args\"c\n\017PrepareResponse\0224\n\tope" +
-      "ration\030\001 \001(\0132\026.opledger.v1.OperationR\top" +
-      "eration\022\032\n\010replayed\030\002 \001(\010R\010replayed\"\240\001\n\016" +
-      "ApproveRequest\022!\n\014operation_id\030\001 \001(\tR\013op" +
-      "erationId\022 \n\013fingerprint\030\002 \001(\tR\013fingerpr" +
-      "int\0221\n\010decision\030\003 \001(\0162\025.opledger.v1.Deci" +
-      "sionR\010decision\022\026\n\006reason\030\004 \001(\tR\006reason\"c" +
-      "\n\017ApproveResponse\0224\n\toperation\030\001 \001(\0132\026.o" +
-      "pledger.v1.OperationR\toperation\022\032\n\010repla" +
-      "yed\030\002 \001(\010R\010replayed\"b\n\016ExecuteRequest\022!\n" +
-      "\014operation_id\030\001 \001(\tR\013operationId\022-\n\004wait" +
-      "\030\002 \001(\0132\031.google.protobuf.DurationR\004wait\"" +
-      "c\n\017ExecuteResponse\0224\n\toperation\030\001 \001(\0132\026." +
-      "opledger.v1.OperationR\toperation\022\032\n\010repl" +
-      "ayed\030\002 \001(\010R\010replayed\"V\n\nGetRequest\022!\n\014op" +
-      "eration_id\030\001 \001(\tR\013operationId\022%\n\016include" +
-      "_events\030\002 \001(\010R\rincludeEvents\"x\n\013GetRespo" +
-      "nse\0224\n\toperation\030\001 \001(\0132\026.opledger.v1.Ope" +
-      "rationR\toperation\0223\n\006events\030\002 \003(\0132\033.ople" +
-      "dger.v1.OperationEventR\006events\"q\n\nResolu" +
-      "tion\022,\n\007outcome\030\001 \001(\0162\022.opledger.v1.Stat" +
-      "eR\007outcome\022!\n\014external_ref\030\002 \001(\tR\013extern" +
-      "alRef\022\022\n\004note\030\003 \001(\tR\004note\"n\n\020ReconcileRe" +
-      "quest\022!\n\014operation_id\030\001 \001(\tR\013operationId" +
-      "\0227\n\nresolution\030\002 \001(\0132\027.opledger.v1.Resol" +
-      "utionR\nresolution\"a\n\021ReconcileResponse\0224" +
-      "\n\toperation\030\001 \001(\0132\026.opledger.v1.Operatio" +
-      "nR\toperation\022\026\n\006detail\030\002 \001(\tR\006detail\"J\n\r" +
-      "CancelRequest\022!\n\014operation_id\030\001 \001(\tR\013ope" +
-      "rationId\022\026\n\006reason\030\002 \001(\tR\006reason\"b\n\016Canc" +
-      "elResponse\0224\n\toperation\030\001 \001(\0132\026.opledger" +
-      ".v1.OperationR\toperation\022\032\n\010replayed\030\002 \001" +
-      "(\010R\010replayed*\314\001\n\005State\022\025\n\021STATE_UNSPECIF" +
-      "IED\020\000\022\033\n\027STATE_AWAITING_APPROVAL\020\001\022\017\n\013ST" +
-      "ATE_READY\020\002\022\023\n\017STATE_EXECUTING\020\003\022\023\n\017STAT" +
-      "E_SUCCEEDED\020\004\022\020\n\014STATE_FAILED\020\005\022\031\n\025STATE" +
-      "_OUTCOME_UNKNOWN\020\006\022\022\n\016STATE_REJECTED\020\007\022\023" +
-      "\n\017STATE_CANCELLED\020\010*M\n\010Decision\022\030\n\024DECIS" +
-      "ION_UNSPECIFIED\020\000\022\024\n\020DECISION_APPROVE\020\001\022" +
-      "\021\n\rDECISION_DENY\020\002*\321\t\n\013ErrorReason\022\034\n\030ER" +
-      "ROR_REASON_UNSPECIFIED\020\000\022 \n\034ERROR_REASON" +
-      "_API_KEY_MISSING\020\001\022 \n\034ERROR_REASON_API_K" +
-      "EY_INVALID\020\002\022\036\n\032ERROR_REASON_ROLE_REQUIR" +
-      "ED\020\003\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_MIS" +
-      "SING\020\004\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_I" +
-      "NVALID\020\005\022\'\n#ERROR_REASON_IDEMPOTENCY_KEY" +
-      "_REUSED\020\006\022\035\n\031ERROR_REASON_TOOL_UNKNOWN\020\007" +
-      "\022%\n!ERROR_REASON_TOOL_VERSION_UNKNOWN\020\010\022" +
-      "\035\n\031ERROR_REASON_ARGS_INVALID\020\t\022\037\n\033ERROR_" +
-      "REASON_ARGS_TOO_LARGE\020\n\022\036\n\032ERROR_REASON_" +
-      "FIELD_INVALID\020\013\022$\n ERROR_REASON_OPERATIO" +
-      "N_NOT_FOUND\020\014\022\"\n\036ERROR_REASON_APPROVAL_R" +
-      "EQUIRED\020\r\022!\n\035ERROR_REASON_APPROVAL_EXPIR" +
-      "ED\020\016\022.\n*ERROR_REASON_APPROVAL_FINGERPRIN" +
-      "T_MISMATCH\020\017\022\"\n\036ERROR_REASON_APPROVAL_CO" +
-      "NFLICT\020\020\022(\n$ERROR_REASON_SELF_APPROVAL_F" +
-      "ORBIDDEN\020\021\022(\n$ERROR_REASON_APPROVAL_NOT_" +
-      "APPLICABLE\020\022\022#\n\037ERROR_REASON_OPERATION_R" +
-      "EJECTED\020\023\022$\n ERROR_REASON_OPERATION_CANC" +
-      "ELLED\020\024\022&\n\"ERROR_REASON_OPERATION_IN_PRO" +
-      "GRESS\020\025\022*\n&ERROR_REASON_RESOLUTION_NOT_A" +
-      "PPLICABLE\020\026\022#\n\037ERROR_REASON_LEDGER_UNAVA" +
-      "ILABLE\020\027\022\031\n\025ERROR_REASON_INTERNAL\020\030\022\'\n#E" +
-      "RROR_REASON_DOWNSTREAM_UNAVAILABLE\020\031\022!\n\035" +
-      "ERROR_REASON_DEADLINE_INVALID\020\032\022$\n ERROR" +
-      "_REASON_DOWNSTREAM_REJECTED\020\033\022+\n\'ERROR_R" +
-      "EASON_DOWNSTREAM_OUTCOME_UNKNOWN\020\034\022\"\n\036ER" +
-      "ROR_REASON_OPERATOR_REQUIRED\020\035\022\035\n\031ERROR_" +
-      "REASON_RATE_LIMITED\020\036\022\037\n\033ERROR_REASON_QU" +
-      "OTA_EXCEEDED\020\037\022&\n\"ERROR_REASON_CANCEL_NO" +
-      "T_APPLICABLE\020 *\261\003\n\tEventType\022\032\n\026EVENT_TY" +
-      "PE_UNSPECIFIED\020\000\022\027\n\023EVENT_TYPE_PREPARED\020" +
-      "\001\022\027\n\023EVENT_TYPE_APPROVED\020\002\022\025\n\021EVENT_TYPE" +
-      "_DENIED\020\003\022\026\n\022EVENT_TYPE_CLAIMED\020\004\022$\n EVE" +
-      "NT_TYPE_EXTERNAL_REF_RECORDED\020\005\022\030\n\024EVENT" +
-      "_TYPE_SUCCEEDED\020\006\022\025\n\021EVENT_TYPE_FAILED\020\007" +
-      "\022\036\n\032EVENT_TYPE_OUTCOME_UNKNOWN\020\010\022\027\n\023EVEN" +
-      "T_TYPE_RELEASED\020\t\022\037\n\033EVENT_TYPE_LEASE_TA" +
-      "KEN_OVER\020\n\022\031\n\025EVENT_TYPE_RECONCILED\020\013\022 \n" +
-      "\034EVENT_TYPE_RESOLVED_MANUALLY\020\014\022\030\n\024EVENT" +
-      "_TYPE_CANCELLED\020\r\022\037\n\033EVENT_TYPE_APPROVAL" +
-      "_EXPIRED\020\0162\303\003\n\rLedgerService\022D\n\007Prepare\022" +
-      "\033.opledger.v1.PrepareRequest\032\034.opledger." +
-      "v1.PrepareResponse\022I\n\007Approve\022\033.opledger" +
-      ".v1.ApproveRequest\032\034.opledger.v1.Approve" +
-      "Response\"\003\220\002\002\022I\n\007Execute\022\033.opledger.v1.E" +
-      "xecuteRequest\032\034.opledger.v1.ExecuteRespo" +
-      "nse\"\003\220\002\002\022=\n\003Get\022\027.opledger.v1.GetRequest" +
-      "\032\030.opledger.v1.GetResponse\"\003\220\002\001\022O\n\tRecon" +
-      "cile\022\035.opledger.v1.ReconcileRequest\032\036.op" +
-      "ledger.v1.ReconcileResponse\"\003\220\002\002\022F\n\006Canc" +
-      "el\022\032.opledger.v1.CancelRequest\032\033.opledge" +
-      "r.v1.CancelResponse\"\003\220\002\002B\\\n\017dev.opledger" +
-      ".v1B\013LedgerProtoP\001Z:github.com/opledger/" +
-      "opledger/gen/go/opledger/v1;opledgerv1b\006" +
-      "proto3"
+      "tampR\ncreateTime\"\275\001\n\016PrepareRequest\022\022\n\004t" +
+      "ool\030\001 \001(\tR\004tool\022!\n\014tool_version\030\002 \001(\tR\013t" +
+      "oolVersion\022+\n\004args\030\003 \001(\0132\027.google.protob" +
+      "uf.StructR\004args\022\030\n\007execute\030\004 \001(\010R\007execut" +
+      "e\022-\n\004wait\030\005 \001(\0132\031.google.protobuf.Durati" +
+      "onR\004wait\"\222\001\n\017PrepareResponse\0224\n\toperatio" +
+      "n\030\001 \001(\0132\026.opledger.v1.OperationR\toperati" +
+      "on\022\032\n\010replayed\030\002 \001(\010R\010replayed\022-\n\022execut" +
+      "ion_replayed\030\003 \001(\010R\021executionReplayed\"\240\001" +
+      "\n\016ApproveRequest\022!\n\014operation_id\030\001 \001(\tR\013" +
+      "operationId\022 \n\013fingerprint\030\002 \001(\tR\013finger" +
+      "print\0221\n\010decision\030\003 \001(\0162\025.opledger.v1.De" +
+      "cisionR\010decision\022\026\n\006reason\030\004 \001(\tR\006reason" +
+      "\"c\n\017ApproveResponse\0224\n\toperation\030\001 \001(\0132\026" +
+      ".opledger.v1.OperationR\toperation\022\032\n\010rep" +
+      "layed\030\002 \001(\010R\010replayed\"b\n\016ExecuteRequest\022" +
+      "!\n\014operation_id\030\001 \001(\tR\013operationId\022-\n\004wa" +
+      "it\030\002 \001(\0132\031.google.protobuf.DurationR\004wai" +
+      "t\"c\n\017ExecuteResponse\0224\n\toperation\030\001 \001(\0132" +
+      "\026.opledger.v1.OperationR\toperation\022\032\n\010re" +
+      "played\030\002 \001(\010R\010replayed\"V\n\nGetRequest\022!\n\014" +
+      "operation_id\030\001 \001(\tR\013operationId\022%\n\016inclu" +
+      "de_events\030\002 \001(\010R\rincludeEvents\"x\n\013GetRes" +
+      "ponse\0224\n\toperation\030\001 \001(\0132\026.opledger.v1.O" +
+      "perationR\toperation\0223\n\006events\030\002 \003(\0132\033.op" +
+      "ledger.v1.OperationEventR\006events\"q\n\nReso" +
+      "lution\022,\n\007outcome\030\001 \001(\0162\022.opledger.v1.St" +
+      "ateR\007outcome\022!\n\014external_ref\030\002 \001(\tR\013exte" +
+      "rnalRef\022\022\n\004note\030\003 \001(\tR\004note\"n\n\020Reconcile" +
+      "Request\022!\n\014operation_id\030\001 \001(\tR\013operation" +
+      "Id\0227\n\nresolution\030\002 \001(\0132\027.opledger.v1.Res" +
+      "olutionR\nresolution\"a\n\021ReconcileResponse" +
+      "\0224\n\toperation\030\001 \001(\0132\026.opledger.v1.Operat" +
+      "ionR\toperation\022\026\n\006detail\030\002 \001(\tR\006detail\"J" +
+      "\n\rCancelRequest\022!\n\014operation_id\030\001 \001(\tR\013o" +
+      "perationId\022\026\n\006reason\030\002 \001(\tR\006reason\"b\n\016Ca" +
+      "ncelResponse\0224\n\toperation\030\001 \001(\0132\026.opledg" +
+      "er.v1.OperationR\toperation\022\032\n\010replayed\030\002" +
+      " \001(\010R\010replayed\"\302\002\n\004Tool\022\022\n\004name\030\001 \001(\tR\004n" +
+      "ame\022\030\n\007version\030\002 \001(\tR\007version\022 \n\013descrip" +
+      "tion\030\003 \001(\tR\013description\022+\n\006effect\030\004 \001(\0162" +
+      "\023.opledger.v1.EffectR\006effect\022+\n\021approval" +
+      "_required\030\005 \001(\010R\020approvalRequired\0228\n\013arg" +
+      "s_schema\030\006 \001(\0132\027.google.protobuf.StructR" +
+      "\nargsSchema\022<\n\014approval_ttl\030\007 \001(\0132\031.goog" +
+      "le.protobuf.DurationR\013approvalTtl\022\030\n\007cur" +
+      "rent\030\010 \001(\010R\007current\"\022\n\020ListToolsRequest\"" +
+      "<\n\021ListToolsResponse\022\'\n\005tools\030\001 \003(\0132\021.op" +
+      "ledger.v1.ToolR\005tools\"\223\001\n\025ListOperations" +
+      "Request\022*\n\006states\030\001 \003(\0162\022.opledger.v1.St" +
+      "ateR\006states\022\022\n\004tool\030\002 \001(\tR\004tool\022\033\n\tpage_" +
+      "size\030\003 \001(\005R\010pageSize\022\035\n\npage_token\030\004 \001(\t" +
+      "R\tpageToken\"x\n\026ListOperationsResponse\0226\n" +
+      "\noperations\030\001 \003(\0132\026.opledger.v1.Operatio" +
+      "nR\noperations\022&\n\017next_page_token\030\002 \001(\tR\r" +
+      "nextPageToken*\314\001\n\005State\022\025\n\021STATE_UNSPECI" +
+      "FIED\020\000\022\033\n\027STATE_AWAITING_APPROVAL\020\001\022\017\n\013S" +
+      "TATE_READY\020\002\022\023\n\017STATE_EXECUTING\020\003\022\023\n\017STA" +
+      "TE_SUCCEEDED\020\004\022\020\n\014STATE_FAILED\020\005\022\031\n\025STAT" +
+      "E_OUTCOME_UNKNOWN\020\006\022\022\n\016STATE_REJECTED\020\007\022" +
+      "\023\n\017STATE_CANCELLED\020\010*M\n\010Decision\022\030\n\024DECI" +
+      "SION_UNSPECIFIED\020\000\022\024\n\020DECISION_APPROVE\020\001" +
+      "\022\021\n\rDECISION_DENY\020\002*\321\t\n\013ErrorReason\022\034\n\030E" +
+      "RROR_REASON_UNSPECIFIED\020\000\022 \n\034ERROR_REASO" +
+      "N_API_KEY_MISSING\020\001\022 \n\034ERROR_REASON_API_" +
+      "KEY_INVALID\020\002\022\036\n\032ERROR_REASON_ROLE_REQUI" +
+      "RED\020\003\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_MI" +
+      "SSING\020\004\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_" +
+      "INVALID\020\005\022\'\n#ERROR_REASON_IDEMPOTENCY_KE" +
+      "Y_REUSED\020\006\022\035\n\031ERROR_REASON_TOOL_UNKNOWN\020" +
+      "\007\022%\n!ERROR_REASON_TOOL_VERSION_UNKNOWN\020\010" +
+      "\022\035\n\031ERROR_REASON_ARGS_INVALID\020\t\022\037\n\033ERROR" +
+      "_REASON_ARGS_TOO_LARGE\020\n\022\036\n\032ERROR_REASON" +
+      "_FIELD_INVALID\020\013\022$\n ERROR_REASON_OPERATI" +
+      "ON_NOT_FOUND\020\014\022\"\n\036ERROR_REASON_APPROVAL_" +
+      "REQUIRED\020\r\022!\n\035ERROR_REASON_APPROVAL_EXPI" +
+      "RED\020\016\022.\n*ERROR_REASON_APPROVAL_FINGERPRI" +
+      "NT_MISMATCH\020\017\022\"\n\036ERROR_REASON_APPROVAL_C" +
+      "ONFLICT\020\020\022(\n$ERROR_REASON_SELF_APPROVAL_" +
+      "FORBIDDEN\020\021\022(\n$ERROR_REASON_APPROVAL_NOT" +
+      "_APPLICABLE\020\022\022#\n\037ERROR_REASON_OPERATION_" +
+      "REJECTED\020\023\022$\n ERROR_REASON_OPERATION_CAN" +
+      "CELLED\020\024\022&\n\"ERROR_REASON_OPERATION_IN_PR" +
+      "OGRESS\020\025\022*\n&ERROR_REASON_RESOLUTION_NOT_" +
+      "APPLICABLE\020\026\022#\n\037ERROR_REASON_LEDGER_UNAV" +
+      "AILABLE\020\027\022\031\n\025ERROR_REASON_INTERNAL\020\030\022\'\n#" +
+      "ERROR_REASON_DOWNSTREAM_UNAVAILABLE\020\031\022!\n" +
+      "\035ERROR_REASON_DEADLINE_INVALID\020\032\022$\n ERRO" +
+      "R_REASON_DOWNSTREAM_REJECTED\020\033\022+\n\'ERROR_" +
+      "REASON_DOWNSTREAM_OUTCOME_UNKNOWN\020\034\022\"\n\036E" +
+      "RROR_REASON_OPERATOR_REQUIRED\020\035\022\035\n\031ERROR" +
+      "_REASON_RATE_LIMITED\020\036\022\037\n\033ERROR_REASON_Q" +
+      "UOTA_EXCEEDED\020\037\022&\n\"ERROR_REASON_CANCEL_N" +
+      "OT_APPLICABLE\020 *\261\003\n\tEventType\022\032\n\026EVENT_T" +
+      "YPE_UNSPECIFIED\020\000\022\027\n\023EVENT_TYPE_PREPARED" +
+      "\020\001\022\027\n\023EVENT_TYPE_APPROVED\020\002\022\025\n\021EVENT_TYP" +
+      "E_DENIED\020\003\022\026\n\022EVENT_TYPE_CLAIMED\020\004\022$\n EV" +
+      "ENT_TYPE_EXTERNAL_REF_RECORDED\020\005\022\030\n\024EVEN" +
+      "T_TYPE_SUCCEEDED\020\006\022\025\n\021EVENT_TYPE_FAILED\020" +
+      "\007\022\036\n\032EVENT_TYPE_OUTCOME_UNKNOWN\020\010\022\027\n\023EVE" +
+      "NT_TYPE_RELEASED\020\t\022\037\n\033EVENT_TYPE_LEASE_T" +
+      "AKEN_OVER\020\n\022\031\n\025EVENT_TYPE_RECONCILED\020\013\022 " +
+      "\n\034EVENT_TYPE_RESOLVED_MANUALLY\020\014\022\030\n\024EVEN" +
+      "T_TYPE_CANCELLED\020\r\022\037\n\033EVENT_TYPE_APPROVA" +
+      "L_EXPIRED\020\016*e\n\006Effect\022\026\n\022EFFECT_UNSPECIF" +
+      "IED\020\000\022\024\n\020EFFECT_READ_ONLY\020\001\022\025\n\021EFFECT_ID" +
+      "EMPOTENT\020\002\022\026\n\022EFFECT_SIDE_EFFECT\020\0032\364\004\n\rL" +
+      "edgerService\022D\n\007Prepare\022\033.opledger.v1.Pr" +
+      "epareRequest\032\034.opledger.v1.PrepareRespon" +
+      "se\022I\n\007Approve\022\033.opledger.v1.ApproveReque" +
+      "st\032\034.opledger.v1.ApproveResponse\"\003\220\002\002\022I\n" +
+      "\007Execute\022\033.opledger.v1.ExecuteRequest\032\034." +
+      "opledger.v1.ExecuteResponse\"\003\220\002\002\022=\n\003Get\022" +
+      "\027.opledger.v1.GetRequest\032\030.opledger.v1.G" +
+      "etResponse\"\003\220\002\001\022O\n\tReconcile\022\035.opledger." +
+      "v1.ReconcileRequest\032\036.opledger.v1.Reconc" +
+      "ileResponse\"\003\220\002\002\022F\n\006Cancel\022\032.opledger.v1" +
+      ".CancelRequest\032\033.opledger.v1.CancelRespo" +
+      "nse\"\003\220\002\002\022O\n\tListTools\022\035.opledger.v1.List" +
+      "ToolsRequest\032\036.opledger.v1.ListToolsResp" +
+      "onse\"\003\220\002\001\022^\n\016ListOperations\022\".opledger.v" +
+      "1.ListOperationsRequest\032#.opledger.v1.Li" +
+      "stOperationsResponse\"\003\220\002\001B\\\n\017dev.opledge" +
+      "r.v1B\013LedgerProtoP\001Z:github.com/opledger" +
+      "/opledger/gen/go/opledger/v1;opledgerv1b" +
+      "\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -284,13 +336,13 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
     internal_static_opledger_v1_PrepareRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_PrepareRequest_descriptor,
-        new java.lang.String[] { "Tool", "ToolVersion", "Args", });
+        new java.lang.String[] { "Tool", "ToolVersion", "Args", "Execute", "Wait", });
     internal_static_opledger_v1_PrepareResponse_descriptor =
       getDescriptor().getMessageType(4);
     internal_static_opledger_v1_PrepareResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_PrepareResponse_descriptor,
-        new java.lang.String[] { "Operation", "Replayed", });
+        new java.lang.String[] { "Operation", "Replayed", "ExecutionReplayed", });
     internal_static_opledger_v1_ApproveRequest_descriptor =
       getDescriptor().getMessageType(5);
     internal_static_opledger_v1_ApproveRequest_fieldAccessorTable = new
@@ -357,6 +409,36 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_CancelResponse_descriptor,
         new java.lang.String[] { "Operation", "Replayed", });
+    internal_static_opledger_v1_Tool_descriptor =
+      getDescriptor().getMessageType(16);
+    internal_static_opledger_v1_Tool_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_Tool_descriptor,
+        new java.lang.String[] { "Name", "Version", "Description", "Effect", "ApprovalRequired", "ArgsSchema", "ApprovalTtl", "Current", });
+    internal_static_opledger_v1_ListToolsRequest_descriptor =
+      getDescriptor().getMessageType(17);
+    internal_static_opledger_v1_ListToolsRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_ListToolsRequest_descriptor,
+        new java.lang.String[] { });
+    internal_static_opledger_v1_ListToolsResponse_descriptor =
+      getDescriptor().getMessageType(18);
+    internal_static_opledger_v1_ListToolsResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_ListToolsResponse_descriptor,
+        new java.lang.String[] { "Tools", });
+    internal_static_opledger_v1_ListOperationsRequest_descriptor =
+      getDescriptor().getMessageType(19);
+    internal_static_opledger_v1_ListOperationsRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_ListOperationsRequest_descriptor,
+        new java.lang.String[] { "States", "Tool", "PageSize", "PageToken", });
+    internal_static_opledger_v1_ListOperationsResponse_descriptor =
+      getDescriptor().getMessageType(20);
+    internal_static_opledger_v1_ListOperationsResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_ListOperationsResponse_descriptor,
+        new java.lang.String[] { "Operations", "NextPageToken", });
     descriptor.resolveAllFeaturesImmutable();
     com.google.protobuf.DurationProto.getDescriptor();
     com.google.protobuf.StructProto.getDescriptor();

@@ -216,6 +216,70 @@ public final class LedgerServiceGrpc {
     return getCancelMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.opledger.v1.ListToolsRequest,
+      dev.opledger.v1.ListToolsResponse> getListToolsMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ListTools",
+      requestType = dev.opledger.v1.ListToolsRequest.class,
+      responseType = dev.opledger.v1.ListToolsResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.opledger.v1.ListToolsRequest,
+      dev.opledger.v1.ListToolsResponse> getListToolsMethod() {
+    io.grpc.MethodDescriptor<dev.opledger.v1.ListToolsRequest, dev.opledger.v1.ListToolsResponse> getListToolsMethod;
+    if ((getListToolsMethod = LedgerServiceGrpc.getListToolsMethod) == null) {
+      synchronized (LedgerServiceGrpc.class) {
+        if ((getListToolsMethod = LedgerServiceGrpc.getListToolsMethod) == null) {
+          LedgerServiceGrpc.getListToolsMethod = getListToolsMethod =
+              io.grpc.MethodDescriptor.<dev.opledger.v1.ListToolsRequest, dev.opledger.v1.ListToolsResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ListTools"))
+              .setSafe(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.opledger.v1.ListToolsRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.opledger.v1.ListToolsResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new LedgerServiceMethodDescriptorSupplier("ListTools"))
+              .build();
+        }
+      }
+    }
+    return getListToolsMethod;
+  }
+
+  private static volatile io.grpc.MethodDescriptor<dev.opledger.v1.ListOperationsRequest,
+      dev.opledger.v1.ListOperationsResponse> getListOperationsMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ListOperations",
+      requestType = dev.opledger.v1.ListOperationsRequest.class,
+      responseType = dev.opledger.v1.ListOperationsResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.opledger.v1.ListOperationsRequest,
+      dev.opledger.v1.ListOperationsResponse> getListOperationsMethod() {
+    io.grpc.MethodDescriptor<dev.opledger.v1.ListOperationsRequest, dev.opledger.v1.ListOperationsResponse> getListOperationsMethod;
+    if ((getListOperationsMethod = LedgerServiceGrpc.getListOperationsMethod) == null) {
+      synchronized (LedgerServiceGrpc.class) {
+        if ((getListOperationsMethod = LedgerServiceGrpc.getListOperationsMethod) == null) {
+          LedgerServiceGrpc.getListOperationsMethod = getListOperationsMethod =
+              io.grpc.MethodDescriptor.<dev.opledger.v1.ListOperationsRequest, dev.opledger.v1.ListOperationsResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ListOperations"))
+              .setSafe(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.opledger.v1.ListOperationsRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.opledger.v1.ListOperationsResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new LedgerServiceMethodDescriptorSupplier("ListOperations"))
+              .build();
+        }
+      }
+    }
+    return getListOperationsMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -308,6 +372,9 @@ public final class LedgerServiceGrpc {
      * Concurrent twins never create a second operation.
      * A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
      * approval, otherwise in STATE_READY.
+     * With `execute`, Prepare also does what an Execute of the operation would
+     * do, in the same call (the one-call path for tools that need no
+     * approval): see PrepareRequest.execute.
      * </pre>
      */
     default void prepare(dev.opledger.v1.PrepareRequest request,
@@ -403,6 +470,38 @@ public final class LedgerServiceGrpc {
         io.grpc.stub.StreamObserver<dev.opledger.v1.CancelResponse> responseObserver) {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getCancelMethod(), responseObserver);
     }
+
+    /**
+     * <pre>
+     * ListTools returns every tool this server is configured with, from the
+     * same tools file the ledger enforces, so an agent runtime can build its
+     * model's tool list (names, descriptions, argument schemas) without
+     * copying them by hand. Read-only.
+     * Requires any role in a tenant; every tenant sees the same tools.
+     * </pre>
+     */
+    default void listTools(dev.opledger.v1.ListToolsRequest request,
+        io.grpc.stub.StreamObserver<dev.opledger.v1.ListToolsResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getListToolsMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * ListOperations lists the caller's tenant's operations, newest first,
+     * optionally only those in some states or of one tool, a page at a time
+     * (AIP-158). Read-only; served from an index.
+     * `next_page_token` is opaque and bound to the caller's tenant and to the
+     * request's filters: a token that was altered, comes from another tenant
+     * or is sent with other `states` or `tool` fails with INVALID_ARGUMENT and
+     * reason FIELD_INVALID (field `page_token`). `page_size` may change
+     * between pages.
+     * Requires the `agent`, `approver` or `operator` role.
+     * </pre>
+     */
+    default void listOperations(dev.opledger.v1.ListOperationsRequest request,
+        io.grpc.stub.StreamObserver<dev.opledger.v1.ListOperationsResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getListOperationsMethod(), responseObserver);
+    }
   }
 
   /**
@@ -474,6 +573,9 @@ public final class LedgerServiceGrpc {
      * Concurrent twins never create a second operation.
      * A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
      * approval, otherwise in STATE_READY.
+     * With `execute`, Prepare also does what an Execute of the operation would
+     * do, in the same call (the one-call path for tools that need no
+     * approval): see PrepareRequest.execute.
      * </pre>
      */
     public void prepare(dev.opledger.v1.PrepareRequest request,
@@ -575,6 +677,40 @@ public final class LedgerServiceGrpc {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getCancelMethod(), getCallOptions()), request, responseObserver);
     }
+
+    /**
+     * <pre>
+     * ListTools returns every tool this server is configured with, from the
+     * same tools file the ledger enforces, so an agent runtime can build its
+     * model's tool list (names, descriptions, argument schemas) without
+     * copying them by hand. Read-only.
+     * Requires any role in a tenant; every tenant sees the same tools.
+     * </pre>
+     */
+    public void listTools(dev.opledger.v1.ListToolsRequest request,
+        io.grpc.stub.StreamObserver<dev.opledger.v1.ListToolsResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getListToolsMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * ListOperations lists the caller's tenant's operations, newest first,
+     * optionally only those in some states or of one tool, a page at a time
+     * (AIP-158). Read-only; served from an index.
+     * `next_page_token` is opaque and bound to the caller's tenant and to the
+     * request's filters: a token that was altered, comes from another tenant
+     * or is sent with other `states` or `tool` fails with INVALID_ARGUMENT and
+     * reason FIELD_INVALID (field `page_token`). `page_size` may change
+     * between pages.
+     * Requires the `agent`, `approver` or `operator` role.
+     * </pre>
+     */
+    public void listOperations(dev.opledger.v1.ListOperationsRequest request,
+        io.grpc.stub.StreamObserver<dev.opledger.v1.ListOperationsResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getListOperationsMethod(), getCallOptions()), request, responseObserver);
+    }
   }
 
   /**
@@ -622,6 +758,9 @@ public final class LedgerServiceGrpc {
      * Concurrent twins never create a second operation.
      * A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
      * approval, otherwise in STATE_READY.
+     * With `execute`, Prepare also does what an Execute of the operation would
+     * do, in the same call (the one-call path for tools that need no
+     * approval): see PrepareRequest.execute.
      * </pre>
      */
     public dev.opledger.v1.PrepareResponse prepare(dev.opledger.v1.PrepareRequest request) throws io.grpc.StatusException {
@@ -717,6 +856,38 @@ public final class LedgerServiceGrpc {
       return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
           getChannel(), getCancelMethod(), getCallOptions(), request);
     }
+
+    /**
+     * <pre>
+     * ListTools returns every tool this server is configured with, from the
+     * same tools file the ledger enforces, so an agent runtime can build its
+     * model's tool list (names, descriptions, argument schemas) without
+     * copying them by hand. Read-only.
+     * Requires any role in a tenant; every tenant sees the same tools.
+     * </pre>
+     */
+    public dev.opledger.v1.ListToolsResponse listTools(dev.opledger.v1.ListToolsRequest request) throws io.grpc.StatusException {
+      return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
+          getChannel(), getListToolsMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * ListOperations lists the caller's tenant's operations, newest first,
+     * optionally only those in some states or of one tool, a page at a time
+     * (AIP-158). Read-only; served from an index.
+     * `next_page_token` is opaque and bound to the caller's tenant and to the
+     * request's filters: a token that was altered, comes from another tenant
+     * or is sent with other `states` or `tool` fails with INVALID_ARGUMENT and
+     * reason FIELD_INVALID (field `page_token`). `page_size` may change
+     * between pages.
+     * Requires the `agent`, `approver` or `operator` role.
+     * </pre>
+     */
+    public dev.opledger.v1.ListOperationsResponse listOperations(dev.opledger.v1.ListOperationsRequest request) throws io.grpc.StatusException {
+      return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
+          getChannel(), getListOperationsMethod(), getCallOptions(), request);
+    }
   }
 
   /**
@@ -764,6 +935,9 @@ public final class LedgerServiceGrpc {
      * Concurrent twins never create a second operation.
      * A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
      * approval, otherwise in STATE_READY.
+     * With `execute`, Prepare also does what an Execute of the operation would
+     * do, in the same call (the one-call path for tools that need no
+     * approval): see PrepareRequest.execute.
      * </pre>
      */
     public dev.opledger.v1.PrepareResponse prepare(dev.opledger.v1.PrepareRequest request) {
@@ -859,6 +1033,38 @@ public final class LedgerServiceGrpc {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getCancelMethod(), getCallOptions(), request);
     }
+
+    /**
+     * <pre>
+     * ListTools returns every tool this server is configured with, from the
+     * same tools file the ledger enforces, so an agent runtime can build its
+     * model's tool list (names, descriptions, argument schemas) without
+     * copying them by hand. Read-only.
+     * Requires any role in a tenant; every tenant sees the same tools.
+     * </pre>
+     */
+    public dev.opledger.v1.ListToolsResponse listTools(dev.opledger.v1.ListToolsRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getListToolsMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * ListOperations lists the caller's tenant's operations, newest first,
+     * optionally only those in some states or of one tool, a page at a time
+     * (AIP-158). Read-only; served from an index.
+     * `next_page_token` is opaque and bound to the caller's tenant and to the
+     * request's filters: a token that was altered, comes from another tenant
+     * or is sent with other `states` or `tool` fails with INVALID_ARGUMENT and
+     * reason FIELD_INVALID (field `page_token`). `page_size` may change
+     * between pages.
+     * Requires the `agent`, `approver` or `operator` role.
+     * </pre>
+     */
+    public dev.opledger.v1.ListOperationsResponse listOperations(dev.opledger.v1.ListOperationsRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getListOperationsMethod(), getCallOptions(), request);
+    }
   }
 
   /**
@@ -906,6 +1112,9 @@ public final class LedgerServiceGrpc {
      * Concurrent twins never create a second operation.
      * A new operation starts in STATE_AWAITING_APPROVAL when its tool requires
      * approval, otherwise in STATE_READY.
+     * With `execute`, Prepare also does what an Execute of the operation would
+     * do, in the same call (the one-call path for tools that need no
+     * approval): see PrepareRequest.execute.
      * </pre>
      */
     public com.google.common.util.concurrent.ListenableFuture<dev.opledger.v1.PrepareResponse> prepare(
@@ -1007,6 +1216,40 @@ public final class LedgerServiceGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getCancelMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * ListTools returns every tool this server is configured with, from the
+     * same tools file the ledger enforces, so an agent runtime can build its
+     * model's tool list (names, descriptions, argument schemas) without
+     * copying them by hand. Read-only.
+     * Requires any role in a tenant; every tenant sees the same tools.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.opledger.v1.ListToolsResponse> listTools(
+        dev.opledger.v1.ListToolsRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getListToolsMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * ListOperations lists the caller's tenant's operations, newest first,
+     * optionally only those in some states or of one tool, a page at a time
+     * (AIP-158). Read-only; served from an index.
+     * `next_page_token` is opaque and bound to the caller's tenant and to the
+     * request's filters: a token that was altered, comes from another tenant
+     * or is sent with other `states` or `tool` fails with INVALID_ARGUMENT and
+     * reason FIELD_INVALID (field `page_token`). `page_size` may change
+     * between pages.
+     * Requires the `agent`, `approver` or `operator` role.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.opledger.v1.ListOperationsResponse> listOperations(
+        dev.opledger.v1.ListOperationsRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getListOperationsMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_PREPARE = 0;
@@ -1015,6 +1258,8 @@ public final class LedgerServiceGrpc {
   private static final int METHODID_GET = 3;
   private static final int METHODID_RECONCILE = 4;
   private static final int METHODID_CANCEL = 5;
+  private static final int METHODID_LIST_TOOLS = 6;
+  private static final int METHODID_LIST_OPERATIONS = 7;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1056,6 +1301,14 @@ public final class LedgerServiceGrpc {
         case METHODID_CANCEL:
           serviceImpl.cancel((dev.opledger.v1.CancelRequest) request,
               (io.grpc.stub.StreamObserver<dev.opledger.v1.CancelResponse>) responseObserver);
+          break;
+        case METHODID_LIST_TOOLS:
+          serviceImpl.listTools((dev.opledger.v1.ListToolsRequest) request,
+              (io.grpc.stub.StreamObserver<dev.opledger.v1.ListToolsResponse>) responseObserver);
+          break;
+        case METHODID_LIST_OPERATIONS:
+          serviceImpl.listOperations((dev.opledger.v1.ListOperationsRequest) request,
+              (io.grpc.stub.StreamObserver<dev.opledger.v1.ListOperationsResponse>) responseObserver);
           break;
         default:
           throw new AssertionError();
@@ -1117,6 +1370,20 @@ public final class LedgerServiceGrpc {
               dev.opledger.v1.CancelRequest,
               dev.opledger.v1.CancelResponse>(
                 service, METHODID_CANCEL)))
+        .addMethod(
+          getListToolsMethod(),
+          io.grpc.stub.ServerCalls.asyncUnaryCall(
+            new MethodHandlers<
+              dev.opledger.v1.ListToolsRequest,
+              dev.opledger.v1.ListToolsResponse>(
+                service, METHODID_LIST_TOOLS)))
+        .addMethod(
+          getListOperationsMethod(),
+          io.grpc.stub.ServerCalls.asyncUnaryCall(
+            new MethodHandlers<
+              dev.opledger.v1.ListOperationsRequest,
+              dev.opledger.v1.ListOperationsResponse>(
+                service, METHODID_LIST_OPERATIONS)))
         .build();
   }
 
@@ -1171,6 +1438,8 @@ public final class LedgerServiceGrpc {
               .addMethod(getGetMethod())
               .addMethod(getReconcileMethod())
               .addMethod(getCancelMethod())
+              .addMethod(getListToolsMethod())
+              .addMethod(getListOperationsMethod())
               .build();
         }
       }

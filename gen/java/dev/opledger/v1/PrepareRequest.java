@@ -191,6 +191,68 @@ private static final long serialVersionUID = 0L;
     return args_ == null ? com.google.protobuf.Struct.getDefaultInstance() : args_;
   }
 
+  public static final int EXECUTE_FIELD_NUMBER = 4;
+  private boolean execute_ = false;
+  /**
+   * <pre>
+   * Execute the operation in the same call, as an Execute right after the
+   * Prepare would, with the same guarantees and answers: the one-call path
+   * for tools that need no approval. An operation that awaits approval is
+   * answered as Prepare answers it (no error): approve it, then Execute. An
+   * operation the key already names is executed (or its recorded outcome
+   * replayed) like any Execute of it. A refusal of the execution carries
+   * the operation's id in its ErrorInfo metadata (operation_id).
+   * </pre>
+   *
+   * <code>bool execute = 4 [json_name = "execute"];</code>
+   * @return The execute.
+   */
+  @java.lang.Override
+  public boolean getExecute() {
+    return execute_;
+  }
+
+  public static final int WAIT_FIELD_NUMBER = 5;
+  private com.google.protobuf.Duration wait_;
+  /**
+   * <pre>
+   * With execute: how long to wait for the outcome when another caller is
+   * executing the operation (ExecuteRequest.wait).
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+   * @return Whether the wait field is set.
+   */
+  @java.lang.Override
+  public boolean hasWait() {
+    return ((bitField0_ & 0x00000002) != 0);
+  }
+  /**
+   * <pre>
+   * With execute: how long to wait for the outcome when another caller is
+   * executing the operation (ExecuteRequest.wait).
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+   * @return The wait.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Duration getWait() {
+    return wait_ == null ? com.google.protobuf.Duration.getDefaultInstance() : wait_;
+  }
+  /**
+   * <pre>
+   * With execute: how long to wait for the outcome when another caller is
+   * executing the operation (ExecuteRequest.wait).
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.DurationOrBuilder getWaitOrBuilder() {
+    return wait_ == null ? com.google.protobuf.Duration.getDefaultInstance() : wait_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -214,6 +276,12 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       output.writeMessage(3, getArgs());
     }
+    if (execute_ != false) {
+      output.writeBool(4, execute_);
+    }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      output.writeMessage(5, getWait());
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -227,6 +295,14 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(3, getArgs());
+    }
+    if (execute_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(4, execute_);
+    }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(5, getWait());
     }
     return size;
   }
@@ -261,6 +337,13 @@ private static final long serialVersionUID = 0L;
       if (!getArgs()
           .equals(other.getArgs())) return false;
     }
+    if (getExecute()
+        != other.getExecute()) return false;
+    if (hasWait() != other.hasWait()) return false;
+    if (hasWait()) {
+      if (!getWait()
+          .equals(other.getWait())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -279,6 +362,13 @@ private static final long serialVersionUID = 0L;
     if (hasArgs()) {
       hash = (37 * hash) + ARGS_FIELD_NUMBER;
       hash = (53 * hash) + getArgs().hashCode();
+    }
+    hash = (37 * hash) + EXECUTE_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getExecute());
+    if (hasWait()) {
+      hash = (37 * hash) + WAIT_FIELD_NUMBER;
+      hash = (53 * hash) + getWait().hashCode();
     }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
@@ -416,6 +506,7 @@ private static final long serialVersionUID = 0L;
       if (com.google.protobuf.GeneratedMessage
               .alwaysUseFieldBuilders) {
         internalGetArgsFieldBuilder();
+        internalGetWaitFieldBuilder();
       }
     }
     @java.lang.Override
@@ -428,6 +519,12 @@ private static final long serialVersionUID = 0L;
       if (argsBuilder_ != null) {
         argsBuilder_.dispose();
         argsBuilder_ = null;
+      }
+      execute_ = false;
+      wait_ = null;
+      if (waitBuilder_ != null) {
+        waitBuilder_.dispose();
+        waitBuilder_ = null;
       }
       return this;
     }
@@ -475,6 +572,15 @@ private static final long serialVersionUID = 0L;
             : argsBuilder_.build();
         to_bitField0_ |= 0x00000001;
       }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.execute_ = execute_;
+      }
+      if (((from_bitField0_ & 0x00000010) != 0)) {
+        result.wait_ = waitBuilder_ == null
+            ? wait_
+            : waitBuilder_.build();
+        to_bitField0_ |= 0x00000002;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -502,6 +608,12 @@ private static final long serialVersionUID = 0L;
       }
       if (other.hasArgs()) {
         mergeArgs(other.getArgs());
+      }
+      if (other.getExecute() != false) {
+        setExecute(other.getExecute());
+      }
+      if (other.hasWait()) {
+        mergeWait(other.getWait());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -546,6 +658,18 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000004;
               break;
             } // case 26
+            case 32: {
+              execute_ = input.readBool();
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 32
+            case 42: {
+              input.readMessage(
+                  internalGetWaitFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000010;
+              break;
+            } // case 42
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -911,6 +1035,234 @@ private static final long serialVersionUID = 0L;
         args_ = null;
       }
       return argsBuilder_;
+    }
+
+    private boolean execute_ ;
+    /**
+     * <pre>
+     * Execute the operation in the same call, as an Execute right after the
+     * Prepare would, with the same guarantees and answers: the one-call path
+     * for tools that need no approval. An operation that awaits approval is
+     * answered as Prepare answers it (no error): approve it, then Execute. An
+     * operation the key already names is executed (or its recorded outcome
+     * replayed) like any Execute of it. A refusal of the execution carries
+     * the operation's id in its ErrorInfo metadata (operation_id).
+     * </pre>
+     *
+     * <code>bool execute = 4 [json_name = "execute"];</code>
+     * @return The execute.
+     */
+    @java.lang.Override
+    public boolean getExecute() {
+      return execute_;
+    }
+    /**
+     * <pre>
+     * Execute the operation in the same call, as an Execute right after the
+     * Prepare would, with the same guarantees and answers: the one-call path
+     * for tools that need no approval. An operation that awaits approval is
+     * answered as Prepare answers it (no error): approve it, then Execute. An
+     * operation the key already names is executed (or its recorded outcome
+     * replayed) like any Execute of it. A refusal of the execution carries
+     * the operation's id in its ErrorInfo metadata (operation_id).
+     * </pre>
+     *
+     * <code>bool execute = 4 [json_name = "execute"];</code>
+     * @param value The execute to set.
+     * @return This builder for chaining.
+     */
+    public Builder setExecute(boolean value) {
+
+      execute_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Execute the operation in the same call, as an Execute right after the
+     * Prepare would, with the same guarantees and answers: the one-call path
+     * for tools that need no approval. An operation that awaits approval is
+     * answered as Prepare answers it (no error): approve it, then Execute. An
+     * operation the key already names is executed (or its recorded outcome
+     * replayed) like any Execute of it. A refusal of the execution carries
+     * the operation's id in its ErrorInfo metadata (operation_id).
+     * </pre>
+     *
+     * <code>bool execute = 4 [json_name = "execute"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearExecute() {
+      bitField0_ = (bitField0_ & ~0x00000008);
+      execute_ = false;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.Duration wait_;
+    private com.google.protobuf.SingleFieldBuilder<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> waitBuilder_;
+    /**
+     * <pre>
+     * With execute: how long to wait for the outcome when another caller is
+     * executing the operation (ExecuteRequest.wait).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+     * @return Whether the wait field is set.
+     */
+    public boolean hasWait() {
+      return ((bitField0_ & 0x00000010) != 0);
+    }
+    /**
+     * <pre>
+     * With execute: how long to wait for the outcome when another caller is
+     * executing the operation (ExecuteRequest.wait).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+     * @return The wait.
+     */
+    public com.google.protobuf.Duration getWait() {
+      if (waitBuilder_ == null) {
+        return wait_ == null ? com.google.protobuf.Duration.getDefaultInstance() : wait_;
+      } else {
+        return waitBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * With execute: how long to wait for the outcome when another caller is
+     * executing the operation (ExecuteRequest.wait).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+     */
+    public Builder setWait(com.google.protobuf.Duration value) {
+      if (waitBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        wait_ = value;
+      } else {
+        waitBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * With execute: how long to wait for the outcome when another caller is
+     * executing the operation (ExecuteRequest.wait).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+     */
+    public Builder setWait(
+        com.google.protobuf.Duration.Builder builderForValue) {
+      if (waitBuilder_ == null) {
+        wait_ = builderForValue.build();
+      } else {
+        waitBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * With execute: how long to wait for the outcome when another caller is
+     * executing the operation (ExecuteRequest.wait).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+     */
+    public Builder mergeWait(com.google.protobuf.Duration value) {
+      if (waitBuilder_ == null) {
+        if (((bitField0_ & 0x00000010) != 0) &&
+          wait_ != null &&
+          wait_ != com.google.protobuf.Duration.getDefaultInstance()) {
+          getWaitBuilder().mergeFrom(value);
+        } else {
+          wait_ = value;
+        }
+      } else {
+        waitBuilder_.mergeFrom(value);
+      }
+      if (wait_ != null) {
+        bitField0_ |= 0x00000010;
+        onChanged();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * With execute: how long to wait for the outcome when another caller is
+     * executing the operation (ExecuteRequest.wait).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+     */
+    public Builder clearWait() {
+      bitField0_ = (bitField0_ & ~0x00000010);
+      wait_ = null;
+      if (waitBuilder_ != null) {
+        waitBuilder_.dispose();
+        waitBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * With execute: how long to wait for the outcome when another caller is
+     * executing the operation (ExecuteRequest.wait).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+     */
+    public com.google.protobuf.Duration.Builder getWaitBuilder() {
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return internalGetWaitFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * With execute: how long to wait for the outcome when another caller is
+     * executing the operation (ExecuteRequest.wait).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+     */
+    public com.google.protobuf.DurationOrBuilder getWaitOrBuilder() {
+      if (waitBuilder_ != null) {
+        return waitBuilder_.getMessageOrBuilder();
+      } else {
+        return wait_ == null ?
+            com.google.protobuf.Duration.getDefaultInstance() : wait_;
+      }
+    }
+    /**
+     * <pre>
+     * With execute: how long to wait for the outcome when another caller is
+     * executing the operation (ExecuteRequest.wait).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilder<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> 
+        internalGetWaitFieldBuilder() {
+      if (waitBuilder_ == null) {
+        waitBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+            com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder>(
+                getWait(),
+                getParentForChildren(),
+                isClean());
+        wait_ = null;
+      }
+      return waitBuilder_;
     }
 
     // @@protoc_insertion_point(builder_scope:opledger.v1.PrepareRequest)

@@ -79,4 +79,50 @@ public interface PrepareRequestOrBuilder extends
    * <code>.google.protobuf.Struct args = 3 [json_name = "args"];</code>
    */
   com.google.protobuf.StructOrBuilder getArgsOrBuilder();
+
+  /**
+   * <pre>
+   * Execute the operation in the same call, as an Execute right after the
+   * Prepare would, with the same guarantees and answers: the one-call path
+   * for tools that need no approval. An operation that awaits approval is
+   * answered as Prepare answers it (no error): approve it, then Execute. An
+   * operation the key already names is executed (or its recorded outcome
+   * replayed) like any Execute of it. A refusal of the execution carries
+   * the operation's id in its ErrorInfo metadata (operation_id).
+   * </pre>
+   *
+   * <code>bool execute = 4 [json_name = "execute"];</code>
+   * @return The execute.
+   */
+  boolean getExecute();
+
+  /**
+   * <pre>
+   * With execute: how long to wait for the outcome when another caller is
+   * executing the operation (ExecuteRequest.wait).
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+   * @return Whether the wait field is set.
+   */
+  boolean hasWait();
+  /**
+   * <pre>
+   * With execute: how long to wait for the outcome when another caller is
+   * executing the operation (ExecuteRequest.wait).
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+   * @return The wait.
+   */
+  com.google.protobuf.Duration getWait();
+  /**
+   * <pre>
+   * With execute: how long to wait for the outcome when another caller is
+   * executing the operation (ExecuteRequest.wait).
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration wait = 5 [json_name = "wait"];</code>
+   */
+  com.google.protobuf.DurationOrBuilder getWaitOrBuilder();
 }

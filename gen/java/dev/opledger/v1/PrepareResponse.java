@@ -57,7 +57,7 @@ private static final long serialVersionUID = 0L;
   private dev.opledger.v1.Operation operation_;
   /**
    * <pre>
-   * The operation, new or existing.
+   * The operation, new or existing; with execute, as the execution left it.
    * </pre>
    *
    * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -69,7 +69,7 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * The operation, new or existing.
+   * The operation, new or existing; with execute, as the execution left it.
    * </pre>
    *
    * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -81,7 +81,7 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * The operation, new or existing.
+   * The operation, new or existing; with execute, as the execution left it.
    * </pre>
    *
    * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -107,6 +107,22 @@ private static final long serialVersionUID = 0L;
     return replayed_;
   }
 
+  public static final int EXECUTION_REPLAYED_FIELD_NUMBER = 3;
+  private boolean executionReplayed_ = false;
+  /**
+   * <pre>
+   * With execute: true when this call made no downstream request because
+   * the operation's outcome was already recorded (ExecuteResponse.replayed).
+   * </pre>
+   *
+   * <code>bool execution_replayed = 3 [json_name = "executionReplayed"];</code>
+   * @return The executionReplayed.
+   */
+  @java.lang.Override
+  public boolean getExecutionReplayed() {
+    return executionReplayed_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -127,6 +143,9 @@ private static final long serialVersionUID = 0L;
     if (replayed_ != false) {
       output.writeBool(2, replayed_);
     }
+    if (executionReplayed_ != false) {
+      output.writeBool(3, executionReplayed_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -138,6 +157,10 @@ private static final long serialVersionUID = 0L;
     if (replayed_ != false) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(2, replayed_);
+    }
+    if (executionReplayed_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(3, executionReplayed_);
     }
     return size;
   }
@@ -170,6 +193,8 @@ private static final long serialVersionUID = 0L;
     }
     if (getReplayed()
         != other.getReplayed()) return false;
+    if (getExecutionReplayed()
+        != other.getExecutionReplayed()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -188,6 +213,9 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + REPLAYED_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getReplayed());
+    hash = (37 * hash) + EXECUTION_REPLAYED_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getExecutionReplayed());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -335,6 +363,7 @@ private static final long serialVersionUID = 0L;
         operationBuilder_ = null;
       }
       replayed_ = false;
+      executionReplayed_ = false;
       return this;
     }
 
@@ -378,6 +407,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000002) != 0)) {
         result.replayed_ = replayed_;
       }
+      if (((from_bitField0_ & 0x00000004) != 0)) {
+        result.executionReplayed_ = executionReplayed_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -398,6 +430,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getReplayed() != false) {
         setReplayed(other.getReplayed());
+      }
+      if (other.getExecutionReplayed() != false) {
+        setExecutionReplayed(other.getExecutionReplayed());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -437,6 +472,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000002;
               break;
             } // case 16
+            case 24: {
+              executionReplayed_ = input.readBool();
+              bitField0_ |= 0x00000004;
+              break;
+            } // case 24
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -459,7 +499,7 @@ private static final long serialVersionUID = 0L;
         dev.opledger.v1.Operation, dev.opledger.v1.Operation.Builder, dev.opledger.v1.OperationOrBuilder> operationBuilder_;
     /**
      * <pre>
-     * The operation, new or existing.
+     * The operation, new or existing; with execute, as the execution left it.
      * </pre>
      *
      * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -470,7 +510,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The operation, new or existing.
+     * The operation, new or existing; with execute, as the execution left it.
      * </pre>
      *
      * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -485,7 +525,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The operation, new or existing.
+     * The operation, new or existing; with execute, as the execution left it.
      * </pre>
      *
      * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -505,7 +545,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The operation, new or existing.
+     * The operation, new or existing; with execute, as the execution left it.
      * </pre>
      *
      * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -523,7 +563,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The operation, new or existing.
+     * The operation, new or existing; with execute, as the execution left it.
      * </pre>
      *
      * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -548,7 +588,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The operation, new or existing.
+     * The operation, new or existing; with execute, as the execution left it.
      * </pre>
      *
      * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -565,7 +605,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The operation, new or existing.
+     * The operation, new or existing; with execute, as the execution left it.
      * </pre>
      *
      * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -577,7 +617,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The operation, new or existing.
+     * The operation, new or existing; with execute, as the execution left it.
      * </pre>
      *
      * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -592,7 +632,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The operation, new or existing.
+     * The operation, new or existing; with execute, as the execution left it.
      * </pre>
      *
      * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -654,6 +694,53 @@ private static final long serialVersionUID = 0L;
     public Builder clearReplayed() {
       bitField0_ = (bitField0_ & ~0x00000002);
       replayed_ = false;
+      onChanged();
+      return this;
+    }
+
+    private boolean executionReplayed_ ;
+    /**
+     * <pre>
+     * With execute: true when this call made no downstream request because
+     * the operation's outcome was already recorded (ExecuteResponse.replayed).
+     * </pre>
+     *
+     * <code>bool execution_replayed = 3 [json_name = "executionReplayed"];</code>
+     * @return The executionReplayed.
+     */
+    @java.lang.Override
+    public boolean getExecutionReplayed() {
+      return executionReplayed_;
+    }
+    /**
+     * <pre>
+     * With execute: true when this call made no downstream request because
+     * the operation's outcome was already recorded (ExecuteResponse.replayed).
+     * </pre>
+     *
+     * <code>bool execution_replayed = 3 [json_name = "executionReplayed"];</code>
+     * @param value The executionReplayed to set.
+     * @return This builder for chaining.
+     */
+    public Builder setExecutionReplayed(boolean value) {
+
+      executionReplayed_ = value;
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * With execute: true when this call made no downstream request because
+     * the operation's outcome was already recorded (ExecuteResponse.replayed).
+     * </pre>
+     *
+     * <code>bool execution_replayed = 3 [json_name = "executionReplayed"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearExecutionReplayed() {
+      bitField0_ = (bitField0_ & ~0x00000004);
+      executionReplayed_ = false;
       onChanged();
       return this;
     }

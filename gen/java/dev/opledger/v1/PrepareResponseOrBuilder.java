@@ -12,7 +12,7 @@ public interface PrepareResponseOrBuilder extends
 
   /**
    * <pre>
-   * The operation, new or existing.
+   * The operation, new or existing; with execute, as the execution left it.
    * </pre>
    *
    * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -21,7 +21,7 @@ public interface PrepareResponseOrBuilder extends
   boolean hasOperation();
   /**
    * <pre>
-   * The operation, new or existing.
+   * The operation, new or existing; with execute, as the execution left it.
    * </pre>
    *
    * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -30,7 +30,7 @@ public interface PrepareResponseOrBuilder extends
   dev.opledger.v1.Operation getOperation();
   /**
    * <pre>
-   * The operation, new or existing.
+   * The operation, new or existing; with execute, as the execution left it.
    * </pre>
    *
    * <code>.opledger.v1.Operation operation = 1 [json_name = "operation"];</code>
@@ -47,4 +47,15 @@ public interface PrepareResponseOrBuilder extends
    * @return The replayed.
    */
   boolean getReplayed();
+
+  /**
+   * <pre>
+   * With execute: true when this call made no downstream request because
+   * the operation's outcome was already recorded (ExecuteResponse.replayed).
+   * </pre>
+   *
+   * <code>bool execution_replayed = 3 [json_name = "executionReplayed"];</code>
+   * @return The executionReplayed.
+   */
+  boolean getExecutionReplayed();
 }

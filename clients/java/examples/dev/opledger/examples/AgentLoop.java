@@ -98,7 +98,9 @@ public final class AgentLoop {
   private static String env(String name) {
     String v = System.getenv(name);
     if (v == null || v.isEmpty()) {
-      throw new IllegalStateException("set OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL");
+      throw new IllegalStateException(
+          "set OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL: source the env file of"
+              + " `opledger dev` (. ./.opledger-dev/env) or of clients/run-server.sh");
     }
     return v;
   }

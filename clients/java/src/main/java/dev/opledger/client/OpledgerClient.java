@@ -12,11 +12,16 @@ import dev.opledger.v1.GetRequest;
 import dev.opledger.v1.GetResponse;
 import dev.opledger.v1.LedgerServiceGrpc;
 import dev.opledger.v1.LedgerServiceGrpc.LedgerServiceBlockingStub;
+import dev.opledger.v1.ListOperationsRequest;
+import dev.opledger.v1.ListOperationsResponse;
+import dev.opledger.v1.ListToolsRequest;
+import dev.opledger.v1.ListToolsResponse;
 import dev.opledger.v1.PrepareRequest;
 import dev.opledger.v1.PrepareResponse;
 import dev.opledger.v1.ReconcileRequest;
 import dev.opledger.v1.ReconcileResponse;
 import dev.opledger.v1.Resolution;
+import dev.opledger.v1.State;
 import io.grpc.Channel;
 import io.grpc.Deadline;
 import io.grpc.ManagedChannel;
@@ -25,6 +30,7 @@ import io.grpc.Metadata;
 import io.grpc.StatusRuntimeException;
 import io.grpc.stub.MetadataUtils;
 import java.time.Duration;
+import java.util.Collection;
 import java.util.Objects;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
@@ -250,6 +256,33 @@ public final class OpledgerClient implements AutoCloseable {
     CancelRequest r =
         CancelRequest.newBuilder().setOperationId(operationId).setReason(reason == null ? "" : reason).build();
     return call(null, Duration.ZERO, s -> s.cancel(r));
+  }
+
+  /**
+   * ListTools returns the tools the server is configured with (every version; {@code current}
+   * marks the one prepare uses without a version), with their descriptions, effects, approval
+   * policies and argument JSON Schemas.
+   */
+  public ListToolsResponse listTools() {
+    return call(null, Duration.ZERO, s -> s.listTools(ListToolsRequest.getDefaultInstance()));
+  }
+
+  /**
+   * ListOperations returns one page of the tenant's operations, newest first: only those in states
+   * (empty: all) and of tool ("" or null: all), at most pageSize (0: the server's default, 50; at
+   * most 200). Pass the previous page's {@code nextPageToken} as pageToken ("" or null for the
+   * first page) with the same states and tool; it is empty on the last page.
+   */
+  public ListOperationsResponse listOperations(
+      Collection<State> states, String tool, int pageSize, String pageToken) {
+    ListOperationsRequest r =
+        ListOperationsRequest.newBuilder()
+            .addAllStates(states == null ? java.util.List.of() : states)
+            .setTool(tool == null ? "" : tool)
+            .setPageSize(pageSize)
+            .setPageToken(pageToken == null ? "" : pageToken)
+            .build();
+    return call(null, Duration.ZERO, s -> s.listOperations(r));
   }
 
   /** Close shuts down the channel this client created. */

@@ -8,13 +8,17 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.google.protobuf.Struct;
 import com.google.protobuf.Value;
 import dev.opledger.v1.ApproveResponse;
+import dev.opledger.v1.CancelResponse;
 import dev.opledger.v1.Decision;
 import dev.opledger.v1.ErrorReason;
 import dev.opledger.v1.ExecuteResponse;
+import dev.opledger.v1.Effect;
 import dev.opledger.v1.GetResponse;
+import dev.opledger.v1.ListOperationsResponse;
 import dev.opledger.v1.Operation;
 import dev.opledger.v1.PrepareResponse;
 import dev.opledger.v1.State;
+import dev.opledger.v1.Tool;
 import io.grpc.Status;
 import java.io.IOException;
 import java.net.URI;
@@ -22,6 +26,8 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import org.junit.jupiter.api.AfterAll;
@@ -186,6 +192,51 @@ class ServerFlowTest {
         assertThrows(OpledgerException.class, () -> wrong.get("op_00000000000000000000000000"));
     assertEquals(Status.Code.UNAUTHENTICATED, auth.getCode());
     assertTrue(auth.is(ErrorReason.ERROR_REASON_API_KEY_INVALID));
+  }
+
+  @Test
+  void listToolsOperationsAndCancel() {
+    Tool pay =
+        approver.listTools().getToolsList().stream()
+            .filter(t -> t.getName().equals("pay_invoice"))
+            .findFirst()
+            .orElseThrow();
+    assertTrue(pay.getApprovalRequired());
+    assertTrue(pay.getCurrent());
+    assertEquals(Effect.EFFECT_SIDE_EFFECT, pay.getEffect());
+    assertTrue(
+        pay.getArgsSchema().getFieldsOrThrow("properties").getStructValue().containsFields("amount_minor"));
+
+    List<String> ids = new ArrayList<>(); // oldest first
+    for (int i = 0; i < 3; i++) {
+      ids.add(agent.prepare("pay_invoice", invoice(invoiceId(), 4900), key("c" + i)).getOperation().getId());
+    }
+    List<State> pending = List.of(State.STATE_AWAITING_APPROVAL);
+    ListOperationsResponse page1 = approver.listOperations(pending, "pay_invoice", 2, "");
+    assertEquals(List.of(ids.get(2), ids.get(1)), idsOf(page1));
+    assertFalse(page1.getNextPageToken().isEmpty());
+    ListOperationsResponse page2 =
+        approver.listOperations(pending, "pay_invoice", 2, page1.getNextPageToken());
+    assertEquals(ids.get(0), page2.getOperations(0).getId());
+
+    // The token is bound to its filters; another tenant never sees these operations.
+    OpledgerException e =
+        assertThrows(
+            OpledgerException.class,
+            () -> approver.listOperations(List.of(), null, 0, page1.getNextPageToken()));
+    assertEquals(Status.Code.INVALID_ARGUMENT, e.getCode());
+    assertEquals(ErrorReason.ERROR_REASON_FIELD_INVALID, e.getReason());
+    assertTrue(idsOf(other.listOperations(List.of(), null, 200, null)).stream().noneMatch(ids::contains));
+
+    CancelResponse cancelled = agent.cancel(ids.get(1), "not needed");
+    assertEquals(State.STATE_CANCELLED, cancelled.getOperation().getState());
+    assertTrue(agent.cancel(ids.get(1), "not needed").getReplayed());
+    assertEquals(
+        List.of(ids.get(2), ids.get(0)), idsOf(approver.listOperations(pending, "pay_invoice", 2, "")));
+  }
+
+  private static List<String> idsOf(ListOperationsResponse page) {
+    return page.getOperationsList().stream().map(Operation::getId).toList();
   }
 
   /** Charges counts the fake processor's charges for one invoice. */

@@ -1,0 +1,85 @@
+package console
+
+import (
+	"math/big"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestFormatMinor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n    string
+		exp  int
+		want string
+	}{
+		{"4900", 2, "49.00"}, {"5", 2, "0.05"}, {"0", 2, "0.00"}, {"123456789", 2, "1,234,567.89"},
+		{"-4900", 2, "-49.00"}, {"4900", 0, "4,900"}, {"1234", 3, "1.234"}, {"100000000000000000001", 2, "1,000,000,000,000,000,000.01"},
+	} {
+		n, ok := new(big.Int).SetString(tc.n, 10)
+		require.True(t, ok)
+		require.Equal(t, tc.want, formatMinor(n, tc.exp), "%s, %d", tc.n, tc.exp)
+	}
+}
+
+// TestArgFields: nested args become rows with paths; amounts in minor units
+// get their currency and decimals; numbers stay exactly as stored.
+func TestArgFields(t *testing.T) {
+	t.Parallel()
+	got := argFields([]byte(`{"amount_minor":4900,"currency":"EUR","fee":{"fee_minor":150,"fee_currency":"JPY"},` +
+		`"lines":[{"sku":"A-1","qty":2}],"total_minor_units":1005,"note":null,"rush":true,"big":12345678901234567890,` +
+		`"refund":{"amount_minor":7,"currency":"BHD"},"odd_minor":1.5,"loose_minor":10}`))
+	byPath := map[string]Field{}
+	for _, f := range got {
+		byPath[f.Path] = f
+	}
+	require.Equal(t, "minor units: EUR 49.00", byPath["amount_minor"].Note)
+	require.Equal(t, "minor units: JPY 150", byPath["fee.fee_minor"].Note)
+	require.Equal(t, "minor units: BHD 0.007", byPath["refund.amount_minor"].Note)
+	require.Equal(t, "minor units: EUR 10.05", byPath["total_minor_units"].Note)
+	require.Equal(t, "minor units (not a whole number!)", byPath["odd_minor"].Note)
+	require.Equal(t, "minor units: EUR 0.10", byPath["loose_minor"].Note)
+	require.Equal(t, "A-1", byPath["lines[0].sku"].Value)
+	require.Equal(t, "2", byPath["lines[0].qty"].Value)
+	require.Equal(t, "null", byPath["note"].Value)
+	require.Equal(t, "true", byPath["rush"].Value)
+	require.Equal(t, "12345678901234567890", byPath["big"].Value)
+	require.Empty(t, byPath["big"].Note)
+	for i := 1; i < len(got); i++ {
+		require.Less(t, got[i-1].Path, got[i].Path)
+	}
+	require.Equal(t, "minor units (no currency given)", argFields([]byte(`{"amount_minor":1}`))[0].Note)
+}
+
+// TestVisible: what a person could not see, or what reorders text, is
+// shown escaped and flagged.
+func TestVisible(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"INV-2048":             "",
+		"Zürich café 東京":       "",
+		"INV-\u202e8402":       `INV-\u202E8402`,
+		"pay\u200bme":          `pay\u200Bme`,
+		"a\tb\nc":              `a\u0009b\u000Ac`,
+		"no\u00a0break":        `no\u00A0break`,
+		"private\U000F0000":    `private\U000F0000`,
+		"bom\ufeff":            `bom\uFEFF`,
+		"iso\u2066late\u2069":  `iso\u2066late\u2069`,
+		"tag\U000E0041":        `tag\U000E0041`,
+		"two  spaces are fine": "",
+	} {
+		got, hidden := visible(in)
+		if want == "" {
+			require.False(t, hidden, "%q", in)
+			require.Equal(t, in, got)
+			continue
+		}
+		require.True(t, hidden, "%q", in)
+		require.Equal(t, want, got)
+	}
+	fields := argFields([]byte(`{"invoice_id":"INV-\u202e8402","pay\u200bee":"x"}`))
+	require.True(t, fields[0].Hidden)
+	require.True(t, fields[1].Hidden)
+	require.Equal(t, `pay\u200Bee`, fields[1].Path)
+}

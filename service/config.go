@@ -1,0 +1,110 @@
+package service
+
+import "time"
+
+// Config is every setting of an opledger process (`opledger serve`, the
+// server inside `opledger dev`, the test harness and the benchmark): the one
+// documented configuration. In the binary each field is set by the flag
+// named in its comment or, when the flag is not given, by the OPLEDGER_*
+// environment variable named with it; the database comes from DATABASE_URL.
+type Config struct {
+	// Listen is the gRPC address (--listen, OPLEDGER_LISTEN).
+	Listen string
+	// DatabaseURL is the PostgreSQL connection string (--database-url,
+	// DATABASE_URL).
+	DatabaseURL string
+	// Tools is the tools file (--tools, OPLEDGER_TOOLS). serve requires it;
+	// only dev falls back to the built-in demo tools, whose processor URL it
+	// knows.
+	Tools string
+	// DownstreamSecret keys the HMAC deriving downstream idempotency keys
+	// (OPLEDGER_DOWNSTREAM_SECRET, hex, at least 16 bytes). Every replica
+	// must share it. It only affects operations prepared after a change.
+	DownstreamSecret []byte
+	// Reflection serves gRPC server reflection (--reflection,
+	// OPLEDGER_REFLECTION).
+	Reflection bool
+	// Migrate applies pending migrations at start (--migrate,
+	// OPLEDGER_MIGRATE).
+	Migrate bool
+	// MinLease is the shortest execution lease (--min-lease,
+	// OPLEDGER_MIN_LEASE).
+	MinLease time.Duration
+	// MaxWait caps ExecuteRequest.wait (--max-wait, OPLEDGER_MAX_WAIT).
+	MaxWait time.Duration
+	// ReconcileInterval is the background reconciler's tick
+	// (--reconcile-interval, OPLEDGER_RECONCILE_INTERVAL).
+	ReconcileInterval time.Duration
+	// ReconcileBackoff is the first delay between reconciliation attempts of
+	// one operation (--reconcile-backoff, OPLEDGER_RECONCILE_BACKOFF).
+	ReconcileBackoff time.Duration
+	// DBMaxConns caps the connection pool (--db-max-conns,
+	// OPLEDGER_DB_MAX_CONNS); 0 is pgxpool's default.
+	DBMaxConns int
+	// ServerID names this replica in leases and event logs (--server-id,
+	// OPLEDGER_SERVER_ID); empty picks a random one.
+	ServerID string
+	// LogLevel is debug, info, warn or error (--log-level,
+	// OPLEDGER_LOG_LEVEL).
+	LogLevel string
+	// Drain bounds graceful shutdown (--drain, OPLEDGER_DRAIN).
+	Drain time.Duration
+	// MetricsListen serves Prometheus /metrics on its own address
+	// (--metrics-listen, OPLEDGER_METRICS_LISTEN); empty: off.
+	MetricsListen string
+	// TLSCert and TLSKey enable TLS on the gRPC listener (--tls-cert,
+	// --tls-key, OPLEDGER_TLS_CERT, OPLEDGER_TLS_KEY); TLSClientCA
+	// additionally requires client certificates signed by it (mTLS;
+	// --tls-client-ca, OPLEDGER_TLS_CLIENT_CA).
+	TLSCert, TLSKey, TLSClientCA string
+	// RateLimit and RateBurst bound each tenant's requests per second in
+	// this replica (--rate-limit, --rate-burst, OPLEDGER_RATE_LIMIT,
+	// OPLEDGER_RATE_BURST); 0: unlimited.
+	RateLimit float64
+	RateBurst int
+	// OpsPerMinute caps the operations a tenant may create per minute,
+	// across replicas (--tenant-ops-per-minute,
+	// OPLEDGER_TENANT_OPS_PER_MINUTE); 0: no quota.
+	OpsPerMinute int
+	// MaxDeadline caps every call's deadline (--max-deadline,
+	// OPLEDGER_MAX_DEADLINE).
+	MaxDeadline time.Duration
+	// Retention keeps finished operations this long before pruning them
+	// (--retention, OPLEDGER_RETENTION).
+	Retention time.Duration
+	// WebhookListen serves POST /webhooks/{tool} for downstreams' signed
+	// completion events (--webhook-listen, OPLEDGER_WEBHOOK_LISTEN); empty:
+	// off.
+	WebhookListen string
+	// FinishedCache is how many finished operations this replica keeps in
+	// memory to answer replayed Executes without a database round trip
+	// (--finished-cache, OPLEDGER_FINISHED_CACHE); 0: off.
+	FinishedCache int
+	// AuthCacheTTL is how long each replica remembers an authenticated API
+	// key, and so how long a revoked key may keep working there
+	// (--auth-cache-ttl, OPLEDGER_AUTH_CACHE_TTL).
+	AuthCacheTTL time.Duration
+	// ConsoleListen serves the approval console at / (--console-listen,
+	// OPLEDGER_CONSOLE_LISTEN); empty: off. Plain HTTP only on a loopback
+	// address: elsewhere it needs --tls-cert or an https --console-url.
+	ConsoleListen string
+	// ConsoleURL is where people reach the console (--console-url,
+	// OPLEDGER_CONSOLE_URL), for links in notifications; https:// also
+	// marks cookies Secure behind a TLS-terminating proxy. Default: the
+	// console's own address.
+	ConsoleURL string
+	// ApprovalWebhookURL receives a signed POST whenever an operation starts
+	// awaiting approval (--approval-webhook-url,
+	// OPLEDGER_APPROVAL_WEBHOOK_URL); empty: off.
+	ApprovalWebhookURL string
+	// ApprovalWebhookSecret signs those POSTs (--approval-webhook-secret,
+	// OPLEDGER_APPROVAL_WEBHOOK_SECRET); required with the URL.
+	ApprovalWebhookSecret string
+	// ApprovalWebhookArgs puts the operation's arguments in the payload
+	// (--approval-webhook-args, OPLEDGER_APPROVAL_WEBHOOK_ARGS).
+	ApprovalWebhookArgs bool
+	// ApprovalWebhookBackoff is the delay after the first failed delivery,
+	// doubling up to 5 minutes (--approval-webhook-backoff,
+	// OPLEDGER_APPROVAL_WEBHOOK_BACKOFF).
+	ApprovalWebhookBackoff time.Duration
+}
