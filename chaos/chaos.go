@@ -126,9 +126,9 @@ type Summary struct {
 func (s Summary) Line() string {
 	c := s.Check
 	return fmt.Sprintf("chaos: ops=%d kills=%d stops=%d stalls=%d pg_crashes=%d clock_steps=%d net_faults=%d proc_faults=%d failpoint_crashes=%d "+
-		"duplicates=%d resent=%d lost=%d false_failed=%d unapproved=%d stuck=%d unknown=%d inconsistent=%d",
+		"duplicates=%d resent=%d lost=%d false_failed=%d unapproved=%d stuck=%d unknown=%d inconsistent=%d internal=%d",
 		s.Ops, s.Kills, s.Stops, s.Stalls, s.PGCrashes, s.ClockSteps, s.NetFaults, s.ProcFaults, s.FailpointCrashes,
-		c.Duplicates, c.Resent, c.Lost, c.FalseFailed, c.Unapproved, c.Stuck, c.Unknown, c.Inconsistent)
+		c.Duplicates, c.Resent, c.Lost, c.FalseFailed, c.Unapproved, c.Stuck, c.Unknown, c.Inconsistent, c.Internal)
 }
 
 // StagedLine is the one-line account of what the processors received and
@@ -288,7 +288,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	in := CheckInput{Observations: r.hist.Observations(), Ops: final, Effects: r.effects(), Sends: r.sends(),
+	in := CheckInput{Observations: r.hist.Observations(), Internal: r.hist.Internal(), Ops: final, Effects: r.effects(), Sends: r.sends(),
 		Prepared: r.prepared(), Approver: approverName, Timeline: r.nem.timeline(), Policies: policies()}
 	r.recordSends(in)
 	res := Check(in)

@@ -538,3 +538,18 @@ func TestProxyRefuse(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "y", string(buf))
 }
+
+func TestCheckerFlagsInternal(t *testing.T) {
+	t.Parallel()
+	in := world()
+	in.Internal = []Event{{Type: EventFail, Process: "w3", Call: 7, F: "prepare", Server: 2, Code: "Internal", Reason: "INTERNAL", Detail: "internal error"}}
+	r := Check(in)
+	require.Equal(t, 1, r.Internal)
+	require.Equal(t, ViolationInternal, r.Violations[0].Kind)
+
+	// The history keeps such answers, and only those.
+	h := NewHistory(io.Discard)
+	h.Record(in.Internal[0])
+	h.Record(Event{Type: EventFail, F: "execute", Code: "Unavailable", Reason: "LEDGER_UNAVAILABLE"})
+	require.Len(t, h.Internal(), 1)
+}

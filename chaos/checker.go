@@ -47,6 +47,10 @@ const (
 	// fingerprint, or a request during attempts the ledger recorded as
 	// released (nothing sent).
 	ViolationUnapproved = "unapproved"
+	// ViolationInternal: a call was answered INTERNAL (the ErrorInfo reason
+	// the ledger gives an error it did not expect): whatever the faults, a
+	// server bug, not a truthful answer.
+	ViolationInternal = "internal"
 	// ViolationStuck: an operation left EXECUTING, unreadable, or
 	// OUTCOME_UNKNOWN where its downstream makes the outcome decidable.
 	ViolationStuck = "stuck"
@@ -175,6 +179,8 @@ type CheckInput struct {
 	// Observations are the completed client calls that named an operation
 	// (History.Observations).
 	Observations []Event
+	// Internal are the calls answered INTERNAL (History.Internal).
+	Internal []Event
 	// Ops are the final operations, by id.
 	Ops map[string]FinalOp
 	// Effects are every charge and e-mail of every processor.
@@ -203,7 +209,7 @@ type Violation struct {
 type CheckResult struct {
 	Ops, Effects, Sends                             int
 	Duplicates, Lost, Stuck, Unknown, Inconsistent  int
-	Resent, FalseFailed, Unapproved                 int
+	Resent, FalseFailed, Unapproved, Internal       int
 	Succeeded, Failed, Ready, Rejected, AwaitingOps int
 	// Resends counts the requests beyond the first that deduplicating
 	// downstreams received (retries, takeovers, resubmissions): legitimate,
@@ -269,7 +275,12 @@ func Check(in CheckInput) CheckResult {
 			r.FalseFailed++
 		case ViolationUnapproved:
 			r.Unapproved++
+		case ViolationInternal:
+			r.Internal++
 		}
+	}
+	for _, e := range in.Internal {
+		flag(ViolationInternal, e.Op, "%s's %s (call %d, server %d) was answered INTERNAL: %s", e.Process, e.F, e.Call, e.Server, e.Detail)
 	}
 
 	ids := make([]string, 0, len(in.Ops))

@@ -83,7 +83,9 @@ type History struct {
 	seq  int64
 	call int64
 	keep []Event
-	err  error
+	// internal are the calls the ledger answered INTERNAL.
+	internal []Event
+	err      error
 }
 
 // NewHistory writes to w (io.Discard for none).
@@ -112,6 +114,9 @@ func (h *History) Record(e Event) {
 	if e.Type == EventOK && e.Op != "" {
 		h.keep = append(h.keep, e)
 	}
+	if e.Type == EventFail && e.Reason == "INTERNAL" {
+		h.internal = append(h.internal, e)
+	}
 	b, err := json.Marshal(e)
 	if err == nil {
 		b = append(b, '\n')
@@ -128,6 +133,14 @@ func (h *History) Observations() []Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]Event(nil), h.keep...)
+}
+
+// Internal returns the calls the ledger answered with reason INTERNAL (an
+// error it did not expect), in the order they completed.
+func (h *History) Internal() []Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Event(nil), h.internal...)
 }
 
 // Flush writes buffered lines out and reports the first write error.
