@@ -25,14 +25,16 @@ Runs the fault-injection suite (docs/reliability.md): three serve processes
 of this binary on one throwaway PostgreSQL, fake processors, a workload of
 agents and a nemesis that crashes servers and injects database, network and
 processor faults; then it checks every effect and every answer: each
-approved operation has exactly one charge or is truthfully OUTCOME_UNKNOWN.
-Needs a binary built with -tags failpoints.`)
+approved operation has exactly one charge or is truthfully OUTCOME_UNKNOWN,
+sent inside its approval. --control=NAME puts one fixed defect back instead
+and requires the checker to catch it. Needs a binary built with -tags
+failpoints.`)
 	duration := fs.Duration("duration", time.Minute, "how long the workload and the nemesis run")
 	ops := fs.Int("ops", 0, "run on past --duration until this many operations were started (0: no floor)")
 	maxDuration := fs.Duration("max-duration", 0, "cap when --ops is not reached (default 4 × --duration)")
 	var control controlFlag
-	fs.Var(&control, "control", "a control run: re-introduce a fixed defect, and require the checker to catch it: "+
-		strings.Join(chaos.ControlNames(), ", ")+" (bare --control: "+chaos.DefaultControl+")")
+	fs.Var(&control, "control", "a control run, --control=NAME: put one fixed defect back and require the checker to catch it; NAME is one of "+
+		strings.Join(chaos.ControlNames(), ", ")+" (a bare --control is "+chaos.DefaultControl+")")
 	seed := fs.Uint64("seed", 0, "seed for every random choice (0: random, printed)")
 	history := fs.String("history", "", "write the JSON-lines history to this `FILE`")
 	workers := fs.Int("workers", 16, "concurrent agents")
