@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -371,15 +372,47 @@ func (s *server) start(ctx context.Context, failpoints string) error {
 	}()
 	s.r.record(Event{Type: EventInfo, Process: fmt.Sprintf("s%d", s.idx), F: "started", Server: s.idx,
 		Detail: fmt.Sprintf("incarnation %d pid %d failpoints %q", inc, cmd.Process.Pid, failpoints)})
-	return s.waitHealthy(ctx, done)
+	err := s.waitHealthy(ctx, cmd.Process.Pid, done)
+	if err != nil {
+		// Never leave an incarnation behind: it would keep the port, and a
+		// stopped one would keep it for good.
+		s.mu.Lock()
+		if s.cmd == cmd {
+			s.expectExit = true
+		}
+		s.mu.Unlock()
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	}
+	return err
 }
 
-func (s *server) waitHealthy(ctx context.Context, done chan struct{}) error {
-	err := opserver.WaitServing(ctx, s.conn, done, 60*time.Second)
+// waitHealthy waits until the incarnation with pid serves health checks,
+// exits (killed at a failpoint during start-up traffic: the supervisor
+// restarts it) or stops itself at a failpoint (its stall has begun).
+func (s *server) waitHealthy(ctx context.Context, pid int, done chan struct{}) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stopped atomic.Bool
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				if procStopped(pid) {
+					stopped.Store(true)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err := opserver.WaitServing(wctx, s.conn, done, 60*time.Second)
 	switch {
-	case errors.Is(err, opserver.ErrExited):
-		// Killed at a failpoint during start-up traffic (the reconciler
-		// runs at once) is possible; the supervisor restarts it.
+	case stopped.Load(), errors.Is(err, opserver.ErrExited):
 		return nil
 	case errors.Is(err, opserver.ErrNotServing):
 		return fmt.Errorf("chaos: server %d did not become healthy within 60s; see %s", s.idx, s.logPath)
@@ -407,6 +440,8 @@ func (s *server) stop(kill bool) {
 		sig = syscall.SIGKILL
 	}
 	_ = cmd.Process.Signal(sig)
+	// A process stopped at a failpoint acts on SIGTERM only once continued.
+	_ = cmd.Process.Signal(syscall.SIGCONT)
 	select {
 	case <-done:
 	case <-time.After(15 * time.Second):
@@ -459,7 +494,13 @@ func (s *server) stoppedItself() bool {
 	if cmd == nil || paused || !s.running() {
 		return false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	return procStopped(cmd.Process.Pid)
+}
+
+// procStopped reports whether process pid is stopped (SIGSTOP), from
+// /proc/PID/stat.
+func procStopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return false
 	}
