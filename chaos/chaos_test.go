@@ -553,3 +553,33 @@ func TestCheckerFlagsInternal(t *testing.T) {
 	h.Record(Event{Type: EventFail, F: "execute", Code: "Unavailable", Reason: "LEDGER_UNAVAILABLE"})
 	require.Len(t, h.Internal(), 1)
 }
+
+// TestCheckerClockStepRace: a claim read the new offset a moment after the
+// step (whose time is taken before the offset file is written). Found by a
+// short run: with the step timed after the write, the claim's reading
+// matched no offset, and the checker flagged a first request that came
+// before the claim.
+func TestCheckerClockStepRace(t *testing.T) {
+	t.Parallel()
+	in := directWorld(0)
+	in.Timeline.Offsets = []ClockStep{{At: t0.Add(-time.Hour), Offset: -17 * time.Second}, {At: t0, Offset: 68 * time.Second}}
+	op := in.Ops["op_d"]
+	op.Tool = ToolPay // a 15-minute approval: the forward step does not end it
+	p := in.Prepared["op_d"]
+	p.Tool = ToolPay
+	in.Prepared["op_d"] = p
+	// Prepared and approved just before the step, on the old offset; claimed
+	// 1ms after it, on the new one; sent at once.
+	op.Events[0].At, op.Events[1].At = t0.Add(-17*time.Second-10*time.Millisecond), t0.Add(-17*time.Second-5*time.Millisecond)
+	op.Events[2].At, op.Events[3].At = t0.Add(68*time.Second+time.Millisecond), t0.Add(68*time.Second+5*time.Millisecond)
+	in.Ops["op_d"] = op
+	in.Sends[0].Processor, in.Sends[0].At = "pay", t0.Add(2*time.Millisecond)
+	r := Check(in)
+	require.True(t, r.OK(), "%+v", r.Violations)
+
+	// Had the step been timed after the write (4ms later), no offset would
+	// match the claim's reading.
+	in.Timeline.Offsets[1].At = t0.Add(4 * time.Millisecond)
+	lo, hi := in.Timeline.offsetsAt(op.Events[2].At, in.Sends[0].At)
+	require.Equal(t, []time.Duration{-17 * time.Second, 68 * time.Second}, []time.Duration{lo, hi}, "the fallback allows for the step just after")
+}

@@ -599,7 +599,7 @@ func (tl Timeline) offsetsAt(db, near time.Time) (lo, hi time.Duration) {
 	}
 	from := near.Add(-claimWindow)
 	for i, st := range tl.Offsets {
-		if i > 0 && st.At.After(near) {
+		if i > 0 && st.At.After(near.Add(Tolerance)) {
 			break
 		}
 		if i+1 < len(tl.Offsets) && tl.Offsets[i+1].At.Add(tl.Pickup).Before(from) {

@@ -433,12 +433,15 @@ func (n *nemesis) clockStep() {
 	cur := n.offsets[len(n.offsets)-1].Offset
 	n.mu.Unlock()
 	next := cur + r.between(30*time.Second, 90*time.Second).Round(time.Millisecond)
+	// The step's time is taken before the offset file is written: a backend
+	// may read the new offset at once, and never before.
+	at := time.Now()
 	if err := r.cluster.SetClockOffset(next); err != nil {
 		n.event("db-clock-skew", 0, "failed: "+err.Error())
 		return
 	}
 	n.mu.Lock()
-	n.offsets = append(n.offsets, ClockStep{At: time.Now(), Offset: next})
+	n.offsets = append(n.offsets, ClockStep{At: at, Offset: next})
 	n.mu.Unlock()
 	n.injectedOne("db-clock-skew")
 	n.event("db-clock-skew", 0, fmt.Sprintf("PostgreSQL's clock stepped from %s to %s against the servers'", cur, next))
