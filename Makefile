@@ -18,7 +18,7 @@ MAVEN_DEPENDENCY_PLUGIN      := org.apache.maven.plugins:maven-dependency-plugin
 
 BUF := tools/node_modules/.bin/buf
 
-.PHONY: all dev build test test-go test-clients mcp-venv fuzz tools grpcurl generate check-generated lint clean
+.PHONY: all dev build test test-go test-clients test-outside client-typescript mcp-venv fuzz tools grpcurl generate check-generated lint clean
 
 all: build
 
@@ -32,22 +32,40 @@ dev:
 ## started when DATABASE_URL is not set).
 test: test-go test-clients
 
+# GO_MODULES are the nested Go modules (a module of their own each, see
+# docs/clients/go.md): `./...` at the root does not descend into them.
+GO_MODULES := clients/go gen/go
+
+## test-go: the server's module, then the nested modules (the Go client's
+## tests against a server are skipped here; clients/test.sh runs them).
 test-go: mcp-venv
 	go test -count=1 ./...
+	cd clients/go && go test -count=1 ./...
 
 ## mcp-venv: the Python `mcp` package (PyPI, pinned in
-## mcpgateway/testdata/requirements.txt) in bin/mcp-venv, for the MCP
+## internal/mcpgateway/testdata/requirements.txt) in bin/mcp-venv, for the MCP
 ## gateway's tests with a Python MCP client.
 mcp-venv: bin/mcp-venv/.installed
-bin/mcp-venv/.installed: mcpgateway/testdata/requirements.txt
+bin/mcp-venv/.installed: internal/mcpgateway/testdata/requirements.txt
 	python3 -m venv bin/mcp-venv
-	bin/mcp-venv/bin/pip install -q --disable-pip-version-check -r mcpgateway/testdata/requirements.txt
+	bin/mcp-venv/bin/pip install -q --disable-pip-version-check -r internal/mcpgateway/testdata/requirements.txt
 	touch $@
 
 ## test-clients: the Python, TypeScript, Go and Java client suites and their
 ## examples, against one throwaway server (clients/test.sh).
 test-clients:
 	clients/test.sh
+
+## test-outside: each client installed the way docs/clients/*.md says, in a scratch project
+## outside the repository, running its quick start against a real server (one charge, one typed
+## error); CI runs it after `make test` (clients/outside-test.sh).
+test-outside:
+	clients/outside-test.sh
+
+## client-typescript: the TypeScript client as an npm tarball for other projects
+## (clients/typescript/opledger-client-VERSION.tgz; docs/clients/typescript.md installs it).
+client-typescript:
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm pack --loglevel=error
 
 ## fuzz: a short run of every fuzz target. Budgets are execution counts, not
 ## durations: a duration-based -fuzztime races the fuzz coordinator's own
@@ -56,7 +74,7 @@ test-clients:
 ## is about five seconds on two idle cores; FUZZSCALE multiplies them.
 FUZZSCALE ?= 1
 fuzz:
-	go test ./fingerprint -run='^$$' -fuzz='^FuzzCanonicalize$$' -fuzztime=$$((50000*$(FUZZSCALE)))x
+	cd clients/go && go test ./fingerprint -run='^$$' -fuzz='^FuzzCanonicalize$$' -fuzztime=$$((50000*$(FUZZSCALE)))x
 	go test ./interceptors -run='^$$' -fuzz='^FuzzValidateKey$$' -fuzztime=$$((30000*$(FUZZSCALE)))x
 	go test ./tool -run='^$$' -fuzz='^FuzzValidateArgs$$' -fuzztime=$$((30000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzRequestPath$$' -fuzztime=$$((4000*$(FUZZSCALE)))x
@@ -107,13 +125,15 @@ generate: tools
 check-generated: generate
 	@git status --porcelain -- gen store/internal/db | grep . && { echo "generated code drifted: run 'make generate' and commit"; git diff --stat -- gen store/internal/db; exit 1; } || echo "generated code is up to date"
 
-## lint: buf lint, format and breaking-change check against main; gofmt; go vet.
+## lint: buf lint, format and breaking-change check against main; gofmt; go vet
+## and a tidy go.mod in every Go module.
 lint: tools
 	$(BUF) lint
 	$(BUF) format -d --exit-code
 	@if git rev-parse --verify -q main >/dev/null; then $(BUF) breaking --against '.git#branch=main'; else echo "no main branch: skipping buf breaking"; fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	@for m in $(GO_MODULES); do (cd $$m && go vet ./... && go mod tidy -diff) || { echo "$$m: go vet or go mod tidy failed"; exit 1; }; done
 
 clean:
 	rm -rf bin .bin .venv tools/node_modules

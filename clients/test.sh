@@ -56,14 +56,15 @@ typescript_suite() {
   fails_without_fakepay node dist/examples/agent_loop.js
 }
 
-# --- go (clients/go): owned by the Go client; define go_suite here.
-# The Go tests bring their own servers (package harness: a throwaway PostgreSQL per test binary);
-# the example runs against this script's server.
+# --- go (clients/go, a module of its own): go vet, its tests (the fingerprint, the keys, the
+# retry policy and the ToolRunner against stub servers, and the flows against this script's server,
+# OPLEDGER_REQUIRE_SERVER=1: a missing server fails instead of skipping), then the example.
 go_suite() {
-  cd "$here/.." || return 1
-  go test -count=1 ./clients/go/... || return 1
-  go run ./clients/go/examples/agent_loop || return 1
-  fails_without_fakepay go run ./clients/go/examples/agent_loop
+  cd "$here/go" || return 1
+  go vet ./... || return 1
+  OPLEDGER_REQUIRE_SERVER=1 go test -count=1 ./... || return 1
+  go run ./examples/agent_loop || return 1
+  fails_without_fakepay go run ./examples/agent_loop
 }
 
 # --- java (clients/java): owned by the Java client; define java_suite here.

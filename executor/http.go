@@ -20,7 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/opledger/opledger/failpoint"
+	"github.com/opledger/opledger/proof/failpoint"
 )
 
 // Defaults of Settings (see Settings.WithDefaults).

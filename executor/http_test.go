@@ -18,7 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/opledger/opledger/fakepay"
+	"github.com/opledger/opledger/proof/fakepay"
 )
 
 const invoiceArgs = `{"invoice_id":"INV-2048","amount_minor":4900,"currency":"EUR"}`

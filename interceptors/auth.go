@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/reason"
+	"github.com/opledger/opledger/internal/reason"
 )
 
 // Principal is an authenticated caller: one tenant, one or more roles.

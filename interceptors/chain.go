@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/reason"
+	"github.com/opledger/opledger/internal/reason"
 )
 
 // Validator checks a decoded request before the handler sees it and returns

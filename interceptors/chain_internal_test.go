@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/reason"
+	"github.com/opledger/opledger/internal/reason"
 )
 
 type echo struct {

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/reason"
+	"github.com/opledger/opledger/internal/reason"
 )
 
 // IdempotencyKeyHeader is the gRPC metadata key carrying the caller's

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/reason"
+	"github.com/opledger/opledger/internal/reason"
 )
 
 // RateLimit bounds each tenant's request rate in this process. Limits are

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/reason"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/internal/reason"
 )
 
 // preconditionType is the PreconditionFailure type for reasons that are

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/proof/harness"
 )
 
 // FuzzRequestPath sends arbitrary bytes, decoded as each request type,

@@ -10,7 +10,7 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/internal/ledger"
 )
 
 // Prepare implements LedgerService.Prepare.

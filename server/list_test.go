@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/proof/harness"
 )
 
 // TestListTools: every role of any tenant gets the tools file's tools with

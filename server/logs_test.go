@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
 	"github.com/opledger/opledger/interceptors"
+	"github.com/opledger/opledger/proof/harness"
 )
 
 // logBuffer is an io.Writer that many goroutines may log to at once.

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/opledger/opledger/fingerprint"
+	"github.com/opledger/opledger/clients/go/fingerprint"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/proof/harness"
 )
 
 // TestPrepareConcurrentTwinsMakeOneOperation fires 100 identical Prepares at

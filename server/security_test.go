@@ -23,11 +23,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/opledger/opledger/fakepay"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
 	"github.com/opledger/opledger/interceptors"
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/proof/fakepay"
+	"github.com/opledger/opledger/proof/harness"
 	"github.com/opledger/opledger/server"
 )
 

@@ -27,9 +27,9 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
-	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/metrics"
-	"github.com/opledger/opledger/reason"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/internal/metrics"
+	"github.com/opledger/opledger/internal/reason"
 )
 
 // MaxMessageBytes bounds every request and response on the wire. Args have

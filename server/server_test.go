@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
-	"github.com/opledger/opledger/reason"
+	"github.com/opledger/opledger/internal/reason"
+	"github.com/opledger/opledger/proof/harness"
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/internal/ledger"
 )
 
 // SignatureHeader carries a webhook's signature:

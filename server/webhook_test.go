@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/opledger/opledger/fakepay"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/proof/fakepay"
+	"github.com/opledger/opledger/proof/harness"
 	"github.com/opledger/opledger/server"
 )
 

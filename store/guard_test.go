@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/opledger/opledger/pgtest"
+	"github.com/opledger/opledger/proof/pgtest"
 	"github.com/opledger/opledger/store"
 )
 

@@ -3,7 +3,7 @@ package store_test
 import (
 	"testing"
 
-	"github.com/opledger/opledger/pgtest"
+	"github.com/opledger/opledger/proof/pgtest"
 )
 
 // TestMain leaves pgtest's databases empty (no Migrate hook): the store's

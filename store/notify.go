@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -80,13 +81,18 @@ func notify(set map[chan struct{}]struct{}) {
 
 // Run listens until ctx ends, reconnecting with backoff after errors; after
 // every reconnect it wakes all waiters, since notifications may have been
-// missed meanwhile.
+// missed meanwhile. With a multi-host URL the reconnect finds the new
+// primary after a failover (target_session_attrs=read-write) and listens
+// there.
 func (l *Listener) Run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := l.listenOnce(ctx)
+		connected, err := l.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if connected {
+			backoff = 100 * time.Millisecond
 		}
 		l.logger.Warn("notification listener lost its connection; reconnecting", "error", err, "backoff", backoff)
 		l.wake("", true)
@@ -99,21 +105,45 @@ func (l *Listener) Run(ctx context.Context) {
 	}
 }
 
-func (l *Listener) listenOnce(ctx context.Context) error {
+// listenLiveness is how long the listening connection may stay silent
+// before it is pinged, and how long the ping may take. A connection to a
+// primary that vanished in a network partition (no reset, no FIN) would
+// otherwise wait for notifications that can never come until TCP gives up,
+// which takes many minutes, while the new primary's notifications go
+// unheard.
+const listenLiveness = 5 * time.Second
+
+// listenOnce listens on one connection until it fails; connected reports
+// that LISTEN had succeeded on it.
+func (l *Listener) listenOnce(ctx context.Context) (connected bool, err error) {
 	conn, err := pgx.Connect(ctx, l.url)
 	if err != nil {
-		return interpretError(err)
+		return false, interpretError(err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		return interpretError(err)
+		return false, interpretError(err)
 	}
 	l.wake("", true)
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return interpretError(err)
+		wctx, cancel := context.WithTimeout(ctx, listenLiveness)
+		n, err := conn.WaitForNotification(wctx)
+		silent := wctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			l.wake(n.Payload, false)
+			continue
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case !silent:
+			return true, interpretError(err)
 		}
-		l.wake(n.Payload, false)
+		pctx, cancel := context.WithTimeout(ctx, listenLiveness)
+		err = conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			return true, fmt.Errorf("%w: the listening connection did not answer a ping within %s", ErrUnavailable, listenLiveness)
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +36,16 @@ var (
 
 // interpretError is the one place that turns driver errors into the store's
 // errors, keeping the original in the chain for logs.
+//
+// Everything a PostgreSQL failover or restart produces is ErrUnavailable,
+// so that callers answer "retry" and never "internal error": a refused or
+// timed-out connect (every host of a multi-host URL tried), a connection
+// reset or closed in the middle of a statement, the server's own goodbyes
+// (admin, crash or fast shutdown, "the database system is starting up /
+// shutting down / in recovery"), a connection exception reported by the
+// server, and a write refused because the node is a read-only standby now.
+// A statement cut off mid-way may or may not have committed; the ledger's
+// guarded statements make the retry safe either way.
 func interpretError(err error) error {
 	if err == nil {
 		return nil
@@ -43,14 +55,18 @@ func interpretError(err error) error {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "23505":
+		switch {
+		case pgErr.Code == "23505":
 			return fmt.Errorf("%w: %s", ErrAlreadyExists, pgErr.ConstraintName)
-		case "40001", "40P01":
+		case pgErr.Code == "40001", pgErr.Code == "40P01":
 			return fmt.Errorf("%w: %s", ErrRetry, pgErr.Message)
-		case "57P01", "57P02", "57P03", "53300":
-			// admin shutdown, crash shutdown, cannot connect now, too many connections
-			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Message)
+		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", pgErr.Code == "53300",
+			pgErr.Code == "25006", strings.HasPrefix(pgErr.Code, "08"):
+			// admin shutdown, crash shutdown, cannot connect now (starting
+			// up, shutting down, in recovery), too many connections,
+			// read-only transaction (a standby: the primary moved), and the
+			// connection exceptions of class 08.
+			return fmt.Errorf("%w: %s (SQLSTATE %s)", ErrUnavailable, pgErr.Message, pgErr.Code)
 		}
 		return err
 	}
@@ -60,22 +76,23 @@ func interpretError(err error) error {
 	// A closed pool means this process is shutting down: another replica
 	// can serve the call, so it is unavailable here, not failed.
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || pgconn.SafeToRetry(err) || errors.Is(err, puddle.ErrClosedPool) {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	// The connection broke while the statement was in flight (the server
-	// crashed or was killed, a failover, a network fault): the statement may
-	// or may not have committed. The database is unavailable to the caller,
-	// whose guarded statements make a retry safe: a retried transition that
-	// had already landed finds its guard false and reads the outcome.
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err // the caller's own deadline or cancellation, not the database's
-	}
-	var netErr net.Error
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &netErr) || errors.Is(err, net.ErrClosed) {
+	if errors.As(err, &connErr) || pgconn.SafeToRetry(err) || errors.Is(err, puddle.ErrClosedPool) || connectionLost(err) {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return err
+}
+
+// connectionLost reports a connection that broke under a statement: reset,
+// closed, or silent past a network timeout. The caller's own deadline or
+// cancellation is not one: it stays a context error, which the edge answers
+// as DEADLINE_EXCEEDED or CANCELLED.
+func connectionLost(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // Config sizes the connection pool.

@@ -1,10 +1,13 @@
 // Package client is the Go client of opledger's LedgerService: typed errors,
 // one bounded retry owner that always repeats the same idempotency key, the
-// idempotency key derivation shared by every opledger client, and the
-// operation fingerprint.
+// idempotency key derivation shared by every opledger client, the operation
+// fingerprint, and ToolRunner, which runs one tool call of an agent end to end.
 //
-// It imports only the generated API and the fingerprint package, never the
-// server's packages. See docs/clients/go.md.
+// It is a module of its own (github.com/opledger/opledger/clients/go) that
+// depends only on the generated API (module github.com/opledger/opledger/gen/go),
+// grpc, protobuf and genproto. Its fingerprint package is the one
+// implementation of the v1 fingerprint; the server imports it. See
+// docs/clients/go.md.
 package client
 
 import (
@@ -40,15 +43,16 @@ type Client struct {
 type Option func(*config)
 
 type config struct {
-	tls      *tls.Config
-	insecure bool
-	retry    RetryPolicy
-	dialOpts []grpc.DialOption
+	tls       *tls.Config
+	plaintext bool
+	retry     RetryPolicy
+	dialOpts  []grpc.DialOption
 }
 
-// WithInsecure sends calls in plaintext, for a server on loopback or behind a
-// TLS-terminating sidecar. Without it the client uses TLS.
-func WithInsecure() Option { return func(c *config) { c.insecure = true } }
+// WithPlaintext sends calls without TLS, for a server on loopback or behind a
+// TLS-terminating sidecar. Without it the client uses TLS (the same default
+// in every opledger client: plaintext only when the caller asks for it).
+func WithPlaintext() Option { return func(c *config) { c.plaintext = true } }
 
 // WithTLSConfig sets the TLS configuration (custom roots, client
 // certificates). The default is the system roots.
@@ -74,7 +78,11 @@ func New(target, apiKey string, opts ...Option) (*Client, error) {
 		o(&cfg)
 	}
 	creds := insecure.NewCredentials()
-	if !cfg.insecure {
+	if cfg.plaintext {
+		if cfg.tls != nil {
+			return nil, errors.New("opledger: WithPlaintext and WithTLSConfig exclude each other")
+		}
+	} else {
 		tc := cfg.tls
 		if tc == nil {
 			tc = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -121,6 +129,22 @@ type PrepareOption func(*opledgerv1.PrepareRequest)
 // tool's current version (and reports it in Operation.tool_version).
 func WithToolVersion(v string) PrepareOption {
 	return func(r *opledgerv1.PrepareRequest) { r.ToolVersion = v }
+}
+
+// WithExecute makes Prepare also execute the operation in the same call, as
+// an Execute right after it would (the one-call path for tools that need no
+// approval): the answer is the operation as the execution left it, and
+// ExecutionReplayed says that no downstream request was made because the
+// outcome was recorded already. wait (0: none) is how long to wait when
+// another caller is executing it, as WithWait. An operation that awaits
+// approval comes back as without WithExecute (no error).
+func WithExecute(wait time.Duration) PrepareOption {
+	return func(r *opledgerv1.PrepareRequest) {
+		r.Execute = true
+		if wait > 0 {
+			r.Wait = durationpb.New(wait)
+		}
+	}
 }
 
 // Prepare records a proposed tool call under idempotencyKey (see DeriveKey),

@@ -152,6 +152,20 @@ func ReasonOf(err error) Reason {
 	return ""
 }
 
+// OperationIDOf returns the operation an error names in its ErrorInfo
+// metadata ("operation_id": a refused execution of the one-call path, a
+// reused key), or "".
+func OperationIDOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Metadata["operation_id"]
+	}
+	if st, ok := status.FromError(err); ok {
+		return fromStatus(st).Metadata["operation_id"]
+	}
+	return ""
+}
+
 // OperationErrorReason returns the reason stored in a FAILED or
 // OUTCOME_UNKNOWN operation's error (e.g. ReasonDownstreamRejected), or "".
 func OperationErrorReason(op *opledgerv1.Operation) Reason {

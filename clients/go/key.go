@@ -5,7 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 
-	"github.com/opledger/opledger/fingerprint"
+	"github.com/opledger/opledger/clients/go/fingerprint"
 )
 
 // KeyPrefix starts every key DeriveKey returns; it names the derivation, so a

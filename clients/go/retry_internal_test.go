@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/opledger/opledger/clients/go/internal/require"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 )

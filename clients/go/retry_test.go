@@ -2,12 +2,13 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/opledger/opledger/clients/go/internal/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -94,7 +95,7 @@ func startFlaky(t *testing.T, f *flaky, policy client.RetryPolicy) *client.Clien
 	opledgerv1.RegisterLedgerServiceServer(srv, f)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	c, err := client.New(lis.Addr().String(), "opl_test", client.WithInsecure(), client.WithRetryPolicy(policy))
+	c, err := client.New(lis.Addr().String(), "opl_test", client.WithPlaintext(), client.WithRetryPolicy(policy))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -189,4 +190,32 @@ func TestDoesNotSleepPastTheDeadline(t *testing.T) {
 	require.Equal(t, time.Hour, e.RetryDelay)
 	keys, _ := f.attempts()
 	require.Len(t, keys, 1, "a RetryInfo delay beyond the deadline is not slept")
+}
+
+// TestTLSIsTheDefault: without WithPlaintext the client speaks TLS, so a
+// plaintext server never sees the call; plaintext and a TLS config exclude
+// each other.
+func TestTLSIsTheDefault(t *testing.T) {
+	t.Parallel()
+	f := &flaky{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	opledgerv1.RegisterLedgerServiceServer(srv, f)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	c, err := client.New(lis.Addr().String(), "opl_test", client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = c.Prepare(ctx, "pay_invoice", nil, "k")
+	require.Error(t, err)
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	keys, _ := f.attempts()
+	require.Len(t, keys, 0)
+
+	_, err = client.New(lis.Addr().String(), "opl_test", client.WithPlaintext(), client.WithTLSConfig(&tls.Config{}))
+	require.Error(t, err)
 }

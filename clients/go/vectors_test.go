@@ -6,13 +6,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/opledger/opledger/clients/go/internal/require"
 
 	client "github.com/opledger/opledger/clients/go"
-	"github.com/opledger/opledger/fingerprint"
+	"github.com/opledger/opledger/clients/go/fingerprint"
 )
 
-const testdata = "../../fingerprint/testdata"
+const testdata = "fingerprint/testdata"
 
 func TestFingerprintVectors(t *testing.T) {
 	t.Parallel()

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/opledger/opledger/bench"
+	"github.com/opledger/opledger/proof/bench"
 )
 
 // cmdBench runs the benchmark against real `opledger serve` processes (this

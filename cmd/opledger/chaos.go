@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opledger/opledger/chaos"
-	"github.com/opledger/opledger/failpoint"
+	"github.com/opledger/opledger/proof/chaos"
+	"github.com/opledger/opledger/proof/failpoint"
 )
 
 // cmdChaos runs the fault-injection suite: three `opledger serve`
@@ -41,6 +41,9 @@ failpoints.`)
 	rate := fs.Float64("failpoint-rate", 0.0005, "probability that each named failpoint kills a server on each hit (negative: scheduled crashes only)")
 	requireAll := fs.Bool("require-all-faults", true, "fail when some fault kind was never injected")
 	dir := fs.String("dir", "", "working `DIR` (default: a temporary one, removed after a clean run)")
+	var failover failoverFlag
+	unsafeWindows := fs.Bool("failover-unsafe-windows", false, "with --failover: let failovers follow a crash restart of the primary before its standby caught up, and heal partitions before the old primary was demoted (outcomes may then be lost even with synchronous replication; see docs/reliability.md)")
+	fs.Var(&failover, "failover", "run PostgreSQL as a pg_auto_failover formation and kill and partition its primary during the run: --failover (synchronous replication) or --failover=async")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -53,7 +56,7 @@ failpoints.`)
 	}
 	opts := chaos.Options{Binary: exe, Duration: *duration, Ops: *ops, MaxDuration: *maxDuration, Workers: *workers,
 		Seed: *seed, Control: string(control), Failpoints: true, FailpointRate: *rate, RequireAllFaults: *requireAll,
-		Dir: *dir, Log: stderr}
+		Dir: *dir, Log: stderr, Failover: string(failover), FailoverUnsafeWindows: *unsafeWindows}
 	if *history != "" {
 		f, err := os.Create(*history)
 		if err != nil {
@@ -76,6 +79,9 @@ failpoints.`)
 	fmt.Fprintf(stdout, "chaos: seed=%d elapsed=%s effects=%d succeeded=%d failed=%d ready=%d rejected=%d awaiting=%d\n",
 		s.Seed, s.Elapsed.Round(time.Second), s.Check.Effects, s.Check.Succeeded, s.Check.Failed, s.Check.Ready, s.Check.Rejected, s.Check.AwaitingOps)
 	fmt.Fprintf(stdout, "chaos: injected %v\n", s.Injected)
+	if s.HA != nil {
+		fmt.Fprint(stdout, s.HA.Details())
+	}
 	fmt.Fprintln(stdout, s.StagedLine())
 	fmt.Fprintln(stdout, s.Line())
 	verdict := s.Err(*requireAll)
@@ -108,3 +114,26 @@ func (c *controlFlag) Set(v string) error {
 
 // IsBoolFlag lets --control stand without a value.
 func (c *controlFlag) IsBoolFlag() bool { return true }
+
+// failoverFlag is --failover: alone (or =sync) synchronous replication,
+// =async asynchronous replication, absent (or =false) a single PostgreSQL.
+type failoverFlag string
+
+func (f *failoverFlag) String() string { return string(*f) }
+
+// IsBoolFlag lets --failover stand alone.
+func (f *failoverFlag) IsBoolFlag() bool { return true }
+
+func (f *failoverFlag) Set(v string) error {
+	switch v {
+	case "true", chaos.FailoverSync:
+		*f = chaos.FailoverSync
+	case chaos.FailoverAsync:
+		*f = chaos.FailoverAsync
+	case "false", "":
+		*f = ""
+	default:
+		return fmt.Errorf("--failover=%s: want sync or async", v)
+	}
+	return nil
+}

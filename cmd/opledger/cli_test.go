@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/fakepay"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
+	"github.com/opledger/opledger/proof/fakepay"
+	"github.com/opledger/opledger/proof/harness"
 )
 
 // cliResult is what one run of the opledger binary printed and how it
@@ -38,9 +38,10 @@ type cliResult struct {
 // from the test's own) and waits for it, up to a minute.
 func runCLI(t *testing.T, env []string, args ...string) cliResult {
 	t.Helper()
+	bin := harness.Binary(t) // built once per test binary, before the command's clock starts
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, harness.Binary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(cleanEnv(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -7,7 +7,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/internal/ledger"
 	"github.com/opledger/opledger/service"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/internal/ledger"
 	"github.com/opledger/opledger/service"
 )
 

@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opledger/opledger/fakepay"
-	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/pgcluster"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/proof/fakepay"
+	"github.com/opledger/opledger/proof/pgcluster"
 	"github.com/opledger/opledger/service"
 	"github.com/opledger/opledger/store"
 )

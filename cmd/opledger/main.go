@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/examples"
-	"github.com/opledger/opledger/fakepay"
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/proof/fakepay"
 	"github.com/opledger/opledger/service"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/opledger/opledger/mcpgateway"
+	"github.com/opledger/opledger/internal/mcpgateway"
 )
 
 // MCPConfig is every setting of `opledger mcp`. Each field is set by a flag

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
-	"github.com/opledger/opledger/pgcluster"
+	"github.com/opledger/opledger/proof/harness"
+	"github.com/opledger/opledger/proof/pgcluster"
 )
 
 // metricValue returns the value of the sample whose name and labels match

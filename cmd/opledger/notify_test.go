@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/proof/harness"
 	"github.com/opledger/opledger/server"
 )
 

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/harness"
-	"github.com/opledger/opledger/pgcluster"
+	"github.com/opledger/opledger/proof/harness"
+	"github.com/opledger/opledger/proof/pgcluster"
 )
 
 // docBlock returns the first ```lang block after heading in a Markdown

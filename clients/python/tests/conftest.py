@@ -29,20 +29,55 @@ def addr() -> str:
 
 @pytest.fixture()
 def agent(addr):
-    with opledger.Client(addr, _env("AGENT_KEY")) as c:
+    with opledger.Client(addr, _env("AGENT_KEY"), plaintext=True) as c:
         yield c
 
 
 @pytest.fixture()
 def approver(addr):
-    with opledger.Client(addr, _env("APPROVER_KEY")) as c:
+    with opledger.Client(addr, _env("APPROVER_KEY"), plaintext=True) as c:
         yield c
 
 
 @pytest.fixture()
 def other_agent(addr):
-    with opledger.Client(addr, _env("OTHER_AGENT_KEY")) as c:
+    with opledger.Client(addr, _env("OTHER_AGENT_KEY"), plaintext=True) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def fakepay_url() -> str:
+    return _env("FAKEPAY_URL").rstrip("/")
+
+
+@pytest.fixture()
+def faults(fakepay_url):
+    """faults(body) replaces the fake processor's faults until the test ends (they are global:
+    the suites run one after another, and the tests of this suite too)."""
+
+    def set_faults(body=None):
+        req = urllib.request.Request(
+            fakepay_url + "/admin/faults",
+            data=json.dumps(body).encode() if body is not None else None,
+            method="PUT" if body is not None else "DELETE",
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
+
+    yield set_faults
+    set_faults(None)
+
+
+@pytest.fixture()
+def emails(fakepay_url):
+    """emails(to) counts the fake processor's mails to one address."""
+
+    def count(to: str) -> int:
+        with urllib.request.urlopen(fakepay_url + "/emails", timeout=10) as resp:
+            data = json.load(resp)["data"]
+        return sum(1 for e in data if e.get("to") == to)
+
+    return count
 
 
 @pytest.fixture()
@@ -60,7 +95,7 @@ def charges():
 
 @pytest.fixture(scope="session")
 def vectors():
-    path = Path(os.environ.get("OPLEDGER_VECTORS", REPO / "fingerprint" / "testdata" / "vectors.json"))
+    path = Path(os.environ.get("OPLEDGER_VECTORS", REPO / "clients" / "go" / "fingerprint" / "testdata" / "vectors.json"))
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     assert doc["version"] == "v1"

@@ -37,3 +37,13 @@ def test_foreign_domain_is_not_trusted():
 def test_no_details():
     err = opledger.from_status(grpc.StatusCode.RESOURCE_EXHAUSTED, "too big", None)
     assert type(err) is opledger.OpledgerError and err.reason is None and not err.retryable
+
+
+def test_every_error_class_is_exported_statically():
+    # __all__ is a literal list (so that mypy sees the names): it must name every class.
+    for cls in opledger.ERRORS_BY_REASON.values():
+        assert cls.__name__ in opledger.__all__
+        assert cls.__name__ in opledger.errors.__all__
+    assert "OpledgerError" in opledger.__all__
+    for name in opledger.__all__:
+        assert hasattr(opledger, name), name

@@ -8,7 +8,7 @@ from opledger.fingerprint import format_number
 from opledger.v1 import ledger_pb2
 
 REPO = Path(__file__).resolve().parents[3]
-with open(REPO / "fingerprint" / "testdata" / "vectors.json", encoding="utf-8") as _f:
+with open(REPO / "clients" / "go" / "fingerprint" / "testdata" / "vectors.json", encoding="utf-8") as _f:
     VECTORS = json.load(_f)["vectors"]
 
 

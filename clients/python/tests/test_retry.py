@@ -85,7 +85,7 @@ class Sleeps(list):
 
 
 def client_for(addr, sleeps, **policy):
-    return opledger.Client(addr, "test-key", retry=opledger.RetryPolicy(sleep=sleeps, **policy))
+    return opledger.Client(addr, "test-key", plaintext=True, retry=opledger.RetryPolicy(sleep=sleeps, **policy))
 
 
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -145,7 +145,7 @@ def test_attempts_are_bounded(stub_server):
 
 def test_max_attempts_one_disables_retries(stub_server):
     servicer, addr = stub_server([rich_error(UNAVAILABLE, "LEDGER_UNAVAILABLE")])
-    with opledger.Client(addr, "test-key", retry=opledger.NO_RETRY) as c, pytest.raises(opledger.LedgerUnavailable):
+    with opledger.Client(addr, "test-key", plaintext=True, retry=opledger.NO_RETRY) as c, pytest.raises(opledger.LedgerUnavailable):
         c.prepare("t", {}, "k")
     assert servicer.calls == 1
 
@@ -174,3 +174,36 @@ def test_backoff_is_full_jitter_under_a_doubling_capped_ceiling():
 def test_invalid_policy_refused():
     with pytest.raises(ValueError):
         opledger.RetryPolicy(max_attempts=0)
+
+
+def test_tls_is_the_default(stub_server):
+    # A plaintext server answers a TLS client's handshake with garbage: the call fails UNAVAILABLE
+    # and nothing reaches the servicer. Plaintext only when asked for.
+    servicer, addr = stub_server([])
+    with opledger.Client(addr, "test-key", retry=opledger.NO_RETRY, timeout=5) as c, pytest.raises(opledger.OpledgerError) as ei:
+        c.get("op_1")
+    assert ei.value.code == UNAVAILABLE
+    assert servicer.calls == 0
+    with pytest.raises(ValueError):
+        opledger.Client(addr, "test-key", plaintext=True, credentials=grpc.ssl_channel_credentials())
+
+
+def test_with_api_key_shares_the_channel_and_sends_its_own_key(stub_server):
+    servicer, addr = stub_server([])
+    seen = []
+    original = servicer._next
+
+    def record(context):
+        seen.append(dict(context.invocation_metadata()).get("authorization"))
+        if seen[-1] == "Bearer test-key":
+            original(context)
+
+    servicer._next = record
+    with opledger.Client(addr, "test-key", plaintext=True) as agent:
+        approver = agent.with_api_key("approver-key")
+        approver.prepare("t", {}, "k")
+        approver.close()  # leaves the shared channel open
+        agent.prepare("t", {}, "k")
+    assert seen == ["Bearer approver-key", "Bearer test-key"]
+    with pytest.raises(ValueError):
+        opledger.Client(addr, "test-key", plaintext=True).with_api_key("")

@@ -14,7 +14,7 @@ def new_invoice():
     collide."""
     invoice = "INV-PY-" + uuid.uuid4().hex[:12]
     args = {"invoice_id": invoice, "amount_minor": 4900, "currency": "EUR"}
-    key = opledger.derive_idempotency_key("test-" + invoice, 1, "call_1", "pay_invoice", "1")
+    key = opledger.derive_key(conversation="test-" + invoice, round=1, tool_call="call_1", tool="pay_invoice")
     return invoice, args, key
 
 
@@ -116,7 +116,7 @@ def test_another_tenant_sees_nothing(agent, other_agent):
 
 
 def test_auth_and_validation_errors_are_typed(addr, agent, approver):
-    with opledger.Client(addr, "opl_not-a-real-key") as bad, pytest.raises(opledger.ApiKeyInvalid) as ei:
+    with opledger.Client(addr, "opl_not-a-real-key", plaintext=True) as bad, pytest.raises(opledger.ApiKeyInvalid) as ei:
         bad.get("op_01J00000000000000000000000")
     assert ei.value.code == grpc.StatusCode.UNAUTHENTICATED
     with pytest.raises(opledger.RoleRequired):

@@ -1,11 +1,11 @@
-// agent_loop is a simulated agent runtime (no real model) that pays one invoice through opledger.
+// agent_loop is a simulated agent runtime (no real model) that pays one invoice through opledger
+// with ToolRunner.
 //
-// It shows the three things that keep a retried or repeated tool call from paying twice:
-//  1. the idempotency key is derived from the runtime's own workflow state, so the model
-//     proposing the same payment twice maps to one operation (Prepare answers replayed = true);
-//  2. a person approves exactly the fingerprint of the arguments shown to them;
-//  3. when the Execute answer is lost, the runtime asks again and gets the stored outcome
-//     (replayed = true): the processor still holds one charge.
+// The model's tool list comes from the ledger (ListTools); the model proposes the same payment
+// twice (its answer for round 1, regenerated after a timeout); the runner prepares it under a key
+// derived from the runtime's own state, so both proposals are one operation; a person approves
+// exactly the fingerprint of the arguments shown (the approval hook); the runner executes it and
+// hands the model the same answer both times; the processor holds one charge.
 //
 // Run it against `clients/run-server.sh ENVFILE` (or `make dev`'s .opledger-dev/env); it reads
 // OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL from that file or from the environment:
@@ -14,7 +14,7 @@
 
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { computeFingerprint, deriveIdempotencyKey, OpledgerClient, State } from "../src/index";
+import { computeFingerprint, deriveKey, OpledgerClient, ToolRunner, type ModelTool, type Operation } from "../src/index";
 
 /** loadEnv reads the `export K=V` lines of an env file into process.env. */
 function loadEnv(path: string): void {
@@ -43,67 +43,54 @@ async function chargesFor(invoiceId: string): Promise<number> {
   return body.data.filter((c) => c.invoice_id === invoiceId).length;
 }
 
-/** fakeModel stands in for an LLM: every round it proposes the same payment, each time with a
- * new provider call id, as a regenerated response would. */
-function fakeModel(invoiceId: string) {
-  return {
-    id: "call_" + randomUUID().slice(0, 8),
-    name: "pay_invoice",
-    arguments: { invoice_id: invoiceId, amount_minor: 4900, currency: "EUR" },
-  };
+/** fakeModel stands in for an LLM: given the tool list, it asks to pay the invoice, with the
+ * arguments as JSON text, as a model writes them. */
+function fakeModel(tools: ModelTool[], invoiceId: string) {
+  if (!tools.some((t) => t.name === "pay_invoice")) throw new Error("no pay_invoice tool");
+  const args = { invoice_id: invoiceId, amount_minor: 4900, currency: "EUR" };
+  return [{ id: "call_pay_1", name: "pay_invoice", arguments: JSON.stringify(args) }];
 }
 
 async function main(): Promise<number> {
   if (process.argv[2]) loadEnv(process.argv[2]);
   requireEnv("OPLEDGER_ADDR", "AGENT_KEY", "APPROVER_KEY", "FAKEPAY_URL");
-  const addr = process.env.OPLEDGER_ADDR!;
   const invoiceId = "INV-" + randomUUID().slice(0, 8).toUpperCase();
-  // The runtime's trusted workflow state: it owns the identity of the intended action.
-  const workflow = { conversationId: "conv-" + randomUUID().slice(0, 8), step: "pay-" + invoiceId };
+  const conversation = "conv-" + randomUUID().slice(0, 8); // the runtime's own durable state
+  const round = 1;
 
-  const agent = new OpledgerClient({ target: addr, apiKey: process.env.AGENT_KEY! });
-  const approver = new OpledgerClient({ target: addr, apiKey: process.env.APPROVER_KEY! });
-  try {
-    let op;
-    for (const round of [1, 2]) {
-      // The model asks twice (a retried model round).
-      const call = fakeModel(invoiceId);
-      // The key comes from the runtime's state, not from the provider's call id, which differs
-      // between the two rounds.
-      const key = deriveIdempotencyKey({
-        workflowId: workflow.conversationId,
-        modelRound: 1,
-        toolCallId: workflow.step,
-        toolName: call.name,
-        toolVersion: "1",
-      });
-      const prepared = await agent.prepare(call.name, call.arguments, key);
-      op = prepared.operation!;
-      console.log(`round ${round}: Prepare -> ${op.id} ${State[op.state]} replayed=${prepared.replayed}`);
-    }
-    op = op!;
+  // TLS is the default; `opledger dev` listens on loopback without it.
+  const agent = new OpledgerClient({ target: process.env.OPLEDGER_ADDR!, apiKey: process.env.AGENT_KEY!, plaintext: true });
+  const approver = agent.withApiKey(process.env.APPROVER_KEY!); // same connection, another principal
 
-    // The approval screen shows the arguments and recomputes the fingerprint from them.
-    const fp = computeFingerprint({ tool: op.tool, args: op.args, tenant: op.tenant, toolVersion: op.toolVersion });
+  // The approval screen: shows the arguments, checks that the fingerprint is theirs, approves that.
+  async function personApproves(op: Operation): Promise<void> {
+    const shown = op.args ?? {};
+    console.log(`approval needed: ${op.id} ${op.tool} ${JSON.stringify(shown)}`);
+    const fp = computeFingerprint({ tool: op.tool, args: shown, tenant: op.tenant, toolVersion: op.toolVersion });
     if (fp !== op.fingerprint) throw new Error("the operation is not what the screen shows");
-    const approved = await approver.approve(op.id, fp, "approve", "customer confirmed");
-    console.log(`approved: ${State[approved.operation!.state]}`);
+    await approver.approve(op.id, fp, "approve", "customer confirmed");
+  }
 
-    await agent.execute(op.id); // ...and the answer is lost on the way back
-    console.log("Execute answer lost on the way back; asking again");
-
-    const replay = await agent.execute(op.id);
-    const o = replay.operation!;
-    console.log(`Execute -> ${State[o.state]} externalRef=${o.externalRef} replayed=${replay.replayed}`);
-    const r = o.result ?? {};
-    console.log("result: " + JSON.stringify({ id: r["id"], status: r["status"], amount_minor: r["amount_minor"], currency: r["currency"] }));
-
+  try {
+    const answers: string[] = [];
+    // --- the agent loop: the lines that wrap the ledger's tools ---
+    const runner = new ToolRunner(agent, { approvalWaitMs: 30_000, onApprovalRequired: personApproves });
+    const tools = await runner.modelTools(); // name, description, JSON Schema: what the model may call
+    for (const _attempt of [1, 2]) { // round 1's answer, regenerated after a timeout
+      for (const call of fakeModel(tools, invoiceId)) {
+        const key = deriveKey({ conversation, round, toolCall: call.id, tool: call.name });
+        const outcome = await runner.run(call.name, call.arguments, key);
+        answers.push(outcome.forModel()); // the tool result the model reads
+      }
+    }
+    // --- end of the agent loop ---
+    answers.forEach((a, i) => console.log(`answer ${i + 1}, tool result for the model: ${a}`));
     const n = await chargesFor(invoiceId);
     console.log(`charges at the processor for ${invoiceId}: ${n}`);
-    return n === 1 && replay.replayed ? 0 : 1;
+    const same = answers.length === 2 && answers[0] === answers[1] && JSON.parse(answers[0]!).status === "succeeded";
+    return n === 1 && same ? 0 : 1;
   } finally {
     agent.close();
-    approver.close();
   }
 }
 

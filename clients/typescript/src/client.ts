@@ -34,13 +34,16 @@ const WAIT_MARGIN_MS = 10_000;
 
 /** ClientOptions configures an OpledgerClient. */
 export interface ClientOptions {
-  /** target is "host:port", or a URL ("http://host:port", "https://host:port"). */
+  /** target is "host:port", or a URL ("https://host:port"; "http://host:port" needs plaintext). */
   target: string;
   /** apiKey is sent as `authorization: Bearer <apiKey>` on every call. */
   apiKey: string;
-  /** tls: false (default) for plaintext HTTP/2, true for TLS with the system roots, or Node's
-   * TLS session options (ca, cert, key, servername…). Ignored when target is a URL. */
-  tls?: boolean | http2.SecureClientSessionOptions;
+  /** plaintext: true sends calls over HTTP/2 without TLS, for a server on loopback or behind a
+   * TLS-terminating proxy. The default is TLS, as in every opledger client. */
+  plaintext?: boolean;
+  /** tls is Node's TLS session options (ca, cert, key, servername…); the default is the system
+   * roots. Not with plaintext. */
+  tls?: http2.SecureClientSessionOptions;
   /** retry overrides parts of the retry policy (default: 4 attempts, see retry.ts). */
   retry?: Partial<RetryPolicy>;
   /** timeoutMs is the deadline of each attempt (default 30 s). */
@@ -55,6 +58,34 @@ export interface CallOptions {
   timeoutMs?: number;
   /** signal aborts the call, and any retry still to come. */
   signal?: AbortSignal;
+}
+
+/** PrepareOptions are Prepare's named arguments. */
+export interface PrepareOptions extends CallOptions {
+  /** idempotencyKey is the operation's business identity (see deriveKey); required. */
+  idempotencyKey: string;
+  /** toolVersion pins the tool version; by default the server uses the tool's current one. */
+  toolVersion?: string;
+  /** execute also executes the operation in the same call, as an execute right after it would
+   * (the one-call path for tools that need no approval): the answer is the operation as the
+   * execution left it, and executionReplayed says that no downstream request was made. An
+   * operation that awaits approval comes back as without execute (no error). */
+  execute?: boolean;
+  /** waitMs, with execute: how long to wait when another caller is executing it. */
+  waitMs?: number;
+}
+
+/** ExecuteOptions are Execute's named arguments. */
+export interface ExecuteOptions extends CallOptions {
+  /** waitMs is how long to wait for the outcome when another caller is executing it (the server
+   * caps it). */
+  waitMs?: number;
+}
+
+/** GetOptions are Get's named arguments. */
+export interface GetOptions extends CallOptions {
+  /** includeEvents asks for the operation's event log too. */
+  includeEvents?: boolean;
 }
 
 /** DecisionInput is "approve", "deny" or a generated Decision value. */
@@ -75,7 +106,8 @@ export interface ListOperationsInput {
   pageToken?: string;
 }
 
-/** OpledgerClient calls one opledger server with one API key. */
+/** OpledgerClient calls one opledger server with one API key. withApiKey adds principals (an
+ * approver, say) on the same HTTP/2 connection. */
 export class OpledgerClient {
   private readonly rpc: Client<typeof LedgerService>;
   private readonly sessions?: Http2SessionManager;
@@ -89,11 +121,9 @@ export class OpledgerClient {
     }
     let transport = opts.transport;
     if (!transport) {
-      const tls = opts.tls ?? false;
-      const baseUrl = /^https?:\/\//.test(opts.target) ? opts.target : `${tls === false ? "http" : "https"}://${opts.target}`;
-      const nodeOptions = typeof tls === "object" ? tls : {};
+      const baseUrl = baseUrlOf(opts);
       // An own session manager, so close() can end the HTTP/2 connection.
-      this.sessions = new Http2SessionManager(baseUrl, {}, nodeOptions);
+      this.sessions = new Http2SessionManager(baseUrl, {}, opts.tls ?? {});
       // No retry interceptor: this client is the one retry owner.
       transport = createGrpcTransport({ baseUrl, sessionManager: this.sessions });
     }
@@ -103,7 +133,19 @@ export class OpledgerClient {
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
 
-  /** close ends the client's HTTP/2 connection; calls in flight fail. */
+  /** withApiKey returns a client for another principal on this client's connection, retry policy
+   * and timeout. Its close() leaves the connection open; close this client. */
+  withApiKey(apiKey: string): OpledgerClient {
+    if (!apiKey) {
+      throw new RangeError("apiKey must not be empty");
+    }
+    const other = Object.create(OpledgerClient.prototype) as OpledgerClient;
+    Object.assign(other, { rpc: this.rpc, sessions: undefined, auth: "Bearer " + apiKey, policy: this.policy, timeoutMs: this.timeoutMs });
+    return other;
+  }
+
+  /** close ends the client's HTTP/2 connection (not for a client from withApiKey); calls in
+   * flight fail. */
   close(): void {
     this.sessions?.abort();
   }
@@ -118,21 +160,24 @@ export class OpledgerClient {
     return callWithRetry(this.policy, () => fn({ headers, timeoutMs, signal }), signal);
   }
 
-  /** prepare records a proposed call of tool with args under idempotencyKey (see
-   * deriveIdempotencyKey), or returns the operation already recorded under that key with
-   * replayed = true. The same key with other args fails with reason IDEMPOTENCY_KEY_REUSED. */
-  prepare(
-    tool: string,
-    args: JsonObject | undefined,
-    idempotencyKey: string,
-    toolVersion?: string,
-    opts: CallOptions = {},
-  ): Promise<PrepareResponse> {
-    if (!idempotencyKey) {
+  /** prepare records a proposed call of tool with args under opts.idempotencyKey (see
+   * deriveKey), or returns the operation already recorded under that key with replayed = true.
+   * The same key with other args fails with reason IDEMPOTENCY_KEY_REUSED. */
+  prepare(tool: string, args: JsonObject | undefined, opts: PrepareOptions): Promise<PrepareResponse> {
+    if (!opts?.idempotencyKey) {
       return Promise.reject(new RangeError("idempotencyKey must not be empty"));
     }
-    const req = { tool, toolVersion: toolVersion ?? "", args };
-    return this.call((o) => this.rpc.prepare(req, o), { "idempotency-key": idempotencyKey }, opts.timeoutMs ?? this.timeoutMs, opts.signal);
+    const waitMs = opts.waitMs;
+    const req = {
+      tool,
+      toolVersion: opts.toolVersion ?? "",
+      args,
+      execute: opts.execute ?? false,
+      wait: waitMs === undefined ? undefined : durationFromMs(waitMs),
+    };
+    const headers = { "idempotency-key": opts.idempotencyKey };
+    const t = opts.execute ? Math.max(opts.timeoutMs ?? this.timeoutMs, (waitMs ?? 0) + WAIT_MARGIN_MS) : (opts.timeoutMs ?? this.timeoutMs);
+    return this.call((o) => this.rpc.prepare(req, o), headers, t, opts.signal);
   }
 
   /** approve records an approver's decision on the operation whose fingerprint the approver was
@@ -150,18 +195,19 @@ export class OpledgerClient {
   }
 
   /** execute performs the operation's effect at most once; a repeat returns the stored outcome
-   * with replayed = true. waitMs is how long to wait when another caller is executing it. Check
+   * with replayed = true. Check
    * operation.state: SUCCEEDED, FAILED, OUTCOME_UNKNOWN (reconcile, never re-execute) or
-   * EXECUTING (still pending). */
-  execute(operationId: string, waitMs?: number, opts: CallOptions = {}): Promise<ExecuteResponse> {
+   * EXECUTING (still pending). opts.waitMs: see ExecuteOptions. */
+  execute(operationId: string, opts: ExecuteOptions = {}): Promise<ExecuteResponse> {
+    const waitMs = opts.waitMs;
     const req = { operationId, wait: waitMs === undefined ? undefined : durationFromMs(waitMs) };
     const t = Math.max(opts.timeoutMs ?? this.timeoutMs, (waitMs ?? 0) + WAIT_MARGIN_MS);
     return this.call((o) => this.rpc.execute(req, o), {}, t, opts.signal);
   }
 
-  /** get returns the operation and, with includeEvents, its event log. */
-  get(operationId: string, includeEvents = false, opts: CallOptions = {}): Promise<GetResponse> {
-    const req = { operationId, includeEvents };
+  /** get returns the operation and, with opts.includeEvents, its event log. */
+  get(operationId: string, opts: GetOptions = {}): Promise<GetResponse> {
+    const req = { operationId, includeEvents: opts.includeEvents ?? false };
     return this.call((o) => this.rpc.get(req, o), {}, opts.timeoutMs ?? this.timeoutMs, opts.signal);
   }
 
@@ -192,4 +238,21 @@ export class OpledgerClient {
     const r = { states: req.states ?? [], tool: req.tool ?? "", pageSize: req.pageSize ?? 0, pageToken: req.pageToken ?? "" };
     return this.call((o) => this.rpc.listOperations(r, o), {}, opts.timeoutMs ?? this.timeoutMs, opts.signal);
   }
+}
+
+/** baseUrlOf resolves the target and the TLS choice: TLS unless plaintext is asked for, and a URL
+ * scheme that contradicts that choice is an error rather than a silent downgrade. */
+function baseUrlOf(opts: ClientOptions): string {
+  const plaintext = opts.plaintext ?? false;
+  if (plaintext && opts.tls) {
+    throw new RangeError("plaintext and tls exclude each other");
+  }
+  const m = /^(https?):\/\//.exec(opts.target);
+  if (!m) {
+    return `${plaintext ? "http" : "https"}://${opts.target}`;
+  }
+  if ((m[1] === "http") !== plaintext) {
+    throw new RangeError(`target ${opts.target}: ${plaintext ? "plaintext needs an http:// URL" : "an http:// URL needs plaintext: true"}`);
+  }
+  return opts.target;
 }

@@ -1,9 +1,19 @@
 // @opledger/client is the TypeScript client of opledger, the execution ledger for AI agents'
 // side-effecting tool calls: Prepare an operation, have a person Approve exactly that operation,
-// Execute it at most once, Get or Reconcile it. See docs/clients/typescript.md.
+// Execute it at most once, Get or Reconcile it; ToolRunner runs one tool call of an agent end to
+// end. See docs/clients/typescript.md.
 
 export { OpledgerClient, DEFAULT_TIMEOUT_MS } from "./client";
-export type { ClientOptions, CallOptions, DecisionInput, ListOperationsInput, ResolutionInput } from "./client";
+export type {
+  ClientOptions,
+  CallOptions,
+  PrepareOptions,
+  ExecuteOptions,
+  GetOptions,
+  DecisionInput,
+  ListOperationsInput,
+  ResolutionInput,
+} from "./client";
 export {
   OpledgerError,
   isOpledgerError,
@@ -16,7 +26,7 @@ export {
 export type { Reason } from "./errors";
 export { DEFAULT_RETRY, NO_RETRY, backoffMs, callWithRetry, retryPolicy, sleep } from "./retry";
 export type { RetryPolicy } from "./retry";
-export { deriveIdempotencyKey, keyPreimage, KEY_PREFIX } from "./keys";
+export { deriveKey, keyPreimage, KEY_PREFIX } from "./keys";
 export type { KeyParts } from "./keys";
 export {
   canonicalize,
@@ -27,6 +37,17 @@ export {
   FINGERPRINT_PREFIX,
 } from "./fingerprint";
 export type { FingerprintInput } from "./fingerprint";
+export {
+  ToolRunner,
+  Succeeded,
+  Failed,
+  OutcomeUnknown,
+  AwaitingApproval,
+  MESSAGE_AWAITING_APPROVAL,
+  MESSAGE_OUTCOME_UNKNOWN,
+  operationErrorReason,
+} from "./runner";
+export type { ToolOutcome, ToolRunnerOptions, ModelTool } from "./runner";
 // The generated messages, enums and service descriptor (from gen/ts).
 export * from "./gen/opledger/v1/ledger_pb";
 export { Code } from "@connectrpc/connect";

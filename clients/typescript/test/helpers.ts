@@ -6,7 +6,7 @@ import { resolve } from "node:path";
 /** REPO is the repository root (tests run from dist/test). */
 export const REPO = resolve(__dirname, "..", "..", "..", "..");
 
-/** Vector is one entry of fingerprint/testdata/vectors.json. */
+/** Vector is one entry of clients/go/fingerprint/testdata/vectors.json. */
 export interface Vector {
   name: string;
   method: string;
@@ -20,7 +20,7 @@ export interface Vector {
 
 /** loadVectors parses the vectors with JSON.parse, so numbers are doubles as on the wire. */
 export function loadVectors(): Vector[] {
-  const path = process.env.OPLEDGER_VECTORS ?? resolve(REPO, "fingerprint", "testdata", "vectors.json");
+  const path = process.env.OPLEDGER_VECTORS ?? resolve(REPO, "clients", "go", "fingerprint", "testdata", "vectors.json");
   const doc = JSON.parse(readFileSync(path, "utf8")) as { version: string; vectors: Vector[] };
   if (doc.version !== "v1") {
     throw new Error(`unexpected vectors version ${doc.version}`);

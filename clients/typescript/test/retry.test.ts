@@ -103,14 +103,14 @@ describe("retries against a stub server", () => {
   async function setup(script: Step[], extra: Partial<RetryPolicy> = {}) {
     const s = await stubServer(script);
     const { sleeps, policy } = recordingPolicy(extra);
-    const client = new OpledgerClient({ target: s.target, apiKey: "test-key", retry: policy });
+    const client = new OpledgerClient({ target: s.target, apiKey: "test-key", plaintext: true, retry: policy });
     closers.push(() => client.close(), s.close);
     return { ...s, sleeps, client };
   }
 
   test("UNAVAILABLE is retried with the same idempotency key", async () => {
     const s = await setup([{ code: Code.Unavailable, reason: "LEDGER_UNAVAILABLE", retryDelayMs: 50 }, { code: Code.Unavailable }]);
-    const resp = await s.client.prepare("pay_invoice", { amount_minor: 4900 }, "key-1");
+    const resp = await s.client.prepare("pay_invoice", { amount_minor: 4900 }, { idempotencyKey: "key-1" });
     assert.equal(resp.operation?.id, "op_1");
     assert.equal(s.calls.length, 3);
     assert.deepEqual(
@@ -125,7 +125,7 @@ describe("retries against a stub server", () => {
 
   test("INVALID_ARGUMENT is never retried", async () => {
     const s = await setup([{ code: Code.InvalidArgument, reason: "FIELD_INVALID" }]);
-    await assert.rejects(s.client.prepare("pay_invoice", {}, "key-2"), (err: unknown) => {
+    await assert.rejects(s.client.prepare("pay_invoice", {}, { idempotencyKey: "key-2" }), (err: unknown) => {
       assert.ok(isOpledgerError(err, "FIELD_INVALID"));
       assert.equal(err.code, Code.InvalidArgument);
       return true;
@@ -161,9 +161,52 @@ describe("retries against a stub server", () => {
 
   test("maxAttempts 1 disables retries", async () => {
     const s = await setup([{ code: Code.Unavailable, reason: "LEDGER_UNAVAILABLE" }], { maxAttempts: 1 });
-    await assert.rejects(s.client.prepare("t", {}, "k"), (err: unknown) => isOpledgerError(err, "LEDGER_UNAVAILABLE"));
+    await assert.rejects(s.client.prepare("t", {}, { idempotencyKey: "k" }), (err: unknown) => isOpledgerError(err, "LEDGER_UNAVAILABLE"));
     assert.equal(s.calls.length, 1);
   });
+});
+
+test("TLS is the default: a plaintext server never sees the call", async () => {
+  const s = await stubServer([]);
+  const client = new OpledgerClient({ target: s.target, apiKey: "k", retry: { maxAttempts: 1 }, timeoutMs: 5000 });
+  try {
+    await assert.rejects(client.get("op_1"), (err: unknown) => {
+      // The TLS handshake fails (Connect reports a failed handshake as INTERNAL, a refused one
+      // as UNAVAILABLE): nothing was sent in plaintext.
+      assert.ok(isOpledgerError(err));
+      assert.ok([Code.Unavailable, Code.Internal].includes(err.code), String(err.code));
+      return true;
+    });
+    assert.equal(s.calls.length, 0);
+  } finally {
+    client.close();
+    await s.close();
+  }
+  assert.throws(() => new OpledgerClient({ target: "http://127.0.0.1:1", apiKey: "k" }), RangeError);
+  assert.throws(() => new OpledgerClient({ target: "https://127.0.0.1:1", apiKey: "k", plaintext: true }), RangeError);
+  assert.throws(() => new OpledgerClient({ target: "127.0.0.1:1", apiKey: "k", plaintext: true, tls: { servername: "x" } }), RangeError);
+});
+
+test("withApiKey shares the connection and sends its own key", async () => {
+  const s = await stubServer([]);
+  const agent = new OpledgerClient({ target: s.target, apiKey: "agent-key", plaintext: true });
+  try {
+    const approver = agent.withApiKey("approver-key");
+    await approver.prepare("t", {}, { idempotencyKey: "k1" });
+    approver.close(); // leaves the shared connection open
+    await agent.prepare("t", {}, { idempotencyKey: "k2" });
+    assert.deepEqual(
+      s.calls.map((c) => [c.auth, c.key]),
+      [
+        ["Bearer approver-key", "k1"],
+        ["Bearer agent-key", "k2"],
+      ],
+    );
+    assert.throws(() => agent.withApiKey(""), RangeError);
+  } finally {
+    agent.close();
+    await s.close();
+  }
 });
 
 test("connection refused is UNAVAILABLE and retried", async () => {
@@ -172,7 +215,7 @@ test("connection refused is UNAVAILABLE and retried", async () => {
   const port = (probe.address() as AddressInfo).port;
   await new Promise<void>((r) => probe.close(() => r()));
   const { sleeps, policy } = recordingPolicy({ maxAttempts: 3 });
-  const client = new OpledgerClient({ target: `127.0.0.1:${port}`, apiKey: "k", retry: policy });
+  const client = new OpledgerClient({ target: `127.0.0.1:${port}`, apiKey: "k", plaintext: true, retry: policy });
   try {
     await assert.rejects(client.get("op_1"), (err: unknown) => {
       assert.ok(isOpledgerError(err));

@@ -7,7 +7,7 @@ import {
   Code,
   computeFingerprint,
   Decision,
-  deriveIdempotencyKey,
+  deriveKey,
   Effect,
   EventType,
   isOpledgerError,
@@ -27,7 +27,7 @@ if (!env && process.env.OPLEDGER_REQUIRE_SERVER === "1") {
 function newInvoice() {
   const invoice = "INV-TS-" + randomUUID().slice(0, 12);
   const args = { invoice_id: invoice, amount_minor: 4900, currency: "EUR" };
-  const key = deriveIdempotencyKey({ workflowId: "test-" + invoice, modelRound: 1, toolCallId: "call_1", toolName: "pay_invoice", toolVersion: "1" });
+  const key = deriveKey({ conversation: "test-" + invoice, round: 1, toolCall: "call_1", tool: "pay_invoice" });
   return { invoice, args, key };
 }
 
@@ -41,9 +41,9 @@ async function rejectsWith(p: Promise<unknown>, reason: Reason, code?: Code): Pr
 }
 
 describe("against a real server", { skip: env ? false : "OPLEDGER_ADDR etc. not set: run clients/test.sh" }, () => {
-  const agent = new OpledgerClient({ target: env?.addr ?? "", apiKey: env?.agentKey ?? "-" });
-  const approver = new OpledgerClient({ target: env?.addr ?? "", apiKey: env?.approverKey ?? "-" });
-  const other = new OpledgerClient({ target: env?.addr ?? "", apiKey: env?.otherAgentKey ?? "-" });
+  const agent = new OpledgerClient({ target: env?.addr ?? "", apiKey: env?.agentKey ?? "-", plaintext: true });
+  const approver = agent.withApiKey(env?.approverKey ?? "-");
+  const other = agent.withApiKey(env?.otherAgentKey ?? "-");
   after(() => {
     agent.close();
     approver.close();
@@ -58,8 +58,8 @@ describe("against a real server", { skip: env ? false : "OPLEDGER_ADDR etc. not 
 
   test("prepare twice is the same operation", async () => {
     const { args, key } = newInvoice();
-    const first = await agent.prepare("pay_invoice", args, key);
-    const second = await agent.prepare("pay_invoice", args, key);
+    const first = await agent.prepare("pay_invoice", args, { idempotencyKey: key });
+    const second = await agent.prepare("pay_invoice", args, { idempotencyKey: key });
     assert.equal(first.replayed, false);
     assert.equal(second.replayed, true);
     assert.equal(second.operation?.id, first.operation?.id);
@@ -72,8 +72,8 @@ describe("against a real server", { skip: env ? false : "OPLEDGER_ADDR etc. not 
 
   test("the same key with other args is refused", async () => {
     const { args, key } = newInvoice();
-    const op = (await agent.prepare("pay_invoice", args, key)).operation!;
-    await assert.rejects(agent.prepare("pay_invoice", { ...args, amount_minor: 49000 }, key), (err: unknown) => {
+    const op = (await agent.prepare("pay_invoice", args, { idempotencyKey: key })).operation!;
+    await assert.rejects(agent.prepare("pay_invoice", { ...args, amount_minor: 49000 }, { idempotencyKey: key }), (err: unknown) => {
       assert.ok(isOpledgerError(err, "IDEMPOTENCY_KEY_REUSED"));
       assert.equal(err.code, Code.AlreadyExists);
       assert.equal(err.retryable, false);
@@ -86,7 +86,7 @@ describe("against a real server", { skip: env ? false : "OPLEDGER_ADDR etc. not 
 
   test("approve and execute make one charge; execute again replays", async () => {
     const { invoice, args, key } = newInvoice();
-    const op = (await agent.prepare("pay_invoice", args, key)).operation!;
+    const op = (await agent.prepare("pay_invoice", args, { idempotencyKey: key })).operation!;
 
     await rejectsWith(agent.execute(op.id), "APPROVAL_REQUIRED", Code.FailedPrecondition);
     const wrong = computeFingerprint({ tool: "pay_invoice", args: { ...args, amount_minor: 49000 }, tenant: op.tenant, toolVersion: op.toolVersion });
@@ -106,17 +106,17 @@ describe("against a real server", { skip: env ? false : "OPLEDGER_ADDR etc. not 
     assert.ok(done.operation?.externalRef);
     assert.equal(await charges(invoice), 1);
 
-    const again = await agent.execute(op.id, 1500);
+    const again = await agent.execute(op.id, { waitMs: 1500 });
     assert.equal(again.replayed, true);
     assert.equal(again.operation?.state, State.SUCCEEDED);
     assert.equal(again.operation?.externalRef, done.operation?.externalRef);
     assert.equal(await charges(invoice), 1);
 
-    const replay = await agent.prepare("pay_invoice", args, key);
+    const replay = await agent.prepare("pay_invoice", args, { idempotencyKey: key });
     assert.equal(replay.replayed, true);
     assert.equal(replay.operation?.state, State.SUCCEEDED);
 
-    const got = await agent.get(op.id, true);
+    const got = await agent.get(op.id, { includeEvents: true });
     const types = got.events.map((e) => e.type);
     assert.equal(types[0], EventType.PREPARED);
     assert.ok(types.includes(EventType.CLAIMED));
@@ -127,7 +127,7 @@ describe("against a real server", { skip: env ? false : "OPLEDGER_ADDR etc. not 
 
   test("deny rejects", async () => {
     const { args, key } = newInvoice();
-    const op = (await agent.prepare("pay_invoice", args, key)).operation!;
+    const op = (await agent.prepare("pay_invoice", args, { idempotencyKey: key })).operation!;
     const denied = await approver.approve(op.id, op.fingerprint, "deny", "not this one");
     assert.equal(denied.operation?.state, State.REJECTED);
     await rejectsWith(approver.approve(op.id, op.fingerprint, "approve"), "APPROVAL_CONFLICT");
@@ -136,27 +136,27 @@ describe("against a real server", { skip: env ? false : "OPLEDGER_ADDR etc. not 
 
   test("another tenant sees nothing", async () => {
     const { args, key } = newInvoice();
-    const op = (await agent.prepare("pay_invoice", args, key)).operation!;
+    const op = (await agent.prepare("pay_invoice", args, { idempotencyKey: key })).operation!;
     await rejectsWith(other.get(op.id), "OPERATION_NOT_FOUND", Code.NotFound);
     await rejectsWith(other.execute(op.id), "OPERATION_NOT_FOUND", Code.NotFound);
     await rejectsWith(other.reconcile(op.id), "OPERATION_NOT_FOUND", Code.NotFound);
-    const theirs = await other.prepare("pay_invoice", args, key);
+    const theirs = await other.prepare("pay_invoice", args, { idempotencyKey: key });
     assert.equal(theirs.replayed, false);
     assert.notEqual(theirs.operation?.id, op.id);
     assert.notEqual(theirs.operation?.fingerprint, op.fingerprint);
   });
 
   test("auth and validation errors are typed", async () => {
-    const bad = new OpledgerClient({ target: env?.addr ?? "", apiKey: "opl_not-a-real-key" });
+    const bad = new OpledgerClient({ target: env?.addr ?? "", apiKey: "opl_not-a-real-key", plaintext: true });
     try {
       await rejectsWith(bad.get("op_01J00000000000000000000000"), "API_KEY_INVALID", Code.Unauthenticated);
     } finally {
       bad.close();
     }
-    await rejectsWith(approver.prepare("pay_invoice", {}, "k-role"), "ROLE_REQUIRED");
-    await rejectsWith(agent.prepare("no_such_tool", {}, "k-tool"), "TOOL_UNKNOWN");
-    await rejectsWith(agent.prepare("pay_invoice", { invoice_id: "INV-1", amount_minor: -1, currency: "EUR" }, "k-args"), "ARGS_INVALID");
-    await rejectsWith(agent.prepare("pay_invoice", {}, "k".repeat(256)), "IDEMPOTENCY_KEY_INVALID");
+    await rejectsWith(approver.prepare("pay_invoice", {}, { idempotencyKey: "k-role" }), "ROLE_REQUIRED");
+    await rejectsWith(agent.prepare("no_such_tool", {}, { idempotencyKey: "k-tool" }), "TOOL_UNKNOWN");
+    await rejectsWith(agent.prepare("pay_invoice", { invoice_id: "INV-1", amount_minor: -1, currency: "EUR" }, { idempotencyKey: "k-args" }), "ARGS_INVALID");
+    await rejectsWith(agent.prepare("pay_invoice", {}, { idempotencyKey: "k".repeat(256) }), "IDEMPOTENCY_KEY_INVALID");
   });
 
   test("list tools and operations; cancel takes one off the pending list", async () => {
@@ -170,7 +170,7 @@ describe("against a real server", { skip: env ? false : "OPLEDGER_ADDR etc. not 
     const ids: string[] = []; // oldest first
     for (let i = 0; i < 3; i++) {
       const { args, key } = newInvoice();
-      ids.push((await agent.prepare("pay_invoice", args, key)).operation!.id);
+      ids.push((await agent.prepare("pay_invoice", args, { idempotencyKey: key })).operation!.id);
     }
     const pending = { states: [State.AWAITING_APPROVAL], tool: "pay_invoice", pageSize: 2 };
     const page1 = await approver.listOperations(pending);

@@ -1,24 +1,24 @@
 // Command agent_loop is a simulated agent loop (no real model) that pays an
-// invoice through opledger: the model asks for the same pay_invoice call
-// twice, a person approves it, the agent executes it, the answer is "lost"
-// and Execute is retried, and the fake processor still holds one charge.
+// invoice through opledger with client.ToolRunner: the model's tool list
+// comes from the ledger (ListTools), the model asks for the same pay_invoice
+// call twice (a retried round), a person approves the first one, and the fake
+// processor still holds one charge.
 //
 // It reads OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL (as written
 // by `opledger dev` to .opledger-dev/env, or by clients/run-server.sh):
 //
-//	. ./.opledger-dev/env && go run ./clients/go/examples/agent_loop
+//	. ./.opledger-dev/env && (cd clients/go && go run ./examples/agent_loop)
 package main
 
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"time"
-
-	"google.golang.org/protobuf/encoding/protojson"
 
 	client "github.com/opledger/opledger/clients/go"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -26,9 +26,19 @@ import (
 
 // toolCall is what a model's tool-use message carries.
 type toolCall struct {
-	ID        string
-	Name      string
+	ID, Name  string
 	Arguments string // JSON text, as the model wrote it
+}
+
+// fakeModel stands in for an LLM: it is given the tool list and answers
+// with the same payment every round (a regenerated answer after a timeout).
+func fakeModel(tools []client.ModelTool, invoice string) []toolCall {
+	for _, t := range tools {
+		if t.Name == "pay_invoice" {
+			return []toolCall{{ID: "call_pay_1", Name: t.Name, Arguments: fmt.Sprintf(`{"invoice_id":%q,"amount_minor":4900,"currency":"EUR"}`, invoice)}}
+		}
+	}
+	return nil
 }
 
 func main() {
@@ -46,65 +56,50 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	agent, err := client.New(addr, agentKey, client.WithInsecure())
+	agent, err := client.New(addr, agentKey, client.WithPlaintext())
 	if err != nil {
 		return err
 	}
 	defer agent.Close()
-	approver := agent.WithAPIKey(approverKey)
+	approver := agent.WithAPIKey(approverKey) // same connection, another principal
 
-	// The conversation id is the agent runtime's own durable id for this
-	// unit of work; the provider's tool-call id alone is not enough.
-	conversation := "conv-" + rand.Text()[:12]
-	invoice := "INV-" + rand.Text()[:8]
-	round := int64(1)
-	call := toolCall{
-		ID:        "call_pay_1",
-		Name:      "pay_invoice",
-		Arguments: fmt.Sprintf(`{"invoice_id":%q,"amount_minor":4900,"currency":"EUR"}`, invoice),
-	}
-
-	// The model emits the call, the runtime times out and the model emits
-	// it again: both derive the same key, so there is one operation.
-	var op *opledgerv1.Operation
-	for i := 1; i <= 2; i++ {
-		key, err := client.DeriveKey(client.KeyParts{Conversation: conversation, Round: round, ToolCall: call.ID, Tool: call.Name, ToolVersion: "1"})
-		if err != nil {
+	// The person at the approval screen: checks that the fingerprint is the
+	// one of the arguments shown, then approves exactly that.
+	approve := func(ctx context.Context, op *opledgerv1.Operation) error {
+		args, _ := json.Marshal(op.GetArgs().AsMap())
+		fmt.Printf("approval needed: %s %s %s\n", op.GetId(), op.GetTool(), args)
+		if err := client.CheckFingerprint(op); err != nil {
 			return err
 		}
-		resp, err := agent.Prepare(ctx, call.Name, json.RawMessage(call.Arguments), key, client.WithToolVersion("1"))
-		if err != nil {
-			return fmt.Errorf("prepare: %w", err)
-		}
-		op = resp.GetOperation()
-		fmt.Printf("prepare #%d: operation %s, state %s, replayed %t\n", i, op.GetId(), op.GetState(), resp.GetReplayed())
-	}
-
-	// A person approves exactly what they were shown: the approver checks
-	// the fingerprint against the args on screen before approving.
-	if err := client.CheckFingerprint(op); err != nil {
+		_, err := approver.Approve(ctx, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE, "customer confirmed")
 		return err
 	}
-	appr, err := approver.Approve(ctx, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE, "customer confirmed")
-	if err != nil {
-		return fmt.Errorf("approve: %w", err)
-	}
-	fmt.Printf("approve: state %s\n", appr.GetOperation().GetState())
 
-	first, err := agent.Execute(ctx, op.GetId(), client.WithWait(10*time.Second))
+	conversation, invoice, round := "conv-"+randomID(), "INV-"+randomID(), int64(1)
+	var answers []string
+	// --- the agent loop: the lines that wrap the ledger's tools ---
+	runner := client.NewToolRunner(agent, client.RunnerOptions{ApprovalWait: 30 * time.Second, OnApprovalRequired: approve})
+	tools, err := runner.ModelTools(ctx) // name, description, JSON Schema: what the model may call
 	if err != nil {
-		return fmt.Errorf("execute: %w", err)
+		return err
 	}
-	fmt.Printf("execute: state %s, external ref %s, replayed %t\n", first.GetOperation().GetState(), first.GetOperation().GetExternalRef(), first.GetReplayed())
-	fmt.Println("(the answer is lost on its way to the model; the runtime executes again)")
-
-	again, err := agent.Execute(ctx, op.GetId(), client.WithWait(10*time.Second))
-	if err != nil {
-		return fmt.Errorf("execute again: %w", err)
+	for attempt := 1; attempt <= 2; attempt++ { // round 1's answer, regenerated after a timeout
+		for _, call := range fakeModel(tools, invoice) {
+			key, _ := client.DeriveKey(client.KeyParts{Conversation: conversation, Round: round, ToolCall: call.ID, Tool: call.Name})
+			out, err := runner.Run(ctx, call.Name, json.RawMessage(call.Arguments), key)
+			if err != nil {
+				return err
+			}
+			answers = append(answers, out.ForModel()) // the tool result the model reads
+		}
 	}
-	result, _ := protojson.Marshal(again.GetOperation().GetResult())
-	fmt.Printf("execute again: state %s, external ref %s, replayed %t\n", again.GetOperation().GetState(), again.GetOperation().GetExternalRef(), again.GetReplayed())
-	fmt.Printf("tool result for the model: %s\n", result)
+	// --- end of the agent loop ---
+	for i, a := range answers {
+		fmt.Printf("answer %d, tool result for the model: %s\n", i+1, a)
+	}
+	if len(answers) != 2 || answers[0] != answers[1] {
+		return fmt.Errorf("expected the same answer twice, got %q", answers)
+	}
 
 	n, err := countCharges(ctx, fakepay, invoice)
 	if err != nil {
@@ -115,6 +110,12 @@ func run() error {
 		return fmt.Errorf("expected exactly one charge, found %d", n)
 	}
 	return nil
+}
+
+func randomID() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func countCharges(ctx context.Context, base, invoice string) (int, error) {

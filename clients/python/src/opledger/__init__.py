@@ -2,13 +2,51 @@
 tool calls: Prepare an operation, have a person Approve exactly that operation, Execute it at
 most once, Get or Reconcile it.
 
-The generated messages and stubs are in ``opledger.v1.ledger_pb2`` and
-``opledger.v1.ledger_pb2_grpc``; see docs/clients/python.md.
+Client is synchronous, AsyncClient (opledger.aio) is the same for asyncio; ToolRunner and
+AsyncToolRunner run one tool call of an agent end to end. The generated messages and stubs are
+in ``opledger.v1.ledger_pb2`` and ``opledger.v1.ledger_pb2_grpc``; see docs/clients/python.md.
 """
 
+from .aio import AsyncClient
 from .client import DEFAULT_TIMEOUT, Client
-from . import errors as _errors
-from .errors import *  # noqa: F401,F403 (OpledgerError and one subclass per ErrorInfo reason)
+from .errors import (
+    ERROR_DOMAIN,
+    ERRORS_BY_REASON,
+    OpledgerError,
+    from_rpc_error,
+    from_status,
+    operation_error_reason,
+    ApiKeyMissing,
+    ApiKeyInvalid,
+    RoleRequired,
+    IdempotencyKeyMissing,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyReused,
+    ToolUnknown,
+    ToolVersionUnknown,
+    ArgsInvalid,
+    ArgsTooLarge,
+    FieldInvalid,
+    OperationNotFound,
+    ApprovalRequired,
+    ApprovalExpired,
+    ApprovalFingerprintMismatch,
+    ApprovalConflict,
+    SelfApprovalForbidden,
+    ApprovalNotApplicable,
+    OperationRejected,
+    OperationCancelled,
+    OperationInProgress,
+    ResolutionNotApplicable,
+    LedgerUnavailable,
+    InternalError,
+    DownstreamUnavailable,
+    DeadlineInvalid,
+    OperatorRequired,
+    RateLimited,
+    QuotaExceeded,
+    CancelNotApplicable,
+)
 from .fingerprint import (
     FINGERPRINT_PREFIX,
     PREPARE_METHOD,
@@ -18,25 +56,88 @@ from .fingerprint import (
     preimage,
     struct_to_dict,
 )
-from .keys import KEY_PREFIX, derive_idempotency_key, key_preimage
-from .retry import NO_RETRY, RetryPolicy, call_with_retry, is_retryable
+from .keys import KEY_PREFIX, derive_key, key_preimage
+from .retry import NO_RETRY, RetryPolicy, call_with_retry, call_with_retry_async, is_retryable
+from .runner import (
+    MESSAGE_AWAITING_APPROVAL,
+    MESSAGE_OUTCOME_UNKNOWN,
+    AsyncToolRunner,
+    AwaitingApproval,
+    Failed,
+    ModelTool,
+    OutcomeUnknown,
+    Succeeded,
+    ToolArgs,
+    ToolOutcome,
+    ToolRunner,
+)
 
+# Spelled out (not computed) so that type checkers see every name; tests/test_errors.py checks
+# that it covers every exception class.
 __all__ = [
+    "AsyncClient",
+    "AsyncToolRunner",
+    "AwaitingApproval",
     "Client",
     "DEFAULT_TIMEOUT",
     "FINGERPRINT_PREFIX",
+    "Failed",
     "KEY_PREFIX",
+    "MESSAGE_AWAITING_APPROVAL",
+    "MESSAGE_OUTCOME_UNKNOWN",
+    "ModelTool",
     "NO_RETRY",
+    "OutcomeUnknown",
     "PREPARE_METHOD",
     "RetryPolicy",
+    "Succeeded",
+    "ToolArgs",
+    "ToolOutcome",
+    "ToolRunner",
     "call_with_retry",
+    "call_with_retry_async",
     "canonicalize",
     "compute_fingerprint",
-    "derive_idempotency_key",
+    "derive_key",
     "is_retryable",
     "key_preimage",
     "operation_fingerprint",
     "preimage",
     "struct_to_dict",
-    *_errors.__all__,
+    "ERROR_DOMAIN",
+    "ERRORS_BY_REASON",
+    "OpledgerError",
+    "from_rpc_error",
+    "from_status",
+    "operation_error_reason",
+    "ApiKeyMissing",
+    "ApiKeyInvalid",
+    "RoleRequired",
+    "IdempotencyKeyMissing",
+    "IdempotencyKeyInvalid",
+    "IdempotencyKeyReused",
+    "ToolUnknown",
+    "ToolVersionUnknown",
+    "ArgsInvalid",
+    "ArgsTooLarge",
+    "FieldInvalid",
+    "OperationNotFound",
+    "ApprovalRequired",
+    "ApprovalExpired",
+    "ApprovalFingerprintMismatch",
+    "ApprovalConflict",
+    "SelfApprovalForbidden",
+    "ApprovalNotApplicable",
+    "OperationRejected",
+    "OperationCancelled",
+    "OperationInProgress",
+    "ResolutionNotApplicable",
+    "LedgerUnavailable",
+    "InternalError",
+    "DownstreamUnavailable",
+    "DeadlineInvalid",
+    "OperatorRequired",
+    "RateLimited",
+    "QuotaExceeded",
+    "CancelNotApplicable",
 ]

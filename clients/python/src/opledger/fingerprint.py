@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from google.protobuf import json_format, struct_pb2
 
@@ -31,12 +31,12 @@ def canonicalize(value: Any) -> str:
     """canonicalize returns the RFC 8785 (JCS) text of a JSON value made of dict, list, str,
     int, float, bool and None. Numbers are written as the IEEE-754 double they round to; NaN and
     infinities raise ValueError. Encode the result as UTF-8 before hashing."""
-    out: list = []
+    out: List[str] = []
     _write(value, out)
     return "".join(out)
 
 
-def _write(v: Any, out: list) -> None:
+def _write(v: Any, out: List[str]) -> None:
     if v is None:
         out.append("null")
     elif v is True:
@@ -163,7 +163,8 @@ def operation_fingerprint(operation: Any) -> str:
     return compute_fingerprint(operation.tool, args, operation.tenant, operation.tool_version)
 
 
-def struct_to_dict(s: struct_pb2.Struct) -> dict:
+def struct_to_dict(s: struct_pb2.Struct) -> Dict[str, Any]:
     """struct_to_dict converts a google.protobuf.Struct (Operation.args, Operation.result) into
     a plain dict; numbers come back as floats."""
-    return json_format.MessageToDict(s)
+    d: Dict[str, Any] = json_format.MessageToDict(s)
+    return d

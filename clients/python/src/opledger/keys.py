@@ -7,13 +7,13 @@ storing anything extra.
 
 The recipe ("opk1") is the normative one of docs/fingerprint.md, "Idempotency key derivation",
 shared by every opledger client (Go, Java, Python, TypeScript) and checked against
-fingerprint/testdata/key_vectors.json, so every language derives the same key from the same parts.
+clients/go/fingerprint/testdata/key_vectors.json, so every language derives the same key from the same parts.
 
 Caveat: a model provider's tool-call id is not a business identity. It matches a tool result to
 one model response, but a regenerated response (a retried model round, another provider) may
 carry a new call id for the same action, and a key built from it would then pay twice. Derive
-the key from state your runtime owns and persists (a workflow or conversation id, the step or
-round it is in, an id your application assigned to the intended action) and persist the key
+the key from state your runtime owns and persists (a conversation or workflow id, the round or
+step it is in, an id your application assigned to the intended action) and persist the key
 before calling Prepare. Pass the provider's call id only where your runtime has already pinned
 it (e.g. stored the model's response before executing any of its calls); otherwise pass "".
 """
@@ -26,7 +26,7 @@ from typing import Optional
 
 from .fingerprint import canonicalize
 
-#: KEY_PREFIX marks keys made by derive_idempotency_key (and the version of its recipe).
+#: KEY_PREFIX marks keys made by derive_key (and the version of its recipe).
 KEY_PREFIX = "opk1-"
 
 # _MAX_ROUND is the largest integer every language's JSON number (an IEEE-754 double) holds
@@ -35,32 +35,33 @@ _MAX_ROUND = 2**53 - 1
 
 
 def key_preimage(
-    workflow_id: str,
-    model_round: int,
-    tool_call_id: str,
-    tool_name: str,
-    tool_version: Optional[str] = None,
+    *,
+    conversation: str,
+    round: int,
+    tool: str,
+    tool_call: Optional[str] = "",
+    tool_version: Optional[str] = "",
 ) -> str:
-    """key_preimage returns the RFC 8785 canonical JSON text that derive_idempotency_key hashes
-    (encode it as UTF-8), for checking this client against the shared test vectors or another
-    implementation. It validates its arguments as derive_idempotency_key does."""
-    if not workflow_id:
-        raise ValueError("workflow_id must not be empty")
-    if not tool_name:
-        raise ValueError("tool_name must not be empty")
+    """key_preimage returns the RFC 8785 canonical JSON text that derive_key hashes (encode it as
+    UTF-8), for checking this client against the shared test vectors or another implementation.
+    It takes and validates the same keyword arguments as derive_key."""
+    if not conversation:
+        raise ValueError("conversation must not be empty")
+    if not tool:
+        raise ValueError("tool must not be empty")
     # bool is an int subclass, and a str round ("3") would be a different JSON value than 3:
     # both are refused rather than silently converted.
-    if isinstance(model_round, bool) or not isinstance(model_round, int):
-        raise TypeError(f"model_round must be an int, not {type(model_round).__name__}")
-    if abs(model_round) > _MAX_ROUND:
-        raise TypeError("model_round must be a safe integer (|model_round| <= 2**53 - 1)")
-    if model_round < 0:
-        raise ValueError("model_round must not be negative")
+    if isinstance(round, bool) or not isinstance(round, int):
+        raise TypeError(f"round must be an int, not {type(round).__name__}")
+    if abs(round) > _MAX_ROUND:
+        raise TypeError("round must be a safe integer (|round| <= 2**53 - 1)")
+    if round < 0:
+        raise ValueError("round must not be negative")
     parts = {
-        "conversation": workflow_id,
-        "round": model_round,
-        "tool_call": tool_call_id or "",
-        "tool": tool_name,
+        "conversation": conversation,
+        "round": round,
+        "tool_call": tool_call or "",
+        "tool": tool,
         "tool_version": tool_version or "",
     }
     for name, value in parts.items():
@@ -73,37 +74,40 @@ def key_preimage(
     return canonicalize(parts)
 
 
-def derive_idempotency_key(
-    workflow_id: str,
-    model_round: int,
-    tool_call_id: str,
-    tool_name: str,
-    tool_version: Optional[str] = None,
+def derive_key(
+    *,
+    conversation: str,
+    round: int,
+    tool: str,
+    tool_call: Optional[str] = "",
+    tool_version: Optional[str] = "",
 ) -> str:
-    """derive_idempotency_key returns a stable key for one intended tool call.
+    """derive_key returns a stable idempotency key for one intended tool call.
 
     The key is "opk1-" + base64url without padding of SHA-256 over the UTF-8 bytes of the
-    RFC 8785 (JCS) canonical form of {"conversation": workflow_id, "round": model_round,
-    "tool_call": tool_call_id, "tool": tool_name, "tool_version": tool_version or ""}
-    (docs/fingerprint.md, "Idempotency key derivation"). It is always 48 printable ASCII
-    characters, well inside opledger's 255, the same in every process and every opledger client
-    language, and it reveals none of its parts.
+    RFC 8785 (JCS) canonical form of {"conversation", "round", "tool_call", "tool",
+    "tool_version"} (docs/fingerprint.md, "Idempotency key derivation"). It is always 48
+    printable ASCII characters, well inside opledger's 255, the same in every process and every
+    opledger client language (Go client.DeriveKey, Java IdempotencyKeys.derive, TypeScript
+    deriveKey), and it reveals none of its parts. The arguments are keyword-only, with the same
+    names in every client, so that two strings cannot be swapped by position.
 
     Args:
-        workflow_id: the runtime's own durable id for the conversation, workflow or operation
-            (the "conversation" part); must not be empty.
-        model_round: the round or step of that workflow the call belongs to (the "round" part):
-            an int with 0 <= model_round <= 2**53 - 1.
-        tool_call_id: the call's id within the round, or "" (None counts as ""); see the module
+        conversation: the runtime's own durable id of the conversation, workflow or operation;
+            must not be empty.
+        round: the model round (turn, step) within it: an int with 0 <= round <= 2**53 - 1.
+        tool: the tool, e.g. "pay_invoice"; must not be empty.
+        tool_call: the call's id within the round, or "" (None counts as ""); see the module
             caveat about provider ids.
-        tool_name: the tool, e.g. "pay_invoice"; must not be empty.
-        tool_version: the version sent in the Prepare request, or None / "" when none is sent.
+        tool_version: the version sent in the Prepare request, or "" (None) when none is sent.
 
     Raises:
-        ValueError: workflow_id or tool_name is empty, model_round is negative, or a part is not
-            valid Unicode (a lone surrogate).
-        TypeError: model_round is not an int (a str or a bool included) or not a safe integer.
+        ValueError: conversation or tool is empty, round is negative, or a part is not valid
+            Unicode (a lone surrogate).
+        TypeError: round is not an int (a str or a bool included) or not a safe integer.
     """
-    text = key_preimage(workflow_id, model_round, tool_call_id, tool_name, tool_version)
+    text = key_preimage(
+        conversation=conversation, round=round, tool=tool, tool_call=tool_call, tool_version=tool_version
+    )
     digest = hashlib.sha256(text.encode("utf-8")).digest()
     return KEY_PREFIX + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")

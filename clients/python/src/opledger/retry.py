@@ -15,10 +15,11 @@ With the defaults the worst case is 4 attempts and at most 0.1 + 0.2 + 0.4 = 0.7
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, TypeVar
+from typing import Awaitable, Callable, Optional, TypeVar
 
 from .errors import OpledgerError
 
@@ -35,6 +36,7 @@ class RetryPolicy:
         max_delay: seconds; the ceiling the backoff doubles up to.
         sleep: how to wait (tests replace it).
         rand: returns a float in [0, 1) (tests replace it).
+        async_sleep: how AsyncClient waits (tests replace it).
     """
 
     max_attempts: int = 4
@@ -42,6 +44,7 @@ class RetryPolicy:
     max_delay: float = 2.0
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
     rand: Callable[[], float] = field(default=random.random, compare=False, repr=False)
+    async_sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -52,7 +55,7 @@ class RetryPolicy:
     def delay(self, retry: int, floor: Optional[float] = None) -> float:
         """delay returns the seconds to wait before retry number ``retry`` (1 for the first
         retry): full jitter under an exponentially growing ceiling, at least ``floor``."""
-        ceiling = min(self.max_delay, self.base_delay * (2 ** (retry - 1)))
+        ceiling = min(self.max_delay, self.base_delay * (2.0 ** (retry - 1)))
         d = self.rand() * ceiling
         if floor is not None and floor > d:
             d = floor
@@ -80,4 +83,18 @@ def call_with_retry(policy: RetryPolicy, attempt: Callable[[], T]) -> T:
             if n >= policy.max_attempts or not is_retryable(err):
                 raise
             policy.sleep(policy.delay(n, err.retry_delay))
+            n += 1
+
+
+async def call_with_retry_async(policy: RetryPolicy, attempt: Callable[[], Awaitable[T]]) -> T:
+    """call_with_retry_async is call_with_retry for coroutines (AsyncClient): the same rule and
+    budget, waiting with ``policy.async_sleep``."""
+    n = 1
+    while True:
+        try:
+            return await attempt()
+        except OpledgerError as err:
+            if n >= policy.max_attempts or not is_retryable(err):
+                raise
+            await policy.async_sleep(policy.delay(n, err.retry_delay))
             n += 1

@@ -3,24 +3,28 @@ package dev.opledger.examples;
 import com.google.protobuf.Value;
 import dev.opledger.client.Args;
 import dev.opledger.client.Fingerprint;
-import dev.opledger.client.IdempotencyKeys;
+import dev.opledger.client.KeyParts;
+import dev.opledger.client.ModelTool;
 import dev.opledger.client.OpledgerClient;
-import dev.opledger.v1.ApproveResponse;
+import dev.opledger.client.ToolOutcome;
+import dev.opledger.client.ToolRunner;
 import dev.opledger.v1.Decision;
-import dev.opledger.v1.ExecuteResponse;
 import dev.opledger.v1.Operation;
-import dev.opledger.v1.PrepareResponse;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.UUID;
+import java.util.function.Consumer;
 
 /**
- * AgentLoop is a simulated agent loop (no real model) that pays an invoice through opledger: the
- * model asks for the same pay_invoice call twice, a person approves it, the agent executes it, the
- * answer is "lost" and Execute is retried, and the fake processor still holds one charge.
+ * AgentLoop is a simulated agent loop (no real model) that pays an invoice through opledger with
+ * {@link ToolRunner}: the model's tool list comes from the ledger (ListTools), the model asks for
+ * the same pay_invoice call twice (round 1's answer, regenerated after a timeout), a person approves
+ * the first one (the approval hook), and the fake processor still holds one charge.
  *
  * <p>It reads OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL from the environment. From
  * clients/java: {@code mvn -q compile exec:java} (the pom names this class).
@@ -31,62 +35,54 @@ public final class AgentLoop {
 
   private AgentLoop() {}
 
+  /** FakeModel stands in for an LLM: given the tool list, it asks to pay the invoice. */
+  static List<ToolCall> fakeModel(List<ModelTool> tools, String invoice) {
+    if (tools.stream().noneMatch(t -> t.name().equals("pay_invoice"))) {
+      throw new IllegalStateException("no pay_invoice tool");
+    }
+    String args = "{\"invoice_id\":\"" + invoice + "\",\"amount_minor\":4900,\"currency\":\"EUR\"}";
+    return List.of(new ToolCall("call_pay_1", "pay_invoice", args));
+  }
+
   /** Main runs the loop once and exits non-zero if anything is off. */
   public static void main(String[] argv) throws Exception {
     String addr = env("OPLEDGER_ADDR");
     String fakepay = env("FAKEPAY_URL");
-    try (OpledgerClient agent =
-        OpledgerClient.builder(addr, env("AGENT_KEY")).usePlaintext().build()) {
-      OpledgerClient approver = agent.withApiKey(env("APPROVER_KEY"));
+    // TLS is the default; `opledger dev` listens on loopback without it.
+    try (OpledgerClient agent = OpledgerClient.builder(addr, env("AGENT_KEY")).usePlaintext().build()) {
+      OpledgerClient approver = agent.withApiKey(env("APPROVER_KEY")); // same channel
 
-      // The conversation id is the agent runtime's own durable id for this unit of work; the
-      // provider's tool-call id alone is not enough.
-      String conversation = "conv-" + UUID.randomUUID();
+      // The person at the approval screen: checks the fingerprint against the args shown, approves.
+      Consumer<Operation> personApproves =
+          op -> {
+            System.out.println("approval needed: " + op.getId() + " " + op.getTool() + " " + Args.toJson(op.getArgs()));
+            if (!Fingerprint.matches(op)) {
+              throw new IllegalStateException("the operation is not what the screen shows");
+            }
+            approver.approve(op.getId(), op.getFingerprint(), Decision.DECISION_APPROVE, "customer confirmed");
+          };
+
+      String conversation = "conv-" + UUID.randomUUID(); // the runtime's own durable state
       String invoice = "INV-" + UUID.randomUUID().toString().substring(0, 8);
       long round = 1;
-      ToolCall call =
-          new ToolCall(
-              "call_pay_1",
-              "pay_invoice",
-              "{\"invoice_id\":\"" + invoice + "\",\"amount_minor\":4900,\"currency\":\"EUR\"}");
-
-      // The model emits the call, the runtime times out and the model emits it again: both derive
-      // the same key, so there is one operation.
-      Operation op = null;
-      for (int i = 1; i <= 2; i++) {
-        String key = IdempotencyKeys.derive(conversation, round, call.id(), call.name(), "1");
-        PrepareResponse p = agent.prepare(call.name(), Args.fromJson(call.argumentsJson()), key, "1");
-        op = p.getOperation();
-        System.out.printf(
-            "prepare #%d: operation %s, state %s, replayed %b%n",
-            i, op.getId(), op.getState(), p.getReplayed());
+      List<String> answers = new ArrayList<>();
+      // --- the agent loop: the lines that wrap the ledger's tools ---
+      ToolRunner runner = ToolRunner.builder(agent).approvalWait(Duration.ofSeconds(30)).onApprovalRequired(personApproves).build();
+      List<ModelTool> tools = runner.modelTools(); // name, description, JSON Schema: what the model may call
+      for (int attempt = 1; attempt <= 2; attempt++) { // round 1's answer, regenerated after a timeout
+        for (ToolCall call : fakeModel(tools, invoice)) {
+          String key = KeyParts.builder().conversation(conversation).round(round).toolCall(call.id()).tool(call.name()).derive();
+          ToolOutcome outcome = runner.run(call.name(), call.argumentsJson(), key);
+          answers.add(outcome.forModel()); // the tool result the model reads
+        }
       }
-
-      // A person approves exactly what they were shown: check the fingerprint first.
-      if (!Fingerprint.matches(op)) {
-        throw new IllegalStateException("the operation's fingerprint does not match its args");
+      // --- end of the agent loop ---
+      for (int i = 0; i < answers.size(); i++) {
+        System.out.printf("answer %d, tool result for the model: %s%n", i + 1, answers.get(i));
       }
-      ApproveResponse ap =
-          approver.approve(
-              op.getId(), op.getFingerprint(), Decision.DECISION_APPROVE, "customer confirmed");
-      System.out.printf("approve: state %s%n", ap.getOperation().getState());
-
-      ExecuteResponse first = agent.execute(op.getId(), Duration.ofSeconds(10));
-      System.out.printf(
-          "execute: state %s, external ref %s, replayed %b%n",
-          first.getOperation().getState(),
-          first.getOperation().getExternalRef(),
-          first.getReplayed());
-      System.out.println("(the answer is lost on its way to the model; the runtime executes again)");
-
-      ExecuteResponse again = agent.execute(op.getId(), Duration.ofSeconds(10));
-      System.out.printf(
-          "execute again: state %s, external ref %s, replayed %b%n",
-          again.getOperation().getState(),
-          again.getOperation().getExternalRef(),
-          again.getReplayed());
-      System.out.println("tool result for the model: " + Args.toJson(again.getOperation().getResult()));
-
+      if (answers.size() != 2 || !answers.get(0).equals(answers.get(1)) || !answers.get(0).contains("\"status\":\"succeeded\"")) {
+        throw new IllegalStateException("expected the same success twice, got " + answers);
+      }
       int n = charges(fakepay, invoice);
       System.out.printf("charges at the fake processor for %s: %d%n", invoice, n);
       if (n != 1) {

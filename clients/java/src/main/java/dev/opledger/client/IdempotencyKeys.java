@@ -16,6 +16,12 @@ import java.util.Map;
  * unique only within one response. {@code conversation} must be your own durable id of the unit of
  * work (an operation, ticket or conversation id that survives restarts) and {@code round} the model
  * round within it; persist the key before calling Prepare.
+ *
+ * <pre>{@code
+ * String key = IdempotencyKeys.derive(KeyParts.builder()
+ *     .conversation("conv_7f3a9c").round(3).toolCall("call_Qx81ZpT0").tool("pay_invoice").toolVersion("1")
+ *     .build()); // "opk1-rJkGVvywp6LW6RR0IMujcmLimnINH4FvCE5fePK7Odc"
+ * }</pre>
  */
 public final class IdempotencyKeys {
   /** PREFIX starts every derived key and names the derivation. */
@@ -27,37 +33,33 @@ public final class IdempotencyKeys {
   private IdempotencyKeys() {}
 
   /**
-   * Derive returns the key of one tool call. conversation and tool must be non-empty; toolCall
-   * may be "" (or null) when the runtime has not pinned the model's response; toolVersion is the
-   * version sent in PrepareRequest ("" or null if none); 0 ≤ round ≤ 2^53 - 1.
+   * Derive returns the key of one tool call. conversation and tool must be non-empty; toolCall may
+   * be "" when the runtime has not pinned the model's response; toolVersion is the version sent in
+   * PrepareRequest ("" if none); 0 ≤ round ≤ 2^53 - 1. A violation is an
+   * IllegalArgumentException.
    */
-  public static String derive(
-      String conversation, long round, String toolCall, String tool, String toolVersion) {
-    byte[] sum =
-        Fingerprint.sha256(
-            preimage(conversation, round, toolCall, tool, toolVersion)
-                .getBytes(StandardCharsets.UTF_8));
+  public static String derive(KeyParts parts) {
+    byte[] sum = Fingerprint.sha256(preimage(parts).getBytes(StandardCharsets.UTF_8));
     return PREFIX + Base64.getUrlEncoder().withoutPadding().encodeToString(sum);
   }
 
   /** Preimage returns the canonical JSON text that {@link #derive} hashes. */
-  public static String preimage(
-      String conversation, long round, String toolCall, String tool, String toolVersion) {
-    if (conversation == null || conversation.isEmpty()) {
+  public static String preimage(KeyParts p) {
+    if (p.conversation() == null || p.conversation().isEmpty()) {
       throw new IllegalArgumentException("idempotency key: empty conversation");
     }
-    if (tool == null || tool.isEmpty()) {
+    if (p.tool() == null || p.tool().isEmpty()) {
       throw new IllegalArgumentException("idempotency key: empty tool");
     }
-    if (round < 0 || round > MAX_ROUND) {
+    if (p.round() < 0 || p.round() > MAX_ROUND) {
       throw new IllegalArgumentException("idempotency key: round must be in [0, 2^53)");
     }
     Map<String, Object> parts = new LinkedHashMap<>();
-    parts.put("conversation", conversation);
-    parts.put("round", round);
-    parts.put("tool_call", toolCall == null ? "" : toolCall);
-    parts.put("tool", tool);
-    parts.put("tool_version", toolVersion == null ? "" : toolVersion);
+    parts.put("conversation", p.conversation());
+    parts.put("round", p.round());
+    parts.put("tool_call", p.toolCall());
+    parts.put("tool", p.tool());
+    parts.put("tool_version", p.toolVersion());
     return Jcs.canonicalize(parts);
   }
 }

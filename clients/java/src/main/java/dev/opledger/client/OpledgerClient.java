@@ -45,7 +45,7 @@ import java.util.function.Function;
  *
  * <pre>{@code
  * try (OpledgerClient agent = OpledgerClient.builder("127.0.0.1:50051", agentKey).usePlaintext().build()) {
- *   String key = IdempotencyKeys.derive(conversationId, round, toolCallId, "pay_invoice", "1");
+ *   String key = IdempotencyKeys.derive(KeyParts.builder().conversation(conversationId).round(round).tool("pay_invoice").build());
  *   PrepareResponse p = agent.prepare("pay_invoice", Args.fromJson(argsJson), key);
  * }
  * }</pre>
@@ -180,6 +180,33 @@ public final class OpledgerClient implements AutoCloseable {
             .setArgs(args == null ? Struct.getDefaultInstance() : args)
             .build();
     return call(idempotencyKey, Duration.ZERO, s -> s.prepare(req));
+  }
+
+  /**
+   * PrepareAndExecute is Prepare that also executes the operation in the same call, as an Execute
+   * right after it would (the one-call path for tools that need no approval): the answer is the
+   * operation as the execution left it, and {@code execution_replayed} says that no downstream
+   * request was made. wait is as for {@link #execute(String, Duration)}. An operation that awaits
+   * approval comes back as from Prepare (no exception): approve it, then Execute.
+   */
+  public PrepareResponse prepareAndExecute(
+      String tool, Struct args, String idempotencyKey, String toolVersion, Duration wait) {
+    if (idempotencyKey == null || idempotencyKey.isEmpty()) {
+      throw new IllegalArgumentException("opledger: Prepare needs an idempotency key");
+    }
+    PrepareRequest.Builder req =
+        PrepareRequest.newBuilder()
+            .setTool(tool)
+            .setToolVersion(toolVersion == null ? "" : toolVersion)
+            .setArgs(args == null ? Struct.getDefaultInstance() : args)
+            .setExecute(true);
+    Duration w = wait == null ? Duration.ZERO : wait;
+    if (!w.isZero()) {
+      req.setWait(
+          com.google.protobuf.Duration.newBuilder().setSeconds(w.getSeconds()).setNanos(w.getNano()).build());
+    }
+    PrepareRequest r = req.build();
+    return call(idempotencyKey, w, s -> s.prepare(r));
   }
 
   /**

@@ -14,9 +14,10 @@ import java.util.Optional;
 
 /**
  * OpledgerException is every error an {@link OpledgerClient} call throws: the gRPC status decoded.
- * Branch on {@link #getReason()} (the generated {@link ErrorReason}), never on the message text.
- * The reason is {@code ERROR_REASON_UNSPECIFIED} when the status carries no opledger ErrorInfo, as
- * with transport failures (connection refused, deadline exceeded).
+ * Branch on {@link #getReason()} (a {@link Reason}: {@code IDEMPOTENCY_KEY_REUSED}, the names the
+ * server sends and the other clients use), never on the message text. The reason is {@link
+ * Reason#UNSPECIFIED} when the status carries no opledger ErrorInfo, as with transport failures
+ * (connection refused, deadline exceeded).
  */
 public class OpledgerException extends RuntimeException {
   private static final long serialVersionUID = 1L;
@@ -24,10 +25,9 @@ public class OpledgerException extends RuntimeException {
   /** DOMAIN is the google.rpc.ErrorInfo domain of every opledger error. */
   public static final String DOMAIN = "opledger.v1";
 
-  private static final String PREFIX = "ERROR_REASON_";
-
   private final Status.Code code;
   private final String reasonName;
+  private final String statusMessage;
   private final transient Map<String, String> metadata;
   private final Duration retryDelay; // null without RetryInfo
   private final transient com.google.rpc.Status statusProto;
@@ -44,6 +44,7 @@ public class OpledgerException extends RuntimeException {
     super(format(code, reasonName, message), cause);
     this.code = code;
     this.reasonName = reasonName == null ? "" : reasonName;
+    this.statusMessage = message == null ? "" : message;
     this.metadata = metadata == null ? Map.of() : Map.copyOf(metadata);
     this.retryDelay = retryDelay;
     this.statusProto = statusProto;
@@ -90,18 +91,17 @@ public class OpledgerException extends RuntimeException {
   }
 
   /**
-   * GetReason returns the reason as the generated enum, or ERROR_REASON_UNSPECIFIED when there is
-   * none or this client version does not know it (see {@link #getReasonName()}).
+   * GetReason returns the reason ({@code Reason.IDEMPOTENCY_KEY_REUSED}), or {@link
+   * Reason#UNSPECIFIED} when there is none or this client version does not know it (see {@link
+   * #getReasonName()}).
    */
-  public ErrorReason getReason() {
-    if (reasonName.isEmpty()) {
-      return ErrorReason.ERROR_REASON_UNSPECIFIED;
-    }
-    try {
-      return ErrorReason.valueOf(PREFIX + reasonName);
-    } catch (IllegalArgumentException unknown) {
-      return ErrorReason.ERROR_REASON_UNSPECIFIED;
-    }
+  public Reason getReason() {
+    return Reason.of(reasonName);
+  }
+
+  /** GetErrorReason returns the reason as the generated enum ({@code ERROR_REASON_…}). */
+  public ErrorReason getErrorReason() {
+    return getReason().toProto();
   }
 
   /** GetReasonName returns the reason string as sent ("IDEMPOTENCY_KEY_REUSED"), or "". */
@@ -109,9 +109,14 @@ public class OpledgerException extends RuntimeException {
     return reasonName;
   }
 
-  /** Is reports whether the reason is r. */
-  public boolean is(ErrorReason r) {
-    return getReason() == r && r != ErrorReason.ERROR_REASON_UNSPECIFIED;
+  /** Is reports whether the reason is r (never for UNSPECIFIED). */
+  public boolean is(Reason r) {
+    return r != Reason.UNSPECIFIED && getReason() == r;
+  }
+
+  /** GetStatusMessage returns the status message as the server sent it, for people; never parse it. */
+  public String getStatusMessage() {
+    return statusMessage;
   }
 
   /** GetMetadata returns the ErrorInfo metadata (e.g. "operation_id"). */
@@ -140,12 +145,26 @@ public class OpledgerException extends RuntimeException {
     return code == Status.Code.UNAVAILABLE || (code == Status.Code.ABORTED && retryDelay != null);
   }
 
-  /** ReasonOf returns the generated enum of a reason string without prefix. */
-  public static ErrorReason reasonOf(String name) {
-    try {
-      return ErrorReason.valueOf(PREFIX + name);
-    } catch (IllegalArgumentException unknown) {
-      return ErrorReason.ERROR_REASON_UNSPECIFIED;
+  /**
+   * OperationErrorReason returns the reason stored in a FAILED or OUTCOME_UNKNOWN operation's error
+   * (e.g. DOWNSTREAM_REJECTED), or UNSPECIFIED.
+   */
+  public static Reason operationErrorReason(dev.opledger.v1.Operation op) {
+    if (!op.hasError()) {
+      return Reason.UNSPECIFIED;
     }
+    for (Any d : op.getError().getDetailsList()) {
+      try {
+        if (d.is(ErrorInfo.class)) {
+          ErrorInfo info = d.unpack(ErrorInfo.class);
+          if (DOMAIN.equals(info.getDomain())) {
+            return Reason.of(info.getReason());
+          }
+        }
+      } catch (InvalidProtocolBufferException ignored) {
+        // A malformed detail is ignored like an unknown one.
+      }
+    }
+    return Reason.UNSPECIFIED;
   }
 }

@@ -20,7 +20,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestFactory;
 
 class JcsTest {
-  /** Every vector of fingerprint/testdata/vectors.json: the preimage byte for byte, then the hash. */
+  /** Every vector of clients/go/fingerprint/testdata/vectors.json: the preimage byte for byte, then the hash. */
   @TestFactory
   Stream<DynamicTest> fingerprintVectors() throws IOException {
     List<Value> vectors = TestData.vectors("vectors.json");

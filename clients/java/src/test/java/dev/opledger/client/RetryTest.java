@@ -8,7 +8,6 @@ import com.google.protobuf.Any;
 import com.google.rpc.Code;
 import com.google.rpc.ErrorInfo;
 import com.google.rpc.RetryInfo;
-import dev.opledger.v1.ErrorReason;
 import dev.opledger.v1.ExecuteRequest;
 import dev.opledger.v1.ExecuteResponse;
 import dev.opledger.v1.LedgerServiceGrpc;
@@ -37,6 +36,8 @@ import java.util.Collections;
 import java.util.Deque;
 import java.util.List;
 import java.util.Random;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 
@@ -44,6 +45,10 @@ import org.junit.jupiter.api.Test;
 class RetryTest {
   private static final Metadata.Key<String> IDEM =
       Metadata.Key.of("idempotency-key", Metadata.ASCII_STRING_MARSHALLER);
+  /** Held so that its level sticks (java.util.logging keeps loggers weakly). */
+  private static final Logger NETTY_TRANSPORT_LOG =
+      Logger.getLogger("io.grpc.netty.shaded.io.grpc.netty.NettyServerTransport");
+
   private static final RetryPolicy FAST =
       new RetryPolicy(4, Duration.ofMillis(1), Duration.ofMillis(5));
 
@@ -167,7 +172,7 @@ class RetryTest {
     OpledgerException e =
         assertThrows(OpledgerException.class, () -> c.prepare("pay_invoice", null, "opk1-k"));
     assertEquals(Status.Code.INVALID_ARGUMENT, e.getCode());
-    assertEquals(ErrorReason.ERROR_REASON_ARGS_INVALID, e.getReason());
+    assertEquals(Reason.ARGS_INVALID, e.getReason());
     assertEquals("ARGS_INVALID", e.getReasonName());
     assertEquals(1, f.keys.size());
   }
@@ -185,7 +190,7 @@ class RetryTest {
     OpledgerClient d = start(g, FAST);
     OpledgerException e =
         assertThrows(OpledgerException.class, () -> d.prepare("pay_invoice", null, "opk1-k"));
-    assertTrue(e.is(ErrorReason.ERROR_REASON_OPERATION_IN_PROGRESS));
+    assertTrue(e.is(Reason.OPERATION_IN_PROGRESS));
     assertEquals(1, g.keys.size());
   }
 
@@ -198,7 +203,7 @@ class RetryTest {
     OpledgerClient c = start(f, FAST);
     OpledgerException e =
         assertThrows(OpledgerException.class, () -> c.prepare("pay_invoice", null, "opk1-k"));
-    assertTrue(e.is(ErrorReason.ERROR_REASON_LEDGER_UNAVAILABLE));
+    assertTrue(e.is(Reason.LEDGER_UNAVAILABLE));
     assertEquals(4, f.keys.size(), "the default budget is 4 attempts");
 
     Flaky g = new Flaky();
@@ -248,5 +253,37 @@ class RetryTest {
     assertEquals(Duration.ZERO, p.backoff(3, Duration.ZERO, zero));
     assertEquals(Duration.ofMillis(750), p.backoff(1, Duration.ofMillis(750), zero));
     assertEquals(Duration.ofSeconds(5), p.backoff(1, Duration.ofSeconds(5), top));
+  }
+
+  /** Without usePlaintext the client speaks TLS, so a plaintext server never sees the call. */
+  @Test
+  void tlsIsTheDefault() throws Exception {
+    Flaky flaky = new Flaky();
+    java.util.concurrent.atomic.AtomicInteger calls = new java.util.concurrent.atomic.AtomicInteger();
+    ServerInterceptor count =
+        new ServerInterceptor() {
+          @Override
+          public <Q, R> ServerCall.Listener<Q> interceptCall(
+              ServerCall<Q, R> call, Metadata headers, ServerCallHandler<Q, R> next) {
+            calls.incrementAndGet();
+            return next.startCall(call, headers);
+          }
+        };
+    // The server logs the TLS hello it cannot read as a failed transport: expected here.
+    Level was = NETTY_TRANSPORT_LOG.getLevel();
+    NETTY_TRANSPORT_LOG.setLevel(Level.WARNING);
+    Server server =
+        io.grpc.ServerBuilder.forPort(0).addService(ServerInterceptors.intercept(flaky, count)).build().start();
+    cleanup.add(() -> server.shutdownNow().awaitTermination(5, java.util.concurrent.TimeUnit.SECONDS));
+    cleanup.add(() -> NETTY_TRANSPORT_LOG.setLevel(was));
+    try (OpledgerClient c =
+        OpledgerClient.builder("127.0.0.1:" + server.getPort(), "opl_test")
+            .retryPolicy(RetryPolicy.noRetries())
+            .timeout(Duration.ofSeconds(5))
+            .build()) {
+      OpledgerException e = assertThrows(OpledgerException.class, () -> c.get("op_1"));
+      assertEquals(Status.Code.UNAVAILABLE, e.getCode());
+    }
+    assertEquals(0, calls.get());
   }
 }

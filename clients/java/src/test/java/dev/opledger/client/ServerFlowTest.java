@@ -2,6 +2,7 @@ package dev.opledger.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -10,7 +11,6 @@ import com.google.protobuf.Value;
 import dev.opledger.v1.ApproveResponse;
 import dev.opledger.v1.CancelResponse;
 import dev.opledger.v1.Decision;
-import dev.opledger.v1.ErrorReason;
 import dev.opledger.v1.ExecuteResponse;
 import dev.opledger.v1.Effect;
 import dev.opledger.v1.GetResponse;
@@ -92,7 +92,13 @@ class ServerFlowTest {
   }
 
   private static String key(String call) {
-    return IdempotencyKeys.derive("java-" + UUID.randomUUID(), 1, call, "pay_invoice", "");
+    return IdempotencyKeys.derive(
+        KeyParts.builder()
+            .conversation("java-" + UUID.randomUUID())
+            .round(1)
+            .toolCall(call)
+            .tool("pay_invoice")
+            .build());
   }
 
   @Test
@@ -119,7 +125,7 @@ class ServerFlowTest {
         assertThrows(
             OpledgerException.class, () -> agent.prepare("pay_invoice", invoice(inv, 49000), k));
     assertEquals(Status.Code.ALREADY_EXISTS, e.getCode());
-    assertEquals(ErrorReason.ERROR_REASON_IDEMPOTENCY_KEY_REUSED, e.getReason());
+    assertEquals(Reason.IDEMPOTENCY_KEY_REUSED, e.getReason());
     assertFalse(e.isRetryable());
     assertEquals(first.getOperation().getId(), e.getMetadata().get("operation_id"));
   }
@@ -130,7 +136,7 @@ class ServerFlowTest {
     Operation op = agent.prepare("pay_invoice", invoice(inv, 4900), key("call_1")).getOperation();
 
     OpledgerException early = assertThrows(OpledgerException.class, () -> agent.execute(op.getId()));
-    assertTrue(early.is(ErrorReason.ERROR_REASON_APPROVAL_REQUIRED));
+    assertTrue(early.is(Reason.APPROVAL_REQUIRED));
 
     // The approver checks that what it shows is what it approves.
     assertTrue(Fingerprint.matches(op));
@@ -142,7 +148,7 @@ class ServerFlowTest {
         assertThrows(
             OpledgerException.class,
             () -> agent.approve(op.getId(), op.getFingerprint(), Decision.DECISION_APPROVE, "me"));
-    assertTrue(self.is(ErrorReason.ERROR_REASON_ROLE_REQUIRED));
+    assertTrue(self.is(Reason.ROLE_REQUIRED));
     ApproveResponse ap =
         approver.approve(op.getId(), op.getFingerprint(), Decision.DECISION_APPROVE, "confirmed");
     assertEquals(State.STATE_READY, ap.getOperation().getState());
@@ -173,7 +179,7 @@ class ServerFlowTest {
         new Runnable[] {() -> other.get(op.getId()), () -> other.execute(op.getId())}) {
       OpledgerException e = assertThrows(OpledgerException.class, call::run);
       assertEquals(Status.Code.NOT_FOUND, e.getCode());
-      assertEquals(ErrorReason.ERROR_REASON_OPERATION_NOT_FOUND, e.getReason());
+      assertEquals(Reason.OPERATION_NOT_FOUND, e.getReason());
     }
   }
 
@@ -183,15 +189,15 @@ class ServerFlowTest {
         assertThrows(
             OpledgerException.class,
             () -> agent.prepare("pay_invoice", invoice(invoiceId(), -1), key("c")));
-    assertTrue(bad.is(ErrorReason.ERROR_REASON_ARGS_INVALID));
+    assertTrue(bad.is(Reason.ARGS_INVALID));
     OpledgerException unknown =
         assertThrows(OpledgerException.class, () -> agent.prepare("no_such_tool", null, key("c")));
-    assertTrue(unknown.is(ErrorReason.ERROR_REASON_TOOL_UNKNOWN));
+    assertTrue(unknown.is(Reason.TOOL_UNKNOWN));
     OpledgerClient wrong = agent.withApiKey("opl_not-a-real-key");
     OpledgerException auth =
         assertThrows(OpledgerException.class, () -> wrong.get("op_00000000000000000000000000"));
     assertEquals(Status.Code.UNAUTHENTICATED, auth.getCode());
-    assertTrue(auth.is(ErrorReason.ERROR_REASON_API_KEY_INVALID));
+    assertTrue(auth.is(Reason.API_KEY_INVALID));
   }
 
   @Test
@@ -225,7 +231,7 @@ class ServerFlowTest {
             OpledgerException.class,
             () -> approver.listOperations(List.of(), null, 0, page1.getNextPageToken()));
     assertEquals(Status.Code.INVALID_ARGUMENT, e.getCode());
-    assertEquals(ErrorReason.ERROR_REASON_FIELD_INVALID, e.getReason());
+    assertEquals(Reason.FIELD_INVALID, e.getReason());
     assertTrue(idsOf(other.listOperations(List.of(), null, 200, null)).stream().noneMatch(ids::contains));
 
     CancelResponse cancelled = agent.cancel(ids.get(1), "not needed");
@@ -237,6 +243,141 @@ class ServerFlowTest {
 
   private static List<String> idsOf(ListOperationsResponse page) {
     return page.getOperationsList().stream().map(Operation::getId).toList();
+  }
+
+  @Test
+  void toolRunnerModelToolsAreTheCurrentTools() {
+    List<ModelTool> tools = ToolRunner.builder(agent).build().modelTools();
+    ModelTool pay = tools.stream().filter(t -> t.name().equals("pay_invoice")).findFirst().orElseThrow();
+    assertEquals("1", pay.version());
+    assertTrue(pay.approvalRequired());
+    assertEquals("side_effect", pay.effect());
+    assertFalse(pay.description().isEmpty());
+    assertEquals("object", pay.argsSchema().getFieldsOrThrow("type").getStringValue());
+    assertTrue(tools.stream().anyMatch(t -> t.name().equals("send_email")));
+  }
+
+  @Test
+  void toolRunnerResumesAfterApproval() throws Exception {
+    ToolRunner runner = ToolRunner.builder(agent).build();
+    String inv = invoiceId();
+    String k = key("call_1");
+    String args = "{\"invoice_id\":\"" + inv + "\",\"amount_minor\":4900,\"currency\":\"EUR\"}";
+    ToolOutcome first = runner.run("pay_invoice", args, k);
+    ToolOutcome.AwaitingApproval waiting = assertInstanceOf(ToolOutcome.AwaitingApproval.class, first);
+    assertEquals(
+        "{\"message\":\"" + ToolOutcome.MESSAGE_AWAITING_APPROVAL + "\",\"operation_id\":\""
+            + first.operationId() + "\",\"status\":\"awaiting_approval\"}",
+        first.forModel());
+    Operation op = waiting.operation();
+    assertTrue(Fingerprint.matches(op));
+    approver.approve(op.getId(), op.getFingerprint(), Decision.DECISION_APPROVE, "ok");
+    ToolOutcome.Succeeded done =
+        assertInstanceOf(ToolOutcome.Succeeded.class, runner.run("pay_invoice", args, k));
+    assertEquals(inv, done.result().getFieldsOrThrow("invoice_id").getStringValue());
+    assertEquals(done.operation().getExternalRef(), done.result().getFieldsOrThrow("id").getStringValue());
+    assertEquals(done.forModel(), runner.run("pay_invoice", invoice(inv, 4900), k).forModel());
+    assertEquals(1, charges(inv));
+  }
+
+  @Test
+  void toolRunnerWaitsForAnInProcessApproval() throws Exception {
+    ToolRunner runner =
+        ToolRunner.builder(agent)
+            .approvalWait(Duration.ofSeconds(20))
+            .onApprovalRequired(
+                op ->
+                    new Thread(
+                            () -> {
+                              try {
+                                Thread.sleep(300);
+                              } catch (InterruptedException e) {
+                                return;
+                              }
+                              approver.approve(
+                                  op.getId(), op.getFingerprint(), Decision.DECISION_APPROVE, "ok");
+                            })
+                        .start())
+            .build();
+    String inv = invoiceId();
+    assertInstanceOf(ToolOutcome.Succeeded.class, runner.run("pay_invoice", invoice(inv, 4900), key("c")));
+    assertEquals(1, charges(inv));
+  }
+
+  @Test
+  void toolRunnerRefusalsAreFailed() {
+    ToolRunner runner =
+        ToolRunner.builder(agent)
+            .approvalWait(Duration.ofSeconds(20))
+            .onApprovalRequired(
+                op -> approver.approve(op.getId(), op.getFingerprint(), Decision.DECISION_DENY, "no"))
+            .build();
+    String inv = invoiceId();
+    ToolOutcome.Failed bad =
+        assertInstanceOf(ToolOutcome.Failed.class, runner.run("pay_invoice", invoice(inv, -1), key("bad")));
+    assertEquals(Reason.ARGS_INVALID, bad.reasonCode());
+    assertEquals(null, bad.operation());
+    ToolOutcome.Failed denied =
+        assertInstanceOf(ToolOutcome.Failed.class, runner.run("pay_invoice", invoice(inv, 4900), key("d")));
+    assertEquals("OPERATION_REJECTED", denied.reason());
+    assertFalse(denied.operationId().isEmpty());
+  }
+
+  @Test
+  void toolRunnerRunsAToolWithoutApprovalInOneRun() throws Exception {
+    String to = "java-" + UUID.randomUUID().toString().substring(0, 10) + "@example.com";
+    Struct args = Args.of(Map.of("to", to, "subject", "receipt", "body", "paid"));
+    String k = KeyParts.builder().conversation(to).round(1).toolCall("call_1").tool("send_email").derive();
+    ToolRunner runner = ToolRunner.builder(agent).build();
+    ToolOutcome.Succeeded out = assertInstanceOf(ToolOutcome.Succeeded.class, runner.run("send_email", args, k));
+    assertEquals(out.operation().getExternalRef(), out.result().getFieldsOrThrow("id").getStringValue());
+    assertEquals(out.forModel(), runner.run("send_email", args, k).forModel());
+    assertEquals(1, emails(to));
+  }
+
+  @Test
+  void toolRunnerOutcomeUnknownIsItsOwnAnswer() throws Exception {
+    faults("{\"fail_after_commit\":{\"next\":1}}");
+    try {
+      String to = "java-" + UUID.randomUUID().toString().substring(0, 10) + "@example.com";
+      Struct args = Args.of(Map.of("to", to, "subject", "receipt", "body", "paid"));
+      String k =
+          IdempotencyKeys.derive(KeyParts.builder().conversation(to).round(1).tool("send_email").build());
+      ToolRunner runner = ToolRunner.builder(agent).build();
+      ToolOutcome out = runner.run("send_email", args, k);
+      assertInstanceOf(ToolOutcome.OutcomeUnknown.class, out);
+      assertFalse(out instanceof ToolOutcome.Failed);
+      ToolOutcome again = runner.run("send_email", args, k);
+      assertInstanceOf(ToolOutcome.OutcomeUnknown.class, again);
+      assertEquals(out.operationId(), again.operationId());
+      assertEquals(1, emails(to));
+    } finally {
+      faults(null);
+    }
+  }
+
+  /** Faults replaces the fake processor's faults (null clears them). */
+  static void faults(String json) throws IOException, InterruptedException {
+    HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(fakepay + "/admin/faults"));
+    b = json == null ? b.DELETE() : b.PUT(HttpRequest.BodyPublishers.ofString(json));
+    HttpResponse<String> resp = HttpClient.newHttpClient().send(b.build(), HttpResponse.BodyHandlers.ofString());
+    assertEquals(200, resp.statusCode(), resp.body());
+  }
+
+  /** Emails counts the fake processor's mails to one address. */
+  static int emails(String to) throws IOException, InterruptedException {
+    HttpResponse<String> resp =
+        HttpClient.newHttpClient()
+            .send(
+                HttpRequest.newBuilder(URI.create(fakepay + "/emails")).GET().build(),
+                HttpResponse.BodyHandlers.ofString());
+    int n = 0;
+    for (Value c : Args.fromJson(resp.body()).getFieldsOrThrow("data").getListValue().getValuesList()) {
+      if (to.equals(c.getStructValue().getFieldsOrThrow("to").getStringValue())) {
+        n++;
+      }
+    }
+    return n;
   }
 
   /** Charges counts the fake processor's charges for one invoice. */

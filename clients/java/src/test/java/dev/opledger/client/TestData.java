@@ -8,12 +8,12 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
 
-/** TestData reads the shared vectors in fingerprint/testdata. */
+/** TestData reads the shared vectors in clients/go/fingerprint/testdata. */
 final class TestData {
   private TestData() {}
 
   static Path dir() {
-    return Path.of(System.getProperty("opledger.testdata", "../../fingerprint/testdata"));
+    return Path.of(System.getProperty("opledger.testdata", "../go/fingerprint/testdata"));
   }
 
   /** Vectors parses a vectors file; JSON numbers become doubles, as in a Struct on the wire. */

@@ -1,0 +1,359 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/opledger/opledger/clients/go/fingerprint"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+)
+
+// The texts ForModel puts in front of the model, the same in every opledger
+// client (docs/clients/go.md, "Wrap a tool").
+const (
+	// MessageAwaitingApproval tells the model that a person has to decide
+	// first and how to get the result later.
+	MessageAwaitingApproval = "A person must approve this call before it runs. Call the tool again later with the same arguments to get its result."
+	// MessageOutcomeUnknown tells the model that the effect may have
+	// happened, so it must not try again under another identity.
+	MessageOutcomeUnknown = "The outcome is not known yet: the request may have reached the service. Do not retry it in another way; call the tool again later with the same arguments to learn the outcome."
+)
+
+// RunnerOptions configures a ToolRunner. The zero value returns
+// AwaitingApproval at once for a call that needs approval.
+type RunnerOptions struct {
+	// ApprovalWait is how long Run waits for a person's decision on a call
+	// that needs approval before it returns AwaitingApproval (polling Get,
+	// bounded by the context's deadline too). 0 returns at once.
+	ApprovalWait time.Duration
+	// OnApprovalRequired, when set, is called each time Run finds the
+	// operation awaiting approval (a repeated Run included), before it
+	// waits: notify the approvers, or ask a person in-process and Approve
+	// with an approver's client. An error from it ends Run with that error.
+	OnApprovalRequired func(ctx context.Context, op *opledgerv1.Operation) error
+	// ExecuteWait is how long Execute waits for the outcome when another
+	// caller is executing the operation (default 30 s, capped by the server).
+	ExecuteWait time.Duration
+	// ToolVersion pins the version of every tool Run prepares; "" lets the
+	// server use each tool's current version.
+	ToolVersion string
+}
+
+// ToolRunner runs an agent's tool calls through the ledger end to end:
+// Prepare, the approval (wait for a person's decision, or answer that the
+// call awaits approval), Execute with a wait, and one typed final answer. It
+// also builds the model's tool list from ListTools. Safe for concurrent use.
+//
+// Running the same call again (same tool, args and idempotency key) is how an
+// agent resumes it: after AwaitingApproval, after OutcomeUnknown, or after a
+// crash. The ledger replays the operation and Run continues from its state;
+// it never causes a second effect. A call that needs no approval takes one
+// request (Prepare with execute, the one-call path).
+type ToolRunner struct {
+	c    *Client
+	opts RunnerOptions
+}
+
+// NewToolRunner returns a runner that calls the ledger with c (an agent's
+// key).
+func NewToolRunner(c *Client, opts RunnerOptions) *ToolRunner {
+	if opts.ExecuteWait <= 0 {
+		opts.ExecuteWait = 30 * time.Second
+	}
+	return &ToolRunner{c: c, opts: opts}
+}
+
+// ModelTool is one tool as a model sees it: put these in the model's tool
+// list (OpenAI: {"type":"function","function":{name, description,
+// parameters: ArgsSchema}}; Anthropic: {name, description, input_schema:
+// ArgsSchema}).
+type ModelTool struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// ArgsSchema is the JSON Schema of the tool's arguments, which the
+	// ledger enforces on Prepare.
+	ArgsSchema map[string]any `json:"args_schema"`
+	// Version is the tool's current version.
+	Version string `json:"version"`
+	// ApprovalRequired tells whether a person must approve each call.
+	ApprovalRequired bool `json:"approval_required"`
+	// Effect is read_only, idempotent or side_effect.
+	Effect string `json:"effect"`
+}
+
+// ModelTools returns the tools the server enforces, current versions only,
+// in the server's order.
+func (r *ToolRunner) ModelTools(ctx context.Context) ([]ModelTool, error) {
+	resp, err := r.c.ListTools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []ModelTool
+	for _, t := range resp.GetTools() {
+		if !t.GetCurrent() {
+			continue
+		}
+		out = append(out, ModelTool{
+			Name:             t.GetName(),
+			Description:      t.GetDescription(),
+			ArgsSchema:       t.GetArgsSchema().AsMap(),
+			Version:          t.GetVersion(),
+			ApprovalRequired: t.GetApprovalRequired(),
+			Effect:           effectName(t.GetEffect()),
+		})
+	}
+	return out, nil
+}
+
+func effectName(e opledgerv1.Effect) string {
+	switch e {
+	case opledgerv1.Effect_EFFECT_READ_ONLY:
+		return "read_only"
+	case opledgerv1.Effect_EFFECT_IDEMPOTENT:
+		return "idempotent"
+	case opledgerv1.Effect_EFFECT_SIDE_EFFECT:
+		return "side_effect"
+	}
+	return ""
+}
+
+// Outcome is Run's final answer: *Succeeded, *Failed, *OutcomeUnknown or
+// *AwaitingApproval. Switch on the type; OutcomeUnknown is never a Failed,
+// because an agent may retry a failure under a new key but must not retry an
+// unknown outcome.
+type Outcome interface {
+	// OperationID is the ledger's operation, or "" when the call was
+	// refused before one was recorded.
+	OperationID() string
+	// ForModel is the answer to hand the model as the tool result: RFC 8785
+	// JSON with a "status" of succeeded, failed, outcome_unknown or
+	// awaiting_approval, byte for byte the same in every opledger client.
+	ForModel() string
+	outcome()
+}
+
+// Succeeded is a call whose effect happened once.
+type Succeeded struct {
+	Operation *opledgerv1.Operation
+	// Result is the downstream's answer (Operation.result) as JSON values.
+	Result map[string]any
+}
+
+// Failed is a call that definitively did not happen: the downstream refused
+// it (DOWNSTREAM_REJECTED), a person denied it (OPERATION_REJECTED), it was
+// cancelled or its approval expired, or the ledger refused the request
+// itself (ARGS_INVALID, TOOL_UNKNOWN, IDEMPOTENCY_KEY_REUSED …). Nothing
+// was done, so the agent may correct the call and make it under a new key.
+type Failed struct {
+	// Operation is nil when the ledger refused the request before recording
+	// an operation.
+	Operation *opledgerv1.Operation
+	Reason    Reason
+	Message   string
+}
+
+// OutcomeUnknown is a call that may or may not have taken effect: the
+// downstream did not answer conclusively (OUTCOME_UNKNOWN), or another caller
+// is still executing it (Pending). Never make it again under a new key; the
+// server's reconciler resolves it, and a later Run with the same key
+// returns the outcome.
+type OutcomeUnknown struct {
+	Operation *opledgerv1.Operation
+	// Pending is true when the operation is still EXECUTING.
+	Pending bool
+}
+
+// AwaitingApproval is a call that waits for a person's decision. Run the
+// same call again (same key) later to continue it.
+type AwaitingApproval struct {
+	Operation *opledgerv1.Operation
+}
+
+func (o *Succeeded) OperationID() string        { return o.Operation.GetId() }
+func (o *Failed) OperationID() string           { return o.Operation.GetId() }
+func (o *OutcomeUnknown) OperationID() string   { return o.Operation.GetId() }
+func (o *AwaitingApproval) OperationID() string { return o.Operation.GetId() }
+
+func (*Succeeded) outcome()        {}
+func (*Failed) outcome()           {}
+func (*OutcomeUnknown) outcome()   {}
+func (*AwaitingApproval) outcome() {}
+
+// ForModel: {"operation_id", "result", "status":"succeeded"}.
+func (o *Succeeded) ForModel() string {
+	result := o.Result
+	if result == nil {
+		result = map[string]any{}
+	}
+	return forModel(map[string]any{"status": "succeeded", "operation_id": o.OperationID(), "result": result})
+}
+
+// ForModel: {"message", "operation_id" (when there is one), "reason",
+// "status":"failed"}.
+func (o *Failed) ForModel() string {
+	m := map[string]any{"status": "failed", "reason": string(o.Reason), "message": o.Message}
+	if id := o.OperationID(); id != "" {
+		m["operation_id"] = id
+	}
+	return forModel(m)
+}
+
+// ForModel: {"message", "operation_id", "status":"outcome_unknown"}.
+func (o *OutcomeUnknown) ForModel() string {
+	return forModel(map[string]any{"status": "outcome_unknown", "operation_id": o.OperationID(), "message": MessageOutcomeUnknown})
+}
+
+// ForModel: {"message", "operation_id", "status":"awaiting_approval"}.
+func (o *AwaitingApproval) ForModel() string {
+	return forModel(map[string]any{"status": "awaiting_approval", "operation_id": o.OperationID(), "message": MessageAwaitingApproval})
+}
+
+func forModel(m map[string]any) string {
+	b, err := fingerprint.Canonicalize(m)
+	if err != nil { // only strings and a Struct's values: cannot happen
+		return fmt.Sprintf(`{"status":"failed","message":%q}`, err.Error())
+	}
+	return string(b)
+}
+
+// Run runs one tool call to its final answer. idempotencyKey is the call's
+// business identity (DeriveKey); args takes the shapes Prepare accepts (a
+// model's arguments as json.RawMessage, say).
+//
+// The returned error is for the runtime, not the model: the ledger could not
+// be reached (after the client's retries), the key was refused as a key,
+// the context ended, OnApprovalRequired failed. The same Run can simply be
+// repeated. Refusals of the call itself come back as *Failed.
+func (r *ToolRunner) Run(ctx context.Context, tool string, args any, idempotencyKey string) (Outcome, error) {
+	// The one-call path: Prepare also executes a call that needs no
+	// approval, and answers one that does as it stands.
+	popts := []PrepareOption{WithExecute(r.opts.ExecuteWait)}
+	if r.opts.ToolVersion != "" {
+		popts = append(popts, WithToolVersion(r.opts.ToolVersion))
+	}
+	prep, err := r.c.Prepare(ctx, tool, args, idempotencyKey, popts...)
+	if err != nil {
+		return r.refused(ctx, err, nil)
+	}
+	op := prep.GetOperation()
+	switch op.GetState() {
+	case opledgerv1.State_STATE_AWAITING_APPROVAL:
+		if op, err = r.awaitDecision(ctx, op); err != nil {
+			return nil, err
+		}
+		if op.GetState() == opledgerv1.State_STATE_AWAITING_APPROVAL {
+			return &AwaitingApproval{Operation: op}, nil
+		}
+	case opledgerv1.State_STATE_READY:
+		// Not executed by the Prepare (a server without the one-call
+		// path): Execute below.
+	default:
+		return final(op)
+	}
+	// Execute answers every other state: it runs a READY operation, waits
+	// for an EXECUTING one, replays a finished one and refuses a rejected,
+	// cancelled or expired one.
+	ex, err := r.c.Execute(ctx, op.GetId(), WithWait(r.opts.ExecuteWait))
+	if err != nil {
+		if errors.Is(err, ReasonApprovalRequired) {
+			return &AwaitingApproval{Operation: op}, nil
+		}
+		return r.refused(ctx, err, op)
+	}
+	return final(ex.GetOperation())
+}
+
+// refused answers an error of Prepare or Execute: a refusal of the call
+// itself becomes a *Failed (with the operation a refused execution names),
+// anything else is returned as the error it is.
+func (r *ToolRunner) refused(ctx context.Context, err error, op *opledgerv1.Operation) (Outcome, error) {
+	f := refusal(err, op)
+	if f == nil {
+		return nil, err
+	}
+	if f.Operation == nil && f.Reason != ReasonIdempotencyKeyReused {
+		// A refusal of the one-call path's execution names its operation.
+		var e *Error
+		if errors.As(err, &e) && e.Metadata["operation_id"] != "" {
+			if got, gerr := r.c.Get(ctx, e.Metadata["operation_id"]); gerr == nil {
+				f.Operation = got.GetOperation()
+			}
+		}
+	}
+	return f, nil
+}
+
+// final maps an Execute answer to an Outcome.
+func final(op *opledgerv1.Operation) (Outcome, error) {
+	switch op.GetState() {
+	case opledgerv1.State_STATE_SUCCEEDED:
+		return &Succeeded{Operation: op, Result: op.GetResult().AsMap()}, nil
+	case opledgerv1.State_STATE_FAILED:
+		reason := OperationErrorReason(op)
+		if reason == "" {
+			reason = ReasonDownstreamRejected
+		}
+		return &Failed{Operation: op, Reason: reason, Message: op.GetError().GetMessage()}, nil
+	case opledgerv1.State_STATE_OUTCOME_UNKNOWN:
+		return &OutcomeUnknown{Operation: op}, nil
+	case opledgerv1.State_STATE_EXECUTING, opledgerv1.State_STATE_READY:
+		// Another caller holds it past our wait (or released it unsent):
+		// not known yet.
+		return &OutcomeUnknown{Operation: op, Pending: true}, nil
+	}
+	return nil, fmt.Errorf("opledger: Execute answered with state %s", op.GetState())
+}
+
+// refusal turns the errors that are answers about the call itself (nothing
+// was done) into a *Failed; any other error is nil here and goes to the
+// caller.
+func refusal(err error, op *opledgerv1.Operation) *Failed {
+	var e *Error
+	if !errors.As(err, &e) {
+		return nil
+	}
+	switch e.Reason {
+	case ReasonArgsInvalid, ReasonArgsTooLarge, ReasonToolUnknown, ReasonToolVersionUnknown,
+		ReasonIdempotencyKeyReused, ReasonOperationRejected, ReasonOperationCancelled, ReasonApprovalExpired:
+		return &Failed{Operation: op, Reason: e.Reason, Message: e.Message}
+	}
+	return nil
+}
+
+// awaitDecision calls the hook, then polls Get until the operation leaves
+// AWAITING_APPROVAL or the approval wait (or the context's deadline) ends.
+func (r *ToolRunner) awaitDecision(ctx context.Context, op *opledgerv1.Operation) (*opledgerv1.Operation, error) {
+	if r.opts.OnApprovalRequired != nil {
+		if err := r.opts.OnApprovalRequired(ctx, op); err != nil {
+			return nil, err
+		}
+	} else if r.opts.ApprovalWait <= 0 {
+		return op, nil
+	}
+	deadline := time.Now().Add(r.opts.ApprovalWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	interval := 200 * time.Millisecond
+	for {
+		got, err := r.c.Get(ctx, op.GetId())
+		if err != nil {
+			return nil, err
+		}
+		op = got.GetOperation()
+		left := time.Until(deadline)
+		if op.GetState() != opledgerv1.State_STATE_AWAITING_APPROVAL || left <= 0 {
+			return op, nil
+		}
+		t := time.NewTimer(min(interval, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return op, nil
+		case <-t.C:
+		}
+		interval = min(interval*3/2, 2*time.Second)
+	}
+}

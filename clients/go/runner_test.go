@@ -1,0 +1,226 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	client "github.com/opledger/opledger/clients/go"
+	"github.com/opledger/opledger/clients/go/internal/require"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+)
+
+// TestToolOutcomeVectors checks ForModel against the vectors every client
+// checks (clients/testdata/tool_outcomes.json), so the four clients hand a
+// model the same bytes.
+func TestToolOutcomeVectors(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../testdata/tool_outcomes.json")
+	require.NoError(t, err)
+	var file struct {
+		Vectors []struct {
+			Name        string         `json:"name"`
+			Status      string         `json:"status"`
+			OperationID string         `json:"operation_id"`
+			Reason      string         `json:"reason"`
+			Message     string         `json:"message"`
+			Result      map[string]any `json:"result"`
+			ForModel    string         `json:"for_model"`
+		} `json:"vectors"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &file))
+	require.GreaterOrEqual(t, len(file.Vectors), 6)
+	for _, v := range file.Vectors {
+		var op *opledgerv1.Operation
+		if v.OperationID != "" {
+			op = &opledgerv1.Operation{Id: v.OperationID}
+		}
+		var o client.Outcome
+		switch v.Status {
+		case "succeeded":
+			o = &client.Succeeded{Operation: op, Result: v.Result}
+		case "failed":
+			o = &client.Failed{Operation: op, Reason: client.Reason(v.Reason), Message: v.Message}
+		case "outcome_unknown":
+			o = &client.OutcomeUnknown{Operation: op}
+		case "awaiting_approval":
+			o = &client.AwaitingApproval{Operation: op}
+		default:
+			t.Fatalf("%s: unknown status %q", v.Name, v.Status)
+		}
+		require.Equal(t, v.ForModel, o.ForModel(), v.Name)
+		require.Equal(t, v.OperationID, o.OperationID(), v.Name)
+	}
+}
+
+// stubLedger answers Prepare with an operation in prepareState and Execute
+// with executeOp or executeErr, and counts the calls.
+type stubLedger struct {
+	opledgerv1.UnimplementedLedgerServiceServer
+
+	prepareState opledgerv1.State
+	executeOp    *opledgerv1.Operation
+	executeErr   error
+
+	mu                sync.Mutex
+	gets, executes    int
+	executeWaitMillis int64
+	prepares          []*opledgerv1.PrepareRequest
+}
+
+func (s *stubLedger) Prepare(_ context.Context, r *opledgerv1.PrepareRequest) (*opledgerv1.PrepareResponse, error) {
+	s.mu.Lock()
+	s.prepares = append(s.prepares, r)
+	s.mu.Unlock()
+	return &opledgerv1.PrepareResponse{Operation: &opledgerv1.Operation{Id: "op_1", Tool: r.GetTool(), State: s.prepareState}}, nil
+}
+
+func (s *stubLedger) Get(_ context.Context, r *opledgerv1.GetRequest) (*opledgerv1.GetResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gets++
+	return &opledgerv1.GetResponse{Operation: &opledgerv1.Operation{Id: r.GetOperationId(), State: s.prepareState}}, nil
+}
+
+func (s *stubLedger) Execute(_ context.Context, r *opledgerv1.ExecuteRequest) (*opledgerv1.ExecuteResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.executes++
+	s.executeWaitMillis = r.GetWait().AsDuration().Milliseconds()
+	if s.executeErr != nil {
+		return nil, s.executeErr
+	}
+	return &opledgerv1.ExecuteResponse{Operation: s.executeOp}, nil
+}
+
+func (s *stubLedger) counts() (gets, executes int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gets, s.executes
+}
+
+func startStub(t *testing.T, s *stubLedger) *client.Client {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	opledgerv1.RegisterLedgerServiceServer(srv, s)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	c, err := client.New(lis.Addr().String(), "opl_test", client.WithPlaintext(), client.WithRetryPolicy(fast))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// storedError is what the server stores in Operation.error.
+func storedError(t *testing.T, reason client.Reason, msg string) *spb.Status {
+	t.Helper()
+	info, err := anypb.New(&errdetails.ErrorInfo{Domain: client.Domain, Reason: string(reason)})
+	require.NoError(t, err)
+	return &spb.Status{Code: int32(codes.FailedPrecondition), Message: msg, Details: []*anypb.Any{info}}
+}
+
+func TestToolRunnerMapsEveryFinalState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	run := func(s *stubLedger) client.Outcome {
+		t.Helper()
+		out, err := client.NewToolRunner(startStub(t, s), client.RunnerOptions{ExecuteWait: 3 * time.Second}).Run(ctx, "pay_invoice", nil, "k")
+		require.NoError(t, err)
+		return out
+	}
+
+	failed := &stubLedger{prepareState: opledgerv1.State_STATE_READY, executeOp: &opledgerv1.Operation{
+		Id: "op_1", State: opledgerv1.State_STATE_FAILED, Error: storedError(t, client.ReasonDownstreamRejected, "card declined")}}
+	f, ok := run(failed).(*client.Failed)
+	require.True(t, ok)
+	require.Equal(t, client.ReasonDownstreamRejected, f.Reason)
+	require.Equal(t, "card declined", f.Message)
+	require.Equal(t, "op_1", f.OperationID())
+	failed.mu.Lock()
+	require.Equal(t, int64(3000), failed.executeWaitMillis, "Execute waits ExecuteWait")
+	// The one-call path is asked for; this stub ignores it (as a server
+	// without it would), so the runner executes the READY operation itself.
+	require.Len(t, failed.prepares, 1)
+	require.True(t, failed.prepares[0].GetExecute())
+	require.Equal(t, int64(3000), failed.prepares[0].GetWait().AsDuration().Milliseconds())
+	failed.mu.Unlock()
+
+	unknown := run(&stubLedger{prepareState: opledgerv1.State_STATE_READY, executeOp: &opledgerv1.Operation{
+		Id: "op_1", State: opledgerv1.State_STATE_OUTCOME_UNKNOWN, Error: storedError(t, client.ReasonDownstreamOutcomeUnknown, "HTTP 500")}})
+	u, ok := unknown.(*client.OutcomeUnknown)
+	require.True(t, ok, "an unknown outcome is its own type, got %T", unknown)
+	require.False(t, u.Pending)
+	_, isFailed := unknown.(*client.Failed)
+	require.False(t, isFailed)
+
+	pending := run(&stubLedger{prepareState: opledgerv1.State_STATE_EXECUTING, executeOp: &opledgerv1.Operation{
+		Id: "op_1", State: opledgerv1.State_STATE_EXECUTING}})
+	p, ok := pending.(*client.OutcomeUnknown)
+	require.True(t, ok, "got %T", pending)
+	require.True(t, p.Pending)
+
+	// The one-call path answered with the outcome: no Execute.
+	oneCall := &stubLedger{prepareState: opledgerv1.State_STATE_SUCCEEDED}
+	done := run(oneCall)
+	_, executes := oneCall.counts()
+	require.Equal(t, 0, executes)
+	s, ok := done.(*client.Succeeded)
+	require.True(t, ok, "got %T", done)
+	require.Equal(t, map[string]any{}, s.Result)
+	require.Equal(t, `{"operation_id":"op_1","result":{},"status":"succeeded"}`, done.ForModel())
+}
+
+func TestToolRunnerAwaitingApprovalWithoutWaitCallsNothingElse(t *testing.T) {
+	t.Parallel()
+	s := &stubLedger{prepareState: opledgerv1.State_STATE_AWAITING_APPROVAL}
+	out, err := client.NewToolRunner(startStub(t, s), client.RunnerOptions{}).Run(context.Background(), "pay_invoice", nil, "k")
+	require.NoError(t, err)
+	_, ok := out.(*client.AwaitingApproval)
+	require.True(t, ok, "got %T", out)
+	gets, executes := s.counts()
+	require.Equal(t, 0, gets)
+	require.Equal(t, 0, executes)
+}
+
+func TestToolRunnerApprovalWaitEndsAwaiting(t *testing.T) {
+	t.Parallel()
+	s := &stubLedger{prepareState: opledgerv1.State_STATE_AWAITING_APPROVAL}
+	hooked := 0
+	start := time.Now()
+	out, err := client.NewToolRunner(startStub(t, s), client.RunnerOptions{
+		ApprovalWait:       700 * time.Millisecond,
+		OnApprovalRequired: func(context.Context, *opledgerv1.Operation) error { hooked++; return nil },
+	}).Run(context.Background(), "pay_invoice", nil, "k")
+	require.NoError(t, err)
+	_, ok := out.(*client.AwaitingApproval)
+	require.True(t, ok, "got %T", out)
+	require.Equal(t, 1, hooked)
+	require.True(t, time.Since(start) >= 700*time.Millisecond, "it waited for the decision")
+	gets, executes := s.counts()
+	require.True(t, gets >= 2, "it polled Get (%d)", gets)
+	require.Equal(t, 0, executes)
+}
+
+func TestToolRunnerReportsInfrastructureErrorsAsErrors(t *testing.T) {
+	t.Parallel()
+	s := &stubLedger{prepareState: opledgerv1.State_STATE_READY, executeErr: status.Error(codes.Unavailable, "down")}
+	out, err := client.NewToolRunner(startStub(t, s), client.RunnerOptions{}).Run(context.Background(), "pay_invoice", nil, "k")
+	require.Error(t, err)
+	require.Equal(t, nil, out)
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	_, executes := s.counts()
+	require.Equal(t, 4, executes, "the client's retry budget, not more")
+}

@@ -1,0 +1,127 @@
+package dev.opledger.client;
+
+import com.google.protobuf.Struct;
+import dev.opledger.v1.Operation;
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+/**
+ * ToolOutcome is {@link ToolRunner#run}'s final answer: {@link Succeeded}, {@link Failed}, {@link
+ * OutcomeUnknown} or {@link AwaitingApproval}. OutcomeUnknown is its own type, never a Failed: an
+ * agent may correct a failed call and make it under a new key, but must never do that with a call
+ * whose effect may already have happened. {@link #forModel()} renders any of them as the JSON text
+ * to hand the model as the tool result, byte for byte the same in every opledger client.
+ */
+public sealed interface ToolOutcome
+    permits ToolOutcome.Succeeded,
+        ToolOutcome.Failed,
+        ToolOutcome.OutcomeUnknown,
+        ToolOutcome.AwaitingApproval {
+
+  /** MESSAGE_AWAITING_APPROVAL is what forModel tells the model about a call that waits. */
+  String MESSAGE_AWAITING_APPROVAL =
+      "A person must approve this call before it runs. Call the tool again later with the same"
+          + " arguments to get its result.";
+
+  /** MESSAGE_OUTCOME_UNKNOWN is what forModel tells the model about a call whose effect is unknown. */
+  String MESSAGE_OUTCOME_UNKNOWN =
+      "The outcome is not known yet: the request may have reached the service. Do not retry it in"
+          + " another way; call the tool again later with the same arguments to learn the outcome.";
+
+  /** OperationId is the ledger's operation, or "" when the call was refused before one existed. */
+  String operationId();
+
+  /**
+   * ForModel is the answer for the model: RFC 8785 JSON with a "status" of succeeded, failed,
+   * outcome_unknown or awaiting_approval.
+   */
+  String forModel();
+
+  /**
+   * Succeeded is a call whose effect happened once; result is the downstream's answer
+   * (Operation.result).
+   */
+  record Succeeded(Operation operation, Struct result) implements ToolOutcome {
+    @Override
+    public String operationId() {
+      return operation.getId();
+    }
+
+    @Override
+    public String forModel() {
+      Map<String, Object> m = new LinkedHashMap<>();
+      m.put("status", "succeeded");
+      m.put("operation_id", operationId());
+      m.put("result", result == null ? Struct.getDefaultInstance() : result);
+      return Jcs.canonicalize(m);
+    }
+  }
+
+  /**
+   * Failed is a call that definitively did not happen: reason is DOWNSTREAM_REJECTED (the downstream
+   * refused it), OPERATION_REJECTED (a person denied it), OPERATION_CANCELLED, APPROVAL_EXPIRED, or
+   * a refusal of the request itself (ARGS_INVALID, TOOL_UNKNOWN, IDEMPOTENCY_KEY_REUSED …; then
+   * operation is null).
+   */
+  record Failed(String reason, String message, Operation operation) implements ToolOutcome {
+    /** ReasonCode is the reason as a {@link Reason}. */
+    public Reason reasonCode() {
+      return Reason.of(reason);
+    }
+
+    @Override
+    public String operationId() {
+      return operation == null ? "" : operation.getId();
+    }
+
+    @Override
+    public String forModel() {
+      Map<String, Object> m = new LinkedHashMap<>();
+      m.put("status", "failed");
+      m.put("reason", reason);
+      m.put("message", message);
+      if (!operationId().isEmpty()) {
+        m.put("operation_id", operationId());
+      }
+      return Jcs.canonicalize(m);
+    }
+  }
+
+  /**
+   * OutcomeUnknown is a call that may or may not have taken effect (OUTCOME_UNKNOWN, or still
+   * EXECUTING by another caller: pending). Never make it again under a new key; run the same call
+   * later to learn the outcome.
+   */
+  record OutcomeUnknown(Operation operation, boolean pending) implements ToolOutcome {
+    @Override
+    public String operationId() {
+      return operation.getId();
+    }
+
+    @Override
+    public String forModel() {
+      Map<String, Object> m = new LinkedHashMap<>();
+      m.put("status", "outcome_unknown");
+      m.put("operation_id", operationId());
+      m.put("message", MESSAGE_OUTCOME_UNKNOWN);
+      return Jcs.canonicalize(m);
+    }
+  }
+
+  /** AwaitingApproval is a call that waits for a person's decision; run it again later. */
+  record AwaitingApproval(Operation operation) implements ToolOutcome {
+    @Override
+    public String operationId() {
+      return operation.getId();
+    }
+
+    @Override
+    public String forModel() {
+      Map<String, Object> m = new LinkedHashMap<>();
+      m.put("status", "awaiting_approval");
+      m.put("operation_id", operationId());
+      m.put("message", MESSAGE_AWAITING_APPROVAL);
+      return Jcs.canonicalize(m);
+    }
+  }
+}

@@ -1,0 +1,239 @@
+package dev.opledger.client;
+
+import com.google.protobuf.Struct;
+import dev.opledger.v1.ExecuteResponse;
+import dev.opledger.v1.Operation;
+import dev.opledger.v1.State;
+import dev.opledger.v1.Tool;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.EnumSet;
+import java.util.List;
+import java.util.Objects;
+import java.util.Set;
+import java.util.function.Consumer;
+
+/**
+ * ToolRunner runs an agent's tool calls through the ledger end to end: Prepare; the approval (call
+ * {@code onApprovalRequired}, then wait up to {@code approvalWait} for a person's decision, or
+ * answer {@link ToolOutcome.AwaitingApproval} at once); Execute with a wait; and one typed {@link
+ * ToolOutcome}. It also builds the model's tool list from ListTools. Thread-safe.
+ *
+ * <p>Running the same call again (same tool, args and idempotency key) is how an agent resumes it
+ * after AwaitingApproval, after OutcomeUnknown or after a crash: the ledger replays the operation
+ * and the run continues from its state, without a second effect. A call that needs no approval
+ * takes one request (Prepare with execute, the one-call path).
+ *
+ * <pre>{@code
+ * ToolRunner runner = ToolRunner.builder(agent).approvalWait(Duration.ofMinutes(2)).build();
+ * ToolOutcome out = runner.run(call.name(), call.argumentsJson(), key);
+ * String toolResult = out.forModel();
+ * }</pre>
+ */
+public final class ToolRunner {
+  /** The refusals that are answers about the call itself: nothing was done. */
+  private static final Set<Reason> REFUSALS =
+      EnumSet.of(
+          Reason.ARGS_INVALID,
+          Reason.ARGS_TOO_LARGE,
+          Reason.TOOL_UNKNOWN,
+          Reason.TOOL_VERSION_UNKNOWN,
+          Reason.IDEMPOTENCY_KEY_REUSED,
+          Reason.OPERATION_REJECTED,
+          Reason.OPERATION_CANCELLED,
+          Reason.APPROVAL_EXPIRED);
+
+  private final OpledgerClient client;
+  private final Duration approvalWait;
+  private final Consumer<Operation> onApprovalRequired;
+  private final Duration executeWait;
+  private final String toolVersion;
+
+  private ToolRunner(Builder b) {
+    this.client = b.client;
+    this.approvalWait = b.approvalWait;
+    this.onApprovalRequired = b.onApprovalRequired;
+    this.executeWait = b.executeWait;
+    this.toolVersion = b.toolVersion;
+  }
+
+  /** Builder starts a runner that calls the ledger with an agent's client. */
+  public static Builder builder(OpledgerClient agent) {
+    return new Builder(agent);
+  }
+
+  /** Builder configures a {@link ToolRunner}. */
+  public static final class Builder {
+    private final OpledgerClient client;
+    private Duration approvalWait = Duration.ZERO;
+    private Consumer<Operation> onApprovalRequired;
+    private Duration executeWait = Duration.ofSeconds(30);
+    private String toolVersion = "";
+
+    private Builder(OpledgerClient client) {
+      this.client = Objects.requireNonNull(client);
+    }
+
+    /**
+     * ApprovalWait is how long run waits for a person's decision on a call that needs approval
+     * (polling get) before it answers AwaitingApproval; zero (the default) answers at once.
+     */
+    public Builder approvalWait(Duration d) {
+      this.approvalWait = Objects.requireNonNull(d);
+      return this;
+    }
+
+    /**
+     * OnApprovalRequired is called with the operation each time a run finds it awaiting approval (a
+     * repeated run too), before waiting: notify the approvers, or ask a person in-process and
+     * approve with an approver's client. Its exceptions propagate out of run.
+     */
+    public Builder onApprovalRequired(Consumer<Operation> hook) {
+      this.onApprovalRequired = hook;
+      return this;
+    }
+
+    /** ExecuteWait is how long Execute waits when another caller is executing (default 30 s). */
+    public Builder executeWait(Duration d) {
+      this.executeWait = Objects.requireNonNull(d);
+      return this;
+    }
+
+    /** ToolVersion pins every call to this tool version (default: the tool's current one). */
+    public Builder toolVersion(String v) {
+      this.toolVersion = v == null ? "" : v;
+      return this;
+    }
+
+    /** Build creates the runner. */
+    public ToolRunner build() {
+      return new ToolRunner(this);
+    }
+  }
+
+  /** ModelTools returns the tools the ledger enforces, current versions only. */
+  public List<ModelTool> modelTools() {
+    List<ModelTool> out = new ArrayList<>();
+    for (Tool t : client.listTools().getToolsList()) {
+      if (!t.getCurrent()) {
+        continue;
+      }
+      out.add(
+          new ModelTool(
+              t.getName(),
+              t.getDescription(),
+              t.getArgsSchema(),
+              t.getVersion(),
+              t.getApprovalRequired(),
+              effect(t)));
+    }
+    return out;
+  }
+
+  private static String effect(Tool t) {
+    return switch (t.getEffect()) {
+      case EFFECT_READ_ONLY -> "read_only";
+      case EFFECT_IDEMPOTENT -> "idempotent";
+      case EFFECT_SIDE_EFFECT -> "side_effect";
+      default -> "";
+    };
+  }
+
+  /** Run runs one tool call whose arguments are the model's JSON text; see {@link #run(String, Struct, String)}. */
+  public ToolOutcome run(String tool, String argsJson, String idempotencyKey) {
+    return run(tool, argsJson == null || argsJson.isBlank() ? null : Args.fromJson(argsJson), idempotencyKey);
+  }
+
+  /**
+   * Run runs one tool call to its final answer. idempotencyKey is the call's business identity
+   * ({@link IdempotencyKeys#derive}). It throws {@link OpledgerException} only for what the
+   * runtime, not the model, must handle (the ledger unreachable after the client's retries, a bad
+   * key); the same run may simply be repeated. Refusals of the call itself come back as {@link
+   * ToolOutcome.Failed}.
+   */
+  public ToolOutcome run(String tool, Struct args, String idempotencyKey) {
+    Operation op;
+    try {
+      // The one-call path: Prepare also executes a call that needs no approval.
+      op = client.prepareAndExecute(tool, args, idempotencyKey, toolVersion, executeWait).getOperation();
+    } catch (OpledgerException e) {
+      return refused(e, null);
+    }
+    if (op.getState() == State.STATE_AWAITING_APPROVAL) {
+      op = awaitDecision(op);
+      if (op.getState() == State.STATE_AWAITING_APPROVAL) {
+        return new ToolOutcome.AwaitingApproval(op);
+      }
+    } else if (op.getState() != State.STATE_READY) {
+      return outcomeOf(op); // READY: not executed (a server without the one-call path)
+    }
+    ExecuteResponse done;
+    try {
+      done = client.execute(op.getId(), executeWait);
+    } catch (OpledgerException e) {
+      if (e.is(Reason.APPROVAL_REQUIRED)) {
+        return new ToolOutcome.AwaitingApproval(op);
+      }
+      return refused(e, op);
+    }
+    return outcomeOf(done.getOperation());
+  }
+
+  /** OutcomeOf maps the operation an Execute answered with to a ToolOutcome. */
+  static ToolOutcome outcomeOf(Operation op) {
+    return switch (op.getState()) {
+      case STATE_SUCCEEDED -> new ToolOutcome.Succeeded(op, op.getResult());
+      case STATE_FAILED -> {
+        Reason r = OpledgerException.operationErrorReason(op);
+        String reason = r == Reason.UNSPECIFIED ? Reason.DOWNSTREAM_REJECTED.name() : r.name();
+        yield new ToolOutcome.Failed(reason, op.getError().getMessage(), op);
+      }
+      case STATE_OUTCOME_UNKNOWN -> new ToolOutcome.OutcomeUnknown(op, false);
+      case STATE_EXECUTING, STATE_READY -> new ToolOutcome.OutcomeUnknown(op, true);
+      default -> throw new IllegalStateException("opledger: Execute answered with state " + op.getState());
+    };
+  }
+
+  /**
+   * Refused turns a refusal of the call itself into a Failed (with the operation a refused one-call
+   * execution names) and rethrows anything else.
+   */
+  private ToolOutcome refused(OpledgerException e, Operation op) {
+    if (!REFUSALS.contains(e.getReason())) {
+      throw e;
+    }
+    String id = e.getMetadata().get("operation_id");
+    if (op == null && e.getReason() != Reason.IDEMPOTENCY_KEY_REUSED && id != null && !id.isEmpty()) {
+      try {
+        op = client.get(id).getOperation();
+      } catch (OpledgerException ignored) {
+        // The answer stands without the operation.
+      }
+    }
+    return new ToolOutcome.Failed(e.getReasonName(), e.getStatusMessage(), op);
+  }
+
+  private Operation awaitDecision(Operation op) {
+    if (onApprovalRequired != null) {
+      onApprovalRequired.accept(op);
+    } else if (approvalWait.isZero() || approvalWait.isNegative()) {
+      return op;
+    }
+    long deadline = System.nanoTime() + approvalWait.toNanos();
+    long interval = 200;
+    while (true) {
+      op = client.get(op.getId()).getOperation();
+      long leftMillis = (deadline - System.nanoTime()) / 1_000_000;
+      if (op.getState() != State.STATE_AWAITING_APPROVAL || leftMillis <= 0) {
+        return op;
+      }
+      try {
+        Thread.sleep(Math.min(interval, leftMillis));
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return op;
+      }
+      interval = Math.min(interval * 3 / 2, 2000);
+    }
+  }
+}

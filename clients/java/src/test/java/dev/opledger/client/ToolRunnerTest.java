@@ -1,0 +1,231 @@
+package dev.opledger.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.google.protobuf.Any;
+import com.google.protobuf.Struct;
+import com.google.protobuf.Value;
+import com.google.rpc.ErrorInfo;
+import dev.opledger.v1.ExecuteRequest;
+import dev.opledger.v1.ExecuteResponse;
+import dev.opledger.v1.GetRequest;
+import dev.opledger.v1.GetResponse;
+import dev.opledger.v1.LedgerServiceGrpc;
+import dev.opledger.v1.Operation;
+import dev.opledger.v1.PrepareRequest;
+import dev.opledger.v1.PrepareResponse;
+import dev.opledger.v1.State;
+import io.grpc.ManagedChannel;
+import io.grpc.Server;
+import io.grpc.inprocess.InProcessChannelBuilder;
+import io.grpc.inprocess.InProcessServerBuilder;
+import io.grpc.stub.StreamObserver;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestFactory;
+
+/** ToolRunnerTest: the shared model-answer vectors and the mapping of every final state. */
+class ToolRunnerTest {
+  /** The vectors every client checks: clients/testdata/tool_outcomes.json. */
+  @TestFactory
+  Stream<DynamicTest> forModelVectors() throws IOException {
+    Path file = TestData.dir().resolve("../../../testdata/tool_outcomes.json").normalize();
+    Struct root = Args.fromJson(Files.readString(file, StandardCharsets.UTF_8));
+    List<Value> vectors = root.getFieldsOrThrow("vectors").getListValue().getValuesList();
+    assertTrue(vectors.size() >= 6);
+    return vectors.stream()
+        .map(
+            v ->
+                DynamicTest.dynamicTest(
+                    TestData.str(v, "name"),
+                    () -> {
+                      Struct f = v.getStructValue();
+                      Operation op =
+                          f.containsFields("operation_id")
+                              ? Operation.newBuilder().setId(TestData.str(v, "operation_id")).build()
+                              : null;
+                      ToolOutcome out =
+                          switch (TestData.str(v, "status")) {
+                            case "succeeded" -> new ToolOutcome.Succeeded(
+                                op,
+                                f.containsFields("result")
+                                    ? f.getFieldsOrThrow("result").getStructValue()
+                                    : Struct.getDefaultInstance());
+                            case "failed" -> new ToolOutcome.Failed(
+                                TestData.str(v, "reason"), TestData.str(v, "message"), op);
+                            case "outcome_unknown" -> new ToolOutcome.OutcomeUnknown(op, false);
+                            case "awaiting_approval" -> new ToolOutcome.AwaitingApproval(op);
+                            default -> throw new IllegalStateException(TestData.str(v, "status"));
+                          };
+                      assertEquals(TestData.str(v, "for_model"), out.forModel());
+                      assertEquals(
+                          f.containsFields("operation_id") ? TestData.str(v, "operation_id") : "",
+                          out.operationId());
+                    }));
+  }
+
+  /** Stub prepares into prepareState and executes into executeOp, counting the calls. */
+  static final class Stub extends LedgerServiceGrpc.LedgerServiceImplBase {
+    final State prepareState;
+    final Operation executeOp;
+    final AtomicInteger gets = new AtomicInteger();
+    final List<Long> executeWaits = new ArrayList<>();
+    final List<PrepareRequest> prepares = new ArrayList<>();
+
+    Stub(State prepareState, Operation executeOp) {
+      this.prepareState = prepareState;
+      this.executeOp = executeOp;
+    }
+
+    @Override
+    public synchronized void prepare(PrepareRequest req, StreamObserver<PrepareResponse> out) {
+      prepares.add(req);
+      out.onNext(
+          PrepareResponse.newBuilder()
+              .setOperation(Operation.newBuilder().setId("op_1").setState(prepareState))
+              .build());
+      out.onCompleted();
+    }
+
+    @Override
+    public void get(GetRequest req, StreamObserver<GetResponse> out) {
+      gets.incrementAndGet();
+      out.onNext(
+          GetResponse.newBuilder()
+              .setOperation(Operation.newBuilder().setId(req.getOperationId()).setState(prepareState))
+              .build());
+      out.onCompleted();
+    }
+
+    @Override
+    public synchronized void execute(ExecuteRequest req, StreamObserver<ExecuteResponse> out) {
+      executeWaits.add(req.getWait().getSeconds());
+      out.onNext(ExecuteResponse.newBuilder().setOperation(executeOp).build());
+      out.onCompleted();
+    }
+  }
+
+  private final List<AutoCloseable> cleanup = new ArrayList<>();
+
+  @AfterEach
+  void tearDown() throws Exception {
+    for (AutoCloseable c : cleanup) {
+      c.close();
+    }
+  }
+
+  private OpledgerClient start(Stub stub) throws IOException {
+    String name = InProcessServerBuilder.generateName();
+    Server server = InProcessServerBuilder.forName(name).directExecutor().addService(stub).build().start();
+    ManagedChannel channel = InProcessChannelBuilder.forName(name).directExecutor().disableRetry().build();
+    cleanup.add(server::shutdownNow);
+    cleanup.add(channel::shutdownNow);
+    return OpledgerClient.builder("unused", "opl_test").channel(channel).build();
+  }
+
+  private static com.google.rpc.Status stored(String reason, String message) {
+    return com.google.rpc.Status.newBuilder()
+        .setCode(9)
+        .setMessage(message)
+        .addDetails(Any.pack(ErrorInfo.newBuilder().setReason(reason).setDomain("opledger.v1").build()))
+        .build();
+  }
+
+  @Test
+  void everyFinalStateMapsToItsOutcome() throws IOException {
+    Stub failed =
+        new Stub(
+            State.STATE_READY,
+            Operation.newBuilder()
+                .setId("op_1")
+                .setState(State.STATE_FAILED)
+                .setError(stored("DOWNSTREAM_REJECTED", "card declined"))
+                .build());
+    ToolOutcome f =
+        ToolRunner.builder(start(failed)).executeWait(Duration.ofSeconds(3)).build().run("pay_invoice", "{}", "k");
+    ToolOutcome.Failed ff = assertInstanceOf(ToolOutcome.Failed.class, f);
+    assertEquals("DOWNSTREAM_REJECTED", ff.reason());
+    assertEquals(Reason.DOWNSTREAM_REJECTED, ff.reasonCode());
+    assertEquals("card declined", ff.message());
+    assertEquals("op_1", ff.operationId());
+    assertEquals(List.of(3L), failed.executeWaits);
+    // The one-call path is asked for; this stub ignores it (as a server without it would), so the
+    // runner executes the READY operation itself.
+    assertEquals(1, failed.prepares.size());
+    assertTrue(failed.prepares.get(0).getExecute());
+    assertEquals(3L, failed.prepares.get(0).getWait().getSeconds());
+
+    ToolOutcome unknown =
+        ToolRunner.builder(
+                start(
+                    new Stub(
+                        State.STATE_READY,
+                        Operation.newBuilder().setId("op_1").setState(State.STATE_OUTCOME_UNKNOWN).build())))
+            .build()
+            .run("pay_invoice", (Struct) null, "k");
+    ToolOutcome.OutcomeUnknown u = assertInstanceOf(ToolOutcome.OutcomeUnknown.class, unknown);
+    assertFalse(u.pending());
+    assertFalse(unknown instanceof ToolOutcome.Failed);
+
+    ToolOutcome pending =
+        ToolRunner.builder(
+                start(
+                    new Stub(
+                        State.STATE_EXECUTING,
+                        Operation.newBuilder().setId("op_1").setState(State.STATE_EXECUTING).build())))
+            .build()
+            .run("pay_invoice", "{}", "k");
+    assertTrue(assertInstanceOf(ToolOutcome.OutcomeUnknown.class, pending).pending());
+
+    Stub oneCall = new Stub(State.STATE_SUCCEEDED, null); // the one-call path answered with the outcome
+    ToolOutcome done = ToolRunner.builder(start(oneCall)).build().run("pay_invoice", "{}", "k");
+    assertInstanceOf(ToolOutcome.Succeeded.class, done);
+    assertTrue(oneCall.executeWaits.isEmpty());
+    assertEquals("{\"operation_id\":\"op_1\",\"result\":{},\"status\":\"succeeded\"}", done.forModel());
+  }
+
+  @Test
+  void awaitingApprovalWithoutWaitCallsNothingElseWithOneItPolls() throws IOException {
+    Stub none = new Stub(State.STATE_AWAITING_APPROVAL, null);
+    assertInstanceOf(
+        ToolOutcome.AwaitingApproval.class,
+        ToolRunner.builder(start(none)).build().run("pay_invoice", "{}", "k"));
+    assertEquals(0, none.gets.get());
+    assertTrue(none.executeWaits.isEmpty());
+
+    Stub waited = new Stub(State.STATE_AWAITING_APPROVAL, null);
+    List<String> hooked = new ArrayList<>();
+    long start = System.nanoTime();
+    ToolOutcome out =
+        ToolRunner.builder(start(waited))
+            .approvalWait(Duration.ofMillis(700))
+            .onApprovalRequired(op -> hooked.add(op.getId()))
+            .build()
+            .run("pay_invoice", "{}", "k");
+    assertInstanceOf(ToolOutcome.AwaitingApproval.class, out);
+    assertEquals(List.of("op_1"), hooked);
+    assertTrue(System.nanoTime() - start >= Duration.ofMillis(690).toNanos());
+    assertTrue(waited.gets.get() >= 2);
+    assertTrue(waited.executeWaits.isEmpty());
+  }
+
+  @Test
+  void modelArgumentsMustBeAnObject() throws IOException {
+    ToolRunner r = ToolRunner.builder(start(new Stub(State.STATE_READY, null))).build();
+    assertThrows(IllegalArgumentException.class, () -> r.run("pay_invoice", "[1]", "k"));
+  }
+}

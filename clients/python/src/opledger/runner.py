@@ -1,0 +1,403 @@
+"""runner runs one tool call of an agent through the ledger end to end, and builds the model's
+tool list from ListTools.
+
+ToolRunner (for Client) and AsyncToolRunner (for AsyncClient) do, for one call: Prepare; the
+approval (wait up to ``approval_wait`` seconds for a person's decision, after calling
+``on_approval_required``, or answer AwaitingApproval at once); Execute with a wait; and one typed
+final answer:
+
+- Succeeded: the effect happened once; ``result`` is the downstream's answer.
+- Failed: nothing happened (the downstream refused it, a person denied it, it was cancelled or its
+  approval expired, or the ledger refused the request: ARGS_INVALID, TOOL_UNKNOWN …). The agent may
+  correct the call and make it under a new key.
+- OutcomeUnknown: the effect may or may not have happened. Never make it again under a new key;
+  a later run with the same key returns the outcome once it is known.
+- AwaitingApproval: a person has to decide first; run the same call (same key) again later.
+
+OutcomeUnknown is not a Failed (the four classes share no base class), so ``isinstance(out,
+Failed)`` can never mistake one for the other. ``for_model()`` renders any of them as the JSON
+text to hand the model, byte for byte the same in every opledger client.
+
+Running the same call again (same tool, args and idempotency key) is how an agent resumes it
+after AwaitingApproval, after OutcomeUnknown or after a crash: the ledger replays the operation,
+and the run continues from its state without a second effect. A call that needs no approval takes
+one request (prepare with execute, the one-call path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Union
+
+from google.protobuf import struct_pb2
+
+from opledger.v1 import ledger_pb2
+
+from .aio import AsyncClient
+from .client import Client
+from .errors import (
+    ApprovalExpired,
+    ApprovalRequired,
+    ArgsInvalid,
+    ArgsTooLarge,
+    IdempotencyKeyReused,
+    OpledgerError,
+    OperationCancelled,
+    OperationRejected,
+    ToolUnknown,
+    ToolVersionUnknown,
+    operation_error_reason,
+)
+from .fingerprint import canonicalize, struct_to_dict
+
+#: MESSAGE_AWAITING_APPROVAL is what for_model tells the model about a call that waits for a person.
+MESSAGE_AWAITING_APPROVAL = (
+    "A person must approve this call before it runs. "
+    "Call the tool again later with the same arguments to get its result."
+)
+#: MESSAGE_OUTCOME_UNKNOWN is what for_model tells the model about a call whose effect is unknown.
+MESSAGE_OUTCOME_UNKNOWN = (
+    "The outcome is not known yet: the request may have reached the service. "
+    "Do not retry it in another way; call the tool again later with the same arguments to learn the outcome."
+)
+
+# The refusals that are answers about the call itself: nothing was done.
+_REFUSALS = (
+    ArgsInvalid,
+    ArgsTooLarge,
+    ToolUnknown,
+    ToolVersionUnknown,
+    IdempotencyKeyReused,
+    OperationRejected,
+    OperationCancelled,
+    ApprovalExpired,
+)
+
+ToolArgs = Union[Mapping[str, Any], struct_pb2.Struct, str, None]
+"""ToolArgs are a tool call's arguments: a dict, a Struct, or the model's JSON text."""
+
+
+def _for_model(obj: Dict[str, Any]) -> str:
+    return canonicalize(obj)
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    """Succeeded is a call whose effect happened once."""
+
+    operation: ledger_pb2.Operation
+    #: result is the downstream's answer (Operation.result) as a dict.
+    result: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def operation_id(self) -> str:
+        return self.operation.id
+
+    def for_model(self) -> str:
+        """for_model: {"operation_id", "result", "status": "succeeded"} (RFC 8785 JSON)."""
+        return _for_model({"status": "succeeded", "operation_id": self.operation_id, "result": self.result})
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Failed is a call that definitively did not happen; ``reason`` says why
+    (DOWNSTREAM_REJECTED, OPERATION_REJECTED, ARGS_INVALID …). ``operation`` is None when the
+    ledger refused the request before recording one."""
+
+    reason: str
+    message: str
+    operation: Optional[ledger_pb2.Operation] = None
+
+    @property
+    def operation_id(self) -> str:
+        return self.operation.id if self.operation is not None else ""
+
+    def for_model(self) -> str:
+        """for_model: {"message", "operation_id" (when there is one), "reason", "status": "failed"}."""
+        obj: Dict[str, Any] = {"status": "failed", "reason": self.reason, "message": self.message}
+        if self.operation_id:
+            obj["operation_id"] = self.operation_id
+        return _for_model(obj)
+
+
+@dataclass(frozen=True)
+class OutcomeUnknown:
+    """OutcomeUnknown is a call that may or may not have taken effect (OUTCOME_UNKNOWN, or still
+    EXECUTING by another caller: ``pending``). Never make it again under a new key."""
+
+    operation: ledger_pb2.Operation
+    pending: bool = False
+
+    @property
+    def operation_id(self) -> str:
+        return self.operation.id
+
+    def for_model(self) -> str:
+        """for_model: {"message", "operation_id", "status": "outcome_unknown"}."""
+        return _for_model(
+            {"status": "outcome_unknown", "operation_id": self.operation_id, "message": MESSAGE_OUTCOME_UNKNOWN}
+        )
+
+
+@dataclass(frozen=True)
+class AwaitingApproval:
+    """AwaitingApproval is a call that waits for a person's decision; run it again later."""
+
+    operation: ledger_pb2.Operation
+
+    @property
+    def operation_id(self) -> str:
+        return self.operation.id
+
+    def for_model(self) -> str:
+        """for_model: {"message", "operation_id", "status": "awaiting_approval"}."""
+        return _for_model(
+            {"status": "awaiting_approval", "operation_id": self.operation_id, "message": MESSAGE_AWAITING_APPROVAL}
+        )
+
+
+ToolOutcome = Union[Succeeded, Failed, OutcomeUnknown, AwaitingApproval]
+"""ToolOutcome is a run's final answer."""
+
+
+@dataclass(frozen=True)
+class ModelTool:
+    """ModelTool is one tool as a model sees it. Put it in the model's tool list (OpenAI:
+    {"type": "function", "function": {"name", "description", "parameters": args_schema}};
+    Anthropic: {"name", "description", "input_schema": args_schema})."""
+
+    name: str
+    description: str
+    #: args_schema is the JSON Schema of the arguments, which the ledger enforces on Prepare.
+    args_schema: Dict[str, Any]
+    version: str
+    approval_required: bool
+    #: effect is "read_only", "idempotent" or "side_effect".
+    effect: str
+
+
+_EFFECTS = {
+    ledger_pb2.EFFECT_READ_ONLY: "read_only",
+    ledger_pb2.EFFECT_IDEMPOTENT: "idempotent",
+    ledger_pb2.EFFECT_SIDE_EFFECT: "side_effect",
+}
+
+
+def model_tools_of(resp: ledger_pb2.ListToolsResponse) -> List[ModelTool]:
+    """model_tools_of keeps the current version of each tool of a ListTools answer."""
+    return [
+        ModelTool(
+            name=t.name,
+            description=t.description,
+            args_schema=struct_to_dict(t.args_schema),
+            version=t.version,
+            approval_required=t.approval_required,
+            effect=_EFFECTS.get(t.effect, ""),
+        )
+        for t in resp.tools
+        if t.current
+    ]
+
+
+def _args(args: ToolArgs) -> Union[Mapping[str, Any], struct_pb2.Struct, None]:
+    if isinstance(args, str):
+        parsed = json.loads(args) if args.strip() else {}
+        if not isinstance(parsed, dict):
+            raise ValueError("the tool call's arguments must be a JSON object")
+        return parsed
+    return args
+
+
+def final(op: ledger_pb2.Operation) -> ToolOutcome:
+    """final maps the operation an Execute answered with to a ToolOutcome."""
+    if op.state == ledger_pb2.STATE_SUCCEEDED:
+        return Succeeded(operation=op, result=struct_to_dict(op.result))
+    if op.state == ledger_pb2.STATE_FAILED:
+        reason = operation_error_reason(op) or "DOWNSTREAM_REJECTED"
+        return Failed(reason=reason, message=op.error.message, operation=op)
+    if op.state == ledger_pb2.STATE_OUTCOME_UNKNOWN:
+        return OutcomeUnknown(operation=op)
+    if op.state in (ledger_pb2.STATE_EXECUTING, ledger_pb2.STATE_READY):
+        return OutcomeUnknown(operation=op, pending=True)
+    raise RuntimeError(f"opledger: Execute answered with state {ledger_pb2.State.Name(op.state)}")
+
+
+def _names_operation(err: OpledgerError) -> bool:
+    """_names_operation: a refusal of the one-call path's execution names its operation (a reused
+    key names another call's, which is not this call's)."""
+    return not isinstance(err, IdempotencyKeyReused) and bool(err.metadata.get("operation_id"))
+
+
+def _refusal(err: OpledgerError, op: Optional[ledger_pb2.Operation]) -> Optional[Failed]:
+    if isinstance(err, _REFUSALS):
+        return Failed(reason=err.reason or "", message=err.message, operation=op)
+    return None
+
+
+class ToolRunner:
+    """ToolRunner runs tool calls with a Client (an agent's key); see the module doc.
+
+    Args:
+        client: the agent's Client.
+        approval_wait: seconds to wait for a person's decision on a call that needs approval
+            (polling get) before answering AwaitingApproval; 0 answers at once.
+        on_approval_required: called with the operation each time a run finds it awaiting
+            approval (a repeated run too), before waiting: notify the approvers, or ask a person
+            in-process and approve with an approver's client. Its exceptions propagate.
+        execute_wait: seconds Execute waits when another caller is executing the operation.
+        tool_version: pin every call to this tool version (default: the tool's current one).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        approval_wait: float = 0.0,
+        on_approval_required: Optional[Callable[[ledger_pb2.Operation], None]] = None,
+        execute_wait: float = 30.0,
+        tool_version: Optional[str] = None,
+    ) -> None:
+        self._client = client
+        self._approval_wait = approval_wait
+        self._hook = on_approval_required
+        self._execute_wait = execute_wait
+        self._tool_version = tool_version
+
+    def model_tools(self) -> List[ModelTool]:
+        """model_tools returns the tools the ledger enforces, current versions only."""
+        return model_tools_of(self._client.list_tools())
+
+    def run(self, tool: str, args: ToolArgs, idempotency_key: str) -> ToolOutcome:
+        """run runs one tool call to its final answer. ``idempotency_key`` is the call's business
+        identity (derive_key); ``args`` a dict, a Struct or the model's JSON text.
+
+        Raises OpledgerError for what the runtime, not the model, must handle (the ledger
+        unreachable after the client's retries, a bad key, a hook's exception); the same run
+        may simply be repeated. Refusals of the call itself come back as Failed."""
+        # The one-call path: prepare also executes a call that needs no approval.
+        try:
+            op = self._client.prepare(
+                tool, _args(args), idempotency_key, tool_version=self._tool_version, execute=True, wait=self._execute_wait
+            ).operation
+        except OpledgerError as err:
+            return self._refused(err, None)
+        if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
+            op = self._await_decision(op)
+            if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
+                return AwaitingApproval(operation=op)
+        elif op.state != ledger_pb2.STATE_READY:  # READY: not executed (a server without the one-call path)
+            return final(op)
+        try:
+            done = self._client.execute(op.id, wait=self._execute_wait)
+        except ApprovalRequired:
+            return AwaitingApproval(operation=op)
+        except OpledgerError as err:
+            return self._refused(err, op)
+        return final(done.operation)
+
+    def _refused(self, err: OpledgerError, op: Optional[ledger_pb2.Operation]) -> Failed:
+        refused = _refusal(err, op)
+        if refused is None:
+            raise err
+        if refused.operation is None and _names_operation(err):
+            try:
+                refused = replace(refused, operation=self._client.get(err.metadata["operation_id"]).operation)
+            except OpledgerError:
+                pass
+        return refused
+
+    def _await_decision(self, op: ledger_pb2.Operation) -> ledger_pb2.Operation:
+        if self._hook is not None:
+            self._hook(op)
+        elif self._approval_wait <= 0:
+            return op
+        deadline = time.monotonic() + self._approval_wait
+        interval = 0.2
+        while True:
+            op = self._client.get(op.id).operation
+            left = deadline - time.monotonic()
+            if op.state != ledger_pb2.STATE_AWAITING_APPROVAL or left <= 0:
+                return op
+            time.sleep(min(interval, left))
+            interval = min(interval * 1.5, 2.0)
+
+
+class AsyncToolRunner:
+    """AsyncToolRunner is ToolRunner for an AsyncClient; ``on_approval_required`` may be a plain
+    function or a coroutine function."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        approval_wait: float = 0.0,
+        on_approval_required: Optional[Callable[[ledger_pb2.Operation], Optional[Awaitable[None]]]] = None,
+        execute_wait: float = 30.0,
+        tool_version: Optional[str] = None,
+    ) -> None:
+        self._client = client
+        self._approval_wait = approval_wait
+        self._hook = on_approval_required
+        self._execute_wait = execute_wait
+        self._tool_version = tool_version
+
+    async def model_tools(self) -> List[ModelTool]:
+        """model_tools: see ToolRunner.model_tools."""
+        return model_tools_of(await self._client.list_tools())
+
+    async def run(self, tool: str, args: ToolArgs, idempotency_key: str) -> ToolOutcome:
+        """run: see ToolRunner.run."""
+        try:
+            prepared = await self._client.prepare(
+                tool, _args(args), idempotency_key, tool_version=self._tool_version, execute=True, wait=self._execute_wait
+            )
+        except OpledgerError as err:
+            return await self._refused(err, None)
+        op = prepared.operation
+        if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
+            op = await self._await_decision(op)
+            if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
+                return AwaitingApproval(operation=op)
+        elif op.state != ledger_pb2.STATE_READY:
+            return final(op)
+        try:
+            done = await self._client.execute(op.id, wait=self._execute_wait)
+        except ApprovalRequired:
+            return AwaitingApproval(operation=op)
+        except OpledgerError as err:
+            return await self._refused(err, op)
+        return final(done.operation)
+
+    async def _refused(self, err: OpledgerError, op: Optional[ledger_pb2.Operation]) -> Failed:
+        refused = _refusal(err, op)
+        if refused is None:
+            raise err
+        if refused.operation is None and _names_operation(err):
+            try:
+                got = await self._client.get(err.metadata["operation_id"])
+                refused = replace(refused, operation=got.operation)
+            except OpledgerError:
+                pass
+        return refused
+
+    async def _await_decision(self, op: ledger_pb2.Operation) -> ledger_pb2.Operation:
+        if self._hook is not None:
+            pending = self._hook(op)
+            if inspect.isawaitable(pending):
+                await pending
+        elif self._approval_wait <= 0:
+            return op
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._approval_wait
+        interval = 0.2
+        while True:
+            op = (await self._client.get(op.id)).operation
+            left = deadline - loop.time()
+            if op.state != ledger_pb2.STATE_AWAITING_APPROVAL or left <= 0:
+                return op
+            await asyncio.sleep(min(interval, left))
+            interval = min(interval * 1.5, 2.0)

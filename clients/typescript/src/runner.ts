@@ -1,0 +1,299 @@
+// runner runs one tool call of an agent through the ledger end to end, and builds the model's
+// tool list from ListTools.
+//
+// ToolRunner.run does, for one call: Prepare; the approval (onApprovalRequired, then a wait of up
+// to approvalWaitMs for a person's decision, or an AwaitingApproval answer at once); Execute with a
+// wait; and one typed final answer, a ToolOutcome discriminated by `kind`:
+//  - Succeeded: the effect happened once; `result` is the downstream's answer.
+//  - Failed: nothing happened (the downstream refused it, a person denied it, it was cancelled or
+//    its approval expired, or the ledger refused the request: ARGS_INVALID, TOOL_UNKNOWN …). The
+//    agent may correct the call and make it under a new key.
+//  - OutcomeUnknown: the effect may or may not have happened. Never make it again under a new
+//    key; a later run with the same key returns the outcome once it is known.
+//  - AwaitingApproval: a person has to decide first; run the same call (same key) again later.
+// forModel() renders any of them as the JSON text to hand the model, byte for byte the same in
+// every opledger client.
+//
+// Running the same call again (same tool, args and key) is how an agent resumes it after
+// AwaitingApproval, after OutcomeUnknown or after a crash: the ledger replays the operation and
+// the run continues from its state, without a second effect. A call that needs no approval takes
+// one request (prepare with execute, the one-call path).
+
+import type { JsonObject } from "@bufbuild/protobuf";
+import type { OpledgerClient } from "./client";
+import { decodeErrorInfo, ERROR_DOMAIN, isOpledgerError, type OpledgerError, type Reason } from "./errors";
+import { canonicalize } from "./fingerprint";
+import { Effect, State, type Operation } from "./gen/opledger/v1/ledger_pb";
+
+/** MESSAGE_AWAITING_APPROVAL is what forModel tells the model about a call that waits for a
+ * person. */
+export const MESSAGE_AWAITING_APPROVAL =
+  "A person must approve this call before it runs. Call the tool again later with the same arguments to get its result.";
+
+/** MESSAGE_OUTCOME_UNKNOWN is what forModel tells the model about a call whose effect is unknown. */
+export const MESSAGE_OUTCOME_UNKNOWN =
+  "The outcome is not known yet: the request may have reached the service. Do not retry it in another way; call the tool again later with the same arguments to learn the outcome.";
+
+/** Succeeded is a call whose effect happened once. */
+export class Succeeded {
+  readonly kind = "succeeded" as const;
+  constructor(
+    readonly operation: Operation,
+    /** result is the downstream's answer (Operation.result). */
+    readonly result: JsonObject = {},
+  ) {}
+  get operationId(): string {
+    return this.operation.id;
+  }
+  /** forModel: {"operation_id", "result", "status": "succeeded"} (RFC 8785 JSON). */
+  forModel(): string {
+    return canonicalize({ status: this.kind, operation_id: this.operationId, result: this.result });
+  }
+}
+
+/** Failed is a call that definitively did not happen; reason says why (DOWNSTREAM_REJECTED,
+ * OPERATION_REJECTED, ARGS_INVALID …). operation is undefined when the ledger refused the request
+ * before recording one. */
+export class Failed {
+  readonly kind = "failed" as const;
+  constructor(
+    readonly reason: string,
+    readonly message: string,
+    readonly operation?: Operation,
+  ) {}
+  get operationId(): string {
+    return this.operation?.id ?? "";
+  }
+  /** forModel: {"message", "operation_id" (when there is one), "reason", "status": "failed"}. */
+  forModel(): string {
+    const obj: JsonObject = { status: this.kind, reason: this.reason, message: this.message };
+    if (this.operationId) obj["operation_id"] = this.operationId;
+    return canonicalize(obj);
+  }
+}
+
+/** OutcomeUnknown is a call that may or may not have taken effect (OUTCOME_UNKNOWN, or still
+ * EXECUTING by another caller: pending). Never make it again under a new key. */
+export class OutcomeUnknown {
+  readonly kind = "outcome_unknown" as const;
+  constructor(
+    readonly operation: Operation,
+    readonly pending = false,
+  ) {}
+  get operationId(): string {
+    return this.operation.id;
+  }
+  /** forModel: {"message", "operation_id", "status": "outcome_unknown"}. */
+  forModel(): string {
+    return canonicalize({ status: this.kind, operation_id: this.operationId, message: MESSAGE_OUTCOME_UNKNOWN });
+  }
+}
+
+/** AwaitingApproval is a call that waits for a person's decision; run it again later. */
+export class AwaitingApproval {
+  readonly kind = "awaiting_approval" as const;
+  constructor(readonly operation: Operation) {}
+  get operationId(): string {
+    return this.operation.id;
+  }
+  /** forModel: {"message", "operation_id", "status": "awaiting_approval"}. */
+  forModel(): string {
+    return canonicalize({ status: this.kind, operation_id: this.operationId, message: MESSAGE_AWAITING_APPROVAL });
+  }
+}
+
+/** ToolOutcome is a run's final answer; switch on `kind`. */
+export type ToolOutcome = Succeeded | Failed | OutcomeUnknown | AwaitingApproval;
+
+/** ModelTool is one tool as a model sees it. Put it in the model's tool list (OpenAI:
+ * {type: "function", function: {name, description, parameters: argsSchema}}; Anthropic:
+ * {name, description, input_schema: argsSchema}). */
+export interface ModelTool {
+  name: string;
+  description: string;
+  /** argsSchema is the JSON Schema of the arguments, which the ledger enforces on Prepare. */
+  argsSchema: JsonObject;
+  version: string;
+  approvalRequired: boolean;
+  effect: "read_only" | "idempotent" | "side_effect" | "";
+}
+
+/** ToolRunnerOptions configure a ToolRunner. */
+export interface ToolRunnerOptions {
+  /** approvalWaitMs is how long run waits for a person's decision on a call that needs approval
+   * (polling get) before it answers AwaitingApproval; 0 (the default) answers at once. */
+  approvalWaitMs?: number;
+  /** onApprovalRequired is called with the operation each time a run finds it awaiting approval
+   * (a repeated run too), before waiting: notify the approvers, or ask a person in-process and
+   * approve with an approver's client. A rejection ends the run with it. */
+  onApprovalRequired?: (operation: Operation) => void | Promise<void>;
+  /** executeWaitMs is how long Execute waits when another caller is executing the operation
+   * (default 30 s). */
+  executeWaitMs?: number;
+  /** toolVersion pins every call to this tool version (default: the tool's current one). */
+  toolVersion?: string;
+}
+
+/** The refusals that are answers about the call itself: nothing was done. */
+const REFUSALS: ReadonlySet<Reason> = new Set<Reason>([
+  "ARGS_INVALID",
+  "ARGS_TOO_LARGE",
+  "TOOL_UNKNOWN",
+  "TOOL_VERSION_UNKNOWN",
+  "IDEMPOTENCY_KEY_REUSED",
+  "OPERATION_REJECTED",
+  "OPERATION_CANCELLED",
+  "APPROVAL_EXPIRED",
+]);
+
+const EFFECTS: Partial<Record<Effect, ModelTool["effect"]>> = {
+  [Effect.READ_ONLY]: "read_only",
+  [Effect.IDEMPOTENT]: "idempotent",
+  [Effect.SIDE_EFFECT]: "side_effect",
+};
+
+/** ToolRunner runs tool calls with an agent's OpledgerClient; see the file comment. */
+export class ToolRunner {
+  private readonly opts: Required<Omit<ToolRunnerOptions, "onApprovalRequired" | "toolVersion">> &
+    Pick<ToolRunnerOptions, "onApprovalRequired" | "toolVersion">;
+
+  constructor(
+    private readonly client: OpledgerClient,
+    opts: ToolRunnerOptions = {},
+  ) {
+    this.opts = { approvalWaitMs: 0, executeWaitMs: 30_000, ...opts };
+  }
+
+  /** modelTools returns the tools the ledger enforces, current versions only. */
+  async modelTools(): Promise<ModelTool[]> {
+    const resp = await this.client.listTools();
+    return resp.tools
+      .filter((t) => t.current)
+      .map((t) => ({
+        name: t.name,
+        description: t.description,
+        argsSchema: t.argsSchema ?? {},
+        version: t.version,
+        approvalRequired: t.approvalRequired,
+        effect: EFFECTS[t.effect] ?? "",
+      }));
+  }
+
+  /** run runs one tool call to its final answer. args is a JSON object or the model's JSON text;
+   * idempotencyKey is the call's business identity (deriveKey). It rejects with an OpledgerError
+   * only for what the runtime, not the model, must handle (the ledger unreachable after the
+   * client's retries, a bad key, a rejected hook); the same run may simply be repeated. */
+  async run(tool: string, args: JsonObject | string | undefined, idempotencyKey: string): Promise<ToolOutcome> {
+    let op: Operation;
+    try {
+      // The one-call path: prepare also executes a call that needs no approval.
+      const prepared = await this.client.prepare(tool, parseArgs(args), {
+        idempotencyKey,
+        toolVersion: this.opts.toolVersion,
+        execute: true,
+        waitMs: this.opts.executeWaitMs,
+      });
+      op = prepared.operation!;
+    } catch (err) {
+      return this.refused(err, undefined);
+    }
+    if (op.state === State.AWAITING_APPROVAL) {
+      op = await this.awaitDecision(op);
+      if (op.state === State.AWAITING_APPROVAL) {
+        return new AwaitingApproval(op);
+      }
+    } else if (op.state !== State.READY) {
+      return final(op); // READY: not executed (a server without the one-call path)
+    }
+    try {
+      const done = await this.client.execute(op.id, { waitMs: this.opts.executeWaitMs });
+      return final(done.operation!);
+    } catch (err) {
+      if (isOpledgerError(err, "APPROVAL_REQUIRED")) {
+        return new AwaitingApproval(op);
+      }
+      return this.refused(err, op);
+    }
+  }
+
+  /** refused turns a refusal of the call itself into a Failed (with the operation a refused
+   * one-call execution names) and rethrows anything else. */
+  private async refused(err: unknown, op: Operation | undefined): Promise<Failed> {
+    const failed = refusal(err, op);
+    const id = (err as OpledgerError).metadata?.["operation_id"];
+    if (!failed.operation && failed.reason !== "IDEMPOTENCY_KEY_REUSED" && id) {
+      try {
+        return new Failed(failed.reason, failed.message, (await this.client.get(id)).operation);
+      } catch {
+        // The answer stands without the operation.
+      }
+    }
+    return failed;
+  }
+
+  private async awaitDecision(op: Operation): Promise<Operation> {
+    if (this.opts.onApprovalRequired) {
+      await this.opts.onApprovalRequired(op);
+    } else if (this.opts.approvalWaitMs <= 0) {
+      return op;
+    }
+    const deadline = Date.now() + this.opts.approvalWaitMs;
+    let interval = 200;
+    for (;;) {
+      op = (await this.client.get(op.id)).operation!;
+      const left = deadline - Date.now();
+      if (op.state !== State.AWAITING_APPROVAL || left <= 0) {
+        return op;
+      }
+      await new Promise((r) => setTimeout(r, Math.min(interval, left)));
+      interval = Math.min(interval * 1.5, 2000);
+    }
+  }
+}
+
+function parseArgs(args: JsonObject | string | undefined): JsonObject | undefined {
+  if (typeof args !== "string") {
+    return args;
+  }
+  const parsed: unknown = args.trim() === "" ? {} : JSON.parse(args);
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+    throw new TypeError("the tool call's arguments must be a JSON object");
+  }
+  return parsed as JsonObject;
+}
+
+/** refusal turns a refusal of the call itself into a Failed and rethrows anything else. */
+function refusal(err: unknown, op: Operation | undefined): Failed {
+  if (isOpledgerError(err) && err.reason !== undefined && REFUSALS.has(err.reason)) {
+    return new Failed(err.reason, (err as OpledgerError).rawMessage, op);
+  }
+  throw err;
+}
+
+/** operationErrorReason returns the reason stored in a FAILED or OUTCOME_UNKNOWN operation's
+ * error (e.g. "DOWNSTREAM_REJECTED"), or undefined. */
+export function operationErrorReason(op: Operation): string | undefined {
+  for (const d of op.error?.details ?? []) {
+    if (d.typeUrl.endsWith("/google.rpc.ErrorInfo")) {
+      const info = decodeErrorInfo(d.value);
+      if (info.domain === ERROR_DOMAIN) return info.reason;
+    }
+  }
+  return undefined;
+}
+
+/** final maps the operation an Execute answered with to a ToolOutcome. */
+export function final(op: Operation): ToolOutcome {
+  switch (op.state) {
+    case State.SUCCEEDED:
+      return new Succeeded(op, op.result ?? {});
+    case State.FAILED:
+      return new Failed(operationErrorReason(op) ?? "DOWNSTREAM_REJECTED", op.error?.message ?? "", op);
+    case State.OUTCOME_UNKNOWN:
+      return new OutcomeUnknown(op);
+    case State.EXECUTING:
+    case State.READY:
+      return new OutcomeUnknown(op, true);
+  }
+  throw new Error(`opledger: Execute answered with state ${State[op.state]}`);
+}

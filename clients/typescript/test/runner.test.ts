@@ -1,0 +1,244 @@
+// ToolRunner: the shared model-answer vectors, the mapping of every final state (against a fake
+// client), and whole tool calls against the real server.
+
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
+import { after, describe, test } from "node:test";
+import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
+import { AnySchema } from "@bufbuild/protobuf/wkt";
+import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import {
+  AwaitingApproval,
+  Failed,
+  MESSAGE_AWAITING_APPROVAL,
+  OpledgerClient,
+  OperationSchema,
+  OutcomeUnknown,
+  State,
+  Succeeded,
+  ToolRunner,
+  deriveKey,
+  operationFingerprint,
+  type Operation,
+  type ToolOutcome,
+} from "../src/index";
+import { REPO, serverEnv } from "./helpers";
+
+interface OutcomeVector {
+  name: string;
+  status: string;
+  operation_id?: string;
+  reason?: string;
+  message?: string;
+  result?: JsonObject;
+  for_model: string;
+}
+
+const vectors = (JSON.parse(readFileSync(resolve(REPO, "clients", "testdata", "tool_outcomes.json"), "utf8")) as { vectors: OutcomeVector[] }).vectors;
+
+function op(id: string, state: State = State.UNSPECIFIED, extra: MessageInitShape<typeof OperationSchema> = {}): Operation {
+  return create(OperationSchema, { id, state, ...extra });
+}
+
+for (const v of vectors) {
+  test(`forModel vector ${v.name}`, () => {
+    const o = v.operation_id === undefined ? undefined : op(v.operation_id);
+    let out: ToolOutcome;
+    switch (v.status) {
+      case "succeeded":
+        out = new Succeeded(o!, v.result ?? {});
+        break;
+      case "failed":
+        out = new Failed(v.reason!, v.message!, o);
+        break;
+      case "outcome_unknown":
+        out = new OutcomeUnknown(o!);
+        break;
+      case "awaiting_approval":
+        out = new AwaitingApproval(o!);
+        break;
+      default:
+        throw new Error(v.status);
+    }
+    assert.equal(out.forModel(), v.for_model);
+    assert.equal(out.operationId, v.operation_id ?? "");
+  });
+}
+
+test("an unknown outcome is never a failure", () => {
+  const out: ToolOutcome = new OutcomeUnknown(op("op_1"));
+  assert.ok(!(out instanceof Failed));
+  assert.equal(out.kind, "outcome_unknown");
+});
+
+/** storedError is the google.rpc.Status the server keeps in Operation.error. */
+function storedError(reason: string, message: string) {
+  const w = new BinaryWriter();
+  w.tag(1, WireType.LengthDelimited).string(reason).tag(2, WireType.LengthDelimited).string("opledger.v1");
+  return { code: 9, message, details: [create(AnySchema, { typeUrl: "type.googleapis.com/google.rpc.ErrorInfo", value: w.finish() })] };
+}
+
+/** fakeClient prepares into prepareState and executes into executeOp, counting calls. */
+function fakeClient(prepareState: State, executeOp?: Operation) {
+  const calls = { gets: 0, executes: [] as (number | undefined)[], prepares: [] as { execute?: boolean; waitMs?: number }[] };
+  const client = {
+    prepare: async (tool: string, _args: unknown, opts: { execute?: boolean; waitMs?: number }) => {
+      calls.prepares.push({ execute: opts.execute, waitMs: opts.waitMs });
+      return { operation: op("op_1", prepareState, { tool }), replayed: false };
+    },
+    get: async (id: string) => {
+      calls.gets++;
+      return { operation: op(id, prepareState), events: [] };
+    },
+    execute: async (_id: string, opts: { waitMs?: number } = {}) => {
+      calls.executes.push(opts.waitMs);
+      return { operation: executeOp, replayed: false };
+    },
+  };
+  return { client: client as unknown as OpledgerClient, calls };
+}
+
+test("every final state maps to its outcome", async () => {
+  const failed = fakeClient(State.READY, op("op_1", State.FAILED, { error: storedError("DOWNSTREAM_REJECTED", "card declined") }));
+  const f = await new ToolRunner(failed.client, { executeWaitMs: 3000 }).run("pay_invoice", {}, "k");
+  assert.ok(f instanceof Failed);
+  assert.deepEqual([f.reason, f.message, f.operationId], ["DOWNSTREAM_REJECTED", "card declined", "op_1"]);
+  assert.deepEqual(failed.calls.executes, [3000]);
+  // The one-call path is asked for; this fake ignores it (as a server without it would), so the
+  // runner executes the READY operation itself.
+  assert.deepEqual(failed.calls.prepares, [{ execute: true, waitMs: 3000 }]);
+
+  const unknown = await new ToolRunner(fakeClient(State.READY, op("op_1", State.OUTCOME_UNKNOWN)).client).run("pay_invoice", "{}", "k");
+  assert.ok(unknown instanceof OutcomeUnknown && !unknown.pending);
+
+  const pending = await new ToolRunner(fakeClient(State.EXECUTING, op("op_1", State.EXECUTING)).client).run("pay_invoice", undefined, "k");
+  assert.ok(pending instanceof OutcomeUnknown && pending.pending);
+
+  const oneCall = fakeClient(State.SUCCEEDED); // the one-call path answered with the outcome
+  const done = await new ToolRunner(oneCall.client).run("pay_invoice", {}, "k");
+  assert.ok(done instanceof Succeeded);
+  assert.equal(oneCall.calls.executes.length, 0);
+  assert.equal(done.forModel(), '{"operation_id":"op_1","result":{},"status":"succeeded"}');
+});
+
+test("awaiting approval without a wait calls nothing else; with one it polls", async () => {
+  const none = fakeClient(State.AWAITING_APPROVAL);
+  assert.ok((await new ToolRunner(none.client).run("pay_invoice", {}, "k")) instanceof AwaitingApproval);
+  assert.deepEqual([none.calls.gets, none.calls.executes.length], [0, 0]);
+
+  const waited = fakeClient(State.AWAITING_APPROVAL);
+  const hooked: string[] = [];
+  const start = Date.now();
+  const out = await new ToolRunner(waited.client, { approvalWaitMs: 700, onApprovalRequired: (o) => void hooked.push(o.id) }).run("pay_invoice", {}, "k");
+  assert.ok(out instanceof AwaitingApproval);
+  assert.deepEqual(hooked, ["op_1"]);
+  assert.ok(Date.now() - start >= 690);
+  assert.ok(waited.calls.gets >= 2 && waited.calls.executes.length === 0);
+});
+
+test("the model's arguments must be a JSON object", async () => {
+  await assert.rejects(new ToolRunner(fakeClient(State.READY).client).run("pay_invoice", "[1]", "k"), TypeError);
+});
+
+const env = serverEnv();
+
+describe("ToolRunner against a real server", { skip: env ? false : "OPLEDGER_ADDR etc. not set: run clients/test.sh" }, () => {
+  const agent = new OpledgerClient({ target: env?.addr ?? "", apiKey: env?.agentKey ?? "-", plaintext: true });
+  const approver = agent.withApiKey(env?.approverKey ?? "-");
+  after(() => agent.close());
+
+  async function count(path: string, field: string, value: string): Promise<number> {
+    const body = (await (await fetch(env!.fakepayUrl.replace(/\/$/, "") + path)).json()) as { data: Record<string, unknown>[] };
+    return body.data.filter((c) => c[field] === value).length;
+  }
+  async function faults(body?: object): Promise<void> {
+    const resp = await fetch(env!.fakepayUrl.replace(/\/$/, "") + "/admin/faults", {
+      method: body ? "PUT" : "DELETE",
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    assert.equal(resp.status, 200);
+  }
+  function payArgs() {
+    const invoice = "INV-TSR-" + randomUUID().slice(0, 12);
+    return { invoice, args: { invoice_id: invoice, amount_minor: 4900, currency: "EUR" } };
+  }
+  const keyFor = (conversation: string, tool = "pay_invoice") => deriveKey({ conversation, round: 1, toolCall: "call_1", tool });
+
+  test("model tools are the current tools", async () => {
+    const tools = new Map((await new ToolRunner(agent).modelTools()).map((t) => [t.name, t]));
+    const pay = tools.get("pay_invoice")!;
+    assert.deepEqual([pay.version, pay.approvalRequired, pay.effect], ["1", true, "side_effect"]);
+    assert.ok(pay.description && pay.argsSchema["type"] === "object");
+    assert.ok(tools.has("send_email"));
+  });
+
+  test("resumes after approval: one charge, the same answer again", async () => {
+    const runner = new ToolRunner(agent);
+    const { invoice, args } = payArgs();
+    const key = keyFor(invoice);
+    const first = await runner.run("pay_invoice", JSON.stringify(args), key);
+    assert.ok(first instanceof AwaitingApproval);
+    assert.equal(first.forModel(), `{"message":"${MESSAGE_AWAITING_APPROVAL}","operation_id":"${first.operationId}","status":"awaiting_approval"}`);
+    await approver.approve(first.operationId, operationFingerprint(first.operation), "approve", "ok");
+    const done = await runner.run("pay_invoice", args, key);
+    assert.ok(done instanceof Succeeded, done.forModel());
+    assert.equal(done.result["invoice_id"], invoice);
+    assert.equal(done.result["id"], done.operation.externalRef);
+    assert.equal((await runner.run("pay_invoice", args, key)).forModel(), done.forModel());
+    assert.equal(await count("/charges", "invoice_id", invoice), 1);
+  });
+
+  test("waits for an in-process approval", async () => {
+    const { invoice, args } = payArgs();
+    const runner = new ToolRunner(agent, {
+      approvalWaitMs: 20_000,
+      onApprovalRequired: (o) => void setTimeout(() => void approver.approve(o.id, o.fingerprint, "approve", "ok"), 300),
+    });
+    const out = await runner.run("pay_invoice", args, keyFor(invoice));
+    assert.ok(out instanceof Succeeded, out.forModel());
+    assert.equal(await count("/charges", "invoice_id", invoice), 1);
+  });
+
+  test("refusals are Failed", async () => {
+    const runner = new ToolRunner(agent, {
+      approvalWaitMs: 20_000,
+      onApprovalRequired: async (o) => void (await approver.approve(o.id, o.fingerprint, "deny", "not this one")),
+    });
+    const { invoice, args } = payArgs();
+    const bad = await runner.run("pay_invoice", { ...args, amount_minor: -1 }, keyFor(invoice + "-bad"));
+    assert.ok(bad instanceof Failed && bad.reason === "ARGS_INVALID" && bad.operation === undefined);
+    const denied = await runner.run("pay_invoice", args, keyFor(invoice));
+    assert.ok(denied instanceof Failed && denied.reason === "OPERATION_REJECTED" && denied.operationId);
+  });
+
+  test("a tool without approval runs in one run", async () => {
+    const to = `ts-${randomUUID().slice(0, 10)}@example.com`;
+    const args = { to, subject: "receipt", body: "paid" };
+    const runner = new ToolRunner(agent);
+    const out = await runner.run("send_email", args, keyFor(to, "send_email"));
+    assert.ok(out instanceof Succeeded, out.forModel());
+    assert.equal(out.result["id"], out.operation.externalRef);
+    assert.equal((await runner.run("send_email", args, keyFor(to, "send_email"))).forModel(), out.forModel());
+    assert.equal(await count("/emails", "to", to), 1);
+  });
+
+  test("an unknown outcome is its own answer, and is never sent twice", async () => {
+    await faults({ fail_after_commit: { next: 1 } });
+    try {
+      const to = `ts-${randomUUID().slice(0, 10)}@example.com`;
+      const args = { to, subject: "receipt", body: "paid" };
+      const runner = new ToolRunner(agent);
+      const out = await runner.run("send_email", args, keyFor(to, "send_email"));
+      assert.ok(out instanceof OutcomeUnknown, out.forModel());
+      assert.equal(JSON.parse(out.forModel()).status, "outcome_unknown");
+      const again = await runner.run("send_email", args, keyFor(to, "send_email"));
+      assert.ok(again instanceof OutcomeUnknown && again.operationId === out.operationId);
+      assert.equal(await count("/emails", "to", to), 1);
+    } finally {
+      await faults();
+    }
+  });
+});

@@ -1,0 +1,525 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/internal/console"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/proof/fakepay"
+	"github.com/opledger/opledger/proof/harness"
+	"github.com/opledger/opledger/store"
+)
+
+// world is a real server (gRPC for the agent) and the console over the
+// same ledger on a real HTTP port, with keys for the demo tenant.
+type world struct {
+	env                       *harness.Env
+	srv                       *harness.Server
+	url                       string
+	agent, approver, operator string
+	logs                      *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func newWorld(t *testing.T, opts harness.Options) *world {
+	t.Helper()
+	return newWorldWith(t, opts, console.Options{})
+}
+
+func newWorldWith(t *testing.T, opts harness.Options, copts console.Options) *world {
+	t.Helper()
+	env := harness.New(t, opts)
+	srv := env.StartServer(harness.ServerOptions{NoReconciler: true})
+	logs := &lockedBuffer{}
+	copts.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	hs := httptest.NewServer(console.New(srv.Ledger, copts))
+	t.Cleanup(hs.Close)
+	return &world{env: env, srv: srv, url: hs.URL, logs: logs,
+		agent: namedKey(t, env, "invoice-agent", ledger.RoleAgent), approver: namedKey(t, env, "alice", ledger.RoleApprover),
+		operator: namedKey(t, env, "oscar", ledger.RoleOperator)}
+}
+
+// namedKey creates a principal of the demo tenant with a name people read
+// in the event log and the page header.
+func namedKey(t *testing.T, env *harness.Env, name, role string) string {
+	t.Helper()
+	key, _, err := ledger.CreatePrincipal(context.Background(), env.Store, "demo", name, []string{role})
+	require.NoError(t, err)
+	return key
+}
+
+// prepare has the agent prepare pay_invoice for invoice.
+func (w *world) prepare(t *testing.T, invoice string, amount int) *opledgerv1.Operation {
+	t.Helper()
+	return w.prepareAs(t, w.agent, "pay_invoice", invoice, amount)
+}
+
+func (w *world) prepareAs(t *testing.T, key, tool, invoice string, amount int) *opledgerv1.Operation {
+	t.Helper()
+	args, err := structpb.NewStruct(map[string]any{"invoice_id": invoice, "amount_minor": amount, "currency": "EUR"})
+	require.NoError(t, err)
+	resp, err := w.srv.Client.Prepare(harness.Ctx(key, "key-"+invoice), &opledgerv1.PrepareRequest{Tool: tool, Args: args})
+	require.NoError(t, err)
+	return resp.GetOperation()
+}
+
+func (w *world) get(t *testing.T, id string) *opledgerv1.Operation {
+	t.Helper()
+	resp, err := w.srv.Client.Get(harness.Ctx(w.agent, ""), &opledgerv1.GetRequest{OperationId: id, IncludeEvents: true})
+	require.NoError(t, err)
+	return resp.GetOperation()
+}
+
+func (w *world) requireState(t *testing.T, id string, want opledgerv1.State) {
+	t.Helper()
+	require.Equal(t, want, w.get(t, id).GetState())
+}
+
+func (w *world) charges(invoice string) int {
+	n := 0
+	for _, c := range w.env.Fakepay.Charges() {
+		if c.InvoiceID == invoice {
+			n++
+		}
+	}
+	return n
+}
+
+// requireLogsClean: the console's log lines name routes, statuses and
+// principals, never keys, session tokens or arguments.
+func (w *world) requireLogsClean(t *testing.T, secrets ...string) {
+	t.Helper()
+	logs := w.logs.String()
+	require.Contains(t, logs, `"msg":"console request"`)
+	for _, s := range append([]string{w.agent, w.approver, w.operator, "ops_", "INV-", "amount_minor"}, secrets...) {
+		require.NotContains(t, logs, s)
+	}
+}
+
+// browser is an HTTP client with a cookie jar, as a browser without
+// JavaScript would use the console.
+type browser struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+	last *http.Response
+}
+
+func (w *world) browser(t *testing.T) *browser {
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &browser{t: t, base: w.url, c: &http.Client{Jar: jar, Timeout: 30 * time.Second}}
+}
+
+func (b *browser) do(req *http.Request) (int, string) {
+	b.t.Helper()
+	resp, err := b.c.Do(req)
+	require.NoError(b.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(b.t, err)
+	b.last = resp
+	return resp.StatusCode, string(body)
+}
+
+func (b *browser) get(path string) (int, string) {
+	b.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, b.base+path, nil)
+	require.NoError(b.t, err)
+	return b.do(req)
+}
+
+func (b *browser) post(path string, form url.Values) (int, string) {
+	b.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.base+path, strings.NewReader(form.Encode()))
+	require.NoError(b.t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return b.do(req)
+}
+
+var hidden = regexp.MustCompile(`<input type="hidden" name="(\w+)" value="([^"]*)">`)
+
+// field returns the value of the first hidden input named name in page.
+func field(t *testing.T, page, name string) string {
+	t.Helper()
+	for _, m := range hidden.FindAllStringSubmatch(page, -1) {
+		if m[1] == name {
+			return m[2]
+		}
+	}
+	t.Fatalf("no hidden field %q in the page", name)
+	return ""
+}
+
+// signIn signs in with key and returns the front page.
+func (b *browser) signIn(key string) (int, string) {
+	b.t.Helper()
+	status, page := b.get("/login")
+	require.Equal(b.t, http.StatusOK, status)
+	return b.post("/login", url.Values{"csrf": {field(b.t, page, "csrf")}, "key": {key}})
+}
+
+func TestSignIn(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+	w.prepare(t, "INV-1", 4900)
+
+	t.Run("pages need a session", func(t *testing.T) {
+		b := w.browser(t)
+		status, page := b.get("/")
+		require.Equal(t, http.StatusOK, status)
+		require.Equal(t, "/login", b.last.Request.URL.Path)
+		require.Contains(t, page, `type="password"`)
+		status, _ = b.post("/operations/op_00000000000000000000000000/decision", url.Values{"decision": {"approve"}})
+		require.Equal(t, http.StatusUnauthorized, status)
+	})
+	t.Run("a wrong key, an agent key, a stale form", func(t *testing.T) {
+		b := w.browser(t)
+		status, page := b.signIn("opl_not-a-real-key")
+		require.Equal(t, http.StatusUnauthorized, status)
+		require.Contains(t, page, "That key was not accepted")
+		require.NotContains(t, page, "opl_not-a-real-key")
+		status, page = b.signIn(w.agent)
+		require.Equal(t, http.StatusForbidden, status)
+		require.Contains(t, page, "neither approve nor resolve")
+		require.NotContains(t, page, w.agent)
+		status, _ = b.post("/login", url.Values{"csrf": {"made-up"}, "key": {w.approver}})
+		require.Equal(t, http.StatusForbidden, status)
+		status, _ = b.get("/")
+		require.Equal(t, "/login", b.last.Request.URL.Path, "no session came of it: %d", status)
+	})
+	t.Run("an approver key opens a session; signing out ends it", func(t *testing.T) {
+		b := w.browser(t)
+		status, page := b.signIn(w.approver)
+		require.Equal(t, http.StatusOK, status)
+		require.Equal(t, "/", b.last.Request.URL.Path)
+		require.Contains(t, page, "INV-1")
+		require.NotContains(t, page, w.approver)
+		u, _ := url.Parse(w.url)
+		cookies := b.c.Jar.Cookies(u)
+		require.Len(t, cookies, 1)
+		session := cookies[0].Value
+		require.NotContains(t, session, w.approver)
+
+		status, _ = b.post("/logout", url.Values{"csrf": {field(t, page, "csrf")}})
+		require.Equal(t, http.StatusOK, status)
+		require.Equal(t, "/login", b.last.Request.URL.Path)
+		// The old cookie, replayed, is worth nothing.
+		req, _ := http.NewRequest(http.MethodGet, w.url+"/", nil)
+		req.AddCookie(&http.Cookie{Name: "opledger_session", Value: session})
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		require.Equal(t, "/login", resp.Header.Get("Location"))
+		w.requireLogsClean(t, session)
+	})
+	t.Run("headers and cookie flags", func(t *testing.T) {
+		resp, err := http.PostForm(w.url+"/login", url.Values{})
+		require.NoError(t, err)
+		resp.Body.Close()
+		b := w.browser(t)
+		_, page := b.get("/login")
+		login := b.last
+		req, _ := http.NewRequest(http.MethodPost, w.url+"/login", strings.NewReader(url.Values{"csrf": {field(t, page, "csrf")}, "key": {w.approver}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for _, c := range login.Cookies() {
+			req.AddCookie(c)
+		}
+		resp, err = (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		var set string
+		for _, v := range resp.Header.Values("Set-Cookie") {
+			if strings.HasPrefix(v, "opledger_session=") {
+				set = v
+			}
+		}
+		require.Contains(t, set, "HttpOnly")
+		require.Contains(t, set, "SameSite=Strict")
+		require.Contains(t, set, "Path=/")
+		require.NotContains(t, set, "Secure", "plain HTTP on loopback: a Secure cookie would not come back")
+		for _, r := range []*http.Response{login, resp} {
+			require.Equal(t, console.ContentSecurityPolicy, r.Header.Get("Content-Security-Policy"))
+			require.Equal(t, "nosniff", r.Header.Get("X-Content-Type-Options"))
+			require.Equal(t, "DENY", r.Header.Get("X-Frame-Options"))
+			require.Equal(t, "no-referrer", r.Header.Get("Referrer-Policy"))
+		}
+		require.Equal(t, "no-store", login.Header.Get("Cache-Control"))
+		require.Contains(t, console.ContentSecurityPolicy, "default-src 'none'")
+		require.NotContains(t, console.ContentSecurityPolicy, "script-src")
+		require.NotContains(t, page, "<script")
+		require.NotContains(t, page, "http://", "nothing is loaded from elsewhere")
+		require.NotContains(t, page, "https://")
+	})
+}
+
+// TestSecureCookies: behind HTTPS the cookies are Secure, __Host- prefixed,
+// and HSTS is sent.
+func TestSecureCookies(t *testing.T) {
+	t.Parallel()
+	w := newWorldWith(t, harness.Options{}, console.Options{Secure: true})
+	resp, err := http.Get(w.url + "/login")
+	require.NoError(t, err)
+	resp.Body.Close()
+	set := resp.Header.Get("Set-Cookie")
+	require.True(t, strings.HasPrefix(set, "__Host-opledger_login="), set)
+	require.Contains(t, set, "Secure")
+	require.Contains(t, set, "HttpOnly")
+	require.Contains(t, set, "SameSite=Strict")
+	require.NotEmpty(t, resp.Header.Get("Strict-Transport-Security"))
+}
+
+// decisionForm reads the decision form of an operation page.
+func (b *browser) decisionForm(id string) url.Values {
+	b.t.Helper()
+	status, page := b.get("/operations/" + id)
+	require.Equal(b.t, http.StatusOK, status)
+	return url.Values{"csrf": {field(b.t, page, "csrf")}, "fingerprint": {field(b.t, page, "fingerprint")}}
+}
+
+func TestDecisions(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+
+	t.Run("deny, and the page says so", func(t *testing.T) {
+		op := w.prepare(t, "INV-deny", 100)
+		b := w.browser(t)
+		b.signIn(w.approver)
+		form := b.decisionForm(op.GetId())
+		require.Equal(t, op.GetFingerprint(), form.Get("fingerprint"))
+		form.Set("decision", "deny")
+		form.Set("reason", "duplicate invoice")
+		status, page := b.post("/operations/"+op.GetId()+"/decision", form)
+		require.Equal(t, http.StatusOK, status)
+		require.Contains(t, page, "Denied.")
+		require.Contains(t, page, "duplicate invoice")
+		w.requireState(t, op.GetId(), opledgerv1.State_STATE_REJECTED)
+	})
+	t.Run("no decision chosen", func(t *testing.T) {
+		op := w.prepare(t, "INV-none", 100)
+		b := w.browser(t)
+		b.signIn(w.approver)
+		status, page := b.post("/operations/"+op.GetId()+"/decision", b.decisionForm(op.GetId()))
+		require.Equal(t, http.StatusBadRequest, status)
+		require.Contains(t, page, "Choose Approve or Deny")
+		w.requireState(t, op.GetId(), opledgerv1.State_STATE_AWAITING_APPROVAL)
+	})
+	t.Run("self-approval is refused", func(t *testing.T) {
+		both := w.env.Key("demo", "agent", "approver")
+		op := w.prepareAs(t, both, "pay_invoice", "INV-self", 100)
+		b := w.browser(t)
+		b.signIn(both)
+		status, page := b.get("/operations/" + op.GetId())
+		require.Equal(t, http.StatusOK, status)
+		require.Contains(t, page, "You prepared this operation")
+		require.NotContains(t, page, `class="decision"`)
+		form := url.Values{"csrf": {field(t, page, "csrf")}, "fingerprint": {op.GetFingerprint()}, "decision": {"approve"}}
+		status, page = b.post("/operations/"+op.GetId()+"/decision", form)
+		require.Equal(t, http.StatusForbidden, status)
+		require.Contains(t, page, "SELF_APPROVAL_FORBIDDEN")
+		w.requireState(t, op.GetId(), opledgerv1.State_STATE_AWAITING_APPROVAL)
+	})
+	t.Run("a decision taken meanwhile is a conflict", func(t *testing.T) {
+		op := w.prepare(t, "INV-race", 100)
+		b := w.browser(t)
+		b.signIn(w.approver)
+		form := b.decisionForm(op.GetId())
+		// Another approver denies it over gRPC while the page is open.
+		other := w.env.Key("demo", "approver")
+		_, err := w.srv.Client.Approve(harness.Ctx(other, ""), &opledgerv1.ApproveRequest{OperationId: op.GetId(),
+			Fingerprint: op.GetFingerprint(), Decision: opledgerv1.Decision_DECISION_DENY, Reason: "no"})
+		require.NoError(t, err)
+		form.Set("decision", "approve")
+		status, page := b.post("/operations/"+op.GetId()+"/decision", form)
+		require.Equal(t, http.StatusConflict, status)
+		require.Contains(t, page, "Another decision was taken first")
+		require.Contains(t, page, "APPROVAL_CONFLICT")
+		w.requireState(t, op.GetId(), opledgerv1.State_STATE_REJECTED)
+	})
+	t.Run("a cross-site form post is refused", func(t *testing.T) {
+		op := w.prepare(t, "INV-csrf", 100)
+		b := w.browser(t)
+		b.signIn(w.approver)
+		form := b.decisionForm(op.GetId())
+		form.Set("decision", "approve")
+		req, _ := http.NewRequest(http.MethodPost, w.url+"/operations/"+op.GetId()+"/decision", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", "http://evil.example")
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		status, page := b.do(req)
+		require.Equal(t, http.StatusForbidden, status)
+		require.Contains(t, page, "sent from another site")
+		w.requireState(t, op.GetId(), opledgerv1.State_STATE_AWAITING_APPROVAL)
+	})
+	t.Run("another tenant's operation does not exist", func(t *testing.T) {
+		op := w.prepare(t, "INV-mine", 100)
+		b := w.browser(t)
+		b.signIn(w.env.Key("globex", "approver", "operator"))
+		status, page := b.get("/")
+		require.Equal(t, http.StatusOK, status)
+		require.NotContains(t, page, op.GetId())
+		require.Contains(t, page, "Nothing awaits approval.")
+		status, _ = b.get("/operations/" + op.GetId())
+		require.Equal(t, http.StatusNotFound, status)
+		status, _ = b.get("/operations/not-an-id")
+		require.Equal(t, http.StatusNotFound, status)
+	})
+	w.requireLogsClean(t)
+}
+
+// TestExpiryShown: an approval that lapsed before anyone executed it is
+// listed as awaiting a decision again, and may be approved again.
+func TestExpiryShown(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_quick", ApprovalTTL: 2 * time.Second})})
+	op := w.prepareAs(t, w.agent, "pay_quick", "INV-quick", 700)
+	b := w.browser(t)
+	b.signIn(w.approver)
+	form := b.decisionForm(op.GetId())
+	form.Set("decision", "approve")
+	status, page := b.post("/operations/"+op.GetId()+"/decision", form)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, "Approved.")
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, page = b.get("/")
+		if strings.Contains(page, "approval expired") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the list never showed the approval as expired:\n%s", page)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Contains(t, page, "decide again")
+	status, page = b.get("/operations/" + op.GetId())
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, `class="decision"`)
+	form = url.Values{"csrf": {field(t, page, "csrf")}, "fingerprint": {field(t, page, "fingerprint")}, "decision": {"approve"}}
+	status, page = b.post("/operations/"+op.GetId()+"/decision", form)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, "Approved.")
+	require.Contains(t, page, "approved again after the approval expired")
+}
+
+// TestOperatorResolvesUnknown: an operator sees an operation whose outcome
+// is unknown and records what the downstream says, with a note.
+func TestOperatorResolvesUnknown(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_direct", MaxAttempts: 1, DedupesKeys: true})})
+	op := w.prepareAs(t, w.agent, "pay_direct", "INV-lost", 4900)
+	w.env.Fakepay.SetFaults(fakepay.Faults{DropAfterCommit: fakepay.Trigger{Next: 1}})
+	res, err := w.srv.Client.Execute(harness.Ctx(w.agent, ""), &opledgerv1.ExecuteRequest{OperationId: op.GetId()})
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, res.GetOperation().GetState())
+	charge := w.env.Fakepay.Charges()[0]
+
+	approver := w.browser(t)
+	_, page := approver.signIn(w.approver)
+	require.NotContains(t, page, "Outcome unknown")
+	form := approver.decisionFormless(op.GetId())
+	status, _ := approver.post("/operations/"+op.GetId()+"/resolution", url.Values{"csrf": {form}, "outcome": {"succeeded"}, "note": {"x"}})
+	require.Equal(t, http.StatusForbidden, status)
+
+	b := w.browser(t)
+	_, page = b.signIn(w.operator)
+	require.Contains(t, page, "Outcome unknown")
+	require.Contains(t, page, op.GetId())
+	require.NotContains(t, page, "Awaiting approval", "an operator key without the approver role decides nothing")
+	status, page = b.get("/operations/" + op.GetId())
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, `class="resolution"`)
+	require.Contains(t, page, op.GetDownstreamKey())
+	csrf := field(t, page, "csrf")
+
+	status, page = b.post("/operations/"+op.GetId()+"/resolution", url.Values{"csrf": {csrf}, "outcome": {"succeeded"}})
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, page, "write a note")
+	w.requireState(t, op.GetId(), opledgerv1.State_STATE_OUTCOME_UNKNOWN)
+
+	status, page = b.post("/operations/"+op.GetId()+"/resolution", url.Values{"csrf": {csrf}, "outcome": {"succeeded"},
+		"external_ref": {charge.ID}, "note": {"found in the processor's dashboard"}})
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, "Resolved.")
+	got := w.get(t, op.GetId())
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, got.GetState())
+	require.Equal(t, charge.ID, got.GetExternalRef())
+	events, err := w.srv.Client.Get(harness.Ctx(w.agent, ""), &opledgerv1.GetRequest{OperationId: op.GetId(), IncludeEvents: true})
+	require.NoError(t, err)
+	last := events.GetEvents()[len(events.GetEvents())-1]
+	require.Equal(t, opledgerv1.EventType_EVENT_TYPE_RESOLVED_MANUALLY, last.GetType())
+	require.Contains(t, last.GetDetail(), "found in the processor's dashboard")
+	require.Equal(t, 1, w.charges("INV-lost"))
+
+	// Resolving it again is not applicable, and says so.
+	status, page = b.post("/operations/"+op.GetId()+"/resolution", url.Values{"csrf": {csrf}, "outcome": {"failed"}, "note": {"again"}})
+	require.Equal(t, http.StatusConflict, status)
+	require.Contains(t, page, "RESOLUTION_NOT_APPLICABLE")
+	w.requireLogsClean(t)
+}
+
+// decisionFormless returns the CSRF token of the operation page (which has
+// no decision form).
+func (b *browser) decisionFormless(id string) string {
+	b.t.Helper()
+	status, page := b.get("/operations/" + id)
+	require.Equal(b.t, http.StatusOK, status)
+	return field(b.t, page, "csrf")
+}
+
+// TestRevocationEndsSessions: revoking the principal ends its console
+// sessions at once (no cache in between), and its pending form is refused.
+func TestRevocationEndsSessions(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+	op := w.prepare(t, "INV-revoke", 100)
+	key, p, err := ledger.CreatePrincipal(context.Background(), w.env.Store, "demo", "bob", []string{ledger.RoleApprover})
+	require.NoError(t, err)
+	b := w.browser(t)
+	status, _ := b.signIn(key)
+	require.Equal(t, http.StatusOK, status)
+	form := b.decisionForm(op.GetId())
+
+	_, _, err = ledger.RevokePrincipal(context.Background(), w.env.Store, "demo", store.PrincipalRef{ID: p.ID})
+	require.NoError(t, err)
+	form.Set("decision", "approve")
+	status, page := b.post("/operations/"+op.GetId()+"/decision", form)
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.Contains(t, page, "Your session ended")
+	w.requireState(t, op.GetId(), opledgerv1.State_STATE_AWAITING_APPROVAL)
+	_, _ = b.get("/")
+	require.Equal(t, "/login", b.last.Request.URL.Path)
+}

@@ -1,0 +1,223 @@
+// Package ledger is opledger's execution ledger: the operation state machine
+// and the rules of Prepare, Approve, Execute, Get and Reconcile, on top of
+// the store. It decides; the store enforces with guarded statements; the
+// server translates.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/opledger/opledger/executor"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/internal/cache"
+	"github.com/opledger/opledger/store"
+	"github.com/opledger/opledger/tool"
+)
+
+// Operation is a ledger row as the ledger hands it out.
+type Operation = store.Operation
+
+// OperationEvent is one entry of an operation's event log.
+type OperationEvent = store.Event
+
+// Config tunes the ledger. Zero values take the defaults noted.
+type Config struct {
+	// ServerID names this process in leases and event logs.
+	ServerID string
+	// DownstreamSecret keys the HMAC that derives downstream keys.
+	DownstreamSecret []byte
+	// MinLease is the shortest lease an executor gets (default 30s); a tool's
+	// lease is max(MinLease, timeout × attempts + 5s).
+	MinLease time.Duration
+	// MaxWait caps ExecuteRequest.wait (default 30s).
+	MaxWait time.Duration
+	// WaitPoll is how often a waiting Execute reads the operation again
+	// even without a wake-up (default 500ms): a notification can be lost
+	// while the listener reconnects.
+	WaitPoll time.Duration
+	// MaxArgsBytes bounds the canonical args (default 64 KiB).
+	MaxArgsBytes int
+	// ReconcileInterval is how often the background reconciler looks for
+	// stuck operations (default 1s); ReconcileBackoff and
+	// ReconcileMaxBackoff shape its retries (defaults 1s and 5m).
+	ReconcileInterval, ReconcileBackoff, ReconcileMaxBackoff time.Duration
+	// AuthCacheTTL is how long an authenticated key is remembered (default
+	// DefaultAuthCacheTTL); revocations take up to this long to bite.
+	AuthCacheTTL time.Duration
+	// OpsPerMinute caps the operations each tenant may create per minute,
+	// across all replicas (counted in the database); 0 means no quota.
+	OpsPerMinute int
+	// Retention is how long finished operations are kept (default 30 days);
+	// PruneInterval is how often each replica prunes (default 1h).
+	Retention, PruneInterval time.Duration
+	// FinishedCacheSize is how many finished operations (SUCCEEDED, FAILED,
+	// REJECTED, CANCELLED) this process remembers, so that a replayed
+	// Execute of one is answered without a database round trip (default
+	// 16384, about 2 KiB each; negative disables). A finished operation
+	// never changes, so every replica may answer from its own copy.
+	FinishedCacheSize int
+	// FinishedCacheTTL bounds how long one is remembered (default 10m); an
+	// entry never outlives the operation's retention either.
+	FinishedCacheTTL time.Duration
+	// OutcomeRetry is how long an executor keeps trying to record a
+	// downstream's answer while the database is unreachable (default 1m):
+	// the answer is known only to it, and lost it becomes an unknown outcome.
+	OutcomeRetry time.Duration
+	// ApprovalWebhook, when its URL is set, notifies of every operation
+	// that starts awaiting approval (notify.go).
+	ApprovalWebhook ApprovalWebhook
+}
+
+func (c *Config) defaults() {
+	if c.ServerID == "" {
+		c.ServerID = newID("srv_")
+	}
+	if c.MinLease == 0 {
+		c.MinLease = 30 * time.Second
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = 30 * time.Second
+	}
+	if c.WaitPoll == 0 {
+		c.WaitPoll = 500 * time.Millisecond
+	}
+	if c.MaxArgsBytes == 0 {
+		c.MaxArgsBytes = 64 << 10
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = time.Second
+	}
+	if c.ReconcileBackoff == 0 {
+		c.ReconcileBackoff = time.Second
+	}
+	if c.ReconcileMaxBackoff == 0 {
+		c.ReconcileMaxBackoff = 5 * time.Minute
+	}
+	if c.AuthCacheTTL == 0 {
+		c.AuthCacheTTL = DefaultAuthCacheTTL
+	}
+	if c.Retention == 0 {
+		c.Retention = 30 * 24 * time.Hour
+	}
+	if c.PruneInterval == 0 {
+		c.PruneInterval = time.Hour
+	}
+	if c.FinishedCacheSize == 0 {
+		c.FinishedCacheSize = 16384
+	}
+	if c.FinishedCacheTTL == 0 {
+		c.FinishedCacheTTL = 10 * time.Minute
+	}
+	if c.OutcomeRetry == 0 {
+		c.OutcomeRetry = time.Minute
+	}
+	c.ApprovalWebhook.defaults()
+}
+
+// bound is a tool with the executor that performs it, its settings with
+// their defaults, and what the executor says its downstream guarantees.
+type bound struct {
+	tool     *tool.Tool
+	settings executor.Settings
+	exec     executor.Executor
+	caps     executor.Capabilities
+}
+
+// Ledger is the execution ledger. It is safe for concurrent use, and any
+// number of Ledgers (in any number of processes) may share one database.
+type Ledger struct {
+	cfg      Config
+	store    *store.Store
+	tools    *tool.Registry
+	bound    map[string]bound // by name + "@" + version
+	listener *store.Listener
+	logger   *slog.Logger
+	auth     authCache
+	// maxLease is the lease a claim takes: the claim does not know the
+	// operation's tool yet, so it takes the longest any tool needs.
+	maxLease time.Duration
+
+	// hooks are test-only interruption points; nil in production.
+	hooks *Hooks
+	obs   Observer
+
+	// finished remembers operations in a terminal state, by tenant and id,
+	// with the form they are answered in (see SetEncoder): the one cache of
+	// finished operations in the process.
+	finished *cache.Map[opKey, finished]
+	// encode computes an operation's answer form; nil keeps none.
+	encode func(Operation) any
+
+	// notifyKick wakes the approval notifier; notifyClient sends.
+	notifyKick   chan struct{}
+	notifyClient *http.Client
+}
+
+// Hooks lets tests pause or crash the ledger at named points.
+type Hooks struct {
+	// AfterDownstream runs after the downstream answered and before the
+	// outcome is committed.
+	AfterDownstream func(ctx context.Context, op Operation)
+	// BeforeApprovalExpiry runs when Execute found a READY operation it
+	// could not claim and is about to expire its approval.
+	BeforeApprovalExpiry func(ctx context.Context, op Operation)
+	// Waiting runs when an Execute is about to sleep until another
+	// attempt's outcome.
+	Waiting func(ctx context.Context, op Operation)
+}
+
+// New returns a ledger over st for the tools in reg, calling each tool
+// through the executor registry execs.
+func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Registry, listener *store.Listener, logger *slog.Logger) (*Ledger, error) {
+	cfg.defaults()
+	if len(cfg.DownstreamSecret) < 16 {
+		return nil, errors.New("ledger: the downstream secret must be at least 16 bytes")
+	}
+	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{},
+		finished: cache.New[opKey, finished](cfg.FinishedCacheSize), notifyKick: make(chan struct{}, 1),
+		notifyClient: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	l.auth.entries = map[string]authEntry{}
+	for _, t := range reg.List() {
+		ex, err := execs.New(t.Executor.Type, t.Executor)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: tool %s@%s: %w", t.Name, t.Version, err)
+		}
+		b := bound{tool: t, settings: t.Executor.WithDefaults(), exec: ex, caps: executor.CapabilitiesOf(ex)}
+		l.bound[t.Name+"@"+t.Version] = b
+		l.maxLease = max(l.maxLease, l.lease(b))
+	}
+	l.maxLease = max(l.maxLease, cfg.MinLease)
+	return l, nil
+}
+
+// SetHooks installs test hooks.
+func (l *Ledger) SetHooks(h *Hooks) { l.hooks = h }
+
+// ServerID is this ledger's name in leases and events.
+func (l *Ledger) ServerID() string { return l.cfg.ServerID }
+
+func (l *Ledger) toolOf(op Operation) (bound, error) {
+	b, ok := l.bound[op.Tool+"@"+op.ToolVersion]
+	if !ok {
+		return bound{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_TOOL_VERSION_UNKNOWN,
+			"tool %s version %s is no longer configured on this server", op.Tool, op.ToolVersion)
+	}
+	return b, nil
+}
+
+func (l *Ledger) lease(b bound) time.Duration {
+	attempts, timeout := b.settings.MaxAttempts, b.settings.Timeout
+	// Every attempt may run to its timeout, retries back off up to 2s each,
+	// and the outcome must still be committed inside the lease.
+	return max(l.cfg.MinLease, time.Duration(attempts)*timeout+time.Duration(attempts-1)*2*time.Second+time.Second)
+}
+
+func (l *Ledger) opLogger(op Operation) *slog.Logger {
+	return l.logger.With("operation_id", op.ID, "tenant", op.Tenant, "tool", op.Tool,
+		"attempt", op.Attempts, "fence", op.Fence)
+}

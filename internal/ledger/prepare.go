@@ -1,0 +1,223 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/opledger/opledger/clients/go/fingerprint"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/proof/failpoint"
+	"github.com/opledger/opledger/store"
+	"github.com/opledger/opledger/tool"
+)
+
+// maxListedTools bounds the names an unknown-tool error lists.
+const maxListedTools = 20
+
+// ResolveTool returns the tool a Prepare names, resolving an empty version to
+// the current one.
+func (l *Ledger) ResolveTool(name, version string) (*tool.Tool, error) {
+	t, err := l.tools.Lookup(name, version)
+	switch {
+	case errors.Is(err, tool.ErrUnknownTool):
+		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_TOOL_UNKNOWN, Field: "tool",
+			Message: fmt.Sprintf("no tool named %q is configured; configured tools: %s (ListTools describes them)",
+				name, l.tools.Names(maxListedTools))}
+	case errors.Is(err, tool.ErrUnknownVersion):
+		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_TOOL_VERSION_UNKNOWN, Field: "tool_version",
+			Message: fmt.Sprintf("tool %q has no version %q; its versions: %s (leave tool_version empty for the current one)",
+				name, version, l.tools.Versions(name, maxListedTools))}
+	case err != nil:
+		return nil, err
+	}
+	return t, nil
+}
+
+// PrepareInput is a Prepare request after authentication.
+type PrepareInput struct {
+	Tool, ToolVersion string
+	// Args is passed as the Struct itself: AsMap would turn NaN into the
+	// string "NaN" and so collide with a real string.
+	Args *structpb.Struct
+	// IdempotencyKey is the caller's key, and KeyDigest its digest for
+	// logs and the event log (computed when empty).
+	IdempotencyKey, KeyDigest string
+	// Method is the full gRPC method, part of the fingerprint.
+	Method string
+}
+
+// Prepare records the operation, or returns the one already recorded under
+// the same (tenant, tool, key) when the fingerprints match. Validation
+// happens before anything is written, so a refused request reserves nothing.
+func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operation, bool, error) {
+	op, replayed, _, err := l.prepare(ctx, a, in, false)
+	return op, replayed, err
+}
+
+// PrepareAndExecute is the one-call path: Prepare, then what an Execute of
+// the operation would do, with the same guarantees and answers. A new
+// operation whose tool needs no approval is claimed by the statement that
+// inserts it (one statement fewer than a Prepare and a claim); one that
+// awaits approval is answered as Prepare answers it; one the key already
+// names is executed, or its outcome replayed, like any Execute of it. It
+// reports whether the key was replayed and whether the execution made no
+// downstream request because the outcome was already recorded. A refusal of
+// the execution names the operation in its metadata.
+func (l *Ledger) PrepareAndExecute(ctx context.Context, a Actor, in PrepareInput, wait time.Duration) (op Operation, replayed, executionReplayed bool, err error) {
+	op, replayed, claimStart, err := l.prepare(ctx, a, in, true)
+	if err != nil {
+		return Operation{}, false, false, err
+	}
+	id := op.ID
+	switch {
+	case State(op.State) == StateAwaitingApproval:
+		return op, replayed, false, nil
+	case !replayed && State(op.State) == StateExecuting:
+		op, executionReplayed, err = l.run(ctx, op, claimStart)
+	default:
+		op, executionReplayed, err = l.Execute(ctx, a, id, wait)
+	}
+	if err != nil {
+		return Operation{}, replayed, false, naming(err, id)
+	}
+	return op, replayed, executionReplayed, nil
+}
+
+// naming adds the operation's id to a refusal that does not carry it, so
+// that a caller of the one-call path can find the operation it prepared.
+func naming(err error, id string) error {
+	var le *Error
+	if !errors.As(err, &le) || le.Metadata["operation_id"] != "" {
+		return err
+	}
+	cp := *le
+	cp.Metadata = map[string]string{"operation_id": id}
+	for k, v := range le.Metadata {
+		cp.Metadata[k] = v
+	}
+	return &cp
+}
+
+func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt bool) (Operation, bool, time.Time, error) {
+	var none time.Time
+	t, err := l.ResolveTool(in.Tool, in.ToolVersion)
+	if err != nil {
+		return Operation{}, false, none, err
+	}
+	if in.Args == nil {
+		in.Args = &structpb.Struct{}
+	}
+	canonical, err := fingerprint.Canonicalize(in.Args)
+	if err != nil {
+		return Operation{}, false, none, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args", Message: err.Error()}
+	}
+	if len(canonical) > l.cfg.MaxArgsBytes {
+		return Operation{}, false, none, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_TOO_LARGE, Field: "args",
+			Message: fmt.Sprintf("args are %d bytes in canonical form; at most %d are allowed", len(canonical), l.cfg.MaxArgsBytes)}
+	}
+	if err := t.ValidateArgs(in.Args); err != nil {
+		le := &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args",
+			Message: fmt.Sprintf("args do not match the schema of %s@%s", t.Name, t.Version)}
+		var ae *tool.ArgsError
+		if errors.As(err, &ae) {
+			for _, v := range ae.Violations {
+				le.Violations = append(le.Violations, Violation{Field: "args" + v.Field, Description: v.Description})
+			}
+		} else {
+			le.Violations = []Violation{{Field: "args", Description: err.Error()}}
+		}
+		return Operation{}, false, none, le
+	}
+	// The fingerprint covers the canonical bytes just produced: the args are
+	// canonicalised once per Prepare.
+	fp, err := fingerprint.OfCanonical(in.Method, a.Tenant, t.Name, t.Version, canonical)
+	if err != nil {
+		return Operation{}, false, none, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args", Message: err.Error()}
+	}
+	if in.KeyDigest == "" {
+		in.KeyDigest = digest(in.IdempotencyKey)
+	}
+	state := StateReady
+	if t.Approval.Required {
+		state = StateAwaitingApproval
+	}
+	if err := Check("", EventPrepared, state); err != nil {
+		return Operation{}, false, none, storeErr(err)
+	}
+	id := newID("op_")
+	n := store.NewOperation{
+		ID: id, Tenant: a.Tenant, Tool: t.Name, ToolVersion: t.Version, IdempotencyKey: in.IdempotencyKey,
+		Args: canonical, Fingerprint: fp, State: string(state), PreparedBy: a.ID,
+		ApprovalRequired: t.Approval.Required, ApprovalTTL: t.Approval.TTL,
+		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, t.Name, in.IdempotencyKey, fp),
+		Actor:         a.Name, Detail: "prepared with key digest " + in.KeyDigest,
+		Notify: l.notifyOn(),
+	}
+	if claimIt && state == StateReady {
+		// The one-call path: the statement that inserts the operation also
+		// claims it, as the claim would (the table's claim rule).
+		n.Claim = &claim
+		n.Lease = store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(l.bound[t.Name+"@"+t.Version])}
+	}
+	claimStart := time.Now()
+	op, inserted, err := l.insert(ctx, a.Tenant, n)
+	if err != nil {
+		return Operation{}, false, none, storeErr(err)
+	}
+	if inserted {
+		failpoint.Inject(failpoint.AfterPrepare)
+		if state == StateAwaitingApproval && l.notifyOn() {
+			l.kickNotifier()
+		}
+		return op, false, claimStart, nil
+	}
+	existing, err := l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey)
+	if err != nil {
+		// The row that refused our insert is committed, so this is a real
+		// failure to read, not a race.
+		return Operation{}, false, none, storeErr(err)
+	}
+	if existing.Fingerprint == fp {
+		l.obs.DuplicatePrevented("Prepare", t.Name, true)
+		l.remember(existing)
+	}
+	if existing.Fingerprint != fp {
+		return Operation{}, false, none, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED,
+			Message:  "this idempotency key was already used for a different request (args, tool version or method differ); use a new key for a new operation",
+			Metadata: map[string]string{"operation_id": existing.ID}}
+	}
+	return existing, true, none, nil
+}
+
+// insert stores a new operation. With a quota it does so in a transaction
+// that also counts the tenant's operations this minute, so an operation over
+// the quota is rolled back and nothing is stored.
+func (l *Ledger) insert(ctx context.Context, tenant string, n store.NewOperation) (Operation, bool, error) {
+	if l.cfg.OpsPerMinute <= 0 {
+		return l.store.OperationInsert(ctx, n)
+	}
+	var op Operation
+	var inserted bool
+	err := l.store.InTx(ctx, func(c *store.Conn) error {
+		var err error
+		op, inserted, err = c.OperationInsert(ctx, n)
+		if err != nil || !inserted {
+			return err
+		}
+		count, err := c.TenantUsageBump(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		if int(count) > l.cfg.OpsPerMinute {
+			return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED,
+				Message:    fmt.Sprintf("this tenant may create %d operations per minute; nothing was stored", l.cfg.OpsPerMinute),
+				RetryAfter: time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)) + 100*time.Millisecond}
+		}
+		return nil
+	})
+	return op, inserted, err
+}

@@ -1,0 +1,447 @@
+package mcpgateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	client "github.com/opledger/opledger/clients/go"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+)
+
+// Statuses of an answer's structured content (docs/mcp.md, "Answers").
+const (
+	StatusSucceeded        = "succeeded"
+	StatusAwaitingApproval = "awaiting_approval"
+	StatusExecuting        = "executing"
+	StatusPending          = "pending"
+	StatusOutcomeUnknown   = "outcome_unknown"
+	StatusFailed           = "failed"
+	StatusRejected         = "rejected"
+	StatusCancelled        = "cancelled"
+	StatusError            = "error"
+)
+
+// Answer is the structured content of every tools/call result.
+type Answer struct {
+	// Status says what happened; see the Status constants.
+	Status string `json:"status"`
+	// OperationID is the ledger's operation, when one was recorded.
+	OperationID string `json:"operation_id,omitempty"`
+	// Tool and ToolVersion name the operation's tool.
+	Tool        string `json:"tool,omitempty"`
+	ToolVersion string `json:"tool_version,omitempty"`
+	// State is the operation's ledger state, e.g. "STATE_SUCCEEDED".
+	State string `json:"state,omitempty"`
+	// Replayed is true when this answer was recorded before the call: the
+	// call sent nothing to the downstream.
+	Replayed bool `json:"replayed"`
+	// Result is the downstream's answer of a succeeded operation.
+	Result map[string]any `json:"result,omitempty"`
+	// ExternalRef is the downstream's reference of the effect (a charge id).
+	ExternalRef string `json:"external_ref,omitempty"`
+	// Fingerprint is the operation's fingerprint, which an approver sees.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Error explains a refusal, a failure or an unknown outcome.
+	Error *AnswerError `json:"error,omitempty"`
+	// Next says what to do now, for the model.
+	Next string `json:"next"`
+}
+
+// AnswerError is the error part of an Answer.
+type AnswerError struct {
+	// Code is the gRPC code of a refused call, e.g. "INVALID_ARGUMENT".
+	Code string `json:"code,omitempty"`
+	// Reason is the ErrorInfo reason, e.g. "ARGS_INVALID" or
+	// "DOWNSTREAM_REJECTED".
+	Reason string `json:"reason,omitempty"`
+	// Message is for people.
+	Message string `json:"message"`
+	// Violations lists the arguments that do not match the tool's schema.
+	Violations []Violation `json:"violations,omitempty"`
+}
+
+// Violation is one field of a google.rpc.BadRequest.
+type Violation struct {
+	Field       string `json:"field"`
+	Description string `json:"description"`
+}
+
+// toolHandler turns a tools/call of ledger tool t into one Prepare that also
+// executes (the one-call path; a tool that needs approval is prepared and
+// answered as awaiting approval).
+func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
+		defer cancel()
+		args := &structpb.Struct{}
+		if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
+			if err := protojson.Unmarshal(raw, args); err != nil {
+				return refusal("ARGS_INVALID", "the arguments must be a JSON object: "+err.Error(),
+					"Call again with the arguments as one JSON object matching the tool's input schema."), nil
+			}
+		}
+		key, explicit, err := explicitKey(req.Params.Meta)
+		if err != nil {
+			return refusal("IDEMPOTENCY_KEY_INVALID", err.Error(), "The host must pass the key as a string."), nil
+		}
+		if !explicit {
+			if key, err = DeriveKey(g.sessions.of(req.Session), t.GetName(), t.GetVersion(), args); err != nil {
+				return refusal("ARGS_INVALID", err.Error(), "Call again with plain JSON arguments."), nil
+			}
+		}
+		log := g.log.With("tool", t.GetName(), "key_digest", digest(key), "explicit_key", explicit)
+		prep, err := g.ledger.Prepare(ctx, t.GetName(), args, key, client.WithToolVersion(t.GetVersion()), client.WithExecute(g.opts.Wait))
+		if err != nil {
+			id := client.OperationIDOf(err)
+			if id == "" || client.ReasonOf(err) == client.ReasonIdempotencyKeyReused {
+				log.Info("prepare refused", "reason", client.ReasonOf(err), "code", status.Code(err).String())
+				return errorResult(err, nil), nil
+			}
+			// The operation was prepared and its execution refused: answer
+			// as a refused Execute of it would be answered.
+			op := &opledgerv1.Operation{Id: id}
+			if got, gerr := g.ledger.Get(ctx, id); gerr == nil {
+				op = got.GetOperation()
+			}
+			res, a := g.executeError(op, err)
+			log.Info("tools/call", "operation_id", id, "status", a.Status, "reason", client.ReasonOf(err))
+			return res, nil
+		}
+		op := prep.GetOperation()
+		var res *mcp.CallToolResult
+		var a Answer
+		switch op.GetState() {
+		case opledgerv1.State_STATE_SUCCEEDED, opledgerv1.State_STATE_FAILED, opledgerv1.State_STATE_EXECUTING:
+			res, a = render(op, prep.GetExecutionReplayed(), "")
+		case opledgerv1.State_STATE_OUTCOME_UNKNOWN:
+			if prep.GetReplayed() {
+				res, a = g.drive(ctx, op, true, false) // a repeat: the ledger may know more now
+			} else {
+				res, a = render(op, prep.GetExecutionReplayed(), "")
+			}
+		default: // awaiting approval, or a server without the one-call path
+			res, a = g.drive(ctx, op, prep.GetReplayed(), false)
+		}
+		log.Info("tools/call", "operation_id", op.GetId(), "prepare_replayed", prep.GetReplayed(), "status", a.Status)
+		return res, nil
+	}
+}
+
+// checkOperationTool describes check_operation. It may run an approved
+// operation, so it is not read-only; repeating it never adds an effect.
+func checkOperationTool() *mcp.Tool {
+	yes := true
+	return &mcp.Tool{
+		Name: CheckOperationTool,
+		Description: "Report the outcome of an operation by its operation_id, as returned by an earlier call. " +
+			"If the operation was approved and has not run yet, this runs it (once; it is the call that was approved) and reports the outcome. " +
+			"If its outcome was unknown, this asks the ledger to reconcile it with the downstream first. It never starts a new operation.",
+		InputSchema: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"operation_id": map[string]any{"type": "string", "minLength": 1, "description": "The operation_id of an earlier answer, e.g. op_01J…"},
+			},
+			"required":             []any{"operation_id"},
+			"additionalProperties": false,
+		},
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: &yes, OpenWorldHint: &yes},
+	}
+}
+
+// checkOperation reads an operation and drives it to an answer.
+func (g *Gateway) checkOperation(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
+	defer cancel()
+	var in struct {
+		OperationID string `json:"operation_id"`
+	}
+	if err := json.Unmarshal(req.Params.Arguments, &in); err != nil || in.OperationID == "" {
+		return refusal("FIELD_INVALID", "operation_id is required: a string from an earlier answer",
+			"Call check_operation with the operation_id of an earlier answer."), nil
+	}
+	resp, err := g.ledger.Get(ctx, in.OperationID)
+	if err != nil {
+		return errorResult(err, nil), nil
+	}
+	res, a := g.drive(ctx, resp.GetOperation(), true, true)
+	g.log.Info("check_operation", "operation_id", in.OperationID, "status", a.Status)
+	return res, nil
+}
+
+// drive takes an operation found by Prepare or Get to the answer of this
+// call: it executes a READY (or EXECUTING) one with a bounded wait, asks for
+// reconciliation of an unknown outcome found on a repeated call, and
+// otherwise reports the recorded state. seen says the operation existed
+// before this call.
+func (g *Gateway) drive(ctx context.Context, op *opledgerv1.Operation, seen, check bool) (*mcp.CallToolResult, Answer) {
+	if op.GetState() == opledgerv1.State_STATE_OUTCOME_UNKNOWN && seen {
+		// A repeat or a check_operation: the ledger may know more now. A
+		// Reconcile only looks the downstream up, or makes the operation
+		// READY when the downstream trustworthily says nothing arrived.
+		if rec, err := g.ledger.Reconcile(ctx, op.GetId()); err == nil {
+			op = rec.GetOperation()
+		} else {
+			g.log.Info("reconcile refused", "operation_id", op.GetId(), "reason", client.ReasonOf(err))
+		}
+	}
+	switch op.GetState() {
+	case opledgerv1.State_STATE_READY, opledgerv1.State_STATE_EXECUTING:
+		resp, err := g.ledger.Execute(ctx, op.GetId(), client.WithWait(g.opts.Wait))
+		if err != nil {
+			return g.executeError(op, err)
+		}
+		return render(resp.GetOperation(), resp.GetReplayed(), "")
+	default:
+		return render(op, seen, "")
+	}
+}
+
+// executeError answers an Execute that did not return the operation. A
+// refusal with a reason about the operation's state is that state's
+// answer; a call that was cut short (deadline, lost connection, a server
+// bug) is pending, never a failure: the operation exists and a repeat
+// cannot duplicate it.
+func (g *Gateway) executeError(op *opledgerv1.Operation, err error) (*mcp.CallToolResult, Answer) {
+	switch client.ReasonOf(err) {
+	case client.ReasonApprovalRequired:
+		return render(withState(op, opledgerv1.State_STATE_AWAITING_APPROVAL), false, "")
+	case client.ReasonApprovalExpired:
+		return render(withState(op, opledgerv1.State_STATE_AWAITING_APPROVAL), false, "Its approval expired before it ran, so a person must approve it again.")
+	case client.ReasonOperationRejected:
+		return render(withState(op, opledgerv1.State_STATE_REJECTED), true, "")
+	case client.ReasonOperationCancelled:
+		return render(withState(op, opledgerv1.State_STATE_CANCELLED), true, "")
+	case client.ReasonDownstreamUnavailable:
+		return errorResult(err, op), Answer{}
+	}
+	g.log.Info("execute cut short", "operation_id", op.GetId(), "reason", client.ReasonOf(err), "code", status.Code(err).String())
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition, codes.ResourceExhausted:
+		return errorResult(err, op), Answer{}
+	}
+	a := baseAnswer(op, false)
+	a.Status = StatusPending
+	a.Error = answerError(err)
+	a.Next = fmt.Sprintf("Do not retry with other arguments. Call check_operation with operation_id %s in a moment for the outcome.", op.GetId())
+	text := fmt.Sprintf("Pending: %s was recorded as operation %s, but the ledger did not report its outcome in time (%s). It may be running now; it will not run twice. %s",
+		op.GetTool(), op.GetId(), a.Error.short(), a.Next)
+	return result(text, a, false), a
+}
+
+// render answers from an operation's state. note, when set, is added to
+// the text.
+func render(op *opledgerv1.Operation, replayed bool, note string) (*mcp.CallToolResult, Answer) {
+	a := baseAnswer(op, replayed)
+	id, tool := op.GetId(), op.GetTool()
+	var text string
+	isError := false
+	switch op.GetState() {
+	case opledgerv1.State_STATE_SUCCEEDED:
+		a.Status = StatusSucceeded
+		a.Result = op.GetResult().AsMap()
+		a.ExternalRef = op.GetExternalRef()
+		a.Next = "Done; report the result."
+		text = fmt.Sprintf("Succeeded: %s ran as operation %s", tool, id)
+		if a.ExternalRef != "" {
+			text += fmt.Sprintf(" (reference %s)", a.ExternalRef)
+		}
+		text += "."
+		if replayed {
+			text += " This was already done earlier; nothing was done again."
+		}
+		if b, err := json.Marshal(a.Result); err == nil {
+			text += "\nResult: " + string(b)
+		}
+	case opledgerv1.State_STATE_AWAITING_APPROVAL:
+		a.Status = StatusAwaitingApproval
+		a.Next = fmt.Sprintf("Tell the user that %s awaits a person's approval. After it is approved, call check_operation with operation_id %s to run it and get the result. Do not call %s again with other arguments.", tool, id, tool)
+		text = fmt.Sprintf("Awaiting approval: %s was recorded as operation %s but has NOT been done. A person must approve it first (opledger's approval console, or the Approve call). %s", tool, id, a.Next)
+	case opledgerv1.State_STATE_READY:
+		a.Status = StatusPending
+		a.Next = fmt.Sprintf("Call check_operation with operation_id %s to run it.", id)
+		text = fmt.Sprintf("Ready: %s (operation %s) may run now but has not run yet. %s", tool, id, a.Next)
+	case opledgerv1.State_STATE_EXECUTING:
+		a.Status = StatusExecuting
+		a.Next = fmt.Sprintf("Do not retry it. Call check_operation with operation_id %s in a moment for the outcome.", id)
+		text = fmt.Sprintf("Executing: %s (operation %s) is running and its outcome is not known yet. It will not run twice. %s", tool, id, a.Next)
+	case opledgerv1.State_STATE_OUTCOME_UNKNOWN:
+		a.Status = StatusOutcomeUnknown
+		a.Error = operationError(op)
+		a.Next = fmt.Sprintf("Do NOT retry it, with these or other arguments: that could do it twice. Tell the user the outcome is unknown; call check_operation with operation_id %s later (opledger reconciles it with the downstream, or an operator settles it).", id)
+		text = fmt.Sprintf("Outcome unknown: the request of %s (operation %s) may or may not have taken effect at the downstream (%s). %s", tool, id, a.Error.short(), a.Next)
+	case opledgerv1.State_STATE_FAILED:
+		a.Status = StatusFailed
+		a.Error = operationError(op)
+		a.Next = "Nothing happened. Tell the user why; repeating this same call returns this same refusal."
+		text = fmt.Sprintf("Failed: the downstream refused %s (operation %s): %s. Nothing happened. %s", tool, id, a.Error.short(), strings.TrimPrefix(a.Next, "Nothing happened. "))
+		isError = true
+	case opledgerv1.State_STATE_REJECTED:
+		a.Status = StatusRejected
+		a.Next = "Nothing happened. Tell the user; do not try to get around the decision."
+		text = fmt.Sprintf("Rejected: an approver denied %s (operation %s)", tool, id)
+		if r := op.GetApproval().GetReason(); r != "" {
+			text += ": " + r
+		}
+		text += ". " + a.Next
+		isError = true
+	case opledgerv1.State_STATE_CANCELLED:
+		a.Status = StatusCancelled
+		a.Next = "Nothing happened. Tell the user it was cancelled."
+		text = fmt.Sprintf("Cancelled: %s (operation %s) was withdrawn before it ran. %s", tool, id, a.Next)
+		isError = true
+	default:
+		a.Status = StatusPending
+		a.Next = fmt.Sprintf("Call check_operation with operation_id %s later.", id)
+		text = fmt.Sprintf("Operation %s of %s is in state %s. %s", id, tool, op.GetState(), a.Next)
+	}
+	if note != "" {
+		text += " " + note
+	}
+	return result(text, a, isError), a
+}
+
+func baseAnswer(op *opledgerv1.Operation, replayed bool) Answer {
+	return Answer{
+		OperationID: op.GetId(), Tool: op.GetTool(), ToolVersion: op.GetToolVersion(),
+		State: op.GetState().String(), Replayed: replayed, Fingerprint: op.GetFingerprint(),
+	}
+}
+
+// withState is op as an Execute refusal reported it.
+func withState(op *opledgerv1.Operation, s opledgerv1.State) *opledgerv1.Operation {
+	c := &opledgerv1.Operation{Id: op.GetId(), Tool: op.GetTool(), ToolVersion: op.GetToolVersion(),
+		Fingerprint: op.GetFingerprint(), State: s, Approval: op.GetApproval()}
+	return c
+}
+
+// errorResult is a refused call as an MCP tool error: the gRPC code, the
+// ErrorInfo reason, the message and, for bad arguments, the violations.
+// op, when set, is the operation the refusal is about.
+func errorResult(err error, op *opledgerv1.Operation) *mcp.CallToolResult {
+	a := Answer{Status: StatusError, Error: answerError(err)}
+	if op != nil {
+		a = baseAnswer(op, false)
+		a.Status, a.Error = StatusError, answerError(err)
+	}
+	a.Next = hint(client.ReasonOf(err), op)
+	text := fmt.Sprintf("Error: opledger refused the call: %s.", a.Error.short())
+	if len(a.Error.Violations) > 0 {
+		var vs []string
+		for _, v := range a.Error.Violations {
+			vs = append(vs, v.Field+": "+v.Description)
+		}
+		text += " Violations: " + strings.Join(vs, "; ") + "."
+	}
+	return result(text+" "+a.Next, a, true)
+}
+
+// refusal is the gateway's own refusal of a malformed call (nothing was
+// sent to the ledger).
+func refusal(reason, msg, next string) *mcp.CallToolResult {
+	a := Answer{Status: StatusError, Error: &AnswerError{Code: codeName(codes.InvalidArgument), Reason: reason, Message: msg}, Next: next}
+	return result(fmt.Sprintf("Error: %s. Nothing was recorded. %s", a.Error.short(), next), a, true)
+}
+
+// hint says what a refusal means for the model.
+func hint(r client.Reason, op *opledgerv1.Operation) string {
+	switch r {
+	case client.ReasonArgsInvalid, client.ReasonArgsTooLarge, client.ReasonFieldInvalid, client.ReasonToolUnknown, client.ReasonToolVersionUnknown:
+		return "Nothing was recorded. Fix the arguments to match the tool's input schema and call again."
+	case client.ReasonIdempotencyKeyReused:
+		return "Nothing changed: this idempotency key was already used for a call with other arguments. The host must use a new key for a different call."
+	case client.ReasonIdempotencyKeyInvalid, client.ReasonIdempotencyKeyMissing:
+		return "Nothing was recorded. The host's idempotency key must be 1 to 255 printable ASCII characters."
+	case client.ReasonAPIKeyMissing, client.ReasonAPIKeyInvalid, client.ReasonRoleRequired:
+		return "Nothing was recorded. The gateway's agent key is not accepted; tell the user to check the gateway's configuration."
+	case client.ReasonRateLimited, client.ReasonQuotaExceeded:
+		return "Nothing was recorded. Wait a while, then call again with the same arguments."
+	case client.ReasonOperationNotFound:
+		return "No operation with this id exists for this agent; use the operation_id of an earlier answer."
+	case client.ReasonDownstreamUnavailable:
+		return fmt.Sprintf("Nothing was sent to the downstream. Calling again with the same arguments, or check_operation with operation_id %s, is safe.", op.GetId())
+	case client.ReasonLedgerUnavailable:
+		return "The ledger could not be reached. Calling again with the same arguments is safe: it cannot do it twice."
+	}
+	if op != nil {
+		return fmt.Sprintf("Do not retry with other arguments; call check_operation with operation_id %s.", op.GetId())
+	}
+	return "Calling again with the same arguments is safe: it cannot do it twice."
+}
+
+func answerError(err error) *AnswerError {
+	e := &AnswerError{Code: codeName(status.Code(err)), Reason: string(client.ReasonOf(err))}
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		e.Message = ce.Message
+	} else {
+		e.Message = err.Error()
+	}
+	if st, ok := status.FromError(err); ok {
+		for _, d := range st.Details() {
+			if br, ok := d.(*errdetails.BadRequest); ok {
+				for _, v := range br.GetFieldViolations() {
+					e.Violations = append(e.Violations, Violation{Field: v.GetField(), Description: v.GetDescription()})
+				}
+			}
+		}
+	}
+	return e
+}
+
+// operationError is the error stored in a FAILED or OUTCOME_UNKNOWN
+// operation.
+func operationError(op *opledgerv1.Operation) *AnswerError {
+	e := &AnswerError{Reason: string(client.OperationErrorReason(op)), Message: op.GetError().GetMessage()}
+	if e.Message == "" {
+		e.Message = "no detail recorded"
+	}
+	return e
+}
+
+func (e *AnswerError) short() string {
+	if e == nil {
+		return ""
+	}
+	if e.Reason != "" {
+		return e.Reason + ": " + e.Message
+	}
+	return e.Message
+}
+
+func result(text string, a Answer, isError bool) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: a, IsError: isError}
+}
+
+// codeName is a gRPC code as the gRPC specification spells it, e.g.
+// "INVALID_ARGUMENT" (codes.Code.String gives "InvalidArgument").
+func codeName(c codes.Code) string {
+	if c == codes.OK {
+		return "OK"
+	}
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
+}
+
+// digest is what the logs show of an idempotency key.
+func digest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
