@@ -311,6 +311,9 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 	log.Info("downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
 		"sends", res.Attempts, "duration_ms", time.Since(started).Milliseconds())
 	failpoint.Inject(failpoint.AfterDownstream)
+	if failpoint.Enabled {
+		failpoint.Inject(failpoint.AfterDownstream + "/" + op.Tool)
+	}
 	if l.hooks != nil && l.hooks.AfterDownstream != nil {
 		l.hooks.AfterDownstream(ctx, op)
 	}

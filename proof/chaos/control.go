@@ -32,6 +32,9 @@ type Control struct {
 	ClockOffset time.Duration
 	// FailpointRates override --failpoint-rate for some points.
 	FailpointRates map[string]float64
+	// StallPoint, when set, is where fp-stall-first-send stops a server in
+	// this control, instead of stallPoint.
+	StallPoint string
 	// Expect is the violation kind the checker must report.
 	Expect string
 	// What says in a few words what the run re-introduces.
@@ -88,11 +91,13 @@ var Controls = map[string]Control{
 	},
 	failpoint.DefectTakeoverNoDedupe: {
 		Name: failpoint.DefectTakeoverNoDedupe, Defect: failpoint.DefectTakeoverNoDedupe,
-		// A server killed right after the downstream answered leaves its
-		// operation EXECUTING with a request sent: what a takeover then
-		// sends again.
-		FailpointRates: map[string]float64{"after-downstream": 0.05},
-		Focus:          []string{"stop", "kill", "fp-after-downstream"},
+		// A server stopped (or killed) right after the downstream answered
+		// leaves its operation EXECUTING with a request sent, past its
+		// lease: what a takeover then sends again. pay_direct's processor
+		// never dedupes.
+		StallPoint:     "after-downstream/" + ToolPayDirect,
+		FailpointRates: map[string]float64{"after-downstream": 0.01},
+		Focus:          []string{"fp-stall-first-send", "stop", "fp-after-downstream"},
 		Expect:         ViolationResent,
 		What:           "an expired lease taken over, and the operation sent again, where the downstream does not dedupe keys",
 	},

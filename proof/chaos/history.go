@@ -83,8 +83,10 @@ type History struct {
 	seq  int64
 	call int64
 	keep []Event
-	// internal are the calls the ledger answered INTERNAL.
+	// internal are the calls the ledger answered INTERNAL; reasons counts
+	// the failed calls by reason.
 	internal []Event
+	reasons  map[string]int
 	err      error
 }
 
@@ -117,6 +119,12 @@ func (h *History) Record(e Event) {
 	if e.Type == EventFail && e.Reason == "INTERNAL" {
 		h.internal = append(h.internal, e)
 	}
+	if e.Type == EventFail && e.Reason != "" {
+		if h.reasons == nil {
+			h.reasons = map[string]int{}
+		}
+		h.reasons[e.Reason]++
+	}
 	b, err := json.Marshal(e)
 	if err == nil {
 		b = append(b, '\n')
@@ -141,6 +149,13 @@ func (h *History) Internal() []Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]Event(nil), h.internal...)
+}
+
+// Failed counts the calls that failed with reason, so far.
+func (h *History) Failed(reason string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reasons[reason]
 }
 
 // Flush writes buffered lines out and reports the first write error.

@@ -124,17 +124,40 @@ func (n *nemesis) run(ctx context.Context) {
 	}
 }
 
-// missing lists the kinds this run can inject that were not injected yet.
+// missing lists the kinds this run can inject that were not injected yet,
+// or whose injections never produced what the kind exists for (a fault
+// injected while no request came, say).
 func (n *nemesis) missing() []string {
+	staged := n.staged()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []string
 	for _, k := range n.kinds() {
-		if n.injected[k] == 0 {
+		if ok, known := staged[k]; n.injected[k] == 0 || known && !ok {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// staged says, for the kinds that stage a downstream answer or a ledger
+// path, whether the run has seen it yet: the processors' answers and the
+// clients' refusals as they stand now.
+func (n *nemesis) staged() map[string]bool {
+	answers := map[string]int{}
+	for _, p := range n.r.procs.all() {
+		for a, c := range p.AnswerCounts() {
+			answers[a] += c
+		}
+	}
+	h := n.r.hist
+	return map[string]bool{
+		"proc-redirect":      answers[fakepay.AnswerRedirected] > 0,
+		"proc-in-progress":   answers[fakepay.AnswerInProgress] > 0,
+		"proc-refuse-replay": answers[fakepay.AnswerRefusedReplay] > 0,
+		// A release (nothing sent), and a pay_direct approval that lapsed.
+		"net-proc-refuse": h.Failed("DOWNSTREAM_UNAVAILABLE") > 0 && h.Failed("APPROVAL_EXPIRED") > 0,
+	}
 }
 
 // sleepCtx sleeps d or until ctx ends; false if ctx ended.
@@ -380,9 +403,13 @@ func (n *nemesis) stall(ctx context.Context, s *server) {
 		s.opMu.Unlock()
 		return
 	}
-	n.event("fp-stall-first-send", s.idx, "graceful restart with "+stallPoint+"=1*stop")
+	point := stallPoint
+	if c := n.r.control; c != nil && c.StallPoint != "" {
+		point = c.StallPoint
+	}
+	n.event("fp-stall-first-send", s.idx, "graceful restart with "+point+"=1*stop")
 	s.stop(false)
-	spec := n.r.failpointSpecAction(stallPoint, "stop")
+	spec := n.r.failpointSpecAction(point, "stop")
 	for attempt := 0; attempt < 5; attempt++ {
 		if err := s.start(context.Background(), spec); err == nil {
 			break
@@ -409,7 +436,7 @@ func (n *nemesis) stall(ctx context.Context, s *server) {
 	d := max(directTTL, lease) + n.r.between(time.Second, 3*time.Second)
 	n.injectedOne("fp-stall-first-send")
 	n.event("fp-stall-first-send", s.idx, fmt.Sprintf("stopped itself at %s; SIGCONT in %s (approval TTL %s, lease %s)",
-		stallPoint, d.Round(time.Millisecond), directTTL, lease))
+		point, d.Round(time.Millisecond), directTTL, lease))
 	sleepCtx(ctx, d)
 	s.resume()
 	n.event("fp-stall-first-send", s.idx, "SIGCONT")

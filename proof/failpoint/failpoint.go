@@ -22,6 +22,8 @@ const (
 	// BeforeDownstream: the claim is committed, no request was sent.
 	BeforeDownstream = "before-downstream"
 	// AfterDownstream: the downstream answered, the outcome is not recorded.
+	// Hit under this name, then under AfterDownstream + "/" + the tool's
+	// name.
 	AfterDownstream = "after-downstream"
 	// AfterCommit: the outcome is recorded, Execute has not answered.
 	AfterCommit = "after-commit"

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
 	"net"
@@ -151,8 +152,10 @@ type Server struct {
 	byID    map[string]*chargeRecord
 	keys    map[string]*keyEntry
 	emails  []Email
-	// requests is the record of every POST when Options.RecordRequests is set.
-	requests []*Request
+	// requests is the record of every POST when Options.RecordRequests is set,
+	// and answerCounts counts their answers.
+	requests     []*Request
+	answerCounts map[string]int
 }
 
 type chargeRecord struct {
@@ -181,6 +184,7 @@ func New(opts Options) *Server {
 		sourceHeader: opts.SourceHeader,
 		byID:         map[string]*chargeRecord{},
 		keys:         map[string]*keyEntry{},
+		answerCounts: map[string]int{},
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -269,6 +273,14 @@ func (s *Server) Requests() []Request {
 	return out
 }
 
+// AnswerCounts counts the recorded requests by answer (Request.Answer), as
+// they stand now: cheaper than Requests for a caller that polls.
+func (s *Server) AnswerCounts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.answerCounts)
+}
+
 // received records a POST that has arrived (its body read, so the server can act on it) and
 // returns its record, or nil when requests are not recorded.
 func (s *Server) received(r *http.Request, body []byte) *Request {
@@ -293,12 +305,13 @@ func (s *Server) answered(req *Request, status int, answer string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	answeredLocked(req, status, answer)
+	s.answeredLocked(req, status, answer)
 }
 
-func answeredLocked(req *Request, status int, answer string) {
+func (s *Server) answeredLocked(req *Request, status int, answer string) {
 	if req != nil {
 		req.Status, req.Answer = status, answer
+		s.answerCounts[answer]++
 	}
 }
 
@@ -312,6 +325,7 @@ func (s *Server) Reset() {
 	s.keys = map[string]*keyEntry{}
 	s.emails = nil
 	s.requests = nil
+	s.answerCounts = map[string]int{}
 	s.mu.Unlock()
 }
 
@@ -338,25 +352,25 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		if e := s.liveKeyLocked(key); e != nil {
 			switch {
 			case !e.done:
-				answeredLocked(sent, http.StatusConflict, AnswerInProgress)
+				s.answeredLocked(sent, http.StatusConflict, AnswerInProgress)
 				s.mu.Unlock()
 				log.Info("fakepay: idempotency conflict, first request in flight")
 				writeError(w, http.StatusConflict, "idempotency_conflict",
 					"another request with this Idempotency-Key is still being processed; retry later")
 			case e.canon != string(canon):
-				answeredLocked(sent, http.StatusUnprocessableEntity, AnswerKeyReused)
+				s.answeredLocked(sent, http.StatusUnprocessableEntity, AnswerKeyReused)
 				s.mu.Unlock()
 				log.Info("fakepay: idempotency key reused with another body")
 				writeError(w, http.StatusUnprocessableEntity, "idempotency_error",
 					"keys for idempotent requests can only be used with the same parameters they were first used with")
 			case s.fireLocked(&s.faults.RefuseReplay):
-				answeredLocked(sent, http.StatusBadRequest, AnswerRefusedReplay)
+				s.answeredLocked(sent, http.StatusBadRequest, AnswerRefusedReplay)
 				s.mu.Unlock()
 				log.Info("fakepay: fault refuse_replay")
 				writeError(w, http.StatusBadRequest, "invalid_request_error", "injected refusal of a repeated request")
 			default:
 				status, body := e.status, e.body
-				answeredLocked(sent, status, AnswerReplayed)
+				s.answeredLocked(sent, status, AnswerReplayed)
 				s.mu.Unlock()
 				log.Debug("fakepay: replaying stored response", "status", status)
 				w.Header().Set("Idempotent-Replayed", "true")
@@ -384,7 +398,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		if entry != nil && s.keys[key] == entry {
 			delete(s.keys, key)
 		}
-		answeredLocked(sent, http.StatusInternalServerError, AnswerFailedBeforeCommit)
+		s.answeredLocked(sent, http.StatusInternalServerError, AnswerFailedBeforeCommit)
 		s.mu.Unlock()
 		log.Info("fakepay: fault fail_before_commit")
 		writeError(w, http.StatusInternalServerError, "api_error", "injected failure before commit")
@@ -418,7 +432,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	drop := !failAfter && s.fireLocked(&s.faults.DropAfterCommit)
 	redirect := !failAfter && !drop && s.fireLocked(&s.faults.RedirectAfterCommit)
 	status, answer := afterCommitAnswer(failAfter, drop, redirect)
-	answeredLocked(sent, status, answer)
+	s.answeredLocked(sent, status, answer)
 	hook := s.webhook
 	s.mu.Unlock()
 	s.announce(hook, c, body)
@@ -533,7 +547,7 @@ func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	if s.fireLocked(&s.faults.FailBeforeCommit) {
-		answeredLocked(rec, http.StatusInternalServerError, AnswerFailedBeforeCommit)
+		s.answeredLocked(rec, http.StatusInternalServerError, AnswerFailedBeforeCommit)
 		s.mu.Unlock()
 		log.Info("fakepay: fault fail_before_commit")
 		writeError(w, http.StatusInternalServerError, "api_error", "injected failure before commit")
@@ -553,7 +567,7 @@ func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 	drop := !failAfter && s.fireLocked(&s.faults.DropAfterCommit)
 	redirect := !failAfter && !drop && s.fireLocked(&s.faults.RedirectAfterCommit)
 	status, answer := afterCommitAnswer(failAfter, drop, redirect)
-	answeredLocked(rec, status, answer)
+	s.answeredLocked(rec, status, answer)
 	s.mu.Unlock()
 
 	log = log.With("email", e.ID)

@@ -702,6 +702,8 @@ func TestRecordRequests(t *testing.T) {
 	require.JSONEq(t, invoiceBody, string(got[0].Body))
 	require.Equal(t, http.StatusSeeOther, got[3].Status)
 	require.Len(t, srv.Charges(), 2, "seven requests, two charges")
+	require.Equal(t, map[string]int{AnswerCreated: 2, AnswerReplayed: 1, AnswerRefusedReplay: 1, AnswerRedirected: 1, AnswerKeyReused: 1, AnswerInvalid: 1},
+		srv.AnswerCounts())
 
 	// Not recording is the default.
 	f := newFixture(t)
