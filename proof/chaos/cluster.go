@@ -338,6 +338,7 @@ func (s *server) env(failpoints string) []string {
 		if c.Defect != "" {
 			env = append(env, "OPLEDGER_UNSAFE_DEFECTS="+c.Defect)
 		}
+		env = append(env, c.Env...) // the last value of a variable counts
 	}
 	return env
 }

@@ -35,6 +35,8 @@ type Control struct {
 	// StallPoint, when set, is where fp-stall-first-send stops a server in
 	// this control, instead of stallPoint.
 	StallPoint string
+	// Env is added to the servers' environment.
+	Env []string
 	// Expect is the violation kind the checker must report.
 	Expect string
 	// What says in a few words what the run re-introduces.
@@ -95,7 +97,10 @@ var Controls = map[string]Control{
 		// leaves its operation EXECUTING with a request sent, past its
 		// lease: what a takeover then sends again. pay_direct's processor
 		// never dedupes.
-		StallPoint:     "after-downstream/" + ToolPayDirect,
+		StallPoint: "after-downstream/" + ToolPayDirect,
+		// The reconcilers would otherwise often find the expired lease
+		// before an Execute does, and record OUTCOME_UNKNOWN.
+		Env:            []string{"OPLEDGER_RECONCILE_INTERVAL=10s"},
 		FailpointRates: map[string]float64{"after-downstream": 0.01},
 		Focus:          []string{"fp-stall-first-send", "stop", "fp-after-downstream"},
 		Expect:         ViolationResent,
