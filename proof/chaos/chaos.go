@@ -345,8 +345,8 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	var kept []string
 	for _, k := range s.NotInjected {
 		switch {
-		case strings.HasPrefix(k, "fp-") && !opts.Failpoints, k == "db-clock-skew" && opts.Failover != "":
-			// Not a kind of this run: no failpoints; a formation's clock.
+		case strings.HasPrefix(k, "fp-") && !opts.Failpoints, trustKinds[k] && opts.Failover != "":
+			// Not a kind of this run (see nemesis.kinds).
 		case k == "db-clock-skew" && !r.fakeClock:
 			kept = append(kept, k+" (needs libfaketime: apt-get install faketime)")
 		default:
