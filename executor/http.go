@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/opledger/opledger/proof/failpoint"
 )
 
 // Defaults of Settings (see Settings.WithDefaults).
@@ -157,7 +159,7 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 		sends += n
 		res = r
 		log.Debug("executor: attempt", "attempt", attempt, "outcome", r.Outcome, "status", r.HTTPStatus, "sent", n > 0)
-		if r.Outcome == OutcomeFailed && ambiguous {
+		if r.Outcome == OutcomeFailed && ambiguous && !failpoint.Defect(failpoint.DefectRefusalOverrides) {
 			res.Outcome = OutcomeUnknown
 			res.Detail = "an earlier attempt may have reached the downstream, so a later refusal does not prove that nothing happened; last attempt: " + r.Detail
 			break
@@ -258,6 +260,10 @@ func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retr
 		// may have acted before redirecting.
 		res.Outcome = OutcomeUnknown
 		res.Detail = fmt.Sprintf("downstream answered with a redirect (%d), which is not followed; the request may have taken effect", code)
+		if failpoint.Defect(failpoint.DefectRedirectFailed) {
+			// Test-only, failpoints builds: the fixed defect, for the chaos suite's control run.
+			res.Outcome = OutcomeFailed
+		}
 	case h.cfg.Classification.Definitive(code):
 		res.Outcome = OutcomeFailed
 		res.Detail = fmt.Sprintf("downstream refused: %d %s", code, http.StatusText(code))

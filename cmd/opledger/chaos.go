@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/opledger/opledger/proof/chaos"
@@ -16,20 +17,24 @@ import (
 // processes of this very binary (so it must be built with
 // `-tags failpoints` for crash points and --control), PostgreSQL and the fake
 // processors, a workload, a nemesis and a checker. It prints the summary
-// line and fails on any violation (in --control mode: unless duplicates were
-// found).
+// line and fails on any violation (with --control=NAME: unless the checker
+// found the violations the re-introduced defect must cause).
 func cmdChaos(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := newFlagSet("chaos", "[flags]", `
 Runs the fault-injection suite (docs/reliability.md): three serve processes
 of this binary on one throwaway PostgreSQL, fake processors, a workload of
 agents and a nemesis that crashes servers and injects database, network and
 processor faults; then it checks every effect and every answer: each
-approved operation has exactly one charge or is truthfully OUTCOME_UNKNOWN.
-Needs a binary built with -tags failpoints.`)
+approved operation has exactly one charge or is truthfully OUTCOME_UNKNOWN,
+sent inside its approval. --control=NAME puts one fixed defect back instead
+and requires the checker to catch it. Needs a binary built with -tags
+failpoints.`)
 	duration := fs.Duration("duration", time.Minute, "how long the workload and the nemesis run")
 	ops := fs.Int("ops", 0, "run on past --duration until this many operations were started (0: no floor)")
 	maxDuration := fs.Duration("max-duration", 0, "cap when --ops is not reached (default 4 × --duration)")
-	control := fs.Bool("control", false, "disable deduplication in the servers: the checker must find duplicates")
+	var control controlFlag
+	fs.Var(&control, "control", "a control run, --control=NAME: put one fixed defect back and require the checker to catch it; NAME is one of "+
+		strings.Join(chaos.ControlNames(), ", ")+" (a bare --control is "+chaos.DefaultControl+")")
 	seed := fs.Uint64("seed", 0, "seed for every random choice (0: random, printed)")
 	history := fs.String("history", "", "write the JSON-lines history to this `FILE`")
 	workers := fs.Int("workers", 16, "concurrent agents")
@@ -50,7 +55,7 @@ Needs a binary built with -tags failpoints.`)
 		return err
 	}
 	opts := chaos.Options{Binary: exe, Duration: *duration, Ops: *ops, MaxDuration: *maxDuration, Workers: *workers,
-		Seed: *seed, Control: *control, Failpoints: true, FailpointRate: *rate, RequireAllFaults: *requireAll,
+		Seed: *seed, Control: string(control), Failpoints: true, FailpointRate: *rate, RequireAllFaults: *requireAll,
 		Dir: *dir, Log: stderr, Failover: string(failover), FailoverUnsafeWindows: *unsafeWindows}
 	if *history != "" {
 		f, err := os.Create(*history)
@@ -77,13 +82,38 @@ Needs a binary built with -tags failpoints.`)
 	if s.HA != nil {
 		fmt.Fprint(stdout, s.HA.Details())
 	}
+	fmt.Fprintln(stdout, s.StagedLine())
 	fmt.Fprintln(stdout, s.Line())
 	verdict := s.Err(*requireAll)
-	if s.Control && verdict == nil {
-		fmt.Fprintf(stdout, "chaos: control run: with deduplication disabled the checker detected %d duplicate effect(s), as it must\n", s.Check.Duplicates)
+	if c := s.Control; c != nil && verdict == nil {
+		fmt.Fprintf(stdout, "chaos: control run %s: with %s, the checker detected %d %s violation(s), as it must\n",
+			c.Name, c.What, s.Check.CountOf(c.Expect), c.Expect)
 	}
 	return verdict
 }
+
+// controlFlag is --control: a bare --control (as CI has always called it)
+// names the default control, --control=NAME another one.
+type controlFlag string
+
+func (c *controlFlag) String() string { return string(*c) }
+
+func (c *controlFlag) Set(v string) error {
+	switch v {
+	case "true":
+		v = chaos.DefaultControl
+	case "false":
+		v = ""
+	}
+	if _, err := chaos.LookupControl(v); err != nil {
+		return err
+	}
+	*c = controlFlag(v)
+	return nil
+}
+
+// IsBoolFlag lets --control stand without a value.
+func (c *controlFlag) IsBoolFlag() bool { return true }
 
 // failoverFlag is --failover: alone (or =sync) synchronous replication,
 // =async asynchronous replication, absent (or =false) a single PostgreSQL.

@@ -62,12 +62,13 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 		defer cancel()
 		sub = ch
 	}
+	cl := claim
 	for round := 0; round < maxClaimRounds; round++ {
 		// Taken before the claim: the lease and the approval the claim
 		// measures on the database's clock end no earlier than this instant
 		// plus what the claim reports as left (see run).
 		claimStart := time.Now()
-		op, claimed, err := l.store.OperationClaim(ctx, a.Tenant, id, claim, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
+		op, claimed, err := l.store.OperationClaim(ctx, a.Tenant, id, cl, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
 		if errors.Is(err, store.ErrNotFound) {
 			return Operation{}, false, notFound(id)
 		}
@@ -96,6 +97,15 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 			// never goes back to AWAITING_APPROVAL, where it could be denied;
 			// the next claim resubmits the same key instead. A claim that was
 			// released with nothing sent consumes nothing.
+			if op.ApprovalRequired && op.FirstSentFence == 0 && op.Fence > 0 && cl.RequireApprovalInForce &&
+				failpoint.Defect(failpoint.DefectApprovalClaim) {
+				// Test-only, failpoints builds: the fixed defect of the first
+				// claim consuming the approval, for the chaos suite's control
+				// run: an operation claimed before is claimed again whatever
+				// its approval says.
+				cl.RequireApprovalInForce = false
+				continue
+			}
 			if op.ApprovalRequired && op.FirstSentFence == 0 {
 				if l.hooks != nil && l.hooks.BeforeApprovalExpiry != nil {
 					l.hooks.BeforeApprovalExpiry(ctx, op)
@@ -208,7 +218,7 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 	// its lease: the key must still be remembered then. The statement checks
 	// that on the database's clock; a refusal falls through to
 	// OUTCOME_UNKNOWN below.
-	if b.caps.DedupesKeys {
+	if b.caps.DedupesKeys || failpoint.Defect(failpoint.DefectTakeoverNoDedupe) {
 		taken, err := l.store.OperationTakeOver(ctx, l.takeOver(op, b, l.lease(b)),
 			store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name})
 		switch {
@@ -266,11 +276,24 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 	defer cancel()
 	call := executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args}
-	if op.ApprovalRequired && op.FirstSentFence == 0 {
+	if op.ApprovalRequired && op.FirstSentFence == 0 && (op.Fence == 1 || !failpoint.Defect(failpoint.DefectApprovalClaim)) {
 		// The approval bounds when the first send may start.
 		call.SendBy = claimStart.Add(op.ApprovalExpiresAt.Sub(op.DBNow))
+		if failpoint.Defect(failpoint.DefectServerClock) {
+			// Test-only, failpoints builds: the database's timestamp read on
+			// this server's clock, for the chaos suite's control run.
+			call.SendBy = op.ApprovalExpiresAt
+		}
+	}
+	if failpoint.Defect(failpoint.DefectServerClock) {
+		var cancelSkewed context.CancelFunc
+		callCtx, cancelSkewed = context.WithDeadline(context.WithoutCancel(ctx), op.LeaseExpiresAt)
+		defer cancelSkewed()
 	}
 	failpoint.Inject(failpoint.BeforeDownstream)
+	if failpoint.Enabled && !call.SendBy.IsZero() {
+		failpoint.Inject(failpoint.BeforeFirstSend + "/" + op.Tool)
+	}
 	l.obs.ExecutionStarted(op.Tool)
 	if failpoint.FreshDownstreamKeys() {
 		// Test-only, failpoints builds: a new key per claim defeats the
@@ -288,6 +311,9 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 	log.Info("downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
 		"sends", res.Attempts, "duration_ms", time.Since(started).Milliseconds())
 	failpoint.Inject(failpoint.AfterDownstream)
+	if failpoint.Enabled {
+		failpoint.Inject(failpoint.AfterDownstream + "/" + op.Tool)
+	}
 	if l.hooks != nil && l.hooks.AfterDownstream != nil {
 		l.hooks.AfterDownstream(ctx, op)
 	}
@@ -361,6 +387,12 @@ func (l *Ledger) outcome(op Operation, res executor.Result) (store.Transition, e
 	t, err := l.transition(op, event, to, ByHolder)
 	if err != nil {
 		return t, err
+	}
+	if failpoint.Defect(failpoint.DefectRefusalOverrides) {
+		// Test-only, failpoints builds: the fixed defect of a refusal after
+		// an earlier possible send recorded as FAILED, for the chaos suite's
+		// control run.
+		t.RequireFirstSend = false
 	}
 	t.Actor, t.Detail, t.SetError, t.Error = "server:"+l.cfg.ServerID, detail, true, stored
 	if to == StateSucceeded {

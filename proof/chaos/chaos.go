@@ -1,12 +1,13 @@
 // Package chaos is opledger's proof under failure, modelled on Jepsen: a
 // workload of concurrent agents records a history of every call it makes
 // to three real `opledger serve` processes sharing one PostgreSQL, a
-// nemesis injects faults (SIGKILL, SIGSTOP past the lease, PostgreSQL
-// crashes, network latency, resets and partitions, every fault of the fake
-// processor, crashes at named failpoints), and a checker then counts the
-// effects at the processor and compares them, and every answer a client
-// received, with the ledger's final state. `opledger chaos` runs it; see
-// docs/reliability.md.
+// nemesis injects faults (SIGKILL, SIGSTOP past the lease and the approval,
+// PostgreSQL crashes and clock steps, network latency, resets, partitions
+// and refusals, every fault of the fake processor, crashes and stalls at
+// named failpoints), and a checker then counts the effects and the
+// requests at the processors and compares them, and every answer a client
+// received, with the ledger's final state and event log. `opledger chaos`
+// runs it; see docs/reliability.md.
 package chaos
 
 import (
@@ -17,6 +18,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,11 +51,10 @@ type Options struct {
 	// picks one (it is printed, so a run can be repeated as far as timing
 	// allows).
 	Seed uint64
-	// Control switches deduplication off: in the servers
-	// (OPLEDGER_UNSAFE_FRESH_DOWNSTREAM_KEY=1, honoured by failpoints builds
-	// only: a new downstream key per claim) and at pay_invoice's processor
-	// (no_key_support all along). The checker must then find duplicates.
-	Control bool
+	// Control names a control run (Controls): a defect re-introduced in the
+	// servers (honoured by failpoints builds only), which the checker must
+	// then report. "" is a normal run.
+	Control string
 	// Failpoints: Binary has failpoints compiled in, so crash points are
 	// injected. Without it the failpoint fault kinds are skipped.
 	Failpoints bool
@@ -121,13 +123,20 @@ func (o *Options) defaults() {
 // Summary is the outcome of a run: what was injected and what the checker
 // found.
 type Summary struct {
-	Ops, Kills, Stops, PGCrashes, NetFaults, ProcFaults, FailpointCrashes int
-	Check                                                                 CheckResult
+	Ops, Kills, Stops, Stalls, PGCrashes, ClockSteps, NetFaults, ProcFaults, FailpointCrashes int
+	Check                                                                                     CheckResult
 	// Injected counts each fault kind (FaultKinds) actually injected.
 	Injected map[string]int
 	// NotInjected lists the fault kinds never injected.
 	NotInjected []string
-	Control     bool
+	// NotStaged lists the downstream answers and ledger paths the new
+	// fault kinds exist for that the run never produced (see staged).
+	NotStaged []string
+	// Control is the control run's, nil for a normal run.
+	Control *Control
+	// ClockOffset is the database clock's offset from the servers' at the
+	// end of the run.
+	ClockOffset time.Duration
 	Seed        uint64
 	Elapsed     time.Duration
 	// HA is the failover mode's report; nil without Options.Failover.
@@ -137,22 +146,46 @@ type Summary struct {
 // Line is the one-line summary.
 func (s Summary) Line() string {
 	c := s.Check
-	line := fmt.Sprintf("chaos: ops=%d kills=%d stops=%d pg_crashes=%d net_faults=%d proc_faults=%d failpoint_crashes=%d duplicates=%d lost=%d stuck=%d unknown=%d inconsistent=%d",
-		s.Ops, s.Kills, s.Stops, s.PGCrashes, s.NetFaults, s.ProcFaults, s.FailpointCrashes,
-		c.Duplicates, c.Lost, c.Stuck, c.Unknown, c.Inconsistent)
+	line := fmt.Sprintf("chaos: ops=%d kills=%d stops=%d stalls=%d pg_crashes=%d clock_steps=%d net_faults=%d proc_faults=%d failpoint_crashes=%d "+
+		"duplicates=%d resent=%d lost=%d false_failed=%d unapproved=%d stuck=%d unknown=%d inconsistent=%d internal=%d",
+		s.Ops, s.Kills, s.Stops, s.Stalls, s.PGCrashes, s.ClockSteps, s.NetFaults, s.ProcFaults, s.FailpointCrashes,
+		c.Duplicates, c.Resent, c.Lost, c.FalseFailed, c.Unapproved, c.Stuck, c.Unknown, c.Inconsistent, c.Internal)
 	if s.HA != nil {
 		line += " " + s.HA.line()
 	}
 	return line
 }
 
+// StagedLine is the one-line account of what the processors received and
+// answered and of the ledger paths the faults drove operations through.
+func (s Summary) StagedLine() string {
+	c := s.Check
+	a := c.Answers
+	return fmt.Sprintf("chaos: staged sends=%d resends=%d redirected=%d in_progress=%d refused_replay=%d failed_after_commit=%d dropped=%d released=%d approvals_lapsed=%d renewed=%d late_resubmissions=%d db_clock_offset=%s",
+		c.Sends, c.Resends, a[fakepay.AnswerRedirected], a[fakepay.AnswerInProgress], a[fakepay.AnswerRefusedReplay], a[fakepay.AnswerFailedAfterCommit],
+		a[fakepay.AnswerDropped], c.Released, c.Lapsed, c.Renewed, c.LateResubmissions, s.ClockOffset)
+}
+
+// staged lists what the new fault kinds exist to produce, and the count
+// that proves each one happened: a downstream answer, or a ledger path.
+func (s Summary) staged() map[string]int {
+	a := s.Check.Answers
+	return map[string]int{
+		"a 303 after commit (proc-redirect)":                             a[fakepay.AnswerRedirected],
+		"a 409 in progress (proc-in-progress)":                           a[fakepay.AnswerInProgress],
+		"a refusal of a repeated request (proc-refuse-replay)":           a[fakepay.AnswerRefusedReplay],
+		"a release, nothing sent (net-proc-refuse)":                      s.Check.Released,
+		"an approval lapsed after a release (pay_direct, its short TTL)": s.Check.Lapsed,
+	}
+}
+
 // Err is the verdict: nil for a clean run; for a control run, nil only
-// when the checker did find duplicates.
+// when the checker did find violations of the control's kind.
 func (s Summary) Err(requireAll bool) error {
 	var errs []error
-	if s.Control {
-		if s.Check.Duplicates == 0 {
-			errs = append(errs, errors.New("control run: deduplication was off, yet the checker found no duplicate; the checker proves nothing"))
+	if c := s.Control; c != nil {
+		if c.count(s.Check) == 0 {
+			errs = append(errs, fmt.Errorf("control run %s: with %s, the checker found no %s violation; the checker proves nothing", c.Name, c.What, c.Expect))
 		}
 	} else if s.HA != nil {
 		errs = append(errs, s.HA.verdict(s.Check)...)
@@ -161,6 +194,9 @@ func (s Summary) Err(requireAll bool) error {
 	}
 	if requireAll && len(s.NotInjected) > 0 {
 		errs = append(errs, fmt.Errorf("fault kinds never injected: %s", strings.Join(s.NotInjected, ", ")))
+	}
+	if requireAll && len(s.NotStaged) > 0 {
+		errs = append(errs, fmt.Errorf("never staged: %s", strings.Join(s.NotStaged, "; ")))
 	}
 	return errors.Join(errs...)
 }
@@ -175,10 +211,19 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if opts.Binary == "" {
 		return Summary{}, errors.New("chaos: Options.Binary is required")
 	}
-	if opts.Control && !opts.Failpoints {
-		return Summary{}, errors.New("chaos: --control needs a binary built with -tags failpoints (the switch that disables deduplication exists only there)")
+	control, err := LookupControl(opts.Control)
+	if err != nil {
+		return Summary{}, err
 	}
-	r := &Runner{opts: opts, start: time.Now(), runID: fmt.Sprintf("%x", opts.Seed&0xffffffff)}
+	if control != nil && !opts.Failpoints {
+		return Summary{}, errors.New("chaos: --control needs a binary built with -tags failpoints (the switches that re-introduce defects exist only there)")
+	}
+	r := &Runner{opts: opts, control: control, start: time.Now(), runID: fmt.Sprintf("%x", opts.Seed&0xffffffff)}
+	// A failover formation runs without libfaketime: its clock is the machine's.
+	r.fakeClock = haveFaketime() && opts.Failover == ""
+	if !r.fakeClock && control != nil && control.ClockOffset != 0 {
+		return Summary{}, fmt.Errorf("chaos: control %s skews the database's clock, which needs libfaketime (apt-get install faketime) and no --failover", control.Name)
+	}
 	out := opts.History
 	if out == nil {
 		out = io.Discard
@@ -207,13 +252,13 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 			}
 		}()
 	}
-	r.logf("seed %d, dir %s, %d workers, duration %s, control %t, failover %q", opts.Seed, r.opts.Dir, opts.Workers, opts.Duration, opts.Control, opts.Failover)
+	r.logf("seed %d, dir %s, %d workers, duration %s, control %q, failover %q", opts.Seed, r.opts.Dir, opts.Workers, opts.Duration, opts.Control, opts.Failover)
 	r.nem = newNemesis(r)
 	defer r.teardown()
 	if err := r.setup(ctx); err != nil {
 		return Summary{}, err
 	}
-	r.record(Event{Type: EventInfo, Process: "runner", F: "start", Detail: fmt.Sprintf("seed=%d control=%t workers=%d duration=%s", opts.Seed, opts.Control, opts.Workers, opts.Duration)})
+	r.record(Event{Type: EventInfo, Process: "runner", F: "start", Detail: fmt.Sprintf("seed=%d control=%q workers=%d duration=%s", opts.Seed, opts.Control, opts.Workers, opts.Duration)})
 	r.nem.event("proc-key-retention", 0, fmt.Sprintf("processor ret: key_retention %s for the whole run, as pay_retained declares", keyRetention))
 	r.nem.injectedOne("proc-key-retention")
 
@@ -274,8 +319,9 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	effects := r.effects()
-	in := CheckInput{Observations: r.hist.Observations(), Ops: final, Effects: effects, Policies: policies()}
+	in := CheckInput{Observations: r.hist.Observations(), Internal: r.hist.Internal(), Ops: final, Effects: r.effects(), Sends: r.sends(),
+		Prepared: r.prepared(), Approver: approverName, Timeline: r.nem.timeline(), Policies: policies()}
+	r.recordSends(in)
 	res := Check(in)
 	var ha *FailoverReport
 	if r.ha != nil {
@@ -293,20 +339,32 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 			s.NotInjected = append(s.NotInjected, r.ha.notInjected()...)
 		}
 	}
-	s.Control = opts.Control
+	s.Control = control
 	s.Seed = opts.Seed
 	s.Elapsed = time.Since(r.start)
-	if !opts.Failpoints {
-		var kept []string
-		for _, k := range s.NotInjected {
-			if !strings.HasPrefix(k, "fp-") {
-				kept = append(kept, k)
-			}
+	var kept []string
+	for _, k := range s.NotInjected {
+		switch {
+		case strings.HasPrefix(k, "fp-") && !opts.Failpoints, trustKinds[k] && opts.Failover != "":
+			// Not a kind of this run (see nemesis.kinds).
+		case k == "db-clock-skew" && !r.fakeClock:
+			kept = append(kept, k+" (needs libfaketime: apt-get install faketime)")
+		default:
+			kept = append(kept, k)
 		}
-		s.NotInjected = kept
 	}
+	s.NotInjected = kept
+	// The failover mode's verdict is about failovers; what the other faults
+	// staged is reported, not required, there.
+	for what, n := range s.staged() {
+		if n == 0 && opts.Failover == "" {
+			s.NotStaged = append(s.NotStaged, what)
+		}
+	}
+	sort.Strings(s.NotStaged)
 	r.record(Event{Type: EventSummary, Process: "checker", Detail: s.Line()})
-	clean = s.Err(opts.RequireAllFaults) == nil && !opts.Control
+	r.record(Event{Type: EventSummary, Process: "checker", Detail: s.StagedLine()})
+	clean = s.Err(opts.RequireAllFaults) == nil && control == nil
 	return s, nil
 }
 
@@ -318,11 +376,15 @@ const (
 
 // Runner is one chaos run's world.
 type Runner struct {
-	opts  Options
-	start time.Time
-	runID string
-	hist  *History
-	phase atomic.Int32
+	opts    Options
+	control *Control
+	start   time.Time
+	// fakeClock: PostgreSQL runs under libfaketime, so the nemesis can step
+	// its clock.
+	fakeClock bool
+	runID     string
+	hist      *History
+	phase     atomic.Int32
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -396,7 +458,7 @@ func (r *Runner) setup(ctx context.Context) error {
 	}
 	agent, _, err := ledger.CreatePrincipal(ctx, st, tenant, "chaos-agent", []string{ledger.RoleAgent})
 	if err == nil {
-		r.approver, _, err = ledger.CreatePrincipal(ctx, st, tenant, "chaos-approver", []string{ledger.RoleApprover})
+		r.approver, _, err = ledger.CreatePrincipal(ctx, st, tenant, approverName, []string{ledger.RoleApprover})
 	}
 	st.Close()
 	if err != nil {
@@ -409,7 +471,7 @@ func (r *Runner) setup(ctx context.Context) error {
 	}
 	r.secret = fmt.Sprintf("%x", secret)
 
-	r.procs, err = startProcessors(r.opts.Seed, r.opts.Control)
+	r.procs, err = startProcessors(r.opts.Seed, r.control)
 	if err != nil {
 		return err
 	}
@@ -431,7 +493,7 @@ func (r *Runner) setup(ctx context.Context) error {
 	r.logf("starting %d opledger servers (%s serve)", numServers, r.opts.Binary)
 	for _, s := range r.servers {
 		s.opMu.Lock()
-		err := s.start(ctx, r.failpointSpec(""))
+		err := s.start(ctx, r.failpointSpec())
 		s.opMu.Unlock()
 		if err != nil {
 			return err
@@ -447,12 +509,24 @@ func (r *Runner) startDatabase(ctx context.Context) (pgAddr string, err error) {
 	if r.opts.Failover != "" {
 		return r.startFailover(ctx)
 	}
-	r.logf("starting PostgreSQL")
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(r.opts.Dir, "pg"),
-		Settings: map[string]string{"max_connections": "200"}})
+	offset := clockStart
+	if r.control != nil && r.control.ClockOffset != 0 {
+		offset = r.control.ClockOffset
+	}
+	if !r.fakeClock {
+		offset = 0
+	}
+	r.logf("starting PostgreSQL (clock offset %s)", offset)
+	pgPort, err := stablePort()
 	if err != nil {
 		return "", err
 	}
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(r.opts.Dir, "pg"), Port: pgPort,
+		Settings: map[string]string{"max_connections": "200"}, FakeClock: r.fakeClock, ClockOffset: offset})
+	if err != nil {
+		return "", err
+	}
+	r.nem.clockStarted(offset)
 	r.cluster = c
 	if err := c.CreateDatabase(ctx, "chaos", ""); err != nil {
 		return "", err
@@ -461,22 +535,28 @@ func (r *Runner) startDatabase(ctx context.Context) (pgAddr string, err error) {
 	return fmt.Sprintf("127.0.0.1:%d", c.Port()), nil
 }
 
-// failpointSpec is OPLEDGER_FAILPOINTS for a server started now: extra
-// (one scheduled crash) plus, during the run, every named point at the
-// configured rate; nothing once the run is over.
-func (r *Runner) failpointSpec(extra string) string {
+// failpointSpec is OPLEDGER_FAILPOINTS for a server started now: during
+// the run, every named point at the configured rate; nothing once the run
+// is over.
+func (r *Runner) failpointSpec() string { return r.failpointSpecAction("", "") }
+
+// failpointSpecAction is failpointSpec plus extra armed once with action
+// (one scheduled crash or stall).
+func (r *Runner) failpointSpecAction(extra, action string) string {
 	if !r.opts.Failpoints || r.phase.Load() != phaseRun {
 		return ""
 	}
 	var parts []string
 	if extra != "" {
-		parts = append(parts, extra+"=1*kill")
+		parts = append(parts, extra+"=1*"+action)
 	}
-	if r.opts.FailpointRate > 0 {
-		for _, p := range failpointNames {
-			if p != extra {
-				parts = append(parts, fmt.Sprintf("%s=p%g*kill", p, r.opts.FailpointRate))
-			}
+	for _, p := range failpointNames {
+		rate := r.opts.FailpointRate
+		if c := r.control; c != nil && c.FailpointRates[p] > 0 {
+			rate = c.FailpointRates[p]
+		}
+		if p != extra && rate > 0 {
+			parts = append(parts, fmt.Sprintf("%s=p%g*kill", p, rate))
 		}
 	}
 	return strings.Join(parts, ",")
@@ -556,7 +636,7 @@ func (r *Runner) teardown() {
 // effects reads every charge and e-mail from every processor.
 func (r *Runner) effects() []Effect {
 	var out []Effect
-	for _, p := range []*fakepay.Server{r.procs.pay, r.procs.ret, r.procs.mail} {
+	for _, p := range r.procs.all() {
 		name := r.procs.name(p)
 		for _, c := range p.Charges() {
 			out = append(out, Effect{Kind: "charge", ID: c.ID, Key: c.IdempotencyKey, Subject: name + ":" + c.InvoiceID})
@@ -566,4 +646,55 @@ func (r *Runner) effects() []Effect {
 		}
 	}
 	return out
+}
+
+// sends reads every request every processor received.
+func (r *Runner) sends() []Send {
+	var out []Send
+	for _, p := range r.procs.all() {
+		for _, q := range p.Requests() {
+			n, _ := strconv.Atoi(q.Source)
+			out = append(out, Send{Processor: r.procs.name(p), Key: q.IdempotencyKey, Server: n, At: q.Received,
+				Body: q.Body, Answer: q.Answer, Status: q.Status})
+		}
+	}
+	return out
+}
+
+// prepared is what the workload prepared, by operation id.
+func (r *Runner) prepared() map[string]PreparedOp {
+	out := map[string]PreparedOp{}
+	for _, t := range r.trackedOps() {
+		if id := t.opID(); id != "" {
+			args, _ := t.args.MarshalJSON()
+			out[id] = PreparedOp{Tool: t.tool, Args: args, Intent: t.intent}
+		}
+	}
+	return out
+}
+
+// recordSends writes every processor request into the history as a "send"
+// event under its operation, in the order received, so that a finding can
+// be followed from the client's calls to the processor.
+func (r *Runner) recordSends(in CheckInput) {
+	byKey := map[string]FinalOp{}
+	for _, op := range in.Ops {
+		if op.DownstreamKey != "" {
+			byKey[op.DownstreamKey] = op
+		}
+	}
+	sends := append([]Send(nil), in.Sends...)
+	sort.SliceStable(sends, func(i, j int) bool { return sends[i].At.Before(sends[j].At) })
+	for _, sd := range sends {
+		op := byKey[opOfKey(sd.Key)]
+		r.record(Event{Type: EventSend, Time: sd.At, Process: sd.Processor, Server: sd.Server, Tool: op.Tool, Op: op.ID,
+			Code: strconv.Itoa(sd.Status), Detail: sd.Answer})
+	}
+}
+
+// haveFaketime reports whether libfaketime is installed, so that PostgreSQL
+// can run with a clock of its own.
+func haveFaketime() bool {
+	_, err := os.Stat(pgcluster.LibFaketime)
+	return err == nil
 }

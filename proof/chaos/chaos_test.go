@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,10 +36,10 @@ func world() CheckInput {
 			ok(6, "execute", "op_c", StateOutcomeUnknown, ""),
 		},
 		Ops: map[string]FinalOp{
-			"op_a": {ID: "op_a", Tool: ToolPay, State: StateSucceeded, ExternalRef: "ch_1", DownstreamKey: "opk_a"},
+			"op_a": {ID: "op_a", Tool: ToolPay, State: StateSucceeded, ExternalRef: "ch_1", DownstreamKey: "opk_a", Events: approvedAndRun()},
 			"op_b": {ID: "op_b", Tool: ToolEmail, State: StateOutcomeUnknown, DownstreamKey: "opk_b"},
 			// Reconciled: unknown at first, found at the processor later.
-			"op_c": {ID: "op_c", Tool: ToolPay, State: StateSucceeded, ExternalRef: "ch_3", DownstreamKey: "opk_c"},
+			"op_c": {ID: "op_c", Tool: ToolPay, State: StateSucceeded, ExternalRef: "ch_3", DownstreamKey: "opk_c", Events: approvedAndRun()},
 		},
 		Effects: []Effect{
 			{Kind: "charge", ID: "ch_1", Key: "opk_a"},
@@ -46,6 +47,16 @@ func world() CheckInput {
 			{Kind: "charge", ID: "ch_3", Key: "opk_c"},
 		},
 		Policies: policies(),
+	}
+}
+
+// approvedAndRun is the event log of an operation approved and claimed
+// just before t0 (on a database clock without offset).
+func approvedAndRun() []OpEvent {
+	return []OpEvent{
+		{Seq: 1, Type: "PREPARED", At: t0.Add(-3 * time.Second)},
+		{Seq: 2, Type: "APPROVED", At: t0.Add(-2 * time.Second)},
+		{Seq: 3, Type: "CLAIMED", Fence: 1, At: t0.Add(-time.Second)},
 	}
 }
 
@@ -266,4 +277,309 @@ func TestTinyRun(t *testing.T) {
 	require.Positive(t, s.Check.Succeeded)
 	require.Contains(t, hist.String(), `"type":"nemesis"`)
 	require.Contains(t, hist.String(), `"type":"summary"`)
+}
+
+// t0 is the real instant the approval tests start at.
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// directWorld is one pay_direct operation (approval TTL directTTL, no
+// dedupe) approved at t0 and executed at once, with the database's clock
+// offset from the real one by offset: a clean case the tests below spoil.
+func directWorld(offset time.Duration) CheckInput {
+	db := func(d time.Duration) time.Time { return t0.Add(offset + d) }
+	args := json.RawMessage(`{"invoice_id":"INV-1","amount_minor":100,"currency":"EUR"}`)
+	return CheckInput{
+		Ops: map[string]FinalOp{"op_d": {ID: "op_d", Tool: ToolPayDirect, State: StateSucceeded, ExternalRef: "ch_d", DownstreamKey: "opk_d",
+			Fingerprint: "v1:f", ApprovedFingerprint: "v1:f", Decision: "APPROVE",
+			Events: []OpEvent{
+				{Seq: 1, Type: "PREPARED", At: db(-time.Second)},
+				{Seq: 2, Type: "APPROVED", Actor: approverName, At: db(0)},
+				{Seq: 3, Type: "CLAIMED", Fence: 1, At: db(100 * time.Millisecond)},
+				{Seq: 4, Type: "SUCCEEDED", Fence: 1, At: db(300 * time.Millisecond)},
+			}}},
+		Effects:  []Effect{{Kind: "charge", ID: "ch_d", Key: "opk_d"}},
+		Sends:    []Send{{Processor: "direct", Key: "opk_d", Server: 1, At: t0.Add(200 * time.Millisecond), Body: args, Answer: "created", Status: 200}},
+		Prepared: map[string]PreparedOp{"op_d": {Tool: ToolPayDirect, Args: args, Intent: intentRun}},
+		Approver: approverName,
+		Timeline: Timeline{Offsets: []ClockStep{{At: t0.Add(-time.Hour), Offset: offset}}, Pickup: faketimePickup},
+		Policies: policies(),
+	}
+}
+
+func TestCheckerApprovalClean(t *testing.T) {
+	t.Parallel()
+	for _, offset := range []time.Duration{0, 90 * time.Second, -90 * time.Second} {
+		r := Check(directWorld(offset))
+		require.True(t, r.OK(), "offset %s: %+v", offset, r.Violations)
+		require.Equal(t, 1, r.Sends)
+	}
+}
+
+// TestCheckerFlagsClaimAfterApproval: the approval-claim defect. Attempt 1
+// was released (nothing sent), the approval lapsed, and attempt 2 was
+// claimed and sent anyway.
+func TestCheckerFlagsClaimAfterApproval(t *testing.T) {
+	t.Parallel()
+	in := directWorld(90 * time.Second)
+	op := in.Ops["op_d"]
+	db := func(d time.Duration) time.Time { return t0.Add(90*time.Second + d) }
+	op.Events = append(op.Events[:3],
+		OpEvent{Seq: 4, Type: "RELEASED", Fence: 1, At: db(200 * time.Millisecond)},
+		OpEvent{Seq: 5, Type: "CLAIMED", Fence: 2, At: db(3500 * time.Millisecond)},
+		OpEvent{Seq: 6, Type: "SUCCEEDED", Fence: 2, At: db(3600 * time.Millisecond)})
+	in.Ops["op_d"] = op
+	in.Sends[0].At = t0.Add(3550 * time.Millisecond)
+	r := Check(in)
+	require.Equal(t, 1, r.Unapproved, "%+v", r.Violations)
+	require.Contains(t, r.Violations[0].Detail, "attempt 2, the first the ledger did not release, was claimed")
+	require.Equal(t, 1, r.Released)
+
+	// Claimed in time, the same operation is clean.
+	op.Events[4].At, op.Events[5].At = db(2900*time.Millisecond), db(3000*time.Millisecond)
+	in.Sends[0].At = t0.Add(2950 * time.Millisecond)
+	require.True(t, Check(in).OK())
+}
+
+// TestCheckerFlagsLateFirstSend: the server-clock defect. A claim in time,
+// then a first request the processor received long after the approval's
+// end in real time, with the database's clock 90s ahead.
+func TestCheckerFlagsLateFirstSend(t *testing.T) {
+	t.Parallel()
+	in := directWorld(90 * time.Second)
+	in.Sends[0].At = t0.Add(directTTL + Tolerance + 500*time.Millisecond)
+	r := Check(in)
+	require.Equal(t, 1, r.Unapproved, "%+v", r.Violations)
+	require.Contains(t, r.Violations[0].Detail, "after the approval's end")
+
+	// Within the tolerance it is not.
+	in.Sends[0].At = t0.Add(directTTL + Tolerance - 100*time.Millisecond)
+	require.True(t, Check(in).OK())
+
+	// A SIGSTOP of the sending server (or its proxy holding traffic) that
+	// began by the approval's end excuses a request until it ended.
+	in.Sends[0].At = t0.Add(directTTL + 6*time.Second)
+	in.Timeline.Holds = []Hold{{Server: 2, From: t0.Add(time.Second), To: t0.Add(directTTL + 5*time.Second), Kind: "stop"}}
+	require.Equal(t, 1, Check(in).Unapproved, "a hold on another server excuses nothing")
+	in.Timeline.Holds[0].Server = 1
+	require.True(t, Check(in).OK())
+
+	// A later attempt (a takeover) claimed before the request arrived may
+	// have sent it: counted, not flagged.
+	in.Timeline.Holds = nil
+	op := in.Ops["op_d"]
+	db := func(d time.Duration) time.Time { return t0.Add(90*time.Second + d) }
+	op.Events = append(op.Events[:3],
+		OpEvent{Seq: 4, Type: "LEASE_TAKEN_OVER", Fence: 2, At: db(5500 * time.Millisecond)},
+		OpEvent{Seq: 5, Type: "SUCCEEDED", Fence: 2, At: db(6100 * time.Millisecond)})
+	in.Ops["op_d"] = op
+	r = Check(in)
+	require.True(t, r.OK(), "%+v", r.Violations)
+	require.Equal(t, 1, r.LateResubmissions)
+}
+
+// TestCheckerClockStep: the database's clock stepped forward just before
+// the approval. The approval's end converts with the offset in force at the
+// claim (the new one), not with the old one, which would excuse 45s.
+func TestCheckerClockStep(t *testing.T) {
+	t.Parallel()
+	in := directWorld(135 * time.Second)
+	in.Timeline.Offsets = []ClockStep{{At: t0.Add(-time.Hour), Offset: 90 * time.Second}, {At: t0.Add(-2 * time.Second), Offset: 135 * time.Second}}
+	require.True(t, Check(in).OK())
+	in.Sends[0].At = t0.Add(8 * time.Second)
+	require.Equal(t, 1, Check(in).Unapproved)
+
+	// Within the pickup after the step a backend may still read the old
+	// offset; a reading then tells which one it used, unless the step is
+	// smaller than the pickup.
+	tl := in.Timeline
+	lo, hi := tl.offsetsAt(t0.Add(89*time.Second), t0)
+	require.Equal(t, []time.Duration{90 * time.Second, 90 * time.Second}, []time.Duration{lo, hi})
+	lo, hi = tl.offsetsAt(t0.Add(134*time.Second), t0)
+	require.Equal(t, []time.Duration{135 * time.Second, 135 * time.Second}, []time.Duration{lo, hi})
+	tl.Offsets[1].Offset = 91 * time.Second
+	lo, hi = tl.offsetsAt(t0.Add(89200*time.Millisecond), t0)
+	require.Equal(t, []time.Duration{90 * time.Second, 91 * time.Second}, []time.Duration{lo, hi}, "either offset can have produced that reading")
+}
+
+func TestCheckerFlagsUnapprovedSends(t *testing.T) {
+	t.Parallel()
+	// Sent, although the workload denied it.
+	in := directWorld(0)
+	p := in.Prepared["op_d"]
+	p.Intent = intentDeny
+	in.Prepared["op_d"] = p
+	require.Equal(t, 1, Check(in).Unapproved)
+
+	// Other arguments than the ones approved.
+	in = directWorld(0)
+	in.Sends[0].Body = json.RawMessage(`{"invoice_id":"INV-1","amount_minor":999,"currency":"EUR"}`)
+	require.Equal(t, 1, Check(in).Unapproved)
+	// The same arguments in another order and spacing are the same.
+	in.Sends[0].Body = json.RawMessage(`{ "currency":"EUR","amount_minor":100, "invoice_id":"INV-1"}`)
+	require.True(t, Check(in).OK())
+
+	// An approval accepted for another fingerprint.
+	in = directWorld(0)
+	in.Observations = []Event{{Type: EventOK, Process: "w1", Call: 9, F: "approve-mismatch", Server: 1, Op: "op_d", State: StateReady}}
+	require.Equal(t, 1, Check(in).Unapproved)
+	in = directWorld(0)
+	op := in.Ops["op_d"]
+	op.ApprovedFingerprint = "v1:other"
+	in.Ops["op_d"] = op
+	require.Equal(t, 1, Check(in).Unapproved)
+
+	// An approval not given by the approver.
+	in = directWorld(0)
+	in.Ops["op_d"].Events[1].Actor = "server:s1"
+	require.Equal(t, 1, Check(in).Unapproved)
+
+	// A request during an attempt the ledger released (nothing sent).
+	in = directWorld(0)
+	op = in.Ops["op_d"]
+	op.State, op.ExternalRef = StateReady, ""
+	op.Events[3] = OpEvent{Seq: 4, Type: "RELEASED", Fence: 1, At: t0.Add(300 * time.Millisecond)}
+	in.Ops["op_d"] = op
+	in.Effects = nil
+	in.Sends[0].Answer, in.Sends[0].Status = "failed_before_commit", 500
+	r := Check(in)
+	require.Equal(t, 1, r.Unapproved, "%+v", r.Violations)
+	require.Contains(t, r.Violations[0].Detail, "released every attempt")
+}
+
+func TestCheckerFlagsResent(t *testing.T) {
+	t.Parallel()
+	in := world()
+	// send_email does not dedupe: its second request is a violation even
+	// when (as for pay_nokey on a processor that happens to dedupe) it
+	// made no second effect; pay_invoice's second request is a resend.
+	in.Sends = []Send{
+		{Processor: "mail", Key: "opk_b", Server: 1, At: t0, Answer: "created"},
+		{Processor: "mail", Key: "opk_b", Server: 2, At: t0.Add(time.Second), Answer: "replayed"},
+		{Processor: "pay", Key: "opk_a", Server: 1, At: t0, Answer: "failed_after_commit"},
+		{Processor: "pay", Key: "opk_a", Server: 1, At: t0.Add(time.Second), Answer: "replayed"},
+		{Processor: "pay", Key: "opk_c", Server: 3, At: t0, Answer: "created"},
+	}
+	r := Check(in)
+	require.Equal(t, 1, r.Resent, "%+v", r.Violations)
+	require.Equal(t, ViolationResent, r.Violations[0].Kind)
+	require.Equal(t, "op_b", r.Violations[0].Op)
+	require.Equal(t, 1, r.Resends)
+	require.Equal(t, 5, r.Sends)
+	require.Equal(t, 2, r.Answers["replayed"])
+
+	// A request under a key no operation accounts for.
+	in.Sends = append(in.Sends, Send{Processor: "pay", Key: "opk_nobody", At: t0})
+	require.Equal(t, 1, Check(in).Inconsistent)
+}
+
+func TestCheckerFlagsFalseFailed(t *testing.T) {
+	t.Parallel()
+	in := world()
+	// The processor charged, the ledger says FAILED (a 3xx, or a refusal of
+	// a retry, taken for a definitive refusal).
+	in.Ops["op_c"] = FinalOp{ID: "op_c", Tool: ToolPay, State: StateFailed, DownstreamKey: "opk_c"}
+	in.Observations = in.Observations[:4]
+	r := Check(in)
+	require.Equal(t, 1, r.FalseFailed, "%+v", r.Violations)
+	require.Zero(t, r.Lost)
+	require.Equal(t, ViolationFalseFailed, r.Violations[0].Kind)
+}
+
+func TestControlsAreKnown(t *testing.T) {
+	t.Parallel()
+	for _, name := range ControlNames() {
+		c, err := LookupControl(name)
+		require.NoError(t, err)
+		require.Equal(t, name, c.Name)
+		require.Contains(t, []string{ViolationDuplicate, ViolationResent, ViolationFalseFailed, ViolationUnapproved}, c.Expect)
+		for _, k := range c.Focus {
+			require.Contains(t, FaultKinds, k)
+		}
+	}
+	_, err := LookupControl("nonsense")
+	require.ErrorContains(t, err, "unknown control")
+	c, err := LookupControl("")
+	require.NoError(t, err)
+	require.Nil(t, c)
+	require.Contains(t, ControlNames(), DefaultControl)
+}
+
+// TestProxyRefuse: while refusing, a connection attempt fails at once
+// (nothing could be written), open connections are reset, and the proxy
+// listens on the same address again after.
+func TestProxyRefuse(t *testing.T) {
+	t.Parallel()
+	p, err := NewProxy(echoServer(t))
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Write([]byte("x"))
+	require.NoError(t, err)
+	buf := make([]byte, 1)
+	_, err = io.ReadFull(c, buf)
+	require.NoError(t, err)
+
+	p.Set(NetRefuse, 0)
+	_, err = net.DialTimeout("tcp", p.Addr(), time.Second)
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(2*time.Second)))
+	_, err = io.ReadFull(c, buf)
+	require.Error(t, err, "the open connection is reset")
+
+	p.Heal()
+	c2, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c2.Close()
+	_, err = c2.Write([]byte("y"))
+	require.NoError(t, err)
+	_, err = io.ReadFull(c2, buf)
+	require.NoError(t, err)
+	require.Equal(t, "y", string(buf))
+}
+
+func TestCheckerFlagsInternal(t *testing.T) {
+	t.Parallel()
+	in := world()
+	in.Internal = []Event{{Type: EventFail, Process: "w3", Call: 7, F: "prepare", Server: 2, Code: "Internal", Reason: "INTERNAL", Detail: "internal error"}}
+	r := Check(in)
+	require.Equal(t, 1, r.Internal)
+	require.Equal(t, ViolationInternal, r.Violations[0].Kind)
+
+	// The history keeps such answers, and only those.
+	h := NewHistory(io.Discard)
+	h.Record(in.Internal[0])
+	h.Record(Event{Type: EventFail, F: "execute", Code: "Unavailable", Reason: "LEDGER_UNAVAILABLE"})
+	require.Len(t, h.Internal(), 1)
+}
+
+// TestCheckerClockStepRace: a claim read the new offset a moment after the
+// step (whose time is taken before the offset file is written). Found by a
+// short run: with the step timed after the write, the claim's reading
+// matched no offset, and the checker flagged a first request that came
+// before the claim.
+func TestCheckerClockStepRace(t *testing.T) {
+	t.Parallel()
+	in := directWorld(0)
+	in.Timeline.Offsets = []ClockStep{{At: t0.Add(-time.Hour), Offset: -17 * time.Second}, {At: t0, Offset: 68 * time.Second}}
+	op := in.Ops["op_d"]
+	op.Tool = ToolPay // a 15-minute approval: the forward step does not end it
+	p := in.Prepared["op_d"]
+	p.Tool = ToolPay
+	in.Prepared["op_d"] = p
+	// Prepared and approved just before the step, on the old offset; claimed
+	// 1ms after it, on the new one; sent at once.
+	op.Events[0].At, op.Events[1].At = t0.Add(-17*time.Second-10*time.Millisecond), t0.Add(-17*time.Second-5*time.Millisecond)
+	op.Events[2].At, op.Events[3].At = t0.Add(68*time.Second+time.Millisecond), t0.Add(68*time.Second+5*time.Millisecond)
+	in.Ops["op_d"] = op
+	in.Sends[0].Processor, in.Sends[0].At = "pay", t0.Add(2*time.Millisecond)
+	r := Check(in)
+	require.True(t, r.OK(), "%+v", r.Violations)
+
+	// Had the step been timed after the write (4ms later), no offset would
+	// match the claim's reading.
+	in.Timeline.Offsets[1].At = t0.Add(4 * time.Millisecond)
+	lo, hi := in.Timeline.offsetsAt(op.Events[2].At, in.Sends[0].At)
+	require.Equal(t, []time.Duration{-17 * time.Second, 68 * time.Second}, []time.Duration{lo, hi}, "the fallback allows for the step just after")
 }

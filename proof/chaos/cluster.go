@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,6 +29,9 @@ import (
 const (
 	numServers = 3
 	tenant     = "chaos"
+	// approverName is the approver's principal: every APPROVED event must
+	// name it.
+	approverName = "chaos-approver"
 	// toolTimeout is every tool's per-attempt timeout. With two attempts
 	// for the deduping tools the servers' lease is 5s (2 × 1s + 2s backoff
 	// allowance + 1s), which SIGSTOP must outlast.
@@ -37,6 +43,15 @@ const (
 	// of it, so the margin (6s) must exceed how long the network can hold
 	// a request (proc blackholes last at most 5s).
 	keyRetention = time.Minute
+	// approvalTTL is pay_invoice's and pay_retained's approval TTL, as in
+	// the demo; directTTL is pay_direct's, short enough to lapse across
+	// releases (net-proc-refuse lasts 2–8s), stops and stalls.
+	approvalTTL = 15 * time.Minute
+	directTTL   = 3 * time.Second
+	// sourceHeader carries each server's number to the processors, which
+	// record it with every request: the checker then knows which server
+	// sent a request, and which of the nemesis's faults could have held it.
+	sourceHeader = "X-Chaos-Server"
 )
 
 // The chaos tools. Their argument schemas are the demo tools'.
@@ -52,22 +67,36 @@ const (
 	ToolPayNoKey = "pay_nokey"
 	// ToolEmail is send_email as in the demo: no dedupe, no lookup.
 	ToolEmail = "send_email"
+	// ToolPayDirect charges a processor that never dedupes keys, declared
+	// so (no dedupe, no lookup, one attempt), with an approval whose TTL
+	// (directTTL) lapses across releases, stops and stalls: every send is
+	// counted, and the first must fall within the approval.
+	ToolPayDirect = "pay_direct"
 )
 
-// policies is what the checker may expect of each tool.
+// policies is what the checker may expect of each tool, as the tools file
+// declares it.
 func policies() map[string]ToolPolicy {
 	return map[string]ToolPolicy{
-		ToolPay:         {AllowUnknown: false},
-		ToolPayRetained: {AllowUnknown: true},
+		ToolPay:         {AllowUnknown: false, Dedupes: true, ApprovalTTL: approvalTTL},
+		ToolPayRetained: {AllowUnknown: true, Dedupes: true, ApprovalTTL: approvalTTL},
 		ToolPayNoKey:    {AllowUnknown: true},
 		ToolEmail:       {AllowUnknown: true},
+		ToolPayDirect:   {AllowUnknown: true, ApprovalTTL: directTTL},
 	}
 }
 
 // needsApproval reports the tools declared with approval required.
-func needsApproval(tool string) bool { return tool == ToolPay || tool == ToolPayRetained }
+func needsApproval(tool string) bool { return policies()[tool].ApprovalTTL > 0 }
 
+// failpointNames are the points that kill a server at random during the
+// run (--failpoint-rate) and the fp-* crash kinds.
 var failpointNames = []string{"after-prepare", "before-downstream", "after-downstream", "after-commit"}
+
+// stallPoint is where fp-stall-first-send stops a server: after a claim of
+// a pay_direct operation, before its first send, which its approval (of a
+// short TTL) bounds.
+const stallPoint = "before-first-send/" + ToolPayDirect
 
 const chargeSchema = `    args_schema:
       type: object
@@ -89,17 +118,19 @@ const emailSchema = `    args_schema:
       additionalProperties: false
 `
 
-// toolsYAML is one server's tools file; base is its processor proxy.
-func toolsYAML(base string) string {
+// toolsYAML is one server's tools file; base is its processor proxy, and
+// every request carries the server's number in sourceHeader.
+func toolsYAML(base string, server int) string {
 	var b strings.Builder
 	b.WriteString("tools:\n")
-	tool := func(name string, approval bool, schema, url, extra string) {
+	tool := func(name string, ttl time.Duration, schema, url, extra string) {
 		fmt.Fprintf(&b, "  - name: %s\n    version: \"1\"\n    effect: side_effect\n", name)
-		if approval {
-			b.WriteString("    approval: {required: true, ttl: 15m}\n")
+		if ttl > 0 {
+			fmt.Fprintf(&b, "    approval: {required: true, ttl: %s}\n", ttl)
 		}
 		b.WriteString(schema)
-		fmt.Fprintf(&b, "    executor:\n      type: http\n      url: %s\n      timeout: %s\n      external_ref_field: id\n%s", url, toolTimeout, extra)
+		fmt.Fprintf(&b, "    executor:\n      type: http\n      url: %s\n      timeout: %s\n      external_ref_field: id\n      headers: {%s: \"%d\"}\n%s",
+			url, toolTimeout, sourceHeader, server, extra)
 	}
 	deduping := func(path string, retention string) string {
 		s := fmt.Sprintf("      dedupes_keys: true\n      max_attempts: 2\n      lookup_url: %s%s?idempotency_key={key}\n      lookup_consistent: true\n", base, path)
@@ -108,23 +139,25 @@ func toolsYAML(base string) string {
 		}
 		return s
 	}
-	tool(ToolPay, true, chargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
-	tool(ToolPayRetained, true, chargeSchema, base+"/ret/charges", deduping("/ret/charges", keyRetention.String()))
-	tool(ToolPayNoKey, false, chargeSchema, base+"/mail/charges", "      dedupes_keys: false\n      max_attempts: 1\n")
-	tool(ToolEmail, false, emailSchema, base+"/mail/emails", "      dedupes_keys: false\n      max_attempts: 1\n")
+	tool(ToolPay, approvalTTL, chargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
+	tool(ToolPayRetained, approvalTTL, chargeSchema, base+"/ret/charges", deduping("/ret/charges", keyRetention.String()))
+	tool(ToolPayNoKey, 0, chargeSchema, base+"/mail/charges", "      dedupes_keys: false\n      max_attempts: 1\n")
+	tool(ToolEmail, 0, emailSchema, base+"/mail/emails", "      dedupes_keys: false\n      max_attempts: 1\n")
+	tool(ToolPayDirect, directTTL, chargeSchema, base+"/direct/charges", "      dedupes_keys: false\n      max_attempts: 1\n")
 	return b.String()
 }
 
 // processors are the fake payment processors, in this process (so that
 // they outlive every server crash and the checker reads their records
 // directly), on one HTTP listener: /pay/ for pay_invoice, /ret/ for
-// pay_retained, /mail/ for pay_nokey and send_email. Faults are per
-// processor, so no_key_support and key_retention hit only the tools
-// declared for them.
+// pay_retained, /mail/ for pay_nokey and send_email, /direct/ for
+// pay_direct. Faults are per processor, so no_key_support and
+// key_retention hit only the tools declared for them. Each records every
+// request it receives, deduplicated or not.
 type processors struct {
-	pay, ret, mail *fakepay.Server
-	addr           string
-	hs             *http.Server
+	pay, ret, mail, direct *fakepay.Server
+	addr                   string
+	hs                     *http.Server
 
 	mu     sync.Mutex
 	faults map[*fakepay.Server]*fakepay.Faults
@@ -133,26 +166,29 @@ type processors struct {
 	base map[*fakepay.Server]fakepay.Faults
 }
 
-// startProcessors starts the processors. In a control run the "pay"
-// processor ignores idempotency keys for the whole run as well, on top of
-// the servers' fresh key per claim, so that every retry the ledger makes
-// is a second charge the checker must see.
-func startProcessors(seed uint64, control bool) (*processors, error) {
-	p := &processors{
-		pay:  fakepay.New(fakepay.Options{Seed: seed + 1}),
-		ret:  fakepay.New(fakepay.Options{Seed: seed + 2}),
-		mail: fakepay.New(fakepay.Options{Seed: seed + 3}),
+// startProcessors starts the processors with their faults for the whole
+// run: "ret" forgets keys after keyRetention, "direct" never dedupes, and a
+// control run adds its own (see Control).
+func startProcessors(seed uint64, control *Control) (*processors, error) {
+	opts := func(n uint64) fakepay.Options {
+		return fakepay.Options{Seed: seed + n, RecordRequests: true, SourceHeader: sourceHeader}
 	}
-	p.faults = map[*fakepay.Server]*fakepay.Faults{p.pay: {}, p.ret: {}, p.mail: {}}
-	p.base = map[*fakepay.Server]fakepay.Faults{p.ret: {KeyRetention: keyRetention}}
-	if control {
-		p.base[p.pay] = fakepay.Faults{NoKeySupport: true}
+	p := &processors{pay: fakepay.New(opts(1)), ret: fakepay.New(opts(2)), mail: fakepay.New(opts(3)), direct: fakepay.New(opts(4))}
+	p.faults = map[*fakepay.Server]*fakepay.Faults{p.pay: {}, p.ret: {}, p.mail: {}, p.direct: {}}
+	p.base = map[*fakepay.Server]fakepay.Faults{p.ret: {KeyRetention: keyRetention}, p.direct: {NoKeySupport: true}}
+	if control != nil && control.Faults != nil {
+		for _, s := range p.all() {
+			f := p.base[s]
+			control.Faults(p.name(s), &f)
+			p.base[s] = f
+		}
 	}
 	p.clear()
 	mux := http.NewServeMux()
 	mux.Handle("/pay/", http.StripPrefix("/pay", p.pay))
 	mux.Handle("/ret/", http.StripPrefix("/ret", p.ret))
 	mux.Handle("/mail/", http.StripPrefix("/mail", p.mail))
+	mux.Handle("/direct/", http.StripPrefix("/direct", p.direct))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -161,6 +197,24 @@ func startProcessors(seed uint64, control bool) (*processors, error) {
 	p.hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = p.hs.Serve(ln) }()
 	return p, nil
+}
+
+// all lists the processors.
+func (p *processors) all() []*fakepay.Server {
+	return []*fakepay.Server{p.pay, p.ret, p.mail, p.direct}
+}
+
+// name is a processor's name, as the history and the controls say it.
+func (p *processors) name(s *fakepay.Server) string {
+	switch s {
+	case p.pay:
+		return "pay"
+	case p.ret:
+		return "ret"
+	case p.mail:
+		return "mail"
+	}
+	return "direct"
 }
 
 // update changes one processor's faults.
@@ -229,16 +283,15 @@ func newServer(r *Runner, idx int, pgAddr, procAddr string) (*server, error) {
 		dbp.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := stablePort()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	s := &server{r: r, idx: idx, addr: addr, dbProxy: dbp, procProxy: pp,
 		toolsPath: filepath.Join(r.opts.Dir, fmt.Sprintf("tools-%d.yaml", idx)),
 		logPath:   filepath.Join(r.opts.Dir, fmt.Sprintf("server-%d.log", idx))}
-	if err := os.WriteFile(s.toolsPath, []byte(toolsYAML("http://"+pp.Addr())), 0o600); err != nil {
+	if err := os.WriteFile(s.toolsPath, []byte(toolsYAML("http://"+pp.Addr(), idx)), 0o600); err != nil {
 		return nil, err
 	}
 	s.conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -278,8 +331,14 @@ func (s *server) env(failpoints string) []string {
 		fmt.Sprintf("OPLEDGER_SERVER_ID=s%d-%d", s.idx, s.incarnation),
 		"OPLEDGER_FAILPOINTS="+failpoints,
 	)
-	if r.opts.Control {
-		env = append(env, "OPLEDGER_UNSAFE_FRESH_DOWNSTREAM_KEY=1")
+	if c := r.control; c != nil {
+		if c.FreshKeys {
+			env = append(env, "OPLEDGER_UNSAFE_FRESH_DOWNSTREAM_KEY=1")
+		}
+		if c.Defect != "" {
+			env = append(env, "OPLEDGER_UNSAFE_DEFECTS="+c.Defect)
+		}
+		env = append(env, c.Env...) // the last value of a variable counts
 	}
 	return env
 }
@@ -318,15 +377,47 @@ func (s *server) start(ctx context.Context, failpoints string) error {
 	}()
 	s.r.record(Event{Type: EventInfo, Process: fmt.Sprintf("s%d", s.idx), F: "started", Server: s.idx,
 		Detail: fmt.Sprintf("incarnation %d pid %d failpoints %q", inc, cmd.Process.Pid, failpoints)})
-	return s.waitHealthy(ctx, done)
+	err := s.waitHealthy(ctx, cmd.Process.Pid, done)
+	if err != nil {
+		// Never leave an incarnation behind: it would keep the port, and a
+		// stopped one would keep it for good.
+		s.mu.Lock()
+		if s.cmd == cmd {
+			s.expectExit = true
+		}
+		s.mu.Unlock()
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	}
+	return err
 }
 
-func (s *server) waitHealthy(ctx context.Context, done chan struct{}) error {
-	err := opserver.WaitServing(ctx, s.conn, done, 60*time.Second)
+// waitHealthy waits until the incarnation with pid serves health checks,
+// exits (killed at a failpoint during start-up traffic: the supervisor
+// restarts it) or stops itself at a failpoint (its stall has begun).
+func (s *server) waitHealthy(ctx context.Context, pid int, done chan struct{}) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stopped atomic.Bool
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				if procStopped(pid) {
+					stopped.Store(true)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err := opserver.WaitServing(wctx, s.conn, done, 60*time.Second)
 	switch {
-	case errors.Is(err, opserver.ErrExited):
-		// Killed at a failpoint during start-up traffic (the reconciler
-		// runs at once) is possible; the supervisor restarts it.
+	case stopped.Load(), errors.Is(err, opserver.ErrExited):
 		return nil
 	case errors.Is(err, opserver.ErrNotServing):
 		return fmt.Errorf("chaos: server %d did not become healthy within 60s; see %s", s.idx, s.logPath)
@@ -354,6 +445,8 @@ func (s *server) stop(kill bool) {
 		sig = syscall.SIGKILL
 	}
 	_ = cmd.Process.Signal(sig)
+	// A process stopped at a failpoint acts on SIGTERM only once continued.
+	_ = cmd.Process.Signal(syscall.SIGCONT)
 	select {
 	case <-done:
 	case <-time.After(15 * time.Second):
@@ -397,6 +490,40 @@ func (s *server) resume() {
 	}
 }
 
+// stoppedItself reports whether the current incarnation is stopped
+// (SIGSTOP) without the nemesis having paused it: a failpoint's "stop".
+func (s *server) stoppedItself() bool {
+	s.mu.Lock()
+	cmd, paused := s.cmd, s.paused
+	s.mu.Unlock()
+	if cmd == nil || paused || !s.running() {
+		return false
+	}
+	return procStopped(cmd.Process.Pid)
+}
+
+// procStopped reports whether process pid is stopped (SIGSTOP), from
+// /proc/PID/stat.
+func procStopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state …: the state follows the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
+}
+
+// markPaused records that the current incarnation is stopped, so that
+// resume (and the final heal) sends it SIGCONT. The caller holds opMu.
+func (s *server) markPaused() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.paused = true
+	}
+}
+
 // exited handles an exit nobody asked for: a crash at a failpoint. It is
 // recorded and the server restarted.
 func (s *server) exited(inc int) {
@@ -424,7 +551,7 @@ func (s *server) exited(inc int) {
 			return
 		}
 		for attempt := 0; attempt < 5; attempt++ {
-			err := s.start(context.Background(), s.r.failpointSpec(""))
+			err := s.start(context.Background(), s.r.failpointSpec())
 			if err == nil {
 				return
 			}
@@ -474,4 +601,35 @@ func (s *server) close() {
 		s.logFile = nil
 	}
 	s.mu.Unlock()
+}
+
+// stablePort returns a free TCP port of 127.0.0.1 below the kernel's
+// ephemeral range. A server is restarted on its port many times a run, and
+// while it is down any outgoing connection on the machine may be given an
+// ephemeral port as its local port: one below that range stays free for it.
+func stablePort() (int, error) {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				lo = n
+			}
+		}
+	}
+	if lo > 11000 {
+		for i := 0; i < 100; i++ {
+			port := lo - 10000 + mrand.IntN(10000)
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err == nil {
+				_ = ln.Close()
+				return port, nil
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/proof/fakepay"
 	"github.com/opledger/opledger/proof/pgcluster"
 )
 
@@ -138,20 +137,10 @@ func (r *Runner) startFailover(ctx context.Context) (string, error) {
 	return f.nodeProxies[0].Addr(), nil
 }
 
-// name is a processor's path prefix: pay, ret or mail.
-func (p *processors) name(s *fakepay.Server) string {
-	switch s {
-	case p.pay:
-		return "pay"
-	case p.ret:
-		return "ret"
-	}
-	return "mail"
-}
-
 // protectedSubject reports an effect subject of the processor that
 // recognises a resend for sure: "pay" (pay_invoice) dedupes keys for ever.
-// "mail" (pay_nokey, send_email) does not dedupe, and "ret" (pay_retained)
+// "mail" (pay_nokey, send_email) and "direct" (pay_direct) do not dedupe,
+// and "ret" (pay_retained)
 // forgets keys after its retention, which an operation prepared again after
 // its row was lost cannot know the start of.
 func protectedSubject(subject string) bool { return strings.HasPrefix(subject, "pay:") }

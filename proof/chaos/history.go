@@ -30,6 +30,10 @@ const (
 	EventFinal = "final"
 	// EventSummary: the summary line.
 	EventSummary = "summary"
+	// EventSend: a request a processor received (Process is the processor,
+	// Server the sender, Code the status answered, Detail the answer),
+	// recorded after the run at the time it arrived.
+	EventSend = "send"
 )
 
 // Event is one line of the JSON-lines history: every client invocation and
@@ -60,6 +64,8 @@ type Event struct {
 	Code     string `json:"code,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	Detail   string `json:"detail,omitempty"`
+	// Events is a final operation's event log (database clock).
+	Events []OpEvent `json:"events,omitempty"`
 }
 
 // KeyDigest is the digest under which an idempotency key appears in the
@@ -77,7 +83,11 @@ type History struct {
 	seq  int64
 	call int64
 	keep []Event
-	err  error
+	// internal are the calls the ledger answered INTERNAL; reasons counts
+	// the failed calls by reason.
+	internal []Event
+	reasons  map[string]int
+	err      error
 }
 
 // NewHistory writes to w (io.Discard for none).
@@ -106,6 +116,15 @@ func (h *History) Record(e Event) {
 	if e.Type == EventOK && e.Op != "" {
 		h.keep = append(h.keep, e)
 	}
+	if e.Type == EventFail && e.Reason == "INTERNAL" {
+		h.internal = append(h.internal, e)
+	}
+	if e.Type == EventFail && e.Reason != "" {
+		if h.reasons == nil {
+			h.reasons = map[string]int{}
+		}
+		h.reasons[e.Reason]++
+	}
 	b, err := json.Marshal(e)
 	if err == nil {
 		b = append(b, '\n')
@@ -122,6 +141,21 @@ func (h *History) Observations() []Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]Event(nil), h.keep...)
+}
+
+// Internal returns the calls the ledger answered with reason INTERNAL (an
+// error it did not expect), in the order they completed.
+func (h *History) Internal() []Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Event(nil), h.internal...)
+}
+
+// Failed counts the calls that failed with reason, so far.
+func (h *History) Failed(reason string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reasons[reason]
 }
 
 // Flush writes buffered lines out and reports the first write error.

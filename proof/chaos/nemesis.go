@@ -15,13 +15,26 @@ import (
 // drawn at random. proc-key-retention is on for the whole run (the "ret"
 // processor forgets keys after the retention its tool declares).
 var FaultKinds = []string{
-	"kill", "stop", "pg-crash",
+	"kill", "stop", "pg-crash", "db-clock-skew",
 	"net-db-latency", "net-db-reset", "net-db-blackhole",
-	"net-proc-latency", "net-proc-reset", "net-proc-blackhole",
+	"net-proc-latency", "net-proc-reset", "net-proc-blackhole", "net-proc-refuse",
 	"proc-fail-before-commit", "proc-fail-after-commit", "proc-drop-after-commit",
-	"proc-delay", "proc-lookup-lag", "proc-no-key-support", "proc-key-retention",
+	"proc-delay", "proc-in-progress", "proc-redirect", "proc-refuse-replay",
+	"proc-lookup-lag", "proc-no-key-support", "proc-key-retention",
 	"fp-after-prepare", "fp-before-downstream", "fp-after-downstream", "fp-after-commit",
+	"fp-stall-first-send",
 }
+
+// clockStart is where the database's clock starts, relative to the
+// servers': behind them. db-clock-skew steps it forward only (see
+// clockStep), so it ends ahead of them.
+const clockStart = -90 * time.Second
+
+// faketimePickup is how long after a step of the database's clock a
+// PostgreSQL backend may still read the previous offset: libfaketime
+// re-reads its offset file at most once a second (FAKETIME_CACHE_DURATION
+// in pgcluster), each backend on its own schedule.
+const faketimePickup = 1500 * time.Millisecond
 
 // maxBusyServers keeps one server out of the nemesis's hands at any time,
 // so that the workload always has somewhere to go.
@@ -39,10 +52,16 @@ type nemesis struct {
 	injected   map[string]int
 	kills      int
 	stops      int
+	stalls     int
 	pgCrashes  int
+	clockSteps int
 	netFaults  int
 	procFaults int
 	fpCrashes  int
+	// offsets are the database clock's offsets over the run; holds the
+	// times a server's requests to the processors may have been held.
+	offsets []ClockStep
+	holds   []Hold
 }
 
 func newNemesis(r *Runner) *nemesis {
@@ -54,13 +73,20 @@ func newNemesis(r *Runner) *nemesis {
 func (n *nemesis) kinds() []string {
 	var out []string
 	for _, k := range FaultKinds {
-		if strings.HasPrefix(k, "fp-") && !n.r.opts.Failpoints || k == "proc-key-retention" {
+		if strings.HasPrefix(k, "fp-") && !n.r.opts.Failpoints || k == "proc-key-retention" || k == "db-clock-skew" && !n.r.fakeClock ||
+			trustKinds[k] && n.r.opts.Failover != "" {
 			continue
 		}
 		out = append(out, k)
 	}
 	return out
 }
+
+// trustKinds are the kinds that stage issue 11's faults (approvals, clocks,
+// the FAILED rule). The failover mode leaves them to the normal runs: its
+// short runs have room for the failovers and the kinds they had.
+var trustKinds = map[string]bool{"db-clock-skew": true, "net-proc-refuse": true, "proc-in-progress": true,
+	"proc-redirect": true, "proc-refuse-replay": true, "fp-stall-first-send": true}
 
 func (n *nemesis) run(ctx context.Context) {
 	defer n.wg.Wait()
@@ -70,6 +96,10 @@ func (n *nemesis) run(ctx context.Context) {
 		forced[i], forced[j] = forced[j], forced[i]
 	}
 	gap := min(max(n.r.opts.Duration*6/10/time.Duration(len(forced)), 300*time.Millisecond), 4*time.Second)
+	var focus []string
+	if c := n.r.control; c != nil {
+		focus = c.Focus
+	}
 	for len(forced) > 0 {
 		if !sleepCtx(ctx, gap) {
 			return
@@ -78,6 +108,10 @@ func (n *nemesis) run(ctx context.Context) {
 			forced = forced[1:]
 		} else {
 			forced = append(forced[1:], forced[0]) // busy: try it again later
+		}
+		// A control run stages its defect from the start.
+		if len(focus) > 0 && n.r.rand() < 0.5 {
+			n.try(ctx, focus[int(n.r.rand()*float64(len(focus)))])
 		}
 	}
 	all := n.kinds()
@@ -90,22 +124,47 @@ func (n *nemesis) run(ctx context.Context) {
 		// that then failed to start) is forced again, half of the time.
 		if missing := n.missing(); len(missing) > 0 && n.r.rand() < 0.5 {
 			kind = missing[int(n.r.rand()*float64(len(missing)))]
+		} else if len(focus) > 0 && n.r.rand() < 0.5 {
+			kind = focus[int(n.r.rand()*float64(len(focus)))]
 		}
 		n.try(ctx, kind)
 	}
 }
 
-// missing lists the kinds this run can inject that were not injected yet.
+// missing lists the kinds this run can inject that were not injected yet,
+// or whose injections never produced what the kind exists for (a fault
+// injected while no request came, say).
 func (n *nemesis) missing() []string {
+	staged := n.staged()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []string
 	for _, k := range n.kinds() {
-		if n.injected[k] == 0 {
+		if ok, known := staged[k]; n.injected[k] == 0 || known && !ok {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// staged says, for the kinds that stage a downstream answer or a ledger
+// path, whether the run has seen it yet: the processors' answers and the
+// clients' refusals as they stand now.
+func (n *nemesis) staged() map[string]bool {
+	answers := map[string]int{}
+	for _, p := range n.r.procs.all() {
+		for a, c := range p.AnswerCounts() {
+			answers[a] += c
+		}
+	}
+	h := n.r.hist
+	return map[string]bool{
+		"proc-redirect":      answers[fakepay.AnswerRedirected] > 0,
+		"proc-in-progress":   answers[fakepay.AnswerInProgress] > 0,
+		"proc-refuse-replay": answers[fakepay.AnswerRefusedReplay] > 0,
+		// A release (nothing sent), and a pay_direct approval that lapsed.
+		"net-proc-refuse": h.Failed("DOWNSTREAM_UNAVAILABLE") > 0 && h.Failed("APPROVAL_EXPIRED") > 0,
+	}
 }
 
 // sleepCtx sleeps d or until ctx ends; false if ctx ended.
@@ -134,8 +193,12 @@ func (n *nemesis) injectedOne(kind string) {
 		n.kills++
 	case kind == "stop":
 		n.stops++
+	case kind == "fp-stall-first-send":
+		n.stalls++
 	case kind == "pg-crash":
 		n.pgCrashes++
+	case kind == "db-clock-skew":
+		n.clockSteps++
 	case strings.HasPrefix(kind, "net-"):
 		n.netFaults++
 	case strings.HasPrefix(kind, "proc-"):
@@ -154,8 +217,11 @@ func (n *nemesis) failpointCrash(server int, point string) {
 func (n *nemesis) summary() Summary {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := Summary{Kills: n.kills, Stops: n.stops, PGCrashes: n.pgCrashes, NetFaults: n.netFaults,
-		ProcFaults: n.procFaults, FailpointCrashes: n.fpCrashes, Injected: map[string]int{}}
+	s := Summary{Kills: n.kills, Stops: n.stops, Stalls: n.stalls, PGCrashes: n.pgCrashes, ClockSteps: n.clockSteps,
+		NetFaults: n.netFaults, ProcFaults: n.procFaults, FailpointCrashes: n.fpCrashes, Injected: map[string]int{}}
+	if len(n.offsets) > 0 {
+		s.ClockOffset = n.offsets[len(n.offsets)-1].Offset
+	}
 	for k, v := range n.injected {
 		s.Injected[k] = v
 	}
@@ -216,9 +282,24 @@ func (n *nemesis) try(ctx context.Context, kind string) bool {
 				n.kill(ctx, s)
 			case kind == "stop":
 				n.pause(ctx, s)
+			case kind == "fp-stall-first-send":
+				n.stall(ctx, s)
 			default:
 				n.armFailpoint(ctx, s, strings.TrimPrefix(kind, "fp-"))
 			}
+		})
+		return true
+	case kind == "db-clock-skew":
+		n.mu.Lock()
+		if n.busyKind[kind] {
+			n.mu.Unlock()
+			return false
+		}
+		n.busyKind[kind] = true
+		n.mu.Unlock()
+		n.spawn(func() {
+			defer func() { n.mu.Lock(); delete(n.busyKind, kind); n.mu.Unlock() }()
+			n.clockStep()
 		})
 		return true
 	case kind == "pg-crash":
@@ -273,7 +354,7 @@ func (n *nemesis) try(ctx context.Context, kind string) bool {
 // once the run is over without failpoints. The caller holds s.opMu.
 func (n *nemesis) restart(s *server) {
 	for attempt := 0; attempt < 5; attempt++ {
-		err := s.start(context.Background(), n.r.failpointSpec(""))
+		err := s.start(context.Background(), n.r.failpointSpec())
 		if err == nil {
 			return
 		}
@@ -305,11 +386,113 @@ func (n *nemesis) pause(ctx context.Context, s *server) {
 	}
 	d := lease + n.r.between(time.Second, 3*time.Second)
 	n.event("stop", s.idx, fmt.Sprintf("SIGSTOP for %s (lease %s)", d.Round(time.Millisecond), lease))
+	from := time.Now()
 	s.pause()
 	n.injectedOne("stop")
 	sleepCtx(ctx, d)
 	s.resume()
+	// Stopped anywhere, the server may have been between an executor's
+	// last check and its write: a request it sends now was decided before.
+	n.hold(Hold{Server: s.idx, From: from, To: time.Now(), Kind: "stop"})
 	n.event("stop", s.idx, "SIGCONT")
+}
+
+// stall stops a server exactly where an executor has claimed an operation
+// and is about to check whether its approval still allows the first send:
+// it restarts the server gracefully with before-first-send=1*stop, waits
+// for the server to stop itself there, keeps it stopped past the approval
+// TTL of pay_direct and past the lease, and resumes it. The executor must
+// then send nothing (its approval ended, its lease too). Unlike a stop,
+// this is no Hold: the executor's check comes after the stall.
+func (n *nemesis) stall(ctx context.Context, s *server) {
+	s.opMu.Lock()
+	if !s.running() {
+		s.opMu.Unlock()
+		return
+	}
+	point := stallPoint
+	if c := n.r.control; c != nil && c.StallPoint != "" {
+		point = c.StallPoint
+	}
+	n.event("fp-stall-first-send", s.idx, "graceful restart with "+point+"=1*stop")
+	s.stop(false)
+	spec := n.r.failpointSpecAction(point, "stop")
+	for attempt := 0; attempt < 5; attempt++ {
+		if err := s.start(context.Background(), spec); err == nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	s.opMu.Unlock()
+	deadline := time.Now().Add(20 * time.Second)
+	for !s.stoppedItself() {
+		if time.Now().After(deadline) || !sleepCtx(ctx, 20*time.Millisecond) {
+			// Nobody's first send came this way: disarm the point, so the
+			// server cannot stop itself later with nobody to resume it.
+			s.opMu.Lock()
+			s.stop(false)
+			n.restart(s)
+			s.opMu.Unlock()
+			n.event("fp-stall-first-send", s.idx, "not hit; restarted without it")
+			return
+		}
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.markPaused()
+	d := max(directTTL, lease) + n.r.between(time.Second, 3*time.Second)
+	n.injectedOne("fp-stall-first-send")
+	n.event("fp-stall-first-send", s.idx, fmt.Sprintf("stopped itself at %s; SIGCONT in %s (approval TTL %s, lease %s)",
+		point, d.Round(time.Millisecond), directTTL, lease))
+	sleepCtx(ctx, d)
+	s.resume()
+	n.event("fp-stall-first-send", s.idx, "SIGCONT")
+}
+
+// clockStart records the database clock's offset at the start of the run.
+func (n *nemesis) clockStarted(offset time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.offsets = append(n.offsets, ClockStep{At: time.Now(), Offset: offset})
+}
+
+// clockStep steps the database's clock forward by 30–90 s. Only forward:
+// a step back lengthens, in real time, every window measured on the
+// database's clock, and for a downstream's key retention (measured on the
+// downstream's own clock) that is unsafe however the ledger is written;
+// see docs/reliability.md.
+func (n *nemesis) clockStep() {
+	r := n.r
+	n.mu.Lock()
+	cur := n.offsets[len(n.offsets)-1].Offset
+	n.mu.Unlock()
+	next := cur + r.between(30*time.Second, 90*time.Second).Round(time.Millisecond)
+	// The step's time is taken before the offset file is written: a backend
+	// may read the new offset at once, and never before.
+	at := time.Now()
+	if err := r.cluster.SetClockOffset(next); err != nil {
+		n.event("db-clock-skew", 0, "failed: "+err.Error())
+		return
+	}
+	n.mu.Lock()
+	n.offsets = append(n.offsets, ClockStep{At: at, Offset: next})
+	n.mu.Unlock()
+	n.injectedOne("db-clock-skew")
+	n.event("db-clock-skew", 0, fmt.Sprintf("PostgreSQL's clock stepped from %s to %s against the servers'", cur, next))
+}
+
+// hold records a time a server's requests may have been held.
+func (n *nemesis) hold(h Hold) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.holds = append(n.holds, h)
+}
+
+// timeline is what the checker needs of the schedule.
+func (n *nemesis) timeline() Timeline {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return Timeline{Offsets: append([]ClockStep(nil), n.offsets...), Pickup: faketimePickup, Holds: append([]Hold(nil), n.holds...)}
 }
 
 func (n *nemesis) crashPG(ctx context.Context) {
@@ -346,6 +529,10 @@ func (n *nemesis) netFault(ctx context.Context, kind string, s *server, p *Proxy
 		f, lat = NetLatency, r.between(20*time.Millisecond, 250*time.Millisecond)
 	case strings.HasSuffix(kind, "-reset"):
 		f = NetReset
+	case strings.HasSuffix(kind, "-refuse"):
+		// Long enough, often, for pay_direct's approval to lapse while its
+		// claims are released with nothing sent.
+		f, d = NetRefuse, r.between(2*time.Second, 8*time.Second)
 	default:
 		// Long enough, sometimes, to outlast the lease: the partitioned
 		// server's late commit must then be fenced out.
@@ -358,6 +545,7 @@ func (n *nemesis) netFault(ctx context.Context, kind string, s *server, p *Proxy
 		}
 	}
 	n.event(kind, s.idx, fmt.Sprintf("%s for %s (latency %s)", f, d.Round(time.Millisecond), lat.Round(time.Millisecond)))
+	from := time.Now()
 	link := []*Proxy{p}
 	if p == s.dbProxy {
 		link = s.dbProxies() // the server's way to every PostgreSQL node
@@ -370,15 +558,20 @@ func (n *nemesis) netFault(ctx context.Context, kind string, s *server, p *Proxy
 	for _, q := range link {
 		q.Heal()
 	}
+	if p == s.procProxy && (f == NetLatency || f == NetBlackhole) {
+		// A request held by the proxy may reach the processor after the
+		// heal; under latency, a few chunks late each.
+		n.hold(Hold{Server: s.idx, From: from, To: time.Now().Add(4 * lat), Kind: kind})
+	}
 	n.event(kind, s.idx, "healed")
 }
 
 func (n *nemesis) procFault(ctx context.Context, kind string) {
 	r := n.r
 	procs := r.procs
-	all := []*fakepay.Server{procs.pay, procs.ret, procs.mail}
-	name := map[*fakepay.Server]string{procs.pay: "pay", procs.ret: "ret", procs.mail: "mail"}
+	all := procs.all()
 	target := all[int(r.rand()*float64(len(all)))]
+	deduping := []*fakepay.Server{procs.pay, procs.ret}
 	d := r.between(3*time.Second, 8*time.Second)
 	rate := 0.2 + 0.4*r.rand()
 	var set, unset func(*fakepay.Faults)
@@ -403,10 +596,46 @@ func (n *nemesis) procFault(ctx context.Context, kind string) {
 		set = func(f *fakepay.Faults) { f.Delay = delay }
 		unset = func(f *fakepay.Faults) { f.Delay = 0 }
 		what = fmt.Sprintf("delay %s", delay.Round(time.Millisecond))
+	case "proc-in-progress":
+		// Slower than the tools' timeout, on a processor that dedupes: the
+		// executor's retry with the same key finds the first request still
+		// in flight and is answered 409.
+		target = deduping[int(r.rand()*2)]
+		delay := r.between(toolTimeout+200*time.Millisecond, 3*time.Second)
+		set = func(f *fakepay.Faults) { f.Delay = delay }
+		unset = func(f *fakepay.Faults) { f.Delay = 0 }
+		what = fmt.Sprintf("delay %s (in progress: 409 to a retry)", delay.Round(time.Millisecond))
+	case "proc-redirect":
+		set = func(f *fakepay.Faults) { f.RedirectAfterCommit = fakepay.Trigger{Rate: rate} }
+		unset = func(f *fakepay.Faults) { f.RedirectAfterCommit = fakepay.Trigger{} }
+		what = fmt.Sprintf("redirect_after_commit rate %.2f", rate)
+	case "proc-refuse-replay":
+		// An ambiguous first attempt (500 or a reset after the charge), then
+		// a refusal of the retry: only a lookup may settle it.
+		target = deduping[int(r.rand()*2)]
+		drop := r.rand() < 0.5
+		refuse := 0.5 + 0.5*r.rand()
+		set = func(f *fakepay.Faults) {
+			f.RefuseReplay = fakepay.Trigger{Rate: refuse}
+			if drop {
+				f.DropAfterCommit = fakepay.Trigger{Rate: rate}
+			} else {
+				f.FailAfterCommit = fakepay.Trigger{Rate: rate}
+			}
+		}
+		unset = func(f *fakepay.Faults) {
+			f.RefuseReplay = fakepay.Trigger{}
+			if drop {
+				f.DropAfterCommit = fakepay.Trigger{}
+			} else {
+				f.FailAfterCommit = fakepay.Trigger{}
+			}
+		}
+		what = fmt.Sprintf("refuse_replay rate %.2f after %s rate %.2f", refuse, map[bool]string{true: "drop_after_commit", false: "fail_after_commit"}[drop], rate)
 	case "proc-lookup-lag":
 		// Only the processors with a lookup; pay_* declare it consistent,
 		// and only a deduping downstream makes trusting it harmless.
-		target = []*fakepay.Server{procs.pay, procs.ret}[int(r.rand()*2)]
+		target = deduping[int(r.rand()*2)]
 		lag := r.between(500*time.Millisecond, 4*time.Second)
 		d = r.between(4*time.Second, 10*time.Second)
 		set = func(f *fakepay.Faults) { f.LookupLag = lag }
@@ -422,12 +651,12 @@ func (n *nemesis) procFault(ctx context.Context, kind string) {
 	default:
 		return
 	}
-	n.event(kind, 0, fmt.Sprintf("processor %s: %s for %s", name[target], what, d.Round(time.Millisecond)))
+	n.event(kind, 0, fmt.Sprintf("processor %s: %s for %s", procs.name(target), what, d.Round(time.Millisecond)))
 	procs.update(target, set)
 	n.injectedOne(kind)
 	sleepCtx(ctx, d)
 	procs.update(target, unset)
-	n.event(kind, 0, fmt.Sprintf("processor %s: %s cleared", name[target], what))
+	n.event(kind, 0, fmt.Sprintf("processor %s: %s cleared", procs.name(target), what))
 }
 
 // armFailpoint restarts s gracefully (a rolling deploy, not a fault) with
@@ -444,7 +673,7 @@ func (n *nemesis) armFailpoint(ctx context.Context, s *server, point string) {
 	}
 	n.event("fp-"+point, s.idx, "graceful restart with "+point+"=1*kill")
 	s.stop(false)
-	spec := n.r.failpointSpec(point)
+	spec := n.r.failpointSpecAction(point, "kill")
 	for attempt := 0; attempt < 5; attempt++ {
 		if err := s.start(context.Background(), spec); err == nil {
 			break

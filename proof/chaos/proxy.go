@@ -3,7 +3,9 @@ package chaos
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -24,6 +26,11 @@ const (
 	// connection to the target, until the fault ends; then traffic flows
 	// again as if a partition healed (TCP would have retransmitted).
 	NetBlackhole
+	// NetRefuse stops listening: a new connection is refused (the kernel
+	// answers its SYN with a RST, so not a byte of a request leaves the
+	// client), and every open connection is reset. The port stays reserved
+	// (bound, not listening) until the fault ends.
+	NetRefuse
 )
 
 // String names the fault as the history does.
@@ -35,6 +42,8 @@ func (f NetFault) String() string {
 		return "reset"
 	case NetBlackhole:
 		return "blackhole"
+	case NetRefuse:
+		return "refuse"
 	}
 	return "healthy"
 }
@@ -44,7 +53,7 @@ func (f NetFault) String() string {
 // through it so that the nemesis can slow, cut or reset their traffic
 // without touching either end.
 type Proxy struct {
-	ln     net.Listener
+	addr   string
 	target string
 
 	mu      sync.Mutex
@@ -54,6 +63,10 @@ type Proxy struct {
 	conns   map[*proxyConn]struct{}
 	closed  bool
 	wg      sync.WaitGroup
+	// ln is the listener; nil while NetRefuse holds the port with
+	// reserved, a socket bound to it that does not listen.
+	ln       net.Listener
+	reserved int
 }
 
 type proxyConn struct {
@@ -109,32 +122,102 @@ func NewProxyOn(listen, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, changed: make(chan struct{}), conns: map[*proxyConn]struct{}{}}
+	p := &Proxy{ln: ln, addr: ln.Addr().String(), target: target, changed: make(chan struct{}), conns: map[*proxyConn]struct{}{}, reserved: -1}
 	p.wg.Add(1)
-	go p.accept()
+	go p.accept(ln)
 	return p, nil
 }
 
 // Addr is the proxy's listening address.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
 
 // Set replaces the fault in force; latency matters for NetLatency only.
-// NetReset resets the connections open now at once.
+// NetReset and NetRefuse reset the connections open now at once.
 func (p *Proxy) Set(f NetFault, latency time.Duration) {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
 	p.fault, p.latency = f, latency
 	close(p.changed)
 	p.changed = make(chan struct{})
 	var victims []*proxyConn
-	if f == NetReset {
+	if f == NetReset || f == NetRefuse {
 		for c := range p.conns {
 			victims = append(victims, c)
 		}
 	}
+	var err error
+	switch {
+	case f == NetRefuse && p.ln != nil:
+		err = p.unlistenLocked()
+	case f != NetRefuse && p.ln == nil:
+		err = p.relistenLocked()
+	}
 	p.mu.Unlock()
+	if err != nil {
+		// Nothing the run can recover from: the proxy's port is gone.
+		panic("chaos: proxy " + p.addr + ": " + err.Error())
+	}
 	for _, c := range victims {
 		c.close(true)
 	}
+}
+
+// unlistenLocked closes the listener and reserves its port with a socket
+// bound to it that does not listen: a connection attempt is refused, and no
+// other socket can take the port meanwhile.
+func (p *Proxy) unlistenLocked() error {
+	_ = p.ln.Close()
+	p.ln = nil
+	fd, err := reservePort(p.addr)
+	if err != nil {
+		return err
+	}
+	p.reserved = fd
+	return nil
+}
+
+// relistenLocked releases the reserved port and listens on it again.
+func (p *Proxy) relistenLocked() error {
+	if p.reserved >= 0 {
+		_ = syscall.Close(p.reserved)
+		p.reserved = -1
+	}
+	var err error
+	for i := 0; i < 50; i++ {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			p.ln = ln
+			p.wg.Add(1)
+			go p.accept(ln)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+// reservePort binds a TCP socket to addr (127.0.0.1:PORT) without listening.
+func reservePort(addr string) (int, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		_ = syscall.Close(fd)
+		return -1, err
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		_ = syscall.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // Heal ends any fault.
@@ -150,18 +233,24 @@ func (p *Proxy) Close() {
 	}
 	close(p.changed)
 	p.changed = make(chan struct{})
+	if p.ln != nil {
+		_ = p.ln.Close()
+	}
+	if p.reserved >= 0 {
+		_ = syscall.Close(p.reserved)
+		p.reserved = -1
+	}
 	p.mu.Unlock()
-	_ = p.ln.Close()
 	for _, c := range all {
 		c.close(false)
 	}
 	p.wg.Wait()
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
 	for {
-		nc, err := p.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -192,7 +281,7 @@ func (p *Proxy) gate(c *proxyConn) (latency time.Duration, ok bool) {
 		f, lat, ch, closed := p.fault, p.latency, p.changed, p.closed
 		p.mu.Unlock()
 		switch {
-		case closed || f == NetReset:
+		case closed || f == NetReset || f == NetRefuse:
 			return 0, false
 		case f == NetBlackhole:
 			select {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,7 +71,7 @@ func (r *Runner) settle(ctx context.Context) (map[string]FinalOp, error) {
 	}
 	pol := policies()
 	deadline := time.Now().Add(r.opts.SettleTimeout)
-	reconciled := map[string]int{}
+	reconciled, renewed := map[string]int{}, map[string]int{}
 	var mu sync.Mutex
 	for round := 0; len(pending) > 0 && time.Now().Before(deadline) && ctx.Err() == nil; round++ {
 		var next []*trackedOp
@@ -118,6 +119,21 @@ func (r *Runner) settle(ctx context.Context) (map[string]FinalOp, error) {
 					r.call(ctx, "settle", "execute", s, t, t.opID(), r.agent, 0, executeRPC(t.opID(), 3*time.Second))
 					again = true
 				}
+			case StateAwaitingApproval:
+				// An approval that lapsed (or was never given, the agent
+				// having run out of time): the approver approves it again,
+				// and the next round executes it.
+				mu.Lock()
+				renewed[t.opID()]++
+				n := renewed[t.opID()]
+				mu.Unlock()
+				if t.intent == intentRun && n <= 5 {
+					t.mu.Lock()
+					fp := t.fingerprint
+					t.mu.Unlock()
+					r.call(ctx, "settle", "approve", s, t, t.opID(), r.approver, 0, approveRPC(t.opID(), fp, opledgerv1.Decision_DECISION_APPROVE))
+					again = true
+				}
 			}
 			if again {
 				mu.Lock()
@@ -160,11 +176,20 @@ func (r *Runner) settle(ctx context.Context) (map[string]FinalOp, error) {
 		for attempt := 0; attempt < 10 && ctx.Err() == nil; attempt++ {
 			s := r.servers[attempt%len(r.servers)]
 			cctx, cancel := context.WithTimeout(ctx, callTimeout)
-			resp, err := s.client.Get(authCtx(cctx, r.agent), &opledgerv1.GetRequest{OperationId: t.id})
+			resp, err := s.client.Get(authCtx(cctx, r.agent), &opledgerv1.GetRequest{OperationId: t.id, IncludeEvents: true})
 			cancel()
 			if err == nil {
 				op := resp.GetOperation()
-				f = FinalOp{ID: t.id, Tool: op.GetTool(), State: stateName(op), ExternalRef: op.GetExternalRef(), DownstreamKey: op.GetDownstreamKey()}
+				f = FinalOp{ID: t.id, Tool: op.GetTool(), State: stateName(op), ExternalRef: op.GetExternalRef(), DownstreamKey: op.GetDownstreamKey(),
+					Fingerprint: op.GetFingerprint(), ApprovedFingerprint: op.GetApproval().GetApprovedFingerprint(),
+					Decision: strings.TrimPrefix(op.GetApproval().GetDecision().String(), "DECISION_")}
+				if f.Decision == "UNSPECIFIED" {
+					f.Decision = ""
+				}
+				for _, e := range resp.GetEvents() {
+					f.Events = append(f.Events, OpEvent{Seq: e.GetSeq(), Type: strings.TrimPrefix(e.GetType().String(), "EVENT_TYPE_"),
+						Fence: e.GetFence(), Actor: e.GetActor(), At: e.GetCreateTime().AsTime()})
+				}
 				break
 			}
 			if status.Code(err) == codes.NotFound {
@@ -174,7 +199,7 @@ func (r *Runner) settle(ctx context.Context) (map[string]FinalOp, error) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		r.record(Event{Type: EventFinal, Process: "checker", Tool: f.Tool, Key: t.key, Op: t.id, State: f.State, Ref: f.ExternalRef,
-			Detail: "intent " + t.intent})
+			Detail: "intent " + t.intent, Events: f.Events})
 		mu.Lock()
 		final[t.id] = f
 		mu.Unlock()

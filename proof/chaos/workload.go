@@ -32,6 +32,18 @@ const (
 	lostRate = 0.12
 	// twinRate is the share of calls sent twice at once to two servers.
 	twinRate = 0.12
+	// laterRate is the share of executions the agent leaves for later when
+	// the downstream could not be reached (nothing sent), coming back 5–20s
+	// later, when an approval with a short TTL has lapsed.
+	laterRate = 0.2
+	// comeBackTimeout bounds such a later execution.
+	comeBackTimeout = 15 * time.Second
+	// mismatchRate is the share of approvals first attempted with a
+	// fingerprint that is not the operation's: the ledger must refuse it.
+	mismatchRate = 0.03
+	// maxRenewals bounds how often an agent has a lapsed approval renewed
+	// for one operation.
+	maxRenewals = 3
 )
 
 // Intents: what the workload means to do with an operation that needs
@@ -51,6 +63,7 @@ type trackedOp struct {
 	mu          sync.Mutex
 	id          string
 	fingerprint string
+	renewals    int
 }
 
 func (t *trackedOp) setOp(op *opledgerv1.Operation) {
@@ -97,6 +110,8 @@ type worker struct {
 type lateCheck struct {
 	t   *trackedOp
 	due time.Time
+	// resume: execute to an outcome again, renewing a lapsed approval.
+	resume bool
 }
 
 func newWorker(r *Runner, i int) *worker {
@@ -114,18 +129,28 @@ func (w *worker) loop(work, life context.Context) {
 }
 
 // comeBack executes again the operations whose time to be looked at has
-// come.
+// come: one Execute for an unknown outcome, or a whole execution (with a
+// renewed approval if it lapsed meanwhile) for one the downstream could
+// not be reached for.
 func (w *worker) comeBack(life context.Context) {
 	now := time.Now()
+	var due []lateCheck
 	kept := w.later[:0]
 	for _, c := range w.later {
 		if now.Before(c.due) {
 			kept = append(kept, c)
+		} else {
+			due = append(due, c)
+		}
+	}
+	w.later = kept
+	for _, c := range due {
+		if c.resume {
+			w.execute(life, c.t, time.Now().Add(comeBackTimeout))
 			continue
 		}
 		w.call(life, "execute", w.server(nil), c.t, w.r.agent, executeRPC(c.t.opID(), executeWait))
 	}
-	w.later = kept
 }
 
 func (w *worker) chance(p float64) bool { return w.rng.Float64() < p }
@@ -147,12 +172,14 @@ func (w *worker) server(not *server) *server {
 func (w *worker) pickTool() string {
 	x := w.rng.Float64()
 	switch {
-	case x < 0.45:
+	case x < 0.35:
 		return ToolPay
-	case x < 0.70:
+	case x < 0.55:
 		return ToolEmail
-	case x < 0.85:
+	case x < 0.70:
 		return ToolPayRetained
+	case x < 0.85:
+		return ToolPayDirect
 	}
 	return ToolPayNoKey
 }
@@ -411,6 +438,10 @@ func (w *worker) approve(life context.Context, t *trackedOp, d opledgerv1.Decisi
 	f := "approve"
 	if d == opledgerv1.Decision_DECISION_DENY {
 		f = "deny"
+	} else if w.chance(mismatchRate) {
+		// An approver shown other arguments: the ledger must refuse the
+		// approval and change nothing (the checker flags an "ok").
+		w.call(life, "approve-mismatch", w.server(nil), t, w.r.approver, approveRPC(id, mismatched(fp), d))
 	}
 	for attempt := 0; time.Now().Before(deadline); attempt++ {
 		done, retry := false, false
@@ -434,11 +465,12 @@ func (w *worker) approve(life context.Context, t *trackedOp, d opledgerv1.Decisi
 
 // execute drives the operation to an outcome: SUCCEEDED, FAILED or
 // OUTCOME_UNKNOWN. Pending answers and failures are retried (sometimes as
-// concurrent twins on several servers) until opTimeout.
+// concurrent twins on several servers) until the deadline; an approval
+// that lapsed meanwhile is renewed, as an agent would ask for it again.
 func (w *worker) execute(life context.Context, t *trackedOp, deadline time.Time) bool {
 	id := t.opID()
 	for attempt := 0; time.Now().Before(deadline); attempt++ {
-		retry := false
+		retry, renew := false, false
 		for _, a := range w.twice(life, "execute", t, w.r.agent, executeRPC(id, executeWait)) {
 			switch {
 			case a.err == nil:
@@ -452,13 +484,55 @@ func (w *worker) execute(life context.Context, t *trackedOp, deadline time.Time)
 					return true
 				}
 				retry = true // pending: still EXECUTING elsewhere
+			case lapsed(a.err) && t.intent == intentRun:
+				renew = true
+			case reasonOf(status.Convert(a.err)) == "DOWNSTREAM_UNAVAILABLE" && w.chance(laterRate):
+				// Nothing was sent; the agent moves on and comes back later.
+				w.later = append(w.later, lateCheck{t: t, due: time.Now().Add(w.dur(5*time.Second, 20*time.Second)), resume: true})
+				return true
 			case retryable(a.err):
 				retry = true
 			}
+		}
+		if renew {
+			t.mu.Lock()
+			t.renewals++
+			n := t.renewals
+			t.mu.Unlock()
+			if n > maxRenewals || !w.approve(life, t, opledgerv1.Decision_DECISION_APPROVE, deadline) {
+				return false
+			}
+			continue
 		}
 		if !retry || !w.backoff(life, attempt) {
 			return false
 		}
 	}
 	return false
+}
+
+// lapsed reports an Execute refused because the operation's approval
+// lapsed (or lapsed and another call said so first): nothing was sent, and
+// an approver may approve it again.
+func lapsed(err error) bool {
+	st := status.Convert(err)
+	if st.Code() != codes.FailedPrecondition {
+		return false
+	}
+	switch reasonOf(st) {
+	case "APPROVAL_EXPIRED", "APPROVAL_REQUIRED":
+		return true
+	}
+	return false
+}
+
+// mismatched is a well-formed fingerprint that is not fp.
+func mismatched(fp string) string {
+	if strings.HasSuffix(fp, "0") {
+		return fp[:len(fp)-1] + "1"
+	}
+	if fp == "" {
+		return "v1:" + strings.Repeat("0", 64)
+	}
+	return fp[:len(fp)-1] + "0"
 }

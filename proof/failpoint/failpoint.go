@@ -5,11 +5,14 @@
 //
 // A failpoints build reads OPLEDGER_FAILPOINTS at start, a comma-separated
 // list of NAME=ACTION, where ACTION is `kill` (SIGKILL this process),
-// `sleep(DURATION)` or `panic`, optionally prefixed by `N*` to fire on the
+// `sleep(DURATION)`, `panic` or `stop` (SIGSTOP this process: it stays
+// stopped until someone sends SIGCONT), optionally prefixed by `N*` to fire on the
 // first N hits only, e.g. "after-downstream=1*kill", or by `pP*` to fire
 // on each hit with probability P, e.g. "after-commit=p0.01*kill".
 // OPLEDGER_UNSAFE_FRESH_DOWNSTREAM_KEY=1 switches deduplication off (see
-// FreshDownstreamKeys).
+// FreshDownstreamKeys), and OPLEDGER_UNSAFE_DEFECTS (a comma-separated list
+// of the Defect* names) re-introduces fixed defects (see Defect): the chaos
+// suite's control runs prove with them that its checker catches each one.
 package failpoint
 
 // The named points.
@@ -19,7 +22,36 @@ const (
 	// BeforeDownstream: the claim is committed, no request was sent.
 	BeforeDownstream = "before-downstream"
 	// AfterDownstream: the downstream answered, the outcome is not recorded.
+	// Hit under this name, then under AfterDownstream + "/" + the tool's
+	// name.
 	AfterDownstream = "after-downstream"
 	// AfterCommit: the outcome is recorded, Execute has not answered.
 	AfterCommit = "after-commit"
+	// BeforeFirstSend: the claim is committed and no request of the
+	// operation was ever sent, so the approval bounds when this one may
+	// start; the executor has not checked that bound yet. Hit only by such
+	// first sends, under the name BeforeFirstSend + "/" + the tool's name
+	// (e.g. "before-first-send/pay_invoice").
+	BeforeFirstSend = "before-first-send"
+)
+
+// The defects Defect can re-introduce, each one fixed in issue 11; the
+// chaos suite's control runs name them.
+const (
+	// DefectRedirectFailed: the HTTP executor classifies a 3xx as a
+	// definitive refusal (FAILED), although the downstream may have acted.
+	DefectRedirectFailed = "redirect-failed"
+	// DefectRefusalOverrides: a refusal after an earlier ambiguous send of
+	// the same operation is FAILED (within one call and across calls).
+	DefectRefusalOverrides = "refusal-overrides"
+	// DefectApprovalClaim: the first claim consumes the approval, so an
+	// operation claimed and released with nothing sent is claimed and sent
+	// after its approval ended.
+	DefectApprovalClaim = "approval-claim"
+	// DefectServerClock: the executor judges the approval's end and its
+	// lease by reading the database's timestamps on its own clock.
+	DefectServerClock = "server-clock"
+	// DefectTakeoverNoDedupe: an expired lease is taken over (and the
+	// operation sent again) even where the downstream does not dedupe keys.
+	DefectTakeoverNoDedupe = "takeover-nodedupe"
 )

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ var (
 	mu         sync.Mutex
 	actions    = parse(os.Getenv("OPLEDGER_FAILPOINTS"))
 	freshKeys  = os.Getenv("OPLEDGER_UNSAFE_FRESH_DOWNSTREAM_KEY") == "1"
+	defects    = parseDefects(os.Getenv("OPLEDGER_UNSAFE_DEFECTS"))
 	rateSource = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 )
 
@@ -49,7 +51,7 @@ func parse(spec string) map[string]*action {
 			}
 		}
 		switch {
-		case act == "kill" || act == "panic":
+		case act == "kill" || act == "panic" || act == "stop":
 			a.kind = act
 		case strings.HasPrefix(act, "sleep(") && strings.HasSuffix(act, ")"):
 			d, err := time.ParseDuration(act[len("sleep(") : len(act)-1])
@@ -84,6 +86,17 @@ func Inject(name string) {
 		select {}
 	case "panic":
 		panic("failpoint " + name)
+	case "stop":
+		// The stop of a process takes effect asynchronously: the calling
+		// thread could run on for a while before every thread is stopped.
+		// Waiting for the SIGCONT that ends it keeps this goroutine at the
+		// point, whatever the others do.
+		cont := make(chan os.Signal, 1)
+		signal.Notify(cont, syscall.SIGCONT)
+		defer signal.Stop(cont)
+		fmt.Fprintf(os.Stderr, "failpoint %s: SIGSTOP\n", name)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		<-cont
 	case "sleep":
 		time.Sleep(a.sleep)
 	}
@@ -94,3 +107,24 @@ func Inject(name string) {
 // deduplication on purpose: the chaos suite's control run uses it to prove
 // that its checker sees the duplicates a broken ledger would cause.
 func FreshDownstreamKeys() bool { return freshKeys }
+
+func parseDefects(spec string) map[string]bool {
+	known := map[string]bool{DefectRedirectFailed: true, DefectRefusalOverrides: true, DefectApprovalClaim: true,
+		DefectServerClock: true, DefectTakeoverNoDedupe: true}
+	out := map[string]bool{}
+	for _, name := range strings.Split(spec, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if !known[name] {
+			panic(fmt.Sprintf("OPLEDGER_UNSAFE_DEFECTS: unknown defect %q", name))
+		}
+		out[name] = true
+	}
+	return out
+}
+
+// Defect reports whether OPLEDGER_UNSAFE_DEFECTS names the defect: the
+// ledger then behaves as it did before that defect was fixed, so that the
+// chaos suite's control runs can prove that the checker catches it.
+func Defect(name string) bool { return defects[name] }

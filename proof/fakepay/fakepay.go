@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
 	"net"
@@ -62,6 +63,13 @@ type Options struct {
 	Seed uint64
 	// Logger receives structured logs; nothing is logged when nil.
 	Logger *slog.Logger
+	// RecordRequests keeps a record of every POST received (Requests), not only of the charges
+	// and e-mails made: a downstream that deduplicated a repeated request still saw it, and the
+	// chaos suite counts every send. Off by default: the record grows with every request.
+	RecordRequests bool
+	// SourceHeader names a request header whose value each recorded request keeps as its Source
+	// (the chaos suite has every server send its own), so a request can be traced to its sender.
+	SourceHeader string
 }
 
 // Charge is a charge as the processor stores and returns it.
@@ -92,11 +100,46 @@ type Email struct {
 	Created int64 `json:"created"`
 }
 
+// Request is one POST the processor received, and how it answered it.
+type Request struct {
+	// Path is "/charges" or "/emails".
+	Path           string `json:"path"`
+	IdempotencyKey string `json:"idempotency_key"`
+	// Source is the value of Options.SourceHeader.
+	Source string `json:"source,omitempty"`
+	// Received is when the whole request had arrived, on the server's clock (Options.Now).
+	Received time.Time `json:"received"`
+	// Body is the request body as it was sent.
+	Body json.RawMessage `json:"body"`
+	// Status is the HTTP status answered; 0 while the request is in flight or when the
+	// connection was dropped.
+	Status int `json:"status"`
+	// Answer says what the server did: one of the Answer* constants; "" while in flight.
+	Answer string `json:"answer"`
+}
+
+// The answers a recorded request can get.
+const (
+	AnswerCreated            = "created"              // a new charge or e-mail, answered 200
+	AnswerReplayed           = "replayed"             // the stored answer to an earlier request with the key
+	AnswerInProgress         = "in_progress"          // 409: a request with the key is in flight
+	AnswerKeyReused          = "key_reused"           // 422: the key was used with another body
+	AnswerRefusedReplay      = "refused_replay"       // 400 to a repeat of a committed key (RefuseReplay)
+	AnswerInvalid            = "invalid"              // 400: the body is not a JSON object
+	AnswerFailedBeforeCommit = "failed_before_commit" // 500, nothing stored
+	AnswerFailedAfterCommit  = "failed_after_commit"  // 500 after the effect
+	AnswerDropped            = "dropped"              // connection reset after the effect
+	AnswerRedirected         = "redirected"           // 303 after the effect
+)
+
 // Server is the fake processor, an http.Handler. It is safe for concurrent use.
 type Server struct {
 	now func() time.Time
 	log *slog.Logger
 	mux *http.ServeMux
+	// record and sourceHeader are Options.RecordRequests and Options.SourceHeader.
+	record       bool
+	sourceHeader string
 	// beforeCommit, when set by a test, runs where Delay sleeps, so that tests can hold a
 	// request in flight deterministically.
 	beforeCommit func()
@@ -109,6 +152,10 @@ type Server struct {
 	byID    map[string]*chargeRecord
 	keys    map[string]*keyEntry
 	emails  []Email
+	// requests is the record of every POST when Options.RecordRequests is set,
+	// and answerCounts counts their answers.
+	requests     []*Request
+	answerCounts map[string]int
 }
 
 type chargeRecord struct {
@@ -131,10 +178,13 @@ type keyEntry struct {
 // New returns a server with no charges, no e-mails and no faults.
 func New(opts Options) *Server {
 	s := &Server{
-		now:  opts.Now,
-		log:  opts.Logger,
-		byID: map[string]*chargeRecord{},
-		keys: map[string]*keyEntry{},
+		now:          opts.Now,
+		log:          opts.Logger,
+		record:       opts.RecordRequests,
+		sourceHeader: opts.SourceHeader,
+		byID:         map[string]*chargeRecord{},
+		keys:         map[string]*keyEntry{},
+		answerCounts: map[string]int{},
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -210,6 +260,61 @@ func (s *Server) Emails() []Email {
 	return out
 }
 
+// Requests returns every POST received, in the order they arrived, when Options.RecordRequests
+// is set; nil otherwise.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Request, len(s.requests))
+	for i, r := range s.requests {
+		out[i] = *r
+		out[i].Body = slices.Clone(r.Body)
+	}
+	return out
+}
+
+// AnswerCounts counts the recorded requests by answer (Request.Answer), as
+// they stand now: cheaper than Requests for a caller that polls.
+func (s *Server) AnswerCounts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.answerCounts)
+}
+
+// received records a POST that has arrived (its body read, so the server can act on it) and
+// returns its record, or nil when requests are not recorded.
+func (s *Server) received(r *http.Request, body []byte) *Request {
+	if !s.record {
+		return nil
+	}
+	req := &Request{Path: r.URL.Path, IdempotencyKey: r.Header.Get("Idempotency-Key"), Body: slices.Clone(body)}
+	if s.sourceHeader != "" {
+		req.Source = r.Header.Get(s.sourceHeader)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	req.Received = s.now()
+	s.requests = append(s.requests, req)
+	return req
+}
+
+// answered records how req (from received; nil when not recording) was answered.
+func (s *Server) answered(req *Request, status int, answer string) {
+	if req == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answeredLocked(req, status, answer)
+}
+
+func (s *Server) answeredLocked(req *Request, status int, answer string) {
+	if req != nil {
+		req.Status, req.Answer = status, answer
+		s.answerCounts[answer]++
+	}
+}
+
 // Reset forgets every charge, e-mail, key and fault. A request in flight during Reset may still
 // add its charge afterwards, but not its key.
 func (s *Server) Reset() {
@@ -219,17 +324,22 @@ func (s *Server) Reset() {
 	s.byID = map[string]*chargeRecord{}
 	s.keys = map[string]*keyEntry{}
 	s.emails = nil
+	s.requests = nil
+	s.answerCounts = map[string]int{}
 	s.mu.Unlock()
 }
 
 func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	raw, obj, err := readObject(w, r)
+	sent := s.received(r, raw)
 	if err != nil {
+		s.answered(sent, http.StatusBadRequest, AnswerInvalid)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
 	canon, err := json.Marshal(obj)
 	if err != nil {
+		s.answered(sent, http.StatusBadRequest, AnswerInvalid)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
@@ -242,21 +352,25 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		if e := s.liveKeyLocked(key); e != nil {
 			switch {
 			case !e.done:
+				s.answeredLocked(sent, http.StatusConflict, AnswerInProgress)
 				s.mu.Unlock()
 				log.Info("fakepay: idempotency conflict, first request in flight")
 				writeError(w, http.StatusConflict, "idempotency_conflict",
 					"another request with this Idempotency-Key is still being processed; retry later")
 			case e.canon != string(canon):
+				s.answeredLocked(sent, http.StatusUnprocessableEntity, AnswerKeyReused)
 				s.mu.Unlock()
 				log.Info("fakepay: idempotency key reused with another body")
 				writeError(w, http.StatusUnprocessableEntity, "idempotency_error",
 					"keys for idempotent requests can only be used with the same parameters they were first used with")
 			case s.fireLocked(&s.faults.RefuseReplay):
+				s.answeredLocked(sent, http.StatusBadRequest, AnswerRefusedReplay)
 				s.mu.Unlock()
 				log.Info("fakepay: fault refuse_replay")
 				writeError(w, http.StatusBadRequest, "invalid_request_error", "injected refusal of a repeated request")
 			default:
 				status, body := e.status, e.body
+				s.answeredLocked(sent, status, AnswerReplayed)
 				s.mu.Unlock()
 				log.Debug("fakepay: replaying stored response", "status", status)
 				w.Header().Set("Idempotent-Replayed", "true")
@@ -284,6 +398,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		if entry != nil && s.keys[key] == entry {
 			delete(s.keys, key)
 		}
+		s.answeredLocked(sent, http.StatusInternalServerError, AnswerFailedBeforeCommit)
 		s.mu.Unlock()
 		log.Info("fakepay: fault fail_before_commit")
 		writeError(w, http.StatusInternalServerError, "api_error", "injected failure before commit")
@@ -316,6 +431,8 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	failAfter := s.fireLocked(&s.faults.FailAfterCommit)
 	drop := !failAfter && s.fireLocked(&s.faults.DropAfterCommit)
 	redirect := !failAfter && !drop && s.fireLocked(&s.faults.RedirectAfterCommit)
+	status, answer := afterCommitAnswer(failAfter, drop, redirect)
+	s.answeredLocked(sent, status, answer)
 	hook := s.webhook
 	s.mu.Unlock()
 	s.announce(hook, c, body)
@@ -336,6 +453,19 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		log.Debug("fakepay: charge committed")
 		writeRaw(w, http.StatusOK, body)
 	}
+}
+
+// afterCommitAnswer is how a request that made its effect is answered, for the record.
+func afterCommitAnswer(failAfter, drop, redirect bool) (int, string) {
+	switch {
+	case failAfter:
+		return http.StatusInternalServerError, AnswerFailedAfterCommit
+	case drop:
+		return 0, AnswerDropped
+	case redirect:
+		return http.StatusSeeOther, AnswerRedirected
+	}
+	return http.StatusOK, AnswerCreated
 }
 
 // liveKeyLocked returns the entry for key, forgetting it first if it has outlived the key
@@ -401,7 +531,9 @@ func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 	raw, obj, err := readObject(w, r)
+	rec := s.received(r, raw)
 	if err != nil {
+		s.answered(rec, http.StatusBadRequest, AnswerInvalid)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
@@ -415,6 +547,7 @@ func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	if s.fireLocked(&s.faults.FailBeforeCommit) {
+		s.answeredLocked(rec, http.StatusInternalServerError, AnswerFailedBeforeCommit)
 		s.mu.Unlock()
 		log.Info("fakepay: fault fail_before_commit")
 		writeError(w, http.StatusInternalServerError, "api_error", "injected failure before commit")
@@ -433,6 +566,8 @@ func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 	failAfter := s.fireLocked(&s.faults.FailAfterCommit)
 	drop := !failAfter && s.fireLocked(&s.faults.DropAfterCommit)
 	redirect := !failAfter && !drop && s.fireLocked(&s.faults.RedirectAfterCommit)
+	status, answer := afterCommitAnswer(failAfter, drop, redirect)
+	s.answeredLocked(rec, status, answer)
 	s.mu.Unlock()
 
 	log = log.With("email", e.ID)

@@ -657,3 +657,88 @@ func BenchmarkCreateCharge(b *testing.B) {
 		}
 	})
 }
+
+// TestRecordRequests: with RecordRequests every POST is recorded with its key, source, body and
+// answer, including the ones a deduplicating server answered without a new effect; without it
+// nothing is.
+func TestRecordRequests(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	srv := New(Options{Now: clock.Now, Seed: 7, RecordRequests: true, SourceHeader: "X-Sender"})
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	post := func(path, key, body string) int {
+		req, err := http.NewRequest(http.MethodPost, ts.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("X-Sender", "s2")
+		resp, err := noRedirect.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		clock.Advance(time.Second)
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, post("/charges", "k1", invoiceBody))
+	require.Equal(t, http.StatusOK, post("/charges", "k1", invoiceBody), "replayed")
+	srv.SetFaults(Faults{RefuseReplay: Trigger{Next: 1}, RedirectAfterCommit: Trigger{Next: 1}})
+	require.Equal(t, http.StatusBadRequest, post("/charges", "k1", invoiceBody))
+	require.Equal(t, http.StatusSeeOther, post("/charges", "k2", invoiceBody))
+	require.Equal(t, http.StatusUnprocessableEntity, post("/charges", "k2", `{"invoice_id":"other","amount_minor":1,"currency":"EUR"}`))
+	require.Equal(t, http.StatusBadRequest, post("/charges", "k3", `[1]`))
+	require.Equal(t, http.StatusOK, post("/emails", "k1", `{"to":"a@example.com"}`))
+
+	got := srv.Requests()
+	require.Len(t, got, 7)
+	answers := make([]string, len(got))
+	for i, r := range got {
+		answers[i] = r.Answer
+		require.Equal(t, "s2", r.Source)
+		require.Equal(t, time.Unix(1_700_000_000+int64(i), 0), r.Received)
+	}
+	require.Equal(t, []string{AnswerCreated, AnswerReplayed, AnswerRefusedReplay, AnswerRedirected, AnswerKeyReused, AnswerInvalid, AnswerCreated}, answers)
+	require.Equal(t, "k1", got[0].IdempotencyKey)
+	require.Equal(t, "/charges", got[0].Path)
+	require.Equal(t, "/emails", got[6].Path)
+	require.JSONEq(t, invoiceBody, string(got[0].Body))
+	require.Equal(t, http.StatusSeeOther, got[3].Status)
+	require.Len(t, srv.Charges(), 2, "seven requests, two charges")
+	require.Equal(t, map[string]int{AnswerCreated: 2, AnswerReplayed: 1, AnswerRefusedReplay: 1, AnswerRedirected: 1, AnswerKeyReused: 1, AnswerInvalid: 1},
+		srv.AnswerCounts())
+
+	// Not recording is the default.
+	f := newFixture(t)
+	f.mustPost(t, "/charges", "k1", invoiceBody)
+	require.Empty(t, f.srv.Requests())
+}
+
+// TestRecordRequestsInFlight: a request held in flight is recorded when it arrives, and a twin
+// that finds it in flight is recorded as in_progress.
+func TestRecordRequestsInFlight(t *testing.T) {
+	t.Parallel()
+	srv := New(Options{Seed: 7, RecordRequests: true})
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	srv.beforeCommit = func() { once.Do(func() { close(entered); <-release }) }
+	post := func() int {
+		req, err := http.NewRequest(http.MethodPost, ts.URL+"/charges", strings.NewReader(invoiceBody))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "k1")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	done := make(chan int)
+	go func() { done <- post() }()
+	<-entered
+	require.Len(t, srv.Requests(), 1)
+	require.Empty(t, srv.Requests()[0].Answer, "still in flight")
+	require.Equal(t, http.StatusConflict, post())
+	close(release)
+	require.Equal(t, http.StatusOK, <-done)
+	got := srv.Requests()
+	require.Equal(t, AnswerCreated, got[0].Answer)
+	require.Equal(t, AnswerInProgress, got[1].Answer)
+}

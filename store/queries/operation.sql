@@ -9,7 +9,12 @@
 -- the PREPARED one, exactly as a Prepare followed by a claim would leave it.
 -- Returns no row when (tenant, tool, idempotency_key) is taken: the caller
 -- then reads the existing operation. ON CONFLICT waits for a concurrent twin
--- to commit, so twins never both insert. (A claim is only asked for an
+-- to commit, so twins never both insert. It names no constraint: a twin of
+-- the same call (same key, same arguments) also has the same downstream key,
+-- and a conflict on that unique index, not an arbiter, would fail the
+-- statement when both twins pass the idempotency check before either has
+-- inserted (found by the chaos suite). Every unique index of operation is
+-- implied by (tenant, tool, idempotency_key) but the id, which is random. (A claim is only asked for an
 -- operation born in claim_from that needs no approval; the table's
 -- operation_executing_has_lease check holds the lease to it.)
 WITH ins AS (
@@ -26,7 +31,7 @@ WITH ins AS (
             CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
             CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
             CASE WHEN sqlc.arg(claim)::boolean THEN now() END)
-    ON CONFLICT ON CONSTRAINT operation_idempotency DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING *
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)

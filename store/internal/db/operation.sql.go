@@ -767,7 +767,7 @@ WITH ins AS (
             CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
             CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
             CASE WHEN $8::boolean THEN now() END)
-    ON CONFLICT ON CONSTRAINT operation_idempotency DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
@@ -852,7 +852,12 @@ type OperationInsertRow struct {
 // the PREPARED one, exactly as a Prepare followed by a claim would leave it.
 // Returns no row when (tenant, tool, idempotency_key) is taken: the caller
 // then reads the existing operation. ON CONFLICT waits for a concurrent twin
-// to commit, so twins never both insert. (A claim is only asked for an
+// to commit, so twins never both insert. It names no constraint: a twin of
+// the same call (same key, same arguments) also has the same downstream key,
+// and a conflict on that unique index, not an arbiter, would fail the
+// statement when both twins pass the idempotency check before either has
+// inserted (found by the chaos suite). Every unique index of operation is
+// implied by (tenant, tool, idempotency_key) but the id, which is random. (A claim is only asked for an
 // operation born in claim_from that needs no approval; the table's
 // operation_executing_has_lease check holds the lease to it.)
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {

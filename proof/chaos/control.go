@@ -1,0 +1,137 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/opledger/opledger/proof/failpoint"
+	"github.com/opledger/opledger/proof/fakepay"
+)
+
+// Control is one control run: a defect the ledger once had (or, for
+// "dedupe", the deduplication it relies on) put back into the servers,
+// with the faults that stage it, and the violation kind the checker must
+// then report. A checker that finds nothing then proves nothing.
+type Control struct {
+	// Name is what --control names.
+	Name string
+	// Defect is OPLEDGER_UNSAFE_DEFECTS for the servers (failpoint.Defect*).
+	Defect string
+	// FreshKeys sets OPLEDGER_UNSAFE_FRESH_DOWNSTREAM_KEY=1: a new
+	// downstream key per claim.
+	FreshKeys bool
+	// Faults adds to a processor's faults for the whole run.
+	Faults func(processor string, f *fakepay.Faults)
+	// Focus are fault kinds the nemesis draws half of the time after the
+	// forced round, so that a short run stages the defect often.
+	Focus []string
+	// ClockOffset is where the database's clock starts, relative to the
+	// servers' (default clockStart).
+	ClockOffset time.Duration
+	// FailpointRates override --failpoint-rate for some points.
+	FailpointRates map[string]float64
+	// StallPoint, when set, is where fp-stall-first-send stops a server in
+	// this control, instead of stallPoint.
+	StallPoint string
+	// Env is added to the servers' environment.
+	Env []string
+	// Expect is the violation kind the checker must report.
+	Expect string
+	// What says in a few words what the run re-introduces.
+	What string
+}
+
+// Controls are the control runs, by name; DefaultControl is what a bare
+// --control runs.
+var Controls = map[string]Control{
+	"dedupe": {
+		Name: "dedupe", FreshKeys: true,
+		Faults: func(p string, f *fakepay.Faults) {
+			if p == "pay" {
+				f.NoKeySupport = true
+			}
+		},
+		Expect: ViolationDuplicate,
+		What:   "deduplication disabled (a new downstream key per claim; the pay processor ignores keys)",
+	},
+	failpoint.DefectRedirectFailed: {
+		Name: failpoint.DefectRedirectFailed, Defect: failpoint.DefectRedirectFailed,
+		Faults: func(_ string, f *fakepay.Faults) { f.RedirectAfterCommit = fakepay.Trigger{Rate: 0.15} },
+		Focus:  []string{"proc-redirect"},
+		Expect: ViolationFalseFailed,
+		What:   "a 3xx after the request was sent classified as a definitive refusal (FAILED)",
+	},
+	failpoint.DefectRefusalOverrides: {
+		Name: failpoint.DefectRefusalOverrides, Defect: failpoint.DefectRefusalOverrides,
+		Faults: func(p string, f *fakepay.Faults) {
+			if p == "pay" || p == "ret" {
+				f.FailAfterCommit = fakepay.Trigger{Rate: 0.15}
+				f.RefuseReplay = fakepay.Trigger{Rate: 1}
+			}
+		},
+		Focus:  []string{"proc-refuse-replay", "proc-lookup-lag"},
+		Expect: ViolationFalseFailed,
+		What:   "a refusal after an earlier ambiguous send of the same operation recorded as FAILED",
+	},
+	failpoint.DefectApprovalClaim: {
+		Name: failpoint.DefectApprovalClaim, Defect: failpoint.DefectApprovalClaim,
+		Focus:  []string{"net-proc-refuse"},
+		Expect: ViolationUnapproved,
+		What:   "the approval consumed by the first claim, not by the first send",
+	},
+	failpoint.DefectServerClock: {
+		Name: failpoint.DefectServerClock, Defect: failpoint.DefectServerClock,
+		// The database's clock ahead of the servers': its timestamps read on
+		// a server's clock then allow a first send long after the approval
+		// ended (with it behind, the same defect sends nothing at all).
+		ClockOffset: 90 * time.Second,
+		Focus:       []string{"fp-stall-first-send"},
+		Expect:      ViolationUnapproved,
+		What:        "the approval's end and the lease judged by reading the database's timestamps on the server's clock",
+	},
+	failpoint.DefectTakeoverNoDedupe: {
+		Name: failpoint.DefectTakeoverNoDedupe, Defect: failpoint.DefectTakeoverNoDedupe,
+		// A server stopped (or killed) right after the downstream answered
+		// leaves its operation EXECUTING with a request sent, past its
+		// lease: what a takeover then sends again. pay_direct's processor
+		// never dedupes.
+		StallPoint: "after-downstream/" + ToolPayDirect,
+		// The reconcilers would otherwise often find the expired lease
+		// before an Execute does, and record OUTCOME_UNKNOWN.
+		Env:            []string{"OPLEDGER_RECONCILE_INTERVAL=10s"},
+		FailpointRates: map[string]float64{"after-downstream": 0.01},
+		Focus:          []string{"fp-stall-first-send", "stop", "fp-after-downstream"},
+		Expect:         ViolationResent,
+		What:           "an expired lease taken over, and the operation sent again, where the downstream does not dedupe keys",
+	},
+}
+
+// DefaultControl is the control a bare --control runs.
+const DefaultControl = "dedupe"
+
+// ControlNames lists the controls in order.
+func ControlNames() []string {
+	names := make([]string, 0, len(Controls))
+	for n := range Controls {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LookupControl returns the named control ("" for none).
+func LookupControl(name string) (*Control, error) {
+	if name == "" {
+		return nil, nil
+	}
+	c, ok := Controls[name]
+	if !ok {
+		return nil, fmt.Errorf("chaos: unknown control %q (known: %s)", name, strings.Join(ControlNames(), ", "))
+	}
+	return &c, nil
+}
+
+// count is how many violations of the control's kind r holds.
+func (c *Control) count(r CheckResult) int { return r.CountOf(c.Expect) }
