@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 
 	"google.golang.org/grpc/metadata"
 
@@ -81,5 +82,18 @@ func (e *env) profile(ctx context.Context, rep *Report) error {
 		rep.Profiles = append(rep.Profiles, path)
 		e.progress("%-15s %-10s c=%-3d %s  profile %s", sc, "in-process", o.ProfileConcurrency, r.brief(), path)
 	}
+	// The peer's statements for the same job, for comparison.
+	if e.dbos != nil && (slices.Contains(o.Scenarios, ScenarioExecuteNew) || slices.Contains(o.Scenarios, ScenarioOneCall)) {
+		if err := e.pgStatReset(ctx); err == nil {
+			r := e.dbosMeasure(ctx, ScenarioExecuteNew, o.ProfileConcurrency)
+			if st, err := e.pgStatTop(ctx, dbDBOS, r.total); err == nil && r.total > 0 {
+				rep.Statements[StatementsDBOS] = st
+			}
+		}
+	}
 	return nil
 }
+
+// StatementsDBOS keys DBOS's statements for a new workflow in
+// Report.Statements.
+const StatementsDBOS = "dbos execute-new"
