@@ -11,7 +11,7 @@
 -- then reads the existing operation. ON CONFLICT waits for a concurrent twin
 -- to commit, so twins never both insert. (A claim is only asked for an
 -- operation born in claim_from that needs no approval; the table's
--- operation_executing_has_lease check holds the lease to it.)
+-- operation_executing_has_lease rule holds the lease to it.)
 WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
@@ -266,19 +266,26 @@ SELECT state, count(*)::bigint AS n FROM operation
 WHERE state IN ('AWAITING_APPROVAL', 'READY', 'EXECUTING', 'OUTCOME_UNKNOWN')
 GROUP BY state;
 
--- name: OperationPrune :execrows
--- Deletes up to batch_size finished operations (and, by cascade, their
--- events) last changed before the cutoff. Open and OUTCOME_UNKNOWN
--- operations are never pruned. SKIP LOCKED lets replicas prune side by side.
-DELETE FROM operation
-WHERE id IN (
-    SELECT p.id FROM operation p
-    WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
-      AND p.updated_at < now() - make_interval(secs => sqlc.arg(older_than_seconds)::float8)
-    ORDER BY p.updated_at
-    LIMIT sqlc.arg(batch_size)
-    FOR UPDATE SKIP LOCKED
-);
+-- name: OperationPrune :one
+-- Deletes up to batch_size finished operations last changed before the
+-- cutoff, and their events, and returns how many operations it deleted.
+-- Open and OUTCOME_UNKNOWN operations are never pruned. SKIP LOCKED lets
+-- replicas prune side by side.
+WITH gone AS (
+    DELETE FROM operation
+    WHERE id IN (
+        SELECT p.id FROM operation p
+        WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
+          AND p.updated_at < now() - make_interval(secs => sqlc.arg(older_than_seconds)::float8)
+        ORDER BY p.updated_at
+        LIMIT sqlc.arg(batch_size)
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id
+), events AS (
+    DELETE FROM operation_event e USING gone WHERE e.operation_id = gone.id
+)
+SELECT count(*)::bigint AS deleted FROM gone;
 
 -- name: TenantUsageBump :one
 -- Counts one more operation created by the tenant in the current minute and

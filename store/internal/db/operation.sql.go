@@ -854,7 +854,7 @@ type OperationInsertRow struct {
 // then reads the existing operation. ON CONFLICT waits for a concurrent twin
 // to commit, so twins never both insert. (A claim is only asked for an
 // operation born in claim_from that needs no approval; the table's
-// operation_executing_has_lease check holds the lease to it.)
+// operation_executing_has_lease rule holds the lease to it.)
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {
 	row := db.QueryRow(ctx, operationInsert,
 		arg.ID,
@@ -1030,16 +1030,22 @@ func (q *Queries) OperationMarkWaited(ctx context.Context, db DBTX, arg Operatio
 	return result.RowsAffected(), nil
 }
 
-const operationPrune = `-- name: OperationPrune :execrows
-DELETE FROM operation
-WHERE id IN (
-    SELECT p.id FROM operation p
-    WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
-      AND p.updated_at < now() - make_interval(secs => $1::float8)
-    ORDER BY p.updated_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
+const operationPrune = `-- name: OperationPrune :one
+WITH gone AS (
+    DELETE FROM operation
+    WHERE id IN (
+        SELECT p.id FROM operation p
+        WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
+          AND p.updated_at < now() - make_interval(secs => $1::float8)
+        ORDER BY p.updated_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id
+), events AS (
+    DELETE FROM operation_event e USING gone WHERE e.operation_id = gone.id
 )
+SELECT count(*)::bigint AS deleted FROM gone
 `
 
 type OperationPruneParams struct {
@@ -1047,15 +1053,15 @@ type OperationPruneParams struct {
 	BatchSize        int32
 }
 
-// Deletes up to batch_size finished operations (and, by cascade, their
-// events) last changed before the cutoff. Open and OUTCOME_UNKNOWN
-// operations are never pruned. SKIP LOCKED lets replicas prune side by side.
+// Deletes up to batch_size finished operations last changed before the
+// cutoff, and their events, and returns how many operations it deleted.
+// Open and OUTCOME_UNKNOWN operations are never pruned. SKIP LOCKED lets
+// replicas prune side by side.
 func (q *Queries) OperationPrune(ctx context.Context, db DBTX, arg OperationPruneParams) (int64, error) {
-	result, err := db.Exec(ctx, operationPrune, arg.OlderThanSeconds, arg.BatchSize)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	row := db.QueryRow(ctx, operationPrune, arg.OlderThanSeconds, arg.BatchSize)
+	var deleted int64
+	err := row.Scan(&deleted)
+	return deleted, err
 }
 
 const operationTakeOver = `-- name: OperationTakeOver :one

@@ -1,0 +1,91 @@
+package store_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/store"
+)
+
+// TestOperationRules: the row rules of operation (since migration 0010 a
+// BEFORE trigger instead of CHECK constraints, which PostgreSQL 15 compiled
+// anew for every statement) still refuse every row they refused, with the
+// same SQLSTATE and constraint name, on insert and on update, and still let
+// a NULL pass as a CHECK does.
+func TestOperationRules(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	violates := func(t *testing.T, err error, constraint string) {
+		t.Helper()
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), "want a refusal by %s, got %v", constraint, err)
+		require.Equal(t, "23514", pgErr.Code)
+		require.Equal(t, constraint, pgErr.ConstraintName)
+	}
+	for _, c := range []struct {
+		name, set, constraint string
+	}{
+		{"unknown state", "state = 'DONE'", "operation_state_check"},
+		{"unknown decision", "approval_decision = 'MAYBE'", "operation_approval_decision_check"},
+		{"empty key", "idempotency_key = ''", "operation_idempotency_key_check"},
+		{"key too long", "idempotency_key = repeat('k', 256)", "operation_idempotency_key_check"},
+		{"executing without lease owner", "state = 'EXECUTING', lease_owner = NULL, lease_expires_at = now()", "operation_executing_has_lease"},
+		{"executing without lease end", "state = 'EXECUTING', lease_owner = 'x', lease_expires_at = NULL", "operation_executing_has_lease"},
+		{"first send after the fence", "fence = 1, first_sent_fence = 2", "operation_check"},
+		{"first send zero", "fence = 1, first_sent_fence = 0", "operation_check"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := g.row(t, shape{state: "READY", fence: 1})
+			violates(t, g.st.Exec(ctx, "UPDATE operation SET "+c.set+" WHERE id = $1", id), c.constraint)
+			require.Equal(t, "READY", g.get(t, id).State, "a refused update changes nothing")
+		})
+	}
+	// The same rules on insert.
+	_, _, err := g.st.OperationInsert(ctx, store.NewOperation{ID: "op_rules_bad_state", Tenant: "acme", Tool: "pay", ToolVersion: "1",
+		IdempotencyKey: "rules-bad", Args: []byte(`{}`), Fingerprint: "v1:x", State: "DONE", PreparedBy: "pr_a",
+		DownstreamKey: "opk_rules_bad", Actor: "test"})
+	violates(t, err, "operation_state_check")
+	_, err = g.st.OperationGet(ctx, "acme", "op_rules_bad_state")
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	// What the rules allow: NULLs pass, as in a CHECK constraint; a held
+	// lease makes EXECUTING legal; a first send within the fences.
+	id := g.row(t, shape{state: "READY", fence: 2})
+	require.NoError(t, g.st.Exec(ctx, "UPDATE operation SET approval_decision = NULL, first_sent_fence = NULL WHERE id = $1", id))
+	require.NoError(t, g.st.Exec(ctx, "UPDATE operation SET state = 'EXECUTING', lease_owner = 'x', lease_expires_at = now() + interval '1 minute', first_sent_fence = 2 WHERE id = $1", id))
+	require.NoError(t, g.st.Exec(ctx, "UPDATE operation SET approval_decision = 'APPROVE', idempotency_key = repeat('k', 255) WHERE id = $1", id))
+	require.Equal(t, "EXECUTING", g.get(t, id).State)
+}
+
+// TestPruneDeletesEvents: pruning an operation deletes its event log in the
+// same statement (operation_event has no foreign key to cascade since
+// migration 0010), and leaves other operations' events alone.
+func TestPruneDeletesEvents(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	old := g.row(t, shape{state: "SUCCEEDED", fence: 1, firstSent: 1})
+	kept := g.row(t, shape{state: "SUCCEEDED", fence: 1, firstSent: 1})
+	for _, id := range []string{old, kept} {
+		evs, err := g.st.OperationEvents(ctx, id)
+		require.NoError(t, err)
+		require.NotEmpty(t, evs)
+	}
+	require.NoError(t, g.st.Exec(ctx, "UPDATE operation SET updated_at = now() - interval '2 hours' WHERE id = $1", old))
+	n, err := g.st.OperationPrune(ctx, time.Hour, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	_, err = g.st.OperationGet(ctx, "acme", old)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	evs, err := g.st.OperationEvents(ctx, old)
+	require.NoError(t, err)
+	require.Empty(t, evs, "the pruned operation's events go with it")
+	evs, err = g.st.OperationEvents(ctx, kept)
+	require.NoError(t, err)
+	require.NotEmpty(t, evs)
+}
