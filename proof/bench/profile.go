@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -60,6 +61,11 @@ func (e *env) profile(ctx context.Context, rep *Report) error {
 		cl = c
 	}
 	for _, sc := range o.Scenarios {
+		// The heap profile counts allocations since the process started:
+		// one written before and one after the run, to read with -base.
+		if err := writeAllocs(filepath.Join(o.CPUProfileDir, sc+".allocs-before.pprof")); err != nil {
+			return err
+		}
 		path := filepath.Join(o.CPUProfileDir, sc+".pprof")
 		f, err := os.Create(path)
 		if err != nil {
@@ -72,6 +78,9 @@ func (e *env) profile(ctx context.Context, rep *Report) error {
 		r := e.measureOpledgerOn(ctx, cl, dbMain, 1, o.Seed, sc, o.ProfileConcurrency, o.Duration, true, true)
 		pprof.StopCPUProfile()
 		if err := f.Close(); err != nil {
+			return err
+		}
+		if err := writeAllocs(filepath.Join(o.CPUProfileDir, sc+".allocs.pprof")); err != nil {
 			return err
 		}
 		if st, err := e.pgStatTop(ctx, dbMain, r.total); err == nil {
@@ -97,3 +106,13 @@ func (e *env) profile(ctx context.Context, rep *Report) error {
 // StatementsDBOS keys DBOS's statements for a new workflow in
 // Report.Statements.
 const StatementsDBOS = "dbos execute-new"
+
+// writeAllocs writes the process's allocation profile (cumulative since it
+// started) to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
+}
