@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,4 +90,88 @@ func TestPruneDeletesEvents(t *testing.T) {
 	evs, err = g.st.OperationEvents(ctx, kept)
 	require.NoError(t, err)
 	require.NotEmpty(t, evs)
+}
+
+// TestEventFromStateIsTheStateReplaced: a transition's event records the
+// state its update replaced (prev_state, from the locked row), also when a
+// concurrent transition changed it between the statement's snapshot and its
+// update: here the holder's SUCCEEDED waits on a row another transaction is
+// moving from EXECUTING to OUTCOME_UNKNOWN, and its event must say it came
+// from OUTCOME_UNKNOWN.
+func TestEventFromStateIsTheStateReplaced(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	id := g.row(t, executing())
+	tx, err := g.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `UPDATE operation SET state = 'OUTCOME_UNKNOWN', lease_owner = NULL, lease_expires_at = NULL,
+		first_sent_fence = fence WHERE id = $1`, id)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.st.OperationTransition(ctx, store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING", "OUTCOME_UNKNOWN"},
+			Fence: 2, To: "SUCCEEDED", Event: "SUCCEEDED", Actor: "test"})
+		done <- err
+	}()
+	// The transition waits for the row lock (its snapshot still says
+	// EXECUTING) until the other transaction commits.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := g.pool.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-done)
+
+	evs, err := g.st.OperationEvents(ctx, id)
+	require.NoError(t, err)
+	last := evs[len(evs)-1]
+	require.Equal(t, "SUCCEEDED", last.ToState)
+	require.Equal(t, "OUTCOME_UNKNOWN", last.FromState)
+}
+
+// TestInsertTwinsNeverFail: concurrent inserts of one operation (the same
+// key, so the same downstream key) make exactly one row and refuse no one.
+// Twins that both pass ON CONFLICT's first look meet again on the
+// downstream key's unique index; that index must be an arbiter too, or the
+// loser fails with a unique violation instead of reading the winner.
+func TestInsertTwinsNeverFail(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	for round := range 40 {
+		key := fmt.Sprintf("twin-%d", round)
+		const n = 16
+		errs := make(chan error, n)
+		inserted := make(chan bool, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				_, ok, err := g.st.OperationInsert(ctx, store.NewOperation{ID: fmt.Sprintf("op_twin_%d_%d", round, i), Tenant: "acme",
+					Tool: "pay", ToolVersion: "1", IdempotencyKey: key, Args: []byte(`{}`), Fingerprint: "v1:x", State: "READY",
+					PreparedBy: "pr_a", DownstreamKey: "opk_" + key, Actor: "test"})
+				errs <- err
+				inserted <- ok
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		close(inserted)
+		for err := range errs {
+			require.NoError(t, err, "round %d", round)
+		}
+		made := 0
+		for ok := range inserted {
+			if ok {
+				made++
+			}
+		}
+		require.Equal(t, 1, made, "round %d", round)
+	}
 }

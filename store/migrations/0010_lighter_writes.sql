@@ -12,11 +12,19 @@
 -- its lock, so OLD.waited is ordered with OperationMarkWaited exactly as
 -- before, and a NOTIFY is delivered only if the transaction commits.
 --
+-- prev_state is the state a row had before its last update, set by the
+-- same trigger from the locked row (OLD): the statement that records a
+-- transition's event reads where the operation came from in the row its
+-- UPDATE returns, instead of locking and reading the row first in a CTE of
+-- its own (a seventh of that statement's work).
+--
 -- operation_event's foreign key made every event insert look the operation
 -- up again and share-lock the row the same statement had just written. Every
 -- event is written by the statement that writes its operation (from the row
 -- that statement returns), so it cannot name another; the pruner deletes an
 -- operation's events in the statement that deletes the operation.
+
+ALTER TABLE operation ADD COLUMN prev_state text;
 
 DROP TRIGGER operation_state_changed ON operation;
 DROP FUNCTION operation_notify();
@@ -30,8 +38,9 @@ ALTER TABLE operation
 
 -- operation_rules enforces what the CHECK constraints did, with their
 -- semantics (a rule holds unless it is false: NULL passes) and their names
--- and SQLSTATE (23514), then wakes other replicas' Executes waiting for the
--- outcome of an attempt that ends (store/notify.go).
+-- and SQLSTATE (23514); on an update it records the state the row had
+-- (prev_state) and wakes other replicas' Executes waiting for the outcome of
+-- an attempt that ends (store/notify.go).
 CREATE FUNCTION operation_rules() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT (NEW.state IN ('AWAITING_APPROVAL', 'READY', 'EXECUTING', 'SUCCEEDED',
@@ -56,6 +65,7 @@ BEGIN
             USING ERRCODE = 'check_violation', CONSTRAINT = 'operation_check';
     END IF;
     IF TG_OP = 'UPDATE' THEN
+        NEW.prev_state := OLD.state;
         IF OLD.state = 'EXECUTING' AND NEW.state <> 'EXECUTING' AND OLD.waited THEN
             PERFORM pg_notify('opledger_operation', NEW.id);
         END IF;

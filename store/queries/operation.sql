@@ -9,7 +9,13 @@
 -- the PREPARED one, exactly as a Prepare followed by a claim would leave it.
 -- Returns no row when (tenant, tool, idempotency_key) is taken: the caller
 -- then reads the existing operation. ON CONFLICT waits for a concurrent twin
--- to commit, so twins never both insert. (A claim is only asked for an
+-- to commit, so twins never both insert. Every unique index is an arbiter,
+-- not only operation_idempotency: a twin has the same downstream key too,
+-- and twins that both pass ON CONFLICT's first look meet again on
+-- operation_downstream_key, where a non-arbiter index would fail the loser
+-- with a unique violation instead of letting it read the winner (ids are
+-- random, and a downstream key names one (tenant, tool, key, fingerprint),
+-- so any conflict is the twin's). (A claim is only asked for an
 -- operation born in claim_from that needs no approval; the table's
 -- operation_executing_has_lease rule holds the lease to it.)
 WITH ins AS (
@@ -26,7 +32,7 @@ WITH ins AS (
             CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
             CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
             CASE WHEN sqlc.arg(claim)::boolean THEN now() END)
-    ON CONFLICT ON CONSTRAINT operation_idempotency DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING *
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
@@ -147,12 +153,10 @@ SELECT * FROM upd;
 --                          counted from the first claim.
 -- An attempt that ends any other way than a release (RELEASED: nothing was
 -- sent) marks the operation as sent. The event is appended in the same
--- statement. A caller whose guard fails changes nothing and gets no row.
-WITH cur AS (
-    SELECT c.id, c.state AS old_state FROM operation c
-    WHERE c.id = sqlc.arg(id) AND c.tenant = sqlc.arg(tenant)
-    FOR UPDATE
-), upd AS (
+-- statement, from the state the update found (prev_state, which the table's
+-- trigger sets from the locked row). A caller whose guard fails changes
+-- nothing and gets no row.
+WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
         external_ref = COALESCE(sqlc.narg(external_ref)::text, o.external_ref),
@@ -168,8 +172,7 @@ WITH cur AS (
         reconcile_attempts = CASE WHEN sqlc.arg(to_state)::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
         events = o.events + 1,
         updated_at = now()
-    FROM cur
-    WHERE o.id = cur.id
+    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant)
       AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND o.fence = sqlc.arg(fence)
       AND (NOT sqlc.arg(require_lease_expired)::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
@@ -181,8 +184,8 @@ WITH cur AS (
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), cur.old_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
-    FROM upd JOIN cur ON cur.id = upd.id
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
+    FROM upd
 )
 SELECT * FROM upd;
 
@@ -197,11 +200,7 @@ SELECT * FROM upd;
 -- taken effect back to AWAITING_APPROVAL, where a denial would make it
 -- REJECTED with an effect behind it. An expiry with notify also queues the
 -- approval notification, in the same statement.
-WITH cur AS (
-    SELECT c.id, c.state AS old_state FROM operation c
-    WHERE c.id = sqlc.arg(id) AND c.tenant = sqlc.arg(tenant)
-    FOR UPDATE
-), upd AS (
+WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
         approval_decision = sqlc.narg(decision)::text,
@@ -214,15 +213,14 @@ WITH cur AS (
         approval_reason = sqlc.narg(reason)::text,
         events = o.events + 1,
         updated_at = now()
-    FROM cur
-    WHERE o.id = cur.id AND o.state = ANY (sqlc.arg(from_states)::text[])
+    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND (NOT sqlc.arg(require_lapsed_unsent)::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), cur.old_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
-    FROM upd JOIN cur ON cur.id = upd.id
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
+    FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'approval_expired' FROM upd
