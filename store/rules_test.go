@@ -175,3 +175,53 @@ func TestInsertTwinsNeverFail(t *testing.T) {
 		require.Equal(t, 1, made, "round %d", round)
 	}
 }
+
+// TestGuardedStatementsFindTheRowByItsKey: the statements that change one
+// operation find it through the primary key, in the generic plan a pooled
+// connection caches, on a table without statistics yet (a new database, or
+// before autovacuum's first ANALYZE). operation_list (tenant, state,
+// created_at, id) matches their tenant and state too, and a plan through it
+// walks every entry of the tenant in that state, dead versions included.
+func TestGuardedStatementsFindTheRowByItsKey(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	id := g.row(t, shape{state: "READY", fence: 1})
+	lease := store.Lease{Owner: "srv", Duration: time.Minute, Actor: "test"}
+	for name, fn := range map[string]func(c *store.Conn) error{
+		"OperationClaim": func(c *store.Conn) error {
+			_, _, err := c.OperationClaim(ctx, "acme", id, store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED"}, lease)
+			return err
+		},
+		"OperationTransition": func(c *store.Conn) error {
+			_, err := c.OperationTransition(ctx, store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING"}, Fence: 1,
+				To: "SUCCEEDED", Event: "SUCCEEDED", Actor: "test"})
+			return err
+		},
+		"OperationDecide": func(c *store.Conn) error {
+			_, err := c.OperationDecide(ctx, store.Decision{Tenant: "acme", ID: id, From: []string{"AWAITING_APPROVAL"}, To: "READY",
+				Decision: "APPROVE", Event: "APPROVED", Actor: "test"})
+			return err
+		},
+		"OperationTakeOver": func(c *store.Conn) error {
+			_, err := c.OperationTakeOver(ctx, store.TakeOver{Tenant: "acme", ID: id, From: "EXECUTING", Event: "LEASE_TAKEN_OVER", Fence: 1}, lease)
+			return err
+		},
+		"OperationGet": func(c *store.Conn) error {
+			_, err := c.OperationGet(ctx, "acme", id)
+			return err
+		},
+		"OperationMarkWaited": func(c *store.Conn) error {
+			_, err := c.OperationMarkWaited(ctx, "acme", id, 1)
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			plan, err := g.st.ExplainGeneric(ctx, fn)
+			require.NoError(t, err)
+			require.NotContains(t, plan, "operation_list", plan)
+			require.NotContains(t, plan, "operation_open", plan)
+			require.Contains(t, plan, "Index Scan using operation_pkey on operation", plan)
+		})
+	}
+}

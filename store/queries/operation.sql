@@ -1,3 +1,14 @@
+-- The statements that read or change one operation find it by its primary
+-- key (id) and check its tenant (and a state written as a constant) with IS
+-- NOT DISTINCT FROM: the same test as = here (neither is ever NULL), but
+-- not one an index can search by, so the planner cannot prefer
+-- operation_list (tenant, state, created_at, id) or operation_open (state)
+-- to the primary key. It does when the table has no statistics yet (a new
+-- database, or before autovacuum's first ANALYZE), in the generic plan a
+-- pooled connection then keeps, and such a plan walks every entry of the
+-- tenant in that state, dead versions included, to find one row
+-- (TestGuardedStatementsFindTheRowByItsKey).
+
 -- name: OperationInsert :one
 -- Inserts a new operation and its PREPARED event in one statement (and, with
 -- notify, the approval notification of an operation that awaits approval:
@@ -54,11 +65,11 @@ WHERE tenant = sqlc.arg(tenant) AND tool = sqlc.arg(tool) AND idempotency_key = 
 -- db_now is the database's clock, against which the caller judges leases
 -- and retention.
 SELECT *, now()::timestamptz AS db_now FROM operation
-WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant);
+WHERE id = sqlc.arg(id) AND tenant IS NOT DISTINCT FROM sqlc.arg(tenant);
 
 -- name: OperationGetForUpdate :one
 SELECT * FROM operation
-WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant)
+WHERE id = sqlc.arg(id) AND tenant IS NOT DISTINCT FROM sqlc.arg(tenant)
 FOR UPDATE;
 
 -- name: OperationEvents :many
@@ -92,7 +103,7 @@ WITH upd AS (
         waited = false,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
+    WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
            OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
     RETURNING o.*
@@ -103,7 +114,7 @@ WITH upd AS (
 SELECT upd.*, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
 SELECT g.*, false AS claimed, now()::timestamptz AS db_now FROM operation g
-WHERE g.id = sqlc.arg(id) AND g.tenant = sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
+WHERE g.id = sqlc.arg(id) AND g.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
 
 -- name: OperationTakeOver :one
 -- Takes over an operation in from_state (the state machine's: EXECUTING)
@@ -124,7 +135,7 @@ WITH upd AS (
         next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
+    WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND o.fence = sqlc.arg(fence) AND o.lease_expires_at < now()
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
@@ -172,7 +183,7 @@ WITH upd AS (
         reconcile_attempts = CASE WHEN sqlc.arg(to_state)::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant)
+    WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant)
       AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND o.fence = sqlc.arg(fence)
       AND (NOT sqlc.arg(require_lease_expired)::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
@@ -213,7 +224,7 @@ WITH upd AS (
         approval_reason = sqlc.narg(reason)::text,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = ANY (sqlc.arg(from_states)::text[])
+    WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND (NOT sqlc.arg(require_lapsed_unsent)::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
     RETURNING o.*
@@ -233,7 +244,7 @@ SELECT * FROM upd;
 -- fence, so that the statement recording it notifies (migration 0009). No
 -- row: the attempt already ended (or another took over); read again.
 UPDATE operation SET waited = true
-WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant) AND state = 'EXECUTING' AND fence = sqlc.arg(fence);
+WHERE id = sqlc.arg(id) AND tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND state IS NOT DISTINCT FROM 'EXECUTING' AND fence = sqlc.arg(fence);
 
 -- name: OperationClaimUnresolved :many
 -- Hands a batch of stuck operations (OUTCOME_UNKNOWN, or EXECUTING with an

@@ -24,7 +24,7 @@ WITH upd AS (
         waited = false,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $4 AND o.tenant = $5 AND o.state = $6::text
+    WHERE o.id = $4 AND o.tenant IS NOT DISTINCT FROM $5 AND o.state = $6::text
       AND (NOT $7::boolean OR NOT o.approval_required
            OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state
@@ -35,7 +35,7 @@ WITH upd AS (
 SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
 SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, false AS claimed, now()::timestamptz AS db_now FROM operation g
-WHERE g.id = $4 AND g.tenant = $5 AND NOT EXISTS (SELECT 1 FROM upd)
+WHERE g.id = $4 AND g.tenant IS NOT DISTINCT FROM $5 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
 type OperationClaimParams struct {
@@ -339,7 +339,7 @@ WITH upd AS (
         approval_reason = $5::text,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $6 AND o.tenant = $7 AND o.state = ANY ($8::text[])
+    WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = ANY ($8::text[])
       AND (NOT $9::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state
@@ -513,7 +513,7 @@ func (q *Queries) OperationEvents(ctx context.Context, db DBTX, operationID stri
 
 const operationGet = `-- name: OperationGet :one
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, now()::timestamptz AS db_now FROM operation
-WHERE id = $1 AND tenant = $2
+WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 `
 
 type OperationGetParams struct {
@@ -707,7 +707,7 @@ func (q *Queries) OperationGetByKey(ctx context.Context, db DBTX, arg OperationG
 
 const operationGetForUpdate = `-- name: OperationGetForUpdate :one
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM operation
-WHERE id = $1 AND tenant = $2
+WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 FOR UPDATE
 `
 
@@ -759,6 +759,7 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 }
 
 const operationInsert = `-- name: OperationInsert :one
+
 WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
@@ -849,6 +850,16 @@ type OperationInsertRow struct {
 	PrevState           pgtype.Text
 }
 
+// The statements that read or change one operation find it by its primary
+// key (id) and check its tenant (and a state written as a constant) with IS
+// NOT DISTINCT FROM: the same test as = here (neither is ever NULL), but
+// not one an index can search by, so the planner cannot prefer
+// operation_list (tenant, state, created_at, id) or operation_open (state)
+// to the primary key. It does when the table has no statistics yet (a new
+// database, or before autovacuum's first ANALYZE), in the generic plan a
+// pooled connection then keeps, and such a plan walks every entry of the
+// tenant in that state, dead versions included, to find one row
+// (TestGuardedStatementsFindTheRowByItsKey).
 // Inserts a new operation and its PREPARED event in one statement (and, with
 // notify, the approval notification of an operation that awaits approval:
 // the outbox row commits with the operation or not at all). With claim (the
@@ -1025,7 +1036,7 @@ func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListP
 
 const operationMarkWaited = `-- name: OperationMarkWaited :execrows
 UPDATE operation SET waited = true
-WHERE id = $1 AND tenant = $2 AND state = 'EXECUTING' AND fence = $3
+WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2 AND state IS NOT DISTINCT FROM 'EXECUTING' AND fence = $3
 `
 
 type OperationMarkWaitedParams struct {
@@ -1090,7 +1101,7 @@ WITH upd AS (
         next_reconcile_at = now() + make_interval(secs => $2::float8),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $3 AND o.tenant = $4 AND o.state = $5::text
+    WHERE o.id = $3 AND o.tenant IS NOT DISTINCT FROM $4 AND o.state = $5::text
       AND o.fence = $6 AND o.lease_expires_at < now()
       AND ($7::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => $8::float8)
@@ -1232,7 +1243,7 @@ WITH upd AS (
         reconcile_attempts = CASE WHEN $1::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $8 AND o.tenant = $9
+    WHERE o.id = $8 AND o.tenant IS NOT DISTINCT FROM $9
       AND o.state = ANY ($10::text[])
       AND o.fence = $11
       AND (NOT $12::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
