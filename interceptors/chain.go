@@ -118,9 +118,8 @@ func Public(fullMethod string) bool {
 const RequestIDHeader = "x-request-id"
 
 func requestID(ctx context.Context) (context.Context, string) {
-	md, _ := metadata.FromIncomingContext(ctx)
 	id := ""
-	if v := md.Get(RequestIDHeader); len(v) == 1 && len(v[0]) <= 64 && isToken(v[0]) {
+	if v := metadata.ValueFromIncomingContext(ctx, RequestIDHeader); len(v) == 1 && len(v[0]) <= 64 && isToken(v[0]) {
 		id = v[0]
 	} else {
 		var b [12]byte
