@@ -186,13 +186,13 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 		res.Outcome = OutcomeUnknown
 		res.Detail = "an earlier attempt may have reached the downstream; last attempt: " + res.Detail
 	}
-	// A success is at debug: the ledger records it in the operation's event
-	// log, and a line per successful call is an access log.
+	// A success at the first send is at debug: the ledger records it in the
+	// operation's event log, and a line per such call is an access log.
 	level := slog.LevelInfo
-	switch res.Outcome {
-	case OutcomeSucceeded:
+	switch {
+	case res.Outcome == OutcomeSucceeded && res.Attempts <= 1:
 		level = slog.LevelDebug
-	case OutcomeUnknown:
+	case res.Outcome == OutcomeUnknown:
 		level = slog.LevelWarn
 	}
 	if h.log.Enabled(ctx, level) {

@@ -289,11 +289,11 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 	span.End()
 	took := time.Since(started)
 	l.obs.DownstreamCalled(op.Tool, res.Outcome.String(), took)
-	// A success is in the event log (SUCCEEDED, with the reference), so its
-	// line is at debug, like a successful call's access log line; every
-	// other outcome is at info.
+	// A success at the first send is in the event log (SUCCEEDED, with the
+	// reference), so its line is at debug, like a successful call's access
+	// log line; every other outcome, and a success after retries, at info.
 	level := slog.LevelInfo
-	if res.Outcome == executor.OutcomeSucceeded {
+	if res.Outcome == executor.OutcomeSucceeded && res.Attempts <= 1 {
 		level = slog.LevelDebug
 	}
 	if l.logger.Enabled(ctx, level) {
