@@ -165,3 +165,13 @@ func TestPgbenchScriptsAreTheStoresStatements(t *testing.T) {
 	_, err = pgbenchStatement("OperationClaim", "c_", b, map[string]string{})
 	require.ErrorContains(t, err, "no longer takes gone")
 }
+
+func TestMedianOf(t *testing.T) {
+	t.Parallel()
+	runs := []Result{{OpsPerSec: 30, Errors: 1, FirstError: "a"}, {OpsPerSec: 10}, {OpsPerSec: 20, Errors: 2, FirstError: "b"}}
+	m := medianOf(runs)
+	require.InDelta(t, 20, m.OpsPerSec, 0)
+	require.Equal(t, 3, m.Errors, "the errors of every run")
+	require.Equal(t, "a", m.FirstError)
+	require.InDelta(t, 30, runs[0].OpsPerSec, 0, "the runs are left in their order")
+}
