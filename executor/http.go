@@ -132,7 +132,6 @@ func (h *HTTP) Capabilities() Capabilities {
 // Execute sends c downstream, retrying under the same key only where the downstream dedupes
 // keys, and classifies the last answer. See the package documentation for the outcomes.
 func (h *HTTP) Execute(ctx context.Context, c Call) Result {
-	log := h.log.With("operation_id", c.OperationID, "tenant", c.Tenant, "tool", c.Tool, "key", keyDigest(c.DownstreamKey))
 	if !isJSONObject(c.Args) {
 		return Result{Outcome: OutcomeFailed, Detail: "args are not a JSON object; nothing was sent"}
 	}
@@ -158,7 +157,9 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 		r, n, retryAfter := h.attempt(ctx, c)
 		sends += n
 		res = r
-		log.Debug("executor: attempt", "attempt", attempt, "outcome", r.Outcome, "status", r.HTTPStatus, "sent", n > 0)
+		if h.log.Enabled(ctx, slog.LevelDebug) {
+			h.callLog(c).Debug("executor: attempt", "attempt", attempt, "outcome", r.Outcome, "status", r.HTTPStatus, "sent", n > 0)
+		}
 		if r.Outcome == OutcomeFailed && ambiguous && !failpoint.Defect(failpoint.DefectRefusalOverrides) {
 			res.Outcome = OutcomeUnknown
 			res.Detail = "an earlier attempt may have reached the downstream, so a later refusal does not prove that nothing happened; last attempt: " + r.Detail
@@ -187,13 +188,26 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 		res.Outcome = OutcomeUnknown
 		res.Detail = "an earlier attempt may have reached the downstream; last attempt: " + res.Detail
 	}
+	// A success at the first send is at debug: the ledger records it in the
+	// operation's event log, and a line per such call is an access log.
 	level := slog.LevelInfo
-	if res.Outcome == OutcomeUnknown {
+	switch {
+	case res.Outcome == OutcomeSucceeded && res.Attempts <= 1:
+		level = slog.LevelDebug
+	case res.Outcome == OutcomeUnknown:
 		level = slog.LevelWarn
 	}
-	log.Log(ctx, level, "executor: executed", "outcome", res.Outcome, "status", res.HTTPStatus,
-		"attempts", res.Attempts, "external_ref", res.ExternalRef, "detail", res.Detail)
+	if h.log.Enabled(ctx, level) {
+		h.callLog(c).Log(ctx, level, "executor: executed", "outcome", res.Outcome, "status", res.HTTPStatus,
+			"attempts", res.Attempts, "external_ref", res.ExternalRef, "detail", res.Detail)
+	}
 	return res
+}
+
+// callLog is the logger of one call: built only for a line that is
+// written, as it digests the key.
+func (h *HTTP) callLog(c Call) *slog.Logger {
+	return h.log.With("operation_id", c.OperationID, "tenant", c.Tenant, "tool", c.Tool, "key", keyDigest(c.DownstreamKey))
 }
 
 // attempt makes one send and classifies it. sends counts the requests whose headers were
@@ -278,7 +292,7 @@ func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retr
 
 // Lookup asks the downstream whether it has a side effect under c's downstream key.
 func (h *HTTP) Lookup(ctx context.Context, c Call) LookupResult {
-	log := h.log.With("operation_id", c.OperationID, "tenant", c.Tenant, "tool", c.Tool, "key", keyDigest(c.DownstreamKey))
+	log := h.callLog(c)
 	lr := h.lookup(ctx, c)
 	log.Info("executor: lookup", "status", lr.Status, "outcome", lr.Result.Outcome,
 		"external_ref", lr.Result.ExternalRef, "detail", lr.Detail)
@@ -394,7 +408,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // reference and the status (nil when it was not a JSON object).
 type answer struct {
 	body   json.RawMessage
-	fields map[string]any
+	fields map[string]json.RawMessage
 }
 
 // readBody keeps at most limit bytes of the answer and parses it once. A JSON object is kept
@@ -419,10 +433,10 @@ func readBody(r io.Reader, limit int64) (answer, error) {
 	if c[0] != '{' {
 		return answer{body: wrapValue(c)}, nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(c))
-	dec.UseNumber()
-	var fields map[string]any
-	if dec.Decode(&fields) != nil {
+	// Members are kept undecoded: a path reads only the values it names
+	// (extractPath), which keeps a large answer from costing a full decode.
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(c, &fields) != nil {
 		return answer{body: wrapRaw(b, false)}, nil
 	}
 	return answer{body: c, fields: fields}, nil
@@ -475,23 +489,33 @@ func closeBody(body io.ReadCloser) {
 	_ = body.Close()
 }
 
-// extractPath follows a dot path through decoded JSON objects to a string or number.
-func extractPath(fields map[string]any, path string) (string, bool) {
-	var v any = fields
-	for part := range strings.SplitSeq(path, ".") {
-		obj, ok := v.(map[string]any)
-		if !ok {
+// extractPath follows a dot path through JSON objects to a string (not
+// empty) or a number (as written).
+func extractPath(fields map[string]json.RawMessage, path string) (string, bool) {
+	obj := fields
+	parts := strings.Split(path, ".")
+	for i, part := range parts {
+		raw, ok := obj[part]
+		if !ok || len(raw) == 0 {
 			return "", false
 		}
-		if v, ok = obj[part]; !ok {
-			return "", false
+		if i < len(parts)-1 {
+			obj = nil
+			if raw[0] != '{' || json.Unmarshal(raw, &obj) != nil {
+				return "", false
+			}
+			continue
 		}
-	}
-	switch x := v.(type) {
-	case string:
-		return x, x != ""
-	case json.Number:
-		return x.String(), true
+		switch c := raw[0]; {
+		case c == '"':
+			var s string
+			if json.Unmarshal(raw, &s) != nil {
+				return "", false
+			}
+			return s, s != ""
+		case c == '-' || c >= '0' && c <= '9':
+			return string(raw), true
+		}
 	}
 	return "", false
 }

@@ -816,3 +816,54 @@ func TestStringers(t *testing.T) {
 	require.Equal(t, "Outcome(0)", Outcome(0).String())
 	require.Equal(t, "inconclusive", LookupInconclusive.String())
 }
+
+// decodedPath is how the executor once read a path: the whole answer
+// decoded into maps, numbers kept as written.
+func decodedPath(body []byte, path string) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return "", false
+	}
+	for part := range strings.SplitSeq(path, ".") {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		if v, ok = obj[part]; !ok {
+			return "", false
+		}
+	}
+	switch x := v.(type) {
+	case string:
+		return x, x != ""
+	case json.Number:
+		return x.String(), true
+	}
+	return "", false
+}
+
+// TestExtractPathReadsWhatADecodeReads: reading a path from the answer's
+// undecoded members finds exactly what decoding the whole answer found.
+func TestExtractPathReadsWhatADecodeReads(t *testing.T) {
+	t.Parallel()
+	bodies := []string{
+		`{"id":"ch_1","status":"succeeded","amount":4900,"neg":-1.5e3,"empty":"","nul":null,"t":true,"arr":["x"],
+		  "data":{"id":"in_2","object":{"id":7,"deep":{"ref":"r\u00e9f"}},"s":"a\"b"},"dup":"first","dup":"last"}`,
+		`{"data":null}`, `{"data":"x"}`, `{}`,
+	}
+	paths := []string{"id", "status", "amount", "neg", "empty", "nul", "t", "arr", "missing", "data", "data.id", "data.object.id",
+		"data.object.deep.ref", "data.s", "data.missing", "id.x", "dup", "data.object.deep", ""}
+	for _, b := range bodies {
+		ans, err := readBody(strings.NewReader(b), DefaultMaxBodyBytes)
+		require.NoError(t, err)
+		require.NotNil(t, ans.fields, b)
+		for _, p := range paths {
+			wantV, wantOK := decodedPath(ans.body, p)
+			gotV, gotOK := extractPath(ans.fields, p)
+			require.Equal(t, wantOK, gotOK, "%s in %s", p, b)
+			require.Equal(t, wantV, gotV, "%s in %s", p, b)
+		}
+	}
+}

@@ -64,7 +64,7 @@ type link struct {
 // one on its way out.
 func chain(c Config) []link {
 	authFn := authFunc(c.Authenticator, c.Roles)
-	needsAuth := selector.MatchFunc(func(_ context.Context, m interceptors.CallMeta) bool { return !Public(m.FullMethod()) })
+	needsAuth := selector.MatchFunc(func(_ context.Context, m interceptors.CallMeta) bool { return !publicService(m.Service) })
 	metricsU, metricsS := passUnary, passStream
 	if c.Metrics != nil {
 		metricsU, metricsS = c.Metrics.UnaryServerInterceptor(), c.Metrics.StreamServerInterceptor()
@@ -109,18 +109,27 @@ func options(links []link) []grpc.ServerOption {
 // Public reports whether a method is served without authentication: only
 // gRPC health checking and server reflection.
 func Public(fullMethod string) bool {
-	return strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/") ||
-		strings.HasPrefix(fullMethod, "/grpc.reflection.v1.ServerReflection/") ||
-		strings.HasPrefix(fullMethod, "/grpc.reflection.v1alpha.ServerReflection/")
+	service, _, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+	return ok && strings.HasPrefix(fullMethod, "/") && publicService(service)
+}
+
+// publicService reports whether a service's methods are Public. The auth
+// link asks it with the service name it has, so as not to format the full
+// method name on every call.
+func publicService(service string) bool {
+	switch service {
+	case "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection":
+		return true
+	}
+	return false
 }
 
 // RequestIDHeader carries the request id in both directions.
 const RequestIDHeader = "x-request-id"
 
 func requestID(ctx context.Context) (context.Context, string) {
-	md, _ := metadata.FromIncomingContext(ctx)
 	id := ""
-	if v := md.Get(RequestIDHeader); len(v) == 1 && len(v[0]) <= 64 && isToken(v[0]) {
+	if v := metadata.ValueFromIncomingContext(ctx, RequestIDHeader); len(v) == 1 && len(v[0]) <= 64 && isToken(v[0]) {
 		id = v[0]
 	} else {
 		var b [12]byte

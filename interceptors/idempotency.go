@@ -87,8 +87,8 @@ func keyInvalid(msg string) error {
 // decide.
 func idempotencyUnary(required map[string]bool) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		values := md.Get(IdempotencyKeyHeader)
+		// One key's values, not a copy of all the metadata.
+		values := metadata.ValueFromIncomingContext(ctx, IdempotencyKeyHeader)
 		if len(values) == 0 && !required[info.FullMethod] {
 			return handler(ctx, req)
 		}
@@ -106,8 +106,7 @@ func idempotencyUnary(required map[string]bool) grpc.UnaryServerInterceptor {
 // has no single request to fingerprint.
 func idempotencyStream(required map[string]bool) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		md, _ := metadata.FromIncomingContext(ss.Context())
-		values := md.Get(IdempotencyKeyHeader)
+		values := metadata.ValueFromIncomingContext(ss.Context(), IdempotencyKeyHeader)
 		if len(values) == 0 && !required[info.FullMethod] {
 			return handler(srv, ss)
 		}

@@ -101,6 +101,9 @@ func TestPublic(t *testing.T) {
 	require.True(t, interceptors.Public("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"))
 	require.False(t, interceptors.Public("/opledger.v1.LedgerService/Get"))
 	require.False(t, interceptors.Public("/grpc.health.v1.HealthX/Check"))
+	require.False(t, interceptors.Public("grpc.health.v1.Health/Check"))
+	require.False(t, interceptors.Public("/grpc.health.v1.Health"))
+	require.False(t, interceptors.Public("/x/grpc.health.v1.Health/Check"))
 }
 
 // syncBuffer is a log sink many goroutines may write to.

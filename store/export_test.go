@@ -2,9 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/opledger/opledger/store/internal/db"
 )
@@ -42,4 +46,97 @@ func (s *Store) ExplainOperationList(ctx context.Context, q ListQuery) (string, 
 func (s *Store) Exec(ctx context.Context, sql string, args ...any) error {
 	_, err := s.pool.Exec(ctx, sql, args...)
 	return err
+}
+
+// errRecorded stops a recorded statement before it reaches the database.
+var errRecorded = errors.New("store: statement recorded, not run")
+
+// catcher records the statement sent through it and runs nothing.
+type catcher struct {
+	sql  string
+	args []any
+}
+
+func (c *catcher) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.sql, c.args = sql, args
+	return pgconn.CommandTag{}, errRecorded
+}
+
+func (c *catcher) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.sql, c.args = sql, args
+	return nil, errRecorded
+}
+
+func (c *catcher) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	c.sql, c.args = sql, args
+	return errRow{}
+}
+
+type errRow struct{}
+
+func (errRow) Scan(...any) error { return errRecorded }
+
+// ExplainGeneric records the statement fn sends through a Conn and returns
+// the generic plan PostgreSQL would cache for it as a prepared statement
+// (what a pooled connection runs after a few executions), one line per plan
+// node. Nothing is executed.
+func (s *Store) ExplainGeneric(ctx context.Context, fn func(c *Conn) error) (string, error) {
+	rec := &catcher{}
+	if err := fn(&Conn{dbtx: rec, q: db.New()}); !errors.Is(err, errRecorded) && rec.sql == "" {
+		return "", fmt.Errorf("store: nothing recorded: %v", err)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Release()
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE ALL; RESET plan_cache_mode") }()
+	tx := conn
+	if _, err := tx.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		return "", err
+	}
+	if _, err := tx.Exec(ctx, "PREPARE explained AS "+rec.sql); err != nil {
+		return "", err
+	}
+	// EXECUTE takes its arguments as literals, not as parameters.
+	lits := make([]string, len(rec.args))
+	for i, a := range rec.args {
+		if lits[i], err = literal(a); err != nil {
+			return "", err
+		}
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE explained("+strings.Join(lits, ", ")+")")
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
+}
+
+// literal writes a statement argument as an SQL literal.
+func literal(a any) (string, error) {
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+	switch v := a.(type) {
+	case string:
+		return quote(v), nil
+	case []byte:
+		if v == nil {
+			return "NULL", nil
+		}
+		return quote(string(v)), nil
+	case pgtype.Text:
+		if !v.Valid {
+			return "NULL", nil
+		}
+		return quote(v.String), nil
+	case bool, int32, int64, float64:
+		return fmt.Sprint(v), nil
+	case []string:
+		q := make([]string, len(v))
+		for i, x := range v {
+			q[i] = quote(x)
+		}
+		return "ARRAY[" + strings.Join(q, ", ") + "]::text[]", nil
+	}
+	return "", fmt.Errorf("store: no literal for %T", a)
 }

@@ -36,7 +36,7 @@ because of the numbers.`)
 	fs.IntVar(&o.Repeat, "repeat", 1, "measure every point this many times and keep the median (tames a busy machine)")
 	fs.IntVar(&o.DBConns, "db-conns", 16, "connection pool size of each server and of DBOS")
 	scen := fs.String("scenarios", "", "comma-separated `list`, a subset of: "+strings.Join(bench.Scenarios, ", "))
-	base := fs.String("baselines", "", "comma-separated `list`, a subset of: pgbench, pgbench-nonotify, grpc-floor, grpc-chain, dbos")
+	base := fs.String("baselines", "", "comma-separated `list`, a subset of: pgbench, grpc-floor, grpc-chain, dbos")
 	fs.StringVar(&o.Dir, "dir", "", "working `DIR` for the cluster and logs (default: a temporary one, removed)")
 	inProcess := fs.Bool("in-process", false, "serve from this process instead of serve child processes")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -262,8 +263,9 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 // caller's cancellation: a client that goes away must not leave a request
 // half-recorded.
 func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (Operation, bool, error) {
-	log := l.opLogger(op)
-	trace.SpanFromContext(ctx).SetAttributes(opAttrs(op)...)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(opAttrs(op)...)
+	}
 	b, err := l.toolOf(op)
 	if err != nil {
 		return Operation{}, false, err
@@ -300,16 +302,27 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 		// downstream's deduplication, for the chaos suite's control run.
 		call.DownstreamKey = fmt.Sprintf("%s.%d", call.DownstreamKey, op.Fence)
 	}
-	callCtx, span := tracer.Start(callCtx, "downstream.call", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(opAttrs(op)...))
+	callCtx, span := l.startDownstreamSpan(callCtx, op)
 	started := time.Now()
 	res := b.exec.Execute(callCtx, call)
-	span.SetAttributes(attribute.String("opledger.outcome", res.Outcome.String()),
-		attribute.Int("http.response.status_code", res.HTTPStatus), attribute.Int("opledger.sends", res.Attempts))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("opledger.outcome", res.Outcome.String()),
+			attribute.Int("http.response.status_code", res.HTTPStatus), attribute.Int("opledger.sends", res.Attempts))
+	}
 	span.End()
-	l.obs.DownstreamCalled(op.Tool, res.Outcome.String(), time.Since(started))
-	log.Info("downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
-		"sends", res.Attempts, "duration_ms", time.Since(started).Milliseconds())
+	took := time.Since(started)
+	l.obs.DownstreamCalled(op.Tool, res.Outcome.String(), took)
+	// A success at the first send is in the event log (SUCCEEDED, with the
+	// reference), so its line is at debug, like a successful call's access
+	// log line; every other outcome, and a success after retries, at info.
+	level := slog.LevelInfo
+	if res.Outcome == executor.OutcomeSucceeded && res.Attempts <= 1 {
+		level = slog.LevelDebug
+	}
+	if l.logger.Enabled(ctx, level) {
+		l.opLogger(op).Log(ctx, level, "downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
+			"sends", res.Attempts, "duration_ms", took.Milliseconds())
+	}
 	failpoint.Inject(failpoint.AfterDownstream)
 	if failpoint.Enabled {
 		failpoint.Inject(failpoint.AfterDownstream + "/" + op.Tool)
@@ -334,7 +347,7 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 	if errors.Is(err, store.ErrNotFound) {
 		// Our fence is stale: someone took over or reconciled. Our answer
 		// changes nothing; report what the ledger holds.
-		log.Warn("stale commit ignored: the fence moved on", "outcome", res.Outcome.String())
+		l.opLogger(op).Warn("stale commit ignored: the fence moved on", "outcome", res.Outcome.String())
 		cur, gerr := l.store.OperationGet(context.WithoutCancel(ctx), op.Tenant, op.ID)
 		if gerr != nil {
 			return Operation{}, false, storeErr(gerr)
@@ -342,7 +355,7 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 		return cur, false, nil
 	}
 	if err != nil {
-		log.Error("could not record the downstream outcome; the reconciler will resolve it", "error", err)
+		l.opLogger(op).Error("could not record the downstream outcome; the reconciler will resolve it", "error", err)
 		return Operation{}, false, storeErr(err)
 	}
 	failpoint.Inject(failpoint.AfterCommit)

@@ -1,10 +1,12 @@
 package ledger
 
 import (
+	"context"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // tracer names the ledger's spans; without a configured provider it is the
@@ -13,6 +15,17 @@ var tracer = otel.Tracer("github.com/opledger/opledger/internal/ledger")
 
 // opAttrs identifies an operation on a span: never its args or raw key,
 // only the key's digest.
+// startDownstreamSpan starts the span of a downstream call. Its attributes
+// (one of them a digest) are built only for a span being recorded: with
+// tracing off it is a no-op.
+func (l *Ledger) startDownstreamSpan(ctx context.Context, op Operation) (context.Context, trace.Span) {
+	ctx, span := tracer.Start(ctx, "downstream.call", trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		span.SetAttributes(opAttrs(op)...)
+	}
+	return ctx, span
+}
+
 func opAttrs(op Operation) []attribute.KeyValue {
 	return []attribute.KeyValue{
 		attribute.String("opledger.operation_id", op.ID), attribute.String("opledger.tenant", op.Tenant),

@@ -34,6 +34,9 @@ const (
 	// ScenarioExecuteNew prepares and executes a new operation whose
 	// downstream is the fake processor; one op is both RPCs.
 	ScenarioExecuteNew = "execute-new"
+	// ScenarioOneCall does execute-new's job in one RPC: a Prepare with
+	// execute of a new operation (the one-call path).
+	ScenarioOneCall = "execute-one-call"
 	// ScenarioExecuteReplay executes an operation that already succeeded.
 	ScenarioExecuteReplay = "execute-replay"
 	// ScenarioGet reads an operation.
@@ -44,7 +47,7 @@ const (
 )
 
 // Scenarios lists every scenario in run order.
-var Scenarios = []string{ScenarioPrepare, ScenarioExecuteNew, ScenarioExecuteReplay, ScenarioGet, ScenarioDuplicateStorm}
+var Scenarios = []string{ScenarioPrepare, ScenarioExecuteNew, ScenarioOneCall, ScenarioExecuteReplay, ScenarioGet, ScenarioDuplicateStorm}
 
 // The systems a result can belong to.
 const (
@@ -53,11 +56,6 @@ const (
 	// SystemPgbench is the database ceiling: pgbench running the scenario's
 	// statements.
 	SystemPgbench = "pgbench"
-	// SystemPgbenchNoNotify is the same pgbench script on a copy of the
-	// schema without the trigger that NOTIFYs every state change: what the
-	// ceiling would be if commits did not serialize on PostgreSQL's notify
-	// queue lock.
-	SystemPgbenchNoNotify = "pgbench-nonotify"
 	// SystemGRPCFloor is a bare grpc-go server answering a canned response:
 	// no interceptors, no database.
 	SystemGRPCFloor = "grpc-floor"
@@ -73,14 +71,15 @@ const (
 // baselines lists, per scenario, the systems it is compared with.
 var baselines = map[string][]string{
 	ScenarioPrepare:        {SystemPgbench},
-	ScenarioExecuteNew:     {SystemPgbench, SystemPgbenchNoNotify, SystemDBOS},
+	ScenarioExecuteNew:     {SystemPgbench, SystemDBOS},
+	ScenarioOneCall:        {SystemPgbench, SystemDBOS},
 	ScenarioExecuteReplay:  {SystemPgbench, SystemGRPCFloor, SystemDBOS},
 	ScenarioGet:            {SystemPgbench, SystemGRPCFloor, SystemGRPCChain},
 	ScenarioDuplicateStorm: {SystemPgbench, SystemDBOS},
 }
 
 // allBaselines lists every baseline system.
-var allBaselines = []string{SystemPgbench, SystemPgbenchNoNotify, SystemGRPCFloor, SystemGRPCChain, SystemDBOS}
+var allBaselines = []string{SystemPgbench, SystemGRPCFloor, SystemGRPCChain, SystemDBOS}
 
 // Options configures Run. The zero value runs the full benchmark with an
 // in-process server; `opledger bench` sets Binary to itself.
@@ -123,9 +122,9 @@ type Options struct {
 	// Seed is how many succeeded operations replay and get choose from;
 	// default 10000.
 	Seed int
-	// Repeat measures every point this many times and keeps the median
-	// by throughput, which tames a machine shared with other work;
-	// default 1.
+	// Repeat measures every point this many times, the systems of a
+	// point taking turns, and keeps each one's median by throughput, which
+	// tames a machine shared with other work; default 1.
 	Repeat int
 	// Progress receives one line per measurement; nil discards them.
 	Progress io.Writer `json:"-"`
@@ -362,42 +361,56 @@ func (e *env) progress(format string, args ...any) {
 // baselines level by level, then the profiles, then the growth test.
 func (e *env) runAll(ctx context.Context, rep *Report) error {
 	o := e.opts
-	pgbenchDone := map[string]Result{}
+	// Results already measured for another scenario: pgbench's read script
+	// serves execute-replay and get, and DBOS's new workflow execute-new
+	// and execute-one-call.
+	shared := map[string]Result{}
+	sharedKey := func(sc, sys string, c int) string {
+		switch sys {
+		case SystemPgbench:
+			return fmt.Sprintf("%s/%s/%d", sys, pgbenchScript[sc], c)
+		case SystemDBOS:
+			return fmt.Sprintf("%s/%s/%d", sys, dbosWorkload(sc), c)
+		}
+		return ""
+	}
 	for _, sc := range o.Scenarios {
 		for _, c := range o.Concurrency {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			res := e.median(func() Result { return e.measureOpledger(ctx, e.clients, sc, c, true) })
-			rep.Results = append(rep.Results, res)
-			e.progress("%-15s %-10s c=%-3d %s", sc, SystemOpledger, c, res.brief())
+			systems := []string{SystemOpledger}
 			for _, sys := range baselines[sc] {
-				if !o.wants(sys) {
-					continue
+				if o.wants(sys) {
+					systems = append(systems, sys)
 				}
-				var b Result
-				switch sys {
-				case SystemPgbench:
-					script := pgbenchScript[sc]
-					key := fmt.Sprintf("%s/%d", script, c)
-					if prev, ok := pgbenchDone[key]; ok {
-						b = prev
-					} else {
-						b = e.median(func() Result { return e.pgbench(ctx, dbCeiling, script, c) })
-						pgbenchDone[key] = b
+			}
+			// With --repeat, the systems take turns (opledger, its
+			// baselines, opledger again…) rather than each running its
+			// repeats in a block: on a shared machine a change of load then
+			// falls on every system of the point alike.
+			runs := map[string][]Result{}
+			for range o.Repeat {
+				for _, sys := range systems {
+					if err := ctx.Err(); err != nil {
+						return err
 					}
-				case SystemPgbenchNoNotify:
-					b = e.median(func() Result { return e.pgbench(ctx, dbCeilingNoNotify, pgbenchScript[sc], c) })
-				case SystemGRPCFloor:
-					b = e.median(func() Result { return e.floor(ctx, e.bare, sc, c) })
-				case SystemGRPCChain:
-					b = e.median(func() Result { return e.floor(ctx, e.chain, sc, c) })
-				case SystemDBOS:
-					b = e.median(func() Result { return e.dbosMeasure(ctx, sc, c) })
+					if _, ok := shared[sharedKey(sc, sys, c)]; ok {
+						continue
+					}
+					runs[sys] = append(runs[sys], e.measureSystem(ctx, sc, sys, c))
 				}
-				b.Scenario, b.System, b.Concurrency = sc, sys, c
-				rep.Results = append(rep.Results, b)
-				e.progress("%-15s %-10s c=%-3d %s", sc, sys, c, b.brief())
+			}
+			for _, sys := range systems {
+				var r Result
+				if prev, ok := shared[sharedKey(sc, sys, c)]; ok {
+					r = prev
+				} else {
+					r = medianOf(runs[sys])
+					if k := sharedKey(sc, sys, c); k != "" {
+						shared[k] = r
+					}
+				}
+				r.Scenario, r.System, r.Concurrency = sc, sys, c
+				rep.Results = append(rep.Results, r)
+				e.progress("%-15s %-10s c=%-3d %s", sc, sys, c, r.brief())
 			}
 		}
 	}
@@ -414,19 +427,35 @@ func (e *env) runAll(ctx context.Context, rep *Report) error {
 	return nil
 }
 
-// median runs measure Options.Repeat times and returns the run with the
-// median throughput; errors of every run are kept.
-func (e *env) median(measure func() Result) Result {
-	var runs []Result
+// measureSystem measures one run of system sys on scenario sc at
+// concurrency c.
+func (e *env) measureSystem(ctx context.Context, sc, sys string, c int) Result {
+	switch sys {
+	case SystemOpledger:
+		return e.measureOpledger(ctx, e.clients, sc, c, true)
+	case SystemPgbench:
+		return e.pgbench(ctx, dbCeiling, pgbenchScript[sc], c)
+	case SystemGRPCFloor:
+		return e.floor(ctx, e.bare, sc, c)
+	case SystemGRPCChain:
+		return e.floor(ctx, e.chain, sc, c)
+	case SystemDBOS:
+		return e.dbosMeasure(ctx, sc, c)
+	}
+	return Result{Errors: 1, FirstError: "bench: unknown system " + sys}
+}
+
+// medianOf returns the run with the median throughput, with the errors of
+// every run.
+func medianOf(runs []Result) Result {
 	errs, first := 0, ""
-	for range e.opts.Repeat {
-		r := measure()
+	for _, r := range runs {
 		errs += r.Errors
 		if first == "" {
 			first = r.FirstError
 		}
-		runs = append(runs, r)
 	}
+	runs = slices.Clone(runs)
 	slices.SortFunc(runs, func(a, b Result) int { return cmp.Compare(a.OpsPerSec, b.OpsPerSec) })
 	m := runs[len(runs)/2]
 	m.Errors, m.FirstError = errs, first

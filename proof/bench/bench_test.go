@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/store"
 )
 
 // TestTinyRun runs every scenario and every baseline for a second at two
@@ -119,8 +121,9 @@ func TestPgbenchScriptsUseNoColonInLiterals(t *testing.T) {
 	t.Parallel()
 	// pgbench takes :name inside a string literal for a variable too; a
 	// literal like 'server:x' breaks prepared mode.
-	for _, name := range []string{"prepare", "execute", "read", "duplicate"} {
-		s := pgbenchScripts(name)
+	for _, name := range pgbenchScriptNames {
+		s, _, err := pgbenchScripts(name)
+		require.NoError(t, err)
 		inLit := false
 		for i, r := range s {
 			if r == '\'' {
@@ -131,4 +134,44 @@ func TestPgbenchScriptsUseNoColonInLiterals(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPgbenchScriptsAreTheStoresStatements: the ceiling's scripts are built
+// from store/queries' text, every placeholder bound, so they run what
+// opledger runs; a statement that gains an argument the ceiling does not
+// bind, or loses one it binds, fails the build of the script.
+func TestPgbenchScriptsAreTheStoresStatements(t *testing.T) {
+	t.Parallel()
+	for _, name := range pgbenchScriptNames {
+		s, defs, err := pgbenchScripts(name)
+		require.NoError(t, err, name)
+		require.NotContains(t, s, "sqlc.", name)
+		for k := range defs {
+			require.Contains(t, s, ":"+k, name)
+		}
+	}
+	sql, err := store.QueryText("OperationClaim")
+	require.NoError(t, err)
+	s, _, err := pgbenchScripts("execute")
+	require.NoError(t, err)
+	// The claim's guard on the approval, verbatim but for its placeholders.
+	require.Contains(t, sql, "OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL")
+	require.Contains(t, s, "OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL")
+
+	_, err = pgbenchStatement("OperationClaim", "c_", map[string]bind{"id": pgbID}, map[string]string{})
+	require.ErrorContains(t, err, "does not bind")
+	b := pgbClaim(pgbID)
+	b["gone"] = val("x")
+	_, err = pgbenchStatement("OperationClaim", "c_", b, map[string]string{})
+	require.ErrorContains(t, err, "no longer takes gone")
+}
+
+func TestMedianOf(t *testing.T) {
+	t.Parallel()
+	runs := []Result{{OpsPerSec: 30, Errors: 1, FirstError: "a"}, {OpsPerSec: 10}, {OpsPerSec: 20, Errors: 2, FirstError: "b"}}
+	m := medianOf(runs)
+	require.InDelta(t, 20, m.OpsPerSec, 0)
+	require.Equal(t, 3, m.Errors, "the errors of every run")
+	require.Equal(t, "a", m.FirstError)
+	require.InDelta(t, 30, runs[0].OpsPerSec, 0, "the runs are left in their order")
 }

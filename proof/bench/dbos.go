@@ -113,12 +113,22 @@ func (p *dbosPeer) run(key string) (string, error) {
 	return ref, nil
 }
 
+// dbosWorkload names what DBOS runs for scenario sc: both ways of executing
+// a new operation are one new workflow.
+func dbosWorkload(sc string) string {
+	if sc == ScenarioOneCall {
+		return ScenarioExecuteNew
+	}
+	return sc
+}
+
 // dbosMeasure runs scenario sc's equivalent on DBOS.
 func (e *env) dbosMeasure(ctx context.Context, sc string, conc int) Result {
 	p := e.dbos
 	var m measurement
 	var cpu *CPUCost
-	switch sc {
+	countDB := e.pgStatReset(ctx) == nil
+	switch dbosWorkload(sc) {
 	case ScenarioExecuteNew:
 		m, cpu = e.runClosedCPU(ctx, cpuProcs{}, conc, e.opts.Duration, func(ctx context.Context, _, _ int) error {
 			key := newKey("d")
@@ -162,7 +172,12 @@ func (e *env) dbosMeasure(ctx context.Context, sc string, conc int) Result {
 		return Result{Workload: "none"}
 	}
 	r := m.result()
-	r.CPU = cpu
+	r.CPU, r.total = cpu, m.total
 	r.Workload = "dbos workflow"
+	if countDB && m.total > 0 {
+		if calls, err := e.pgStatCalls(ctx, dbDBOS); err == nil {
+			r.DBCallsPerOp = float64(calls) / float64(m.total)
+		}
+	}
 	return r
 }

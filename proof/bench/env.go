@@ -27,15 +27,13 @@ import (
 
 // Names of the bench's databases, tenant and tool.
 const (
-	dbMain    = "opledger"
-	dbCeiling = "ceiling"
-	// dbCeilingNoNotify is the ceiling's schema without the NOTIFY trigger.
-	dbCeilingNoNotify = "ceiling_nonotify"
-	dbGrow            = "opledger_grow"
-	dbGrowSmall       = "opledger_grow_small"
-	dbDBOS            = "dbos"
-	tenant            = "bench"
-	toolName          = "bench_charge"
+	dbMain      = "opledger"
+	dbCeiling   = "ceiling"
+	dbGrow      = "opledger_grow"
+	dbGrowSmall = "opledger_grow_small"
+	dbDBOS      = "dbos"
+	tenant      = "bench"
+	toolName    = "bench_charge"
 )
 
 // env is one run's world: the cluster, the fake processor, the servers and
@@ -103,18 +101,15 @@ func newEnv(ctx context.Context, dir string, opts *Options) (_ *env, err error) 
 	if _, err := e.psql(ctx, "postgres", "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{dbMain, dbCeiling, dbCeilingNoNotify, dbDBOS} {
+	for _, name := range []string{dbMain, dbCeiling, dbDBOS} {
 		if err := e.cluster.CreateDatabase(ctx, name, ""); err != nil {
 			return nil, err
 		}
 	}
-	for _, name := range []string{dbMain, dbCeiling, dbCeilingNoNotify} {
+	for _, name := range []string{dbMain, dbCeiling} {
 		if _, err := store.Migrate(ctx, e.cluster.URL(name)); err != nil {
 			return nil, err
 		}
-	}
-	if _, err := e.psql(ctx, dbCeilingNoNotify, "DROP TRIGGER operation_state_changed ON operation"); err != nil {
-		return nil, err
 	}
 
 	// The fake processor, in this process, with no injected delay.

@@ -5,13 +5,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/opledger/opledger/store"
 )
 
 // pgbenchScript names, per scenario, the pgbench script holding the same
@@ -19,105 +23,173 @@ import (
 var pgbenchScript = map[string]string{
 	ScenarioPrepare:        "prepare",
 	ScenarioExecuteNew:     "execute",
+	ScenarioOneCall:        "one-call",
 	ScenarioExecuteReplay:  "read",
 	ScenarioGet:            "read",
 	ScenarioDuplicateStorm: "duplicate",
 }
 
-// The statements below are store/queries/operation.sql's, with the values
-// opledger binds written in: the ceiling runs exactly what opledger asks
-// PostgreSQL to do, minus everything opledger does around it.
+// pgbenchScriptNames lists every script.
+var pgbenchScriptNames = []string{"prepare", "execute", "one-call", "read", "duplicate"}
+
+// The values opledger binds for the bench's tool, as the ceiling binds them.
 const (
-	pgbInsert = `\set r random(1, 9223372036854775806)
-WITH ins AS (
-    INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
-                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events)
-    VALUES ('op_' || :r, 'bench', 'bench_charge', '1', 'pgb-' || :r,
-            '{"amount_minor": 4900, "currency": "EUR", "invoice_id": "INV-2048"}',
-            'v1:' || md5(:r::text) || md5(:r::text || 'f'), 'READY',
-            'pr_bench', false, 0, 'opk_' || md5(:r::text || 'k'), 1)
-    ON CONFLICT ON CONSTRAINT operation_idempotency DO NOTHING
-    RETURNING *
-), ev AS (
-    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 1, 'PREPARED', 'bench', NULL, ins.state, 0, 0, 'prepared with key digest 0123456789abcdef' FROM ins
-)
-SELECT * FROM ins;
-`
-	pgbClaim = `WITH upd AS (
-    UPDATE operation o SET
-        state = 'EXECUTING',
-        fence = o.fence + 1,
-        attempts = o.attempts + 1,
-        lease_owner = 'bench-pgbench',
-        lease_expires_at = now() + make_interval(secs => 30::float8),
-        next_reconcile_at = now() + make_interval(secs => 30::float8),
-        first_claimed_at = COALESCE(o.first_claimed_at, now()),
-        events = o.events + 1,
-        updated_at = now()
-    WHERE o.id = %[1]s AND o.tenant = 'bench' AND o.state = 'READY'
-      AND (NOT o.approval_required OR o.approval_expires_at > now() OR o.fence > 0)
-    RETURNING o.*
-), ev AS (
-    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'CLAIMED', 'bench', 'READY', upd.state, upd.attempts, upd.fence, '' FROM upd
-)
-SELECT upd.*, true AS claimed FROM upd
-UNION ALL
-SELECT g.*, false AS claimed FROM operation g
-WHERE g.id = %[1]s AND g.tenant = 'bench' AND NOT EXISTS (SELECT 1 FROM upd);
-`
-	pgbComplete = `WITH cur AS (
-    SELECT c.id, c.state AS old_state FROM operation c
-    WHERE c.id = 'op_' || :r AND c.tenant = 'bench'
-    FOR UPDATE
-), upd AS (
-    UPDATE operation o SET
-        state = 'SUCCEEDED'::text,
-        external_ref = COALESCE('ch_' || md5(:r::text || 'c'), o.external_ref),
-        result = COALESCE('{"id": "ch_0123456789abcdef01234567", "object": "charge", "status": "succeeded", "amount_minor": 4900, "currency": "EUR", "invoice_id": "INV-2048", "idempotency_key": "opk_0123456789abcdef0123456789abcdef0123456", "request": {"amount_minor": 4900, "currency": "EUR", "invoice_id": "INV-2048"}, "created": 1700000000}'::jsonb, o.result),
-        error = CASE WHEN true THEN NULL::jsonb ELSE o.error END,
-        lease_owner = NULL,
-        lease_expires_at = NULL,
-        next_reconcile_at = NULL,
-        reconcile_attempts = 0,
-        events = o.events + 1,
-        updated_at = now()
-    FROM cur
-    WHERE o.id = cur.id
-      AND o.state = ANY ('{EXECUTING,OUTCOME_UNKNOWN}'::text[])
-      AND o.fence = 1
-      AND (NOT false OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
-    RETURNING o.*
-), ev AS (
-    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, 'SUCCEEDED'::text, 'server_bench-pgbench', cur.old_state, upd.state, upd.attempts, upd.fence, 'downstream succeeded; external ref recorded'
-    FROM upd JOIN cur ON cur.id = upd.id
-)
-SELECT * FROM upd;
-`
-	pgbRead = `SELECT * FROM operation WHERE id = 'op_zz' || lpad(:i::text, 24, '0') AND tenant = 'bench';
-`
+	pgbArgs   = `{"amount_minor":4900,"currency":"EUR","invoice_id":"INV-2048"}`
+	pgbResult = `{"amount_minor":4900,"created":1700000000,"currency":"EUR","id":"ch_0123456789abcdef01234567",` +
+		`"idempotency_key":"opk_0123456789abcdef0123456789abcdef0123456","invoice_id":"INV-2048","object":"charge",` +
+		`"request":{"amount_minor":4900,"currency":"EUR","invoice_id":"INV-2048"},"status":"succeeded"}`
+	pgbFingerprint = "v1:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 )
 
-// pgbenchScripts builds each script; nsyn is how many synthetic rows reads
-// choose from, hot how many rows the duplicate script hammers.
-func pgbenchScripts(name string) string {
+// A bind is what a statement's sqlc.arg(x) becomes in a pgbench script: a
+// value, passed as a parameter (pgbench -D, sent as a bind parameter in
+// prepared mode, as pgx sends it), or, with expr, SQL text written in its
+// place (per-op values built from the script's random :r, and NULL, which
+// a pgbench variable cannot carry).
+type bind struct {
+	value string
+	expr  bool
+}
+
+func val(v string) bind  { return bind{value: v} }
+func expr(e string) bind { return bind{value: e, expr: true} }
+
+// The per-op values: each op gets a fresh :r, and its operation the same
+// id, key and downstream key in every statement of the op.
+var (
+	pgbID      = expr(`'op_' || :r`)
+	pgbKey     = expr(`'pgb-' || :r`)
+	pgbDownKey = expr(`'opk_' || :r`)
+	// pgbSynthetic is one of the synthetic rows (seedSynthetic) chosen by :i.
+	pgbSynthetic = expr(`'op_zz' || lpad(:i::text, 24, '0')`)
+	pgbNull      = expr("NULL")
+)
+
+// pgbInsert binds OperationInsert as Prepare binds it for the bench's tool
+// (no approval, no notification); with claim, as the one-call path does.
+func pgbInsert(claim bool) map[string]bind {
+	owner := pgbNull
+	if claim {
+		owner = val("bench-pgbench")
+	}
+	return map[string]bind{
+		"id": pgbID, "tenant": val(tenant), "tool": val(toolName), "tool_version": val("1"), "idempotency_key": pgbKey,
+		"args": val(pgbArgs), "fingerprint": val(pgbFingerprint), "claim": val(fmt.Sprint(claim)), "claim_to": val("EXECUTING"),
+		"state": val("READY"), "prepared_by": val("pr_bench"), "approval_required": val("false"), "approval_ttl_ms": val("0"),
+		"downstream_key": pgbDownKey, "lease_owner": owner, "lease_seconds": val("31"), "actor": val("bench"),
+		"detail": val("prepared with key digest 0123456789abcdef"), "claim_event": val("CLAIMED"), "claim_from": val("READY"),
+		"notify": val("false"),
+	}
+}
+
+// pgbClaim binds OperationClaim as Execute binds it, on operation id.
+func pgbClaim(id bind) map[string]bind {
+	return map[string]bind{
+		"id": id, "tenant": val(tenant), "lease_owner": val("bench-pgbench"), "lease_seconds": val("31"),
+		"to_state": val("EXECUTING"), "from_state": val("READY"), "require_approval_in_force": val("true"),
+		"event_type": val("CLAIMED"), "actor": val("bench"),
+	}
+}
+
+// pgbSucceeded binds OperationTransition as the holder binds it to record a
+// success.
+func pgbSucceeded() map[string]bind {
+	return map[string]bind{
+		"id": pgbID, "tenant": val(tenant), "to_state": val("SUCCEEDED"), "external_ref": val("ch_0123456789abcdef01234567"),
+		"result": val(pgbResult), "set_error": val("true"), "error": pgbNull, "event_type": val("SUCCEEDED"),
+		"reconcile_after_seconds": val("1"), "from_states": val("{EXECUTING,OUTCOME_UNKNOWN}"), "fence": val("1"),
+		"require_lease_expired": val("false"), "require_unsent": val("false"), "require_first_send": val("false"),
+		"key_retention_seconds": val("0"), "ahead_seconds": val("0"), "actor": val("server:bench-pgbench"),
+		"detail": val("downstream succeeded; external ref recorded"),
+	}
+}
+
+// pgbGet binds OperationGet on operation id.
+func pgbGet(id bind) map[string]bind { return map[string]bind{"id": id, "tenant": val(tenant)} }
+
+var sqlcArg = regexp.MustCompile(`sqlc\.n?arg\((\w+)\)`)
+
+// pgbenchStatement is the named statement of store/queries with binds
+// written in: parameters become pgbench variables prefixed with prefix (so
+// that two statements of one script keep theirs apart), whose values go to
+// defs. Every placeholder must be bound, and every bind used: a statement
+// that changed fails here rather than measuring something else.
+func pgbenchStatement(name, prefix string, binds map[string]bind, defs map[string]string) (string, error) {
+	sql, err := store.QueryText(name)
+	if err != nil {
+		return "", err
+	}
+	used := map[string]bool{}
+	var missing []string
+	sql = sqlcArg.ReplaceAllStringFunc(sql, func(m string) string {
+		arg := sqlcArg.FindStringSubmatch(m)[1]
+		b, ok := binds[arg]
+		if !ok {
+			missing = append(missing, arg)
+			return m
+		}
+		used[arg] = true
+		if b.expr {
+			return "(" + b.value + ")"
+		}
+		defs[prefix+arg] = b.value
+		return ":" + prefix + arg
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("bench: pgbench: %s has arguments the ceiling does not bind: %s", name, strings.Join(missing, ", "))
+	}
+	for arg := range binds {
+		if !used[arg] {
+			return "", fmt.Errorf("bench: pgbench: %s no longer takes %s", name, arg)
+		}
+	}
+	return sql + "\n", nil
+}
+
+// pgbenchScripts builds script name from store/queries/operation.sql's
+// statements, each its own transaction as in opledger, and returns it with
+// the values of its variables. Reads choose among :nsyn synthetic rows,
+// duplicates among :hot.
+func pgbenchScripts(name string) (string, map[string]string, error) {
+	type stmt struct {
+		query, prefix string
+		binds         map[string]bind
+	}
+	var head string
+	var stmts []stmt
+	newOp := `\set r random(1, 9223372036854775806)` + "\n"
 	switch name {
 	case "prepare":
-		return pgbInsert
+		head, stmts = newOp, []stmt{{"OperationInsert", "i_", pgbInsert(false)}}
 	case "execute":
-		// One op: the Prepare insert, then Execute's two commits, each its
-		// own transaction as in opledger.
-		return pgbInsert + fmt.Sprintf(pgbClaim, "'op_' || :r") + pgbComplete
+		// Prepare's insert, then Execute's claim and its outcome.
+		head, stmts = newOp, []stmt{{"OperationInsert", "i_", pgbInsert(false)}, {"OperationClaim", "c_", pgbClaim(pgbID)},
+			{"OperationTransition", "t_", pgbSucceeded()}}
+	case "one-call":
+		// The one-call path: the insert that claims, then the outcome.
+		head, stmts = newOp, []stmt{{"OperationInsert", "i_", pgbInsert(true)}, {"OperationTransition", "t_", pgbSucceeded()}}
 	case "read":
-		return `\set i random(1, :nsyn)` + "\n" + pgbRead
+		head, stmts = `\set i random(1, :nsyn)`+"\n", []stmt{{"OperationGet", "g_", pgbGet(pgbSynthetic)}}
 	case "duplicate":
 		// A duplicate's work in a storm: a claim that finds the operation
-		// already taken, then the read that tells it what happened.
-		return `\set i random(1, :hot)` + "\n" + fmt.Sprintf(pgbClaim, "'op_zz' || lpad(:i::text, 24, '0')") + pgbRead
+		// taken (and reads it), then, woken, another that reads the
+		// outcome. The hot rows are finished, so no claim ever succeeds.
+		head, stmts = `\set i random(1, :hot)`+"\n", []stmt{{"OperationClaim", "c_", pgbClaim(pgbSynthetic)},
+			{"OperationClaim", "c_", pgbClaim(pgbSynthetic)}}
+	default:
+		return "", nil, fmt.Errorf("bench: unknown pgbench script %q", name)
 	}
-	panic("unknown pgbench script " + name)
+	defs := map[string]string{}
+	var b strings.Builder
+	b.WriteString(head)
+	for _, s := range stmts {
+		sql, err := pgbenchStatement(s.query, s.prefix, s.binds, defs)
+		if err != nil {
+			return "", nil, err
+		}
+		b.WriteString(sql)
+	}
+	return b.String(), defs, nil
 }
 
 var (
@@ -137,8 +209,13 @@ func (e *env) pgbench(ctx context.Context, db, script string, conc int) Result {
 		return res
 	}
 	defer os.RemoveAll(dir)
+	text, defs, err := pgbenchScripts(script)
+	if err != nil {
+		res.Errors, res.FirstError = 1, err.Error()
+		return res
+	}
 	path := filepath.Join(dir, script+".sql")
-	if err := os.WriteFile(path, []byte(pgbenchScripts(script)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		res.Errors, res.FirstError = 1, err.Error()
 		return res
 	}
@@ -147,7 +224,11 @@ func (e *env) pgbench(ctx context.Context, db, script string, conc int) Result {
 	args := []string{"-n", "-M", "prepared", "-f", path, "-c", strconv.Itoa(conc), "-j", strconv.Itoa(min(conc, 2)),
 		"-T", strconv.Itoa(secs), "-D", "nsyn=" + strconv.Itoa(e.opts.Seed), "-D", "hot=" + strconv.Itoa(stormSize(conc)),
 		"-l", "--log-prefix=" + filepath.Join(dir, "log"),
-		"-h", "127.0.0.1", "-p", strconv.Itoa(e.cluster.Port()), "-U", "postgres", db}
+		"-h", "127.0.0.1", "-p", strconv.Itoa(e.cluster.Port()), "-U", "postgres"}
+	for _, k := range slices.Sorted(maps.Keys(defs)) {
+		args = append(args, "-D", k+"="+defs[k])
+	}
+	args = append(args, db)
 	cmd := exec.CommandContext(ctx, filepath.Join(e.binDir, "pgbench"), args...)
 	cmd.Env = cleanEnv()
 	cmd.Dir = dir
@@ -159,6 +240,7 @@ func (e *env) pgbench(ctx context.Context, db, script string, conc int) Result {
 	}
 	// pgbench runs half a second or more past the CPU window, so that the
 	// window sees it at full speed; its CPU is the bench process's.
+	countDB := e.pgStatReset(ctx) == nil
 	t0 := time.Now()
 	cpu := e.cpuWindow(ctx, cpuProcs{bench: []int{cmd.Process.Pid}}, e.opts.warmup(), e.opts.Duration)
 	err = cmd.Wait()
@@ -185,6 +267,11 @@ func (e *env) pgbench(ctx context.Context, db, script string, conc int) Result {
 		}
 	}
 	res.CPU = cpu(inWindow)
+	if countDB && len(lat.ends) > 0 {
+		if calls, err := e.pgStatCalls(ctx, db); err == nil {
+			res.DBCallsPerOp = float64(calls) / float64(len(lat.ends))
+		}
+	}
 	res.Ops = len(lat.latencies)
 	res.OpsPerSec = float64(res.Ops) / lat.window.Seconds()
 	res.P50, res.P99, res.P999 = percentiles(lat.latencies)

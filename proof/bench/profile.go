@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 
 	"google.golang.org/grpc/metadata"
 
@@ -59,6 +61,11 @@ func (e *env) profile(ctx context.Context, rep *Report) error {
 		cl = c
 	}
 	for _, sc := range o.Scenarios {
+		// The heap profile counts allocations since the process started:
+		// one written before and one after the run, to read with -base.
+		if err := writeAllocs(filepath.Join(o.CPUProfileDir, sc+".allocs-before.pprof")); err != nil {
+			return err
+		}
 		path := filepath.Join(o.CPUProfileDir, sc+".pprof")
 		f, err := os.Create(path)
 		if err != nil {
@@ -73,6 +80,9 @@ func (e *env) profile(ctx context.Context, rep *Report) error {
 		if err := f.Close(); err != nil {
 			return err
 		}
+		if err := writeAllocs(filepath.Join(o.CPUProfileDir, sc+".allocs.pprof")); err != nil {
+			return err
+		}
 		if st, err := e.pgStatTop(ctx, dbMain, r.total); err == nil {
 			rep.Statements[sc] = st
 		}
@@ -81,5 +91,28 @@ func (e *env) profile(ctx context.Context, rep *Report) error {
 		rep.Profiles = append(rep.Profiles, path)
 		e.progress("%-15s %-10s c=%-3d %s  profile %s", sc, "in-process", o.ProfileConcurrency, r.brief(), path)
 	}
+	// The peer's statements for the same job, for comparison.
+	if e.dbos != nil && (slices.Contains(o.Scenarios, ScenarioExecuteNew) || slices.Contains(o.Scenarios, ScenarioOneCall)) {
+		if err := e.pgStatReset(ctx); err == nil {
+			r := e.dbosMeasure(ctx, ScenarioExecuteNew, o.ProfileConcurrency)
+			if st, err := e.pgStatTop(ctx, dbDBOS, r.total); err == nil && r.total > 0 {
+				rep.Statements[StatementsDBOS] = st
+			}
+		}
+	}
 	return nil
+}
+
+// StatementsDBOS keys DBOS's statements for a new workflow in
+// Report.Statements.
+const StatementsDBOS = "dbos execute-new"
+
+// writeAllocs writes the process's allocation profile (cumulative since it
+// started) to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
 }

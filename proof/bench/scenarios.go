@@ -71,6 +71,22 @@ func executeOp(ctx context.Context, cl opledgerv1.LedgerServiceClient, auth cont
 	return op.GetExternalRef(), nil
 }
 
+// oneCallOp prepares and executes a new operation in one call (Prepare with
+// execute).
+func oneCallOp(ctx context.Context, cl opledgerv1.LedgerServiceClient, auth context.Context) (string, error) {
+	ctx = metadata.NewOutgoingContext(ctx, withKey(auth, newKey("o")))
+	r, err := cl.Prepare(ctx, &opledgerv1.PrepareRequest{Tool: toolName, Args: chargeArgs, Execute: true})
+	if err != nil {
+		return "", err
+	}
+	op := r.GetOperation()
+	if r.GetReplayed() || r.GetExecutionReplayed() || op.GetState() != opledgerv1.State_STATE_SUCCEEDED || op.GetExternalRef() == "" {
+		return "", fmt.Errorf("prepare with execute: state %s, external ref %q, replayed %t/%t", op.GetState(), op.GetExternalRef(),
+			r.GetReplayed(), r.GetExecutionReplayed())
+	}
+	return op.GetExternalRef(), nil
+}
+
 // syntheticID is the id of the i-th synthetic operation (see seedSynthetic).
 func syntheticID(i int) string { return fmt.Sprintf("op_zz%024d", i) }
 
@@ -90,6 +106,11 @@ func opledgerOp(cl *clients, sc string, from, pool int) opFunc {
 				return err
 			}
 			_, err = executeOp(ctx, cl.client(w), cl.auth, id, false, nil)
+			return err
+		}
+	case ScenarioOneCall:
+		return func(ctx context.Context, w, _ int) error {
+			_, err := oneCallOp(ctx, cl.client(w), cl.auth)
 			return err
 		}
 	case ScenarioExecuteReplay:

@@ -1,3 +1,14 @@
+-- The statements that read or change one operation find it by its primary
+-- key (id) and check its tenant (and a state written as a constant) with IS
+-- NOT DISTINCT FROM: the same test as = here (neither is ever NULL), but
+-- not one an index can search by, so the planner cannot prefer
+-- operation_list (tenant, state, created_at, id) or operation_open (state)
+-- to the primary key. It does when the table has no statistics yet (a new
+-- database, or before autovacuum's first ANALYZE), in the generic plan a
+-- pooled connection then keeps, and such a plan walks every entry of the
+-- tenant in that state, dead versions included, to find one row
+-- (TestGuardedStatementsFindTheRowByItsKey).
+
 -- name: OperationInsert :one
 -- Inserts a new operation and its PREPARED event in one statement (and, with
 -- notify, the approval notification of an operation that awaits approval:
@@ -9,14 +20,15 @@
 -- the PREPARED one, exactly as a Prepare followed by a claim would leave it.
 -- Returns no row when (tenant, tool, idempotency_key) is taken: the caller
 -- then reads the existing operation. ON CONFLICT waits for a concurrent twin
--- to commit, so twins never both insert. It names no constraint: a twin of
--- the same call (same key, same arguments) also has the same downstream key,
--- and a conflict on that unique index, not an arbiter, would fail the
--- statement when both twins pass the idempotency check before either has
--- inserted (found by the chaos suite). Every unique index of operation is
--- implied by (tenant, tool, idempotency_key) but the id, which is random. (A claim is only asked for an
+-- to commit, so twins never both insert. Every unique index is an arbiter,
+-- not only operation_idempotency: a twin has the same downstream key too,
+-- and twins that both pass ON CONFLICT's first look meet again on
+-- operation_downstream_key, where a non-arbiter index would fail the loser
+-- with a unique violation instead of letting it read the winner (ids are
+-- random, and a downstream key names one (tenant, tool, key, fingerprint),
+-- so any conflict is the twin's). (A claim is only asked for an
 -- operation born in claim_from that needs no approval; the table's
--- operation_executing_has_lease check holds the lease to it.)
+-- operation_executing_has_lease rule holds the lease to it.)
 WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
@@ -53,11 +65,11 @@ WHERE tenant = sqlc.arg(tenant) AND tool = sqlc.arg(tool) AND idempotency_key = 
 -- db_now is the database's clock, against which the caller judges leases
 -- and retention.
 SELECT *, now()::timestamptz AS db_now FROM operation
-WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant);
+WHERE id = sqlc.arg(id) AND tenant IS NOT DISTINCT FROM sqlc.arg(tenant);
 
 -- name: OperationGetForUpdate :one
 SELECT * FROM operation
-WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant)
+WHERE id = sqlc.arg(id) AND tenant IS NOT DISTINCT FROM sqlc.arg(tenant)
 FOR UPDATE;
 
 -- name: OperationEvents :many
@@ -91,7 +103,7 @@ WITH upd AS (
         waited = false,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
+    WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
            OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
     RETURNING o.*
@@ -102,7 +114,7 @@ WITH upd AS (
 SELECT upd.*, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
 SELECT g.*, false AS claimed, now()::timestamptz AS db_now FROM operation g
-WHERE g.id = sqlc.arg(id) AND g.tenant = sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
+WHERE g.id = sqlc.arg(id) AND g.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
 
 -- name: OperationTakeOver :one
 -- Takes over an operation in from_state (the state machine's: EXECUTING)
@@ -123,7 +135,7 @@ WITH upd AS (
         next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = sqlc.arg(id) AND o.tenant = sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
+    WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND o.fence = sqlc.arg(fence) AND o.lease_expires_at < now()
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
@@ -152,12 +164,10 @@ SELECT * FROM upd;
 --                          counted from the first claim.
 -- An attempt that ends any other way than a release (RELEASED: nothing was
 -- sent) marks the operation as sent. The event is appended in the same
--- statement. A caller whose guard fails changes nothing and gets no row.
-WITH cur AS (
-    SELECT c.id, c.state AS old_state FROM operation c
-    WHERE c.id = sqlc.arg(id) AND c.tenant = sqlc.arg(tenant)
-    FOR UPDATE
-), upd AS (
+-- statement, from the state the update found (prev_state, which the table's
+-- trigger sets from the locked row). A caller whose guard fails changes
+-- nothing and gets no row.
+WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
         external_ref = COALESCE(sqlc.narg(external_ref)::text, o.external_ref),
@@ -173,8 +183,7 @@ WITH cur AS (
         reconcile_attempts = CASE WHEN sqlc.arg(to_state)::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
         events = o.events + 1,
         updated_at = now()
-    FROM cur
-    WHERE o.id = cur.id
+    WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant)
       AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND o.fence = sqlc.arg(fence)
       AND (NOT sqlc.arg(require_lease_expired)::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
@@ -186,8 +195,8 @@ WITH cur AS (
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), cur.old_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
-    FROM upd JOIN cur ON cur.id = upd.id
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
+    FROM upd
 )
 SELECT * FROM upd;
 
@@ -202,11 +211,7 @@ SELECT * FROM upd;
 -- taken effect back to AWAITING_APPROVAL, where a denial would make it
 -- REJECTED with an effect behind it. An expiry with notify also queues the
 -- approval notification, in the same statement.
-WITH cur AS (
-    SELECT c.id, c.state AS old_state FROM operation c
-    WHERE c.id = sqlc.arg(id) AND c.tenant = sqlc.arg(tenant)
-    FOR UPDATE
-), upd AS (
+WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
         approval_decision = sqlc.narg(decision)::text,
@@ -219,15 +224,14 @@ WITH cur AS (
         approval_reason = sqlc.narg(reason)::text,
         events = o.events + 1,
         updated_at = now()
-    FROM cur
-    WHERE o.id = cur.id AND o.state = ANY (sqlc.arg(from_states)::text[])
+    WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND (NOT sqlc.arg(require_lapsed_unsent)::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), cur.old_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
-    FROM upd JOIN cur ON cur.id = upd.id
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
+    FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'approval_expired' FROM upd
@@ -240,7 +244,7 @@ SELECT * FROM upd;
 -- fence, so that the statement recording it notifies (migration 0009). No
 -- row: the attempt already ended (or another took over); read again.
 UPDATE operation SET waited = true
-WHERE id = sqlc.arg(id) AND tenant = sqlc.arg(tenant) AND state = 'EXECUTING' AND fence = sqlc.arg(fence);
+WHERE id = sqlc.arg(id) AND tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND state IS NOT DISTINCT FROM 'EXECUTING' AND fence = sqlc.arg(fence);
 
 -- name: OperationClaimUnresolved :many
 -- Hands a batch of stuck operations (OUTCOME_UNKNOWN, or EXECUTING with an
@@ -271,19 +275,26 @@ SELECT state, count(*)::bigint AS n FROM operation
 WHERE state IN ('AWAITING_APPROVAL', 'READY', 'EXECUTING', 'OUTCOME_UNKNOWN')
 GROUP BY state;
 
--- name: OperationPrune :execrows
--- Deletes up to batch_size finished operations (and, by cascade, their
--- events) last changed before the cutoff. Open and OUTCOME_UNKNOWN
--- operations are never pruned. SKIP LOCKED lets replicas prune side by side.
-DELETE FROM operation
-WHERE id IN (
-    SELECT p.id FROM operation p
-    WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
-      AND p.updated_at < now() - make_interval(secs => sqlc.arg(older_than_seconds)::float8)
-    ORDER BY p.updated_at
-    LIMIT sqlc.arg(batch_size)
-    FOR UPDATE SKIP LOCKED
-);
+-- name: OperationPrune :one
+-- Deletes up to batch_size finished operations last changed before the
+-- cutoff, and their events, and returns how many operations it deleted.
+-- Open and OUTCOME_UNKNOWN operations are never pruned. SKIP LOCKED lets
+-- replicas prune side by side.
+WITH gone AS (
+    DELETE FROM operation
+    WHERE id IN (
+        SELECT p.id FROM operation p
+        WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
+          AND p.updated_at < now() - make_interval(secs => sqlc.arg(older_than_seconds)::float8)
+        ORDER BY p.updated_at
+        LIMIT sqlc.arg(batch_size)
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id
+), events AS (
+    DELETE FROM operation_event e USING gone WHERE e.operation_id = gone.id
+)
+SELECT count(*)::bigint AS deleted FROM gone;
 
 -- name: TenantUsageBump :one
 -- Counts one more operation created by the tenant in the current minute and

@@ -60,6 +60,7 @@ type Operation struct {
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
 	Waited              bool
+	PrevState           pgtype.Text
 }
 
 type OperationEvent struct {

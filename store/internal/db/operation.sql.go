@@ -24,18 +24,18 @@ WITH upd AS (
         waited = false,
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $4 AND o.tenant = $5 AND o.state = $6::text
+    WHERE o.id = $4 AND o.tenant IS NOT DISTINCT FROM $5 AND o.state = $6::text
       AND (NOT $7::boolean OR NOT o.approval_required
            OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $8::text, $9, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, true AS claimed, now()::timestamptz AS db_now FROM upd
+SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
-SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, false AS claimed, now()::timestamptz AS db_now FROM operation g
-WHERE g.id = $4 AND g.tenant = $5 AND NOT EXISTS (SELECT 1 FROM upd)
+SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, false AS claimed, now()::timestamptz AS db_now FROM operation g
+WHERE g.id = $4 AND g.tenant IS NOT DISTINCT FROM $5 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
 type OperationClaimParams struct {
@@ -84,6 +84,7 @@ type OperationClaimRow struct {
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
 	Waited              bool
+	PrevState           pgtype.Text
 	Claimed             bool
 	DbNow               pgtype.Timestamptz
 }
@@ -154,6 +155,7 @@ func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClai
 			&i.UpdatedAt,
 			&i.FirstSentFence,
 			&i.Waited,
+			&i.PrevState,
 			&i.Claimed,
 			&i.DbNow,
 		); err != nil {
@@ -183,7 +185,7 @@ UPDATE operation o SET
                                                            $2::float8 * power(2, o.reconcile_attempts)))
 FROM due
 WHERE o.id = due.id
-RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, now()::timestamptz AS db_now
+RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, now()::timestamptz AS db_now
 `
 
 type OperationClaimUnresolvedParams struct {
@@ -226,6 +228,7 @@ type OperationClaimUnresolvedRow struct {
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
 	Waited              bool
+	PrevState           pgtype.Text
 	DbNow               pgtype.Timestamptz
 }
 
@@ -276,6 +279,7 @@ func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg Ope
 			&i.UpdatedAt,
 			&i.FirstSentFence,
 			&i.Waited,
+			&i.PrevState,
 			&i.DbNow,
 		); err != nil {
 			return nil, err
@@ -322,48 +326,43 @@ func (q *Queries) OperationCountOpen(ctx context.Context, db DBTX) ([]OperationC
 }
 
 const operationDecide = `-- name: OperationDecide :one
-WITH cur AS (
-    SELECT c.id, c.state AS old_state FROM operation c
-    WHERE c.id = $1 AND c.tenant = $2
-    FOR UPDATE
-), upd AS (
+WITH upd AS (
     UPDATE operation o SET
-        state = $3::text,
-        approval_decision = $4::text,
-        approval_decided_by = $5::text,
-        approval_decided_at = CASE WHEN $4::text IS NULL THEN NULL ELSE now() END,
-        approval_expires_at = CASE WHEN $4::text = 'APPROVE'
+        state = $1::text,
+        approval_decision = $2::text,
+        approval_decided_by = $3::text,
+        approval_decided_at = CASE WHEN $2::text IS NULL THEN NULL ELSE now() END,
+        approval_expires_at = CASE WHEN $2::text = 'APPROVE'
                                    THEN now() + make_interval(secs => o.approval_ttl_ms / 1000.0)
                                    ELSE NULL END,
-        approval_fingerprint = $6::text,
-        approval_reason = $7::text,
+        approval_fingerprint = $4::text,
+        approval_reason = $5::text,
         events = o.events + 1,
         updated_at = now()
-    FROM cur
-    WHERE o.id = cur.id AND o.state = ANY ($8::text[])
+    WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = ANY ($8::text[])
       AND (NOT $9::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $10::text, $11, cur.old_state, upd.state, upd.attempts, upd.fence, $12
-    FROM upd JOIN cur ON cur.id = upd.id
+    SELECT upd.id, upd.events, $10::text, $11, upd.prev_state, upd.state, upd.attempts, upd.fence, $12
+    FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'approval_expired' FROM upd
     WHERE upd.state = 'AWAITING_APPROVAL' AND $13::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM upd
 `
 
 type OperationDecideParams struct {
-	ID                  string
-	Tenant              string
 	ToState             string
 	Decision            pgtype.Text
 	DecidedBy           pgtype.Text
 	ApprovedFingerprint pgtype.Text
 	Reason              pgtype.Text
+	ID                  string
+	Tenant              string
 	FromStates          []string
 	RequireLapsedUnsent bool
 	EventType           string
@@ -406,6 +405,7 @@ type OperationDecideRow struct {
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
 	Waited              bool
+	PrevState           pgtype.Text
 }
 
 // Records an approver's decision (or an approval's expiry) on an operation
@@ -420,13 +420,13 @@ type OperationDecideRow struct {
 // approval notification, in the same statement.
 func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDecideParams) (OperationDecideRow, error) {
 	row := db.QueryRow(ctx, operationDecide,
-		arg.ID,
-		arg.Tenant,
 		arg.ToState,
 		arg.Decision,
 		arg.DecidedBy,
 		arg.ApprovedFingerprint,
 		arg.Reason,
+		arg.ID,
+		arg.Tenant,
 		arg.FromStates,
 		arg.RequireLapsedUnsent,
 		arg.EventType,
@@ -469,6 +469,7 @@ func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDec
 		&i.UpdatedAt,
 		&i.FirstSentFence,
 		&i.Waited,
+		&i.PrevState,
 	)
 	return i, err
 }
@@ -511,8 +512,8 @@ func (q *Queries) OperationEvents(ctx context.Context, db DBTX, operationID stri
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, now()::timestamptz AS db_now FROM operation
-WHERE id = $1 AND tenant = $2
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, now()::timestamptz AS db_now FROM operation
+WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 `
 
 type OperationGetParams struct {
@@ -554,6 +555,7 @@ type OperationGetRow struct {
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
 	Waited              bool
+	PrevState           pgtype.Text
 	DbNow               pgtype.Timestamptz
 }
 
@@ -596,13 +598,14 @@ func (q *Queries) OperationGet(ctx context.Context, db DBTX, arg OperationGetPar
 		&i.UpdatedAt,
 		&i.FirstSentFence,
 		&i.Waited,
+		&i.PrevState,
 		&i.DbNow,
 	)
 	return i, err
 }
 
 const operationGetByDownstreamKeyForUpdate = `-- name: OperationGetByDownstreamKeyForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM operation
 WHERE downstream_key = $1
 FOR UPDATE
 `
@@ -644,12 +647,13 @@ func (q *Queries) OperationGetByDownstreamKeyForUpdate(ctx context.Context, db D
 		&i.UpdatedAt,
 		&i.FirstSentFence,
 		&i.Waited,
+		&i.PrevState,
 	)
 	return i, err
 }
 
 const operationGetByKey = `-- name: OperationGetByKey :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM operation
 WHERE tenant = $1 AND tool = $2 AND idempotency_key = $3
 `
 
@@ -696,13 +700,14 @@ func (q *Queries) OperationGetByKey(ctx context.Context, db DBTX, arg OperationG
 		&i.UpdatedAt,
 		&i.FirstSentFence,
 		&i.Waited,
+		&i.PrevState,
 	)
 	return i, err
 }
 
 const operationGetForUpdate = `-- name: OperationGetForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM operation
-WHERE id = $1 AND tenant = $2
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM operation
+WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 FOR UPDATE
 `
 
@@ -748,11 +753,13 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 		&i.UpdatedAt,
 		&i.FirstSentFence,
 		&i.Waited,
+		&i.PrevState,
 	)
 	return i, err
 }
 
 const operationInsert = `-- name: OperationInsert :one
+
 WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
@@ -768,7 +775,7 @@ WITH ins AS (
             CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
             CASE WHEN $8::boolean THEN now() END)
     ON CONFLICT DO NOTHING
-    RETURNING id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited
+    RETURNING id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT ins.id, 1, 'PREPARED', $17, NULL, $10::text, 0, 0, $18 FROM ins
@@ -779,7 +786,7 @@ WITH ins AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $21::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM ins
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM ins
 `
 
 type OperationInsertParams struct {
@@ -840,8 +847,19 @@ type OperationInsertRow struct {
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
 	Waited              bool
+	PrevState           pgtype.Text
 }
 
+// The statements that read or change one operation find it by its primary
+// key (id) and check its tenant (and a state written as a constant) with IS
+// NOT DISTINCT FROM: the same test as = here (neither is ever NULL), but
+// not one an index can search by, so the planner cannot prefer
+// operation_list (tenant, state, created_at, id) or operation_open (state)
+// to the primary key. It does when the table has no statistics yet (a new
+// database, or before autovacuum's first ANALYZE), in the generic plan a
+// pooled connection then keeps, and such a plan walks every entry of the
+// tenant in that state, dead versions included, to find one row
+// (TestGuardedStatementsFindTheRowByItsKey).
 // Inserts a new operation and its PREPARED event in one statement (and, with
 // notify, the approval notification of an operation that awaits approval:
 // the outbox row commits with the operation or not at all). With claim (the
@@ -852,14 +870,15 @@ type OperationInsertRow struct {
 // the PREPARED one, exactly as a Prepare followed by a claim would leave it.
 // Returns no row when (tenant, tool, idempotency_key) is taken: the caller
 // then reads the existing operation. ON CONFLICT waits for a concurrent twin
-// to commit, so twins never both insert. It names no constraint: a twin of
-// the same call (same key, same arguments) also has the same downstream key,
-// and a conflict on that unique index, not an arbiter, would fail the
-// statement when both twins pass the idempotency check before either has
-// inserted (found by the chaos suite). Every unique index of operation is
-// implied by (tenant, tool, idempotency_key) but the id, which is random. (A claim is only asked for an
+// to commit, so twins never both insert. Every unique index is an arbiter,
+// not only operation_idempotency: a twin has the same downstream key too,
+// and twins that both pass ON CONFLICT's first look meet again on
+// operation_downstream_key, where a non-arbiter index would fail the loser
+// with a unique violation instead of letting it read the winner (ids are
+// random, and a downstream key names one (tenant, tool, key, fingerprint),
+// so any conflict is the twin's). (A claim is only asked for an
 // operation born in claim_from that needs no approval; the table's
-// operation_executing_has_lease check holds the lease to it.)
+// operation_executing_has_lease rule holds the lease to it.)
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {
 	row := db.QueryRow(ctx, operationInsert,
 		arg.ID,
@@ -919,14 +938,15 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		&i.UpdatedAt,
 		&i.FirstSentFence,
 		&i.Waited,
+		&i.PrevState,
 	)
 	return i, err
 }
 
 const operationList = `-- name: OperationList :many
-SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited FROM unnest($1::text[]) AS s(state)
+SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state FROM unnest($1::text[]) AS s(state)
 CROSS JOIN LATERAL (
-    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence, l.waited FROM operation l
+    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence, l.waited, l.prev_state FROM operation l
     WHERE l.tenant = $2 AND l.state = s.state
       AND ($3::text = '' OR l.tool = $3::text)
       AND (l.created_at, l.id) < ($4::timestamptz, $5::text)
@@ -1002,6 +1022,7 @@ func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListP
 			&i.UpdatedAt,
 			&i.FirstSentFence,
 			&i.Waited,
+			&i.PrevState,
 		); err != nil {
 			return nil, err
 		}
@@ -1015,7 +1036,7 @@ func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListP
 
 const operationMarkWaited = `-- name: OperationMarkWaited :execrows
 UPDATE operation SET waited = true
-WHERE id = $1 AND tenant = $2 AND state = 'EXECUTING' AND fence = $3
+WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2 AND state IS NOT DISTINCT FROM 'EXECUTING' AND fence = $3
 `
 
 type OperationMarkWaitedParams struct {
@@ -1035,16 +1056,22 @@ func (q *Queries) OperationMarkWaited(ctx context.Context, db DBTX, arg Operatio
 	return result.RowsAffected(), nil
 }
 
-const operationPrune = `-- name: OperationPrune :execrows
-DELETE FROM operation
-WHERE id IN (
-    SELECT p.id FROM operation p
-    WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
-      AND p.updated_at < now() - make_interval(secs => $1::float8)
-    ORDER BY p.updated_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
+const operationPrune = `-- name: OperationPrune :one
+WITH gone AS (
+    DELETE FROM operation
+    WHERE id IN (
+        SELECT p.id FROM operation p
+        WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
+          AND p.updated_at < now() - make_interval(secs => $1::float8)
+        ORDER BY p.updated_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id
+), events AS (
+    DELETE FROM operation_event e USING gone WHERE e.operation_id = gone.id
 )
+SELECT count(*)::bigint AS deleted FROM gone
 `
 
 type OperationPruneParams struct {
@@ -1052,15 +1079,15 @@ type OperationPruneParams struct {
 	BatchSize        int32
 }
 
-// Deletes up to batch_size finished operations (and, by cascade, their
-// events) last changed before the cutoff. Open and OUTCOME_UNKNOWN
-// operations are never pruned. SKIP LOCKED lets replicas prune side by side.
+// Deletes up to batch_size finished operations last changed before the
+// cutoff, and their events, and returns how many operations it deleted.
+// Open and OUTCOME_UNKNOWN operations are never pruned. SKIP LOCKED lets
+// replicas prune side by side.
 func (q *Queries) OperationPrune(ctx context.Context, db DBTX, arg OperationPruneParams) (int64, error) {
-	result, err := db.Exec(ctx, operationPrune, arg.OlderThanSeconds, arg.BatchSize)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	row := db.QueryRow(ctx, operationPrune, arg.OlderThanSeconds, arg.BatchSize)
+	var deleted int64
+	err := row.Scan(&deleted)
+	return deleted, err
 }
 
 const operationTakeOver = `-- name: OperationTakeOver :one
@@ -1074,18 +1101,18 @@ WITH upd AS (
         next_reconcile_at = now() + make_interval(secs => $2::float8),
         events = o.events + 1,
         updated_at = now()
-    WHERE o.id = $3 AND o.tenant = $4 AND o.state = $5::text
+    WHERE o.id = $3 AND o.tenant IS NOT DISTINCT FROM $4 AND o.state = $5::text
       AND o.fence = $6 AND o.lease_expires_at < now()
       AND ($7::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => $8::float8)
               < o.first_claimed_at + make_interval(secs => 0.9 * $7::float8))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $9::text, $10, $5::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out' FROM upd
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM upd
 `
 
 type OperationTakeOverParams struct {
@@ -1135,6 +1162,7 @@ type OperationTakeOverRow struct {
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
 	Waited              bool
+	PrevState           pgtype.Text
 }
 
 // Takes over an operation in from_state (the state machine's: EXECUTING)
@@ -1193,33 +1221,29 @@ func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationT
 		&i.UpdatedAt,
 		&i.FirstSentFence,
 		&i.Waited,
+		&i.PrevState,
 	)
 	return i, err
 }
 
 const operationTransition = `-- name: OperationTransition :one
-WITH cur AS (
-    SELECT c.id, c.state AS old_state FROM operation c
-    WHERE c.id = $1 AND c.tenant = $2
-    FOR UPDATE
-), upd AS (
+WITH upd AS (
     UPDATE operation o SET
-        state = $3::text,
-        external_ref = COALESCE($4::text, o.external_ref),
-        result = COALESCE($5::jsonb, o.result),
-        error = CASE WHEN $6::boolean THEN $7::jsonb ELSE o.error END,
-        first_sent_fence = CASE WHEN o.state = 'EXECUTING' AND $8::text <> 'RELEASED'
+        state = $1::text,
+        external_ref = COALESCE($2::text, o.external_ref),
+        result = COALESCE($3::jsonb, o.result),
+        error = CASE WHEN $4::boolean THEN $5::jsonb ELSE o.error END,
+        first_sent_fence = CASE WHEN o.state = 'EXECUTING' AND $6::text <> 'RELEASED'
                                 THEN COALESCE(o.first_sent_fence, o.fence) ELSE o.first_sent_fence END,
         lease_owner = NULL,
         lease_expires_at = NULL,
-        next_reconcile_at = CASE WHEN $3::text = 'OUTCOME_UNKNOWN'
-                                 THEN now() + make_interval(secs => $9::float8)
+        next_reconcile_at = CASE WHEN $1::text = 'OUTCOME_UNKNOWN'
+                                 THEN now() + make_interval(secs => $7::float8)
                                  ELSE NULL END,
-        reconcile_attempts = CASE WHEN $3::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
+        reconcile_attempts = CASE WHEN $1::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
         events = o.events + 1,
         updated_at = now()
-    FROM cur
-    WHERE o.id = cur.id
+    WHERE o.id = $8 AND o.tenant IS NOT DISTINCT FROM $9
       AND o.state = ANY ($10::text[])
       AND o.fence = $11
       AND (NOT $12::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
@@ -1228,18 +1252,16 @@ WITH cur AS (
       AND ($15::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => $16::float8)
               < o.first_claimed_at + make_interval(secs => 0.9 * $15::float8))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $8::text, $17, cur.old_state, upd.state, upd.attempts, upd.fence, $18
-    FROM upd JOIN cur ON cur.id = upd.id
+    SELECT upd.id, upd.events, $6::text, $17, upd.prev_state, upd.state, upd.attempts, upd.fence, $18
+    FROM upd
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM upd
 `
 
 type OperationTransitionParams struct {
-	ID                    string
-	Tenant                string
 	ToState               string
 	ExternalRef           pgtype.Text
 	Result                []byte
@@ -1247,6 +1269,8 @@ type OperationTransitionParams struct {
 	Error                 []byte
 	EventType             string
 	ReconcileAfterSeconds float64
+	ID                    string
+	Tenant                string
 	FromStates            []string
 	Fence                 int64
 	RequireLeaseExpired   bool
@@ -1292,6 +1316,7 @@ type OperationTransitionRow struct {
 	UpdatedAt           pgtype.Timestamptz
 	FirstSentFence      pgtype.Int8
 	Waited              bool
+	PrevState           pgtype.Text
 }
 
 // The one guarded transition for outcomes, reconciliation and cancellation:
@@ -1311,11 +1336,11 @@ type OperationTransitionRow struct {
 //
 // An attempt that ends any other way than a release (RELEASED: nothing was
 // sent) marks the operation as sent. The event is appended in the same
-// statement. A caller whose guard fails changes nothing and gets no row.
+// statement, from the state the update found (prev_state, which the table's
+// trigger sets from the locked row). A caller whose guard fails changes
+// nothing and gets no row.
 func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg OperationTransitionParams) (OperationTransitionRow, error) {
 	row := db.QueryRow(ctx, operationTransition,
-		arg.ID,
-		arg.Tenant,
 		arg.ToState,
 		arg.ExternalRef,
 		arg.Result,
@@ -1323,6 +1348,8 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		arg.Error,
 		arg.EventType,
 		arg.ReconcileAfterSeconds,
+		arg.ID,
+		arg.Tenant,
 		arg.FromStates,
 		arg.Fence,
 		arg.RequireLeaseExpired,
@@ -1368,6 +1395,7 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		&i.UpdatedAt,
 		&i.FirstSentFence,
 		&i.Waited,
+		&i.PrevState,
 	)
 	return i, err
 }
