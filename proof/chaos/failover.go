@@ -570,9 +570,9 @@ func (rep *FailoverReport) line() string {
 	if len(un) > 0 {
 		med, worst = un[len(un)/2], un[len(un)-1]
 	}
-	return fmt.Sprintf("failover=%s failovers=%d ha_kills=%d ha_partitions=%d lost_acknowledged=%d forgotten_ops=%d reprepared=%d second_effects=%d second_effects_unprotected=%d internal=%d client_unavailable_median=%s client_unavailable_max=%s calls_failed_in_failovers=%d",
+	return fmt.Sprintf("failover=%s failovers=%d ha_kills=%d ha_partitions=%d lost_acknowledged=%d forgotten_ops=%d reprepared=%d second_effects=%d second_effects_unprotected=%d client_unavailable_median=%s client_unavailable_max=%s calls_failed_in_failovers=%d",
 		rep.Mode, rep.Failovers, rep.Kills, rep.Partitions, rep.LostAcknowledged, rep.ForgottenOps, rep.Reprepared, rep.SecondEffects, rep.SecondEffectsUnprotected,
-		len(rep.Internal), med.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), failed)
+		med.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), failed)
 }
 
 // Details is a multi-line account of each window, for the command's output.
