@@ -586,6 +586,15 @@ func (r *CheckResult) checkApproval(op FinalOp, pol ToolPolicy, sent []Send, pre
 // within claimWindow before near, a real instant close after db.
 func (tl Timeline) offsetsAt(db, near time.Time) (lo, hi time.Duration) {
 	found := false
+	widen := func(off time.Duration) {
+		if !found || off < lo {
+			lo = off
+		}
+		if !found || off > hi {
+			hi = off
+		}
+		found = true
+	}
 	for i, st := range tl.Offsets {
 		real := db.Add(-st.Offset)
 		if i > 0 && real.Before(st.At) {
@@ -594,13 +603,7 @@ func (tl Timeline) offsetsAt(db, near time.Time) (lo, hi time.Duration) {
 		if i+1 < len(tl.Offsets) && !real.Before(tl.Offsets[i+1].At.Add(tl.Pickup)) {
 			continue
 		}
-		if !found || st.Offset < lo {
-			lo = st.Offset
-		}
-		if !found || st.Offset > hi {
-			hi = st.Offset
-		}
-		found = true
+		widen(st.Offset)
 	}
 	if found {
 		return lo, hi
@@ -613,13 +616,7 @@ func (tl Timeline) offsetsAt(db, near time.Time) (lo, hi time.Duration) {
 		if i+1 < len(tl.Offsets) && tl.Offsets[i+1].At.Add(tl.Pickup).Before(from) {
 			continue
 		}
-		if !found || st.Offset < lo {
-			lo = st.Offset
-		}
-		if !found || st.Offset > hi {
-			hi = st.Offset
-		}
-		found = true
+		widen(st.Offset)
 	}
 	return lo, hi
 }

@@ -343,6 +343,20 @@ func (s *server) env(failpoints string) []string {
 	return env
 }
 
+// startRetrying starts s with the failpoints spec, up to five times a
+// second apart (a restart can find its port still held for a moment),
+// logging each failure as what. The caller holds s.opMu.
+func (s *server) startRetrying(failpoints, what string) {
+	for attempt := 0; attempt < 5; attempt++ {
+		err := s.start(context.Background(), failpoints)
+		if err == nil {
+			return
+		}
+		s.r.logf("server %d: %s failed: %v", s.idx, what, err)
+		time.Sleep(time.Second)
+	}
+}
+
 // start starts a new incarnation and waits until it serves health checks.
 // The caller holds opMu.
 func (s *server) start(ctx context.Context, failpoints string) error {
@@ -550,14 +564,7 @@ func (s *server) exited(inc int) {
 		if stale { // someone restarted it meanwhile
 			return
 		}
-		for attempt := 0; attempt < 5; attempt++ {
-			err := s.start(context.Background(), s.r.failpointSpec())
-			if err == nil {
-				return
-			}
-			s.r.logf("server %d: restart after crash failed: %v", s.idx, err)
-			time.Sleep(time.Second)
-		}
+		s.startRetrying(s.r.failpointSpec(), "restart after crash")
 	}()
 }
 

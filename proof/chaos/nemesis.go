@@ -350,17 +350,10 @@ func (n *nemesis) try(ctx context.Context, kind string) bool {
 	return false
 }
 
-// restartAfter starts s again; during the run with the failpoint rate,
-// once the run is over without failpoints. The caller holds s.opMu.
+// restart starts s again; during the run with the failpoint rate, once
+// the run is over without failpoints. The caller holds s.opMu.
 func (n *nemesis) restart(s *server) {
-	for attempt := 0; attempt < 5; attempt++ {
-		err := s.start(context.Background(), n.r.failpointSpec())
-		if err == nil {
-			return
-		}
-		n.r.logf("server %d: restart failed: %v", s.idx, err)
-		time.Sleep(time.Second)
-	}
+	s.startRetrying(n.r.failpointSpec(), "restart")
 }
 
 func (n *nemesis) kill(ctx context.Context, s *server) {
@@ -416,13 +409,7 @@ func (n *nemesis) stall(ctx context.Context, s *server) {
 	}
 	n.event("fp-stall-first-send", s.idx, "graceful restart with "+point+"=1*stop")
 	s.stop(false)
-	spec := n.r.failpointSpecAction(point, "stop")
-	for attempt := 0; attempt < 5; attempt++ {
-		if err := s.start(context.Background(), spec); err == nil {
-			break
-		}
-		time.Sleep(time.Second)
-	}
+	s.startRetrying(n.r.failpointSpecAction(point, "stop"), "restart with "+point)
 	s.opMu.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
 	for !s.stoppedItself() {
@@ -673,13 +660,7 @@ func (n *nemesis) armFailpoint(ctx context.Context, s *server, point string) {
 	}
 	n.event("fp-"+point, s.idx, "graceful restart with "+point+"=1*kill")
 	s.stop(false)
-	spec := n.r.failpointSpecAction(point, "kill")
-	for attempt := 0; attempt < 5; attempt++ {
-		if err := s.start(context.Background(), spec); err == nil {
-			break
-		}
-		time.Sleep(time.Second)
-	}
+	s.startRetrying(n.r.failpointSpecAction(point, "kill"), "restart with "+point)
 	s.opMu.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
