@@ -10,8 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// notifyChannel is the channel the operation_state_changed trigger notifies
-// with the operation id whenever an operation's state changes.
+// notifyChannel is the channel the operation_rules trigger (migration 0010)
+// notifies with the operation id when an attempt that an Execute of another
+// replica waits for ends (the operation left EXECUTING with waited set).
 const notifyChannel = "opledger_operation"
 
 // Listener turns PostgreSQL notifications about operations into wake-ups for

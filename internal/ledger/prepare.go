@@ -177,8 +177,9 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 	}
 	existing, err := l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey)
 	if err != nil {
-		// The row that refused our insert is committed, so this is a real
-		// failure to read, not a race.
+		// The row that refused our insert is committed, so this is a
+		// failure to read, or (not handled: a replay at exactly the
+		// retention's age) the pruner deleted that row in between.
 		return Operation{}, false, none, storeErr(err)
 	}
 	if existing.Fingerprint == fp {

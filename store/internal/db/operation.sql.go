@@ -868,8 +868,9 @@ type OperationInsertRow struct {
 // born EXECUTING with fence 1, attempt 1 and a lease measured on the
 // database's clock, and its CLAIMED event (claim_from → claim_to) follows
 // the PREPARED one, exactly as a Prepare followed by a claim would leave it.
-// Returns no row when (tenant, tool, idempotency_key) is taken: the caller
-// then reads the existing operation. ON CONFLICT waits for a concurrent twin
+// Returns no row when the operation conflicts with one already stored, which
+// is always the same (tenant, tool, idempotency_key): the caller then reads
+// the existing operation. ON CONFLICT waits for a concurrent twin
 // to commit, so twins never both insert. Every unique index is an arbiter,
 // not only operation_idempotency: a twin has the same downstream key too,
 // and twins that both pass ON CONFLICT's first look meet again on
