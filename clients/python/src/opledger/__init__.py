@@ -9,44 +9,8 @@ in ``opledger.v1.ledger_pb2`` and ``opledger.v1.ledger_pb2_grpc``; see docs/clie
 
 from .aio import AsyncClient
 from .client import DEFAULT_TIMEOUT, Client
-from .errors import (
-    ERROR_DOMAIN,
-    ERRORS_BY_REASON,
-    OpledgerError,
-    from_rpc_error,
-    from_status,
-    operation_error_reason,
-    ApiKeyMissing,
-    ApiKeyInvalid,
-    RoleRequired,
-    IdempotencyKeyMissing,
-    IdempotencyKeyInvalid,
-    IdempotencyKeyReused,
-    ToolUnknown,
-    ToolVersionUnknown,
-    ArgsInvalid,
-    ArgsTooLarge,
-    FieldInvalid,
-    OperationNotFound,
-    ApprovalRequired,
-    ApprovalExpired,
-    ApprovalFingerprintMismatch,
-    ApprovalConflict,
-    SelfApprovalForbidden,
-    ApprovalNotApplicable,
-    OperationRejected,
-    OperationCancelled,
-    OperationInProgress,
-    ResolutionNotApplicable,
-    LedgerUnavailable,
-    InternalError,
-    DownstreamUnavailable,
-    DeadlineInvalid,
-    OperatorRequired,
-    RateLimited,
-    QuotaExceeded,
-    CancelNotApplicable,
-)
+from . import errors
+from .errors import *
 from .fingerprint import (
     FINGERPRINT_PREFIX,
     PREPARE_METHOD,
@@ -72,8 +36,9 @@ from .runner import (
     ToolRunner,
 )
 
-# Spelled out (not computed) so that type checkers see every name; tests/test_errors.py checks
-# that it covers every exception class.
+# Spelled out (not computed) so that type checkers see every name; the errors' names come from
+# errors.__all__, which mypy and pyright follow (`__all__ += submodule.__all__`).
+# tests/test_errors.py checks that it covers every exception class.
 __all__ = [
     "AsyncClient",
     "AsyncToolRunner",
@@ -104,40 +69,5 @@ __all__ = [
     "operation_fingerprint",
     "preimage",
     "struct_to_dict",
-    "ERROR_DOMAIN",
-    "ERRORS_BY_REASON",
-    "OpledgerError",
-    "from_rpc_error",
-    "from_status",
-    "operation_error_reason",
-    "ApiKeyMissing",
-    "ApiKeyInvalid",
-    "RoleRequired",
-    "IdempotencyKeyMissing",
-    "IdempotencyKeyInvalid",
-    "IdempotencyKeyReused",
-    "ToolUnknown",
-    "ToolVersionUnknown",
-    "ArgsInvalid",
-    "ArgsTooLarge",
-    "FieldInvalid",
-    "OperationNotFound",
-    "ApprovalRequired",
-    "ApprovalExpired",
-    "ApprovalFingerprintMismatch",
-    "ApprovalConflict",
-    "SelfApprovalForbidden",
-    "ApprovalNotApplicable",
-    "OperationRejected",
-    "OperationCancelled",
-    "OperationInProgress",
-    "ResolutionNotApplicable",
-    "LedgerUnavailable",
-    "InternalError",
-    "DownstreamUnavailable",
-    "DeadlineInvalid",
-    "OperatorRequired",
-    "RateLimited",
-    "QuotaExceeded",
-    "CancelNotApplicable",
 ]
+__all__ += errors.__all__
