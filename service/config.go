@@ -80,6 +80,15 @@ type Config struct {
 	// memory to answer replayed Executes without a database round trip
 	// (--finished-cache, OPLEDGER_FINISHED_CACHE); 0: off.
 	FinishedCache int
+	// GCPercent is the Go garbage collector's target that serve and dev set
+	// for their process (runtime/debug.SetGCPercent) unless the GOGC
+	// variable is set, which wins (--gc-percent, OPLEDGER_GC_PERCENT). A
+	// replica's live heap is small, so at Go's default of 100 it collects
+	// often and the collections' fixed cost is a tenth of its CPU; 400
+	// trades heap headroom (up to five times the live heap) for about 10 %
+	// less CPU per new tool call (docs/performance.md, finding 21).
+	// service.New leaves it alone: it is a setting of the process.
+	GCPercent int
 	// AuthCacheTTL is how long each replica remembers an authenticated API
 	// key, and so how long a revoked key may keep working there
 	// (--auth-cache-ttl, OPLEDGER_AUTH_CACHE_TTL).

@@ -118,3 +118,27 @@ func TestApprovalWebhookFlags(t *testing.T) {
 	_, err = parseConfig(t, []string{"--approval-webhook-url", "hooks.example.com", "--approval-webhook-secret", "0123456789abcdef"}, nil)
 	require.ErrorContains(t, err, "--approval-webhook-url")
 }
+
+// TestGCPercent: serve and dev set the collector's target from the config
+// (400 by default, OPLEDGER_GC_PERCENT or --gc-percent), except when GOGC
+// is set, which the runtime has applied and which wins.
+func TestGCPercent(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(t, nil, nil)
+	require.NoError(t, err)
+	p, ok := gcPercent(cfg, func(string) string { return "" })
+	require.True(t, ok)
+	require.Equal(t, 400, p)
+
+	cfg, err = parseConfig(t, nil, map[string]string{"OPLEDGER_GC_PERCENT": "150"})
+	require.NoError(t, err)
+	p, ok = gcPercent(cfg, func(string) string { return "" })
+	require.True(t, ok)
+	require.Equal(t, 150, p)
+
+	_, ok = gcPercent(cfg, func(k string) string { return map[string]string{"GOGC": "off"}[k] })
+	require.False(t, ok, "GOGC set: left as the runtime applied it")
+
+	_, err = parseConfig(t, []string{"--gc-percent", "0"}, nil)
+	require.ErrorContains(t, err, "--gc-percent")
+}

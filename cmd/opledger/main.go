@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -176,6 +177,16 @@ the environment variable named with it; a flag beats its variable.`)
 	return serve(ctx, cfg, logger, getenv, nil)
 }
 
+// gcPercent is the garbage collector target serve and dev set for their
+// process, and whether to set it: not when GOGC is set, which the runtime
+// has applied already (Config.GCPercent).
+func gcPercent(cfg Config, getenv func(string) string) (int, bool) {
+	if getenv("GOGC") != "" || cfg.GCPercent <= 0 {
+		return 0, false
+	}
+	return cfg.GCPercent, true
+}
+
 // serve runs the service until ctx ends. ready, if set, learns where it
 // answers once everything listens.
 func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(string) string, ready func(service.Ready)) error {
@@ -190,6 +201,9 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 	}
 	if err != nil {
 		return err
+	}
+	if percent, ok := gcPercent(cfg, getenv); ok {
+		debug.SetGCPercent(percent)
 	}
 	shutdownTracing, tracing, err := setupTracing(ctx, getenv, os.Stderr)
 	if err != nil {
