@@ -46,9 +46,9 @@ type nemesis struct {
 
 	mu         sync.Mutex
 	busyServer map[int]bool
-	busyProxy  map[*Proxy]bool
-	busyKind   map[string]bool
-	pgBusy     bool
+	// busy holds what runs one fault at a time: a fault kind (string),
+	// PostgreSQL (pgKey) or a proxy (*Proxy); see alone.
+	busy       map[any]bool
 	injected   map[string]int
 	kills      int
 	stops      int
@@ -64,8 +64,28 @@ type nemesis struct {
 	holds   []Hold
 }
 
+// pgKey is the busy key of faults of the database itself.
+type pgKey struct{}
+
+// alone runs fault in the background unless a fault under the same key is
+// running, and reports whether it started it.
+func (n *nemesis) alone(key any, fault func()) bool {
+	n.mu.Lock()
+	if n.busy[key] {
+		n.mu.Unlock()
+		return false
+	}
+	n.busy[key] = true
+	n.mu.Unlock()
+	n.spawn(func() {
+		defer func() { n.mu.Lock(); delete(n.busy, key); n.mu.Unlock() }()
+		fault()
+	})
+	return true
+}
+
 func newNemesis(r *Runner) *nemesis {
-	return &nemesis{r: r, busyServer: map[int]bool{}, busyProxy: map[*Proxy]bool{}, busyKind: map[string]bool{},
+	return &nemesis{r: r, busyServer: map[int]bool{}, busy: map[any]bool{},
 		injected: map[string]int{}}
 }
 
@@ -290,62 +310,18 @@ func (n *nemesis) try(ctx context.Context, kind string) bool {
 		})
 		return true
 	case kind == "db-clock-skew":
-		n.mu.Lock()
-		if n.busyKind[kind] {
-			n.mu.Unlock()
-			return false
-		}
-		n.busyKind[kind] = true
-		n.mu.Unlock()
-		n.spawn(func() {
-			defer func() { n.mu.Lock(); delete(n.busyKind, kind); n.mu.Unlock() }()
-			n.clockStep()
-		})
-		return true
+		return n.alone(kind, n.clockStep)
 	case kind == "pg-crash":
-		n.mu.Lock()
-		if n.pgBusy {
-			n.mu.Unlock()
-			return false
-		}
-		n.pgBusy = true
-		n.mu.Unlock()
-		n.spawn(func() {
-			defer func() { n.mu.Lock(); n.pgBusy = false; n.mu.Unlock() }()
-			n.crashPG(ctx)
-		})
-		return true
+		return n.alone(pgKey{}, func() { n.crashPG(ctx) })
 	case strings.HasPrefix(kind, "net-"):
 		s := n.r.servers[int(n.r.rand()*float64(len(n.r.servers)))]
 		p := s.dbProxy
 		if strings.HasPrefix(kind, "net-proc-") {
 			p = s.procProxy
 		}
-		n.mu.Lock()
-		if n.busyProxy[p] {
-			n.mu.Unlock()
-			return false
-		}
-		n.busyProxy[p] = true
-		n.mu.Unlock()
-		n.spawn(func() {
-			defer func() { n.mu.Lock(); delete(n.busyProxy, p); n.mu.Unlock() }()
-			n.netFault(ctx, kind, s, p)
-		})
-		return true
+		return n.alone(p, func() { n.netFault(ctx, kind, s, p) })
 	case strings.HasPrefix(kind, "proc-"):
-		n.mu.Lock()
-		if n.busyKind[kind] {
-			n.mu.Unlock()
-			return false
-		}
-		n.busyKind[kind] = true
-		n.mu.Unlock()
-		n.spawn(func() {
-			defer func() { n.mu.Lock(); delete(n.busyKind, kind); n.mu.Unlock() }()
-			n.procFault(ctx, kind)
-		})
-		return true
+		return n.alone(kind, func() { n.procFault(ctx, kind) })
 	}
 	return false
 }
