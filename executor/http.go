@@ -109,12 +109,7 @@ func NewHTTP(cfg HTTPConfig, client *http.Client, logger *slog.Logger) (*HTTP, e
 	if client != nil {
 		c = *client
 	} else {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 16
-		// Shorter than common server idle timeouts, so that a request is rarely written to a
-		// pooled connection the server is closing: such a send is ambiguous (OutcomeUnknown).
-		t.IdleConnTimeout = 30 * time.Second
-		c.Transport = t
+		c.Transport = NewDirect()
 	}
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &HTTP{cfg: cfg, client: &c, log: logger}, nil

@@ -498,7 +498,7 @@ func TestRequestShape(t *testing.T) {
 	for name := range req.Header {
 		names = append(names, name)
 	}
-	require.ElementsMatch(t, []string{"Accept", "Accept-Encoding", "Authorization", "Content-Length", "Content-Type",
+	require.ElementsMatch(t, []string{"Accept", "Authorization", "Content-Length", "Content-Type",
 		"Idempotency-Key", "User-Agent", "X-Extra"}, names)
 	require.Equal(t, "application/json", req.Header.Get("Accept"))
 	s.mu.Lock()
