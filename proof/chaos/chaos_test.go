@@ -164,6 +164,23 @@ func TestHistoryJSONLines(t *testing.T) {
 	require.Len(t, h.Observations(), 1, "only completions that name an operation are kept")
 }
 
+// TestHistoryLapsedAfterRelease checks what the nemesis takes as staged
+// for net-proc-refuse: an APPROVAL_EXPIRED only counts on an operation that
+// an earlier call found released.
+func TestHistoryLapsedAfterRelease(t *testing.T) {
+	t.Parallel()
+	h := NewHistory(io.Discard)
+	fail := func(op, reason string) Event {
+		return Event{Type: EventFail, F: "execute", Tool: ToolPayDirect, Op: op, Reason: reason}
+	}
+	h.Record(fail("op_a", "APPROVAL_EXPIRED")) // a stall's lapse, no release before it
+	h.Record(fail("op_b", "DOWNSTREAM_UNAVAILABLE"))
+	require.Zero(t, h.LapsedAfterRelease())
+	h.Record(fail("op_a", "DOWNSTREAM_UNAVAILABLE"))
+	h.Record(fail("op_b", "APPROVAL_EXPIRED"))
+	require.Equal(t, 1, h.LapsedAfterRelease())
+}
+
 // echoServer echoes every connection back.
 func echoServer(t *testing.T) string {
 	t.Helper()

@@ -83,10 +83,13 @@ type History struct {
 	seq  int64
 	call int64
 	keep []Event
-	// internal are the calls the ledger answered INTERNAL; reasons counts
-	// the failed calls by reason.
+	// internal are the calls the ledger answered INTERNAL.
 	internal []Event
-	reasons  map[string]int
+	// released are the operations (by id, or key when the call named no
+	// id) an Execute found released with nothing sent; lapsed counts the
+	// APPROVAL_EXPIRED answers on them: the approval lapsed after a release.
+	released map[string]bool
+	lapsed   int
 	err      error
 }
 
@@ -120,10 +123,21 @@ func (h *History) Record(e Event) {
 		h.internal = append(h.internal, e)
 	}
 	if e.Type == EventFail && e.Reason != "" {
-		if h.reasons == nil {
-			h.reasons = map[string]int{}
+		id := e.Op
+		if id == "" {
+			id = e.Tool + "/" + e.Key
 		}
-		h.reasons[e.Reason]++
+		switch e.Reason {
+		case "DOWNSTREAM_UNAVAILABLE":
+			if h.released == nil {
+				h.released = map[string]bool{}
+			}
+			h.released[id] = true
+		case "APPROVAL_EXPIRED":
+			if h.released[id] {
+				h.lapsed++
+			}
+		}
 	}
 	b, err := json.Marshal(e)
 	if err == nil {
@@ -151,11 +165,13 @@ func (h *History) Internal() []Event {
 	return append([]Event(nil), h.internal...)
 }
 
-// Failed counts the calls that failed with reason, so far.
-func (h *History) Failed(reason string) int {
+// LapsedAfterRelease counts the calls answered APPROVAL_EXPIRED for an
+// operation an earlier call found released (DOWNSTREAM_UNAVAILABLE), so far:
+// what the checker's Lapsed counts from the event logs, as the clients see it.
+func (h *History) LapsedAfterRelease() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.reasons[reason]
+	return h.lapsed
 }
 
 // Flush writes buffered lines out and reports the first write error.

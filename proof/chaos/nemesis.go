@@ -182,8 +182,10 @@ func (n *nemesis) staged() map[string]bool {
 		"proc-redirect":      answers[fakepay.AnswerRedirected] > 0,
 		"proc-in-progress":   answers[fakepay.AnswerInProgress] > 0,
 		"proc-refuse-replay": answers[fakepay.AnswerRefusedReplay] > 0,
-		// A release (nothing sent), and a pay_direct approval that lapsed.
-		"net-proc-refuse": h.Failed("DOWNSTREAM_UNAVAILABLE") > 0 && h.Failed("APPROVAL_EXPIRED") > 0,
+		// A release (nothing sent), then the approval of the same operation
+		// lapsed (pay_direct's short TTL): an APPROVAL_EXPIRED elsewhere (a
+		// stall, a stop) does not stage it.
+		"net-proc-refuse": h.LapsedAfterRelease() > 0,
 	}
 }
 
