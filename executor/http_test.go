@@ -197,20 +197,28 @@ func TestDropAfterCommitThenLookup(t *testing.T) {
 // and a downstream that ignores keys would then charge twice.
 func TestNoHiddenResend(t *testing.T) {
 	t.Parallel()
-	env := newPayEnv(t)
-	client := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
-	t.Cleanup(client.CloseIdleConnections)
-	h, err := NewHTTP(HTTPConfig{URL: env.url + "/charges", MaxAttempts: 5, Timeout: 5 * time.Second}, client, nil)
-	require.NoError(t, err)
-	// The first call leaves a pooled connection for the second to reuse.
-	require.Equal(t, OutcomeSucceeded, h.Execute(t.Context(), call("k0", invoiceArgs)).Outcome)
+	for name, rt := range map[string]http.RoundTripper{
+		"net/http": http.DefaultTransport.(*http.Transport).Clone(),
+		"direct":   NewDirect(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			env := newPayEnv(t)
+			client := &http.Client{Transport: rt}
+			t.Cleanup(client.CloseIdleConnections)
+			h, err := NewHTTP(HTTPConfig{URL: env.url + "/charges", MaxAttempts: 5, Timeout: 5 * time.Second}, client, nil)
+			require.NoError(t, err)
+			// The first call leaves a pooled connection for the second to reuse.
+			require.Equal(t, OutcomeSucceeded, h.Execute(t.Context(), call("k0", invoiceArgs)).Outcome)
 
-	env.pay.SetFaults(fakepay.Faults{NoKeySupport: true, DropAfterCommit: fakepay.Trigger{Next: 1}})
-	r := h.Execute(t.Context(), call("k1", invoiceArgs))
-	require.Equal(t, OutcomeUnknown, r.Outcome)
-	require.Equal(t, 1, r.Attempts)
-	require.Len(t, env.pay.Charges(), 2, "exactly one send of the dropped request")
-	require.Equal(t, Capabilities{}, h.Capabilities())
+			env.pay.SetFaults(fakepay.Faults{NoKeySupport: true, DropAfterCommit: fakepay.Trigger{Next: 1}})
+			r := h.Execute(t.Context(), call("k1", invoiceArgs))
+			require.Equal(t, OutcomeUnknown, r.Outcome)
+			require.Equal(t, 1, r.Attempts)
+			require.Len(t, env.pay.Charges(), 2, "exactly one send of the dropped request")
+			require.Equal(t, Capabilities{}, h.Capabilities())
+		})
+	}
 }
 
 func TestConnectionRefusedIsNotSubmitted(t *testing.T) {

@@ -99,11 +99,11 @@ var Roles = map[string][]string{
 }
 
 // TransportOptions are the grpc.ServerOptions New adds to the interceptor
-// chain: message limits, keepalive and stream workers. The benchmark's
+// chain: message limits, keepalive, stream workers and flow control. The benchmark's
 // chain floor uses them too, so that it measures the server's
 // configuration.
 func TransportOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	return append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(4 * MaxMessageBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
@@ -114,6 +114,21 @@ func TransportOptions() []grpc.ServerOption {
 		// of their own, as without the option; an idle worker costs its
 		// stack, a few KiB.
 		grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0)))),
+	}, FlowControl()...)
+}
+
+// FlowControl fixes HTTP/2's flow-control windows at the largest message's
+// size, so that a message never waits for a window update. A window set
+// this way also turns off grpc-go's bandwidth-delay estimation, which
+// otherwise sends the peer a PING whenever data arrives and no PING is out:
+// for small unary calls, nearly a PING and its acknowledgement per call,
+// each a write and a read on both sides, for a window that small messages
+// never need (docs/performance.md, finding 23). The Go client sets the same
+// windows.
+func FlowControl() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InitialWindowSize(MaxMessageBytes),
+		grpc.InitialConnWindowSize(MaxMessageBytes),
 	}
 }
 

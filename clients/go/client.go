@@ -89,13 +89,21 @@ func New(target, apiKey string, opts ...Option) (*Client, error) {
 		}
 		creds = credentials.NewTLS(tc)
 	}
-	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithDisableRetry()}, cfg.dialOpts...)
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithDisableRetry(),
+		// Fixed windows the size of the largest message, as the server
+		// sets them: this also turns off grpc-go's bandwidth-delay
+		// estimation, a PING per answer for small unary calls.
+		grpc.WithInitialWindowSize(maxMessageBytes), grpc.WithInitialConnWindowSize(maxMessageBytes)},
+		cfg.dialOpts...)
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("opledger: connect %s: %w", target, err)
 	}
 	return &Client{conn: conn, rpc: opledgerv1.NewLedgerServiceClient(conn), apiKey: apiKey, retry: cfg.retry.withDefaults()}, nil
 }
+
+// maxMessageBytes is the server's bound on a message (server.MaxMessageBytes).
+const maxMessageBytes = 1 << 20
 
 // NewFromConn uses a connection the caller owns (Close leaves it open). The
 // connection must have been created with grpc.WithDisableRetry() so that the

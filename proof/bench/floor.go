@@ -99,10 +99,12 @@ func (l *cannedLedger) Execute(context.Context, *opledgerv1.ExecuteRequest) (*op
 // it runs opledger's interceptor chain and transport options as server.New
 // configures them (the ledger authenticates, with its cache; a copy of the
 // server's request validation; metrics; logs to logger); without, it is a
-// bare grpc.NewServer() with no option at all. Both serve health, for the
-// start-up check only.
+// bare grpc.NewServer() with no option but the server's flow-control
+// windows (server.FlowControl: a transport setting any gRPC server can
+// have, so that the floor stays the best a server can do). Both serve
+// health, for the start-up check only.
 func floorGRPC(c canned, l *ledger.Ledger, logger *slog.Logger) *grpc.Server {
-	var opts []grpc.ServerOption
+	opts := server.FlowControl()
 	if l != nil {
 		m := metrics.New(nil)
 		opts = append(interceptors.ServerOptions(interceptors.Config{

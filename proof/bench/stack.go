@@ -15,6 +15,7 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/server"
 	"github.com/opledger/opledger/service"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"
@@ -103,7 +104,9 @@ func dialClients(addrs []string, apiKey string) (*clients, error) {
 		servers: len(addrs)}
 	for i := 0; i < connsPerServer; i++ {
 		for _, a := range addrs {
-			conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			// The flow-control windows the Go client sets (clients/go).
+			conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithInitialWindowSize(server.MaxMessageBytes), grpc.WithInitialConnWindowSize(server.MaxMessageBytes))
 			if err != nil {
 				c.close()
 				return nil, err
