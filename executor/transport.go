@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,22 +24,24 @@ import (
 // finding 22). Requests that an environment proxy would carry go to Fallback instead.
 //
 // What it sends is what net/http sends (Request.Write), and the answer is read by
-// http.ReadResponse; httptrace's WroteHeaders fires as with net/http, before the first byte
-// of a request leaves, which is how the executor tells "not sent" from "may have been sent".
-// A request is never re-sent: an error after that point is the caller's to classify.
+// http.ReadResponse; httptrace's WroteHeaders fires as with net/http: once the headers are in
+// the connection's 4 KiB buffer, before it is flushed (headers larger than the buffer are partly
+// written before it, and the server never has them whole), which is how the executor tells "not
+// sent" from "may have been sent". A request is never re-sent: an error after that point is the
+// caller's to classify.
 type Direct struct {
 	// TLS is the configuration for https URLs (nil: the system's roots). HTTP/2 is not offered.
 	TLS *tls.Config
 	// Proxy picks a proxy for a request, as http.Transport's field does; a request with one is
-	// sent by Fallback. Nil: no proxy.
+	// sent by Fallback (an error without one). Nil: no proxy.
 	Proxy func(*http.Request) (*url.URL, error)
 	// Fallback sends the requests Direct does not (proxied ones).
 	Fallback http.RoundTripper
 	// MaxIdlePerHost bounds the kept-alive connections per host (0: 16).
 	MaxIdlePerHost int
-	// IdleTimeout closes a connection idle for longer (0: 30 s). Shorter than common server idle
-	// timeouts, so that a request is rarely written to a connection the server is closing: such
-	// a send is ambiguous.
+	// IdleTimeout closes a connection idle for longer (0: 30 s). A server that closes idle
+	// connections sooner is noticed before the next request (connAlive); what remains is a
+	// server closing one just as a request is written to it, an ambiguous send.
 	IdleTimeout time.Duration
 
 	dialer net.Dialer
@@ -59,12 +63,21 @@ type directConn struct {
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
+	// idleTimer closes the connection when it has been idle for IdleTimeout.
+	idleTimer *time.Timer
 }
+
+// maxInterim bounds the 1xx answers read before the final one, as net/http does.
+const maxInterim = 5
 
 // RoundTrip implements http.RoundTripper.
 func (d *Direct) RoundTrip(req *http.Request) (*http.Response, error) {
-	if d.Proxy != nil && d.Fallback != nil {
+	if d.Proxy != nil {
 		if p, err := d.Proxy(req); err != nil || p != nil {
+			if d.Fallback == nil {
+				closeReqBody(req)
+				return nil, errors.New("a proxy is configured for this request, and Direct has no Fallback to send it")
+			}
 			return d.Fallback.RoundTrip(req)
 		}
 	}
@@ -79,7 +92,15 @@ func (d *Direct) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeReqBody(req)
 		return nil, ctxErr(ctx, err)
 	}
-	if dl, ok := ctx.Deadline(); ok {
+	dl, hasDeadline := ctx.Deadline()
+	// A call that ended while it waited for a connection is provably not sent: say so rather
+	// than write it into a buffer whose flush then fails.
+	if err := ctx.Err(); err != nil || hasDeadline && !time.Now().Before(dl) {
+		closeReqBody(req)
+		d.put(key, c)
+		return nil, ctxErr(ctx, os.ErrDeadlineExceeded)
+	}
+	if hasDeadline {
 		_ = c.conn.SetDeadline(dl)
 	}
 	// A cancelled call unblocks a write or read at once; no goroutine waits for it.
@@ -96,7 +117,7 @@ func (d *Direct) RoundTrip(req *http.Request) (*http.Response, error) {
 		return fail(err)
 	}
 	var resp *http.Response
-	for {
+	for interim := 0; ; interim++ {
 		resp, err = http.ReadResponse(c.br, req)
 		if err != nil {
 			return fail(err)
@@ -106,6 +127,9 @@ func (d *Direct) RoundTrip(req *http.Request) (*http.Response, error) {
 			break
 		}
 		_ = resp.Body.Close()
+		if interim+1 >= maxInterim {
+			return fail(fmt.Errorf("more than %d interim (1xx) answers", maxInterim))
+		}
 	}
 	reuse := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
 	resp.Body = &directBody{d: d, c: c, key: key, ctx: ctx, stop: stop, body: resp.Body, reuse: reuse}
@@ -120,6 +144,7 @@ func (d *Direct) CloseIdleConnections() {
 	d.mu.Unlock()
 	for _, cs := range idle {
 		for _, c := range cs {
+			c.idleTimer.Stop()
 			_ = c.conn.Close()
 		}
 	}
@@ -147,6 +172,8 @@ func (d *Direct) get(ctx context.Context, key, addr string, u *url.URL) (*direct
 		if c == nil {
 			break
 		}
+		// Popped under the lock: a timer that fires now finds it gone and leaves it.
+		c.idleTimer.Stop()
 		if time.Since(c.idleSince) < timeout && c.br.Buffered() == 0 && connAlive(c.conn) {
 			return c, nil
 		}
@@ -181,17 +208,41 @@ func (d *Direct) put(key string, c *directConn) {
 	if limit <= 0 {
 		limit = 16
 	}
+	timeout := d.IdleTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
 	c.idleSince = time.Now()
 	d.mu.Lock()
 	if d.idle == nil {
 		d.idle = map[string][]*directConn{}
 	}
-	if len(d.idle[key]) < limit {
+	kept := len(d.idle[key]) < limit
+	if kept {
 		d.idle[key] = append(d.idle[key], c)
-		c = nil
+		if c.idleTimer == nil {
+			c.idleTimer = time.AfterFunc(timeout, func() { d.expire(key, c) })
+		} else {
+			c.idleTimer.Reset(timeout)
+		}
 	}
 	d.mu.Unlock()
-	if c != nil {
+	if !kept {
+		_ = c.conn.Close()
+	}
+}
+
+// expire closes c if it is still idle in the pool: a connection nobody takes is not left
+// open (in CLOSE_WAIT once the server gave up on it) until the next request.
+func (d *Direct) expire(key string, c *directConn) {
+	d.mu.Lock()
+	cs := d.idle[key]
+	i := slices.Index(cs, c)
+	if i >= 0 {
+		d.idle[key] = slices.Delete(cs, i, i+1)
+	}
+	d.mu.Unlock()
+	if i >= 0 {
 		_ = c.conn.Close()
 	}
 }
@@ -206,11 +257,11 @@ type directBody struct {
 	body  io.ReadCloser
 	reuse bool
 	eof   bool
-	done  bool
+	done  atomic.Bool
 }
 
 func (b *directBody) Read(p []byte) (int, error) {
-	if b.done {
+	if b.done.Load() {
 		return 0, errors.New("http: read on closed response body")
 	}
 	n, err := b.body.Read(p)
@@ -224,19 +275,22 @@ func (b *directBody) Read(p []byte) (int, error) {
 }
 
 func (b *directBody) Close() error {
-	if b.done {
+	if !b.done.CompareAndSwap(false, true) {
 		return nil
 	}
-	b.done = true
-	_ = b.body.Close()
 	// stop reports false when the cancellation already ran (or is running): the connection's
 	// deadline is then in the past, and it is not reused.
 	if b.stop() && b.eof && b.reuse {
+		_ = b.body.Close()
 		_ = b.c.conn.SetDeadline(time.Time{})
 		b.d.put(b.key, b.c)
 		return nil
 	}
-	return b.c.conn.Close()
+	// Closed first: net/http's body would otherwise read what is left of the answer, up to
+	// the deadline, for a connection that is not reused anyway.
+	err := b.c.conn.Close()
+	_ = b.body.Close()
+	return err
 }
 
 // aLongTimeAgo is a deadline in the past, which unblocks a connection's reads and writes.

@@ -192,6 +192,59 @@ func TestDirectTLS(t *testing.T) {
 	require.Contains(t, r.Detail, "certificate")
 }
 
+// TestDirectClosesWithoutReadingTheRest checks that closing an answer read only in part does
+// not wait for the rest of it (net/http's body would read it, up to the deadline).
+func TestDirectClosesWithoutReadingTheRest(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	url := rawServer(t, func(_ int, c net.Conn) {
+		_, _ = http.ReadRequest(bufio.NewReader(c))
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n"+strings.Repeat("x", 1024))
+		<-release
+	})
+	d := NewDirect()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	resp, err := d.RoundTrip(req)
+	require.NoError(t, err)
+	_, err = io.ReadFull(resp.Body, make([]byte, 10))
+	require.NoError(t, err)
+	start := time.Now()
+	_ = resp.Body.Close()
+	require.Less(t, time.Since(start), 2*time.Second, "Close waited for the rest of the answer")
+}
+
+// TestDirectClosesIdleConnections checks that a kept-alive connection nobody takes is closed
+// after IdleTimeout, without waiting for another request.
+func TestDirectClosesIdleConnections(t *testing.T) {
+	t.Parallel()
+	closed := make(chan struct{})
+	url := rawServer(t, func(_ int, c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+		_, _ = br.ReadByte() // returns when the client closes
+		close(closed)
+	})
+	d := NewDirect()
+	d.IdleTimeout = 50 * time.Millisecond
+	h, err := NewHTTP(HTTPConfig{URL: url}, &http.Client{Transport: d}, nil)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeSucceeded, h.Execute(t.Context(), call("k", `{}`)).Outcome)
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle connection was not closed")
+	}
+}
+
 type recordingTransport struct{ hosts []string }
 
 func (r *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -213,6 +266,13 @@ func TestDirectLeavesProxiedRequestsToFallback(t *testing.T) {
 	_, err = d.RoundTrip(req)
 	require.ErrorContains(t, err, "recorded")
 	require.Equal(t, []string{"proxied.example"}, fb.hosts)
+
+	// Without a Fallback, a proxied request is an error, never sent around the proxy.
+	d2 := &Direct{Proxy: d.Proxy}
+	req, err = http.NewRequestWithContext(t.Context(), http.MethodGet, "http://proxied.example/x", nil)
+	require.NoError(t, err)
+	_, err = d2.RoundTrip(req)
+	require.ErrorContains(t, err, "no Fallback")
 
 	req, err = http.NewRequestWithContext(t.Context(), http.MethodGet, "ftp://direct.example/x", nil)
 	require.NoError(t, err)
