@@ -324,7 +324,7 @@ func (h *HTTP) lookup(ctx context.Context, c Call) LookupResult {
 			return LookupResult{Status: LookupInconclusive, Detail: "lookup answer unreadable: " + describeErr(readErr, h.cfg.Timeout)}
 		}
 		cl := h.cfg.Classification
-		status, ok := extractPath(ans.fields, cl.LookupStatusField)
+		status, ok := extractPath(ans.object, cl.LookupStatusField)
 		if !ok {
 			// Unknown is not success: a 200 that does not say what happened proves nothing.
 			return LookupResult{Status: LookupInconclusive,
@@ -363,7 +363,7 @@ func (h *HTTP) externalRef(a answer) (ref, detail string) {
 	if field == "" {
 		return "", ""
 	}
-	ref, ok := extractPath(a.fields, field)
+	ref, ok := extractPath(a.object, field)
 	if !ok {
 		return "", fmt.Sprintf("succeeded, but the answer has no external reference at %q", field)
 	}
@@ -398,12 +398,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// answer is a downstream's answer as the executor read it, in one parse: body is what is kept
-// of it (always a JSON object, see Object), fields its decoded members for reading the
-// reference and the status (nil when it was not a JSON object).
+// answer is a downstream's answer as the executor read it: body is what is kept of it (always a
+// JSON object, see Object), and object the same bytes when the downstream answered a JSON
+// object (nil otherwise), the only answer a reference or a status is read from.
 type answer struct {
 	body   json.RawMessage
-	fields map[string]json.RawMessage
+	object json.RawMessage
 }
 
 // readBody keeps at most limit bytes of the answer and parses it once. A JSON object is kept
@@ -428,13 +428,9 @@ func readBody(r io.Reader, limit int64) (answer, error) {
 	if c[0] != '{' {
 		return answer{body: wrapValue(c)}, nil
 	}
-	// Members are kept undecoded: a path reads only the values it names
-	// (extractPath), which keeps a large answer from costing a full decode.
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(c, &fields) != nil {
-		return answer{body: wrapRaw(b, false)}, nil
-	}
-	return answer{body: c, fields: fields}, nil
+	// Nothing is decoded here: a path reads only the members it names
+	// (extractPath), in the compact text Compact has just validated.
+	return answer{body: c, object: c}, nil
 }
 
 // Object is the one rule by which whatever a downstream answered (or reported in a webhook)
@@ -484,21 +480,21 @@ func closeBody(body io.ReadCloser) {
 	_ = body.Close()
 }
 
-// extractPath follows a dot path through JSON objects to a string (not
-// empty) or a number (as written).
-func extractPath(fields map[string]json.RawMessage, path string) (string, bool) {
-	obj := fields
+// extractPath follows a dot path through JSON objects to a string (not empty) or a number (as
+// written), in obj, a compact and valid JSON object (readBody's answer.object; nil finds
+// nothing). Where a name occurs twice in one object the last one counts, as in a decode.
+func extractPath(obj json.RawMessage, path string) (string, bool) {
 	parts := strings.Split(path, ".")
 	for i, part := range parts {
-		raw, ok := obj[part]
+		raw, ok := member(obj, part)
 		if !ok || len(raw) == 0 {
 			return "", false
 		}
 		if i < len(parts)-1 {
-			obj = nil
-			if raw[0] != '{' || json.Unmarshal(raw, &obj) != nil {
+			if raw[0] != '{' {
 				return "", false
 			}
+			obj = raw
 			continue
 		}
 		switch c := raw[0]; {
@@ -513,6 +509,81 @@ func extractPath(fields map[string]json.RawMessage, path string) (string, bool) 
 		}
 	}
 	return "", false
+}
+
+// member returns the value of the last member named name in obj, a compact (no whitespace
+// outside strings) and valid JSON object, without decoding anything else: reading a reference
+// out of an answer costs a scan of its text, not a map of its members.
+func member(obj []byte, name string) (json.RawMessage, bool) {
+	if len(obj) < 2 || obj[0] != '{' {
+		return nil, false
+	}
+	var found json.RawMessage
+	ok := false
+	for i := 1; i < len(obj) && obj[i] == '"'; {
+		keyEnd := skipString(obj, i)
+		valueEnd := skipValue(obj, keyEnd+1) // past the ':'
+		if keyIs(obj[i:keyEnd], name) {
+			found, ok = obj[keyEnd+1:valueEnd], true
+		}
+		i = valueEnd + 1 // past the ',' (or the closing '}', which ends the loop)
+	}
+	return found, ok
+}
+
+// skipString returns the index just past the string that starts (with its quote) at b[i].
+func skipString(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the compact JSON value that starts at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return len(b)
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				j = skipString(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	j := i // a number, true, false or null
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' {
+		j++
+	}
+	return j
+}
+
+// keyIs reports whether the quoted member name raw is name; only a name written with escapes
+// is decoded.
+func keyIs(raw []byte, name string) bool {
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner) == name
+	}
+	var s string
+	return json.Unmarshal(raw, &s) == nil && s == name
 }
 
 func containsFold(list []string, s string) bool {

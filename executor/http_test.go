@@ -858,20 +858,58 @@ func TestExtractPathReadsWhatADecodeReads(t *testing.T) {
 	t.Parallel()
 	bodies := []string{
 		`{"id":"ch_1","status":"succeeded","amount":4900,"neg":-1.5e3,"empty":"","nul":null,"t":true,"arr":["x"],
-		  "data":{"id":"in_2","object":{"id":7,"deep":{"ref":"r\u00e9f"}},"s":"a\"b"},"dup":"first","dup":"last"}`,
+		  "data":{"id":"in_2","object":{"id":7,"deep":{"ref":"r\u00e9f"}},"s":"a\"b"},"dup":"first","dup":"last",
+		  "k\u0065y":"escaped name","a\"q":{"b":"quoted name"},"last":{"x":[{"y":"}"}],"z":"]"}}`,
+		`{"arr":[1,{"id":"not me"}],"id":"me"}`, `{"data":{"data":{"id":"in"}},"id":"out"}`,
 		`{"data":null}`, `{"data":"x"}`, `{}`,
 	}
 	paths := []string{"id", "status", "amount", "neg", "empty", "nul", "t", "arr", "missing", "data", "data.id", "data.object.id",
-		"data.object.deep.ref", "data.s", "data.missing", "id.x", "dup", "data.object.deep", ""}
+		"data.object.deep.ref", "data.s", "data.missing", "id.x", "dup", "data.object.deep", "",
+		"key", `a"q.b`, "last.z", "last.x", "data.data.id", "value"}
 	for _, b := range bodies {
 		ans, err := readBody(strings.NewReader(b), DefaultMaxBodyBytes)
 		require.NoError(t, err)
-		require.NotNil(t, ans.fields, b)
+		require.NotNil(t, ans.object, b)
 		for _, p := range paths {
 			wantV, wantOK := decodedPath(ans.body, p)
-			gotV, gotOK := extractPath(ans.fields, p)
+			gotV, gotOK := extractPath(ans.object, p)
 			require.Equal(t, wantOK, gotOK, "%s in %s", p, b)
 			require.Equal(t, wantV, gotV, "%s in %s", p, b)
 		}
 	}
+}
+
+// TestExtractPathNeedsAnObject: an answer that is not a JSON object is kept wrapped
+// ({"value": …} or {"raw": …}), and no path reads the wrapper.
+func TestExtractPathNeedsAnObject(t *testing.T) {
+	t.Parallel()
+	for _, b := range []string{`["x"]`, `"x"`, `5`, `null`, `not json`, `{"value":`} {
+		ans, err := readBody(strings.NewReader(b), DefaultMaxBodyBytes)
+		require.NoError(t, err)
+		require.Nil(t, ans.object, b)
+		require.NotNil(t, ans.body, b)
+		for _, p := range []string{"value", "raw", ""} {
+			_, ok := extractPath(ans.object, p)
+			require.False(t, ok, "%s in %s", p, b)
+		}
+	}
+}
+
+// FuzzExtractPath: on any JSON object, reading a path from the compact text finds what
+// decoding the whole answer finds (go test -fuzz FuzzExtractPath ./executor).
+func FuzzExtractPath(f *testing.F) {
+	f.Add(`{"a":{"b":"c"},"a":{"b":"d"}}`, "a.b")
+	f.Add(`{"x":[{"y":"}"}],"y" : "\"]"}`, "y")
+	f.Add(`{"k\u0065y":1e3}`, "key")
+	f.Add(`{"s":"a\\","t":-0.5}`, "t")
+	f.Fuzz(func(t *testing.T, body, path string) {
+		ans, err := readBody(strings.NewReader(body), DefaultMaxBodyBytes)
+		if err != nil || ans.object == nil {
+			return
+		}
+		wantV, wantOK := decodedPath(ans.body, path)
+		gotV, gotOK := extractPath(ans.object, path)
+		require.Equal(t, wantOK, gotOK, "%q in %s", path, ans.body)
+		require.Equal(t, wantV, gotV, "%q in %s", path, ans.body)
+	})
 }
