@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/opledger/opledger/proof/failpoint"
 )
@@ -575,11 +576,12 @@ func skipValue(b []byte, i int) int {
 	return j
 }
 
-// keyIs reports whether the quoted member name raw is name; only a name written with escapes
-// is decoded.
+// keyIs reports whether the quoted member name raw is name as a decode reads it; only a name
+// written with escapes, or with bytes that are not UTF-8 (which a decode reads as U+FFFD), is
+// decoded.
 func keyIs(raw []byte, name string) bool {
 	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') < 0 {
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return string(inner) == name
 	}
 	var s string

@@ -861,11 +861,12 @@ func TestExtractPathReadsWhatADecodeReads(t *testing.T) {
 		  "data":{"id":"in_2","object":{"id":7,"deep":{"ref":"r\u00e9f"}},"s":"a\"b"},"dup":"first","dup":"last",
 		  "k\u0065y":"escaped name","a\"q":{"b":"quoted name"},"last":{"x":[{"y":"}"}],"z":"]"}}`,
 		`{"arr":[1,{"id":"not me"}],"id":"me"}`, `{"data":{"data":{"id":"in"}},"id":"out"}`,
+		"{\"a\xff\":\"x\",\"b\xff\":\"y\",\"b\\ufffd\":\"z\",\"c\\ufffd\":\"v\",\"c\xfe\":\"w\"}",
 		`{"data":null}`, `{"data":"x"}`, `{}`,
 	}
 	paths := []string{"id", "status", "amount", "neg", "empty", "nul", "t", "arr", "missing", "data", "data.id", "data.object.id",
 		"data.object.deep.ref", "data.s", "data.missing", "id.x", "dup", "data.object.deep", "",
-		"key", `a"q.b`, "last.z", "last.x", "data.data.id", "value"}
+		"key", `a"q.b`, "last.z", "last.x", "data.data.id", "value", "a\ufffd", "a\xff", "b\ufffd", "c\ufffd", "c\xfe"}
 	for _, b := range bodies {
 		ans, err := readBody(strings.NewReader(b), DefaultMaxBodyBytes)
 		require.NoError(t, err)
@@ -902,6 +903,7 @@ func FuzzExtractPath(f *testing.F) {
 	f.Add(`{"x":[{"y":"}"}],"y" : "\"]"}`, "y")
 	f.Add(`{"k\u0065y":1e3}`, "key")
 	f.Add(`{"s":"a\\","t":-0.5}`, "t")
+	f.Add("{\"a\xff\":1,\"a\\ufffd\":2}", "a\ufffd")
 	f.Fuzz(func(t *testing.T, body, path string) {
 		ans, err := readBody(strings.NewReader(body), DefaultMaxBodyBytes)
 		if err != nil || ans.object == nil {
