@@ -74,12 +74,10 @@ func TestDirectSkipsConnectionClosedWhileIdle(t *testing.T) {
 	t.Parallel()
 	closed := make(chan struct{}, 8)
 	url := rawServer(t, func(n int, c net.Conn) {
-		br := bufio.NewReader(c)
-		req, err := http.ReadRequest(br)
-		if err != nil {
+		_, ok := readRequest(c)
+		if !ok {
 			return
 		}
-		_, _ = io.Copy(io.Discard, req.Body)
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
 		// Close without "Connection: close": the client learns it only from the socket.
 		_ = c.Close()
@@ -103,11 +101,9 @@ func TestDirectSkipsConnectionClosedWhileIdle(t *testing.T) {
 func TestDirectInterimAnswersAreSkipped(t *testing.T) {
 	t.Parallel()
 	url := rawServer(t, func(_ int, c net.Conn) {
-		req, err := http.ReadRequest(bufio.NewReader(c))
-		if err != nil {
+		if _, ok := readRequest(c); !ok {
 			return
 		}
-		_, _ = io.Copy(io.Discard, req.Body)
 		_, _ = io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"+
 			"HTTP/1.1 201 Created\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{\"id\":\"c9\"}")
 	})
@@ -223,12 +219,10 @@ func TestDirectClosesIdleConnections(t *testing.T) {
 	t.Parallel()
 	closed := make(chan struct{})
 	url := rawServer(t, func(_ int, c net.Conn) {
-		br := bufio.NewReader(c)
-		req, err := http.ReadRequest(br)
-		if err != nil {
+		br, ok := readRequest(c)
+		if !ok {
 			return
 		}
-		_, _ = io.Copy(io.Discard, req.Body)
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
 		_, _ = br.ReadByte() // returns when the client closes
 		close(closed)
@@ -279,4 +273,16 @@ func TestDirectLeavesProxiedRequestsToFallback(t *testing.T) {
 	_, err = d.RoundTrip(req)
 	require.ErrorContains(t, err, "unsupported protocol scheme")
 	require.Len(t, fb.hosts, 1)
+}
+
+// readRequest reads one request from c and drains its body, as a server does before it answers;
+// the reader is returned for what the test reads next. false: no request came.
+func readRequest(c net.Conn) (*bufio.Reader, bool) {
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return nil, false
+	}
+	_, _ = io.Copy(io.Discard, req.Body)
+	return br, true
 }
