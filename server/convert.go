@@ -2,10 +2,13 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -88,9 +91,9 @@ func (s *Server) operationPB(op ledger.Operation) *opledgerv1.Operation {
 
 func operationPB(op ledger.Operation) *opledgerv1.Operation {
 	out := &opledgerv1.Operation{
-		Id: op.ID, Tool: op.Tool, ToolVersion: op.ToolVersion, Args: structOf(op.Args), Fingerprint: op.Fingerprint,
+		Id: op.ID, Tool: op.Tool, ToolVersion: op.ToolVersion, Fingerprint: op.Fingerprint,
 		State: stateOf(op.State), Attempts: op.Attempts, Fence: op.Fence, DownstreamKey: op.DownstreamKey,
-		ExternalRef: op.ExternalRef, Result: structOf(op.Result), Error: statusOf(op.Error),
+		ExternalRef: op.ExternalRef, Error: statusOf(op.Error),
 		CreateTime: ts(op.CreatedAt), UpdateTime: ts(op.UpdatedAt), Tenant: op.Tenant, PreparedBy: op.PreparedBy,
 		Approval: &opledgerv1.Approval{
 			Required: op.ApprovalRequired, Decision: decisionOf(op.ApprovalDecision), DecidedBy: op.ApprovalDecidedBy,
@@ -101,7 +104,40 @@ func operationPB(op ledger.Operation) *opledgerv1.Operation {
 	if ledger.State(op.State) == ledger.StateExecuting {
 		out.LeaseExpireTime = ts(op.LeaseExpiresAt)
 	}
+	raw := make([]byte, 0, len(op.Args)+len(op.Result)+64)
+	raw, out.Args = structField(raw, argsField, op.Args)
+	raw, out.Result = structField(raw, resultField, op.Result)
+	if len(raw) > 0 {
+		out.ProtoReflect().SetUnknown(raw)
+	}
 	return out
+}
+
+// The field numbers of an Operation's args and result.
+var (
+	argsField   = fieldNumber("args")
+	resultField = fieldNumber("result")
+)
+
+func fieldNumber(name protoreflect.Name) protowire.Number {
+	return (&opledgerv1.Operation{}).ProtoReflect().Descriptor().Fields().ByName(name).Number()
+}
+
+// structField encodes the stored JSON object b as field num of an Operation.
+// It appends the field's wire bytes to raw, which the message carries as
+// unknown fields: proto.Marshal writes them as they are, and every reader of
+// the answer decodes them as the field they are (appendStructField). An
+// object nested too deep for that comes back as a Struct instead; no object
+// (none stored, or one jsonb could not have printed) is no field.
+func structField(raw []byte, num protowire.Number, b []byte) ([]byte, *structpb.Struct) {
+	if len(b) == 0 {
+		return raw, nil
+	}
+	raw, err := appendStructField(raw, num, b)
+	if errors.Is(err, errTooDeep) {
+		return raw, structOf(b)
+	}
+	return raw, nil
 }
 
 func eventPB(e ledger.OperationEvent) *opledgerv1.OperationEvent {

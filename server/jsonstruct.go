@@ -9,12 +9,12 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// jsonStruct decodes a JSON object into a Struct in one pass over its bytes.
-// Every answer carries the operation's arguments and result as Structs, and
-// protojson's reflective decoding of them would be the largest cost of
-// building an answer (four times this one's, docs/performance.md). It accepts
-// exactly what protojson.Unmarshal accepts for a Struct and builds the same
-// message; FuzzJSONStruct checks both against each other.
+// jsonStruct decodes a JSON object into a Struct in one pass over its bytes,
+// for a downstream's error body and for an object nested too deep for
+// appendStructField, which encodes answers' args and results. protojson's
+// reflective decoding would cost four times as much (docs/performance.md).
+// It accepts exactly what protojson.Unmarshal accepts for a Struct and
+// builds the same message; FuzzJSONStruct checks both against each other.
 func jsonStruct(b []byte) (*structpb.Struct, error) {
 	d := jsonDecoder{b: b}
 	d.space()
@@ -180,16 +180,24 @@ func (d *jsonDecoder) value(depth int) (*structpb.Value, error) {
 	}
 }
 
-// literal consumes word. What follows it, as what follows a number, is for
-// the enclosing container to accept (a comma, its closing byte): "truex" and
-// "1x" fail there, as protojson fails them.
+// literal consumes word and returns v. What follows it, as what follows a
+// number, is for the enclosing container to accept (a comma, its closing
+// byte): "truex" and "1x" fail there, as protojson fails them.
 func (d *jsonDecoder) literal(word string, v *structpb.Value) (*structpb.Value, error) {
+	if err := d.word(word); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// word consumes word.
+func (d *jsonDecoder) word(word string) error {
 	end := d.i + len(word)
 	if end > len(d.b) || string(d.b[d.i:end]) != word {
-		return nil, errJSON
+		return errJSON
 	}
 	d.i = end
-	return v, nil
+	return nil
 }
 
 // number consumes a JSON number: -?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?
@@ -259,28 +267,38 @@ func (d *jsonDecoder) str() (string, error) {
 }
 
 // escaped finishes a string that holds escapes, from its first byte at
-// start; d.i is at the first backslash. A \u escape of half a surrogate
-// pair must be followed by the other half, as protojson requires.
+// start; d.i is at the first backslash.
 func (d *jsonDecoder) escaped(start int) (string, error) {
-	out := append([]byte(nil), d.b[start:d.i]...)
+	out, err := d.unescape(append([]byte(nil), d.b[start:d.i]...), 0)
+	if err != nil {
+		return "", err
+	}
+	return string(out), nil
+}
+
+// unescape appends the rest of a string that holds escapes to out, whose
+// bytes from mark on are the string's so far; d.i is at a backslash. A \u
+// escape of half a surrogate pair must be followed by the other half, as
+// protojson requires, and the whole string must be UTF-8.
+func (d *jsonDecoder) unescape(out []byte, mark int) ([]byte, error) {
 	for d.i < len(d.b) {
 		c := d.b[d.i]
 		switch {
 		case c == '"':
 			d.i++
-			if !utf8.Valid(out) {
-				return "", errJSON
+			if !utf8.Valid(out[mark:]) {
+				return nil, errJSON
 			}
-			return string(out), nil
+			return out, nil
 		case c < 0x20:
-			return "", errJSON
+			return nil, errJSON
 		case c != '\\':
 			out = append(out, c)
 			d.i++
 			continue
 		}
 		if d.i+1 >= len(d.b) {
-			return "", errJSON
+			return nil, errJSON
 		}
 		e := d.b[d.i+1]
 		d.i += 2
@@ -300,27 +318,27 @@ func (d *jsonDecoder) escaped(start int) (string, error) {
 		case 'u':
 			r, ok := d.hex4()
 			if !ok {
-				return "", errJSON
+				return nil, errJSON
 			}
 			if utf16.IsSurrogate(r) {
 				if d.i+1 >= len(d.b) || d.b[d.i] != '\\' || d.b[d.i+1] != 'u' {
-					return "", errJSON
+					return nil, errJSON
 				}
 				d.i += 2
 				r2, ok := d.hex4()
 				if !ok {
-					return "", errJSON
+					return nil, errJSON
 				}
 				if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
-					return "", errJSON
+					return nil, errJSON
 				}
 			}
 			out = utf8.AppendRune(out, r)
 		default:
-			return "", errJSON
+			return nil, errJSON
 		}
 	}
-	return "", errJSON
+	return nil, errJSON
 }
 
 // hex4 consumes the four hex digits of a \u escape.
