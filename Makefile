@@ -75,6 +75,7 @@ client-typescript:
 FUZZSCALE ?= 1
 fuzz:
 	cd clients/go && go test ./fingerprint -run='^$$' -fuzz='^FuzzCanonicalize$$' -fuzztime=$$((50000*$(FUZZSCALE)))x
+	cd clients/go && go test ./fingerprint -run='^$$' -fuzz='^FuzzCompareUTF16$$' -fuzztime=$$((200000*$(FUZZSCALE)))x
 	go test ./interceptors -run='^$$' -fuzz='^FuzzValidateKey$$' -fuzztime=$$((30000*$(FUZZSCALE)))x
 	go test ./tool -run='^$$' -fuzz='^FuzzValidateArgs$$' -fuzztime=$$((30000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzRequestPath$$' -fuzztime=$$((4000*$(FUZZSCALE)))x

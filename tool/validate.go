@@ -154,6 +154,8 @@ func escapeToken(s string) string {
 // understands and reports what it cannot: the validator itself would panic
 // on NaN (it turns numbers into big.Rat) and recurse without bound.
 func normalizeArgs(args any) (any, error) {
+	var v any
+	var err *ArgsError
 	switch a := args.(type) {
 	case nil:
 		return map[string]any{}, nil
@@ -161,24 +163,30 @@ func normalizeArgs(args any) (any, error) {
 		if a == nil {
 			return map[string]any{}, nil
 		}
-		return normalizeValue(a, "", 0)
+		v, err = normalizeValue(a, 0)
 	case json.RawMessage:
-		var v any
-		if err := json.Unmarshal(a, &v); err != nil {
+		var d any
+		if err := json.Unmarshal(a, &d); err != nil {
 			return nil, &ArgsError{Violations: []Violation{{Description: "not valid JSON: " + err.Error()}}}
 		}
-		if v == nil {
+		if d == nil {
 			return map[string]any{}, nil
 		}
-		return normalizeValue(v, "", 0)
+		v, err = normalizeValue(d, 0)
 	default:
-		return normalizeValue(args, "", 0)
+		v, err = normalizeValue(args, 0)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
-func normalizeValue(v any, path string, depth int) (any, error) {
+// normalizeValue returns v as a plain JSON value. A violation's Field is
+// built on the way out (under), so a valid value costs no path strings.
+func normalizeValue(v any, depth int) (any, *ArgsError) {
 	if depth > maxArgsDepth {
-		return nil, violation(path, fmt.Sprintf("nested deeper than %d levels", maxArgsDepth))
+		return nil, violation("", fmt.Sprintf("nested deeper than %d levels", maxArgsDepth))
 	}
 	switch v := v.(type) {
 	case nil, bool, string, json.Number,
@@ -186,20 +194,20 @@ func normalizeValue(v any, path string, depth int) (any, error) {
 		return v, nil
 	case float64:
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, violation(path, "is not a finite number")
+			return nil, violation("", "is not a finite number")
 		}
 		return v, nil
 	case float32:
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, violation(path, "is not a finite number")
+			return nil, violation("", "is not a finite number")
 		}
 		return float64(v), nil
 	case map[string]any:
 		out := make(map[string]any, len(v))
 		for k, e := range v {
-			n, err := normalizeValue(e, path+"/"+escapeToken(k), depth+1)
+			n, err := normalizeValue(e, depth+1)
 			if err != nil {
-				return nil, err
+				return nil, err.under(escapeToken(k))
 			}
 			out[k] = n
 		}
@@ -207,9 +215,9 @@ func normalizeValue(v any, path string, depth int) (any, error) {
 	case []any:
 		out := make([]any, len(v))
 		for i, e := range v {
-			n, err := normalizeValue(e, path+"/"+strconv.Itoa(i), depth+1)
+			n, err := normalizeValue(e, depth+1)
 			if err != nil {
-				return nil, err
+				return nil, err.under(strconv.Itoa(i))
 			}
 			out[i] = n
 		}
@@ -217,17 +225,25 @@ func normalizeValue(v any, path string, depth int) (any, error) {
 	// protobuf's JSON types are walked directly because AsMap would turn
 	// NaN and ±Inf into strings instead of letting us refuse them.
 	case *structpb.Struct:
-		m := make(map[string]any, len(v.GetFields()))
+		out := make(map[string]any, len(v.GetFields()))
 		for k, e := range v.GetFields() {
-			m[k] = e
+			n, err := normalizeValue(e, depth+1)
+			if err != nil {
+				return nil, err.under(escapeToken(k))
+			}
+			out[k] = n
 		}
-		return normalizeValue(m, path, depth)
+		return out, nil
 	case *structpb.ListValue:
-		l := make([]any, len(v.GetValues()))
+		out := make([]any, len(v.GetValues()))
 		for i, e := range v.GetValues() {
-			l[i] = e
+			n, err := normalizeValue(e, depth+1)
+			if err != nil {
+				return nil, err.under(strconv.Itoa(i))
+			}
+			out[i] = n
 		}
-		return normalizeValue(l, path, depth)
+		return out, nil
 	case *structpb.Value:
 		switch k := v.GetKind().(type) {
 		case *structpb.Value_NullValue:
@@ -235,19 +251,26 @@ func normalizeValue(v any, path string, depth int) (any, error) {
 		case *structpb.Value_BoolValue:
 			return k.BoolValue, nil
 		case *structpb.Value_NumberValue:
-			return normalizeValue(k.NumberValue, path, depth)
+			return normalizeValue(k.NumberValue, depth)
 		case *structpb.Value_StringValue:
 			return k.StringValue, nil
 		case *structpb.Value_StructValue:
-			return normalizeValue(k.StructValue, path, depth)
+			return normalizeValue(k.StructValue, depth)
 		case *structpb.Value_ListValue:
-			return normalizeValue(k.ListValue, path, depth)
+			return normalizeValue(k.ListValue, depth)
 		default:
-			return nil, violation(path, "has no value")
+			return nil, violation("", "has no value")
 		}
 	default:
-		return nil, violation(path, fmt.Sprintf("unsupported value of Go type %T", v))
+		return nil, violation("", fmt.Sprintf("unsupported value of Go type %T", v))
 	}
+}
+
+// under puts e's violation under the member or element token of the
+// container that holds it.
+func (e *ArgsError) under(token string) *ArgsError {
+	e.Violations[0].Field = "/" + token + e.Violations[0].Field
+	return e
 }
 
 func violation(path, desc string) *ArgsError {

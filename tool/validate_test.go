@@ -152,6 +152,14 @@ func TestValidateArgsStructpb(t *testing.T) {
 	var nilStruct *structpb.Struct
 	require.ErrorAs(t, pay.ValidateArgs(nilStruct), &ae)
 	require.Len(t, ae.Violations, 3)
+
+	// A value refused deep inside names its place as a JSON Pointer.
+	deep, err := structpb.NewStruct(map[string]any{"invoice_id": "INV-2048", "currency": "EUR",
+		"a/b~c": []any{1, map[string]any{"x": 1}}})
+	require.NoError(t, err)
+	deep.Fields["a/b~c"].GetListValue().Values[1].GetStructValue().Fields["x"] = structpb.NewNumberValue(math.Inf(-1))
+	require.ErrorAs(t, pay.ValidateArgs(deep), &ae)
+	require.Equal(t, []Violation{{Field: "/a~1b~0c/1/x", Description: "is not a finite number"}}, ae.Violations)
 }
 
 func TestValidateArgsRawJSON(t *testing.T) {
@@ -187,6 +195,18 @@ func TestValidateArgsDepthLimit(t *testing.T) {
 	require.ErrorAs(t, ping.ValidateArgs(nest(maxArgsDepth+1)), &ae)
 	require.Contains(t, ae.Error(), "nested deeper")
 
+	// A Struct counts its levels as the plain value does.
+	for _, depth := range []int{maxArgsDepth, maxArgsDepth + 1} {
+		s, err := structpb.NewStruct(nest(depth))
+		require.NoError(t, err)
+		if err := ping.ValidateArgs(s); depth <= maxArgsDepth {
+			require.NoError(t, err)
+		} else {
+			require.ErrorAs(t, err, &ae)
+			require.Contains(t, ae.Error(), "nested deeper")
+		}
+	}
+
 	cyclic := map[string]any{}
 	cyclic["self"] = cyclic
 	require.ErrorAs(t, ping.ValidateArgs(cyclic), &ae)
@@ -210,4 +230,27 @@ func TestArgsErrorMessage(t *testing.T) {
 	}}
 	require.Equal(t, "invalid args: (args): got array, want object; /amount_minor: must be > 0; /currency: is required", e.Error())
 	require.Equal(t, "invalid args", (&ArgsError{}).Error())
+}
+
+// BenchmarkValidateArgs measures what the server does to every Prepare's
+// args.
+func BenchmarkValidateArgs(b *testing.B) {
+	r, err := Load("../examples/tools.yaml", fakeEnv(nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pay, err := r.Lookup("pay_invoice", "1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := structpb.NewStruct(map[string]any{"invoice_id": "INV-2048", "amount_minor": 4900, "currency": "EUR"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := pay.ValidateArgs(s); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -3,7 +3,10 @@ package fingerprint
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // FuzzCanonicalize checks that canonical output is valid JSON and a fixed
@@ -50,6 +53,26 @@ func FuzzCanonicalize(f *testing.F) {
 		}
 		if !bytes.Equal(first, third) {
 			t.Fatalf("RawMessage path differs:\n  any %q\n  raw %q", first, third)
+		}
+	})
+}
+
+// FuzzCompareUTF16 checks compareUTF16, which orders names without
+// converting them, against the order of their UTF-16 encodings.
+func FuzzCompareUTF16(f *testing.F) {
+	for _, p := range [][2]string{
+		{"\U0001F600", "\uFB33"}, {"\uE000", "\U00010000"}, {"\uD7FF", "\U00010000"}, {"a\U0001F600", "a\uFFFF"},
+		{"\U0010FFFF", "\U00010000"}, {"ab", "a"}, {"", "a"}, {"€", "\r"}, {"\U0001F600x", "\U0001F600"},
+	} {
+		f.Add(p[0], p[1])
+	}
+	f.Fuzz(func(t *testing.T, a, c string) {
+		if !utf8.ValidString(a) || !utf8.ValidString(c) {
+			t.Skip()
+		}
+		want := slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(c)))
+		if got := compareUTF16(a, c); got != want {
+			t.Fatalf("compareUTF16(%q, %q) = %d, UTF-16 order says %d", a, c, got, want)
 		}
 	})
 }

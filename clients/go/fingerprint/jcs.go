@@ -2,6 +2,7 @@ package fingerprint
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -119,11 +119,11 @@ func appendValue(b []byte, v any, depth int) ([]byte, error) {
 // "Infinity" and "-Infinity" (a silent collision with real strings) and an
 // unset Value into null.
 func appendStruct(b []byte, s *structpb.Struct, depth int) ([]byte, error) {
-	m := make(map[string]any, len(s.GetFields()))
+	members := make([]member, 0, len(s.GetFields()))
 	for k, v := range s.GetFields() {
-		m[k] = v
+		members = append(members, member{key: k, value: v})
 	}
-	return appendObject(b, m, depth)
+	return appendMembers(b, members, depth)
 }
 
 func appendListValue(b []byte, l *structpb.ListValue, depth int) ([]byte, error) {
@@ -171,22 +171,25 @@ func decodeRaw(raw json.RawMessage) (any, error) {
 
 type member struct {
 	key   string
-	utf16 []uint16
 	value any
 }
 
 func appendObject(b []byte, m map[string]any, depth int) ([]byte, error) {
 	members := make([]member, 0, len(m))
 	for k, v := range m {
-		if !utf8.ValidString(k) {
+		members = append(members, member{key: k, value: v})
+	}
+	return appendMembers(b, members, depth)
+}
+
+// appendMembers writes an object's members in RFC 8785's order.
+func appendMembers(b []byte, members []member, depth int) ([]byte, error) {
+	for _, mem := range members {
+		if !utf8.ValidString(mem.key) {
 			return nil, fmt.Errorf("%w: object key is not valid UTF-8", ErrUnsupported)
 		}
-		members = append(members, member{key: k, utf16: utf16.Encode([]rune(k)), value: v})
 	}
-	// RFC 8785 §3.2.3 sorts by UTF-16 code units, which differs from Go's
-	// byte (= code point) order for characters above U+FFFF versus
-	// U+E000..U+FFFF.
-	slices.SortFunc(members, func(a, c member) int { return slices.Compare(a.utf16, c.utf16) })
+	slices.SortFunc(members, func(a, c member) int { return compareUTF16(a.key, c.key) })
 	b = append(b, '{')
 	for i, mem := range members {
 		if i > 0 {
@@ -202,6 +205,37 @@ func appendObject(b []byte, m map[string]any, depth int) ([]byte, error) {
 		}
 	}
 	return append(b, '}'), nil
+}
+
+// compareUTF16 orders two valid UTF-8 strings by their UTF-16 code units, as
+// RFC 8785 §3.2.3 sorts names. That is Go's byte (= code point) order but
+// for a character above U+FFFF against one in U+E000..U+FFFF: the first's
+// high surrogate (U+D800..U+DBFF) sorts before the second.
+func compareUTF16(a, c string) int {
+	for a != "" && c != "" {
+		ra, na := utf8.DecodeRuneInString(a)
+		rc, nc := utf8.DecodeRuneInString(c)
+		if ra != rc {
+			return cmp.Compare(utf16Key(ra), utf16Key(rc))
+		}
+		a, c = a[na:], c[nc:]
+	}
+	return cmp.Compare(len(a), len(c))
+}
+
+// utf16Key maps r to a number in the order of r's UTF-16 code units: a
+// character above U+FFFF compares by its high surrogate (U+D800..U+DBFF),
+// so after U+0000..U+D7FF and before U+E000..U+FFFF, and among its kind as
+// the character itself (valid UTF-8 holds no surrogate).
+func utf16Key(r rune) int {
+	switch {
+	case r < 0xD800:
+		return int(r)
+	case r >= 0x10000:
+		return 0xD800 + int(r-0x10000) // up to 0x10D7FF
+	default:
+		return int(r) + 0x100000 // U+E000..U+FFFF: from 0x10E000
+	}
 }
 
 const hexDigits = "0123456789abcdef"
