@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
 )
 
@@ -174,4 +177,29 @@ func TestMedianOf(t *testing.T) {
 	require.Equal(t, 3, m.Errors, "the errors of every run")
 	require.Equal(t, "a", m.FirstError)
 	require.InDelta(t, 30, runs[0].OpsPerSec, 0, "the runs are left in their order")
+}
+
+// TestFloorAnswersTheSameOperation checks that the floors' answer, its args
+// and result held as wire bytes, decodes to the operation it was read from.
+func TestFloorAnswersTheSameOperation(t *testing.T) {
+	t.Parallel()
+	args, err := structpb.NewStruct(map[string]any{"amount_minor": 4900, "currency": "EUR", "tags": []any{"a", nil}})
+	require.NoError(t, err)
+	result, err := structpb.NewStruct(map[string]any{"id": "ch_1", "request": map[string]any{"ok": true}})
+	require.NoError(t, err)
+	for _, op := range []*opledgerv1.Operation{
+		{Id: "op_1", State: opledgerv1.State_STATE_SUCCEEDED, Args: args, Result: result, ExternalRef: "ch_1"},
+		{Id: "op_2", Args: args},
+		{Id: "op_3"},
+	} {
+		want := proto.Clone(op).(*opledgerv1.Operation)
+		require.NoError(t, asServed(op))
+		require.Nil(t, op.GetArgs())
+		require.Nil(t, op.GetResult())
+		b, err := proto.Marshal(op)
+		require.NoError(t, err)
+		got := &opledgerv1.Operation{}
+		require.NoError(t, proto.Unmarshal(b, got))
+		require.True(t, proto.Equal(want, got), "%v\n%v", want, got)
+	}
 }
