@@ -244,6 +244,21 @@ func (d *jsonDecoder) number() (float64, error) {
 // str decodes a string whose opening quote is at d.i. Strings without
 // escapes, nearly all of them, are one copy of their bytes.
 func (d *jsonDecoder) str() (string, error) {
+	s, done, err := d.scanStr()
+	if err != nil || done {
+		return string(s), err
+	}
+	out, err := d.unescape(append([]byte(nil), s...), 0)
+	if err != nil {
+		return "", err
+	}
+	return string(out), nil
+}
+
+// scanStr consumes a string whose opening quote is at d.i up to its closing
+// quote (done) or up to its first backslash, where it leaves d.i, and
+// returns the bytes before that.
+func (d *jsonDecoder) scanStr() (s []byte, done bool, err error) {
 	d.i++
 	start := d.i
 	for d.i < len(d.b) {
@@ -253,27 +268,17 @@ func (d *jsonDecoder) str() (string, error) {
 			s := d.b[start:d.i]
 			d.i++
 			if !utf8.Valid(s) {
-				return "", errJSON
+				return nil, false, errJSON
 			}
-			return string(s), nil
+			return s, true, nil
 		case c == '\\':
-			return d.escaped(start)
+			return d.b[start:d.i], false, nil
 		case c < 0x20:
-			return "", errJSON
+			return nil, false, errJSON
 		}
 		d.i++
 	}
-	return "", errJSON
-}
-
-// escaped finishes a string that holds escapes, from its first byte at
-// start; d.i is at the first backslash.
-func (d *jsonDecoder) escaped(start int) (string, error) {
-	out, err := d.unescape(append([]byte(nil), d.b[start:d.i]...), 0)
-	if err != nil {
-		return "", err
-	}
-	return string(out), nil
+	return nil, false, errJSON
 }
 
 // unescape appends the rest of a string that holds escapes to out, whose

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"math"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -206,29 +205,16 @@ func (e *wireEncoder) value(depth int) error {
 
 // appendStr appends the decoded string whose opening quote is at d.i to dst.
 func (d *jsonDecoder) appendStr(dst []byte) ([]byte, error) {
-	d.i++
-	start := d.i
-	for d.i < len(d.b) {
-		c := d.b[d.i]
-		switch {
-		case c == '"':
-			s := d.b[start:d.i]
-			d.i++
-			if !utf8.Valid(s) {
-				return dst, errJSON
-			}
-			return append(dst, s...), nil
-		case c == '\\':
-			mark := len(dst)
-			out, err := d.unescape(append(dst, d.b[start:d.i]...), mark)
-			if err != nil {
-				return dst, err
-			}
-			return out, nil
-		case c < 0x20:
-			return dst, errJSON
-		}
-		d.i++
+	s, done, err := d.scanStr()
+	if err != nil {
+		return dst, err
 	}
-	return dst, errJSON
+	if done {
+		return append(dst, s...), nil
+	}
+	out, err := d.unescape(append(dst, s...), len(dst))
+	if err != nil {
+		return dst, err
+	}
+	return out, nil
 }
