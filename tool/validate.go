@@ -186,7 +186,7 @@ func normalizeArgs(args any) (any, error) {
 // built on the way out (under), so a valid value costs no path strings.
 func normalizeValue(v any, depth int) (any, *ArgsError) {
 	if depth > maxArgsDepth {
-		return nil, violation("", fmt.Sprintf("nested deeper than %d levels", maxArgsDepth))
+		return nil, violation(fmt.Sprintf("nested deeper than %d levels", maxArgsDepth))
 	}
 	switch v := v.(type) {
 	case nil, bool, string, json.Number,
@@ -194,12 +194,12 @@ func normalizeValue(v any, depth int) (any, *ArgsError) {
 		return v, nil
 	case float64:
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, violation("", "is not a finite number")
+			return nil, violation("is not a finite number")
 		}
 		return v, nil
 	case float32:
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, violation("", "is not a finite number")
+			return nil, violation("is not a finite number")
 		}
 		return float64(v), nil
 	case map[string]any:
@@ -259,10 +259,10 @@ func normalizeValue(v any, depth int) (any, *ArgsError) {
 		case *structpb.Value_ListValue:
 			return normalizeValue(k.ListValue, depth)
 		default:
-			return nil, violation("", "has no value")
+			return nil, violation("has no value")
 		}
 	default:
-		return nil, violation("", fmt.Sprintf("unsupported value of Go type %T", v))
+		return nil, violation(fmt.Sprintf("unsupported value of Go type %T", v))
 	}
 }
 
@@ -273,6 +273,7 @@ func (e *ArgsError) under(token string) *ArgsError {
 	return e
 }
 
-func violation(path, desc string) *ArgsError {
-	return &ArgsError{Violations: []Violation{{Field: path, Description: desc}}}
+// violation is one refused value; under gives it its place.
+func violation(desc string) *ArgsError {
+	return &ArgsError{Violations: []Violation{{Description: desc}}}
 }
