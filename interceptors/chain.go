@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/internal/metrics"
 	"github.com/opledger/opledger/internal/reason"
 )
 
@@ -43,7 +43,7 @@ type Config struct {
 	// Validate checks requests; nil accepts everything.
 	Validate Validator
 	// Metrics records gRPC server metrics; nil records none.
-	Metrics *grpcprom.ServerMetrics
+	Metrics *metrics.GRPC
 	// RateLimit bounds each tenant's request rate; zero disables it.
 	RateLimit RateLimit
 	// MaxDeadline caps every unary call's deadline; zero leaves them alone.

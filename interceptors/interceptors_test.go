@@ -287,6 +287,11 @@ func TestChainAuthAndIdempotency(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, interceptors.KeyDigest("order-42"), resp.GetOauthScope())
 	require.Len(t, header.Get(interceptors.RequestIDHeader), 1, "every answer carries a request id")
+	first := header.Get(interceptors.RequestIDHeader)[0]
+	require.Regexp(t, `^[0-9a-f]{24}$`, first)
+	_, err = client.UnaryCall(authed("order-42"), &testpb.SimpleRequest{}, grpc.Header(&header))
+	require.NoError(t, err)
+	require.NotEqual(t, first, header.Get(interceptors.RequestIDHeader)[0], "each call gets an id of its own")
 
 	// A caller's well-formed request id is echoed.
 	ctx := metadata.AppendToOutgoingContext(authed("order-43"), interceptors.RequestIDHeader, "req-abc.1")

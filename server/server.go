@@ -49,7 +49,7 @@ type Options struct {
 	TLS *tls.Config
 	// RateLimit bounds each tenant's request rate in this process.
 	RateLimit interceptors.RateLimit
-	// MaxDeadline caps every call's deadline (default 2 minutes).
+	// MaxDeadline caps every call's deadline (default DefaultMaxDeadline).
 	MaxDeadline time.Duration
 	// Retention is advertised to callers in the opledger-retention response
 	// header: how long finished operations (and so their keys) are kept.
@@ -132,10 +132,14 @@ func FlowControl() []grpc.ServerOption {
 	}
 }
 
+// DefaultMaxDeadline is the cap on a call's deadline when Options leave it
+// zero.
+const DefaultMaxDeadline = 2 * time.Minute
+
 // New builds the gRPC server around l.
 func New(l *ledger.Ledger, opts Options) *Server {
 	if opts.MaxDeadline == 0 {
-		opts.MaxDeadline = 2 * time.Minute
+		opts.MaxDeadline = DefaultMaxDeadline
 	}
 	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer(), retention: opts.Retention}
 	l.SetEncoder(func(op ledger.Operation) any { return operationPB(op) })

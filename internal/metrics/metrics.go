@@ -1,5 +1,6 @@
 // Package metrics exposes opledger's Prometheus metrics: the gRPC server
-// metrics of go-grpc-middleware and the ledger's own, all named opledger_*.
+// metrics (as go-grpc-middleware names them) and the ledger's own, all
+// named opledger_*.
 package metrics
 
 import (
@@ -7,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -15,12 +15,16 @@ import (
 
 const namespace = "opledger"
 
+// handlingBuckets are the bounds, in seconds, of the gRPC handling-time
+// histogram.
+var handlingBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
 // Metrics holds every collector and implements ledger.Observer.
 type Metrics struct {
 	// Registry holds everything; Handler serves it.
 	Registry *prometheus.Registry
 	// GRPC is the gRPC server metrics interceptor source.
-	GRPC *grpcprom.ServerMetrics
+	GRPC *GRPC
 
 	executions  *prometheus.CounterVec
 	duplicates  *prometheus.CounterVec
@@ -38,11 +42,7 @@ type Metrics struct {
 func New(countOpen func(ctx context.Context) (map[string]int64, error)) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
-		GRPC: grpcprom.NewServerMetrics(
-			grpcprom.WithServerCounterOptions(grpcprom.WithNamespace(namespace)),
-			grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace(namespace),
-				grpcprom.WithHistogramBuckets([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30})),
-		),
+		GRPC:     newGRPC(handlingBuckets),
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "executions_started_total",
 			Help: "Downstream calls started (claims and lease takeovers), by tool."}, []string{"tool"}),
 		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "duplicates_prevented_total",

@@ -127,11 +127,11 @@ func (l *cannedLedger) Execute(context.Context, *opledgerv1.ExecuteRequest) (*op
 // floorGRPC is a grpc-go server answering canned responses. With a ledger,
 // it runs opledger's interceptor chain and transport options as server.New
 // configures them (the ledger authenticates, with its cache; a copy of the
-// server's request validation; metrics; logs to logger); without, it is a
-// bare grpc.NewServer() with no option but the server's flow-control
-// windows (server.FlowControl: a transport setting any gRPC server can
-// have, so that the floor stays the best a server can do). Both serve
-// health, for the start-up check only.
+// server's request validation; metrics; the deadline cap; logs to logger);
+// without, it is a bare grpc.NewServer() with no option but the server's
+// flow-control windows (server.FlowControl: a transport setting any gRPC
+// server can have, so that the floor stays the best a server can do). Both
+// serve health, for the start-up check only.
 func floorGRPC(c canned, l *ledger.Ledger, logger *slog.Logger) *grpc.Server {
 	opts := server.FlowControl()
 	if l != nil {
@@ -143,6 +143,7 @@ func floorGRPC(c canned, l *ledger.Ledger, logger *slog.Logger) *grpc.Server {
 			KeyRequired:   map[string]bool{server.MethodPrepare: true},
 			Validate:      validateLike,
 			Metrics:       m.GRPC,
+			MaxDeadline:   server.DefaultMaxDeadline,
 		}), server.TransportOptions()...)
 	}
 	srv := grpc.NewServer(opts...)
