@@ -136,7 +136,7 @@ func requestID(ctx context.Context) (context.Context, string) {
 		_, _ = rand.Read(b[:])
 		id = hex.EncodeToString(b[:])
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, id))
+	_ = grpc.SetHeader(ctx, metadata.MD{RequestIDHeader: {id}}) // the name is lower case already: no Pairs
 	if r, ok := ctx.Value(recoveryKey{}).(*recoveryState); ok {
 		r.requestID = id
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -107,7 +108,9 @@ func writeReport(rep *bench.Report, path string) error {
 // cmdBenchFloor is the benchmark's floor child (not listed in the usage:
 // only `opledger bench` starts it): a gRPC server answering canned
 // responses, bare or behind the interceptor chain, in a process of its own
-// like the servers it is compared with.
+// like the servers it is compared with, and with their garbage collector
+// target (OPLEDGER_GC_PERCENT, or serve's default; GOGC wins), so that the
+// chain floor runs the chain as a server runs it.
 func cmdBenchFloor(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := newFlagSet("bench-floor", "[flags]", `
 The benchmark's floor child, started only by 'opledger bench': a gRPC
@@ -120,5 +123,28 @@ server answering canned responses, bare or behind the interceptor chain.`)
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
+	percent, set, err := floorGCPercent(getenv)
+	if err != nil {
+		return err
+	}
+	if set {
+		debug.SetGCPercent(percent)
+	}
 	return bench.ServeFloor(ctx, cfg)
+}
+
+// floorGCPercent is the floor child's garbage collector target, and whether
+// to set it: serve's, from OPLEDGER_GC_PERCENT or its default, unless GOGC
+// is set.
+func floorGCPercent(getenv func(string) string) (int, bool, error) {
+	gc := Config{GCPercent: defaultGCPercent}
+	if v := getenv("OPLEDGER_GC_PERCENT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, false, fmt.Errorf("OPLEDGER_GC_PERCENT: %w", err)
+		}
+		gc.GCPercent = n
+	}
+	percent, ok := gcPercent(gc, getenv)
+	return percent, ok, nil
 }

@@ -52,7 +52,7 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	e.duration(&cfg.MaxDeadline, "max-deadline", "OPLEDGER_MAX_DEADLINE", 2*time.Minute, "cap on every call's deadline")
 	e.duration(&cfg.Retention, "retention", "OPLEDGER_RETENTION", 720*time.Hour, "keep finished operations this long")
 	e.integer(&cfg.FinishedCache, "finished-cache", "OPLEDGER_FINISHED_CACHE", 16384, "finished operations kept in memory for replays (0: off)")
-	e.integer(&cfg.GCPercent, "gc-percent", "OPLEDGER_GC_PERCENT", 400, "Go garbage collector target `percent` for this process; the GOGC variable, when set, wins")
+	e.integer(&cfg.GCPercent, "gc-percent", "OPLEDGER_GC_PERCENT", defaultGCPercent, "Go garbage collector target `percent` for this process; the GOGC variable, when set, wins")
 	e.duration(&cfg.AuthCacheTTL, "auth-cache-ttl", "OPLEDGER_AUTH_CACHE_TTL", ledger.DefaultAuthCacheTTL,
 		"how long an authenticated API key is remembered; bounds how long a revoked key keeps working")
 	return func() error {

@@ -142,3 +142,26 @@ func TestGCPercent(t *testing.T) {
 	_, err = parseConfig(t, []string{"--gc-percent", "0"}, nil)
 	require.ErrorContains(t, err, "--gc-percent")
 }
+
+// TestFloorGCPercent: the bench's floor child runs with serve's collector
+// target, so that the chain floor measures the chain as a server runs it.
+func TestFloorGCPercent(t *testing.T) {
+	t.Parallel()
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	p, ok, err := floorGCPercent(env(nil))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 400, p)
+
+	p, ok, err = floorGCPercent(env(map[string]string{"OPLEDGER_GC_PERCENT": "150"}))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 150, p)
+
+	_, ok, err = floorGCPercent(env(map[string]string{"OPLEDGER_GC_PERCENT": "150", "GOGC": "100"}))
+	require.NoError(t, err)
+	require.False(t, ok, "GOGC set: left as the runtime applied it")
+
+	_, _, err = floorGCPercent(env(map[string]string{"OPLEDGER_GC_PERCENT": "many"}))
+	require.ErrorContains(t, err, "OPLEDGER_GC_PERCENT")
+}

@@ -177,6 +177,10 @@ the environment variable named with it; a flag beats its variable.`)
 	return serve(ctx, cfg, logger, getenv, nil)
 }
 
+// defaultGCPercent is --gc-percent's default (docs/performance.md, finding
+// 21).
+const defaultGCPercent = 400
+
 // gcPercent is the garbage collector target serve and dev set for their
 // process, and whether to set it: not when GOGC is set, which the runtime
 // has applied already (Config.GCPercent).
