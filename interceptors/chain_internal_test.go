@@ -4,18 +4,17 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/internal/reason"
+	"github.com/opledger/opledger/proof/grpctest"
 )
 
 type echo struct {
@@ -57,17 +56,11 @@ func TestRecoveryIsOutermost(t *testing.T) {
 			withBoom := append(append(append([]link(nil), links[:i+1]...), boom), links[i+1:]...)
 			srv := grpc.NewServer(options(withBoom)...)
 			testpb.RegisterTestServiceServer(srv, echo{})
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			go func() { _ = srv.Serve(lis) }()
-			t.Cleanup(srv.Stop)
-			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = conn.Close() })
+			conn := grpctest.Dial(t, srv)
 			client := testpb.NewTestServiceClient(conn)
 			ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer k")
 
-			_, err = client.EmptyCall(metadata.AppendToOutgoingContext(ctx, "boom", "1"), &testpb.Empty{})
+			_, err := client.EmptyCall(metadata.AppendToOutgoingContext(ctx, "boom", "1"), &testpb.Empty{})
 			require.Equal(t, codes.Internal, status.Code(err), "%v", err)
 			require.Equal(t, "INTERNAL", reason.Of(err))
 			_, err = client.EmptyCall(ctx, &testpb.Empty{})

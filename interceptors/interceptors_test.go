@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -14,13 +13,13 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/internal/reason"
+	"github.com/opledger/opledger/proof/grpctest"
 )
 
 // requireReason checks that err is a gRPC status with code and exactly one
@@ -191,13 +190,7 @@ func startChain(t *testing.T) (testpb.TestServiceClient, *syncBuffer) {
 	}
 	srv := grpc.NewServer(interceptors.ServerOptions(cfg)...)
 	testpb.RegisterTestServiceServer(srv, testService{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := grpctest.Dial(t, srv)
 	return testpb.NewTestServiceClient(conn), logs
 }
 
@@ -329,13 +322,7 @@ func TestPanicInAnyLinkBecomesInternal(t *testing.T) {
 	}
 	srv := grpc.NewServer(interceptors.ServerOptions(cfg)...)
 	testpb.RegisterTestServiceServer(srv, testService{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := grpctest.Dial(t, srv)
 	client := testpb.NewTestServiceClient(conn)
 
 	panicAuth := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer panic-key", "idempotency-key", "k"))

@@ -2,16 +2,15 @@ package server_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/opledger/opledger/proof/grpctest"
 	"github.com/opledger/opledger/server"
 )
 
@@ -23,13 +22,7 @@ func TestWaitServing(t *testing.T) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	srv := grpc.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := grpctest.Dial(t, srv)
 	ctx := context.Background()
 
 	require.ErrorIs(t, server.WaitServing(ctx, conn, nil, 200*time.Millisecond), server.ErrNotServing)

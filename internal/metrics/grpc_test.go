@@ -5,19 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/opledger/opledger/proof/grpctest"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 )
@@ -144,13 +143,7 @@ func TestGRPCMatchesProvider(t *testing.T) {
 	testgrpc.RegisterTestServiceServer(srv, testService{})
 	provider.InitializeMetrics(srv)
 	ours.InitializeMetrics(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := grpctest.Dial(t, srv)
 	c := testgrpc.NewTestServiceClient(conn)
 	ctx := t.Context()
 
@@ -166,7 +159,7 @@ func TestGRPCMatchesProvider(t *testing.T) {
 	} {
 		_, _ = c.UnaryCall(ctx, r)
 	}
-	_, err = c.UnimplementedCall(ctx, &testgrpc.Empty{})
+	_, err := c.UnimplementedCall(ctx, &testgrpc.Empty{})
 	require.Equal(t, codes.Unimplemented, status.Code(err))
 
 	params := []*testgrpc.ResponseParameters{{}, {}, {}}
