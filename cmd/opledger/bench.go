@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -134,17 +135,20 @@ server answering canned responses, bare or behind the interceptor chain.`)
 }
 
 // floorGCPercent is the floor child's garbage collector target, and whether
-// to set it: serve's, from OPLEDGER_GC_PERCENT or its default, unless GOGC
-// is set.
+// to set it: the one serve would set from the same environment
+// (OPLEDGER_GC_PERCENT, checked as serve checks it, or its default), unless
+// GOGC is set.
 func floorGCPercent(getenv func(string) string) (int, bool, error) {
-	gc := Config{GCPercent: defaultGCPercent}
-	if v := getenv("OPLEDGER_GC_PERCENT"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return 0, false, fmt.Errorf("OPLEDGER_GC_PERCENT: %w", err)
-		}
-		gc.GCPercent = n
+	var cfg Config
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	finish := bindConfig(fs, &cfg, getenv)
+	if err := fs.Parse(nil); err != nil {
+		return 0, false, err
 	}
-	percent, ok := gcPercent(gc, getenv)
+	if err := finish(); err != nil {
+		return 0, false, err
+	}
+	percent, ok := gcPercent(cfg, getenv)
 	return percent, ok, nil
 }
