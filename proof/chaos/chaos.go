@@ -89,10 +89,11 @@ type Options struct {
 	// promoted: pg_auto_failover 2.0's keeper does not fence a primary
 	// whose standby vanished before its monitor did, so the old primary
 	// serves again until its keeper hears it was demoted. Off, the nemesis
-	// waits for the standby to catch up after a crash, and heals a
-	// partition's monitor link first and its data links only once the old
-	// primary was demoted, as a fencing HA setup would. See
-	// docs/reliability.md.
+	// keeps the servers off a faulted node until the formation has settled
+	// (its standby caught up, or the node a secondary again), waits for the
+	// standby to catch up after a crash, and heals a partition's monitor
+	// link first and its data links only once the old primary was demoted,
+	// as a fencing HA setup would. See docs/reliability.md.
 	FailoverUnsafeWindows bool
 }
 

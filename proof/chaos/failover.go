@@ -43,15 +43,20 @@ const failoverNodes = 2
 // Every node is reached through a proxy on its own loopback address (node
 // i is registered with the monitor as 127.0.0.1x:port, where a proxy to
 // 127.0.0.1:port listens), and every keeper reaches the monitor through a
-// proxy of its own, so a partition is the proxies of one node held.
+// proxy of its own, so a partition is the proxies of one node held. The
+// servers reach a node through one more proxy, which the nemesis closes
+// to them alone from a fault until the formation has settled again: see
+// closeServers.
 type failover struct {
 	r    *Runner
 	mode string
 	af   *pgcluster.AutoFailover
 	// nodeProxies[i] is everybody's way to node i; monProxies[i] node i's
-	// keeper's way to the monitor.
+	// keeper's way to the monitor; srvProxies[i] the servers' way to node
+	// i, in front of nodeProxies[i].
 	nodeProxies []*Proxy
 	monProxies  []*Proxy
+	srvProxies  []*Proxy
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -118,8 +123,13 @@ func (r *Runner) startFailover(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		sp, err := NewProxy(np.Addr())
+		if err != nil {
+			return "", err
+		}
 		f.nodeProxies = append(f.nodeProxies, np)
 		f.monProxies = append(f.monProxies, mp)
+		f.srvProxies = append(f.srvProxies, sp)
 		ports, hosts, monAddrs = append(ports, port), append(hosts, host), append(monAddrs, mp.Addr())
 	}
 	r.logf("starting a pg_auto_failover formation (%s replication): a monitor, a primary and a standby", f.mode)
@@ -134,7 +144,7 @@ func (r *Runner) startFailover(ctx context.Context) (string, error) {
 	r.dbURL = f.af.URL("chaos")
 	f.watchW.Add(1)
 	go f.watchPrimary()
-	return f.nodeProxies[0].Addr(), nil
+	return f.srvProxies[0].Addr(), nil
 }
 
 // protectedSubject reports an effect subject of the processor that
@@ -148,8 +158,8 @@ func protectedSubject(subject string) bool { return strings.HasPrefix(subject, "
 // addServer gives s a proxy to every other node, after its dbProxy to the
 // first, for its multi-host DATABASE_URL.
 func (f *failover) addServer(s *server) error {
-	for _, np := range f.nodeProxies[1:] {
-		p, err := NewProxy(np.Addr())
+	for _, sp := range f.srvProxies[1:] {
+		p, err := NewProxy(sp.Addr())
 		if err != nil {
 			return err
 		}
@@ -276,6 +286,7 @@ func (f *failover) inject(ctx context.Context, kind string) {
 		}
 		return
 	}
+	f.openServers()
 	p, err := f.af.Primary(ctx)
 	if err != nil || p < 0 {
 		return
@@ -313,6 +324,7 @@ func (f *failover) inject(ctx context.Context, kind string) {
 	} else if ctx.Err() == nil {
 		r.logf("failover: no promotion within 60s of %s of node%d", kind, p+1)
 	}
+	f.closeServers(p)
 	if kind == "ha-partition" && promoted && !r.opts.FailoverUnsafeWindows {
 		f.fence(p)
 	}
@@ -320,11 +332,35 @@ func (f *failover) inject(ctx context.Context, kind string) {
 		r.logf("failover: bringing node%d back: %v", p+1, err)
 	}
 	r.nem.event(kind, 0, fmt.Sprintf("node%d back; waiting for it to rejoin", p+1))
-	if err := f.af.WaitStable(context.Background(), 90*time.Second); err != nil {
+	if err := f.settled(context.Background(), true); err != nil {
 		r.logf("failover: node%d did not rejoin: %v", p+1, err)
 		return
 	}
+	f.openServers()
 	r.nem.event(kind, 0, fmt.Sprintf("stable again %s after the fault", time.Since(begin).Round(100*time.Millisecond)))
+}
+
+// closeServers closes node i to the servers alone (a refused connection,
+// so they try the next host at once), and openServers opens every node to
+// them again once the formation has settled: one primary whose standby
+// has everything it flushed, and one secondary. In between, node i may be
+// a primary that its keeper restarted, after a crash or a kill, with
+// commits that were waiting for the standby and that a failover is about
+// to discard by rewinding it; a server that read one would answer with an
+// operation the ledger then forgets. A real deployment fences such a node
+// (docs/operations.md); Options.FailoverUnsafeWindows leaves the window
+// open to show it.
+func (f *failover) closeServers(i int) {
+	if f.r.opts.FailoverUnsafeWindows {
+		return
+	}
+	f.srvProxies[i].Set(NetRefuse, 0)
+}
+
+func (f *failover) openServers() {
+	for _, sp := range f.srvProxies {
+		sp.Heal()
+	}
 }
 
 // fence heals partitioned node i's link to the monitor alone and waits
@@ -378,19 +414,24 @@ func (f *failover) crashPrimaryPostgres(ctx context.Context) {
 	f.faults = append(f.faults, faultMark{at: time.Now(), kind: "pg-crash"})
 	f.mu.Unlock()
 	r.nem.event("pg-crash", 0, fmt.Sprintf("immediate shutdown (SIGQUIT) of primary node%d's PostgreSQL; its keeper stays", p+1))
+	f.closeServers(p)
 	if err := f.af.CrashPostgres(p); err != nil {
 		r.nem.event("pg-crash", 0, "crash failed: "+err.Error())
+		f.openServers()
 		return
 	}
 	r.nem.injectedOne("pg-crash")
 	// The keeper may restart PostgreSQL in place, with commits that were
-	// waiting for the standby at the crash visible again without it; the
-	// next failover waits until the standby has them, unless the run is
-	// to show that window (Options.FailoverUnsafeWindows).
+	// waiting for the standby at the crash visible again without it, or
+	// the monitor may fail over and the node be rewound without them. The
+	// servers reach the node again, and the next failover comes, only once
+	// the standby has them, unless the run is to show that window
+	// (Options.FailoverUnsafeWindows).
 	if err := f.settled(context.Background(), !r.opts.FailoverUnsafeWindows); err != nil {
 		r.logf("failover: after pg-crash: %v", err)
 		return
 	}
+	f.openServers()
 	r.nem.event("pg-crash", 0, "stable again")
 }
 
@@ -419,7 +460,12 @@ func (f *failover) heal(ctx context.Context) error {
 			return err
 		}
 	}
-	return f.af.WaitStable(ctx, 2*time.Minute)
+	if err := f.af.WaitStable(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	err := f.settled(ctx, true)
+	f.openServers()
+	return err
 }
 
 func (f *failover) close() {
@@ -435,7 +481,7 @@ func (f *failover) close() {
 		_ = f.af.Stop(ctx)
 		cancel()
 	}
-	for _, p := range append(f.nodeProxies, f.monProxies...) {
+	for _, p := range append(append(f.nodeProxies, f.monProxies...), f.srvProxies...) {
 		p.Close()
 	}
 }
