@@ -544,6 +544,12 @@ func TestProxyRefuse(t *testing.T) {
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(2*time.Second)))
 	_, err = io.ReadFull(c, buf)
 	require.Error(t, err, "the open connection is reset")
+	// The port stays the proxy's: a listener that reuses addresses, as Go's
+	// and PostgreSQL's do, cannot take it, so the proxy can listen again.
+	if other, err := net.Listen("tcp", p.Addr()); err == nil {
+		other.Close()
+		t.Fatal("another listener took the refusing proxy's port")
+	}
 
 	p.Heal()
 	c2, err := net.Dial("tcp", p.Addr())

@@ -1,12 +1,15 @@
 package chaos
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // NetFault is what a Proxy does to the traffic it carries.
@@ -29,7 +32,7 @@ const (
 	// NetRefuse stops listening: a new connection is refused (the kernel
 	// answers its SYN with a RST, so not a byte of a request leaves the
 	// client), and every open connection is reset. The port stays reserved
-	// (bound, not listening) until the fault ends.
+	// (bound, not listening) until the fault ends: see reservePort.
 	NetRefuse
 )
 
@@ -118,7 +121,7 @@ func NewProxy(target string) (*Proxy, error) { return NewProxyOn("127.0.0.1:0", 
 
 // NewProxyOn is NewProxy listening on listen (HOST:PORT).
 func NewProxyOn(listen, target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", listen)
+	ln, err := listenShared(listen)
 	if err != nil {
 		return nil, err
 	}
@@ -165,41 +168,63 @@ func (p *Proxy) Set(f NetFault, latency time.Duration) {
 	}
 }
 
-// unlistenLocked closes the listener and reserves its port with a socket
-// bound to it that does not listen: a connection attempt is refused, and no
-// other socket can take the port meanwhile.
+// unlistenLocked reserves the listener's port with a socket bound to it
+// that does not listen, then closes the listener: a connection attempt is
+// refused, and the port is never free meanwhile.
 func (p *Proxy) unlistenLocked() error {
-	_ = p.ln.Close()
-	p.ln = nil
 	fd, err := reservePort(p.addr)
 	if err != nil {
 		return err
 	}
+	_ = p.ln.Close()
+	p.ln = nil
 	p.reserved = fd
 	return nil
 }
 
-// relistenLocked releases the reserved port and listens on it again.
+// relistenLocked listens on the reserved port again, then releases it.
 func (p *Proxy) relistenLocked() error {
-	if p.reserved >= 0 {
-		_ = syscall.Close(p.reserved)
-		p.reserved = -1
-	}
 	var err error
 	for i := 0; i < 50; i++ {
 		var ln net.Listener
-		if ln, err = net.Listen("tcp", p.addr); err == nil {
+		if ln, err = listenShared(p.addr); err == nil {
 			p.ln = ln
 			p.wg.Add(1)
 			go p.accept(ln)
-			return nil
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	if err == nil && p.reserved >= 0 {
+		_ = syscall.Close(p.reserved)
+		p.reserved = -1
 	}
 	return err
 }
 
+// listenShared listens on addr with SO_REUSEPORT, so that reservePort's
+// socket can hold the port while the listener still does, and a listener can
+// take it back while the reservation still holds it: the port is never free
+// for another socket to take (a closed listener's port can become any
+// outgoing connection's on the machine, or another listener's).
+func listenShared(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	return lc.Listen(context.Background(), "tcp", addr)
+}
+
 // reservePort binds a TCP socket to addr (127.0.0.1:PORT) without listening.
+// It shares the port with the proxy's listeners (SO_REUSEPORT) but not with
+// sockets that merely reuse addresses (it has no SO_REUSEADDR): a listener
+// that is not the proxy's, which sets SO_REUSEADDR as Go's and PostgreSQL's
+// do, cannot bind the port while it is reserved.
 func reservePort(addr string) (int, error) {
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
@@ -209,7 +234,7 @@ func reservePort(addr string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
 		_ = syscall.Close(fd)
 		return -1, err
 	}
