@@ -169,6 +169,9 @@ type Hooks struct {
 	// Waiting runs when an Execute is about to sleep until another
 	// attempt's outcome.
 	Waiting func(ctx context.Context, op Operation)
+	// PrepareConflict runs when a Prepare's insert was refused by an
+	// operation already under its key, before the Prepare reads it.
+	PrepareConflict func(ctx context.Context)
 }
 
 // New returns a ledger over st for the tools in reg, calling each tool

@@ -163,24 +163,35 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 		n.Claim = &claim
 		n.Lease = store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(l.bound[t.Name+"@"+t.Version])}
 	}
-	claimStart := time.Now()
-	op, inserted, err := l.insert(ctx, a.Tenant, n)
-	if err != nil {
-		return Operation{}, false, none, storeErr(err)
-	}
-	if inserted {
-		failpoint.Inject(failpoint.AfterPrepare)
-		if state == StateAwaitingApproval && l.notifyOn() {
-			l.kickNotifier()
+	var existing Operation
+	for attempt := 0; ; attempt++ {
+		claimStart := time.Now()
+		op, inserted, err := l.insert(ctx, a.Tenant, n)
+		if err != nil {
+			return Operation{}, false, none, storeErr(err)
 		}
-		return op, false, claimStart, nil
-	}
-	existing, err := l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey)
-	if err != nil {
-		// The row that refused our insert is committed, so this is a
-		// failure to read, or (not handled: a replay at exactly the
-		// retention's age) the pruner deleted that row in between.
-		return Operation{}, false, none, storeErr(err)
+		if inserted {
+			failpoint.Inject(failpoint.AfterPrepare)
+			if state == StateAwaitingApproval && l.notifyOn() {
+				l.kickNotifier()
+			}
+			return op, false, claimStart, nil
+		}
+		if l.hooks != nil && l.hooks.PrepareConflict != nil {
+			l.hooks.PrepareConflict(ctx)
+		}
+		existing, err = l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey)
+		if err == nil {
+			break
+		}
+		// The row that refused the insert was committed, so it is gone
+		// only if the pruner deleted it in between (a replay at the
+		// retention's age): the key is free again, and a key reused after
+		// its operation was pruned starts a new operation. Once more; a
+		// key that keeps vanishing is not a replay's doing.
+		if !errors.Is(err, store.ErrNotFound) || attempt > 0 {
+			return Operation{}, false, none, storeErr(err)
+		}
 	}
 	if existing.Fingerprint == fp {
 		l.obs.DuplicatePrevented("Prepare", t.Name, true)
