@@ -119,16 +119,16 @@ func (r *Runner) startFailover(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("chaos: a proxy on %s for node %d (loopback addresses other than 127.0.0.1 are needed): %w", host, i+1, err)
 		}
+		f.nodeProxies = append(f.nodeProxies, np)
 		mp, err := NewProxy(fmt.Sprintf("127.0.0.1:%d", monPort))
 		if err != nil {
 			return "", err
 		}
+		f.monProxies = append(f.monProxies, mp)
 		sp, err := NewProxy(np.Addr())
 		if err != nil {
 			return "", err
 		}
-		f.nodeProxies = append(f.nodeProxies, np)
-		f.monProxies = append(f.monProxies, mp)
 		f.srvProxies = append(f.srvProxies, sp)
 		ports, hosts, monAddrs = append(ports, port), append(hosts, host), append(monAddrs, mp.Addr())
 	}
@@ -452,9 +452,11 @@ func (f *failover) settled(ctx context.Context, replicated bool) error {
 	}
 }
 
-// heal ends every fault of the formation and waits until it is stable.
+// heal ends every fault of the formation and waits until it has settled;
+// the servers reach every node again whatever the outcome.
 // The caller holds pgMu.
 func (f *failover) heal(ctx context.Context) error {
+	defer f.openServers()
 	for i := range f.nodeProxies {
 		if err := f.restore(i); err != nil {
 			return err
@@ -463,9 +465,7 @@ func (f *failover) heal(ctx context.Context) error {
 	if err := f.af.WaitStable(ctx, 2*time.Minute); err != nil {
 		return err
 	}
-	err := f.settled(ctx, true)
-	f.openServers()
-	return err
+	return f.settled(ctx, true)
 }
 
 func (f *failover) close() {
