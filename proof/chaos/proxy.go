@@ -169,12 +169,23 @@ func (p *Proxy) Set(f NetFault, latency time.Duration) {
 }
 
 // unlistenLocked reserves the listener's port with a socket bound to it
-// that does not listen, then closes the listener: a connection attempt is
-// refused, and the port is never free meanwhile.
+// that does not listen, then stops and closes the listener: a connection
+// attempt is refused, and the port is never free meanwhile.
+//
+// Closing the descriptor alone does not stop a listening socket while a
+// child process forked by another goroutine (exec.Cmd.Start) still holds a
+// copy of the descriptor table, until that child execs; a connection could
+// be accepted into the backlog meanwhile. shutdown acts on the socket
+// itself, whoever holds it.
 func (p *Proxy) unlistenLocked() error {
 	fd, err := reservePort(p.addr)
 	if err != nil {
 		return err
+	}
+	if sc, ok := p.ln.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			_ = rc.Control(func(lfd uintptr) { _ = unix.Shutdown(int(lfd), unix.SHUT_RDWR) })
+		}
 	}
 	_ = p.ln.Close()
 	p.ln = nil
