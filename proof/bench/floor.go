@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -263,8 +262,6 @@ func ServeFloor(ctx context.Context, cfg FloorConfig) error {
 	return srv.Serve(lis)
 }
 
-var operationIDRE = regexp.MustCompile(`^op_[0-9a-z]{26}$`)
-
 // validateLike does what the server's validator does for Get and Execute:
 // check the operation id's shape.
 func validateLike(_ context.Context, _ string, req any) error {
@@ -277,7 +274,7 @@ func validateLike(_ context.Context, _ string, req any) error {
 	default:
 		return nil
 	}
-	if !operationIDRE.MatchString(id) {
+	if !server.ValidOperationID(id) {
 		return status.Error(codes.NotFound, "no such operation")
 	}
 	return nil
