@@ -30,6 +30,7 @@ import (
 	"github.com/opledger/opledger/internal/ledger"
 	"github.com/opledger/opledger/internal/metrics"
 	"github.com/opledger/opledger/internal/reason"
+	"github.com/opledger/opledger/tool"
 )
 
 // MaxMessageBytes bounds every request and response on the wire. Args have
@@ -229,36 +230,6 @@ func actorOf(ctx context.Context) ledger.Actor {
 
 var fingerprintRE = regexp.MustCompile(`^v[0-9]+:[0-9a-f]{64}$`)
 
-// ValidOperationID reports whether id has the form of an operation id,
-// ^op_[0-9a-z]{26}$. It runs on every call that names an operation, so it
-// is written out: a regular expression costs ten times as much
-// (docs/performance.md, finding 29).
-func ValidOperationID(id string) bool {
-	if len(id) != 29 || id[:3] != "op_" {
-		return false
-	}
-	for i := 3; i < len(id); i++ {
-		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'z') {
-			return false
-		}
-	}
-	return true
-}
-
-// validToolName reports whether name matches ^[a-z][a-z0-9_]{0,63}$,
-// written out for the same reason as ValidOperationID.
-func validToolName(name string) bool {
-	if len(name) == 0 || len(name) > 64 || name[0] < 'a' || name[0] > 'z' {
-		return false
-	}
-	for i := 1; i < len(name); i++ {
-		if c := name[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
-
 func invalid(field, msg string) error {
 	return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, field+": "+msg, nil,
 		reason.FieldViolation(field, msg))
@@ -271,7 +242,7 @@ func validate(_ context.Context, _ string, req any) error {
 		if id == "" {
 			return invalid("operation_id", "is required")
 		}
-		if !ValidOperationID(id) {
+		if !ledger.ValidOperationID(id) {
 			return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND,
 				fmt.Sprintf("no operation %q in your tenant", truncate(id, 64)), nil)
 		}
@@ -279,7 +250,7 @@ func validate(_ context.Context, _ string, req any) error {
 	}
 	switch r := req.(type) {
 	case *opledgerv1.PrepareRequest:
-		if !validToolName(r.GetTool()) {
+		if !tool.ValidName(r.GetTool()) {
 			return invalid("tool", "must match [a-z][a-z0-9_]{0,63}")
 		}
 		if len(r.GetToolVersion()) > 32 {
@@ -330,7 +301,7 @@ func validate(_ context.Context, _ string, req any) error {
 				return invalid("states", "must list known states, e.g. STATE_AWAITING_APPROVAL")
 			}
 		}
-		if r.GetTool() != "" && !validToolName(r.GetTool()) {
+		if r.GetTool() != "" && !tool.ValidName(r.GetTool()) {
 			return invalid("tool", "must be empty or match [a-z][a-z0-9_]{0,63}")
 		}
 		if r.GetPageSize() < 0 {

@@ -28,7 +28,6 @@ const (
 )
 
 var (
-	nameRE       = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 	versionRE    = regexp.MustCompile(`^[A-Za-z0-9._-]{1,32}$`)
 	headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 )
@@ -165,8 +164,8 @@ func describe(td *toolDoc) string {
 }
 
 func buildTool(td *toolDoc) (*Tool, error) {
-	if !nameRE.MatchString(td.Name) {
-		return nil, fmt.Errorf("name: %q does not match %s", td.Name, nameRE)
+	if !ValidName(td.Name) {
+		return nil, fmt.Errorf("name: %q does not match %s", td.Name, NamePattern)
 	}
 	if !versionRE.MatchString(td.Version) {
 		return nil, fmt.Errorf("version: %q does not match %s", td.Version, versionRE)

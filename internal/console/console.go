@@ -22,7 +22,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
@@ -74,8 +73,6 @@ const (
 // no framing.
 const ContentSecurityPolicy = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; " +
 	"frame-ancestors 'none'; base-uri 'none'"
-
-var operationID = regexp.MustCompile(`^op_[0-9a-z]{26}$`)
 
 // New returns the console over l.
 func New(l *ledger.Ledger, opts Options) *Console {
@@ -485,7 +482,7 @@ func (c *Console) operation(w http.ResponseWriter, r *http.Request, s session) {
 // form post when there is one.
 func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s session, status int, flash string, p *problem) {
 	id := r.PathValue("id")
-	if !operationID.MatchString(id) {
+	if !ledger.ValidOperationID(id) {
 		c.message(w, r, http.StatusNotFound, "No such operation", "There is no such operation in your tenant.")
 		return
 	}

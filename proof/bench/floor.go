@@ -274,7 +274,7 @@ func validateLike(_ context.Context, _ string, req any) error {
 	default:
 		return nil
 	}
-	if !server.ValidOperationID(id) {
+	if !ledger.ValidOperationID(id) {
 		return status.Error(codes.NotFound, "no such operation")
 	}
 	return nil

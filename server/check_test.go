@@ -1,17 +1,21 @@
-package server
+package server_test
 
 import (
 	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/tool"
 )
 
-// The forms ValidOperationID and validToolName check, as the regular
-// expressions they replace state them.
+// The forms of the request checks the server runs on every call
+// (ledger.ValidOperationID, tool.ValidName), as the regular expressions
+// they replace state them.
 var (
 	operationIDForm = regexp.MustCompile(`^op_[0-9a-z]{26}$`)
-	toolNameForm    = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+	toolNameForm    = regexp.MustCompile(tool.NamePattern)
 )
 
 var checkSeeds = []string{
@@ -24,11 +28,11 @@ var checkSeeds = []string{
 
 func checkAgrees(t *testing.T, s string) {
 	t.Helper()
-	if got, want := ValidOperationID(s), operationIDForm.MatchString(s); got != want {
-		t.Fatalf("ValidOperationID(%q) = %t, the form says %t", s, got, want)
+	if got, want := ledger.ValidOperationID(s), operationIDForm.MatchString(s); got != want {
+		t.Fatalf("ledger.ValidOperationID(%q) = %t, the form says %t", s, got, want)
 	}
-	if got, want := validToolName(s), toolNameForm.MatchString(s); got != want {
-		t.Fatalf("validToolName(%q) = %t, the form says %t", s, got, want)
+	if got, want := tool.ValidName(s), toolNameForm.MatchString(s); got != want {
+		t.Fatalf("tool.ValidName(%q) = %t, the form says %t", s, got, want)
 	}
 }
 
