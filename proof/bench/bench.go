@@ -222,8 +222,20 @@ type Result struct {
 	// CPU is the machine's CPU time per op in the measured window, by
 	// process; nil when not measured (storms, the growth test).
 	CPU *CPUCost `json:",omitempty"`
+	// Rounds has every run of the point in the order they ran, when it ran
+	// more than once (--repeat): the figures above are the median run's,
+	// and the targets print the ratio of each round to its baseline's round
+	// beside them, because on two shared cores one round's ratio moves by
+	// more than most targets' margins.
+	Rounds []Round `json:",omitempty"`
 	// total counts every op, warm-up included.
 	total int
+}
+
+// Round is one run of a point measured more than once.
+type Round struct {
+	OpsPerSec float64
+	CPU       *CPUCost `json:",omitempty"`
 }
 
 // GrowPoint is execute-replay measured with Stored operations in the table.
@@ -455,10 +467,16 @@ func medianOf(runs []Result) Result {
 			first = r.FirstError
 		}
 	}
+	var rounds []Round
+	if len(runs) > 1 {
+		for _, r := range runs {
+			rounds = append(rounds, Round{OpsPerSec: r.OpsPerSec, CPU: r.CPU})
+		}
+	}
 	runs = slices.Clone(runs)
 	slices.SortFunc(runs, func(a, b Result) int { return cmp.Compare(a.OpsPerSec, b.OpsPerSec) })
 	m := runs[len(runs)/2]
-	m.Errors, m.FirstError = errs, first
+	m.Errors, m.FirstError, m.Rounds = errs, first, rounds
 	return m
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,6 +178,47 @@ func TestMedianOf(t *testing.T) {
 	require.Equal(t, 3, m.Errors, "the errors of every run")
 	require.Equal(t, "a", m.FirstError)
 	require.InDelta(t, 30, runs[0].OpsPerSec, 0, "the runs are left in their order")
+	require.Equal(t, []Round{{OpsPerSec: 30}, {OpsPerSec: 10}, {OpsPerSec: 20}}, m.Rounds, "every round, in the order run")
+	require.Empty(t, medianOf(runs[:1]).Rounds, "a point run once has no rounds")
+}
+
+// TestTargetsPrintEveryRound checks that a target measured over several
+// rounds prints each round's ratio to the baseline's round run beside it,
+// and that its verdict stays the medians'.
+func TestTargetsPrintEveryRound(t *testing.T) {
+	t.Parallel()
+	cost := func(server, total time.Duration) *CPUCost {
+		return &CPUCost{Server: server, Postgres: total - server}
+	}
+	rep := &Report{Options: Options{Concurrency: []int{16}}, Results: []Result{
+		{Scenario: ScenarioExecuteNew, System: SystemOpledger, Concurrency: 16, Ops: 1, OpsPerSec: 100, CPU: cost(500*time.Microsecond, 1800*time.Microsecond),
+			Rounds: []Round{{90, cost(520*time.Microsecond, 2000*time.Microsecond)}, {100, cost(500*time.Microsecond, 1800*time.Microsecond)}, {120, cost(480*time.Microsecond, 1500*time.Microsecond)}}},
+		{Scenario: ScenarioExecuteNew, System: SystemDBOS, Concurrency: 16, Ops: 1, OpsPerSec: 100, CPU: cost(0, 1600*time.Microsecond),
+			Rounds: []Round{{100, cost(0, 1600*time.Microsecond)}, {80, cost(0, 2000*time.Microsecond)}, {100, cost(0, 1500*time.Microsecond)}}},
+		{Scenario: ScenarioGet, System: SystemGRPCFloor, Concurrency: 16, Ops: 1, OpsPerSec: 108, Rounds: []Round{{108, nil}, {100, nil}}},
+		{Scenario: ScenarioGet, System: SystemGRPCChain, Concurrency: 16, Ops: 1, OpsPerSec: 100, Rounds: []Round{{100, nil}, {100, nil}}},
+	}}
+	texts := map[string]string{}
+	for _, tg := range rep.Targets() {
+		texts[tg.Text[:strings.Index(tg.Text, ":")]] = tg.Verdict() + " " + tg.Text
+	}
+	require.Equal(t, "ok execute-new ≥ 1.0 × DBOS's throughput (c=16): 100 vs 100 ops/s = 1.00; by round 0.90, 1.25, 1.20",
+		texts["execute-new ≥ 1.0 × DBOS's throughput (c=16)"])
+	require.Equal(t, "MISS execute-new total CPU per op ≤ DBOS's (c=16): 1800 µs vs 1600 µs (server 500 µs + PostgreSQL 1300 µs + clients 0 µs); by round 1.25 ×, 0.90 ×, 1.00 ×",
+		texts["execute-new total CPU per op ≤ DBOS's (c=16)"])
+	require.Equal(t, "MISS execute-new server CPU per op ≤ 350 µs (c=16): 500 µs; by round 520 µs, 500 µs, 480 µs",
+		texts["execute-new server CPU per op ≤ 350 µs (c=16)"])
+	require.Equal(t, "ok interceptor chain ≤ 10% over the bare floor on get (c=16): floor 108, chain 100 ops/s: +8% per call; by round +8%, +0%",
+		texts["interceptor chain ≤ 10% over the bare floor on get (c=16)"])
+	// A baseline run a different number of times prints no rounds, nor
+	// does a round whose CPU was not accounted.
+	rep.Results[1].Rounds = rep.Results[1].Rounds[:2]
+	rep.Results[0].Rounds[1].CPU = nil
+	for _, tg := range rep.Targets() {
+		if strings.HasPrefix(tg.Text, "execute-new ") {
+			require.NotContains(t, tg.Text, "by round")
+		}
+	}
 }
 
 // TestFloorAnswersTheSameOperation checks that the floors' answer, its args

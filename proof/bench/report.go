@@ -176,6 +176,42 @@ func (r *Report) at(sc, sys string, c int) (Result, bool) {
 
 func met(b bool) *bool { return &b }
 
+// byRound is "; by round q1, q2, …": f of each round of o and the round of
+// b run beside it, when both ran the same number of rounds (more than
+// one) and f has a value for every pair; empty otherwise.
+func byRound(o, b Result, format string, f func(o, b Round) (float64, bool)) string {
+	if len(o.Rounds) < 2 || len(o.Rounds) != len(b.Rounds) {
+		return ""
+	}
+	qs := make([]string, len(o.Rounds))
+	for i := range o.Rounds {
+		q, ok := f(o.Rounds[i], b.Rounds[i])
+		if !ok {
+			return ""
+		}
+		qs[i] = fmt.Sprintf(format, q)
+	}
+	return "; by round " + strings.Join(qs, ", ")
+}
+
+// opsRatio and cpuRatio compare one round of each side.
+func opsRatio(o, b Round) (float64, bool) { return o.OpsPerSec / b.OpsPerSec, b.OpsPerSec > 0 }
+
+func cpuRatio(o, b Round) (float64, bool) {
+	if o.CPU == nil || b.CPU == nil || b.CPU.Total() == 0 {
+		return 0, false
+	}
+	return float64(o.CPU.Total()) / float64(b.CPU.Total()), true
+}
+
+// serverCPU is one round's server CPU per op in µs.
+func serverCPU(r, _ Round) (float64, bool) {
+	if r.CPU == nil || r.CPU.Server == 0 {
+		return 0, false
+	}
+	return float64(r.CPU.Server.Microseconds()), true
+}
+
 // TargetConcurrency is the client count at which the targets compare
 // systems (issue 13's figures are at 16 clients); a sweep without it uses
 // its highest level.
@@ -210,7 +246,8 @@ func (r *Report) Targets() []Target {
 			continue
 		}
 		q := o.OpsPerSec / dbos.OpsPerSec
-		ts = append(ts, Target{Met: met(q >= x.min), Text: fmt.Sprintf("%s: %.0f vs %.0f ops/s = %.2f", text, o.OpsPerSec, dbos.OpsPerSec, q)})
+		ts = append(ts, Target{Met: met(q >= x.min), Text: fmt.Sprintf("%s: %.0f vs %.0f ops/s = %.2f%s", text, o.OpsPerSec, dbos.OpsPerSec, q,
+			byRound(o, dbos, "%.2f", opsRatio))})
 	}
 	// CPU per new operation: the whole machine's (every process), then
 	// PostgreSQL's, then the server's alone.
@@ -222,8 +259,9 @@ func (r *Report) Targets() []Target {
 			if !haveCPU {
 				missing(text)
 			} else {
-				ts = append(ts, Target{Met: met(o.CPU.Total() <= dbos.CPU.Total()), Text: fmt.Sprintf("%s: %s vs %s (server %s + PostgreSQL %s + clients %s)",
-					text, us(o.CPU.Total()), us(dbos.CPU.Total()), us(o.CPU.Server), us(o.CPU.Postgres), us(o.CPU.Bench))})
+				ts = append(ts, Target{Met: met(o.CPU.Total() <= dbos.CPU.Total()), Text: fmt.Sprintf("%s: %s vs %s (server %s + PostgreSQL %s + clients %s)%s",
+					text, us(o.CPU.Total()), us(dbos.CPU.Total()), us(o.CPU.Server), us(o.CPU.Postgres), us(o.CPU.Bench),
+					byRound(o, dbos, "%.2f ×", cpuRatio))})
 			}
 		}
 		text := fmt.Sprintf("%s PostgreSQL CPU per op ≤ DBOS's (c=%d)", sc, c)
@@ -237,7 +275,8 @@ func (r *Report) Targets() []Target {
 			// In-process runs charge the server to the bench process.
 			missing(text + " [needs the server in its own process]")
 		} else {
-			ts = append(ts, Target{Met: met(o.CPU.Server <= ServerCPUTarget), Text: fmt.Sprintf("%s: %s", text, us(o.CPU.Server))})
+			ts = append(ts, Target{Met: met(o.CPU.Server <= ServerCPUTarget), Text: fmt.Sprintf("%s: %s%s", text, us(o.CPU.Server),
+				byRound(o, o, "%.0f µs", serverCPU))})
 		}
 	}
 	replay, okR := r.at(ScenarioExecuteReplay, SystemOpledger, c)
@@ -252,7 +291,8 @@ func (r *Report) Targets() []Target {
 			continue
 		}
 		q := replay.OpsPerSec / b.OpsPerSec
-		ts = append(ts, Target{Met: met(q >= x.min), Text: fmt.Sprintf("%s: %.0f vs %.0f ops/s = %.2f", text, replay.OpsPerSec, b.OpsPerSec, q)})
+		ts = append(ts, Target{Met: met(q >= x.min), Text: fmt.Sprintf("%s: %.0f vs %.0f ops/s = %.2f%s", text, replay.OpsPerSec, b.OpsPerSec, q,
+			byRound(replay, b, "%.2f", opsRatio))})
 	}
 	{
 		text := fmt.Sprintf("interceptor chain ≤ 10%% over the bare floor on get (c=%d)", c)
@@ -266,7 +306,10 @@ func (r *Report) Targets() []Target {
 			if f.CPU != nil && ch.CPU != nil && f.CPU.Server > 0 {
 				cpu = fmt.Sprintf("; server CPU %s vs %s per call", us(ch.CPU.Server), us(f.CPU.Server))
 			}
-			ts = append(ts, Target{Met: met(over <= 0.10), Text: fmt.Sprintf("%s: floor %.0f, chain %.0f ops/s: %+.0f%% per call%s", text, f.OpsPerSec, ch.OpsPerSec, 100*over, cpu)})
+			rounds := byRound(f, ch, "%+.0f%%", func(f, ch Round) (float64, bool) {
+				return 100 * (f.OpsPerSec/ch.OpsPerSec - 1), ch.OpsPerSec > 0
+			})
+			ts = append(ts, Target{Met: met(over <= 0.10), Text: fmt.Sprintf("%s: floor %.0f, chain %.0f ops/s: %+.0f%% per call%s%s", text, f.OpsPerSec, ch.OpsPerSec, 100*over, cpu, rounds)})
 		}
 	}
 	if len(r.Grow) >= 2 && r.Grow[0].P99 > 0 {
