@@ -48,6 +48,11 @@ type Operation struct {
 	NextReconcileAt   time.Time
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	// Events counts the operation's events. Every statement that changes
+	// anything but waited, reconcile_attempts and next_reconcile_at bumps it,
+	// so a row whose Events is one behind a statement's is the version that
+	// statement changed (OperationTransition).
+	Events int32
 	// DBNow is the database's clock when the row was read or written: every
 	// time rule is judged against it, never against this process's clock.
 	// Zero when the statement did not report it.
@@ -97,7 +102,7 @@ func fromDB(r db.Operation) Operation {
 		FirstClaimedAt: r.FirstClaimedAt.Time, FirstSentFence: r.FirstSentFence.Int64, Waited: r.Waited,
 		DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef.String, Result: r.Result, Error: r.Error,
 		ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt.Time,
-		CreatedAt: r.CreatedAt.Time, UpdatedAt: r.UpdatedAt.Time,
+		CreatedAt: r.CreatedAt.Time, UpdatedAt: r.UpdatedAt.Time, Events: r.Events,
 	}
 }
 
@@ -160,11 +165,35 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		p.LeaseOwner, p.LeaseSeconds = text(n.Lease.Owner), n.Lease.Duration.Seconds()
 	}
 	r, err := c.q.OperationInsert(ctx, c.dbtx, p)
-	op, err = wrote(one(r, err, func(r db.OperationInsertRow) db.Operation { return db.Operation(r) }))
-	if errors.Is(err, ErrNotFound) {
+	if err = interpretError(err); errors.Is(err, ErrNotFound) {
 		return Operation{}, false, nil
 	}
-	return op, err == nil, err
+	if err != nil {
+		return Operation{}, false, err
+	}
+	return n.row(r), true, nil
+}
+
+// row is the operation OperationInsert stored: what the caller gave it, the
+// statement's constants, and the three columns it returns (finding 31 of
+// docs/performance.md: every column a statement returns costs PostgreSQL a
+// catalog lookup per plan node on every execution, so the writes return only
+// what the caller cannot know). TestWrittenRowIsTheStoredRow holds it to a
+// read of the row.
+func (n NewOperation) row(r db.OperationInsertRow) Operation {
+	now := r.CreatedAt.Time
+	op := Operation{
+		ID: n.ID, Tenant: n.Tenant, Tool: n.Tool, ToolVersion: n.ToolVersion, IdempotencyKey: n.IdempotencyKey,
+		Args: r.Args, Fingerprint: n.Fingerprint, State: n.State, PreparedBy: n.PreparedBy,
+		ApprovalRequired: n.ApprovalRequired, ApprovalTTL: time.Duration(n.ApprovalTTL.Milliseconds()) * time.Millisecond,
+		DownstreamKey: n.DownstreamKey, CreatedAt: now, UpdatedAt: now, DBNow: now, Events: 1,
+	}
+	if n.Claim != nil {
+		op.State, op.Events, op.Fence, op.Attempts = n.Claim.To, 2, 1, 1
+		op.LeaseOwner, op.LeaseExpiresAt, op.NextReconcileAt = n.Lease.Owner, r.LeaseExpiresAt.Time, r.LeaseExpiresAt.Time
+		op.FirstClaimedAt = now
+	}
+	return op
 }
 
 // OperationGetByKey reads the operation holding (tenant, tool, key).
@@ -298,6 +327,11 @@ type Transition struct {
 	ReconcileAfter time.Duration
 	// The event.
 	Event, Actor, Detail string
+	// Base is the operation as the caller last read it. The statement
+	// returns only the columns it changes (see NewOperation.row), and Base
+	// supplies the rest when it is the version the statement changed (its
+	// Events one behind); otherwise the operation is read again.
+	Base Operation
 }
 
 // OperationTransition applies t. ErrNotFound means the guard failed: the
@@ -312,7 +346,25 @@ func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation
 		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
 		EventType: t.Event, Actor: t.Actor, Detail: t.Detail,
 	})
-	return wrote(one(r, err, func(r db.OperationTransitionRow) db.Operation { return db.Operation(r) }))
+	if err != nil {
+		return Operation{}, interpretError(err)
+	}
+	if t.Base.ID != t.ID || t.Base.Events+1 != r.Events {
+		// Base is not the version the statement changed (a caller that read
+		// it before another change that kept its guard true): read what
+		// the statement left, or what came after it.
+		op, err := c.OperationGet(ctx, t.Tenant, t.ID)
+		if err != nil {
+			return Operation{}, err
+		}
+		return op, nil
+	}
+	op := t.Base
+	op.State, op.LeaseOwner, op.LeaseExpiresAt = t.To, "", time.Time{}
+	op.Events, op.UpdatedAt, op.DBNow, op.Waited = r.Events, r.UpdatedAt.Time, r.UpdatedAt.Time, r.Waited
+	op.ReconcileAttempts, op.NextReconcileAt = r.ReconcileAttempts, r.NextReconcileAt.Time
+	op.FirstSentFence, op.ExternalRef, op.Result, op.Error = r.FirstSentFence.Int64, r.ExternalRef.String, r.Result, r.Error
+	return op, nil
 }
 
 // Decision is an approval-related change: a decision (Decision "APPROVE" or

@@ -28,7 +28,8 @@ func (l *Ledger) transition(op Operation, event Event, to State, by Party) (stor
 		return store.Transition{}, err
 	}
 	t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: names(froms), Fence: op.Fence, To: string(to), Event: string(event),
-		RequireLeaseExpired: g.Has(GuardLeaseExpired), RequireUnsent: g.Has(GuardUnsent), RequireFirstSend: g.Has(GuardFirstSend)}
+		RequireLeaseExpired: g.Has(GuardLeaseExpired), RequireUnsent: g.Has(GuardUnsent), RequireFirstSend: g.Has(GuardFirstSend),
+		Base: op}
 	if g.Has(GuardKeyWindow) {
 		b, err := l.toolOf(op)
 		if err != nil {

@@ -18,6 +18,10 @@
 -- born EXECUTING with fence 1, attempt 1 and a lease measured on the
 -- database's clock, and its CLAIMED event (claim_from → claim_to) follows
 -- the PREPARED one, exactly as a Prepare followed by a claim would leave it.
+-- Returns only the columns the caller cannot know (the clock's, and the
+-- args as stored); the store completes the row from what it inserted
+-- (NewOperation.row), since every column a statement returns costs a catalog
+-- lookup per plan node on every execution (docs/performance.md, finding 31).
 -- Returns no row when the operation conflicts with one already stored, which
 -- is always the same (tenant, tool, idempotency_key): the caller then reads
 -- the existing operation. ON CONFLICT waits for a concurrent twin
@@ -45,7 +49,7 @@ WITH ins AS (
             CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
             CASE WHEN sqlc.arg(claim)::boolean THEN now() END)
     ON CONFLICT DO NOTHING
-    RETURNING *
+    RETURNING id, state, fence, created_at, lease_expires_at, args
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail) FROM ins
@@ -56,7 +60,7 @@ WITH ins AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
-SELECT * FROM ins;
+SELECT created_at, lease_expires_at, args FROM ins;
 
 -- name: OperationGetByKey :one
 SELECT * FROM operation
@@ -167,7 +171,11 @@ SELECT * FROM upd;
 -- sent) marks the operation as sent. The event is appended in the same
 -- statement, from the state the update found (prev_state, which the table's
 -- trigger sets from the locked row). A caller whose guard fails changes
--- nothing and gets no row.
+-- nothing and gets no row. Returns the columns the statement sets from the
+-- row or the clock, and those that change without an event (waited,
+-- reconcile_attempts, next_reconcile_at); the store completes the row from
+-- the caller's copy when events shows it is the version changed here
+-- (Transition.Base).
 WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
@@ -193,13 +201,14 @@ WITH upd AS (
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
               < o.first_claimed_at + make_interval(secs => 0.9 * sqlc.arg(key_retention_seconds)::float8))
-    RETURNING o.*
+    RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
+              o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
     FROM upd
 )
-SELECT * FROM upd;
+SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_sent_fence, external_ref, result, error FROM upd;
 
 -- name: OperationDecide :one
 -- Records an approver's decision (or an approval's expiry) on an operation

@@ -775,7 +775,7 @@ WITH ins AS (
             CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
             CASE WHEN $8::boolean THEN now() END)
     ON CONFLICT DO NOTHING
-    RETURNING id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state
+    RETURNING id, state, fence, created_at, lease_expires_at, args
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT ins.id, 1, 'PREPARED', $17, NULL, $10::text, 0, 0, $18 FROM ins
@@ -786,7 +786,7 @@ WITH ins AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $21::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM ins
+SELECT created_at, lease_expires_at, args FROM ins
 `
 
 type OperationInsertParams struct {
@@ -814,40 +814,9 @@ type OperationInsertParams struct {
 }
 
 type OperationInsertRow struct {
-	ID                  string
-	Tenant              string
-	Tool                string
-	ToolVersion         string
-	IdempotencyKey      string
-	Args                []byte
-	Fingerprint         string
-	State               string
-	PreparedBy          string
-	ApprovalRequired    bool
-	ApprovalTtlMs       int64
-	ApprovalDecision    pgtype.Text
-	ApprovalDecidedBy   pgtype.Text
-	ApprovalDecidedAt   pgtype.Timestamptz
-	ApprovalExpiresAt   pgtype.Timestamptz
-	ApprovalFingerprint pgtype.Text
-	ApprovalReason      pgtype.Text
-	Attempts            int32
-	Fence               int64
-	LeaseOwner          pgtype.Text
-	LeaseExpiresAt      pgtype.Timestamptz
-	FirstClaimedAt      pgtype.Timestamptz
-	DownstreamKey       string
-	ExternalRef         pgtype.Text
-	Result              []byte
-	Error               []byte
-	Events              int32
-	ReconcileAttempts   int32
-	NextReconcileAt     pgtype.Timestamptz
-	CreatedAt           pgtype.Timestamptz
-	UpdatedAt           pgtype.Timestamptz
-	FirstSentFence      pgtype.Int8
-	Waited              bool
-	PrevState           pgtype.Text
+	CreatedAt      pgtype.Timestamptz
+	LeaseExpiresAt pgtype.Timestamptz
+	Args           []byte
 }
 
 // The statements that read or change one operation find it by its primary
@@ -868,6 +837,10 @@ type OperationInsertRow struct {
 // born EXECUTING with fence 1, attempt 1 and a lease measured on the
 // database's clock, and its CLAIMED event (claim_from → claim_to) follows
 // the PREPARED one, exactly as a Prepare followed by a claim would leave it.
+// Returns only the columns the caller cannot know (the clock's, and the
+// args as stored); the store completes the row from what it inserted
+// (NewOperation.row), since every column a statement returns costs a catalog
+// lookup per plan node on every execution (docs/performance.md, finding 31).
 // Returns no row when the operation conflicts with one already stored, which
 // is always the same (tenant, tool, idempotency_key): the caller then reads
 // the existing operation. ON CONFLICT waits for a concurrent twin
@@ -905,42 +878,7 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.Notify,
 	)
 	var i OperationInsertRow
-	err := row.Scan(
-		&i.ID,
-		&i.Tenant,
-		&i.Tool,
-		&i.ToolVersion,
-		&i.IdempotencyKey,
-		&i.Args,
-		&i.Fingerprint,
-		&i.State,
-		&i.PreparedBy,
-		&i.ApprovalRequired,
-		&i.ApprovalTtlMs,
-		&i.ApprovalDecision,
-		&i.ApprovalDecidedBy,
-		&i.ApprovalDecidedAt,
-		&i.ApprovalExpiresAt,
-		&i.ApprovalFingerprint,
-		&i.ApprovalReason,
-		&i.Attempts,
-		&i.Fence,
-		&i.LeaseOwner,
-		&i.LeaseExpiresAt,
-		&i.FirstClaimedAt,
-		&i.DownstreamKey,
-		&i.ExternalRef,
-		&i.Result,
-		&i.Error,
-		&i.Events,
-		&i.ReconcileAttempts,
-		&i.NextReconcileAt,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.FirstSentFence,
-		&i.Waited,
-		&i.PrevState,
-	)
+	err := row.Scan(&i.CreatedAt, &i.LeaseExpiresAt, &i.Args)
 	return i, err
 }
 
@@ -1253,13 +1191,14 @@ WITH upd AS (
       AND ($15::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => $16::float8)
               < o.first_claimed_at + make_interval(secs => 0.9 * $15::float8))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state
+    RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
+              o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $6::text, $17, upd.prev_state, upd.state, upd.attempts, upd.fence, $18
     FROM upd
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM upd
+SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_sent_fence, external_ref, result, error FROM upd
 `
 
 type OperationTransitionParams struct {
@@ -1284,40 +1223,15 @@ type OperationTransitionParams struct {
 }
 
 type OperationTransitionRow struct {
-	ID                  string
-	Tenant              string
-	Tool                string
-	ToolVersion         string
-	IdempotencyKey      string
-	Args                []byte
-	Fingerprint         string
-	State               string
-	PreparedBy          string
-	ApprovalRequired    bool
-	ApprovalTtlMs       int64
-	ApprovalDecision    pgtype.Text
-	ApprovalDecidedBy   pgtype.Text
-	ApprovalDecidedAt   pgtype.Timestamptz
-	ApprovalExpiresAt   pgtype.Timestamptz
-	ApprovalFingerprint pgtype.Text
-	ApprovalReason      pgtype.Text
-	Attempts            int32
-	Fence               int64
-	LeaseOwner          pgtype.Text
-	LeaseExpiresAt      pgtype.Timestamptz
-	FirstClaimedAt      pgtype.Timestamptz
-	DownstreamKey       string
-	ExternalRef         pgtype.Text
-	Result              []byte
-	Error               []byte
-	Events              int32
-	ReconcileAttempts   int32
-	NextReconcileAt     pgtype.Timestamptz
-	CreatedAt           pgtype.Timestamptz
-	UpdatedAt           pgtype.Timestamptz
-	FirstSentFence      pgtype.Int8
-	Waited              bool
-	PrevState           pgtype.Text
+	Events            int32
+	UpdatedAt         pgtype.Timestamptz
+	Waited            bool
+	ReconcileAttempts int32
+	NextReconcileAt   pgtype.Timestamptz
+	FirstSentFence    pgtype.Int8
+	ExternalRef       pgtype.Text
+	Result            []byte
+	Error             []byte
 }
 
 // The one guarded transition for outcomes, reconciliation and cancellation:
@@ -1339,7 +1253,11 @@ type OperationTransitionRow struct {
 // sent) marks the operation as sent. The event is appended in the same
 // statement, from the state the update found (prev_state, which the table's
 // trigger sets from the locked row). A caller whose guard fails changes
-// nothing and gets no row.
+// nothing and gets no row. Returns the columns the statement sets from the
+// row or the clock, and those that change without an event (waited,
+// reconcile_attempts, next_reconcile_at); the store completes the row from
+// the caller's copy when events shows it is the version changed here
+// (Transition.Base).
 func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg OperationTransitionParams) (OperationTransitionRow, error) {
 	row := db.QueryRow(ctx, operationTransition,
 		arg.ToState,
@@ -1363,40 +1281,15 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 	)
 	var i OperationTransitionRow
 	err := row.Scan(
-		&i.ID,
-		&i.Tenant,
-		&i.Tool,
-		&i.ToolVersion,
-		&i.IdempotencyKey,
-		&i.Args,
-		&i.Fingerprint,
-		&i.State,
-		&i.PreparedBy,
-		&i.ApprovalRequired,
-		&i.ApprovalTtlMs,
-		&i.ApprovalDecision,
-		&i.ApprovalDecidedBy,
-		&i.ApprovalDecidedAt,
-		&i.ApprovalExpiresAt,
-		&i.ApprovalFingerprint,
-		&i.ApprovalReason,
-		&i.Attempts,
-		&i.Fence,
-		&i.LeaseOwner,
-		&i.LeaseExpiresAt,
-		&i.FirstClaimedAt,
-		&i.DownstreamKey,
+		&i.Events,
+		&i.UpdatedAt,
+		&i.Waited,
+		&i.ReconcileAttempts,
+		&i.NextReconcileAt,
+		&i.FirstSentFence,
 		&i.ExternalRef,
 		&i.Result,
 		&i.Error,
-		&i.Events,
-		&i.ReconcileAttempts,
-		&i.NextReconcileAt,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.FirstSentFence,
-		&i.Waited,
-		&i.PrevState,
 	)
 	return i, err
 }

@@ -1,0 +1,121 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/store"
+)
+
+// requireStored requires op, as a write returned it, to be the row as
+// stored: a read of the operation gives the same (the database's clock of
+// each aside).
+func requireStored(t *testing.T, g *guardDB, op store.Operation) {
+	t.Helper()
+	got := g.get(t, op.ID)
+	require.False(t, op.DBNow.IsZero(), "a write reports the database's clock")
+	op.DBNow, got.DBNow = time.Time{}, time.Time{}
+	require.Equal(t, got, op)
+}
+
+// TestWrittenRowIsTheStoredRow: OperationInsert and OperationTransition
+// return only the columns the caller cannot know and complete the row from
+// what it gave them (docs/performance.md, finding 31). Whatever happened to
+// the row between the caller's read and the write, the operation they
+// return is the row as stored: the columns that change without an event
+// (waited, reconcile_attempts, next_reconcile_at) come from the statement,
+// and a base that is not the version the statement changed is read again.
+func TestWrittenRowIsTheStoredRow(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	lease := store.Lease{Owner: "srv_a", Duration: 2500 * time.Millisecond, Actor: "server:srv_a"}
+	claim := store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED", RequireApprovalInForce: true}
+	n := 0
+	newOp := func(mod func(*store.NewOperation)) store.NewOperation {
+		n++
+		id := "op_written" + string(rune('a'+n))
+		no := store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "3", IdempotencyKey: "key-" + id,
+			// Not in jsonb's canonical form: the row returns the stored args.
+			Args: []byte(`{"zeta":1.50, "amount": 1e3,"a":{"y":true,"x":null}}`), Fingerprint: "v1:f", State: "READY",
+			PreparedBy: "pr_a", ApprovalTTL: 90500 * time.Millisecond, DownstreamKey: "opk_" + id, Actor: "agent", Detail: "prepared"}
+		if mod != nil {
+			mod(&no)
+		}
+		return no
+	}
+	insert := func(no store.NewOperation) store.Operation {
+		op, inserted, err := g.st.OperationInsert(ctx, no)
+		require.NoError(t, err)
+		require.True(t, inserted)
+		requireStored(t, g, op)
+		return op
+	}
+	outcome := func(base store.Operation, to string, mod func(*store.Transition)) store.Operation {
+		tr := store.Transition{Tenant: "acme", ID: base.ID, From: []string{base.State}, Fence: base.Fence, To: to,
+			Event: "TEST", Actor: "server:srv_a", Detail: "test", Base: base}
+		if mod != nil {
+			mod(&tr)
+		}
+		op, err := g.st.OperationTransition(ctx, tr)
+		require.NoError(t, err)
+		requireStored(t, g, op)
+		return op
+	}
+
+	t.Run("insert", func(t *testing.T) {
+		insert(newOp(nil))
+		insert(newOp(func(no *store.NewOperation) {
+			no.State, no.ApprovalRequired, no.Notify = "AWAITING_APPROVAL", true, true
+		}))
+	})
+
+	t.Run("one call: claimed insert, then its outcome", func(t *testing.T) {
+		op := insert(newOp(func(no *store.NewOperation) { no.Claim, no.Lease = &claim, lease }))
+		require.Equal(t, "EXECUTING", op.State)
+		outcome(op, "SUCCEEDED", func(tr *store.Transition) {
+			tr.ExternalRef, tr.Result, tr.SetError = "ch_1", []byte(`{"status":"succeeded", "id":"ch_1","n":2E2}`), true
+		})
+	})
+
+	t.Run("claim, waited, outcome", func(t *testing.T) {
+		op := insert(newOp(nil))
+		claimed, ok, err := g.st.OperationClaim(ctx, "acme", op.ID, claim, lease)
+		require.NoError(t, err)
+		require.True(t, ok)
+		requireStored(t, g, claimed)
+		// An Execute of another replica waits for this attempt: no event.
+		waited, err := g.st.OperationMarkWaited(ctx, "acme", op.ID, claimed.Fence)
+		require.NoError(t, err)
+		require.True(t, waited)
+		out := outcome(claimed, "FAILED", func(tr *store.Transition) {
+			tr.SetError, tr.Error = true, []byte(`{"reason":"DOWNSTREAM_REJECTED", "detail":"no"}`)
+		})
+		require.True(t, out.Waited)
+	})
+
+	t.Run("reconciler's claim between the read and the write", func(t *testing.T) {
+		op := insert(newOp(func(no *store.NewOperation) { no.Claim, no.Lease = &claim, lease }))
+		unknown := outcome(op, "OUTCOME_UNKNOWN", func(tr *store.Transition) { tr.ReconcileAfter = -time.Second })
+		// A reconciler picks it up: reconcile_attempts and next_reconcile_at
+		// change, no event.
+		picked, err := g.st.OperationClaimUnresolved(ctx, 100, time.Minute, time.Hour)
+		require.NoError(t, err)
+		require.NotEmpty(t, picked)
+		again := outcome(unknown, "OUTCOME_UNKNOWN", func(tr *store.Transition) { tr.ReconcileAfter = time.Minute })
+		require.Equal(t, int32(1), again.ReconcileAttempts)
+	})
+
+	t.Run("a base that is not the version changed is read again", func(t *testing.T) {
+		op := insert(newOp(nil))
+		// Another change the guard does not see (an event of its own).
+		require.NoError(t, g.st.Exec(ctx, `UPDATE operation SET approval_reason = 'changed', events = events + 1 WHERE id = $1`, op.ID))
+		out := outcome(op, "CANCELLED", nil)
+		require.Equal(t, "changed", out.ApprovalReason)
+		// And no base at all.
+		op = insert(newOp(nil))
+		outcome(op, "CANCELLED", func(tr *store.Transition) { tr.Base = store.Operation{} })
+	})
+}
