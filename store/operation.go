@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -48,10 +49,13 @@ type Operation struct {
 	NextReconcileAt   time.Time
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
-	// Events counts the operation's events. Every statement that changes
-	// anything but waited, reconcile_attempts and next_reconcile_at bumps it,
-	// so a row whose Events is one behind a statement's is the version that
-	// statement changed (OperationTransition).
+	// Events counts the operation's events. Every statement of
+	// store/queries that changes a column of Operation other than waited,
+	// reconcile_attempts and next_reconcile_at bumps it
+	// (TestEveryChangeBumpsEvents), so a row whose Events is one behind a
+	// transition's is the version that transition changed
+	// (Transition.Base). The trigger's prev_state changes with every update
+	// and is not a field here for that reason.
 	Events int32
 	// DBNow is the database's clock when the row was read or written: every
 	// time rule is judged against it, never against this process's clock.
@@ -328,15 +332,18 @@ type Transition struct {
 	// The event.
 	Event, Actor, Detail string
 	// Base is the operation as the caller last read it. The statement
-	// returns only the columns it changes (see NewOperation.row), and Base
-	// supplies the rest when it is the version the statement changed (its
-	// Events one behind); otherwise the operation is read again.
+	// returns only the columns it sets and those that change without an
+	// event (see NewOperation.row), and Base supplies the rest when it is
+	// the version the statement changed (its Events one behind); otherwise
+	// the operation is read again after the write.
 	Base Operation
 }
 
 // OperationTransition applies t. ErrNotFound means the guard failed: the
 // state or fence changed under the caller, which must not retry blindly but
-// re-read the operation.
+// re-read the operation. It returns the row as the transition left it; when
+// t.Base was not the version it changed, the row as read just after, which
+// may already show a later change.
 func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation, error) {
 	r, err := c.q.OperationTransition(ctx, c.dbtx, db.OperationTransitionParams{
 		ID: t.ID, Tenant: t.Tenant, ToState: t.To, ExternalRef: text(t.ExternalRef), Result: t.Result,
@@ -354,6 +361,11 @@ func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation
 		// it before another change that kept its guard true): read what
 		// the statement left, or what came after it.
 		op, err := c.OperationGet(ctx, t.Tenant, t.ID)
+		if errors.Is(err, ErrNotFound) {
+			// The transition committed: a read that finds nothing (the row
+			// pruned since) must not pass for a failed guard.
+			err = fmt.Errorf("store: operation %s gone after its transition: %w", t.ID, ErrUnavailable)
+		}
 		if err != nil {
 			return Operation{}, err
 		}

@@ -121,8 +121,10 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		if err != nil {
 			return Operation{}, "", storeErr(err)
 		}
-		l.opLogger(out).Info("reconciled", "to", out.State, "detail", detail)
-		l.obs.Reconciled(op.Tool, strings.ToLower(out.State))
+		// to, not out.State: out may show a change made after this one
+		// (store.Transition.Base).
+		l.opLogger(out).Info("reconciled", "to", to, "detail", detail)
+		l.obs.Reconciled(op.Tool, strings.ToLower(string(to)))
 		return out, detail, nil
 	}
 	looker, hasLookup := b.exec.(executor.Looker)
