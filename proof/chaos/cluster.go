@@ -271,6 +271,30 @@ type server struct {
 	expectExit  bool
 	paused      bool
 	logFile     *os.File
+	// armed is the failpoint armFailpoint scheduled to kill the server
+	// once, until it fires: an incarnation that exits before its hit (a
+	// start that met a read-only node during a failover, say) passes it to
+	// the next, or the forced fault would vanish with it.
+	armed string
+}
+
+// restartSpec is the failpoint spec of s's next incarnation: the run's
+// rates, plus the scheduled kill while it has not fired.
+func (s *server) restartSpec() string {
+	s.mu.Lock()
+	armed := s.armed
+	s.mu.Unlock()
+	if armed == "" {
+		return s.r.failpointSpec()
+	}
+	return s.r.failpointSpecAction(armed, "kill")
+}
+
+// arm schedules point to kill s once; see armed.
+func (s *server) arm(point string) {
+	s.mu.Lock()
+	s.armed = point
+	s.mu.Unlock()
 }
 
 func newServer(r *Runner, idx int, pgAddr, procAddr string) (*server, error) {
@@ -548,6 +572,11 @@ func (s *server) exited(inc int) {
 		return
 	}
 	if point, last := s.lastFailpoint(); point != "" {
+		s.mu.Lock()
+		if s.armed == point {
+			s.armed = ""
+		}
+		s.mu.Unlock()
 		s.r.nem.failpointCrash(s.idx, point)
 	} else {
 		// Not a failpoint: typically a start while PostgreSQL was down
@@ -564,7 +593,7 @@ func (s *server) exited(inc int) {
 		if stale { // someone restarted it meanwhile
 			return
 		}
-		s.startRetrying(s.r.failpointSpec(), "restart after crash")
+		s.startRetrying(s.restartSpec(), "restart after crash")
 	}()
 }
 

@@ -141,7 +141,8 @@ func (n *nemesis) run(ctx context.Context) {
 		}
 		kind := all[int(n.r.rand()*float64(len(all)))]
 		// A forced fault that did not take (a failpoint armed on a server
-		// that then failed to start) is forced again, half of the time.
+		// no Execute reached in time, or a staged answer no request met) is
+		// forced again, half of the time.
 		if missing := n.missing(); len(missing) > 0 && n.r.rand() < 0.5 {
 			kind = missing[int(n.r.rand()*float64(len(missing)))]
 		} else if len(focus) > 0 && n.r.rand() < 0.5 {
@@ -331,7 +332,7 @@ func (n *nemesis) try(ctx context.Context, kind string) bool {
 // restart starts s again; during the run with the failpoint rate, once
 // the run is over without failpoints. The caller holds s.opMu.
 func (n *nemesis) restart(s *server) {
-	s.startRetrying(n.r.failpointSpec(), "restart")
+	s.startRetrying(s.restartSpec(), "restart")
 }
 
 func (n *nemesis) kill(ctx context.Context, s *server) {
@@ -638,7 +639,8 @@ func (n *nemesis) armFailpoint(ctx context.Context, s *server, point string) {
 	}
 	n.event("fp-"+point, s.idx, "graceful restart with "+point+"=1*kill")
 	s.stop(false)
-	s.startRetrying(n.r.failpointSpecAction(point, "kill"), "restart with "+point)
+	s.arm(point)
+	s.startRetrying(s.restartSpec(), "restart with "+point)
 	s.opMu.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
