@@ -1,8 +1,10 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -11,8 +13,8 @@ import (
 )
 
 // FaultKinds are the faults the nemesis injects. Each is forced once, in a
-// seeded random order, during the first 60% of the run; after that kinds are
-// drawn at random. proc-key-retention is on for the whole run (the "ret"
+// seeded random order with the failpoints first (forcedOrder), during the
+// first 60% of the run; after that kinds are drawn at random. proc-key-retention is on for the whole run (the "ret"
 // processor forgets keys after the retention its tool declares).
 var FaultKinds = []string{
 	"kill", "stop", "pg-crash", "db-clock-skew",
@@ -110,11 +112,7 @@ var trustKinds = map[string]bool{"db-clock-skew": true, "net-proc-refuse": true,
 
 func (n *nemesis) run(ctx context.Context) {
 	defer n.wg.Wait()
-	forced := n.kinds()
-	for i := len(forced) - 1; i > 0; i-- {
-		j := int(n.r.rand() * float64(i+1))
-		forced[i], forced[j] = forced[j], forced[i]
-	}
+	forced := forcedOrder(n.kinds(), n.r.rand)
 	gap := min(max(n.r.opts.Duration*6/10/time.Duration(len(forced)), 300*time.Millisecond), 4*time.Second)
 	var focus []string
 	if c := n.r.control; c != nil {
@@ -150,6 +148,29 @@ func (n *nemesis) run(ctx context.Context) {
 		}
 		n.try(ctx, kind)
 	}
+}
+
+// forcedOrder is the order the nemesis first forces each kind in: at
+// random, except that the failpoints come first. A failpoint takes only
+// when a request reaches it, and a failover can leave no request for ten
+// seconds; forced last, one could meet the end of a short run unhit.
+func forcedOrder(kinds []string, rand func() float64) []string {
+	out := slices.Clone(kinds)
+	for i := len(out) - 1; i > 0; i-- {
+		j := int(rand() * float64(i+1))
+		out[i], out[j] = out[j], out[i]
+	}
+	slices.SortStableFunc(out, func(a, b string) int {
+		return cmp.Compare(boolInt(!strings.HasPrefix(a, "fp-")), boolInt(!strings.HasPrefix(b, "fp-")))
+	})
+	return out
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // missing lists the kinds this run can inject that were not injected yet,

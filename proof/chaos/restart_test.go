@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -95,4 +96,28 @@ func TestArmedFailpointSurvivesFailedStart(t *testing.T) {
 func readFile(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
+}
+
+// TestForcedOrderPutsFailpointsFirst: the failpoints, which take only when
+// a request reaches them, are forced before every other kind, each run in
+// its own order.
+func TestForcedOrderPutsFailpointsFirst(t *testing.T) {
+	t.Parallel()
+	r := &Runner{opts: Options{Failpoints: true, Failover: "sync"}, rng: rand.New(rand.NewPCG(1, 2))}
+	kinds := (&nemesis{r: r}).kinds()
+	seen := map[string]bool{}
+	for range 20 {
+		order := forcedOrder(kinds, r.rand)
+		require.ElementsMatch(t, kinds, order)
+		fp := 0
+		for i, k := range order {
+			if strings.HasPrefix(k, "fp-") {
+				require.Equal(t, fp, i, "a failpoint after another kind: %v", order)
+				fp++
+			}
+		}
+		require.Equal(t, 4, fp)
+		seen[strings.Join(order, ",")] = true
+	}
+	require.Greater(t, len(seen), 1, "the order is not random")
 }
