@@ -90,7 +90,13 @@ func (s *Store) ExplainGeneric(ctx context.Context, fn func(c *Conn) error) (str
 		return "", err
 	}
 	defer conn.Release()
-	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE ALL; RESET plan_cache_mode") }()
+	defer func() {
+		// pgx's DeallocateAll also forgets its own cache of the statements
+		// (a raw DEALLOCATE ALL left it naming statements gone, and the
+		// next identical EXPLAIN on this connection failed).
+		_ = conn.Conn().DeallocateAll(context.WithoutCancel(ctx))
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode")
+	}()
 	tx := conn
 	if _, err := tx.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
 		return "", err

@@ -195,14 +195,33 @@ func TestTransitionGuards(t *testing.T) {
 	})
 }
 
+// TestClaimGuards runs the claim's guard in both its statements: with the
+// caller's copy of the operation (OperationClaimKnown, which returns only
+// what it changes) and without (OperationClaim).
 func TestClaimGuards(t *testing.T) {
 	t.Parallel()
+	for _, known := range []bool{false, true} {
+		t.Run(fmt.Sprintf("known %t", known), func(t *testing.T) {
+			t.Parallel()
+			testClaimGuards(t, known)
+		})
+	}
+}
+
+func testClaimGuards(t *testing.T, known bool) {
 	g := newGuardDB(t)
-	cl := store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED", RequireApprovalInForce: true}
 	lease := store.Lease{Owner: "srv_test", Duration: 30 * time.Second, Actor: "test"}
 	claim := func(id string) (store.Operation, bool) {
+		cl := store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED", RequireApprovalInForce: true}
+		if known {
+			cl.Base = g.get(t, id)
+		}
 		op, claimed, err := g.st.OperationClaim(t.Context(), "acme", id, cl, lease)
 		require.NoError(t, err)
+		stored, got := g.get(t, id), op
+		require.False(t, op.DBNow.IsZero(), "the row carries the database's clock")
+		got.DBNow, stored.DBNow = time.Time{}, time.Time{}
+		require.Equal(t, stored, got, "the claim returns the row as stored")
 		return op, claimed
 	}
 	for _, state := range allStates {

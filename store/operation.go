@@ -251,6 +251,12 @@ type Lease struct {
 type Claim struct {
 	From, To, Event        string
 	RequireApprovalInForce bool
+	// Base is the operation as the caller holds it, if in state From. The
+	// claim then returns only the columns it sets and those that change
+	// without an event (OperationClaimKnown), and Base supplies the rest
+	// when it is the version the claim changed, or found; otherwise the
+	// operation is read again. Without it the claim returns every column.
+	Base Operation
 }
 
 // OperationClaim moves a READY operation whose approval holds to EXECUTING
@@ -259,6 +265,9 @@ type Claim struct {
 // as it was (claimed = false) in the same round trip; ErrNotFound means the
 // tenant has no such operation.
 func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, l Lease) (op Operation, claimed bool, err error) {
+	if cl.Base.ID == id && cl.Base.Tenant == tenant && cl.Base.State == cl.From {
+		return c.operationClaimKnown(ctx, cl, l)
+	}
 	rows, err := c.q.OperationClaim(ctx, c.dbtx, db.OperationClaimParams{
 		ID: id, Tenant: tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
 		FromState: cl.From, ToState: cl.To, EventType: cl.Event, RequireApprovalInForce: cl.RequireApprovalInForce,
@@ -271,6 +280,58 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, 
 	}
 	r := rows[0]
 	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow), r.Claimed, nil
+}
+
+// operationClaimKnown is OperationClaim with cl.Base: the row comes back
+// from the columns the statement returns and the rest of Base when Base's
+// events say it is the version the claim changed (one behind) or found
+// (the same); otherwise from a read after the claim, which may show a
+// later change.
+func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op Operation, claimed bool, err error) {
+	b := cl.Base
+	rows, err := c.q.OperationClaimKnown(ctx, c.dbtx, db.OperationClaimKnownParams{
+		ID: b.ID, Tenant: b.Tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
+		FromState: cl.From, ToState: cl.To, EventType: cl.Event, RequireApprovalInForce: cl.RequireApprovalInForce,
+	})
+	if err != nil {
+		return Operation{}, false, interpretError(err)
+	}
+	if len(rows) == 0 {
+		return Operation{}, false, ErrNotFound
+	}
+	r := rows[0]
+	version := b.Events
+	if r.Claimed {
+		version++
+	}
+	if version != r.Events {
+		op, err := c.OperationGet(ctx, b.Tenant, b.ID)
+		if errors.Is(err, ErrNotFound) && r.Claimed {
+			// The claim committed: a read that finds nothing (the row pruned
+			// since) must not pass for an unknown operation.
+			err = fmt.Errorf("store: operation %s gone after its claim: %w", b.ID, ErrUnavailable)
+		}
+		if err != nil {
+			return Operation{}, false, err
+		}
+		if !r.Claimed {
+			return op, false, nil
+		}
+		if op.Events != r.Events {
+			// Changed again since the claim: what this process holds is no
+			// longer the claim's attempt, as if it had crashed after it.
+			return op, false, nil
+		}
+		op.DBNow = r.DbNow.Time // the clock the claim measured its lease on
+		return op, true, nil
+	}
+	op = b
+	op.State, op.Fence, op.Attempts = r.State, r.Fence, r.Attempts
+	op.LeaseOwner, op.LeaseExpiresAt, op.NextReconcileAt = r.LeaseOwner.String, r.LeaseExpiresAt.Time, r.NextReconcileAt.Time
+	op.FirstClaimedAt, op.Waited, op.ReconcileAttempts = r.FirstClaimedAt.Time, r.Waited, r.ReconcileAttempts
+	op.FirstSentFence = r.FirstSentFence.Int64
+	op.Events, op.UpdatedAt, op.DBNow = r.Events, r.UpdatedAt.Time, r.DbNow.Time
+	return op, r.Claimed, nil
 }
 
 // OperationTakeOver fences out the holder of an expired lease (fence + 1)

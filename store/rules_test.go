@@ -193,6 +193,11 @@ func TestGuardedStatementsFindTheRowByItsKey(t *testing.T) {
 			_, _, err := c.OperationClaim(ctx, "acme", id, store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED"}, lease)
 			return err
 		},
+		"OperationClaimKnown": func(c *store.Conn) error {
+			base := store.Operation{ID: id, Tenant: "acme", State: "READY", Events: 1}
+			_, _, err := c.OperationClaim(ctx, "acme", id, store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED", Base: base}, lease)
+			return err
+		},
 		"OperationTransition": func(c *store.Conn) error {
 			_, err := c.OperationTransition(ctx, store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING"}, Fence: 1,
 				To: "SUCCEEDED", Event: "SUCCEEDED", Actor: "test"})

@@ -119,3 +119,80 @@ func TestWrittenRowIsTheStoredRow(t *testing.T) {
 		outcome(op, "CANCELLED", func(tr *store.Transition) { tr.Base = store.Operation{} })
 	})
 }
+
+// TestClaimWithACopyIsTheStoredRow: a claim given the caller's copy of the
+// operation (Claim.Base) returns only what it changes and completes the row
+// from the copy when the copy is the version it changed or found, and from
+// a read otherwise (docs/performance.md, finding 32). Whatever happened to
+// the row since the copy, the claim returns the row as stored.
+func TestClaimWithACopyIsTheStoredRow(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	lease := store.Lease{Owner: "srv_a", Duration: 2500 * time.Millisecond, Actor: "server:srv_a"}
+	claim := store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED", RequireApprovalInForce: true}
+	n := 0
+	insert := func(mod func(*store.NewOperation)) store.Operation {
+		n++
+		id := "op_copy" + string(rune('a'+n))
+		no := store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "3", IdempotencyKey: "key-" + id,
+			Args: []byte(`{"zeta":1.50, "amount": 1e3}`), Fingerprint: "v1:f", State: "READY",
+			PreparedBy: "pr_a", ApprovalTTL: 90500 * time.Millisecond, DownstreamKey: "opk_" + id, Actor: "agent", Detail: "prepared"}
+		if mod != nil {
+			mod(&no)
+		}
+		op, inserted, err := g.st.OperationInsert(ctx, no)
+		require.NoError(t, err)
+		require.True(t, inserted)
+		return op
+	}
+	claimWith := func(base store.Operation) (store.Operation, bool) {
+		cl := claim
+		cl.Base = base
+		op, claimed, err := g.st.OperationClaim(ctx, "acme", base.ID, cl, lease)
+		require.NoError(t, err)
+		requireStored(t, g, op)
+		return op, claimed
+	}
+
+	t.Run("the copy the Prepare wrote", func(t *testing.T) {
+		op, claimed := claimWith(insert(nil))
+		require.True(t, claimed)
+		require.Equal(t, "EXECUTING", op.State)
+		require.Equal(t, "srv_a", op.LeaseOwner)
+	})
+
+	t.Run("a change without an event since the copy", func(t *testing.T) {
+		base := insert(nil)
+		require.NoError(t, g.st.Exec(ctx, `UPDATE operation SET reconcile_attempts = 7, waited = true WHERE id = $1`, base.ID))
+		op, claimed := claimWith(base)
+		require.True(t, claimed)
+		require.EqualValues(t, 7, op.ReconcileAttempts)
+		require.False(t, op.Waited, "a claim starts a new attempt nobody waits for yet")
+	})
+
+	t.Run("a change with an event since the copy is read", func(t *testing.T) {
+		base := insert(nil)
+		require.NoError(t, g.st.Exec(ctx, `UPDATE operation SET approval_reason = 'changed', events = events + 1 WHERE id = $1`, base.ID))
+		op, claimed := claimWith(base)
+		require.True(t, claimed)
+		require.Equal(t, "changed", op.ApprovalReason)
+	})
+
+	t.Run("claimed elsewhere since the copy", func(t *testing.T) {
+		base := insert(nil)
+		_, claimed, err := g.st.OperationClaim(ctx, "acme", base.ID, claim, store.Lease{Owner: "srv_b", Duration: time.Minute, Actor: "b"})
+		require.NoError(t, err)
+		require.True(t, claimed)
+		op, claimed := claimWith(base)
+		require.False(t, claimed)
+		require.Equal(t, "srv_b", op.LeaseOwner)
+	})
+
+	t.Run("not claimable, the copy current", func(t *testing.T) {
+		base := insert(func(no *store.NewOperation) { no.ApprovalRequired = true }) // READY, no approval in force
+		op, claimed := claimWith(base)
+		require.False(t, claimed)
+		require.Equal(t, "READY", op.State)
+	})
+}

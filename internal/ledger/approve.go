@@ -74,6 +74,7 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 	}
 	if !replayed {
 		l.obs.Decided(out.Tool, in.Decision, time.Since(out.CreatedAt))
+		l.holdLive(out)
 	}
 	return out, replayed, nil
 }

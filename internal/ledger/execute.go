@@ -64,12 +64,16 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 		sub = ch
 	}
 	cl := claim
+	// The copy this process wrote at the Prepare or approval, if any: the
+	// first claim returns only what it changes (store.Claim.Base).
+	cl.Base, _ = l.takeLive(a.Tenant, id)
 	for round := 0; round < maxClaimRounds; round++ {
 		// Taken before the claim: the lease and the approval the claim
 		// measures on the database's clock end no earlier than this instant
 		// plus what the claim reports as left (see run).
 		claimStart := time.Now()
 		op, claimed, err := l.store.OperationClaim(ctx, a.Tenant, id, cl, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
+		cl.Base = Operation{} // a later round follows a change this copy missed
 		if errors.Is(err, store.ErrNotFound) {
 			return Operation{}, false, notFound(id)
 		}

@@ -175,6 +175,7 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 			if state == StateAwaitingApproval && l.notifyOn() {
 				l.kickNotifier()
 			}
+			l.holdLive(op)
 			return op, false, claimStart, nil
 		}
 		if l.hooks != nil && l.hooks.PrepareConflict != nil {

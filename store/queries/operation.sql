@@ -121,6 +121,43 @@ UNION ALL
 SELECT g.*, false AS claimed, now()::timestamptz AS db_now FROM operation g
 WHERE g.id = sqlc.arg(id) AND g.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
 
+-- name: OperationClaimKnown :many
+-- OperationClaim for a caller that holds the operation as it was (its
+-- events counted): the same guarded claim and event, but it returns only
+-- the columns the claim sets and those that change without an event, in
+-- both branches (first_sent_fence too: migration 0008 set it without
+-- one), and the caller completes the row from its copy when that
+-- copy is the version the claim changed (claimed: events one behind) or
+-- the one it found (not claimed: the same events). Every column returned
+-- costs PostgreSQL catalog lookups on every execution (docs/performance.md,
+-- findings 31 and 32).
+WITH upd AS (
+    UPDATE operation o SET
+        state = sqlc.arg(to_state)::text,
+        fence = o.fence + 1,
+        attempts = o.attempts + 1,
+        lease_owner = sqlc.arg(lease_owner),
+        lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        waited = false,
+        events = o.events + 1,
+        updated_at = now()
+    WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
+      AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
+           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+    RETURNING o.id, o.state, o.fence, o.attempts, o.lease_owner, o.lease_expires_at, o.next_reconcile_at,
+              o.first_claimed_at, o.waited, o.reconcile_attempts, o.first_sent_fence, o.events, o.updated_at
+), ev AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, '' FROM upd
+)
+SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, true AS claimed, now()::timestamptz AS db_now FROM upd
+UNION ALL
+SELECT g.state, g.fence, g.attempts, g.lease_owner, g.lease_expires_at, g.next_reconcile_at, g.first_claimed_at, g.waited,
+       g.reconcile_attempts, g.first_sent_fence, g.events, g.updated_at, false AS claimed, now()::timestamptz AS db_now FROM operation g
+WHERE g.id = sqlc.arg(id) AND g.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
+
 -- name: OperationTakeOver :one
 -- Takes over an operation in from_state (the state machine's: EXECUTING)
 -- whose lease expired on the database's clock, if its fence is still the

@@ -169,6 +169,118 @@ func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClai
 	return items, nil
 }
 
+const operationClaimKnown = `-- name: OperationClaimKnown :many
+WITH upd AS (
+    UPDATE operation o SET
+        state = $1::text,
+        fence = o.fence + 1,
+        attempts = o.attempts + 1,
+        lease_owner = $2,
+        lease_expires_at = now() + make_interval(secs => $3::float8),
+        next_reconcile_at = now() + make_interval(secs => $3::float8),
+        first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        waited = false,
+        events = o.events + 1,
+        updated_at = now()
+    WHERE o.id = $4 AND o.tenant IS NOT DISTINCT FROM $5 AND o.state = $6::text
+      AND (NOT $7::boolean OR NOT o.approval_required
+           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+    RETURNING o.id, o.state, o.fence, o.attempts, o.lease_owner, o.lease_expires_at, o.next_reconcile_at,
+              o.first_claimed_at, o.waited, o.reconcile_attempts, o.first_sent_fence, o.events, o.updated_at
+), ev AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT upd.id, upd.events, $8::text, $9, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
+)
+SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, true AS claimed, now()::timestamptz AS db_now FROM upd
+UNION ALL
+SELECT g.state, g.fence, g.attempts, g.lease_owner, g.lease_expires_at, g.next_reconcile_at, g.first_claimed_at, g.waited,
+       g.reconcile_attempts, g.first_sent_fence, g.events, g.updated_at, false AS claimed, now()::timestamptz AS db_now FROM operation g
+WHERE g.id = $4 AND g.tenant IS NOT DISTINCT FROM $5 AND NOT EXISTS (SELECT 1 FROM upd)
+`
+
+type OperationClaimKnownParams struct {
+	ToState                string
+	LeaseOwner             pgtype.Text
+	LeaseSeconds           float64
+	ID                     string
+	Tenant                 string
+	FromState              string
+	RequireApprovalInForce bool
+	EventType              string
+	Actor                  string
+}
+
+type OperationClaimKnownRow struct {
+	State             string
+	Fence             int64
+	Attempts          int32
+	LeaseOwner        pgtype.Text
+	LeaseExpiresAt    pgtype.Timestamptz
+	NextReconcileAt   pgtype.Timestamptz
+	FirstClaimedAt    pgtype.Timestamptz
+	Waited            bool
+	ReconcileAttempts int32
+	FirstSentFence    pgtype.Int8
+	Events            int32
+	UpdatedAt         pgtype.Timestamptz
+	Claimed           bool
+	DbNow             pgtype.Timestamptz
+}
+
+// OperationClaim for a caller that holds the operation as it was (its
+// events counted): the same guarded claim and event, but it returns only
+// the columns the claim sets and those that change without an event, in
+// both branches (first_sent_fence too: migration 0008 set it without
+// one), and the caller completes the row from its copy when that
+// copy is the version the claim changed (claimed: events one behind) or
+// the one it found (not claimed: the same events). Every column returned
+// costs PostgreSQL catalog lookups on every execution (docs/performance.md,
+// findings 31 and 32).
+func (q *Queries) OperationClaimKnown(ctx context.Context, db DBTX, arg OperationClaimKnownParams) ([]OperationClaimKnownRow, error) {
+	rows, err := db.Query(ctx, operationClaimKnown,
+		arg.ToState,
+		arg.LeaseOwner,
+		arg.LeaseSeconds,
+		arg.ID,
+		arg.Tenant,
+		arg.FromState,
+		arg.RequireApprovalInForce,
+		arg.EventType,
+		arg.Actor,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationClaimKnownRow{}
+	for rows.Next() {
+		var i OperationClaimKnownRow
+		if err := rows.Scan(
+			&i.State,
+			&i.Fence,
+			&i.Attempts,
+			&i.LeaseOwner,
+			&i.LeaseExpiresAt,
+			&i.NextReconcileAt,
+			&i.FirstClaimedAt,
+			&i.Waited,
+			&i.ReconcileAttempts,
+			&i.FirstSentFence,
+			&i.Events,
+			&i.UpdatedAt,
+			&i.Claimed,
+			&i.DbNow,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const operationClaimUnresolved = `-- name: OperationClaimUnresolved :many
 WITH due AS (
     SELECT d.id FROM operation d

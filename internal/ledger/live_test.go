@@ -1,0 +1,69 @@
+package ledger_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/proof/harness"
+)
+
+// TestExecuteWithAnOutdatedCopy: a replica keeps the operation it prepared
+// or approved for the Execute that follows, whose claim then returns only
+// what it changes (docs/performance.md, finding 32). When the operation
+// changed through another replica in between, that copy is outdated, and
+// the Execute must answer exactly as a replica without one: from the row.
+func TestExecuteWithAnOutdatedCopy(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+	a := w.env.StartServer(harness.ServerOptions{NoReconciler: true})
+	b := w.env.StartServer(harness.ServerOptions{NoReconciler: true})
+	requireAnswer := func(t *testing.T, resp *opledgerv1.ExecuteResponse, state opledgerv1.State) {
+		t.Helper()
+		got, _ := get(t, b.Client, w.agent, resp.GetOperation().GetId())
+		require.Equal(t, state, got.GetState())
+		require.True(t, proto.Equal(got, resp.GetOperation()), "the answer is not the stored operation:\nanswer %v\nstored %v", resp.GetOperation(), got)
+	}
+
+	t.Run("the copy is current", func(t *testing.T) {
+		op := prepare(t, a.Client, w.agent, "send_email", emailArgs(t))
+		resp, err := execute(a.Client, w.agent, op.GetId(), 0)
+		require.NoError(t, err)
+		require.False(t, resp.GetReplayed())
+		requireAnswer(t, resp, opledgerv1.State_STATE_SUCCEEDED)
+	})
+
+	t.Run("executed through another replica", func(t *testing.T) {
+		op := prepare(t, a.Client, w.agent, "send_email", emailArgs(t))
+		_, err := execute(b.Client, w.agent, op.GetId(), 0)
+		require.NoError(t, err)
+		resp, err := execute(a.Client, w.agent, op.GetId(), 0)
+		require.NoError(t, err)
+		require.True(t, resp.GetReplayed())
+		requireAnswer(t, resp, opledgerv1.State_STATE_SUCCEEDED)
+	})
+
+	t.Run("approved here, executed through another replica", func(t *testing.T) {
+		op := preparedApproved(t, w, a.Client, "pay_invoice")
+		_, err := execute(b.Client, w.agent, op.GetId(), 0)
+		require.NoError(t, err)
+		resp, err := execute(a.Client, w.agent, op.GetId(), 0)
+		require.NoError(t, err)
+		require.True(t, resp.GetReplayed())
+		requireAnswer(t, resp, opledgerv1.State_STATE_SUCCEEDED)
+	})
+
+	t.Run("cancelled through another replica", func(t *testing.T) {
+		op := prepare(t, a.Client, w.agent, "send_email", emailArgs(t))
+		_, err := b.Client.Cancel(harness.Ctx(w.operator, ""), &opledgerv1.CancelRequest{OperationId: op.GetId(), Reason: "test"})
+		require.NoError(t, err)
+		_, errA := execute(a.Client, w.agent, op.GetId(), 0)
+		_, errB := execute(b.Client, w.agent, op.GetId(), 0)
+		require.Error(t, errA)
+		codeA, reasonA := reasonOf(t, errA)
+		codeB, reasonB := reasonOf(t, errB)
+		require.Equal(t, [2]any{codeB, reasonB}, [2]any{codeA, reasonA}, "the replica with the copy answers as the one without")
+	})
+}
