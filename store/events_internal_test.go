@@ -15,7 +15,7 @@ var (
 	updateOperation = regexp.MustCompile(`(?i)\bupdate\s+operation\b`)
 	updateSet       = regexp.MustCompile(`(?is)\bupdate\s+operation(?:\s+(?:as\s+)?\w+)?\s+set\s(.*?)(?:\swhere\s|\sfrom\s|;)`)
 	transitionSQL   = regexp.MustCompile(`(?s)-- name: OperationTransition :one\n.*?\nSELECT (.*?) FROM upd;`)
-	claimKnownSQL   = regexp.MustCompile(`(?s)-- name: OperationClaimKnown :many\n.*?\nSELECT (.*?) FROM upd\n`)
+	claimKnownSQL   = regexp.MustCompile(`(?s)-- name: OperationClaimKnown :many\n.*?\nSELECT (.*?) FROM upd;`)
 	claimUpdate     = regexp.MustCompile(`(?s)WITH upd AS \((.*?)RETURNING .*?\), ev AS \((.*?)\)\n`)
 )
 

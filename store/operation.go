@@ -254,8 +254,9 @@ type Claim struct {
 	// Base is the operation as the caller holds it, if in state From. The
 	// claim then returns only the columns it sets and those that change
 	// without an event (OperationClaimKnown), and Base supplies the rest
-	// when it is the version the claim changed, or found; otherwise the
-	// operation is read again. Without it the claim returns every column.
+	// when it is the version the claim changed; otherwise, or when the
+	// claim did not take, the operation is read in a second statement.
+	// Without it the claim returns every column, claimed or not, in one.
 	Base Operation
 }
 
@@ -282,11 +283,11 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, 
 	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow), r.Claimed, nil
 }
 
-// operationClaimKnown is OperationClaim with cl.Base: the row comes back
-// from the columns the statement returns and the rest of Base when Base's
-// events say it is the version the claim changed (one behind) or found
-// (the same); otherwise from a read after the claim, which may show a
-// later change.
+// operationClaimKnown is OperationClaim with cl.Base: a claimed row comes
+// back from the columns the statement returns and the rest of Base when
+// Base's events say it is the version the claim changed (one behind), and
+// from a read after the claim otherwise; a claim that did not take reads
+// the row (Base is held only until its first claim, so that is rare).
 func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op Operation, claimed bool, err error) {
 	b := cl.Base
 	rows, err := c.q.OperationClaimKnown(ctx, c.dbtx, db.OperationClaimKnownParams{
@@ -297,25 +298,19 @@ func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op O
 		return Operation{}, false, interpretError(err)
 	}
 	if len(rows) == 0 {
-		return Operation{}, false, ErrNotFound
+		op, err := c.OperationGet(ctx, b.Tenant, b.ID)
+		return op, false, err
 	}
 	r := rows[0]
-	version := b.Events
-	if r.Claimed {
-		version++
-	}
-	if version != r.Events {
+	if b.Events+1 != r.Events {
 		op, err := c.OperationGet(ctx, b.Tenant, b.ID)
-		if errors.Is(err, ErrNotFound) && r.Claimed {
+		if errors.Is(err, ErrNotFound) {
 			// The claim committed: a read that finds nothing (the row pruned
 			// since) must not pass for an unknown operation.
 			err = fmt.Errorf("store: operation %s gone after its claim: %w", b.ID, ErrUnavailable)
 		}
 		if err != nil {
 			return Operation{}, false, err
-		}
-		if !r.Claimed {
-			return op, false, nil
 		}
 		if op.Events != r.Events {
 			// Changed again since the claim: what this process holds is no
@@ -331,7 +326,7 @@ func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op O
 	op.FirstClaimedAt, op.Waited, op.ReconcileAttempts = r.FirstClaimedAt.Time, r.Waited, r.ReconcileAttempts
 	op.FirstSentFence = r.FirstSentFence.Int64
 	op.Events, op.UpdatedAt, op.DBNow = r.Events, r.UpdatedAt.Time, r.DbNow.Time
-	return op, r.Claimed, nil
+	return op, true, nil
 }
 
 // OperationTakeOver fences out the holder of an expired lease (fence + 1)

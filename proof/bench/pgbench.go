@@ -82,7 +82,8 @@ func pgbInsert(claim bool) map[string]bind {
 	}
 }
 
-// pgbClaim binds OperationClaim as Execute binds it, on operation id.
+// pgbClaim binds OperationClaim or OperationClaimKnown as Execute binds
+// them, on operation id.
 func pgbClaim(id bind) map[string]bind {
 	return map[string]bind{
 		"id": id, "tenant": val(tenant), "lease_owner": val("bench-pgbench"), "lease_seconds": val("31"),
@@ -162,8 +163,9 @@ func pgbenchScripts(name string) (string, map[string]string, error) {
 	case "prepare":
 		head, stmts = newOp, []stmt{{"OperationInsert", "i_", pgbInsert(false)}}
 	case "execute":
-		// Prepare's insert, then Execute's claim and its outcome.
-		head, stmts = newOp, []stmt{{"OperationInsert", "i_", pgbInsert(false)}, {"OperationClaim", "c_", pgbClaim(pgbID)},
+		// Prepare's insert, then Execute's claim (with the copy the
+		// Prepare left, as on one replica) and its outcome.
+		head, stmts = newOp, []stmt{{"OperationInsert", "i_", pgbInsert(false)}, {"OperationClaimKnown", "c_", pgbClaim(pgbID)},
 			{"OperationTransition", "t_", pgbSucceeded()}}
 	case "one-call":
 		// The one-call path: the insert that claims, then the outcome.

@@ -123,14 +123,14 @@ WHERE g.id = sqlc.arg(id) AND g.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND
 
 -- name: OperationClaimKnown :many
 -- OperationClaim for a caller that holds the operation as it was (its
--- events counted): the same guarded claim and event, but it returns only
--- the columns the claim sets and those that change without an event, in
--- both branches (first_sent_fence too: migration 0008 set it without
--- one), and the caller completes the row from its copy when that
--- copy is the version the claim changed (claimed: events one behind) or
--- the one it found (not claimed: the same events). Every column returned
--- costs PostgreSQL catalog lookups on every execution (docs/performance.md,
--- findings 31 and 32).
+-- events counted): the same guarded claim and event, but it returns a row
+-- only when it claimed, with only the columns the claim sets and those
+-- that change without an event (first_sent_fence too: migration 0008 set
+-- it without one), and the caller completes the row from its copy when
+-- that copy is the version the claim changed (events one behind); it reads
+-- the row when the claim did not take. Every column returned costs
+-- PostgreSQL catalog lookups on every execution, and so does a branch that
+-- would return the row unclaimed (docs/performance.md, findings 31 and 32).
 WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
@@ -152,11 +152,7 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, true AS claimed, now()::timestamptz AS db_now FROM upd
-UNION ALL
-SELECT g.state, g.fence, g.attempts, g.lease_owner, g.lease_expires_at, g.next_reconcile_at, g.first_claimed_at, g.waited,
-       g.reconcile_attempts, g.first_sent_fence, g.events, g.updated_at, false AS claimed, now()::timestamptz AS db_now FROM operation g
-WHERE g.id = sqlc.arg(id) AND g.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
+SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, now()::timestamptz AS db_now FROM upd;
 
 -- name: OperationTakeOver :one
 -- Takes over an operation in from_state (the state machine's: EXECUTING)
