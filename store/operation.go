@@ -53,8 +53,8 @@ type Operation struct {
 	// store/queries that changes a column of Operation other than waited,
 	// reconcile_attempts and next_reconcile_at bumps it
 	// (TestEveryChangeBumpsEvents), so a row whose Events is one behind a
-	// transition's is the version that transition changed
-	// (Transition.Base). The trigger's prev_state changes with every update
+	// transition's or a claim's is the version that statement changed
+	// (Transition.Base, Claim.Base). The trigger's prev_state changes with every update
 	// and is not a field here for that reason.
 	Events int32
 	// DBNow is the database's clock when the row was read or written: every
@@ -283,6 +283,10 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, 
 	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow), r.Claimed, nil
 }
 
+// claimReadTimeout bounds the read after a claim whose copy was outdated,
+// which runs detached from the caller's cancellation.
+const claimReadTimeout = 5 * time.Second
+
 // operationClaimKnown is OperationClaim with cl.Base: a claimed row comes
 // back from the columns the statement returns and the rest of Base when
 // Base's events say it is the version the claim changed (one behind), and
@@ -303,7 +307,12 @@ func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op O
 	}
 	r := rows[0]
 	if b.Events+1 != r.Events {
-		op, err := c.OperationGet(ctx, b.Tenant, b.ID)
+		// The claim committed with this caller's lease: the read must not
+		// fail because the caller gave up meanwhile, or the operation would
+		// sit claimed, with nothing sent, until its lease expired.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimReadTimeout)
+		defer cancel()
+		op, err := c.OperationGet(rctx, b.Tenant, b.ID)
 		if errors.Is(err, ErrNotFound) {
 			// The claim committed: a read that finds nothing (the row pruned
 			// since) must not pass for an unknown operation.

@@ -51,7 +51,7 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	e.integer(&cfg.OpsPerMinute, "tenant-ops-per-minute", "OPLEDGER_TENANT_OPS_PER_MINUTE", 0, "operations a tenant may create per minute, all replicas (0: no quota)")
 	e.duration(&cfg.MaxDeadline, "max-deadline", "OPLEDGER_MAX_DEADLINE", 2*time.Minute, "cap on every call's deadline")
 	e.duration(&cfg.Retention, "retention", "OPLEDGER_RETENTION", 720*time.Hour, "keep finished operations this long")
-	e.integer(&cfg.FinishedCache, "finished-cache", "OPLEDGER_FINISHED_CACHE", 16384, "finished operations kept in memory for replays, and the bound of the READY copies kept for the next Execute (0: both off)")
+	e.integer(&cfg.FinishedCache, "finished-cache", "OPLEDGER_FINISHED_CACHE", 16384, "finished operations kept in memory for replays (0: off, and the READY copies kept for the next Execute too)")
 	e.integer(&cfg.GCPercent, "gc-percent", "OPLEDGER_GC_PERCENT", defaultGCPercent, "Go garbage collector target `percent` for this process; the GOGC variable, when set, wins")
 	e.duration(&cfg.AuthCacheTTL, "auth-cache-ttl", "OPLEDGER_AUTH_CACHE_TTL", ledger.DefaultAuthCacheTTL,
 		"how long an authenticated API key is remembered; bounds how long a revoked key keeps working")

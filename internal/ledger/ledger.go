@@ -59,9 +59,9 @@ type Config struct {
 	// REJECTED, CANCELLED) this process remembers, so that a replayed
 	// Execute of one is answered without a database round trip (default
 	// 16384, about 2 KiB each; negative disables). A finished operation
-	// never changes, so every replica may answer from its own copy. It also
-	// bounds the copies of READY operations kept for the Execute that
-	// follows (live.go).
+	// never changes, so every replica may answer from its own copy.
+	// Negative also turns off the copies of READY operations kept for the
+	// Execute that follows (live.go).
 	FinishedCacheSize int
 	// FinishedCacheTTL bounds how long one is remembered (default 10m); an
 	// entry never outlives the operation's retention either.
@@ -153,8 +153,8 @@ type Ledger struct {
 	// finished operations in the process.
 	finished *cache.Map[opKey, finished]
 	// live holds, by tenant and id, the READY operations this process
-	// prepared or approved and no Execute has claimed yet (live.go); it is
-	// bounded by FinishedCacheSize too.
+	// prepared or approved and no Execute has claimed yet (live.go), at
+	// most maxLive, and none when FinishedCacheSize turns caching off.
 	live *cache.Map[opKey, Operation]
 	// encode computes an operation's answer form; nil keeps none.
 	encode func(Operation) any
@@ -188,7 +188,7 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 		return nil, errors.New("ledger: the downstream secret must be at least 16 bytes")
 	}
 	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{},
-		finished: cache.New[opKey, finished](cfg.FinishedCacheSize), live: cache.New[opKey, Operation](cfg.FinishedCacheSize), notifyKick: make(chan struct{}, 1),
+		finished: cache.New[opKey, finished](cfg.FinishedCacheSize), live: cache.New[opKey, Operation](min(cfg.FinishedCacheSize, maxLive)), notifyKick: make(chan struct{}, 1),
 		notifyClient: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	l.auth.entries = map[string]authEntry{}
 	for _, t := range reg.List() {

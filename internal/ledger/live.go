@@ -3,8 +3,13 @@ package ledger
 import "time"
 
 // liveTTL bounds how long a claimable operation's copy is kept for the
-// Execute that follows its Prepare or approval.
-const liveTTL = 5 * time.Minute
+// Execute that follows its Prepare or approval, and maxLive how many are
+// kept: a copy lives from its write to the next Execute, usually
+// milliseconds, and its args may be as large as a tool allows.
+const (
+	liveTTL = 5 * time.Minute
+	maxLive = 4096
+)
 
 // holdLive keeps op, as this process just wrote it, if an Execute can claim
 // it (READY): that Execute's claim then returns only the columns it changes

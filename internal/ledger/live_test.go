@@ -2,8 +2,10 @@ package ledger_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -66,4 +68,30 @@ func TestExecuteWithAnOutdatedCopy(t *testing.T) {
 		codeB, reasonB := reasonOf(t, errB)
 		require.Equal(t, [2]any{codeB, reasonB}, [2]any{codeA, reasonA}, "the replica with the copy answers as the one without")
 	})
+}
+
+// TestExecuteWithACopyOutdatedByAReapproval: the claim takes with an
+// outdated copy. A approved the operation and holds that copy; the approval
+// lapsed, B's Execute expired it and B recorded a new approval; A's Execute
+// then claims the operation, whose approval A's copy no longer shows. The
+// answer must be the stored operation, with the approval B recorded, not
+// the copy's (the store's events check, finding 32).
+func TestExecuteWithACopyOutdatedByAReapproval(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: payOnce(time.Second)})
+	a := w.env.StartServer(harness.ServerOptions{NoReconciler: true})
+	b := w.env.StartServer(harness.ServerOptions{NoReconciler: true})
+	op := preparedApproved(t, w, a.Client, "pay_once")
+	time.Sleep(time.Until(op.GetApproval().GetExpireTime().AsTime()) + 200*time.Millisecond)
+	_, err := execute(b.Client, w.agent, op.GetId(), 0)
+	requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_EXPIRED")
+	renewed := approve(t, b.Client, w.approver, op).GetOperation()
+	require.True(t, renewed.GetApproval().GetExpireTime().AsTime().After(op.GetApproval().GetExpireTime().AsTime()))
+
+	resp, err := execute(a.Client, w.agent, op.GetId(), 0)
+	require.NoError(t, err)
+	got, _ := get(t, b.Client, w.agent, op.GetId())
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, got.GetState())
+	require.True(t, proto.Equal(got, resp.GetOperation()), "the answer is not the stored operation:\nanswer %v\nstored %v", resp.GetOperation(), got)
+	require.True(t, proto.Equal(renewed.GetApproval(), resp.GetOperation().GetApproval()), "the answer shows the approval A's copy held")
 }
