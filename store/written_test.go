@@ -20,6 +20,23 @@ func requireStored(t *testing.T, g *guardDB, op store.Operation) {
 	require.Equal(t, got, op)
 }
 
+var (
+	writtenLease = store.Lease{Owner: "srv_a", Duration: 2500 * time.Millisecond, Actor: "server:srv_a"}
+	readyClaim   = store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED", RequireApprovalInForce: true}
+)
+
+// writtenOp is a READY operation id, changed by mod if given. Its args are
+// not in jsonb's canonical form: a row returns the stored args.
+func writtenOp(id string, mod func(*store.NewOperation)) store.NewOperation {
+	no := store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "3", IdempotencyKey: "key-" + id,
+		Args: []byte(`{"zeta":1.50, "amount": 1e3,"a":{"y":true,"x":null}}`), Fingerprint: "v1:f", State: "READY",
+		PreparedBy: "pr_a", ApprovalTTL: 90500 * time.Millisecond, DownstreamKey: "opk_" + id, Actor: "agent", Detail: "prepared"}
+	if mod != nil {
+		mod(&no)
+	}
+	return no
+}
+
 // TestWrittenRowIsTheStoredRow: OperationInsert and OperationTransition
 // return only the columns the caller cannot know and complete the row from
 // what it gave them (docs/performance.md, finding 31). Whatever happened to
@@ -31,20 +48,11 @@ func TestWrittenRowIsTheStoredRow(t *testing.T) {
 	t.Parallel()
 	g := newGuardDB(t)
 	ctx := t.Context()
-	lease := store.Lease{Owner: "srv_a", Duration: 2500 * time.Millisecond, Actor: "server:srv_a"}
-	claim := store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED", RequireApprovalInForce: true}
+	lease, claim := writtenLease, readyClaim
 	n := 0
 	newOp := func(mod func(*store.NewOperation)) store.NewOperation {
 		n++
-		id := "op_written" + string(rune('a'+n))
-		no := store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "3", IdempotencyKey: "key-" + id,
-			// Not in jsonb's canonical form: the row returns the stored args.
-			Args: []byte(`{"zeta":1.50, "amount": 1e3,"a":{"y":true,"x":null}}`), Fingerprint: "v1:f", State: "READY",
-			PreparedBy: "pr_a", ApprovalTTL: 90500 * time.Millisecond, DownstreamKey: "opk_" + id, Actor: "agent", Detail: "prepared"}
-		if mod != nil {
-			mod(&no)
-		}
-		return no
+		return writtenOp("op_written"+string(rune('a'+n)), mod)
 	}
 	insert := func(no store.NewOperation) store.Operation {
 		op, inserted, err := g.st.OperationInsert(ctx, no)
@@ -129,19 +137,11 @@ func TestClaimWithACopyIsTheStoredRow(t *testing.T) {
 	t.Parallel()
 	g := newGuardDB(t)
 	ctx := t.Context()
-	lease := store.Lease{Owner: "srv_a", Duration: 2500 * time.Millisecond, Actor: "server:srv_a"}
-	claim := store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED", RequireApprovalInForce: true}
+	lease, claim := writtenLease, readyClaim
 	n := 0
 	insert := func(mod func(*store.NewOperation)) store.Operation {
 		n++
-		id := "op_copy" + string(rune('a'+n))
-		no := store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "3", IdempotencyKey: "key-" + id,
-			Args: []byte(`{"zeta":1.50, "amount": 1e3}`), Fingerprint: "v1:f", State: "READY",
-			PreparedBy: "pr_a", ApprovalTTL: 90500 * time.Millisecond, DownstreamKey: "opk_" + id, Actor: "agent", Detail: "prepared"}
-		if mod != nil {
-			mod(&no)
-		}
-		op, inserted, err := g.st.OperationInsert(ctx, no)
+		op, inserted, err := g.st.OperationInsert(ctx, writtenOp("op_copy"+string(rune('a'+n)), mod))
 		require.NoError(t, err)
 		require.True(t, inserted)
 		return op
