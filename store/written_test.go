@@ -130,8 +130,8 @@ func TestWrittenRowIsTheStoredRow(t *testing.T) {
 
 // TestClaimWithACopyIsTheStoredRow: a claim given the caller's copy of the
 // operation (Claim.Base) returns only what it changes and completes the row
-// from the copy when the copy is the version it changed or found, and from
-// a read otherwise (docs/performance.md, finding 32). Whatever happened to
+// from the copy when the copy is the version it changed, and from a read
+// otherwise or when the claim did not take (docs/performance.md, finding 32). Whatever happened to
 // the row since the copy, the claim returns the row as stored.
 func TestClaimWithACopyIsTheStoredRow(t *testing.T) {
 	t.Parallel()
