@@ -36,8 +36,12 @@ type Authenticator interface {
 
 type principalKey struct{}
 
-// PrincipalFrom returns the principal the auth interceptor put in ctx.
+// PrincipalFrom returns the principal the auth interceptor found for the
+// call, or the one WithPrincipal put in ctx.
 func PrincipalFrom(ctx context.Context) (Principal, bool) {
+	if c := callFrom(ctx); c != nil && c.authenticated {
+		return c.principal, true
+	}
 	p, ok := ctx.Value(principalKey{}).(Principal)
 	return p, ok
 }
@@ -72,8 +76,10 @@ func authFunc(a Authenticator, roles map[string][]string) func(ctx context.Conte
 			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_ROLE_REQUIRED,
 				roleRequiredMessage(method, allowed, p.Roles), map[string]string{"method": method})
 		}
-		cl := callLogFrom(ctx)
-		cl.tenant, cl.principal = p.Tenant, p.ID
+		if c := callFrom(ctx); c != nil {
+			c.principal, c.authenticated = p, true
+			return ctx, nil
+		}
 		return WithPrincipal(ctx, p), nil
 	}
 }

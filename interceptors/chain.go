@@ -127,6 +127,9 @@ func publicService(service string) bool {
 // RequestIDHeader carries the request id in both directions.
 const RequestIDHeader = "x-request-id"
 
+// requestID takes the caller's request id, when it sent a well-formed one,
+// or makes one; echoes it in the response header; and records it in the
+// call's state for the log lines.
 func requestID(ctx context.Context) (context.Context, string) {
 	id := ""
 	if v := metadata.ValueFromIncomingContext(ctx, RequestIDHeader); len(v) == 1 && len(v[0]) <= 64 && isToken(v[0]) {
@@ -137,13 +140,10 @@ func requestID(ctx context.Context) (context.Context, string) {
 		id = hex.EncodeToString(b[:])
 	}
 	_ = grpc.SetHeader(ctx, metadata.MD{RequestIDHeader: {id}}) // the name is lower case already: no Pairs
-	if r, ok := ctx.Value(recoveryKey{}).(*recoveryState); ok {
-		r.requestID = id
-	}
-	return context.WithValue(ctx, requestIDKey{}, id), id
+	ctx, c := withCall(ctx)
+	c.requestID = id
+	return ctx, id
 }
-
-type requestIDKey struct{}
 
 func isToken(s string) bool {
 	if s == "" {
@@ -163,8 +163,10 @@ func requestIDUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handl
 }
 
 func requestIDStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx, _ := requestID(ss.Context())
-	return handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
+	if ctx, _ := requestID(ss.Context()); ctx != ss.Context() {
+		ss = &wrappedStream{ServerStream: ss, ctx: ctx}
+	}
+	return handler(srv, ss)
 }
 
 type wrappedStream struct {
@@ -174,11 +176,36 @@ type wrappedStream struct {
 
 func (w *wrappedStream) Context() context.Context { return w.ctx }
 
-// recoveryState is what the recovery link learns of a call from the links
-// inside it, to log a panic with the call's request id.
-type recoveryState struct{ requestID string }
+// call is what the chain's links learn of one call: the recovery link,
+// outermost, puts it in the call's context, and the links inside fill it in
+// (the request id, the caller, the idempotency key's digest) for the log
+// lines and the handler, rather than each wrapping the context in a value
+// of its own: every wrap is an allocation, and every later ctx.Value walks
+// past it. The links set it before the handler runs, on the call's
+// goroutine; the handler only reads it.
+type call struct {
+	requestID     string
+	keyDigest     string
+	principal     Principal
+	authenticated bool
+}
 
-type recoveryKey struct{}
+type callKey struct{}
+
+// callFrom returns the call's state, or nil outside the chain.
+func callFrom(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call)
+	return c
+}
+
+// withCall returns ctx with a call state, the one it carries if any.
+func withCall(ctx context.Context) (context.Context, *call) {
+	if c := callFrom(ctx); c != nil {
+		return ctx, c
+	}
+	c := &call{}
+	return context.WithValue(ctx, callKey{}, c), c
+}
 
 // errPanic is the answer to a call that panicked: the panic's text stays in
 // the logs.
@@ -186,34 +213,34 @@ func errPanic() error {
 	return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
 }
 
-func logPanic(ctx context.Context, l *slog.Logger, method string, r *recoveryState, p any) {
-	l.ErrorContext(ctx, "panic in handler", "grpc.method", method, "request_id", r.requestID,
+func logPanic(ctx context.Context, l *slog.Logger, method string, c *call, p any) {
+	l.ErrorContext(ctx, "panic in handler", "grpc.method", method, "request_id", c.requestID,
 		"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 }
 
 func recoverUnary(l *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		r := &recoveryState{}
+		ctx, c := withCall(ctx)
 		defer func() {
 			if p := recover(); p != nil {
-				logPanic(ctx, l, info.FullMethod, r, p)
+				logPanic(ctx, l, info.FullMethod, c, p)
 				resp, err = nil, errPanic()
 			}
 		}()
-		return handler(context.WithValue(ctx, recoveryKey{}, r), req)
+		return handler(ctx, req)
 	}
 }
 
 func recoverStream(l *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-		r := &recoveryState{}
+		ctx, c := withCall(ss.Context())
 		defer func() {
 			if p := recover(); p != nil {
-				logPanic(ss.Context(), l, info.FullMethod, r, p)
+				logPanic(ctx, l, info.FullMethod, c, p)
 				err = errPanic()
 			}
 		}()
-		return handler(srv, &wrappedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), recoveryKey{}, r)})
+		return handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
 	}
 }
 

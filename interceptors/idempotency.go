@@ -97,7 +97,9 @@ func idempotencyUnary(required map[string]bool) grpc.UnaryServerInterceptor {
 			return nil, err
 		}
 		v := Idempotency{Key: key, Digest: KeyDigest(key)}
-		callLogFrom(ctx).keyDigest = v.Digest
+		if c := callFrom(ctx); c != nil {
+			c.keyDigest = v.Digest
+		}
 		return handler(WithIdempotency(ctx, v), req)
 	}
 }

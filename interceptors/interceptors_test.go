@@ -358,3 +358,39 @@ func (k panickyKeys) Authenticate(ctx context.Context, key string) (interceptors
 	}
 	return keys(k).Authenticate(ctx, key)
 }
+
+// TestFinishedLineNamesTheCall: what the links inside the logging link
+// learn of a call (its request id, its caller, its idempotency key's digest)
+// reaches the line logged when it finishes, and a panic's line carries the
+// same request id as the call's, for unary and streaming calls alike.
+func TestFinishedLineNamesTheCall(t *testing.T) {
+	t.Parallel()
+	client, logs := startChain(t)
+
+	ctx := metadata.AppendToOutgoingContext(authed("order-44"), interceptors.RequestIDHeader, "req-named.1")
+	resp, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
+	require.NoError(t, err)
+	require.Equal(t, "acme/pr_1", resp.GetUsername(), "the handler sees the caller")
+	rec := finishedCall(t, logs, methodUnary)
+	require.Equal(t, "req-named.1", rec["request_id"])
+	require.Equal(t, "acme", rec["tenant"])
+	require.Equal(t, "pr_1", rec["principal"])
+	require.Equal(t, interceptors.KeyDigest("order-44"), rec["idempotency_key_digest"])
+
+	ctx = metadata.AppendToOutgoingContext(authed(""), interceptors.RequestIDHeader, "req-stream.1")
+	stream, err := client.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
+	require.NoError(t, err)
+	_, err = stream.Recv()
+	requireReason(t, err, codes.Internal, "INTERNAL")
+	rec = finishedCall(t, logs, methodStream)
+	require.Equal(t, "req-stream.1", rec["request_id"])
+	require.Equal(t, "acme", rec["tenant"])
+	require.Equal(t, "pr_1", rec["principal"])
+	var panicID any
+	for _, r := range logs.records(t) {
+		if r["msg"] == "panic in handler" && r["grpc.method"] == methodStream {
+			panicID = r["request_id"]
+		}
+	}
+	require.Equal(t, "req-stream.1", panicID, "the panic's line names the call")
+}

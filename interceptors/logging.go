@@ -14,25 +14,6 @@ import (
 	"github.com/opledger/opledger/internal/reason"
 )
 
-// callLog collects what inner interceptors learn about a call for the one
-// line logged when it finishes. It is allocated once per call, with plain
-// fields rather than log attributes: nothing is formatted unless the
-// line's level is enabled, because an access log built and dropped on
-// every successful call would cost more than the rest of the chain. Inner
-// interceptors set it before the handler runs, on the call's goroutine.
-type callLog struct {
-	tenant, principal, keyDigest string
-}
-
-type callLogKey struct{}
-
-func callLogFrom(ctx context.Context) *callLog {
-	if cl, ok := ctx.Value(callLogKey{}).(*callLog); ok {
-		return cl
-	}
-	return &callLog{}
-}
-
 // codeLevel is the level of a finished call's line: successes are debug (an
 // access log is opt-in), refusals a caller can fix are info, refusals that
 // hint at load or configuration are warnings, and server faults errors.
@@ -53,7 +34,7 @@ func codeLevel(code codes.Code) slog.Level {
 // is left out: messages can quote request values (a schema violation names
 // the offending value), and args must never reach the logs; the code and
 // the ErrorInfo reason stay.
-func finished(ctx context.Context, l *slog.Logger, method, kind string, start time.Time, cl *callLog, err error) {
+func finished(ctx context.Context, l *slog.Logger, method, kind string, start time.Time, c *call, err error) {
 	code := status.Code(err)
 	lvl := codeLevel(code)
 	if !l.Enabled(ctx, lvl) {
@@ -65,8 +46,8 @@ func finished(ctx context.Context, l *slog.Logger, method, kind string, start ti
 		"grpc.method_type", kind, "grpc.code", code.String(),
 		"grpc.time_ms", float64(time.Since(start).Microseconds()) / 1000,
 	}
-	if id, ok := ctx.Value(requestIDKey{}).(string); ok {
-		attrs = append(attrs, "request_id", id)
+	if c.requestID != "" {
+		attrs = append(attrs, "request_id", c.requestID)
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		attrs = append(attrs, "peer.address", p.Addr.String())
@@ -74,11 +55,11 @@ func finished(ctx context.Context, l *slog.Logger, method, kind string, start ti
 	if d, ok := ctx.Deadline(); ok {
 		attrs = append(attrs, "grpc.request.deadline", d.Format(time.RFC3339Nano))
 	}
-	if cl.tenant != "" {
-		attrs = append(attrs, "tenant", cl.tenant, "principal", cl.principal)
+	if c.authenticated {
+		attrs = append(attrs, "tenant", c.principal.Tenant, "principal", c.principal.ID)
 	}
-	if cl.keyDigest != "" {
-		attrs = append(attrs, "idempotency_key_digest", cl.keyDigest)
+	if c.keyDigest != "" {
+		attrs = append(attrs, "idempotency_key_digest", c.keyDigest)
 	}
 	if err != nil {
 		attrs = append(attrs, "error_reason", reason.Of(err))
@@ -89,11 +70,10 @@ func finished(ctx context.Context, l *slog.Logger, method, kind string, start ti
 func loggingUnary(l *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
-		cl := &callLog{}
-		ctx = context.WithValue(ctx, callLogKey{}, cl)
-		defer logPanicking(ctx, l, info.FullMethod, "unary", start, cl)
+		ctx, c := withCall(ctx)
+		defer logPanicking(ctx, l, info.FullMethod, "unary", start, c)
 		resp, err := handler(ctx, req)
-		finished(ctx, l, info.FullMethod, "unary", start, cl, err)
+		finished(ctx, l, info.FullMethod, "unary", start, c, err)
 		return resp, err
 	}
 }
@@ -101,8 +81,7 @@ func loggingUnary(l *slog.Logger) grpc.UnaryServerInterceptor {
 func loggingStream(l *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
-		cl := &callLog{}
-		ctx := context.WithValue(ss.Context(), callLogKey{}, cl)
+		ctx, c := withCall(ss.Context())
 		kind := "server_stream"
 		switch {
 		case info.IsClientStream && info.IsServerStream:
@@ -110,9 +89,12 @@ func loggingStream(l *slog.Logger) grpc.StreamServerInterceptor {
 		case info.IsClientStream:
 			kind = "client_stream"
 		}
-		defer logPanicking(ctx, l, info.FullMethod, kind, start, cl)
-		err := handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
-		finished(ctx, l, info.FullMethod, kind, start, cl, err)
+		if ctx != ss.Context() {
+			ss = &wrappedStream{ServerStream: ss, ctx: ctx}
+		}
+		defer logPanicking(ctx, l, info.FullMethod, kind, start, c)
+		err := handler(srv, ss)
+		finished(ctx, l, info.FullMethod, kind, start, c, err)
 		return err
 	}
 }
@@ -120,9 +102,9 @@ func loggingStream(l *slog.Logger) grpc.StreamServerInterceptor {
 // logPanicking, deferred, records a call whose handler (or an inner link)
 // panicked as the INTERNAL answer the recovery link outside will give, and
 // lets the panic go on to it.
-func logPanicking(ctx context.Context, l *slog.Logger, method, kind string, start time.Time, cl *callLog) {
+func logPanicking(ctx context.Context, l *slog.Logger, method, kind string, start time.Time, c *call) {
 	if p := recover(); p != nil {
-		finished(ctx, l, method, kind, start, cl, errPanic())
+		finished(ctx, l, method, kind, start, c, errPanic())
 		panic(p)
 	}
 }

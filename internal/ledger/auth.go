@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -34,11 +35,16 @@ func (a Actor) has(role string) bool { return slices.Contains(a.Roles, role) }
 // may keep accepting a key after it was revoked.
 const DefaultAuthCacheTTL = 30 * time.Second
 
-// authCache keeps recently authenticated keys off the database's hot path.
+// authCache keeps recently authenticated keys off the database's hot path,
+// by their hash: the key itself is never kept.
 type authCache struct {
 	mu      sync.Mutex
-	entries map[string]authEntry
+	entries map[keyHash]authEntry
 }
+
+// keyHash is HashAPIKey's value as an array, which a map takes as its key
+// without a copy to the heap.
+type keyHash = [sha256.Size]byte
 
 type authEntry struct {
 	actor   Actor
@@ -52,8 +58,7 @@ var ErrBadKey = errors.New("ledger: unknown or revoked API key")
 // Authenticate resolves an API key to its actor. Results (including
 // refusals, briefly) are cached per key hash.
 func (l *Ledger) Authenticate(ctx context.Context, key string) (Actor, error) {
-	h := HashAPIKey(key)
-	hk := string(h)
+	hk := keyHash(sha256.Sum256([]byte(key))) // HashAPIKey's bytes
 	now := time.Now()
 	l.auth.mu.Lock()
 	e, hit := l.auth.entries[hk]
@@ -64,7 +69,7 @@ func (l *Ledger) Authenticate(ctx context.Context, key string) (Actor, error) {
 		}
 		return e.actor, nil
 	}
-	p, err := l.store.PrincipalByKeyHash(ctx, h)
+	p, err := l.store.PrincipalByKeyHash(ctx, hk[:])
 	var entry authEntry
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -76,7 +81,7 @@ func (l *Ledger) Authenticate(ctx context.Context, key string) (Actor, error) {
 	}
 	l.auth.mu.Lock()
 	if len(l.auth.entries) > 10000 {
-		l.auth.entries = map[string]authEntry{}
+		l.auth.entries = map[keyHash]authEntry{}
 	}
 	l.auth.entries[hk] = entry
 	l.auth.mu.Unlock()

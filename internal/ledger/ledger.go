@@ -190,7 +190,7 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{},
 		finished: cache.New[opKey, finished](cfg.FinishedCacheSize), live: cache.New[opKey, Operation](min(cfg.FinishedCacheSize, maxLive)), notifyKick: make(chan struct{}, 1),
 		notifyClient: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-	l.auth.entries = map[string]authEntry{}
+	l.auth.entries = map[keyHash]authEntry{}
 	for _, t := range reg.List() {
 		ex, err := execs.New(t.Executor.Type, t.Executor)
 		if err != nil {
