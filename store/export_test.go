@@ -146,3 +146,38 @@ func literal(a any) (string, error) {
 	}
 	return "", fmt.Errorf("store: no literal for %T", a)
 }
+
+// interposer runs before with each statement's number (from 1) before the
+// statement is sent: a test's way to act between two statements of one
+// store method, as a concurrent writer or a caller giving up would.
+type interposer struct {
+	db.DBTX
+	n      int
+	before func(n int)
+}
+
+func (i *interposer) next() {
+	i.n++
+	i.before(i.n)
+}
+
+func (i *interposer) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	i.next()
+	return i.DBTX.Exec(ctx, sql, args...)
+}
+
+func (i *interposer) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	i.next()
+	return i.DBTX.Query(ctx, sql, args...)
+}
+
+func (i *interposer) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	i.next()
+	return i.DBTX.QueryRow(ctx, sql, args...)
+}
+
+// ConnBefore returns a Conn on the store's pool that calls before(n)
+// before it sends its n-th statement.
+func (s *Store) ConnBefore(before func(n int)) *Conn {
+	return &Conn{dbtx: &interposer{DBTX: s.pool, before: before}, q: db.New()}
+}

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -194,5 +195,87 @@ func TestClaimWithACopyIsTheStoredRow(t *testing.T) {
 		op, claimed := claimWith(base)
 		require.False(t, claimed)
 		require.Equal(t, "READY", op.State)
+	})
+}
+
+// TestClaimWithAnOutdatedCopyBetweenItsStatements: a claim given an outdated
+// copy (and a transition given an outdated base) reads the row again after
+// its statement committed. What happens
+// between the two statements is staged there: the claim is the caller's
+// only if the row is still the version it wrote; a row gone since is
+// ErrUnavailable, never an unknown operation; and a caller who gives up in
+// between still gets its claim, which committed, rather than leave the
+// operation claimed with nothing sent until its lease expires.
+func TestClaimWithAnOutdatedCopyBetweenItsStatements(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	n := 0
+	// outdated is a READY operation and a copy of it from before a change
+	// with an event, so that the claim reads the row again.
+	outdated := func() store.Operation {
+		n++
+		base, inserted, err := g.st.OperationInsert(t.Context(), writtenOp("op_between"+string(rune('a'+n)), nil))
+		require.NoError(t, err)
+		require.True(t, inserted)
+		require.NoError(t, g.st.Exec(t.Context(), `UPDATE operation SET approval_reason = 'changed', events = events + 1 WHERE id = $1`, base.ID))
+		return base
+	}
+	// claimBetween claims with base's copy and runs between after the claim's
+	// statement, before the read.
+	claimBetween := func(ctx context.Context, base store.Operation, between func()) (store.Operation, bool, error) {
+		cl := readyClaim
+		cl.Base = base
+		c := g.st.ConnBefore(func(n int) {
+			if n == 2 {
+				between()
+			}
+		})
+		return c.OperationClaim(ctx, "acme", base.ID, cl, writtenLease)
+	}
+
+	t.Run("changed again after the claim", func(t *testing.T) {
+		base := outdated()
+		op, claimed, err := claimBetween(t.Context(), base, func() {
+			// Another replica took the lease over, as after an expiry.
+			require.NoError(t, g.st.Exec(t.Context(), `UPDATE operation SET lease_owner = 'srv_b', fence = fence + 1, events = events + 1 WHERE id = $1`, base.ID))
+		})
+		require.NoError(t, err)
+		require.False(t, claimed, "what this caller holds is no longer the claim's attempt")
+		require.Equal(t, "srv_b", op.LeaseOwner)
+		requireStored(t, g, op)
+	})
+
+	t.Run("gone after the claim", func(t *testing.T) {
+		base := outdated()
+		_, claimed, err := claimBetween(t.Context(), base, func() {
+			require.NoError(t, g.st.Exec(t.Context(), `DELETE FROM operation WHERE id = $1`, base.ID))
+		})
+		require.ErrorIs(t, err, store.ErrUnavailable, "a claimed operation is never reported unknown")
+		require.NotErrorIs(t, err, store.ErrNotFound)
+		require.False(t, claimed)
+	})
+
+	t.Run("the caller gives up after the claim", func(t *testing.T) {
+		base := outdated()
+		ctx, cancel := context.WithCancel(t.Context())
+		op, claimed, err := claimBetween(ctx, base, cancel)
+		require.NoError(t, err)
+		require.True(t, claimed, "the claim committed")
+		require.Equal(t, "EXECUTING", op.State)
+		require.Equal(t, "changed", op.ApprovalReason)
+		requireStored(t, g, op)
+	})
+
+	t.Run("a transition's row gone after it", func(t *testing.T) {
+		base := outdated()
+		c := g.st.ConnBefore(func(n int) {
+			if n == 2 {
+				require.NoError(t, g.st.Exec(t.Context(), `DELETE FROM operation WHERE id = $1`, base.ID))
+			}
+		})
+		_, err := c.OperationTransition(t.Context(), store.Transition{Tenant: "acme", ID: base.ID, From: []string{"READY"},
+			To: "CANCELLED", Event: "CANCELLED", Actor: "agent", Base: base})
+		require.ErrorIs(t, err, store.ErrUnavailable, "a transition that committed is never reported a failed guard")
+		require.NotErrorIs(t, err, store.ErrNotFound)
 	})
 }
