@@ -3,10 +3,13 @@ package store_test
 import (
 	"context"
 	"crypto/sha256"
+	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/opledger/opledger/proof/pgtest"
@@ -101,4 +104,31 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		require.Empty(t, a, "migrator %d", i)
 	}
 	requireUsable(t, url)
+}
+
+// TestOpenOverUnixSocket: a URL that names the server's socket directory
+// (host=/dir) migrates and opens as a TCP one does, and its connections do
+// not go over TCP. docs/operations.md offers it to a replica on the
+// database's host.
+func TestOpenOverUnixSocket(t *testing.T) {
+	t.Parallel()
+	c := pgtest.Cluster(t)
+	tcp, err := url.Parse(pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	sock, ok := c.SocketURL(strings.TrimPrefix(tcp.Path, "/"))
+	require.True(t, ok, "the test cluster listens on a socket")
+	_, err = store.Migrate(t.Context(), sock)
+	require.NoError(t, err)
+	st, err := store.Open(t.Context(), store.Config{URL: sock, MaxConns: 2})
+	require.NoError(t, err)
+	defer st.Close()
+	_, err = st.OperationGet(t.Context(), "acme", "op_none")
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	conn, err := pgx.Connect(t.Context(), sock)
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(t.Context()))
+	var overSocket bool
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT inet_server_addr() IS NULL`).Scan(&overSocket))
+	require.True(t, overSocket, "inet_server_addr() is NULL on a Unix socket only")
 }

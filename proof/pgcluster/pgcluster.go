@@ -269,6 +269,23 @@ func (c *Cluster) URL(database string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.Port(), url.PathEscape(database))
 }
 
+// SocketURL returns the connection URL of database over the cluster's Unix
+// socket, as the superuser postgres, and false when the cluster has no
+// socket (its directory's path too long for one).
+func (c *Cluster) SocketURL(database string) (string, bool) {
+	if !c.hasSocket() {
+		return "", false
+	}
+	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable",
+		url.PathEscape(database), url.QueryEscape(c.sockDir), c.Port()), true
+}
+
+// hasSocket reports whether the postmaster can bind its Unix socket: a path
+// longer than sun_path cannot be bound, and TCP alone will do.
+func (c *Cluster) hasSocket() bool {
+	return len(filepath.Join(c.sockDir, ".s.PGSQL."+strconv.Itoa(c.port)+".lock")) <= maxSocketPath
+}
+
 // Port returns the TCP port the cluster listens on.
 func (c *Cluster) Port() int { return c.port }
 
@@ -511,7 +528,7 @@ func (c *Cluster) writeConf() error {
 		"listen_addresses":  "127.0.0.1",
 		"logging_collector": "off",
 	}
-	if len(filepath.Join(c.sockDir, ".s.PGSQL."+strconv.Itoa(c.port)+".lock")) <= maxSocketPath {
+	if c.hasSocket() {
 		set["unix_socket_directories"] = c.sockDir
 	} else {
 		// The postmaster cannot bind a socket path longer than sun_path; TCP alone will do.
