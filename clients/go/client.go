@@ -33,10 +33,11 @@ import (
 // concurrent use. Several clients (an agent's and an approver's key, say)
 // can share a connection through WithAPIKey.
 type Client struct {
-	conn   *grpc.ClientConn // nil when the connection is not ours to close
-	rpc    opledgerv1.LedgerServiceClient
-	apiKey string
-	retry  RetryPolicy
+	conn    *grpc.ClientConn // nil when the connection is not ours to close
+	rpc     opledgerv1.LedgerServiceClient
+	apiKey  string
+	retry   RetryPolicy
+	timeout time.Duration // of each attempt; 0: the context's deadline alone
 }
 
 // Option configures New.
@@ -47,6 +48,33 @@ type config struct {
 	plaintext bool
 	retry     RetryPolicy
 	dialOpts  []grpc.DialOption
+	timeout   *time.Duration
+}
+
+// DefaultTimeout is the deadline of each attempt of a call when WithTimeout
+// does not set another, as in every opledger client: a call whose context
+// has no deadline still ends when the network or the server stops
+// answering.
+const DefaultTimeout = 30 * time.Second
+
+// waitMargin is how far beyond its wait the deadline of a call that asks
+// the server to wait lies (Execute with WithWait, Prepare with WithExecute):
+// the client must not give up on an answer the server is about to send.
+const waitMargin = 10 * time.Second
+
+// WithTimeout sets the deadline of each attempt of a call (DefaultTimeout
+// when not given). The context's deadline, when earlier, still wins; a call
+// that asks the server to wait gets at least its wait plus 10 s. Zero or
+// less leaves calls to the context's deadline alone.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) { c.timeout = &d }
+}
+
+func (c config) attemptTimeout() time.Duration {
+	if c.timeout == nil {
+		return DefaultTimeout
+	}
+	return max(*c.timeout, 0)
 }
 
 // WithPlaintext sends calls without TLS, for a server on loopback or behind a
@@ -99,7 +127,8 @@ func New(target, apiKey string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opledger: connect %s: %w", target, err)
 	}
-	return &Client{conn: conn, rpc: opledgerv1.NewLedgerServiceClient(conn), apiKey: apiKey, retry: cfg.retry.withDefaults()}, nil
+	return &Client{conn: conn, rpc: opledgerv1.NewLedgerServiceClient(conn), apiKey: apiKey, retry: cfg.retry.withDefaults(),
+		timeout: cfg.attemptTimeout()}, nil
 }
 
 // maxMessageBytes is the server's bound on a message (server.MaxMessageBytes).
@@ -107,19 +136,25 @@ const maxMessageBytes = 1 << 20
 
 // NewFromConn uses a connection the caller owns (Close leaves it open). The
 // connection must have been created with grpc.WithDisableRetry() so that the
-// client stays the only retry owner.
-func NewFromConn(conn grpc.ClientConnInterface, apiKey string, policy RetryPolicy) (*Client, error) {
+// client stays the only retry owner. Of the options, only WithTimeout
+// applies: the others configure a connection, and this one is the caller's.
+func NewFromConn(conn grpc.ClientConnInterface, apiKey string, policy RetryPolicy, opts ...Option) (*Client, error) {
 	if apiKey == "" {
 		return nil, errors.New("opledger: empty API key")
 	}
-	return &Client{rpc: opledgerv1.NewLedgerServiceClient(conn), apiKey: apiKey, retry: policy.withDefaults()}, nil
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &Client{rpc: opledgerv1.NewLedgerServiceClient(conn), apiKey: apiKey, retry: policy.withDefaults(),
+		timeout: cfg.attemptTimeout()}, nil
 }
 
 // WithAPIKey returns a client that shares c's connection and retry policy
 // but authenticates as another principal (e.g. the approver). Closing it
 // does not close the connection; close c.
 func (c *Client) WithAPIKey(apiKey string) *Client {
-	return &Client{rpc: c.rpc, apiKey: apiKey, retry: c.retry}
+	return &Client{rpc: c.rpc, apiKey: apiKey, retry: c.retry, timeout: c.timeout}
 }
 
 // Close closes the connection New opened.
@@ -174,7 +209,11 @@ func (c *Client) Prepare(ctx context.Context, tool string, args any, idempotency
 		o(req)
 	}
 	var resp *opledgerv1.PrepareResponse
-	err = c.call(ctx, idempotencyKey, func(ctx context.Context) (err error) {
+	var wait time.Duration
+	if req.GetExecute() {
+		wait = req.GetWait().AsDuration()
+	}
+	err = c.call(ctx, idempotencyKey, wait, func(ctx context.Context) (err error) {
 		resp, err = c.rpc.Prepare(ctx, req)
 		return err
 	})
@@ -187,7 +226,7 @@ func (c *Client) Prepare(ctx context.Context, tool string, args any, idempotency
 func (c *Client) Approve(ctx context.Context, operationID, fingerprint string, decision opledgerv1.Decision, reason string) (*opledgerv1.ApproveResponse, error) {
 	req := &opledgerv1.ApproveRequest{OperationId: operationID, Fingerprint: fingerprint, Decision: decision, Reason: reason}
 	var resp *opledgerv1.ApproveResponse
-	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+	err := c.call(ctx, "", 0, func(ctx context.Context) (err error) {
 		resp, err = c.rpc.Approve(ctx, req)
 		return err
 	})
@@ -214,7 +253,7 @@ func (c *Client) Execute(ctx context.Context, operationID string, opts ...Execut
 		o(req)
 	}
 	var resp *opledgerv1.ExecuteResponse
-	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+	err := c.call(ctx, "", req.GetWait().AsDuration(), func(ctx context.Context) (err error) {
 		resp, err = c.rpc.Execute(ctx, req)
 		return err
 	})
@@ -234,7 +273,7 @@ func (c *Client) Get(ctx context.Context, operationID string, opts ...GetOption)
 		o(req)
 	}
 	var resp *opledgerv1.GetResponse
-	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+	err := c.call(ctx, "", 0, func(ctx context.Context) (err error) {
 		resp, err = c.rpc.Get(ctx, req)
 		return err
 	})
@@ -261,7 +300,7 @@ func (c *Client) Reconcile(ctx context.Context, operationID string, opts ...Reco
 		o(req)
 	}
 	var resp *opledgerv1.ReconcileResponse
-	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+	err := c.call(ctx, "", 0, func(ctx context.Context) (err error) {
 		resp, err = c.rpc.Reconcile(ctx, req)
 		return err
 	})
@@ -270,12 +309,25 @@ func (c *Client) Reconcile(ctx context.Context, operationID string, opts ...Reco
 
 // call attaches the credentials (and the idempotency key, built once so every
 // attempt carries the same one) and runs the retry policy.
-func (c *Client) call(ctx context.Context, idempotencyKey string, rpc func(context.Context) error) error {
+// call runs rpc under the retry policy, each attempt with the client's
+// deadline, or wait plus waitMargin when the server is asked to wait longer.
+func (c *Client) call(ctx context.Context, idempotencyKey string, wait time.Duration, rpc func(context.Context) error) error {
 	kv := []string{"authorization", "Bearer " + c.apiKey}
 	if idempotencyKey != "" {
 		kv = append(kv, "idempotency-key", idempotencyKey)
 	}
-	return c.retry.retry(metadata.AppendToOutgoingContext(ctx, kv...), rpc)
+	timeout := c.timeout
+	if timeout > 0 && wait > 0 {
+		timeout = max(timeout, wait+waitMargin)
+	}
+	return c.retry.retry(metadata.AppendToOutgoingContext(ctx, kv...), func(ctx context.Context) error {
+		if timeout <= 0 {
+			return rpc(ctx)
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return rpc(ctx)
+	})
 }
 
 // toStruct accepts the argument shapes Prepare documents.
@@ -310,7 +362,7 @@ func toStruct(args any) (*structpb.Struct, error) {
 func (c *Client) Cancel(ctx context.Context, operationID, reason string) (*opledgerv1.CancelResponse, error) {
 	req := &opledgerv1.CancelRequest{OperationId: operationID, Reason: reason}
 	var resp *opledgerv1.CancelResponse
-	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+	err := c.call(ctx, "", 0, func(ctx context.Context) (err error) {
 		resp, err = c.rpc.Cancel(ctx, req)
 		return err
 	})
@@ -322,7 +374,7 @@ func (c *Client) Cancel(ctx context.Context, operationID, reason string) (*opled
 // their descriptions, effects, approval policies and argument JSON Schemas.
 func (c *Client) ListTools(ctx context.Context) (*opledgerv1.ListToolsResponse, error) {
 	var resp *opledgerv1.ListToolsResponse
-	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+	err := c.call(ctx, "", 0, func(ctx context.Context) (err error) {
 		resp, err = c.rpc.ListTools(ctx, &opledgerv1.ListToolsRequest{})
 		return err
 	})
@@ -362,7 +414,7 @@ func (c *Client) ListOperations(ctx context.Context, opts ...ListOperationsOptio
 		o(req)
 	}
 	var resp *opledgerv1.ListOperationsResponse
-	err := c.call(ctx, "", func(ctx context.Context) (err error) {
+	err := c.call(ctx, "", 0, func(ctx context.Context) (err error) {
 		resp, err = c.rpc.ListOperations(ctx, req)
 		return err
 	})
