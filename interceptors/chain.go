@@ -181,8 +181,11 @@ func (w *wrappedStream) Context() context.Context { return w.ctx }
 // (the request id, the caller, the idempotency key's digest) for the log
 // lines and the handler, rather than each wrapping the context in a value
 // of its own: every wrap is an allocation, and every later ctx.Value walks
-// past it. The links set it before the handler runs, on the call's
-// goroutine; the handler only reads it.
+// past it. Its fields are plain values, not log attributes: nothing is
+// formatted unless the finished call's line is enabled, because an access
+// log built and dropped on every successful call would cost more than the
+// rest of the chain. The links set it before the handler runs, on the
+// call's goroutine; the handler only reads it.
 type call struct {
 	requestID     string
 	keyDigest     string
