@@ -112,6 +112,11 @@ type Options struct {
 	// DBConns is the connection pool size of each server and of DBOS;
 	// default 16.
 	DBConns int
+	// GRPCConns is how many gRPC connections the load generator opens to
+	// each server, its workers taking them in turn; default 1: the load
+	// generator is one agent runtime, as DBOS's baseline is one process,
+	// and an opledger client is one channel, which is one connection.
+	GRPCConns int
 	// Scenarios restricts the run to these scenarios; empty runs all.
 	Scenarios []string
 	// Baselines restricts the baselines to these systems; empty runs all.
@@ -152,6 +157,9 @@ func (o *Options) defaults() {
 	if o.DBConns == 0 {
 		o.DBConns = 16
 	}
+	if o.GRPCConns == 0 {
+		o.GRPCConns = 1
+	}
 	if len(o.Scenarios) == 0 {
 		o.Scenarios = Scenarios
 	}
@@ -187,6 +195,9 @@ func (o *Options) validate() error {
 	}
 	if o.Duration < 100*time.Millisecond {
 		return errors.New("bench: duration must be at least 100ms")
+	}
+	if o.GRPCConns < 0 || o.GRPCConns > 1024 {
+		return errors.New("bench: --grpc-conns must be 1 to 1024")
 	}
 	if o.Grow < 0 || o.Seed < 1 || o.Repeat < 1 || o.Repeat > 9 {
 		return errors.New("bench: --grow must be positive, the seed at least 1 and --repeat 1 to 9")

@@ -155,7 +155,7 @@ func newEnv(ctx context.Context, dir string, opts *Options) (_ *env, err error) 
 			addrs = append(addrs, p.addr)
 		}
 	}
-	if e.clients, err = dialClients(addrs, e.apiKey); err != nil {
+	if e.clients, err = dialClients(addrs, e.apiKey, e.opts.GRPCConns); err != nil {
 		return nil, err
 	}
 	e.clients.pids = e.serverPids()
@@ -182,7 +182,7 @@ func newEnv(ctx context.Context, dir string, opts *Options) (_ *env, err error) 
 			if chain {
 				st = e.stack
 			}
-			return startFloor(canned, st, e.apiKey)
+			return startFloor(canned, st, e.apiKey, e.opts.GRPCConns)
 		}
 		if opts.wants(SystemGRPCFloor) {
 			if e.bare, err = start(false); err != nil {

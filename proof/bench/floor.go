@@ -160,7 +160,7 @@ type floorServer struct {
 // startFloor serves the canned answers over TCP loopback from this process
 // (in-process runs: the floor sits where the server under test sits). With
 // a stack, behind the chain; see floorGRPC.
-func startFloor(c canned, st *stack, apiKey string) (*floorServer, error) {
+func startFloor(c canned, st *stack, apiKey string, conns int) (*floorServer, error) {
 	var l *ledger.Ledger
 	stopLog := func() {}
 	var logger *slog.Logger
@@ -178,7 +178,7 @@ func startFloor(c canned, st *stack, apiKey string) (*floorServer, error) {
 		return nil, err
 	}
 	go func() { _ = srv.Serve(lis) }()
-	cl, err := dialClients([]string{lis.Addr().String()}, apiKey)
+	cl, err := dialClients([]string{lis.Addr().String()}, apiKey, conns)
 	if err != nil {
 		srv.Stop()
 		stopLog()
@@ -212,7 +212,7 @@ func (e *env) startFloorChild(ctx context.Context, chain bool) (*floorServer, er
 	if err != nil {
 		return nil, err
 	}
-	cl, err := dialClients([]string{p.addr}, e.apiKey)
+	cl, err := dialClients([]string{p.addr}, e.apiKey, e.opts.GRPCConns)
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func (e *env) grow(ctx context.Context, rep *Report) error {
 			defer p.stop()
 			addr = p.addr
 		}
-		cl, err := dialClients([]string{addr}, e.apiKey)
+		cl, err := dialClients([]string{addr}, e.apiKey, e.opts.GRPCConns)
 		if err != nil {
 			return err
 		}

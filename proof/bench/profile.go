@@ -55,7 +55,7 @@ func (e *env) profile(ctx context.Context, rep *Report) error {
 	}
 	cl := e.clients
 	if o.Binary != "" {
-		c, err := dialClients([]string{e.stack.addr}, e.apiKey)
+		c, err := dialClients([]string{e.stack.addr}, e.apiKey, e.opts.GRPCConns)
 		if err != nil {
 			return err
 		}

@@ -344,6 +344,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	slices.Sort(set)
 	fmt.Fprintf(w, "| PostgreSQL settings | defaults, plus %s |\n", strings.Join(set, ", "))
 	fmt.Fprintf(w, "| server under test | %s, pool %d connections |\n", m.ServerProcess, r.Options.DBConns)
+	fmt.Fprintf(w, "| load generator | one process; %d gRPC connection(s) per server, its workers taking them in turn |\n", r.Options.GRPCConns)
 	fmt.Fprintf(w, "| load average (1, 5, 15 min) | before %s, after %s |\n", m.LoadBefore, m.LoadAfter)
 	fmt.Fprintf(w, "| measurement | %s per point after a %s warm-up; median of %d run(s) by throughput |\n\n", r.Options.Duration, r.Options.warmup(), r.Options.Repeat)
 	fmt.Fprintln(w, "| scenario | conc | opledger ops/s | p50 | p99 | p99.9 | db calls/op | baseline | baseline ops/s | ratio | baseline p99 |")

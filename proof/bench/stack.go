@@ -97,9 +97,7 @@ type clients struct {
 	pids []int
 }
 
-const connsPerServer = 8
-
-func dialClients(addrs []string, apiKey string) (*clients, error) {
+func dialClients(addrs []string, apiKey string, connsPerServer int) (*clients, error) {
 	c := &clients{auth: metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+apiKey)),
 		servers: len(addrs)}
 	for i := 0; i < connsPerServer; i++ {
