@@ -215,6 +215,12 @@ func TestPrepareRefusals(t *testing.T) {
 		{"currency lower case", "pay_invoice", "1", with("currency", "eur"), codes.InvalidArgument, "ARGS_INVALID", "args/currency"},
 		{"field missing", "pay_invoice", "1", without(valid, "invoice_id"), codes.InvalidArgument, "ARGS_INVALID", "args/invoice_id"},
 		{"field extra", "pay_invoice", "1", with("memo", "rush"), codes.InvalidArgument, "ARGS_INVALID", "args/memo"},
+		// PostgreSQL cannot store the NUL character in jsonb: refused, not
+		// INTERNAL (found by FuzzRequestPath).
+		{"a NUL in a string", "send_email", "1", map[string]any{"to": "ap@example.com", "subject": "Invoice \x00", "body": "hi"},
+			codes.InvalidArgument, "ARGS_INVALID", "args/subject"},
+		{"a NUL in a member name", "send_email", "1", map[string]any{"to": "ap@example.com", "subject": "s", "body": "hi", "x\x00": "y"},
+			codes.InvalidArgument, "ARGS_INVALID", "args"},
 		{"args too large", "send_email", "1",
 			map[string]any{"to": "ap@example.com", "subject": "big", "body": strings.Repeat("x", 70_000)},
 			codes.ResourceExhausted, "ARGS_TOO_LARGE", ""},

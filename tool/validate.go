@@ -182,6 +182,15 @@ func normalizeArgs(args any) (any, error) {
 	return v, nil
 }
 
+// The NUL character (U+0000) is valid JSON in a string but PostgreSQL cannot
+// store it in jsonb, where an operation's args live: args holding one are
+// refused as invalid, before anything is stored, rather than failing the
+// insert.
+const (
+	nulRefused       = "contains the NUL character (U+0000), which the ledger cannot store"
+	nulMemberRefused = "has a member name containing the NUL character (U+0000), which the ledger cannot store"
+)
+
 // normalizeValue returns v as a plain JSON value. A violation's Field is
 // built on the way out (under), so a valid value costs no path strings.
 func normalizeValue(v any, depth int) (any, *ArgsError) {
@@ -189,7 +198,12 @@ func normalizeValue(v any, depth int) (any, *ArgsError) {
 		return nil, violation(fmt.Sprintf("nested deeper than %d levels", maxArgsDepth))
 	}
 	switch v := v.(type) {
-	case nil, bool, string, json.Number,
+	case string:
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, violation(nulRefused)
+		}
+		return v, nil
+	case nil, bool, json.Number,
 		int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
 		return v, nil
 	case float64:
@@ -205,6 +219,9 @@ func normalizeValue(v any, depth int) (any, *ArgsError) {
 	case map[string]any:
 		out := make(map[string]any, len(v))
 		for k, e := range v {
+			if strings.IndexByte(k, 0) >= 0 {
+				return nil, violation(nulMemberRefused)
+			}
 			n, err := normalizeValue(e, depth+1)
 			if err != nil {
 				return nil, err.under(escapeToken(k))
@@ -227,6 +244,9 @@ func normalizeValue(v any, depth int) (any, *ArgsError) {
 	case *structpb.Struct:
 		out := make(map[string]any, len(v.GetFields()))
 		for k, e := range v.GetFields() {
+			if strings.IndexByte(k, 0) >= 0 {
+				return nil, violation(nulMemberRefused)
+			}
 			n, err := normalizeValue(e, depth+1)
 			if err != nil {
 				return nil, err.under(escapeToken(k))
@@ -253,7 +273,7 @@ func normalizeValue(v any, depth int) (any, *ArgsError) {
 		case *structpb.Value_NumberValue:
 			return normalizeValue(k.NumberValue, depth)
 		case *structpb.Value_StringValue:
-			return k.StringValue, nil
+			return normalizeValue(k.StringValue, depth)
 		case *structpb.Value_StructValue:
 			return normalizeValue(k.StructValue, depth)
 		case *structpb.Value_ListValue:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -74,4 +75,16 @@ func storeErr(err error) error {
 // serialization failure, or the statement timed out.
 func retryableStoreErr(err error) bool {
 	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrRetry) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// storable refuses a text a caller gives the ledger to keep (a reason, a
+// note, a reference) when PostgreSQL cannot store it: a text value never
+// holds the NUL character (U+0000). It runs before anything is read or
+// written, so a refused call changes nothing.
+func storable(field, s string) error {
+	if strings.IndexByte(s, 0) < 0 {
+		return nil
+	}
+	return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: field,
+		Message: field + " must not contain the NUL character (U+0000)"}
 }

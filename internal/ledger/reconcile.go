@@ -24,6 +24,14 @@ type Resolution struct {
 // when res is given, else by looking the downstream up by the downstream
 // key. It returns the operation and what was found.
 func (l *Ledger) Reconcile(ctx context.Context, a Actor, id string, res *Resolution) (Operation, string, error) {
+	if res != nil {
+		if err := storable("resolution.note", res.Note); err != nil {
+			return Operation{}, "", err
+		}
+		if err := storable("resolution.external_ref", res.ExternalRef); err != nil {
+			return Operation{}, "", err
+		}
+	}
 	op, err := l.store.OperationGet(ctx, a.Tenant, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return Operation{}, "", notFound(id)
