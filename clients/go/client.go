@@ -308,9 +308,9 @@ func (c *Client) Reconcile(ctx context.Context, operationID string, opts ...Reco
 }
 
 // call attaches the credentials (and the idempotency key, built once so every
-// attempt carries the same one) and runs the retry policy.
-// call runs rpc under the retry policy, each attempt with the client's
-// deadline, or wait plus waitMargin when the server is asked to wait longer.
+// attempt carries the same one) and runs rpc under the retry policy, each
+// attempt with the client's deadline, or wait plus waitMargin when the
+// server is asked to wait longer.
 func (c *Client) call(ctx context.Context, idempotencyKey string, wait time.Duration, rpc func(context.Context) error) error {
 	kv := []string{"authorization", "Bearer " + c.apiKey}
 	if idempotencyKey != "" {

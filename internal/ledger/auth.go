@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -42,10 +41,6 @@ type authCache struct {
 	entries map[keyHash]authEntry
 }
 
-// keyHash is HashAPIKey's value as an array, which a map takes as its key
-// without a copy to the heap.
-type keyHash = [sha256.Size]byte
-
 type authEntry struct {
 	actor   Actor
 	ok      bool
@@ -58,7 +53,7 @@ var ErrBadKey = errors.New("ledger: unknown or revoked API key")
 // Authenticate resolves an API key to its actor. Results (including
 // refusals, briefly) are cached per key hash.
 func (l *Ledger) Authenticate(ctx context.Context, key string) (Actor, error) {
-	hk := keyHash(sha256.Sum256([]byte(key))) // HashAPIKey's bytes
+	hk := hashAPIKey(key)
 	now := time.Now()
 	l.auth.mu.Lock()
 	e, hit := l.auth.entries[hk]
