@@ -80,6 +80,7 @@ fuzz:
 	go test ./tool -run='^$$' -fuzz='^FuzzValidateArgs$$' -fuzztime=$$((30000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzRequestPath$$' -fuzztime=$$((4000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzJSONStruct$$' -fuzztime=$$((20000*$(FUZZSCALE)))x
+	go test ./store -run='^$$' -fuzz='^FuzzStorableIsStored$$' -fuzztime=$$((20000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzChecksMatchTheirForms$$' -fuzztime=$$((20000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzStructField$$' -fuzztime=$$((100000*$(FUZZSCALE)))x
 	go test ./executor -run='^$$' -fuzz='^FuzzExtractPath$$' -fuzztime=$$((500000*$(FUZZSCALE)))x

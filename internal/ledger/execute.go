@@ -33,6 +33,19 @@ func storedError(reason opledgerv1.ErrorReason, res executor.Result) []byte {
 	return b
 }
 
+// storableResult is res as PostgreSQL can store it: an answer made a JSON
+// object (executor.Object) and then storable (executor.Storable), a
+// reference and a detail storable as text. Whatever a downstream (or a
+// registered executor) answered must never keep its outcome from being
+// recorded: the outcome statement would fail on every attempt, and the
+// operation would never be resolved.
+func storableResult(res executor.Result) executor.Result {
+	res.Body = executor.Storable(executor.Object(res.Body))
+	res.ExternalRef = executor.StorableText(res.ExternalRef)
+	res.Detail = executor.StorableText(res.Detail)
+	return res
+}
+
 // maxClaimRounds bounds Execute's loop of claim attempts against concurrent
 // state changes; each round reads the database afresh.
 const maxClaimRounds = 50
@@ -378,6 +391,7 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 // outcome is the guarded transition that records what the downstream said
 // about the attempt holding op's fence.
 func (l *Ledger) outcome(op Operation, res executor.Result) (store.Transition, error) {
+	res = storableResult(res)
 	var event Event
 	var to State
 	var stored []byte

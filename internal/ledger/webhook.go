@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -38,6 +39,9 @@ var ErrWebhookInvalid = errors.New("ledger: invalid webhook event")
 func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (string, error) {
 	if ev.ID == "" || len(ev.ID) > 255 || ev.IdempotencyKey == "" || (ev.Type != "succeeded" && ev.Type != "failed") {
 		return "", fmt.Errorf("%w: id, idempotency_key and type succeeded|failed are required", ErrWebhookInvalid)
+	}
+	if strings.IndexByte(ev.ID, 0) >= 0 || strings.IndexByte(ev.IdempotencyKey, 0) >= 0 {
+		return "", fmt.Errorf("%w: id and idempotency_key must not contain the NUL character", ErrWebhookInvalid)
 	}
 	var result string
 	err := l.store.InTx(ctx, func(c *store.Conn) error {
@@ -79,10 +83,10 @@ func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (str
 		}
 		t.Actor, t.Detail, t.SetError = "webhook:"+tool, "webhook event "+ev.ID, true
 		if to == StateSucceeded {
-			t.ExternalRef, t.Result, t.Error = ev.ExternalRef, executor.Object(ev.Data), nil
+			t.ExternalRef, t.Result, t.Error = executor.StorableText(ev.ExternalRef), executor.Storable(executor.Object(ev.Data)), nil
 		} else {
 			t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
-				executor.Result{Detail: "the downstream reported failure by webhook", Body: executor.Object(ev.Data)})
+				storableResult(executor.Result{Detail: "the downstream reported failure by webhook", Body: ev.Data}))
 		}
 		if _, err := c.OperationTransition(ctx, t); err != nil {
 			return err

@@ -1,0 +1,209 @@
+package executor
+
+import (
+	"bytes"
+	"strings"
+	"unicode/utf8"
+)
+
+// PostgreSQL's numeric, which jsonb stores every number as, holds at most
+// this many digits before the decimal point and this many after it.
+const (
+	numericMaxBefore = 131072
+	numericMaxScale  = 16383
+	// numericMaxExponent bounds the exponents PostgreSQL reads at all.
+	numericMaxExponent = 1<<30 - 1
+)
+
+// Storable returns the JSON text b (valid JSON, such as Object returns) in a
+// form PostgreSQL can store, so that a downstream's answer never keeps its
+// outcome from being recorded. jsonb holds no NUL character (U+0000), no
+// unpaired surrogate and no byte that is not UTF-8, and a number only within
+// numeric's range. In strings and member names, each such character, escaped
+// or not, becomes U+FFFD (as strings.ToValidUTF8 does); a number beyond the
+// range becomes a string of the number's text. Everything else, including
+// the order of members and the escapes that PostgreSQL can hold, is kept as
+// it is; an answer with nothing to change is returned as it is, uncopied.
+func Storable(b []byte) []byte {
+	s := rewriter{in: b}
+	for i := 0; i < len(b); {
+		switch c := b[i]; {
+		case c == '"':
+			i = s.str(i + 1)
+		case c == '-' || ('0' <= c && c <= '9'):
+			j := numberEnd(b, i)
+			if !numericHolds(b[i:j]) {
+				s.replace(i, j, `"`+string(b[i:j])+`"`)
+			}
+			i = j
+		default:
+			i++
+		}
+	}
+	return s.done()
+}
+
+// StorableText returns s as PostgreSQL's text can hold it: each NUL
+// character and each byte that is not UTF-8 becomes U+FFFD.
+func StorableText(s string) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// rewriter copies its input only from the first replacement on.
+type rewriter struct {
+	in   []byte
+	out  []byte // nil until the first replacement
+	last int    // in[last:] is not copied yet
+}
+
+func (r *rewriter) replace(from, to int, with string) {
+	if r.out == nil {
+		r.out = make([]byte, 0, len(r.in)+16)
+	}
+	r.out = append(r.out, r.in[r.last:from]...)
+	r.out = append(r.out, with...)
+	r.last = to
+}
+
+func (r *rewriter) done() []byte {
+	if r.out == nil {
+		return r.in
+	}
+	return append(r.out, r.in[r.last:]...)
+}
+
+// str scans the string whose text starts at i and returns the index after
+// its closing quote.
+func (r *rewriter) str(i int) int {
+	b := r.in
+	for i < len(b) {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c == '\\' && i+1 < len(b) && b[i+1] == 'u':
+			u, ok := hex4(b, i+2)
+			switch {
+			case !ok:
+				i += 2
+			case u >= 0xD800 && u < 0xDC00: // a high surrogate: kept only with its low half
+				if low, ok := hex4(b, i+8); ok && b[i+6] == '\\' && b[i+7] == 'u' && low >= 0xDC00 && low < 0xE000 {
+					i += 12
+					continue
+				}
+				fallthrough
+			case u == 0 || (u >= 0xDC00 && u < 0xE000):
+				r.replace(i, i+6, `\ufffd`)
+				i += 6
+			default:
+				i += 6
+			}
+		case c == '\\':
+			i += 2
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			if ru, n := utf8.DecodeRune(b[i:]); ru == utf8.RuneError && n == 1 {
+				r.replace(i, i+1, "\uFFFD")
+				i++
+			} else {
+				i += n
+			}
+		}
+	}
+	return i
+}
+
+// hex4 reads the four hexadecimal digits at b[i:i+4].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var u rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		u = u<<4 | rune(c)
+	}
+	return u, true
+}
+
+// numberEnd returns the index after the number token starting at i.
+func numberEnd(b []byte, i int) int {
+	for i < len(b) {
+		switch c := b[i]; {
+		case '0' <= c && c <= '9', c == '-', c == '+', c == '.', c == 'e', c == 'E':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// numericHolds reports whether PostgreSQL's numeric can hold the JSON
+// number tok: at most numericMaxBefore digits before the decimal point from
+// the first that is not zero, and a display scale (the digits written after
+// the point, less the exponent) of at most numericMaxScale, whatever the
+// value (PostgreSQL refuses 0e-99999).
+func numericHolds(tok []byte) bool {
+	i := 0
+	if i < len(tok) && tok[i] == '-' {
+		i++
+	}
+	intStart := i
+	for i < len(tok) && '0' <= tok[i] && tok[i] <= '9' {
+		i++
+	}
+	intDigits := tok[intStart:i]
+	var frac []byte
+	if i < len(tok) && tok[i] == '.' {
+		i++
+		fracStart := i
+		for i < len(tok) && '0' <= tok[i] && tok[i] <= '9' {
+			i++
+		}
+		frac = tok[fracStart:i]
+	}
+	exp := 0
+	if i < len(tok) && (tok[i] == 'e' || tok[i] == 'E') {
+		i++
+		neg := false
+		if i < len(tok) && (tok[i] == '+' || tok[i] == '-') {
+			neg = tok[i] == '-'
+			i++
+		}
+		for ; i < len(tok); i++ {
+			exp = exp*10 + int(tok[i]-'0')
+			if exp >= numericMaxExponent {
+				return false
+			}
+		}
+		if neg {
+			exp = -exp
+		}
+	}
+	if len(frac)-exp > numericMaxScale {
+		return false
+	}
+	// Digits before the point, counted from the first that is not zero.
+	sig := bytes.TrimLeft(intDigits, "0")
+	if len(sig) != 0 {
+		return len(sig)+exp <= numericMaxBefore
+	}
+	lead := len(frac) - len(bytes.TrimLeft(frac, "0"))
+	if lead == len(frac) {
+		return true // the value is zero
+	}
+	return exp-lead <= numericMaxBefore
+}

@@ -1,0 +1,60 @@
+package executor
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestStorable: each thing PostgreSQL's jsonb cannot hold becomes what
+// Storable's contract says, and nothing else changes (store's
+// FuzzStorableIsStored holds it against PostgreSQL itself).
+func TestStorable(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ in, want string }{
+		{`{"id":"ch_1","amount_minor":4900,"currency":"EUR"}`, ""},
+		{`{"a":"\u00e9\n\"\\","b":[1,-2.5e10,0,-0.0,1E+5,true,null]}`, ""},
+		{`{"a":"\\u0000"}`, ""}, // an escaped backslash, then text
+		{`{"pair":"\ud83d\ude00","PAIR":"\uD83D\uDE00"}`, ""},
+		{`{"a":"x\u0000y"}`, `{"a":"x\ufffdy"}`},
+		{`{"a\u0000":1}`, `{"a\ufffd":1}`},
+		{`{"a":"\\\u0000"}`, `{"a":"\\\ufffd"}`},
+		{`{"a":"\ud800"}`, `{"a":"\ufffd"}`},
+		{`{"a":"\uD800x"}`, `{"a":"\ufffdx"}`},
+		{`{"a":"\ud800\u0041"}`, `{"a":"\ufffd\u0041"}`},
+		{`{"a":"\ud800\ud800\udc00"}`, `{"a":"\ufffd\ud800\udc00"}`},
+		{`{"a":"\udc00\ud800"}`, `{"a":"\ufffd\ufffd"}`},
+		{"{\"a\":\"x\xff\xc3\"}", "{\"a\":\"x\uFFFD\uFFFD\"}"},
+		{"{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\uFFFD\uFFFD\uFFFD\"}"}, // a surrogate written as UTF-8
+		{"{\"a\":\"\uFFFD\"}", ""},
+		{`{"n":1e-16383,"m":1e131071,"z":0e99999,"w":0.0001e131075,"s":1.5e-16382}`, ""},
+		{`{"n":1e-16384}`, `{"n":"1e-16384"}`},
+		{`{"n":1e131072}`, `{"n":"1e131072"}`},
+		{`{"n":0e-99999}`, `{"n":"0e-99999"}`},
+		{`{"n":0.0e-16383}`, `{"n":"0.0e-16383"}`},
+		{`{"n":0.0001e131076}`, `{"n":"0.0001e131076"}`},
+		{`[-1.5E+200000,1e99999999999999999999]`, `["-1.5E+200000","1e99999999999999999999"]`},
+		{`{"n":"1e-99999"}`, ""}, // a string, not a number
+	}
+	for _, c := range cases {
+		want := c.want
+		if want == "" {
+			want = c.in
+		}
+		got := Storable([]byte(c.in))
+		require.Equal(t, want, string(got), "Storable(%q)", c.in)
+		require.True(t, json.Valid(got), "%q", got)
+		require.Equal(t, string(got), string(Storable(got)), "Storable is idempotent on %q", got)
+		if c.want == "" {
+			in := []byte(c.in)
+			require.Same(t, &in[0], &Storable(in)[0], "an answer with nothing to change is not copied: %q", c.in)
+		}
+	}
+}
+
+func TestStorableText(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "ch_1", StorableText("ch_1"))
+	require.Equal(t, "ch_\uFFFD1\uFFFD", StorableText("ch_\x001\xff"))
+}
