@@ -26,6 +26,8 @@ func FuzzRequestPath(f *testing.F) {
 	f.Add(uint8(2), seed(&opledgerv1.ExecuteRequest{OperationId: "op_00000000000000000000000000"}), "")
 	f.Add(uint8(3), seed(&opledgerv1.GetRequest{OperationId: "op_x", IncludeEvents: true}), "")
 	f.Add(uint8(4), seed(&opledgerv1.ReconcileRequest{OperationId: "op_00000000000000000000000000", Resolution: &opledgerv1.Resolution{Outcome: 4}}), "")
+	f.Add(uint8(5), seed(&opledgerv1.CancelRequest{OperationId: "op_00000000000000000000000000", Reason: "no longer needed"}), "")
+	f.Add(uint8(6), seed(&opledgerv1.ListOperationsRequest{States: []opledgerv1.State{opledgerv1.State_STATE_READY}, Tool: "pay_invoice", PageSize: 2, PageToken: "AQ"}), "")
 	env := harness.New(f, harness.Options{})
 	srv := env.StartServer(harness.ServerOptions{})
 	key := env.Key("fuzz", "agent", "approver", "operator")
@@ -37,7 +39,7 @@ func FuzzRequestPath(f *testing.F) {
 			defer cancel()
 		}
 		var err error
-		switch which % 5 {
+		switch which % 7 {
 		case 0:
 			m := &opledgerv1.PrepareRequest{}
 			if proto.Unmarshal(raw, m) != nil {
@@ -68,6 +70,18 @@ func FuzzRequestPath(f *testing.F) {
 				return
 			}
 			_, err = srv.Client.Reconcile(ctx, m)
+		case 5:
+			m := &opledgerv1.CancelRequest{}
+			if proto.Unmarshal(raw, m) != nil {
+				return
+			}
+			_, err = srv.Client.Cancel(ctx, m)
+		case 6:
+			m := &opledgerv1.ListOperationsRequest{}
+			if proto.Unmarshal(raw, m) != nil {
+				return
+			}
+			_, err = srv.Client.ListOperations(ctx, m)
 		}
 		if err == nil {
 			return
