@@ -20,10 +20,11 @@ const (
 // outcome from being recorded. jsonb holds no NUL character (U+0000), no
 // unpaired surrogate and no byte that is not UTF-8, and a number only within
 // numeric's range. In strings and member names, each such character, escaped
-// or not, becomes U+FFFD (as strings.ToValidUTF8 does); a number beyond the
-// range becomes a string of the number's text. Everything else, including
-// the order of members and the escapes that PostgreSQL can hold, is kept as
-// it is; an answer with nothing to change is returned as it is, uncopied.
+// or not, becomes U+FFFD (each byte that is not UTF-8 one U+FFFD, as a UTF-8
+// decoder reads them); a number beyond the range becomes a string of the
+// number's text. Everything else, including the order of members and the
+// escapes that PostgreSQL can hold, is kept as it is; an answer with nothing
+// to change is returned as it is, uncopied.
 func Storable(b []byte) []byte {
 	s := rewriter{in: b}
 	for i := 0; i < len(b); {
@@ -43,13 +44,25 @@ func Storable(b []byte) []byte {
 	return s.done()
 }
 
-// StorableText returns s as PostgreSQL's text can hold it: each NUL
-// character and each byte that is not UTF-8 becomes U+FFFD.
+// StorableText returns s as PostgreSQL's text (and a protobuf string) can
+// hold it: each NUL character and each byte that is not UTF-8 becomes
+// U+FFFD, as in Storable.
 func StorableText(s string) string {
-	if strings.IndexByte(s, 0) >= 0 {
-		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if strings.IndexByte(s, 0) < 0 && utf8.ValidString(s) {
+		return s
 	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == 0 || (r == utf8.RuneError && n == 1) {
+			b.WriteString("\uFFFD")
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 // rewriter copies its input only from the first replacement on.

@@ -57,4 +57,6 @@ func TestStorableText(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "ch_1", StorableText("ch_1"))
 	require.Equal(t, "ch_\uFFFD1\uFFFD", StorableText("ch_\x001\xff"))
+	require.Equal(t, "x\uFFFD\uFFFDy\uFFFD\uFFFD", StorableText("x\xff\xfey\xed\xa0"), "each byte that is not UTF-8, as Storable")
+	require.Equal(t, "é\uFFFD😀", StorableText("é\uFFFD😀"))
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -149,4 +150,40 @@ func TestWebhookEventsPostgresCannotStoreAsSent(t *testing.T) {
 	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, got.GetState())
 	require.Equal(t, "ch_\uFFFD", got.GetExternalRef())
 	require.Equal(t, map[string]any{"id": "ch_\uFFFD", "n": "1e-20000"}, got.GetResult().AsMap())
+}
+
+// lookupFailing is a transport whose lookups (GET) fail with an error text
+// holding what neither PostgreSQL's text nor a protobuf string can carry.
+type lookupFailing struct{ next http.RoundTripper }
+
+func (l lookupFailing) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet {
+		return nil, errors.New("proxy refused: \x00\xff")
+	}
+	return l.next.RoundTrip(r)
+}
+
+// TestLookupDetailPostgresCannotStoreAsSent: an inconclusive lookup whose
+// detail holds a NUL character or bytes that are not UTF-8 is answered and
+// recorded with those as U+FFFD (here an OUTCOME_UNKNOWN operation's, in
+// the answer; an abandoned EXECUTING operation records the same detail in
+// its event and stored error). It answered INTERNAL: a protobuf string
+// holds only UTF-8.
+func TestLookupDetailPostgresCannotStoreAsSent(t *testing.T) {
+	t.Parallel()
+	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_lookup",
+		MaxAttempts: 1, DedupesKeys: true, Lookup: true})})
+	srv := env.StartServer(harness.ServerOptions{NoReconciler: true,
+		HTTPClient: &http.Client{Transport: lookupFailing{next: http.DefaultTransport}}})
+	agent, operator := env.Key("acme", "agent"), env.Key("acme", "operator")
+	op := prepare(t, srv.Client, agent, harness.Unique("lookup-nul"), "pay_lookup", invoiceArgs(t, 4900)).GetOperation()
+	env.Fakepay.SetFaults(fakepay.Faults{DropAfterCommit: fakepay.Trigger{Next: 1}})
+	r, err := srv.Client.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: op.GetId()})
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, r.GetOperation().GetState())
+
+	rec, err := srv.Client.Reconcile(harness.Ctx(operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId()})
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, rec.GetOperation().GetState())
+	require.Equal(t, "inconclusive: lookup failed: proxy refused: \uFFFD\uFFFD", rec.GetDetail())
 }

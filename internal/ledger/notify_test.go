@@ -1,8 +1,10 @@
 package ledger_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -240,3 +242,53 @@ func TestApprovalNotificationAfterExpiry(t *testing.T) {
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestApprovalNotificationFailureWithUnstorableStatus: a receiver whose
+// status line holds what PostgreSQL's text cannot (a NUL character, a byte
+// that is not UTF-8) still gets its failure recorded and its retry
+// scheduled; the reason phrase is stored with those as U+FFFD.
+func TestApprovalNotificationFailureWithUnstorableStatus(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lis.Close() })
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				req, err := http.ReadRequest(bufio.NewReader(conn))
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				_, _ = io.WriteString(conn, "HTTP/1.1 503 busy\x00\xff\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}()
+		}
+	}()
+	w := newWorld(t, harness.Options{})
+	srv := w.env.StartServer(harness.ServerOptions{Ledger: ledger.Config{ApprovalWebhook: ledger.ApprovalWebhook{
+		URL: "http://" + lis.Addr().String(), Secret: notifySecret, Backoff: time.Minute, Interval: 50 * time.Millisecond}}})
+	prepare(t, srv.Client, w.agent, "pay_invoice", payArgs(t, "INV-STATUS"))
+
+	conn, err := pgx.Connect(t.Context(), w.env.DBURL)
+	require.NoError(t, err)
+	defer conn.Close(t.Context())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var lastError *string
+		var scheduled bool
+		require.NoError(t, conn.QueryRow(t.Context(),
+			"SELECT last_error, next_attempt_at > now() + interval '30 seconds' FROM approval_notification").Scan(&lastError, &scheduled))
+		if lastError != nil {
+			require.Equal(t, "the receiver answered 503 busy\uFFFD\uFFFD", *lastError)
+			require.True(t, scheduled, "the retry waits for its backoff")
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "the failed delivery was never recorded")
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -150,7 +150,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	defer cancel()
 	lr := looker.Lookup(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args})
-	lr.Result = storableResult(lr.Result)
+	lr.Result, lr.Detail = storableResult(lr.Result), executor.StorableText(lr.Detail)
 	switch lr.Status {
 	case executor.LookupFound:
 		if lr.Result.Outcome == executor.OutcomeFailed {
