@@ -60,3 +60,15 @@ func TestStorableText(t *testing.T) {
 	require.Equal(t, "x\uFFFD\uFFFDy\uFFFD\uFFFD", StorableText("x\xff\xfey\xed\xa0"), "each byte that is not UTF-8, as Storable")
 	require.Equal(t, "é\uFFFD😀", StorableText("é\uFFFD😀"))
 }
+
+// BenchmarkStorable measures what every recorded outcome pays for the rule:
+// the fake processor's charge, which has nothing to change.
+func BenchmarkStorable(b *testing.B) {
+	body := []byte(`{"amount_minor":4900,"created":1796157479,"currency":"EUR","id":"ch_dkPxWKgb3uL6xEpsGwkd5qeR",` +
+		`"idempotency_key":"opk_Bi_ir8TgsssFjsK1xQWRE7LfxhnN_pCKYpxbyl9vlzU","invoice_id":"INV-c60c8210","object":"charge",` +
+		`"request":{"amount_minor":4900,"currency":"EUR","invoice_id":"INV-c60c8210"},"status":"succeeded"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = Storable(Object(body))
+	}
+}
