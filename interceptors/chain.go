@@ -93,8 +93,11 @@ func Names(c Config) []string {
 }
 
 // ServerOptions returns the chain as grpc.ServerOptions, the same list for
-// unary and streaming calls.
-func ServerOptions(c Config) []grpc.ServerOption { return options(chain(c)) }
+// unary and streaming calls, and the codec that lets the validation link
+// refuse a request that does not decode (requestCodec).
+func ServerOptions(c Config) []grpc.ServerOption {
+	return append(options(chain(c)), grpc.ForceServerCodecV2(newRequestCodec()))
+}
 
 func options(links []link) []grpc.ServerOption {
 	var u []grpc.UnaryServerInterceptor
@@ -257,6 +260,9 @@ func passStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler
 
 func validateUnary(v Validator) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := undecodable(req); err != nil {
+			return nil, err
+		}
 		if v != nil {
 			if err := v(ctx, info.FullMethod, req); err != nil {
 				return nil, err
@@ -268,9 +274,6 @@ func validateUnary(v Validator) grpc.UnaryServerInterceptor {
 
 func validateStream(v Validator) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if v == nil {
-			return handler(srv, ss)
-		}
 		return handler(srv, &validatingStream{ServerStream: ss, v: v, method: info.FullMethod})
 	}
 }
@@ -284,6 +287,12 @@ type validatingStream struct {
 func (s *validatingStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
+	}
+	if err := undecodable(m); err != nil {
+		return err
+	}
+	if s.v == nil {
+		return nil
 	}
 	return s.v(s.Context(), s.method, m)
 }
