@@ -353,6 +353,28 @@ func TestDecisions(t *testing.T) {
 		require.Contains(t, page, "SELF_APPROVAL_FORBIDDEN")
 		w.requireState(t, op.GetId(), opledgerv1.State_STATE_AWAITING_APPROVAL)
 	})
+	t.Run("a reason PostgreSQL cannot store is refused", func(t *testing.T) {
+		op := w.prepare(t, "INV-bytes", 100)
+		b := w.browser(t)
+		b.signIn(w.approver)
+		for _, reason := range []string{"ok\x00", "ok\xff"} {
+			form := b.decisionForm(op.GetId())
+			form.Set("decision", "approve")
+			form.Set("reason", reason)
+			status, page := b.post("/operations/"+op.GetId()+"/decision", form)
+			require.Equal(t, http.StatusBadRequest, status, "%q", reason)
+			require.Contains(t, page, "FIELD_INVALID", "%q", reason)
+		}
+		for _, fp := range []string{"v1:\x00", "v1:\xff", "v1:" + strings.Repeat("0", 64)} {
+			form := b.decisionForm(op.GetId())
+			form.Set("decision", "approve")
+			form.Set("fingerprint", fp)
+			status, page := b.post("/operations/"+op.GetId()+"/decision", form)
+			require.Equal(t, http.StatusConflict, status, "%q", fp)
+			require.Contains(t, page, "APPROVAL_FINGERPRINT_MISMATCH", "%q", fp)
+		}
+		w.requireState(t, op.GetId(), opledgerv1.State_STATE_AWAITING_APPROVAL)
+	})
 	t.Run("a decision taken meanwhile is a conflict", func(t *testing.T) {
 		op := w.prepare(t, "INV-race", 100)
 		b := w.browser(t)

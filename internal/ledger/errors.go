@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
@@ -78,13 +79,14 @@ func retryableStoreErr(err error) bool {
 }
 
 // storable refuses a text a caller gives the ledger to keep (a reason, a
-// note, a reference) when PostgreSQL cannot store it: a text value never
-// holds the NUL character (U+0000). It runs before anything is read or
-// written, so a refused call changes nothing.
+// note, a reference) when PostgreSQL cannot store it: a text value is UTF-8
+// and never holds the NUL character (U+0000). gRPC's strings are UTF-8
+// already; the console's forms need not be. It runs before anything is read
+// or written, so a refused call changes nothing.
 func storable(field, s string) error {
-	if strings.IndexByte(s, 0) < 0 {
+	if strings.IndexByte(s, 0) < 0 && utf8.ValidString(s) {
 		return nil
 	}
 	return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: field,
-		Message: field + " must not contain the NUL character (U+0000)"}
+		Message: field + " must be UTF-8 text without the NUL character (U+0000)"}
 }
