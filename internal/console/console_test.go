@@ -375,6 +375,21 @@ func TestDecisions(t *testing.T) {
 		}
 		w.requireState(t, op.GetId(), opledgerv1.State_STATE_AWAITING_APPROVAL)
 	})
+	t.Run("a form posted to an id that cannot exist is not found", func(t *testing.T) {
+		op := w.prepare(t, "INV-path", 100)
+		b := w.browser(t)
+		b.signIn(w.env.Key("demo", "approver", "operator"))
+		form := b.decisionForm(op.GetId())
+		form.Set("decision", "approve")
+		for _, id := range []string{"op_%00", "%FF", "op_" + strings.Repeat("z", 5000)} {
+			for _, action := range []string{"decision", "resolution", "reconcile"} {
+				status, page := b.post("/operations/"+id+"/"+action, form)
+				require.Equal(t, http.StatusNotFound, status, "%s %s", id, action)
+				require.Less(t, len(page), 20000, "the page does not echo the whole id")
+			}
+		}
+		w.requireState(t, op.GetId(), opledgerv1.State_STATE_AWAITING_APPROVAL)
+	})
 	t.Run("a decision taken meanwhile is a conflict", func(t *testing.T) {
 		op := w.prepare(t, "INV-race", 100)
 		b := w.browser(t)

@@ -29,6 +29,9 @@ type ApproveInput struct {
 // on the approval having lapsed, on that too, on the database's clock. It
 // returns replayed when the same decision was already in force.
 func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operation, bool, error) {
+	if err := checkID(in.OperationID); err != nil {
+		return Operation{}, false, err
+	}
 	if err := storable("reason", in.Reason); err != nil {
 		return Operation{}, false, err
 	}

@@ -14,6 +14,9 @@ import (
 // fence it read, so it can never race a claim into cancelling an effect
 // that is under way. replayed reports an operation already cancelled.
 func (l *Ledger) Cancel(ctx context.Context, a Actor, id, reason string) (Operation, bool, error) {
+	if err := checkID(id); err != nil {
+		return Operation{}, false, err
+	}
 	if err := storable("reason", reason); err != nil {
 		return Operation{}, false, err
 	}

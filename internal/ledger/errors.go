@@ -53,7 +53,21 @@ func refuse(r opledgerv1.ErrorReason, format string, args ...any) *Error {
 }
 
 func notFound(id string) *Error {
+	if len(id) > 64 {
+		id = id[:64] + "…"
+	}
 	return refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND, "no operation %q in your tenant", id)
+}
+
+// checkID refuses an id that no operation can have as not found, like any
+// other id the caller cannot see, before the database is asked: the
+// console's paths reach the ledger without the server's request check, and
+// PostgreSQL refuses text with a NUL character or bytes that are not UTF-8.
+func checkID(id string) error {
+	if ValidOperationID(id) {
+		return nil
+	}
+	return notFound(id)
 }
 
 // storeErr turns an unexpected store error into a ledger error: an

@@ -65,6 +65,9 @@ func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Dura
 }
 
 func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Duration) (Operation, bool, error) {
+	if err := checkID(id); err != nil {
+		return Operation{}, false, err
+	}
 	wait = min(max(wait, 0), l.cfg.MaxWait)
 	deadline := time.Now().Add(wait)
 	var sub <-chan struct{}

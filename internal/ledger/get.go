@@ -10,6 +10,9 @@ import (
 // Get returns an operation of the actor's tenant and, when asked, its
 // events.
 func (l *Ledger) Get(ctx context.Context, a Actor, id string, withEvents bool) (Operation, []OperationEvent, error) {
+	if err := checkID(id); err != nil {
+		return Operation{}, nil, err
+	}
 	op, err := l.store.OperationGet(ctx, a.Tenant, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return Operation{}, nil, notFound(id)

@@ -24,6 +24,9 @@ type Resolution struct {
 // when res is given, else by looking the downstream up by the downstream
 // key. It returns the operation and what was found.
 func (l *Ledger) Reconcile(ctx context.Context, a Actor, id string, res *Resolution) (Operation, string, error) {
+	if err := checkID(id); err != nil {
+		return Operation{}, "", err
+	}
 	if res != nil {
 		if err := storable("resolution.note", res.Note); err != nil {
 			return Operation{}, "", err
