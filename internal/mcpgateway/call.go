@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	client "github.com/opledger/opledger/clients/go"
@@ -78,6 +79,14 @@ type Violation struct {
 	Description string `json:"description"`
 }
 
+// maxArgsWireBytes bounds the arguments the gateway sends the ledger: the
+// ledger's transport refuses a message over 1 MiB (server.MaxMessageBytes)
+// before any of its code runs, with no reason, and the MCP SDK accepts
+// larger requests. A KiB is left for the rest of the Prepare. The ledger's
+// own bound (64 KiB of canonical JSON) refuses smaller ones with the same
+// reason.
+const maxArgsWireBytes = 1<<20 - 1<<10
+
 // toolHandler turns a tools/call of ledger tool t into one Prepare that also
 // executes (the one-call path; a tool that needs approval is prepared and
 // answered as awaiting approval).
@@ -88,17 +97,22 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 		args := &structpb.Struct{}
 		if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
 			if err := protojson.Unmarshal(raw, args); err != nil {
-				return refusal("ARGS_INVALID", "the arguments must be a JSON object: "+err.Error(),
+				return refusal(codes.InvalidArgument, "ARGS_INVALID", "the arguments must be a JSON object: "+err.Error(),
 					"Call again with the arguments as one JSON object matching the tool's input schema."), nil
 			}
 		}
+		if n := proto.Size(args); n > maxArgsWireBytes {
+			return refusal(codes.ResourceExhausted, "ARGS_TOO_LARGE", fmt.Sprintf("the arguments take %d bytes as a protobuf Struct, "+
+				"more than the ledger's transport accepts", n),
+				"Fix the arguments: the ledger accepts at most 64 KiB of them as canonical JSON."), nil
+		}
 		key, explicit, err := explicitKey(req.Params.Meta)
 		if err != nil {
-			return refusal("IDEMPOTENCY_KEY_INVALID", err.Error(), "The host must pass the key as a string."), nil
+			return refusal(codes.InvalidArgument, "IDEMPOTENCY_KEY_INVALID", err.Error(), "The host must pass the key as a string."), nil
 		}
 		if !explicit {
 			if key, err = DeriveKey(g.sessions.of(req.Session), t.GetName(), t.GetVersion(), args); err != nil {
-				return refusal("ARGS_INVALID", err.Error(), "Call again with plain JSON arguments."), nil
+				return refusal(codes.InvalidArgument, "ARGS_INVALID", err.Error(), "Call again with plain JSON arguments."), nil
 			}
 		}
 		log := g.log.With("tool", t.GetName(), "key_digest", digest(key), "explicit_key", explicit)
@@ -168,7 +182,7 @@ func (g *Gateway) checkOperation(ctx context.Context, req *mcp.CallToolRequest) 
 		OperationID string `json:"operation_id"`
 	}
 	if err := json.Unmarshal(req.Params.Arguments, &in); err != nil || in.OperationID == "" {
-		return refusal("FIELD_INVALID", "operation_id is required: a string from an earlier answer",
+		return refusal(codes.InvalidArgument, "FIELD_INVALID", "operation_id is required: a string from an earlier answer",
 			"Call check_operation with the operation_id of an earlier answer."), nil
 	}
 	resp, err := g.ledger.Get(ctx, in.OperationID)
@@ -349,8 +363,8 @@ func errorResult(err error, op *opledgerv1.Operation) *mcp.CallToolResult {
 
 // refusal is the gateway's own refusal of a malformed call (nothing was
 // sent to the ledger).
-func refusal(reason, msg, next string) *mcp.CallToolResult {
-	a := Answer{Status: StatusError, Error: &AnswerError{Code: codeName(codes.InvalidArgument), Reason: reason, Message: msg}, Next: next}
+func refusal(code codes.Code, reason, msg, next string) *mcp.CallToolResult {
+	a := Answer{Status: StatusError, Error: &AnswerError{Code: codeName(code), Reason: reason, Message: msg}, Next: next}
 	return result(fmt.Sprintf("Error: %s. Nothing was recorded. %s", a.Error.short(), next), a, true)
 }
 

@@ -256,6 +256,17 @@ func TestRefusalsAreToolErrorsWithTheReason(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ops.GetOperations(), "a refused call records nothing")
 
+	// Arguments too large for the ledger's transport (1 MiB) are refused
+	// with the ledger's own reason, not the transport's bare refusal.
+	res, a = call(t, cs, "send_email", map[string]any{"to": "ap@example.com", "subject": "big", "body": strings.Repeat("x", 2<<20)}, nil)
+	require.True(t, res.IsError)
+	require.Equal(t, "RESOURCE_EXHAUSTED", a.Error.Code)
+	require.Equal(t, string(client.ReasonArgsTooLarge), a.Error.Reason)
+	require.Contains(t, a.Next, "Fix the arguments")
+	ops, err = w.srv.Client.ListOperations(harness.Ctx(w.agent, ""), &opledgerv1.ListOperationsRequest{})
+	require.NoError(t, err)
+	require.Empty(t, ops.GetOperations(), "a refused call records nothing")
+
 	res, a = call(t, cs, mcpgateway.CheckOperationTool, map[string]any{"operation_id": "op_nope"}, nil)
 	require.True(t, res.IsError)
 	require.Equal(t, string(client.ReasonOperationNotFound), a.Error.Reason)
