@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/opledger/opledger/store"
 )
@@ -89,11 +91,50 @@ func (l *Ledger) Authenticate(ctx context.Context, key string) (Actor, error) {
 // Principal is an API key's owner.
 type Principal = store.Principal
 
+// The lengths of a tenant and of a principal's name, in bytes.
+const (
+	maxTenantBytes        = 64
+	maxPrincipalNameBytes = 128
+)
+
+// principalText refuses a tenant or a principal's name that is not short,
+// printable UTF-8 text: bytes that are not UTF-8 cannot be stored, and a
+// control or formatting character (a newline, a right-to-left override, a
+// zero-width space) would reach approvers' screens, where these names are
+// shown, as it is. An empty value passes unless required.
+func principalText(what, s string, maxBytes int, required bool) error {
+	bad := len(s) > maxBytes || (required && s == "") || !utf8.ValidString(s)
+	for _, r := range s {
+		if bad {
+			break
+		}
+		bad = unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
+	}
+	if bad {
+		req := "at most"
+		if required {
+			req = "1 to"
+		}
+		return fmt.Errorf("ledger: %s must be %s %d bytes of printable UTF-8 text (no control or formatting characters): %q", what, req, maxBytes, truncateText(s, 80))
+	}
+	return nil
+}
+
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
 // CreatePrincipal creates a principal and returns its new API key, which is
 // shown once and never stored.
 func CreatePrincipal(ctx context.Context, st *store.Store, tenant, name string, roles []string) (key string, p Principal, err error) {
-	if tenant == "" || len(tenant) > 64 {
-		return "", p, errors.New("ledger: tenant must be 1 to 64 characters")
+	if err := principalText("tenant", tenant, maxTenantBytes, true); err != nil {
+		return "", p, err
+	}
+	if err := principalText("name", name, maxPrincipalNameBytes, false); err != nil {
+		return "", p, err
 	}
 	if len(roles) == 0 {
 		return "", p, errors.New("ledger: at least one role is needed")
@@ -118,8 +159,8 @@ func CreatePrincipal(ctx context.Context, st *store.Store, tenant, name string, 
 // ListPrincipals returns a tenant's principals, revoked ones included,
 // oldest first. Keys are never stored, so none can be listed.
 func ListPrincipals(ctx context.Context, st *store.Store, tenant string) ([]Principal, error) {
-	if tenant == "" {
-		return nil, errors.New("ledger: a tenant is required")
+	if err := principalText("tenant", tenant, maxTenantBytes, true); err != nil {
+		return nil, err
 	}
 	return st.PrincipalList(ctx, tenant)
 }
@@ -129,11 +170,17 @@ func ListPrincipals(ctx context.Context, st *store.Store, tenant string) ([]Prin
 // was revoked before, at p.RevokedAt. Servers stop accepting the key within
 // their auth cache TTL.
 func RevokePrincipal(ctx context.Context, st *store.Store, tenant string, ref store.PrincipalRef) (p Principal, already bool, err error) {
-	if tenant == "" {
-		return p, false, errors.New("ledger: a tenant is required")
+	if err := principalText("tenant", tenant, maxTenantBytes, true); err != nil {
+		return p, false, err
 	}
 	if (ref.ID == "") == (ref.Name == "") {
 		return p, false, errors.New("ledger: name the principal by its id or by its name, not both")
+	}
+	if err := principalText("name", ref.Name, maxPrincipalNameBytes, false); err != nil {
+		return p, false, err
+	}
+	if err := principalText("id", ref.ID, maxPrincipalNameBytes, false); err != nil {
+		return p, false, err
 	}
 	p, err = st.PrincipalRevoke(ctx, tenant, ref)
 	if !errors.Is(err, store.ErrNotFound) {

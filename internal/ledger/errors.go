@@ -53,10 +53,7 @@ func refuse(r opledgerv1.ErrorReason, format string, args ...any) *Error {
 }
 
 func notFound(id string) *Error {
-	if len(id) > 64 {
-		id = id[:64] + "…"
-	}
-	return refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND, "no operation %q in your tenant", id)
+	return refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_NOT_FOUND, "no operation %q in your tenant", truncateText(id, 64))
 }
 
 // checkID refuses an id that no operation can have as not found, like any
