@@ -6,6 +6,7 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,22 @@ type Metrics struct {
 	reconciles  *prometheus.CounterVec
 	approvals   *prometheus.HistogramVec
 	openCounter func(ctx context.Context) (map[string]int64, error)
+
+	// A new tool call's series, looked up once per tool (and outcome) and
+	// kept: WithLabelValues hashes its labels under the vector's lock on
+	// every call (finding 27 did the same for the gRPC series). Tools come
+	// from the tools file and outcomes from executor.Outcome, so both maps
+	// stay small.
+	startedByTool sync.Map // tool → prometheus.Counter
+	calledByKey   sync.Map // [2]string{tool, outcome} → *downstreamSeries
+}
+
+// downstreamSeries are the series one tool's downstream calls with one
+// outcome count into.
+type downstreamSeries struct {
+	outcomes prometheus.Counter
+	duration prometheus.Observer
+	unknown  prometheus.Counter // nil unless the outcome is unknown
 }
 
 // New registers opledger's metrics in a fresh registry. countOpen, if not
@@ -77,7 +94,13 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // ExecutionStarted implements ledger.Observer.
-func (m *Metrics) ExecutionStarted(tool string) { m.executions.WithLabelValues(tool).Inc() }
+func (m *Metrics) ExecutionStarted(tool string) {
+	c, ok := m.startedByTool.Load(tool)
+	if !ok {
+		c, _ = m.startedByTool.LoadOrStore(tool, m.executions.WithLabelValues(tool))
+	}
+	c.(prometheus.Counter).Inc()
+}
 
 // DuplicatePrevented implements ledger.Observer.
 func (m *Metrics) DuplicatePrevented(method, tool string, replay bool) {
@@ -89,10 +112,20 @@ func (m *Metrics) DuplicatePrevented(method, tool string, replay bool) {
 
 // DownstreamCalled implements ledger.Observer.
 func (m *Metrics) DownstreamCalled(tool, outcome string, d time.Duration) {
-	m.outcomes.WithLabelValues(tool, outcome).Inc()
-	m.downstream.WithLabelValues(tool, outcome).Observe(d.Seconds())
-	if outcome == "unknown" {
-		m.unknown.WithLabelValues(tool).Inc()
+	key := [2]string{tool, outcome}
+	v, ok := m.calledByKey.Load(key)
+	if !ok {
+		ds := &downstreamSeries{outcomes: m.outcomes.WithLabelValues(tool, outcome), duration: m.downstream.WithLabelValues(tool, outcome)}
+		if outcome == "unknown" {
+			ds.unknown = m.unknown.WithLabelValues(tool)
+		}
+		v, _ = m.calledByKey.LoadOrStore(key, ds)
+	}
+	ds := v.(*downstreamSeries)
+	ds.outcomes.Inc()
+	ds.duration.Observe(d.Seconds())
+	if ds.unknown != nil {
+		ds.unknown.Inc()
 	}
 }
 
