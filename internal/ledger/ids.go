@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -8,6 +9,8 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"hash"
+	"sync"
 	"time"
 )
 
@@ -56,6 +59,46 @@ func DownstreamKey(secret []byte, tenant, tool, idempotencyKey, fingerprint stri
 		m.Write([]byte(part))
 	}
 	return "opk_" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// keyDeriver computes DownstreamKey for one secret, as Prepare does once per
+// new operation, without hashing the secret into a new HMAC and without a
+// buffer per part each time: it keeps keyed HMAC states, each with a buffer
+// for its input, for reuse. TestKeyDeriverIsDownstreamKey holds it to
+// DownstreamKey.
+type keyDeriver struct{ macs sync.Pool }
+
+type keyMAC struct {
+	mac hash.Hash
+	in  []byte
+}
+
+func newKeyDeriver(secret []byte) *keyDeriver {
+	secret = bytes.Clone(secret)
+	d := &keyDeriver{}
+	d.macs.New = func() any { return &keyMAC{mac: hmac.New(sha256.New, secret), in: make([]byte, 0, 512)} }
+	return d
+}
+
+func (d *keyDeriver) key(tenant, tool, idempotencyKey, fingerprint string) string {
+	k := d.macs.Get().(*keyMAC)
+	b := k.in[:0]
+	for _, part := range [...]string{"opledger downstream key v2", tenant, tool, idempotencyKey, fingerprint} {
+		b = binary.AppendUvarint(b, uint64(len(part)))
+		b = append(b, part...)
+	}
+	k.mac.Reset()
+	k.mac.Write(b)
+	var sum [sha256.Size]byte
+	k.mac.Sum(sum[:0])
+	if cap(b) <= 4<<10 {
+		k.in = b
+	}
+	d.macs.Put(k)
+	var out [len("opk_") + 43]byte // 43: 32 bytes in unpadded base64
+	copy(out[:], "opk_")
+	base64.RawURLEncoding.Encode(out[len("opk_"):], sum[:])
+	return string(out[:])
 }
 
 // NewAPIKey returns a fresh API key (256 random bits), its SHA-256 (the only

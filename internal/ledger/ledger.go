@@ -159,6 +159,9 @@ type Ledger struct {
 	// encode computes an operation's answer form; nil keeps none.
 	encode func(Operation) any
 
+	// keys derives downstream keys with the configured secret.
+	keys *keyDeriver
+
 	// notifyKick wakes the approval notifier; notifyClient sends.
 	notifyKick   chan struct{}
 	notifyClient *http.Client
@@ -188,6 +191,7 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 		return nil, errors.New("ledger: the downstream secret must be at least 16 bytes")
 	}
 	l := &Ledger{cfg: cfg, store: st, tools: reg, bound: map[string]bound{}, listener: listener, logger: logger, obs: nopObserver{},
+		keys:     newKeyDeriver(cfg.DownstreamSecret),
 		finished: cache.New[opKey, finished](cfg.FinishedCacheSize), live: cache.New[opKey, Operation](min(cfg.FinishedCacheSize, maxLive)), notifyKick: make(chan struct{}, 1),
 		notifyClient: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	l.auth.entries = map[keyHash]authEntry{}

@@ -153,7 +153,7 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 		ID: id, Tenant: a.Tenant, Tool: t.Name, ToolVersion: t.Version, IdempotencyKey: in.IdempotencyKey,
 		Args: canonical, Fingerprint: fp, State: string(state), PreparedBy: a.ID,
 		ApprovalRequired: t.Approval.Required, ApprovalTTL: t.Approval.TTL,
-		DownstreamKey: DownstreamKey(l.cfg.DownstreamSecret, a.Tenant, t.Name, in.IdempotencyKey, fp),
+		DownstreamKey: l.keys.key(a.Tenant, t.Name, in.IdempotencyKey, fp),
 		Actor:         a.Name, Detail: "prepared with key digest " + in.KeyDigest,
 		Notify: l.notifyOn(),
 	}
