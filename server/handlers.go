@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -41,8 +40,8 @@ func (s *Server) Prepare(ctx context.Context, r *opledgerv1.PrepareRequest) (*op
 const RetentionHeader = "opledger-retention"
 
 func (s *Server) advertiseRetention(ctx context.Context) {
-	if s.retention > 0 {
-		_ = grpc.SetHeader(ctx, metadata.Pairs(RetentionHeader, s.retention.String()))
+	if s.retentionHeader != nil {
+		_ = grpc.SetHeader(ctx, s.retentionHeader) // SetHeader copies it into the call's header
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -68,8 +69,9 @@ type Server struct {
 	logger *slog.Logger
 	grpc   *grpc.Server
 	health *health.Server
-	// retention is advertised in response headers.
-	retention time.Duration
+	// retentionHeader advertises Options.Retention in response headers,
+	// built once (nil when there is none).
+	retentionHeader metadata.MD
 	// tools is ListTools' answer, built once.
 	toolsOnce sync.Once
 	tools     *opledgerv1.ListToolsResponse
@@ -142,7 +144,10 @@ func New(l *ledger.Ledger, opts Options) *Server {
 	if opts.MaxDeadline == 0 {
 		opts.MaxDeadline = DefaultMaxDeadline
 	}
-	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer(), retention: opts.Retention}
+	s := &Server{ledger: l, logger: opts.Logger, health: health.NewServer()}
+	if opts.Retention > 0 {
+		s.retentionHeader = metadata.MD{RetentionHeader: {opts.Retention.String()}}
+	}
 	l.SetEncoder(func(op ledger.Operation) any { return operationPB(op) })
 	chain := interceptors.Config{
 		Logger:        opts.Logger,
