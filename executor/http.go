@@ -48,6 +48,9 @@ type HTTP struct {
 	cfg    HTTPConfig
 	client *http.Client
 	log    *slog.Logger
+	// header is every request's header but Idempotency-Key: the
+	// configured headers, Content-Type and Accept, built once.
+	header http.Header
 }
 
 var _ interface {
@@ -113,7 +116,13 @@ func NewHTTP(cfg HTTPConfig, client *http.Client, logger *slog.Logger) (*HTTP, e
 		c.Transport = NewDirect()
 	}
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &HTTP{cfg: cfg, client: &c, log: logger}, nil
+	header := make(http.Header, len(cfg.Headers)+3)
+	for name, value := range cfg.Headers {
+		header[name] = []string{value} // canonical already
+	}
+	header["Content-Type"] = []string{"application/json"}
+	header["Accept"] = []string{"application/json"}
+	return &HTTP{cfg: cfg, client: &c, log: logger, header: header}, nil
 }
 
 // Capabilities reports what the configuration declares of the downstream.
@@ -237,13 +246,9 @@ func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retr
 	// that fails before the answer. Clearing GetBody stops that hidden second send, which a
 	// downstream that does not dedupe keys would turn into a second side effect.
 	req.GetBody = nil
-	for name, value := range h.cfg.Headers {
-		req.Header.Set(name, value)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
+	req.Header = h.header.Clone()
 	if c.DownstreamKey != "" {
-		req.Header.Set("Idempotency-Key", c.DownstreamKey)
+		req.Header["Idempotency-Key"] = []string{c.DownstreamKey}
 	}
 	resp, err := h.client.Do(req)
 	sends = int(wrote.Load())

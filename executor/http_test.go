@@ -915,3 +915,28 @@ func FuzzExtractPath(f *testing.F) {
 		require.Equal(t, wantV, gotV, "%q in %s", path, ans.body)
 	})
 }
+
+// BenchmarkExecute measures one successful call through the executor to a
+// real local HTTP server, as a new tool call makes it.
+func BenchmarkExecute(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"ch_1","object":"charge","amount_minor":4900,"currency":"EUR","status":"succeeded"}`)
+	}))
+	b.Cleanup(srv.Close)
+	h, err := NewHTTP(HTTPConfig{URL: srv.URL + "/charges", ExternalRefField: "id", Headers: map[string]string{"Authorization": "Bearer x"}}, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	call := Call{Tenant: "acme", Tool: "pay_invoice", OperationID: "op_1", DownstreamKey: "opk_0123456789",
+		Args: []byte(`{"amount_minor":4900,"currency":"EUR","invoice_id":"INV-2048"}`)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		if res := h.Execute(ctx, call); res.Outcome != OutcomeSucceeded {
+			b.Fatal(res.Detail)
+		}
+	}
+}
