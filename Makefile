@@ -78,6 +78,7 @@ fuzz:
 	cd clients/go && go test ./fingerprint -run='^$$' -fuzz='^FuzzCompareUTF16$$' -fuzztime=$$((200000*$(FUZZSCALE)))x
 	go test ./interceptors -run='^$$' -fuzz='^FuzzValidateKey$$' -fuzztime=$$((30000*$(FUZZSCALE)))x
 	go test ./tool -run='^$$' -fuzz='^FuzzValidateArgs$$' -fuzztime=$$((30000*$(FUZZSCALE)))x
+	go test ./tool -run='^$$' -fuzz='^FuzzQuickSchemaAgrees$$' -fuzztime=$$((60000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzRequestPath$$' -fuzztime=$$((4000*$(FUZZSCALE)))x
 	go test ./server -run='^$$' -fuzz='^FuzzJSONStruct$$' -fuzztime=$$((20000*$(FUZZSCALE)))x
 	go test ./store -run='^$$' -fuzz='^FuzzStorableIsStored$$' -fuzztime=$$((20000*$(FUZZSCALE)))x

@@ -184,6 +184,7 @@ func buildTool(td *toolDoc) (*Tool, error) {
 	if t.ArgsSchema, t.schema, err = compileSchema(&td.ArgsSchema, td.Name, td.Version); err != nil {
 		return nil, err
 	}
+	t.quick = compileQuick(t.schema)
 	if td.Executor == nil {
 		return nil, errors.New("executor: missing")
 	}

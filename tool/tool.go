@@ -72,6 +72,9 @@ type Tool struct {
 	Executor ExecutorConfig
 
 	schema *jsonschema.Schema
+	// quick checks the args the schema's simple part accepts without the
+	// library (quick.go); nil for schemas outside that part.
+	quick *quickSchema
 }
 
 // ErrUnknownTool is returned by Lookup for a name no tool has.

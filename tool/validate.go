@@ -39,6 +39,9 @@ func (t *Tool) ValidateArgs(args any) (err error) {
 	if t.schema == nil {
 		return fmt.Errorf("tool %s version %s: no compiled schema (not loaded by Parse)", t.Name, t.Version)
 	}
+	if t.quick != nil && t.quick.accepts(v) {
+		return nil
+	}
 	err = t.schema.Validate(v)
 	if err == nil {
 		return nil
