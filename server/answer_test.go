@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -17,7 +16,6 @@ import (
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/proof/fakepay"
 	"github.com/opledger/opledger/proof/harness"
-	"github.com/opledger/opledger/server"
 )
 
 // unstorableAnswers are downstream answers that PostgreSQL cannot store as
@@ -122,17 +120,9 @@ func errorBody(t *testing.T, op *opledgerv1.Operation) *structpb.Struct {
 // the stored form TestDownstreamAnswersPostgresCannotStoreAsSent describes.
 func TestWebhookEventsPostgresCannotStoreAsSent(t *testing.T) {
 	t.Parallel()
-	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_hook",
-		MaxAttempts: 1, DedupesKeys: true, WebhookSecret: hookSecret})})
-	srv := env.StartServer(harness.ServerOptions{NoReconciler: true})
-	hooks := httptest.NewServer(server.WebhookHandler(srv.Ledger, slog.New(slog.DiscardHandler)))
-	t.Cleanup(hooks.Close)
+	env, srv, hooks := webhookServer(t)
 	agent := env.Key("acme", "agent")
-	op := prepare(t, srv.Client, agent, harness.Unique("hook-nul"), "pay_hook", invoiceArgs(t, 4900)).GetOperation()
-	env.Fakepay.SetFaults(fakepay.Faults{DropAfterCommit: fakepay.Trigger{Next: 1}})
-	r, err := srv.Client.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: op.GetId()})
-	require.NoError(t, err)
-	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, r.GetOperation().GetState())
+	op := unknownOutcome(t, env, srv.Client, agent, harness.Unique("hook-nul"), "pay_hook")
 	key := env.Fakepay.Charges()[0].IdempotencyKey
 
 	post := func(ev map[string]any, want int) string {
@@ -176,11 +166,7 @@ func TestLookupDetailPostgresCannotStoreAsSent(t *testing.T) {
 	srv := env.StartServer(harness.ServerOptions{NoReconciler: true,
 		HTTPClient: &http.Client{Transport: lookupFailing{next: http.DefaultTransport}}})
 	agent, operator := env.Key("acme", "agent"), env.Key("acme", "operator")
-	op := prepare(t, srv.Client, agent, harness.Unique("lookup-nul"), "pay_lookup", invoiceArgs(t, 4900)).GetOperation()
-	env.Fakepay.SetFaults(fakepay.Faults{DropAfterCommit: fakepay.Trigger{Next: 1}})
-	r, err := srv.Client.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: op.GetId()})
-	require.NoError(t, err)
-	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, r.GetOperation().GetState())
+	op := unknownOutcome(t, env, srv.Client, agent, harness.Unique("lookup-nul"), "pay_lookup")
 
 	rec, err := srv.Client.Reconcile(harness.Ctx(operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId()})
 	require.NoError(t, err)

@@ -24,18 +24,9 @@ const hookSecret = "webhook-secret-0123456789"
 // webhook, delivered three times, resolves it exactly once.
 func TestWebhookResolvesUnknownOnce(t *testing.T) {
 	t.Parallel()
-	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_hook",
-		MaxAttempts: 1, DedupesKeys: true, WebhookSecret: hookSecret})})
-	srv := env.StartServer(harness.ServerOptions{NoReconciler: true})
-	hooks := httptest.NewServer(server.WebhookHandler(srv.Ledger, slog.New(slog.DiscardHandler)))
-	t.Cleanup(hooks.Close)
+	env, srv, hooks := webhookServer(t)
 	agent := env.Key("acme", "agent")
-	op := prepare(t, srv.Client, agent, "hook-1", "pay_hook", invoiceArgs(t, 4900)).GetOperation()
-
-	env.Fakepay.SetFaults(fakepay.Faults{DropAfterCommit: fakepay.Trigger{Next: 1}})
-	r, err := srv.Client.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: op.GetId()})
-	require.NoError(t, err)
-	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, r.GetOperation().GetState())
+	op := unknownOutcome(t, env, srv.Client, agent, "hook-1", "pay_hook")
 
 	// The webhook arrives late (after the ledger declared the outcome
 	// unknown), three times.
@@ -102,6 +93,31 @@ func TestWebhookRefusesBadSignature(t *testing.T) {
 	postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now().Add(-time.Hour), body), body, http.StatusUnauthorized)
 	postHook(t, hooks.URL+"/webhooks/unknown_tool", fakepay.SignWebhook(hookSecret, time.Now(), body), body, http.StatusNotFound)
 	postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now(), []byte(`{"id":""}`)), []byte(`{"id":""}`), http.StatusBadRequest)
+}
+
+// webhookServer starts a server whose tool pay_hook accepts the fake
+// processor's signed completion events, and its webhook endpoint.
+func webhookServer(t *testing.T) (*harness.Env, *harness.Server, *httptest.Server) {
+	t.Helper()
+	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_hook",
+		MaxAttempts: 1, DedupesKeys: true, WebhookSecret: hookSecret})})
+	srv := env.StartServer(harness.ServerOptions{NoReconciler: true})
+	hooks := httptest.NewServer(server.WebhookHandler(srv.Ledger, slog.New(slog.DiscardHandler)))
+	t.Cleanup(hooks.Close)
+	return env, srv, hooks
+}
+
+// unknownOutcome prepares an operation of tool and executes it while the
+// fake processor drops the connection after charging: the operation is
+// OUTCOME_UNKNOWN, and the processor holds its charge.
+func unknownOutcome(t *testing.T, env *harness.Env, c opledgerv1.LedgerServiceClient, agent, idem, tool string) *opledgerv1.Operation {
+	t.Helper()
+	op := prepare(t, c, agent, idem, tool, invoiceArgs(t, 4900)).GetOperation()
+	env.Fakepay.SetFaults(fakepay.Faults{DropAfterCommit: fakepay.Trigger{Next: 1}})
+	r, err := c.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: op.GetId()})
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, r.GetOperation().GetState())
+	return r.GetOperation()
 }
 
 func postHook(t *testing.T, url, sig string, body []byte, want int) string {

@@ -357,21 +357,23 @@ func TestDecisions(t *testing.T) {
 		op := w.prepare(t, "INV-bytes", 100)
 		b := w.browser(t)
 		b.signIn(w.approver)
-		for _, reason := range []string{"ok\x00", "ok\xff"} {
+		for _, c := range []struct {
+			field, value string
+			status       int
+			reason       string
+		}{
+			{"reason", "ok\x00", http.StatusBadRequest, "FIELD_INVALID"},
+			{"reason", "ok\xff", http.StatusBadRequest, "FIELD_INVALID"},
+			{"fingerprint", "v1:\x00", http.StatusConflict, "APPROVAL_FINGERPRINT_MISMATCH"},
+			{"fingerprint", "v1:\xff", http.StatusConflict, "APPROVAL_FINGERPRINT_MISMATCH"},
+			{"fingerprint", "v1:" + strings.Repeat("0", 64), http.StatusConflict, "APPROVAL_FINGERPRINT_MISMATCH"},
+		} {
 			form := b.decisionForm(op.GetId())
 			form.Set("decision", "approve")
-			form.Set("reason", reason)
+			form.Set(c.field, c.value)
 			status, page := b.post("/operations/"+op.GetId()+"/decision", form)
-			require.Equal(t, http.StatusBadRequest, status, "%q", reason)
-			require.Contains(t, page, "FIELD_INVALID", "%q", reason)
-		}
-		for _, fp := range []string{"v1:\x00", "v1:\xff", "v1:" + strings.Repeat("0", 64)} {
-			form := b.decisionForm(op.GetId())
-			form.Set("decision", "approve")
-			form.Set("fingerprint", fp)
-			status, page := b.post("/operations/"+op.GetId()+"/decision", form)
-			require.Equal(t, http.StatusConflict, status, "%q", fp)
-			require.Contains(t, page, "APPROVAL_FINGERPRINT_MISMATCH", "%q", fp)
+			require.Equal(t, c.status, status, "%s %q", c.field, c.value)
+			require.Contains(t, page, c.reason, "%s %q", c.field, c.value)
 		}
 		w.requireState(t, op.GetId(), opledgerv1.State_STATE_AWAITING_APPROVAL)
 	})
