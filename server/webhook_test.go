@@ -61,11 +61,7 @@ func TestWebhookResolvesUnknownOnce(t *testing.T) {
 // as it is.
 func TestWebhookFromProcessor(t *testing.T) {
 	t.Parallel()
-	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_hook",
-		MaxAttempts: 1, DedupesKeys: true, WebhookSecret: hookSecret})})
-	srv := env.StartServer(harness.ServerOptions{NoReconciler: true})
-	hooks := httptest.NewServer(server.WebhookHandler(srv.Ledger, slog.New(slog.DiscardHandler)))
-	t.Cleanup(hooks.Close)
+	env, srv, hooks := webhookServer(t)
 	env.Fakepay.SetWebhook(fakepay.Webhook{URL: hooks.URL + "/webhooks/pay_hook", Secret: hookSecret, Duplicates: 2})
 	agent := env.Key("acme", "agent")
 	op := prepare(t, srv.Client, agent, "hook-2", "pay_hook", invoiceArgs(t, 4900)).GetOperation()
@@ -82,11 +78,7 @@ func TestWebhookFromProcessor(t *testing.T) {
 // changes nothing.
 func TestWebhookRefusesBadSignature(t *testing.T) {
 	t.Parallel()
-	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_hook",
-		MaxAttempts: 1, DedupesKeys: true, WebhookSecret: hookSecret})})
-	srv := env.StartServer(harness.ServerOptions{NoReconciler: true})
-	hooks := httptest.NewServer(server.WebhookHandler(srv.Ledger, slog.New(slog.DiscardHandler)))
-	t.Cleanup(hooks.Close)
+	_, _, hooks := webhookServer(t)
 	body := []byte(`{"id":"evt_x","type":"succeeded","idempotency_key":"opk_x"}`)
 	postHook(t, hooks.URL+"/webhooks/pay_hook", "", body, http.StatusUnauthorized)
 	postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook("another-secret-0123456", time.Now(), body), body, http.StatusUnauthorized)
