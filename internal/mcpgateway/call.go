@@ -97,7 +97,12 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 		args := &structpb.Struct{}
 		if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
 			if err := protojson.Unmarshal(raw, args); err != nil {
-				return refusal(codes.InvalidArgument, "ARGS_INVALID", "the arguments must be a JSON object: "+err.Error(),
+				msg := "the arguments must be a JSON object: " + err.Error()
+				if esc, at, ok := unpairedSurrogate(raw); ok {
+					msg = fmt.Sprintf("the arguments hold an unpaired UTF-16 surrogate (%s at byte %d): "+
+						"JSON strings must be Unicode text, so half of a pair cannot stand alone", esc, at)
+				}
+				return refusal(codes.InvalidArgument, "ARGS_INVALID", msg,
 					"Call again with the arguments as one JSON object matching the tool's input schema."), nil
 			}
 		}
@@ -458,4 +463,56 @@ func codeName(c codes.Code) string {
 func digest(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:8])
+}
+
+// unpairedSurrogate finds the first \u escape in a JSON string of raw that
+// names half of a UTF-16 surrogate pair without the other half, which
+// protojson refuses with a message that does not say so ("unexpected EOF",
+// or an "invalid escape code" naming the text after it). It returns the
+// escape as written and its byte offset.
+func unpairedSurrogate(raw []byte) (esc string, at int, ok bool) {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		var r rune
+		for _, c := range raw[i+2 : i+6] {
+			switch {
+			case c >= '0' && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	in := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c == '"':
+			in = !in
+		case in && c == '\\':
+			r, isU := hex4(i)
+			if !isU {
+				i++ // a one-character escape: skip what it escapes
+				continue
+			}
+			switch {
+			case r >= 0xD800 && r < 0xDC00:
+				if low, ok := hex4(i + 6); ok && low >= 0xDC00 && low < 0xE000 {
+					i += 11
+					continue
+				}
+				return string(raw[i : i+6]), i, true
+			case r >= 0xDC00 && r < 0xE000:
+				return string(raw[i : i+6]), i, true
+			}
+			i += 5
+		}
+	}
+	return "", 0, false
 }

@@ -267,6 +267,24 @@ func TestRefusalsAreToolErrorsWithTheReason(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ops.GetOperations(), "a refused call records nothing")
 
+	// JSON that names half of a UTF-16 surrogate pair is not Unicode text:
+	// the refusal says so and where, rather than the decoder's "unexpected
+	// EOF".
+	for _, raw := range []string{
+		`{"invoice_id":"INV-\ud800","amount_minor":5,"currency":"EUR"}`,
+		`{"invoice_id":"INV-1","amount_minor":5,"currency":"EUR","note":"\uDC00\ud83d\ude00"}`,
+	} {
+		res, a = call(t, cs, "pay_invoice", json.RawMessage(raw), nil)
+		require.True(t, res.IsError, raw)
+		require.Equal(t, "INVALID_ARGUMENT", a.Error.Code, raw)
+		require.Equal(t, string(client.ReasonArgsInvalid), a.Error.Reason, raw)
+		require.Contains(t, a.Error.Message, "unpaired UTF-16 surrogate", raw)
+		require.NotContains(t, a.Error.Message, "EOF", raw)
+	}
+	ops, err = w.srv.Client.ListOperations(harness.Ctx(w.agent, ""), &opledgerv1.ListOperationsRequest{})
+	require.NoError(t, err)
+	require.Empty(t, ops.GetOperations(), "a refused call records nothing")
+
 	res, a = call(t, cs, mcpgateway.CheckOperationTool, map[string]any{"operation_id": "op_nope"}, nil)
 	require.True(t, res.IsError)
 	require.Equal(t, string(client.ReasonOperationNotFound), a.Error.Reason)

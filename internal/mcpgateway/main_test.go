@@ -77,7 +77,7 @@ func connectHTTP(t *testing.T, url string, hc *http.Client) *mcp.ClientSession {
 }
 
 // call makes a tools/call and decodes its structured content.
-func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any, meta mcp.Meta) (*mcp.CallToolResult, mcpgateway.Answer) {
+func call(t *testing.T, cs *mcp.ClientSession, tool string, args any, meta mcp.Meta) (*mcp.CallToolResult, mcpgateway.Answer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

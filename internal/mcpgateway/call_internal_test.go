@@ -1,0 +1,37 @@
+package mcpgateway
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// TestUnpairedSurrogate holds the scanner to protojson: it names an escape
+// exactly when protojson refuses the text for one, and only inside strings.
+func TestUnpairedSurrogate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		raw string
+		esc string
+		at  int
+	}{
+		{raw: `{"a":"\ud83d\ude00"}`},
+		{raw: `{"a":"\\ud800"}`},
+		{raw: `{"a":"\u0041\u00e9\uffff"}`},
+		{raw: `{"\\":"\"\ud800"}`, esc: `\ud800`, at: 9},
+		{raw: `{"a":"\ud800"}`, esc: `\ud800`, at: 6},
+		{raw: `{"a":"\uDBFF\uDBFF\uDC00"}`, esc: `\uDBFF`, at: 6},
+		{raw: `{"a":"x\udc00"}`, esc: `\udc00`, at: 7},
+		{raw: `{"\ud800":1}`, esc: `\ud800`, at: 2},
+		{raw: `{"a":"\ud800\u0041"}`, esc: `\ud800`, at: 6},
+	} {
+		esc, at, ok := unpairedSurrogate([]byte(tc.raw))
+		require.Equal(t, tc.esc != "", ok, tc.raw)
+		require.Equal(t, tc.esc, esc, tc.raw)
+		require.Equal(t, tc.at, at, tc.raw)
+		err := protojson.Unmarshal([]byte(tc.raw), &structpb.Struct{})
+		require.Equal(t, ok, err != nil, "%s: protojson says %v", tc.raw, err)
+	}
+}
