@@ -9,6 +9,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -561,4 +562,28 @@ func TestRevocationEndsSessions(t *testing.T) {
 	w.requireState(t, op.GetId(), opledgerv1.State_STATE_AWAITING_APPROVAL)
 	_, _ = b.get("/")
 	require.Equal(t, "/login", b.last.Request.URL.Path)
+}
+
+// TestNamesShownVisibly: a principal's name stored before names were
+// checked (keys create now refuses control and format characters) may hold
+// a right-to-left override, which would reorder what an approver reads
+// after it. Every place the console shows a name shows such a character as
+// its escape instead.
+func TestNamesShownVisibly(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+	for _, name := range []string{"invoice-agent", "alice"} {
+		out, err := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", w.env.DBURL, "-c",
+			"UPDATE principal SET name = name || E'\\u202Eredivorp-tset' WHERE name = '"+name+"'").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	op := w.prepare(t, "INV-bidi", 100)
+	b := w.browser(t)
+	_, page := b.signIn(w.approver)
+	for _, p := range []string{"/", "/operations/" + op.GetId()} {
+		_, page = b.get(p)
+		require.NotContains(t, page, "\u202E", p)
+		require.Contains(t, page, `alice\u202Eredivorp-tset`, p)
+	}
+	require.Contains(t, page, `invoice-agent\u202Eredivorp-tset`)
 }
