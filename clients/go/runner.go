@@ -143,9 +143,10 @@ type Succeeded struct {
 
 // Failed is a call that definitively did not happen: the downstream refused
 // it (DOWNSTREAM_REJECTED), a person denied it (OPERATION_REJECTED), it was
-// cancelled or its approval expired, or the ledger refused the request
-// itself (ARGS_INVALID, TOOL_UNKNOWN, IDEMPOTENCY_KEY_REUSED …). Nothing
-// was done, so the agent may correct the call and make it under a new key.
+// cancelled, or the ledger refused the request itself (ARGS_INVALID,
+// TOOL_UNKNOWN, IDEMPOTENCY_KEY_REUSED …). Nothing was done, so the agent
+// may correct the call and make it under a new key. An approval that
+// expired is not a Failed: see AwaitingApproval.
 type Failed struct {
 	// Operation is nil when the ledger refused the request before recording
 	// an operation.
@@ -165,8 +166,10 @@ type OutcomeUnknown struct {
 	Pending bool
 }
 
-// AwaitingApproval is a call that waits for a person's decision. Run the
-// same call again (same key) later to continue it.
+// AwaitingApproval is a call that waits for a person's decision, also when
+// an approval given earlier expired before the call ran (APPROVAL_EXPIRED:
+// the ledger put it back before its approvers). Run the same call again
+// (same key) later to continue it.
 type AwaitingApproval struct {
 	Operation *opledgerv1.Operation
 }
@@ -233,11 +236,21 @@ func (r *ToolRunner) Run(ctx context.Context, tool string, args any, idempotency
 	if r.opts.ToolVersion != "" {
 		popts = append(popts, WithToolVersion(r.opts.ToolVersion))
 	}
+	var op *opledgerv1.Operation
 	prep, err := r.c.Prepare(ctx, tool, args, idempotencyKey, popts...)
-	if err != nil {
+	switch {
+	case err == nil:
+		op = prep.GetOperation()
+	case errors.Is(err, ReasonApprovalExpired):
+		// The approval lapsed before the call ran: the ledger put the
+		// operation back to AWAITING_APPROVAL and asked its approvers
+		// again. It is the same call waiting for a new decision.
+		if op, err = r.reawaiting(ctx, err, nil); err != nil {
+			return nil, err
+		}
+	default:
 		return r.refused(ctx, err, nil)
 	}
-	op := prep.GetOperation()
 	switch op.GetState() {
 	case opledgerv1.State_STATE_AWAITING_APPROVAL:
 		if op, err = r.awaitDecision(ctx, op); err != nil {
@@ -260,9 +273,35 @@ func (r *ToolRunner) Run(ctx context.Context, tool string, args any, idempotency
 		if errors.Is(err, ReasonApprovalRequired) {
 			return &AwaitingApproval{Operation: op}, nil
 		}
+		if errors.Is(err, ReasonApprovalExpired) {
+			if op, err = r.reawaiting(ctx, err, op); err != nil {
+				return nil, err
+			}
+			return &AwaitingApproval{Operation: op}, nil
+		}
 		return r.refused(ctx, err, op)
 	}
 	return final(ex.GetOperation())
+}
+
+// reawaiting reads the operation an APPROVAL_EXPIRED refusal is about (the
+// refusal's operation_id, else op) as it stands now: back in
+// AWAITING_APPROVAL. An expired approval is never a *Failed: the call is
+// the same and must not be made again under a new key.
+func (r *ToolRunner) reawaiting(ctx context.Context, err error, op *opledgerv1.Operation) (*opledgerv1.Operation, error) {
+	id := op.GetId()
+	var e *Error
+	if errors.As(err, &e) && e.Metadata["operation_id"] != "" {
+		id = e.Metadata["operation_id"]
+	}
+	if id == "" {
+		return nil, err
+	}
+	got, gerr := r.c.Get(ctx, id)
+	if gerr != nil {
+		return nil, gerr
+	}
+	return got.GetOperation(), nil
 }
 
 // refused answers an error of Prepare or Execute: a refusal of the call
@@ -316,7 +355,7 @@ func refusal(err error, op *opledgerv1.Operation) *Failed {
 	}
 	switch e.Reason {
 	case ReasonArgsInvalid, ReasonArgsTooLarge, ReasonToolUnknown, ReasonToolVersionUnknown,
-		ReasonIdempotencyKeyReused, ReasonOperationRejected, ReasonOperationCancelled, ReasonApprovalExpired:
+		ReasonIdempotencyKeyReused, ReasonOperationRejected, ReasonOperationCancelled:
 		return &Failed{Operation: op, Reason: e.Reason, Message: e.Message}
 	}
 	return nil

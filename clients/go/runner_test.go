@@ -70,8 +70,11 @@ type stubLedger struct {
 	opledgerv1.UnimplementedLedgerServiceServer
 
 	prepareState opledgerv1.State
-	executeOp    *opledgerv1.Operation
-	executeErr   error
+	prepareErr   error
+	// getState is what Get answers when set (else prepareState).
+	getState   opledgerv1.State
+	executeOp  *opledgerv1.Operation
+	executeErr error
 
 	mu                sync.Mutex
 	gets, executes    int
@@ -83,6 +86,9 @@ func (s *stubLedger) Prepare(_ context.Context, r *opledgerv1.PrepareRequest) (*
 	s.mu.Lock()
 	s.prepares = append(s.prepares, r)
 	s.mu.Unlock()
+	if s.prepareErr != nil {
+		return nil, s.prepareErr
+	}
 	return &opledgerv1.PrepareResponse{Operation: &opledgerv1.Operation{Id: "op_1", Tool: r.GetTool(), State: s.prepareState}}, nil
 }
 
@@ -90,7 +96,11 @@ func (s *stubLedger) Get(_ context.Context, r *opledgerv1.GetRequest) (*opledger
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gets++
-	return &opledgerv1.GetResponse{Operation: &opledgerv1.Operation{Id: r.GetOperationId(), State: s.prepareState}}, nil
+	state := s.prepareState
+	if s.getState != opledgerv1.State_STATE_UNSPECIFIED {
+		state = s.getState
+	}
+	return &opledgerv1.GetResponse{Operation: &opledgerv1.Operation{Id: r.GetOperationId(), State: state}}, nil
 }
 
 func (s *stubLedger) Execute(_ context.Context, r *opledgerv1.ExecuteRequest) (*opledgerv1.ExecuteResponse, error) {
@@ -181,6 +191,36 @@ func TestToolRunnerMapsEveryFinalState(t *testing.T) {
 	require.True(t, ok, "got %T", done)
 	require.Equal(t, map[string]any{}, s.Result)
 	require.Equal(t, `{"operation_id":"op_1","result":{},"status":"succeeded"}`, done.ForModel())
+}
+
+// TestToolRunnerExpiredApprovalIsAwaitingApproval: an approval that lapsed
+// before the call ran puts the operation back to AWAITING_APPROVAL (the
+// ledger asks its approvers again), so the same call, under the same key,
+// waits for a new decision. Answering it as a failure would have the agent
+// make the call again under a new key: a second operation for one intention.
+func TestToolRunnerExpiredApprovalIsAwaitingApproval(t *testing.T) {
+	t.Parallel()
+	expired := func(withID bool) error {
+		info := &errdetails.ErrorInfo{Domain: client.Domain, Reason: string(client.ReasonApprovalExpired)}
+		if withID {
+			info.Metadata = map[string]string{"operation_id": "op_1"}
+		}
+		st, err := status.New(codes.FailedPrecondition, "the approval expired; it must be approved again").WithDetails(info)
+		require.NoError(t, err)
+		return st.Err()
+	}
+	for name, s := range map[string]*stubLedger{
+		"the one-call path's Prepare": {prepareErr: expired(true), getState: opledgerv1.State_STATE_AWAITING_APPROVAL},
+		"Execute":                     {prepareState: opledgerv1.State_STATE_READY, executeErr: expired(false), getState: opledgerv1.State_STATE_AWAITING_APPROVAL},
+	} {
+		out, err := client.NewToolRunner(startStub(t, s), client.RunnerOptions{}).Run(context.Background(), "pay_invoice", nil, "k")
+		require.NoError(t, err, name)
+		a, ok := out.(*client.AwaitingApproval)
+		require.True(t, ok, "%s: got %T", name, out)
+		require.Equal(t, "op_1", a.OperationID(), name)
+		require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, a.Operation.GetState(), name)
+		require.Contains(t, a.ForModel(), `"status":"awaiting_approval"`, name)
+	}
 }
 
 func TestToolRunnerAwaitingApprovalWithoutWaitCallsNothingElse(t *testing.T) {

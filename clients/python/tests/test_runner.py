@@ -6,6 +6,7 @@ import json
 import threading
 import time
 import uuid
+from collections import namedtuple
 from concurrent import futures
 from pathlib import Path
 
@@ -61,9 +62,12 @@ def stored_error(reason, message):
 class StubLedger(ledger_pb2_grpc.LedgerServiceServicer):
     """StubLedger prepares into prepare_state and executes into execute_op."""
 
-    def __init__(self, prepare_state, execute_op=None):
+    def __init__(self, prepare_state, execute_op=None, prepare_error=None, execute_error=None, get_state=None):
         self.prepare_state = prepare_state
         self.execute_op = execute_op
+        self.prepare_error = prepare_error
+        self.execute_error = execute_error
+        self.get_state = get_state if get_state is not None else prepare_state
         self.gets = 0
         self.executes = []
         self.prepares = []
@@ -72,21 +76,26 @@ class StubLedger(ledger_pb2_grpc.LedgerServiceServicer):
     def Prepare(self, request, context):
         with self.lock:
             self.prepares.append(request)
+        if self.prepare_error is not None:
+            context.abort_with_status(self.prepare_error)
         return ledger_pb2.PrepareResponse(operation=ledger_pb2.Operation(id="op_1", tool=request.tool, state=self.prepare_state))
 
     def Get(self, request, context):
         with self.lock:
             self.gets += 1
-        return ledger_pb2.GetResponse(operation=ledger_pb2.Operation(id=request.operation_id, state=self.prepare_state))
+        return ledger_pb2.GetResponse(operation=ledger_pb2.Operation(id=request.operation_id, state=self.get_state))
 
     def Execute(self, request, context):
         with self.lock:
             self.executes.append(request.wait.ToTimedelta().total_seconds())
+        if self.execute_error is not None:
+            context.abort_with_status(self.execute_error)
         return ledger_pb2.ExecuteResponse(operation=self.execute_op)
 
 
 @pytest.fixture()
-def stub():
+def stub_addr():
+    """stub_addr serves a servicer on a free port and returns its address."""
     servers = []
 
     def start(servicer):
@@ -95,11 +104,17 @@ def stub():
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
         servers.append(server)
-        return opledger.Client(f"127.0.0.1:{port}", "test-key", plaintext=True)
+        return f"127.0.0.1:{port}"
 
     yield start
     for s in servers:
         s.stop(None)
+
+
+@pytest.fixture()
+def stub(stub_addr):
+    """stub serves a servicer and returns a Client of it."""
+    return lambda servicer: opledger.Client(stub_addr(servicer), "test-key", plaintext=True)
 
 
 def test_every_final_state_maps_to_its_outcome(stub):
@@ -131,6 +146,47 @@ def test_every_final_state_maps_to_its_outcome(stub):
     assert isinstance(out, opledger.Succeeded)
     assert done.executes == []
     assert out.for_model() == '{"operation_id":"op_1","result":{},"status":"succeeded"}'
+
+
+class _Status(namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
+    pass
+
+
+def approval_expired(operation_id=None):
+    st = status_pb2.Status(code=grpc.StatusCode.FAILED_PRECONDITION.value[0], message="the approval expired")
+    info = error_details_pb2.ErrorInfo(reason="APPROVAL_EXPIRED", domain="opledger.v1")
+    if operation_id:
+        info.metadata["operation_id"] = operation_id
+    st.details.add().Pack(info)
+    return _Status(grpc.StatusCode.FAILED_PRECONDITION, st.message, (("grpc-status-details-bin", st.SerializeToString()),))
+
+
+def expired_stubs():
+    """expired_stubs: the one-call path's Prepare, then Execute, refuse with APPROVAL_EXPIRED, and
+    the operation is back in AWAITING_APPROVAL."""
+    return [
+        StubLedger(0, prepare_error=approval_expired("op_1"), get_state=ledger_pb2.STATE_AWAITING_APPROVAL),
+        StubLedger(ledger_pb2.STATE_READY, execute_error=approval_expired(), get_state=ledger_pb2.STATE_AWAITING_APPROVAL),
+    ]
+
+
+def test_expired_approval_is_awaiting_approval(stub, stub_addr):
+    # An approval that lapsed before the call ran puts the operation back before its approvers: the
+    # same call, under the same key, waits for a new decision. Answering Failed would have the agent
+    # make it again under a new key, a second operation for one intention.
+    for s in expired_stubs():
+        out = opledger.ToolRunner(stub(s)).run("pay_invoice", {}, "k")
+        assert isinstance(out, opledger.AwaitingApproval), out
+        assert out.operation_id == "op_1"
+        assert out.operation.state == ledger_pb2.STATE_AWAITING_APPROVAL
+    for s in expired_stubs():
+        async def run(s=s):
+            async with opledger.AsyncClient(stub_addr(s), "test-key", plaintext=True) as c:
+                return await opledger.AsyncToolRunner(c).run("pay_invoice", {}, "k")
+
+        out = asyncio.run(run())
+        assert isinstance(out, opledger.AwaitingApproval), out
+        assert out.operation_id == "op_1"
 
 
 def test_awaiting_approval_without_wait_calls_nothing_else(stub):

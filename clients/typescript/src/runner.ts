@@ -5,12 +5,13 @@
 // to approvalWaitMs for a person's decision, or an AwaitingApproval answer at once); Execute with a
 // wait; and one typed final answer, a ToolOutcome discriminated by `kind`:
 //  - Succeeded: the effect happened once; `result` is the downstream's answer.
-//  - Failed: nothing happened (the downstream refused it, a person denied it, it was cancelled or
-//    its approval expired, or the ledger refused the request: ARGS_INVALID, TOOL_UNKNOWN …). The
-//    agent may correct the call and make it under a new key.
+//  - Failed: nothing happened (the downstream refused it, a person denied it, it was cancelled,
+//    or the ledger refused the request: ARGS_INVALID, TOOL_UNKNOWN …). The agent may correct the
+//    call and make it under a new key.
 //  - OutcomeUnknown: the effect may or may not have happened. Never make it again under a new
 //    key; a later run with the same key returns the outcome once it is known.
-//  - AwaitingApproval: a person has to decide first; run the same call (same key) again later.
+//  - AwaitingApproval: a person has to decide first (also when an approval given earlier expired
+//    before the call ran); run the same call (same key) again later.
 // forModel() renders any of them as the JSON text to hand the model, byte for byte the same in
 // every opledger client.
 //
@@ -143,7 +144,6 @@ const REFUSALS: ReadonlySet<Reason> = new Set<Reason>([
   "IDEMPOTENCY_KEY_REUSED",
   "OPERATION_REJECTED",
   "OPERATION_CANCELLED",
-  "APPROVAL_EXPIRED",
 ]);
 
 const EFFECTS: Partial<Record<Effect, ModelTool["effect"]>> = {
@@ -195,7 +195,12 @@ export class ToolRunner {
       });
       op = prepared.operation!;
     } catch (err) {
-      return this.refused(err, undefined);
+      if (!isOpledgerError(err, "APPROVAL_EXPIRED")) {
+        return this.refused(err, undefined);
+      }
+      // The approval lapsed before the call ran: the ledger put the operation back to
+      // AWAITING_APPROVAL and asked its approvers again. The same call waits for a new decision.
+      op = await this.reawaiting(err, undefined);
     }
     if (op.state === State.AWAITING_APPROVAL) {
       op = await this.awaitDecision(op);
@@ -212,8 +217,22 @@ export class ToolRunner {
       if (isOpledgerError(err, "APPROVAL_REQUIRED")) {
         return new AwaitingApproval(op);
       }
+      if (isOpledgerError(err, "APPROVAL_EXPIRED")) {
+        return new AwaitingApproval(await this.reawaiting(err, op));
+      }
       return this.refused(err, op);
     }
+  }
+
+  /** reawaiting reads the operation an APPROVAL_EXPIRED refusal is about as it stands now (back in
+   * AWAITING_APPROVAL). An expired approval is never Failed: the call is the same and must not be
+   * made again under a new key. */
+  private async reawaiting(err: OpledgerError, op: Operation | undefined): Promise<Operation> {
+    const id = err.metadata?.["operation_id"] || op?.id;
+    if (!id) {
+      throw err;
+    }
+    return (await this.client.get(id)).operation!;
   }
 
   /** refused turns a refusal of the call itself into a Failed (with the operation a refused

@@ -12,9 +12,11 @@ import { AnySchema } from "@bufbuild/protobuf/wkt";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import {
   AwaitingApproval,
+  Code,
   Failed,
   MESSAGE_AWAITING_APPROVAL,
   OpledgerClient,
+  OpledgerError,
   OperationSchema,
   OutcomeUnknown,
   State,
@@ -81,20 +83,27 @@ function storedError(reason: string, message: string) {
   return { code: 9, message, details: [create(AnySchema, { typeUrl: "type.googleapis.com/google.rpc.ErrorInfo", value: w.finish() })] };
 }
 
-/** fakeClient prepares into prepareState and executes into executeOp, counting calls. */
-function fakeClient(prepareState: State, executeOp?: Operation) {
+/** fakeClient prepares into prepareState and executes into executeOp, counting calls; with
+ * errors, prepare or execute rejects, and get answers getState. */
+function fakeClient(
+  prepareState: State,
+  executeOp?: Operation,
+  errors: { prepare?: OpledgerError; execute?: OpledgerError; getState?: State } = {},
+) {
   const calls = { gets: 0, executes: [] as (number | undefined)[], prepares: [] as { execute?: boolean; waitMs?: number }[] };
   const client = {
     prepare: async (tool: string, _args: unknown, opts: { execute?: boolean; waitMs?: number }) => {
       calls.prepares.push({ execute: opts.execute, waitMs: opts.waitMs });
+      if (errors.prepare) throw errors.prepare;
       return { operation: op("op_1", prepareState, { tool }), replayed: false };
     },
     get: async (id: string) => {
       calls.gets++;
-      return { operation: op(id, prepareState), events: [] };
+      return { operation: op(id, errors.getState ?? prepareState), events: [] };
     },
     execute: async (_id: string, opts: { waitMs?: number } = {}) => {
       calls.executes.push(opts.waitMs);
+      if (errors.execute) throw errors.execute;
       return { operation: executeOp, replayed: false };
     },
   };
@@ -122,6 +131,23 @@ test("every final state maps to its outcome", async () => {
   assert.ok(done instanceof Succeeded);
   assert.equal(oneCall.calls.executes.length, 0);
   assert.equal(done.forModel(), '{"operation_id":"op_1","result":{},"status":"succeeded"}');
+});
+
+test("an expired approval is awaiting approval, never a failure", async () => {
+  // An approval that lapsed before the call ran puts the operation back before its approvers: the
+  // same call, under the same key, waits for a new decision. Answering Failed would have the agent
+  // make it again under a new key, a second operation for one intention.
+  const expired = (withId: boolean) =>
+    new OpledgerError(Code.FailedPrecondition, "the approval expired", "APPROVAL_EXPIRED", undefined, withId ? { operation_id: "op_1" } : {});
+  for (const fake of [
+    fakeClient(State.AWAITING_APPROVAL, undefined, { prepare: expired(true), getState: State.AWAITING_APPROVAL }),
+    fakeClient(State.READY, undefined, { execute: expired(false), getState: State.AWAITING_APPROVAL }),
+  ]) {
+    const out = await new ToolRunner(fake.client).run("pay_invoice", {}, "k");
+    assert.equal(out.kind, "awaiting_approval");
+    assert.equal(out.operationId, "op_1");
+    assert.equal(out.operation?.state, State.AWAITING_APPROVAL);
+  }
 });
 
 test("awaiting approval without a wait calls nothing else; with one it polls", async () => {

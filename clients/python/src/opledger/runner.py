@@ -7,12 +7,13 @@ approval (wait up to ``approval_wait`` seconds for a person's decision, after ca
 final answer:
 
 - Succeeded: the effect happened once; ``result`` is the downstream's answer.
-- Failed: nothing happened (the downstream refused it, a person denied it, it was cancelled or its
-  approval expired, or the ledger refused the request: ARGS_INVALID, TOOL_UNKNOWN …). The agent may
-  correct the call and make it under a new key.
+- Failed: nothing happened (the downstream refused it, a person denied it, it was cancelled, or the
+  ledger refused the request: ARGS_INVALID, TOOL_UNKNOWN …). The agent may correct the call and make
+  it under a new key.
 - OutcomeUnknown: the effect may or may not have happened. Never make it again under a new key;
   a later run with the same key returns the outcome once it is known.
-- AwaitingApproval: a person has to decide first; run the same call (same key) again later.
+- AwaitingApproval: a person has to decide first (also when an approval given earlier expired before
+  the call ran); run the same call (same key) again later.
 
 OutcomeUnknown is not a Failed (the four classes share no base class), so ``isinstance(out,
 Failed)`` can never mistake one for the other. ``for_model()`` renders any of them as the JSON
@@ -74,7 +75,6 @@ _REFUSALS = (
     IdempotencyKeyReused,
     OperationRejected,
     OperationCancelled,
-    ApprovalExpired,
 )
 
 ToolArgs = Union[Mapping[str, Any], struct_pb2.Struct, str, None]
@@ -283,6 +283,10 @@ class ToolRunner:
             op = self._client.prepare(
                 tool, _args(args), idempotency_key, tool_version=self._tool_version, execute=True, wait=self._execute_wait
             ).operation
+        except ApprovalExpired as err:
+            # The approval lapsed before the call ran: the ledger put the operation back to
+            # AWAITING_APPROVAL and asked its approvers again. The same call waits for a new decision.
+            op = self._reawaiting(err, None)
         except OpledgerError as err:
             return self._refused(err, None)
         if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
@@ -295,9 +299,20 @@ class ToolRunner:
             done = self._client.execute(op.id, wait=self._execute_wait)
         except ApprovalRequired:
             return AwaitingApproval(operation=op)
+        except ApprovalExpired as err:
+            return AwaitingApproval(operation=self._reawaiting(err, op))
         except OpledgerError as err:
             return self._refused(err, op)
         return final(done.operation)
+
+    def _reawaiting(self, err: ApprovalExpired, op: Optional[ledger_pb2.Operation]) -> ledger_pb2.Operation:
+        """_reawaiting reads the operation an APPROVAL_EXPIRED refusal is about as it stands now (back
+        in AWAITING_APPROVAL). An expired approval is never Failed: the call is the same and must not be
+        made again under a new key."""
+        op_id = err.metadata.get("operation_id") or (op.id if op is not None else "")
+        if not op_id:
+            raise err
+        return self._client.get(op_id).operation
 
     def _refused(self, err: OpledgerError, op: Optional[ledger_pb2.Operation]) -> Failed:
         refused = _refusal(err, op)
@@ -355,9 +370,12 @@ class AsyncToolRunner:
             prepared = await self._client.prepare(
                 tool, _args(args), idempotency_key, tool_version=self._tool_version, execute=True, wait=self._execute_wait
             )
+        except ApprovalExpired as err:
+            op = await self._reawaiting(err, None)  # see ToolRunner.run
         except OpledgerError as err:
             return await self._refused(err, None)
-        op = prepared.operation
+        else:
+            op = prepared.operation
         if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
             op = await self._await_decision(op)
             if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
@@ -368,9 +386,18 @@ class AsyncToolRunner:
             done = await self._client.execute(op.id, wait=self._execute_wait)
         except ApprovalRequired:
             return AwaitingApproval(operation=op)
+        except ApprovalExpired as err:
+            return AwaitingApproval(operation=await self._reawaiting(err, op))
         except OpledgerError as err:
             return await self._refused(err, op)
         return final(done.operation)
+
+    async def _reawaiting(self, err: ApprovalExpired, op: Optional[ledger_pb2.Operation]) -> ledger_pb2.Operation:
+        """_reawaiting: see ToolRunner._reawaiting."""
+        op_id = err.metadata.get("operation_id") or (op.id if op is not None else "")
+        if not op_id:
+            raise err
+        return (await self._client.get(op_id)).operation
 
     async def _refused(self, err: OpledgerError, op: Optional[ledger_pb2.Operation]) -> Failed:
         refused = _refusal(err, op)
