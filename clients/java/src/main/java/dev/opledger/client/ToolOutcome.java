@@ -59,9 +59,9 @@ public sealed interface ToolOutcome
 
   /**
    * Failed is a call that definitively did not happen: reason is DOWNSTREAM_REJECTED (the downstream
-   * refused it), OPERATION_REJECTED (a person denied it), OPERATION_CANCELLED, APPROVAL_EXPIRED, or
-   * a refusal of the request itself (ARGS_INVALID, TOOL_UNKNOWN, IDEMPOTENCY_KEY_REUSED …; then
-   * operation is null).
+   * refused it), OPERATION_REJECTED (a person denied it), OPERATION_CANCELLED, or a refusal of the
+   * request itself (ARGS_INVALID, TOOL_UNKNOWN, IDEMPOTENCY_KEY_REUSED …; then operation is null).
+   * An approval that expired is not a Failed: see {@link AwaitingApproval}.
    */
   record Failed(String reason, String message, Operation operation) implements ToolOutcome {
     /** ReasonCode is the reason as a {@link Reason}. */
@@ -108,7 +108,11 @@ public sealed interface ToolOutcome
     }
   }
 
-  /** AwaitingApproval is a call that waits for a person's decision; run it again later. */
+  /**
+   * AwaitingApproval is a call that waits for a person's decision, also when an approval given
+   * earlier expired before the call ran (APPROVAL_EXPIRED: the ledger put it back before its
+   * approvers); run the same call (same key) again later, never under a new key.
+   */
   record AwaitingApproval(Operation operation) implements ToolOutcome {
     @Override
     public String operationId() {

@@ -40,8 +40,7 @@ public final class ToolRunner {
           Reason.TOOL_VERSION_UNKNOWN,
           Reason.IDEMPOTENCY_KEY_REUSED,
           Reason.OPERATION_REJECTED,
-          Reason.OPERATION_CANCELLED,
-          Reason.APPROVAL_EXPIRED);
+          Reason.OPERATION_CANCELLED);
 
   private final OpledgerClient client;
   private final Duration approvalWait;
@@ -149,7 +148,9 @@ public final class ToolRunner {
    * ({@link IdempotencyKeys#derive}). It throws {@link OpledgerException} only for what the
    * runtime, not the model, must handle (the ledger unreachable after the client's retries, a bad
    * key); the same run may simply be repeated. Refusals of the call itself come back as {@link
-   * ToolOutcome.Failed}.
+   * ToolOutcome.Failed}. An approval that expired before the call ran is not one: the ledger put the
+   * operation back before its approvers, and the run continues as for any call awaiting approval
+   * ({@link ToolOutcome.AwaitingApproval}).
    */
   public ToolOutcome run(String tool, Struct args, String idempotencyKey) {
     Operation op;
@@ -157,7 +158,13 @@ public final class ToolRunner {
       // The one-call path: Prepare also executes a call that needs no approval.
       op = client.prepareAndExecute(tool, args, idempotencyKey, toolVersion, executeWait).getOperation();
     } catch (OpledgerException e) {
-      return refused(e, null);
+      if (!e.is(Reason.APPROVAL_EXPIRED)) {
+        return refused(e, null);
+      }
+      // The approval lapsed before the call ran: the ledger put the operation back to
+      // AWAITING_APPROVAL and asked its approvers again. It is the same call waiting for a new
+      // decision.
+      op = reawaiting(e, null);
     }
     if (op.getState() == State.STATE_AWAITING_APPROVAL) {
       op = awaitDecision(op);
@@ -173,6 +180,9 @@ public final class ToolRunner {
     } catch (OpledgerException e) {
       if (e.is(Reason.APPROVAL_REQUIRED)) {
         return new ToolOutcome.AwaitingApproval(op);
+      }
+      if (e.is(Reason.APPROVAL_EXPIRED)) {
+        return new ToolOutcome.AwaitingApproval(reawaiting(e, op));
       }
       return refused(e, op);
     }
@@ -192,6 +202,23 @@ public final class ToolRunner {
       case STATE_EXECUTING, STATE_READY -> new ToolOutcome.OutcomeUnknown(op, true);
       default -> throw new IllegalStateException("opledger: Execute answered with state " + op.getState());
     };
+  }
+
+  /**
+   * Reawaiting reads the operation an APPROVAL_EXPIRED refusal is about (the refusal's operation_id,
+   * else op) as it stands now: back in AWAITING_APPROVAL. An expired approval is never a Failed: the
+   * call is the same and must not be made again under a new key. Without an operation to read, the
+   * refusal is rethrown.
+   */
+  private Operation reawaiting(OpledgerException e, Operation op) {
+    String id = e.getMetadata().get("operation_id");
+    if (id == null || id.isEmpty()) {
+      id = op == null ? "" : op.getId();
+    }
+    if (id.isEmpty()) {
+      throw e;
+    }
+    return client.get(id).getOperation();
   }
 
   /**

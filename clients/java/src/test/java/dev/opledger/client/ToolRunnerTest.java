@@ -23,6 +23,7 @@ import io.grpc.ManagedChannel;
 import io.grpc.Server;
 import io.grpc.inprocess.InProcessChannelBuilder;
 import io.grpc.inprocess.InProcessServerBuilder;
+import io.grpc.protobuf.StatusProto;
 import io.grpc.stub.StreamObserver;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -31,6 +32,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterEach;
@@ -78,10 +80,17 @@ class ToolRunnerTest {
                     }));
   }
 
-  /** Stub prepares into prepareState and executes into executeOp, counting the calls. */
+  /**
+   * Stub prepares into prepareState and executes into executeOp, counting the calls; prepareErr and
+   * executeErr, when set, are what Prepare and Execute answer instead, and getState, when set, is
+   * what Get answers (else prepareState).
+   */
   static final class Stub extends LedgerServiceGrpc.LedgerServiceImplBase {
     final State prepareState;
     final Operation executeOp;
+    com.google.rpc.Status prepareErr;
+    com.google.rpc.Status executeErr;
+    State getState;
     final AtomicInteger gets = new AtomicInteger();
     final List<Long> executeWaits = new ArrayList<>();
     final List<PrepareRequest> prepares = new ArrayList<>();
@@ -94,6 +103,10 @@ class ToolRunnerTest {
     @Override
     public synchronized void prepare(PrepareRequest req, StreamObserver<PrepareResponse> out) {
       prepares.add(req);
+      if (prepareErr != null) {
+        out.onError(StatusProto.toStatusRuntimeException(prepareErr));
+        return;
+      }
       out.onNext(
           PrepareResponse.newBuilder()
               .setOperation(Operation.newBuilder().setId("op_1").setState(prepareState))
@@ -106,7 +119,10 @@ class ToolRunnerTest {
       gets.incrementAndGet();
       out.onNext(
           GetResponse.newBuilder()
-              .setOperation(Operation.newBuilder().setId(req.getOperationId()).setState(prepareState))
+              .setOperation(
+                  Operation.newBuilder()
+                      .setId(req.getOperationId())
+                      .setState(getState != null ? getState : prepareState))
               .build());
       out.onCompleted();
     }
@@ -114,6 +130,10 @@ class ToolRunnerTest {
     @Override
     public synchronized void execute(ExecuteRequest req, StreamObserver<ExecuteResponse> out) {
       executeWaits.add(req.getWait().getSeconds());
+      if (executeErr != null) {
+        out.onError(StatusProto.toStatusRuntimeException(executeErr));
+        return;
+      }
       out.onNext(ExecuteResponse.newBuilder().setOperation(executeOp).build());
       out.onCompleted();
     }
@@ -196,6 +216,52 @@ class ToolRunnerTest {
     assertInstanceOf(ToolOutcome.Succeeded.class, done);
     assertTrue(oneCall.executeWaits.isEmpty());
     assertEquals("{\"operation_id\":\"op_1\",\"result\":{},\"status\":\"succeeded\"}", done.forModel());
+  }
+
+  /** Expired is the ledger's APPROVAL_EXPIRED refusal, naming the operation when withId. */
+  private static com.google.rpc.Status expired(boolean withId) {
+    ErrorInfo.Builder info =
+        ErrorInfo.newBuilder().setReason("APPROVAL_EXPIRED").setDomain(OpledgerException.DOMAIN);
+    if (withId) {
+      info.putAllMetadata(Map.of("operation_id", "op_1"));
+    }
+    return com.google.rpc.Status.newBuilder()
+        .setCode(io.grpc.Status.Code.FAILED_PRECONDITION.value())
+        .setMessage("the approval expired; it must be approved again")
+        .addDetails(Any.pack(info.build()))
+        .build();
+  }
+
+  /**
+   * An approval that lapsed before the call ran puts the operation back to AWAITING_APPROVAL (the
+   * ledger asks its approvers again), so the same call, under the same key, waits for a new decision.
+   * Answering it as a Failed would have the agent make the call again under a new key: a second
+   * operation for one intention.
+   */
+  @TestFactory
+  Stream<DynamicTest> expiredApprovalIsAwaitingApproval() {
+    Stub prepareRefuses = new Stub(State.STATE_UNSPECIFIED, null);
+    prepareRefuses.prepareErr = expired(true);
+    prepareRefuses.getState = State.STATE_AWAITING_APPROVAL;
+    Stub executeRefuses = new Stub(State.STATE_READY, null);
+    executeRefuses.executeErr = expired(false);
+    executeRefuses.getState = State.STATE_AWAITING_APPROVAL;
+    return Stream.of(
+            Map.entry("the one-call path's Prepare", prepareRefuses),
+            Map.entry("Execute after a READY prepare", executeRefuses))
+        .map(
+            c ->
+                DynamicTest.dynamicTest(
+                    c.getKey(),
+                    () -> {
+                      ToolOutcome out =
+                          ToolRunner.builder(start(c.getValue())).build().run("pay_invoice", (Struct) null, "k");
+                      ToolOutcome.AwaitingApproval a = assertInstanceOf(ToolOutcome.AwaitingApproval.class, out);
+                      assertEquals("op_1", a.operationId());
+                      assertEquals(State.STATE_AWAITING_APPROVAL, a.operation().getState());
+                      assertTrue(a.forModel().contains("\"status\":\"awaiting_approval\""));
+                      assertEquals(1, c.getValue().gets.get());
+                    }));
   }
 
   @Test
