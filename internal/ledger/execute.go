@@ -88,7 +88,12 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 		// measures on the database's clock end no earlier than this instant
 		// plus what the claim reports as left (see run).
 		claimStart := time.Now()
-		op, claimed, err := l.store.OperationClaim(ctx, a.Tenant, id, cl, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
+		claimCtx, cancel, err := handingCtx(ctx)
+		if err != nil {
+			return Operation{}, false, err
+		}
+		op, claimed, err := l.store.OperationClaim(claimCtx, a.Tenant, id, cl, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
+		cancel()
 		cl.Base = Operation{} // a later round follows a change this copy missed
 		if errors.Is(err, store.ErrNotFound) {
 			return Operation{}, false, notFound(id)
@@ -240,8 +245,13 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 	// that on the database's clock; a refusal falls through to
 	// OUTCOME_UNKNOWN below.
 	if b.caps.DedupesKeys || failpoint.Defect(failpoint.DefectTakeoverNoDedupe) {
-		taken, err := l.store.OperationTakeOver(ctx, l.takeOver(op, b, l.lease(b)),
+		takeCtx, cancel, err := handingCtx(ctx)
+		if err != nil {
+			return Operation{}, true, err
+		}
+		taken, err := l.store.OperationTakeOver(takeCtx, l.takeOver(op, b, l.lease(b)),
 			store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name})
+		cancel()
 		switch {
 		case err == nil:
 			l.opLogger(taken).Warn("took over an expired lease", "previous_fence", op.Fence)
@@ -288,6 +298,11 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 	}
 	b, err := l.toolOf(op)
 	if err != nil {
+		// This process holds an operation of a tool it does not serve (its
+		// tools file lacks that version: a rolling deploy). Nothing was
+		// sent, so the claim is released as an attempt that reached
+		// nothing is, for a process that serves the tool.
+		l.releaseUnsent(ctx, op, err.Error())
 		return Operation{}, false, err
 	}
 	lease := l.lease(b)
@@ -436,6 +451,39 @@ func (l *Ledger) outcome(op Operation, res executor.Result) (store.Transition, e
 		t.ReconcileAfter = l.cfg.ReconcileBackoff
 	}
 	return t, nil
+}
+
+// claimTimeout bounds a statement that may hand this process an operation.
+const claimTimeout = 10 * time.Second
+
+// handingCtx is the context of a statement that may hand this process an
+// operation to run (a claim, the one-call path's insert, a takeover):
+// detached from the caller's cancellation. Once such a statement commits,
+// the attempt it gives must run to its outcome whether or not the caller
+// still waits, as run's call and commit do; a statement abandoned by a
+// caller that gave up can still commit on the database (a closed connection
+// does not stop it), leaving a claim nobody runs. A caller already gone
+// starts nothing.
+func handingCtx(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	return c, cancel, nil
+}
+
+// releaseUnsent gives back a claim this process will not run, with nothing
+// sent: the operation is READY again under a new fence, and its approval is
+// not consumed. A failure is logged; the lease's end then decides.
+func (l *Ledger) releaseUnsent(ctx context.Context, op Operation, why string) {
+	t, err := l.transition(op, EventReleased, StateReady, ByHolder)
+	if err == nil {
+		t.Actor, t.Detail = "server:"+l.cfg.ServerID, "released unsent: "+why
+		_, err = l.commitOutcome(ctx, t)
+	}
+	if err != nil {
+		l.opLogger(op).Error("could not release a claim this process will not run; its lease's end decides", "error", err)
+	}
 }
 
 // commitOutcome writes an attempt's outcome, retrying (same fence, with

@@ -166,7 +166,15 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 	var existing Operation
 	for attempt := 0; ; attempt++ {
 		claimStart := time.Now()
-		op, inserted, err := l.insert(ctx, a.Tenant, n)
+		insCtx, cancel := ctx, context.CancelFunc(func() {})
+		if n.Claim != nil {
+			var err error
+			if insCtx, cancel, err = handingCtx(ctx); err != nil {
+				return Operation{}, false, none, err
+			}
+		}
+		op, inserted, err := l.insert(insCtx, a.Tenant, n)
+		cancel()
 		if err != nil {
 			return Operation{}, false, none, storeErr(err)
 		}
