@@ -59,6 +59,9 @@ type Notification struct {
 	// Attempts counts claims, this one included.
 	Attempts  int32
 	CreatedAt time.Time
+	// DBNow is the database's clock at the claim: a notification's age is
+	// DBNow - CreatedAt, both on that clock.
+	DBNow time.Time
 	// Tenant and State are the operation's, as of the claim.
 	Tenant, State string
 }
@@ -72,7 +75,7 @@ func (c *Conn) ApprovalNotificationClaim(ctx context.Context, batch int32, lease
 	out := make([]Notification, len(rows))
 	for i, r := range rows {
 		out[i] = Notification{OperationID: r.OperationID, Seq: r.Seq, Reason: r.Reason, Attempts: r.Attempts,
-			CreatedAt: r.CreatedAt.Time, Tenant: r.Tenant, State: r.State}
+			CreatedAt: r.CreatedAt.Time, DBNow: r.DbNow.Time, Tenant: r.Tenant, State: r.State}
 	}
 	return out, nil
 }

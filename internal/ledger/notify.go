@@ -184,7 +184,7 @@ func (l *Ledger) notifyOne(ctx context.Context, n store.Notification) {
 		drop("the operation no longer awaits approval (" + n.State + ")")
 		return
 	}
-	if time.Since(n.CreatedAt) > w.MaxAge {
+	if n.DBNow.Sub(n.CreatedAt) > w.MaxAge { // the database's clock, as every time rule
 		drop("undelivered for longer than " + w.MaxAge.String())
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/internal/ledger"
 	"github.com/opledger/opledger/proof/harness"
+	"github.com/opledger/opledger/proof/pgtest"
 	"github.com/opledger/opledger/server"
 )
 
@@ -291,4 +292,19 @@ func TestApprovalNotificationFailureWithUnstorableStatus(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the failed delivery was never recorded")
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestApprovalNotificationAgeOnDatabaseClock: a notification's age is the
+// database's clock against the database's created_at. With the database 90 s
+// behind this server and a 60 s limit, the server's own clock read every
+// fresh notification as too old and dropped it undelivered.
+func TestApprovalNotificationAgeOnDatabaseClock(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := pgtest.NewSkewedDatabase(t, -90*time.Second)
+	w := newWorld(t, harness.Options{DatabaseURL: dbURL})
+	r := newReceiver(t)
+	c := notifyingServer(w, r, ledger.ApprovalWebhook{MaxAge: time.Minute}).Client
+	op := prepare(t, c, w.agent, "pay_invoice", payArgs(t, "INV-SKEW-1"))
+	got := r.waitFor("the notification", func(d []delivery) bool { return len(d) >= 1 })
+	require.Equal(t, op.GetId()+"/1", got[0].payload.ID)
 }

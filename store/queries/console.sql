@@ -43,7 +43,7 @@ UPDATE approval_notification n SET
     next_attempt_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8)
 FROM due, operation o
 WHERE n.operation_id = due.operation_id AND n.seq = due.seq AND o.id = n.operation_id
-RETURNING n.operation_id, n.seq, n.reason, n.attempts, n.created_at, o.tenant, o.state;
+RETURNING n.operation_id, n.seq, n.reason, n.attempts, n.created_at, o.tenant, o.state, now()::timestamptz AS db_now;
 
 -- name: ApprovalNotificationDelete :exec
 DELETE FROM approval_notification WHERE operation_id = sqlc.arg(operation_id) AND seq = sqlc.arg(seq);

@@ -24,7 +24,7 @@ UPDATE approval_notification n SET
     next_attempt_at = now() + make_interval(secs => $1::float8)
 FROM due, operation o
 WHERE n.operation_id = due.operation_id AND n.seq = due.seq AND o.id = n.operation_id
-RETURNING n.operation_id, n.seq, n.reason, n.attempts, n.created_at, o.tenant, o.state
+RETURNING n.operation_id, n.seq, n.reason, n.attempts, n.created_at, o.tenant, o.state, now()::timestamptz AS db_now
 `
 
 type ApprovalNotificationClaimParams struct {
@@ -40,6 +40,7 @@ type ApprovalNotificationClaimRow struct {
 	CreatedAt   pgtype.Timestamptz
 	Tenant      string
 	State       string
+	DbNow       pgtype.Timestamptz
 }
 
 // Hands up to batch_size due notifications to one dispatcher, skipping rows
@@ -66,6 +67,7 @@ func (q *Queries) ApprovalNotificationClaim(ctx context.Context, db DBTX, arg Ap
 			&i.CreatedAt,
 			&i.Tenant,
 			&i.State,
+			&i.DbNow,
 		); err != nil {
 			return nil, err
 		}
