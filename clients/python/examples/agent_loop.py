@@ -2,8 +2,9 @@
 with opledger.ToolRunner.
 
 The model's tool list comes from the ledger (ListTools); the model proposes the same payment twice
-(its answer for round 1, regenerated after a timeout); the runner prepares it under a key derived
-from the runtime's own state, so both proposals are one operation; a person approves exactly the
+(its answer for round 1, regenerated after a timeout, which names the call with a new provider id);
+the runner prepares it under a key derived from the runtime's own state (conversation, round, tool;
+not the provider's tool-call id), so both proposals are one operation; a person approves exactly the
 fingerprint of the arguments shown (the approval hook); the runner executes it and hands the model
 the same answer both times; the processor holds one charge.
 
@@ -51,12 +52,14 @@ def charges_for(invoice_id: str) -> int:
         return sum(1 for ch in json.load(resp)["data"] if ch.get("invoice_id") == invoice_id)
 
 
-def fake_model(tools: List[opledger.ModelTool], invoice_id: str) -> List[Dict[str, Any]]:
+def fake_model(tools: List[opledger.ModelTool], invoice_id: str, attempt: int) -> List[Dict[str, Any]]:
     """fake_model stands in for an LLM: given the tool list, it asks to pay the invoice, with the
-    arguments as JSON text, as a model writes them."""
+    arguments as JSON text, as a model writes them. Like a real model, each answer names its calls
+    with new provider ids: call_pay_1 in the first answer, call_pay_1b in the regenerated one."""
     assert "pay_invoice" in {t.name for t in tools}
     args = {"invoice_id": invoice_id, "amount_minor": 4900, "currency": "EUR"}
-    return [{"id": "call_pay_1", "name": "pay_invoice", "arguments": json.dumps(args)}]
+    call_id = "call_pay_1" if attempt == 1 else "call_pay_1b"
+    return [{"id": call_id, "name": "pay_invoice", "arguments": json.dumps(args)}]
 
 
 def main() -> int:
@@ -82,9 +85,13 @@ def main() -> int:
         # --- the agent loop: the lines that wrap the ledger's tools ---
         runner = opledger.ToolRunner(agent, approval_wait=30, on_approval_required=person_approves)
         tools = runner.model_tools()  # name, description, JSON Schema: what the model may call
-        for _attempt in (1, 2):  # round 1's answer, regenerated after a timeout
-            for call in fake_model(tools, invoice_id):
-                key = opledger.derive_key(conversation=conversation, round=round_no, tool_call=call["id"], tool=call["name"])
+        for attempt in (1, 2):  # round 1's answer, regenerated after a timeout
+            for call in fake_model(tools, invoice_id, attempt):
+                # tool_call="", not call["id"]: this loop does not store the model's answer before
+                # running its calls, and the regenerated answer names the same payment call_pay_1b,
+                # so a key with the id would pay twice. A runtime that pins each answer first may
+                # include call["id"].
+                key = opledger.derive_key(conversation=conversation, round=round_no, tool_call="", tool=call["name"])
                 outcome = runner.run(call["name"], call["arguments"], key)
                 answers.append(outcome.for_model())  # the tool result the model reads
         # --- end of the agent loop ---

@@ -2,10 +2,12 @@
 // with ToolRunner.
 //
 // The model's tool list comes from the ledger (ListTools); the model proposes the same payment
-// twice (its answer for round 1, regenerated after a timeout); the runner prepares it under a key
-// derived from the runtime's own state, so both proposals are one operation; a person approves
-// exactly the fingerprint of the arguments shown (the approval hook); the runner executes it and
-// hands the model the same answer both times; the processor holds one charge.
+// twice (its answer for round 1, regenerated after a timeout, which names the call with a new
+// provider id); the runner prepares it under a key derived from the runtime's own state
+// (conversation, round, tool; not the provider's tool-call id), so both proposals are one
+// operation; a person approves exactly the fingerprint of the arguments shown (the approval hook);
+// the runner executes it and hands the model the same answer both times; the processor holds one
+// charge.
 //
 // Run it against `clients/run-server.sh ENVFILE` (or `make dev`'s .opledger-dev/env); it reads
 // OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL from that file or from the environment:
@@ -44,11 +46,13 @@ async function chargesFor(invoiceId: string): Promise<number> {
 }
 
 /** fakeModel stands in for an LLM: given the tool list, it asks to pay the invoice, with the
- * arguments as JSON text, as a model writes them. */
-function fakeModel(tools: ModelTool[], invoiceId: string) {
+ * arguments as JSON text, as a model writes them. Like a real model, each answer names its calls
+ * with new provider ids: call_pay_1 in the first answer, call_pay_1b in the regenerated one. */
+function fakeModel(tools: ModelTool[], invoiceId: string, attempt: number) {
   if (!tools.some((t) => t.name === "pay_invoice")) throw new Error("no pay_invoice tool");
   const args = { invoice_id: invoiceId, amount_minor: 4900, currency: "EUR" };
-  return [{ id: "call_pay_1", name: "pay_invoice", arguments: JSON.stringify(args) }];
+  const id = attempt === 1 ? "call_pay_1" : "call_pay_1b";
+  return [{ id, name: "pay_invoice", arguments: JSON.stringify(args) }];
 }
 
 async function main(): Promise<number> {
@@ -76,9 +80,12 @@ async function main(): Promise<number> {
     // --- the agent loop: the lines that wrap the ledger's tools ---
     const runner = new ToolRunner(agent, { approvalWaitMs: 30_000, onApprovalRequired: personApproves });
     const tools = await runner.modelTools(); // name, description, JSON Schema: what the model may call
-    for (const _attempt of [1, 2]) { // round 1's answer, regenerated after a timeout
-      for (const call of fakeModel(tools, invoiceId)) {
-        const key = deriveKey({ conversation, round, toolCall: call.id, tool: call.name });
+    for (const attempt of [1, 2]) { // round 1's answer, regenerated after a timeout
+      for (const call of fakeModel(tools, invoiceId, attempt)) {
+        // toolCall "", not call.id: this loop does not store the model's answer before running its
+        // calls, and the regenerated answer names the same payment call_pay_1b, so a key with the
+        // id would pay twice. A runtime that pins each answer first may include call.id.
+        const key = deriveKey({ conversation, round, toolCall: "", tool: call.name });
         const outcome = await runner.run(call.name, call.arguments, key);
         answers.push(outcome.forModel()); // the tool result the model reads
       }

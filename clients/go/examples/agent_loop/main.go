@@ -1,8 +1,10 @@
 // Command agent_loop is a simulated agent loop (no real model) that pays an
 // invoice through opledger with client.ToolRunner: the model's tool list
 // comes from the ledger (ListTools), the model asks for the same pay_invoice
-// call twice (a retried round), a person approves the first one, and the fake
-// processor still holds one charge.
+// call twice (round 1's answer, then that answer regenerated after a timeout,
+// which names the call with a new provider id), a person approves the first
+// one, and the fake processor still holds one charge: the key comes from the
+// runtime's conversation and round, not from the provider's tool-call id.
 //
 // It reads OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL (as written
 // by `opledger dev` to .opledger-dev/env, or by clients/run-server.sh):
@@ -31,11 +33,17 @@ type toolCall struct {
 }
 
 // fakeModel stands in for an LLM: it is given the tool list and answers
-// with the same payment every round (a regenerated answer after a timeout).
-func fakeModel(tools []client.ModelTool, invoice string) []toolCall {
+// round 1 with the same payment each time it is asked (a regenerated answer
+// after a timeout). Like a real model, each answer names its tool calls with
+// new provider ids: call_pay_1 in the first answer, call_pay_1b in the second.
+func fakeModel(tools []client.ModelTool, invoice string, attempt int) []toolCall {
+	id := "call_pay_1"
+	if attempt > 1 {
+		id = "call_pay_1b"
+	}
 	for _, t := range tools {
 		if t.Name == "pay_invoice" {
-			return []toolCall{{ID: "call_pay_1", Name: t.Name, Arguments: fmt.Sprintf(`{"invoice_id":%q,"amount_minor":4900,"currency":"EUR"}`, invoice)}}
+			return []toolCall{{ID: id, Name: t.Name, Arguments: fmt.Sprintf(`{"invoice_id":%q,"amount_minor":4900,"currency":"EUR"}`, invoice)}}
 		}
 	}
 	return nil
@@ -84,8 +92,12 @@ func run() error {
 		return err
 	}
 	for attempt := 1; attempt <= 2; attempt++ { // round 1's answer, regenerated after a timeout
-		for _, call := range fakeModel(tools, invoice) {
-			key, _ := client.DeriveKey(client.KeyParts{Conversation: conversation, Round: round, ToolCall: call.ID, Tool: call.Name})
+		for _, call := range fakeModel(tools, invoice, attempt) {
+			// ToolCall "", not call.ID: this loop does not store the model's answer
+			// before running its calls, and the regenerated answer names the same
+			// payment call_pay_1b, so a key with the id would pay twice. A runtime
+			// that pins each answer first may include call.ID.
+			key, _ := client.DeriveKey(client.KeyParts{Conversation: conversation, Round: round, ToolCall: "", Tool: call.Name})
 			out, err := runner.Run(ctx, call.Name, json.RawMessage(call.Arguments), key)
 			if err != nil {
 				return err

@@ -23,8 +23,10 @@ import java.util.function.Consumer;
 /**
  * AgentLoop is a simulated agent loop (no real model) that pays an invoice through opledger with
  * {@link ToolRunner}: the model's tool list comes from the ledger (ListTools), the model asks for
- * the same pay_invoice call twice (round 1's answer, regenerated after a timeout), a person approves
- * the first one (the approval hook), and the fake processor still holds one charge.
+ * the same pay_invoice call twice (round 1's answer, then that answer regenerated after a timeout,
+ * which names the call with a new provider id), a person approves the first one (the approval hook),
+ * and the fake processor still holds one charge: the key comes from the runtime's conversation and
+ * round, not from the provider's tool-call id.
  *
  * <p>It reads OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and FAKEPAY_URL from the environment. From
  * clients/java: {@code mvn -q compile exec:java} (the pom names this class).
@@ -35,13 +37,17 @@ public final class AgentLoop {
 
   private AgentLoop() {}
 
-  /** FakeModel stands in for an LLM: given the tool list, it asks to pay the invoice. */
-  static List<ToolCall> fakeModel(List<ModelTool> tools, String invoice) {
+  /**
+   * FakeModel stands in for an LLM: given the tool list, it asks to pay the invoice. Like a real
+   * model, each answer names its calls with new provider ids: call_pay_1 in the first answer,
+   * call_pay_1b in the regenerated one.
+   */
+  static List<ToolCall> fakeModel(List<ModelTool> tools, String invoice, int attempt) {
     if (tools.stream().noneMatch(t -> t.name().equals("pay_invoice"))) {
       throw new IllegalStateException("no pay_invoice tool");
     }
     String args = "{\"invoice_id\":\"" + invoice + "\",\"amount_minor\":4900,\"currency\":\"EUR\"}";
-    return List.of(new ToolCall("call_pay_1", "pay_invoice", args));
+    return List.of(new ToolCall(attempt == 1 ? "call_pay_1" : "call_pay_1b", "pay_invoice", args));
   }
 
   /** Main runs the loop once and exits non-zero if anything is off. */
@@ -70,8 +76,11 @@ public final class AgentLoop {
       ToolRunner runner = ToolRunner.builder(agent).approvalWait(Duration.ofSeconds(30)).onApprovalRequired(personApproves).build();
       List<ModelTool> tools = runner.modelTools(); // name, description, JSON Schema: what the model may call
       for (int attempt = 1; attempt <= 2; attempt++) { // round 1's answer, regenerated after a timeout
-        for (ToolCall call : fakeModel(tools, invoice)) {
-          String key = KeyParts.builder().conversation(conversation).round(round).toolCall(call.id()).tool(call.name()).derive();
+        for (ToolCall call : fakeModel(tools, invoice, attempt)) {
+          // toolCall(""), not call.id(): this loop does not store the model's answer before running
+          // its calls, and the regenerated answer names the same payment call_pay_1b, so a key with
+          // the id would pay twice. A runtime that pins each answer first may include call.id().
+          String key = KeyParts.builder().conversation(conversation).round(round).toolCall("").tool(call.name()).derive();
           ToolOutcome outcome = runner.run(call.name(), call.argumentsJson(), key);
           answers.add(outcome.forModel()); // the tool result the model reads
         }
