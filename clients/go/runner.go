@@ -1,7 +1,9 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -223,13 +225,17 @@ func forModel(m map[string]any) string {
 
 // Run runs one tool call to its final answer. idempotencyKey is the call's
 // business identity (DeriveKey); args takes the shapes Prepare accepts (a
-// model's arguments as json.RawMessage, say).
+// model's arguments as json.RawMessage, say). Empty or blank argument text
+// is no arguments ({}), as a model may write for a tool that takes none.
 //
 // The returned error is for the runtime, not the model: the ledger could not
 // be reached (after the client's retries), the key was refused as a key,
 // the context ended, OnApprovalRequired failed. The same Run can simply be
 // repeated. Refusals of the call itself come back as *Failed.
 func (r *ToolRunner) Run(ctx context.Context, tool string, args any, idempotencyKey string) (Outcome, error) {
+	if text, ok := args.(json.RawMessage); ok && len(bytes.TrimSpace(text)) == 0 {
+		args = nil // {}, as the Python, TypeScript and Java runners read blank text
+	}
 	// The one-call path: Prepare also executes a call that needs no
 	// approval, and answers one that does as it stands.
 	popts := []PrepareOption{WithExecute(r.opts.ExecuteWait)}

@@ -264,3 +264,27 @@ func TestToolRunnerReportsInfrastructureErrorsAsErrors(t *testing.T) {
 	_, executes := s.counts()
 	require.Equal(t, 4, executes, "the client's retry budget, not more")
 }
+
+// TestToolRunnerEmptyArgumentTextIsNoArguments: a model that calls a tool
+// without arguments may write empty (or blank) argument text; the runner
+// sends it as {} (as the Python, TypeScript and Java runners do), where
+// Prepare itself still rejects text that is not a JSON object.
+func TestToolRunnerEmptyArgumentTextIsNoArguments(t *testing.T) {
+	t.Parallel()
+	for _, text := range []string{"", "  \n\t"} {
+		s := &stubLedger{prepareState: opledgerv1.State_STATE_SUCCEEDED}
+		out, err := client.NewToolRunner(startStub(t, s), client.RunnerOptions{}).Run(context.Background(), "list_invoices", json.RawMessage(text), "k")
+		require.NoError(t, err, "%q", text)
+		_, ok := out.(*client.Succeeded)
+		require.True(t, ok, "%q: got %T", text, out)
+		s.mu.Lock()
+		require.Len(t, s.prepares, 1)
+		require.Empty(t, s.prepares[0].GetArgs().GetFields(), "%q", text)
+		require.NotNil(t, s.prepares[0].GetArgs(), "%q: args are sent as {}", text)
+		s.mu.Unlock()
+	}
+	// Text that is not a JSON object is still the caller's error.
+	_, err := client.NewToolRunner(startStub(t, &stubLedger{}), client.RunnerOptions{}).Run(context.Background(), "list_invoices", json.RawMessage("[]"), "k")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "args must be a JSON object")
+}
