@@ -11,6 +11,7 @@
 // With the defaults the worst case is 4 attempts and at most 100 + 200 + 400 = 700 ms of sleep
 // (plus any RetryInfo floors), on top of 4 × the per-attempt timeout.
 
+import { Code, ConnectError } from "@connectrpc/connect";
 import { OpledgerError, toOpledgerError } from "./errors";
 
 /** RetryPolicy bounds the client's retries. */
@@ -80,7 +81,8 @@ export function backoffMs(policy: RetryPolicy, retry: number, floorMs?: number):
 
 /** callWithRetry runs attempt until it resolves, fails finally, or the attempts run out. Every
  * attempt must send the same request (and the same idempotency key). Errors come out as
- * OpledgerError. */
+ * OpledgerError; an abort during the backoff too (code Canceled, as an abort during an attempt
+ * gives through Connect; the signal's reason is its cause). */
 export async function callWithRetry<T>(
   policy: RetryPolicy,
   attempt: () => Promise<T>,
@@ -96,6 +98,22 @@ export async function callWithRetry<T>(
     if (n >= policy.maxAttempts || !err.retryable || signal?.aborted) {
       throw err;
     }
-    await policy.sleep(backoffMs(policy, n, err.retryDelayMs), signal);
+    try {
+      await policy.sleep(backoffMs(policy, n, err.retryDelayMs), signal);
+    } catch (e) {
+      throw signal?.aborted ? abortError(signal) : toOpledgerError(e);
+    }
   }
+}
+
+/** abortError is the OpledgerError for a signal that aborted between attempts: what Connect
+ * gives for an abort during one (ConnectError.from(reason, Canceled): Canceled, unless the reason
+ * is a ConnectError with its own code), with the reason itself as cause. */
+function abortError(signal: AbortSignal): OpledgerError {
+  const reason: unknown = signal.reason;
+  if (reason instanceof OpledgerError) {
+    return reason;
+  }
+  const ce = ConnectError.from(reason, Code.Canceled);
+  return new OpledgerError(ce.code, ce.rawMessage, undefined, undefined, {}, { cause: reason });
 }

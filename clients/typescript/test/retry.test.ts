@@ -16,6 +16,7 @@ import {
   OpledgerClient,
   PrepareResponseSchema,
   retryPolicy,
+  sleep,
   State,
   type RetryPolicy,
 } from "../src/index";
@@ -157,6 +158,28 @@ describe("retries against a stub server", () => {
     });
     assert.equal(s.calls.length, 4);
     assert.equal(s.sleeps.length, 3);
+  });
+
+  test("an abort during the backoff rejects with an OpledgerError (Canceled), the reason as cause", async () => {
+    for (const reason of [undefined, new Error("the user gave up")]) {
+      // The server asks for a 10 s pause before the retry; the caller gives up during it.
+      const s = await setup([{ code: Code.Unavailable, reason: "LEDGER_UNAVAILABLE", retryDelayMs: 10_000 }], { sleep });
+      const ac = new AbortController();
+      const started = Date.now();
+      const call = s.client.prepare("pay_invoice", {}, { idempotencyKey: "key-abort", signal: ac.signal });
+      while (s.calls.length === 0) await new Promise((r) => setTimeout(r, 10));
+      await new Promise((r) => setTimeout(r, 50)); // the first attempt's answer is in: the client sleeps
+      ac.abort(reason);
+      await assert.rejects(call, (err: unknown) => {
+        assert.ok(isOpledgerError(err), `not an OpledgerError: ${String(err)}`);
+        assert.equal(err.code, Code.Canceled); // as an abort during an attempt (Connect) gives
+        assert.equal(err.reason, undefined);
+        assert.equal(err.cause, ac.signal.reason);
+        return true;
+      });
+      assert.ok(Date.now() - started < 5000, "the abort ends the backoff at once");
+      assert.equal(s.calls.length, 1, "no retry after the abort");
+    }
   });
 
   test("maxAttempts 1 disables retries", async () => {
