@@ -101,10 +101,6 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		}
 		return op, "nothing to reconcile: the operation is " + op.State, nil
 	}
-	b, err := l.toolOf(op)
-	if err != nil {
-		return op, "inconclusive: " + err.Error(), nil
-	}
 	executing := State(op.State) == StateExecuting
 	apply := func(to State, ev Event, detail string, set func(*store.Transition)) (Operation, string, error) {
 		if executing && to == StateOutcomeUnknown {
@@ -138,13 +134,27 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		l.obs.Reconciled(op.Tool, strings.ToLower(string(to)))
 		return out, detail, nil
 	}
+	b, err := l.toolOf(op)
+	if err != nil {
+		if executing {
+			// The lease's end needs no tool to be recorded; leaving the
+			// operation EXECUTING would say someone executes it.
+			detail := "the lease expired; this server does not serve the tool's version, so it cannot look the outcome up: " + err.Error()
+			return apply(StateOutcomeUnknown, EventOutcomeUnknown, detail, setUnknown(detail))
+		}
+		return op, "inconclusive: " + err.Error(), nil
+	}
 	looker, hasLookup := b.exec.(executor.Looker)
 	if !hasLookup || !b.caps.HasLookup {
-		if executing && l.keyStillDedupes(b, op, 0) {
-			return apply(StateReady, EventReconciled, "the lease expired; the downstream dedupes keys, so the next Execute resubmits the same key", nil)
-		}
+		// Without a lookup nothing says whether the attempt landed, so the
+		// operation is OUTCOME_UNKNOWN even where the downstream dedupes
+		// keys: READY would say nothing was done, and no reconciler,
+		// operator or webhook would settle it from there. (An Execute that
+		// finds the lease expired first takes it over and resubmits the
+		// same key, an agent's request; the reconciler never sends.)
 		if executing {
-			return apply(StateOutcomeUnknown, EventOutcomeUnknown, "the lease expired; the downstream has no lookup and does not dedupe keys", setUnknown("the executor's lease expired before it recorded an outcome"))
+			detail := "the lease expired; the downstream has no lookup, so whether the attempt landed is unknown until a webhook or an operator says"
+			return apply(StateOutcomeUnknown, EventOutcomeUnknown, detail, setUnknown("the executor's lease expired before it recorded an outcome"))
 		}
 		l.obs.Reconciled(op.Tool, "inconclusive")
 		return op, "inconclusive: the downstream has no lookup; an operator must resolve it", nil
