@@ -124,6 +124,15 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 		prep, err := g.ledger.Prepare(ctx, t.GetName(), args, key, client.WithToolVersion(t.GetVersion()), client.WithExecute(g.opts.Wait))
 		if err != nil {
 			id := client.OperationIDOf(err)
+			if id == "" && unanswered(err) {
+				// The call was cut short (its deadline, a lost connection,
+				// a server error) with no operation named: the ledger may
+				// have recorded it, and its downstream call, once started,
+				// never follows the caller's cancellation.
+				res, a := cutShort(t, err)
+				log.Info("prepare cut short", "code", status.Code(err).String(), "status", a.Status)
+				return res, nil
+			}
 			if id == "" || client.ReasonOf(err) == client.ReasonIdempotencyKeyReused {
 				log.Info("prepare refused", "reason", client.ReasonOf(err), "code", status.Code(err).String())
 				return errorResult(err, nil), nil
@@ -256,6 +265,26 @@ func (g *Gateway) executeError(op *opledgerv1.Operation, err error) (*mcp.CallTo
 	a.Next = fmt.Sprintf("Do not retry with other arguments. Call check_operation with operation_id %s in a moment for the outcome.", op.GetId())
 	text := fmt.Sprintf("Pending: %s was recorded as operation %s, but the ledger did not report its outcome in time (%s). It may be running now; it will not run twice. %s",
 		op.GetTool(), op.GetId(), a.Error.short(), a.Next)
+	return result(text, a, false), a
+}
+
+// unanswered reports whether err leaves open whether the ledger recorded
+// the call: no ledger refusal (a deadline, a lost connection) or an
+// internal error ("the request may or may not have been recorded").
+func unanswered(err error) bool {
+	r := client.ReasonOf(err)
+	return r == "" || r == client.ReasonInternal
+}
+
+// cutShort answers a one-call Prepare that ended without an answer: pending,
+// because it may have been recorded and may be running. The same call again
+// (same arguments, so the same key) answers with that operation, if there
+// is one, and cannot run it twice.
+func cutShort(t *opledgerv1.Tool, err error) (*mcp.CallToolResult, Answer) {
+	a := Answer{Status: StatusPending, Tool: t.GetName(), ToolVersion: t.GetVersion(), Error: answerError(err)}
+	a.Next = "Do not retry with other arguments. Call this tool again in a moment with the same arguments: it answers with the same operation and cannot run it twice."
+	text := fmt.Sprintf("Pending: the ledger did not answer this call (%s); it may have been recorded and may be running now. %s",
+		a.Error.short(), a.Next)
 	return result(text, a, false), a
 }
 

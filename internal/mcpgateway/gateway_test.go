@@ -382,3 +382,36 @@ func TestConcurrentSameCallsAreOneEffect(t *testing.T) {
 	require.Len(t, ids, 1, "one operation")
 	require.Len(t, w.env.Fakepay.Emails(), 1, "one e-mail")
 }
+
+// TestCutShortOneCallIsPending: the call's deadline ends while the one-call
+// Prepare (which also executes) is in flight. The error carries no
+// operation, yet the ledger recorded one and runs it to its end, since the
+// downstream call never follows the caller's cancellation: the answer is
+// pending ("may be running; call again with the same arguments"), never an
+// error saying nothing was recorded, after which a model retries with other
+// arguments and sends a second e-mail.
+func TestCutShortOneCallIsPending(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, demoTools())
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", w.gateway(mcpgateway.Options{CallTimeout: 2 * time.Second}).HTTPHandler(""))
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	cs := connectHTTP(t, hs.URL+"/mcp", nil)
+	w.env.Fakepay.SetFaults(fakepay.Faults{Delay: 4 * time.Second})
+
+	args := map[string]any{"to": "slow@example.com", "subject": "Slow", "body": "A slow downstream."}
+	res, a := call(t, cs, "send_email", args, nil)
+	require.False(t, res.IsError, text(res))
+	require.Equal(t, mcpgateway.StatusPending, a.Status, text(res))
+	require.Equal(t, "DEADLINE_EXCEEDED", a.Error.Code)
+	require.Contains(t, a.Next, "same arguments")
+	require.NotContains(t, text(res), "Nothing was recorded")
+
+	w.env.Fakepay.SetFaults(fakepay.Faults{})
+	require.Eventually(t, func() bool {
+		_, again := call(t, cs, "send_email", args, nil)
+		return again.Status == mcpgateway.StatusSucceeded
+	}, 30*time.Second, 200*time.Millisecond, "the same call again answers the operation's outcome")
+	require.Len(t, w.env.Fakepay.Emails(), 1, "sent once")
+}
