@@ -153,7 +153,7 @@ func annotateMinorUnits(root map[string]any, _ string, fields []Field) {
 		}
 		cur := siblingCurrency(root, parent, name)
 		if cur == "" {
-			f.Note = "minor units (no currency given)"
+			f.Note = "minor units (no ISO 4217 currency code beside it)"
 			continue
 		}
 		exp, known := minorExponent[cur]
@@ -187,11 +187,27 @@ func siblingCurrency(root map[string]any, parent, name string) string {
 	}
 	prefix := strings.TrimSuffix(strings.TrimSuffix(strings.ToLower(name), "_units"), "_minor")
 	for _, k := range []string{prefix + "_currency", "currency"} {
-		if c, ok := obj[k].(string); ok && len(c) == 3 && strings.ToUpper(c) == c {
+		if c, ok := obj[k].(string); ok && isCurrencyCode(c) {
 			return c
 		}
 	}
 	return ""
+}
+
+// isCurrencyCode reports whether c has the form of an ISO 4217 code: three
+// ASCII capital letters. Only such a code is written into an amount's note;
+// anything else (a right-to-left override is one character of three bytes)
+// would reach the page unescaped there, reordering the amount after it.
+func isCurrencyCode(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if c[i] < 'A' || c[i] > 'Z' {
+			return false
+		}
+	}
+	return true
 }
 
 // formatMinor writes n minor units with exp decimal places and thousands

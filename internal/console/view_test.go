@@ -49,7 +49,17 @@ func TestArgFields(t *testing.T) {
 	for i := 1; i < len(got); i++ {
 		require.Less(t, got[i-1].Path, got[i].Path)
 	}
-	require.Equal(t, "minor units (no currency given)", argFields([]byte(`{"amount_minor":1}`))[0].Note)
+	require.Equal(t, "minor units (no ISO 4217 currency code beside it)", argFields([]byte(`{"amount_minor":1}`))[0].Note)
+
+	// A currency that is not a code (here one right-to-left override, three
+	// bytes) is not written into the amount's note, where it would reach
+	// the page unescaped; its own row shows it escaped and flagged.
+	for _, f := range argFields([]byte("{\"amount_minor\":100009,\"currency\":\"\u202e\"}")) {
+		require.NotContains(t, f.Note, "\u202e", f.Path)
+		if f.Path == "currency" {
+			require.True(t, f.Hidden)
+		}
+	}
 }
 
 // TestVisible: what a person could not see, or what reorders text, is
