@@ -404,16 +404,27 @@ func refusal(code codes.Code, reason, msg, next string) *mcp.CallToolResult {
 
 // hint says what a refusal means for the model.
 func hint(r client.Reason, op *opledgerv1.Operation) string {
+	// A refusal that names an operation (check_operation's) changed nothing
+	// of it; one that names none recorded nothing.
+	nothing := "Nothing was recorded."
+	if op != nil {
+		nothing = fmt.Sprintf("Nothing changed: operation %s is as it was.", op.GetId())
+	}
 	switch r {
-	case client.ReasonArgsInvalid, client.ReasonArgsTooLarge, client.ReasonFieldInvalid, client.ReasonToolUnknown, client.ReasonToolVersionUnknown:
+	case client.ReasonArgsInvalid, client.ReasonArgsTooLarge, client.ReasonFieldInvalid, client.ReasonToolUnknown:
 		return "Nothing was recorded. Fix the arguments to match the tool's input schema and call again."
+	case client.ReasonToolVersionUnknown:
+		return nothing + " The ledger no longer serves the tool version this gateway listed; tell the user the gateway must be restarted to offer the current tools."
 	case client.ReasonIdempotencyKeyReused:
 		return "Nothing changed: this idempotency key was already used for a call with other arguments. The host must use a new key for a different call."
 	case client.ReasonIdempotencyKeyInvalid, client.ReasonIdempotencyKeyMissing:
 		return "Nothing was recorded. The host's idempotency key must be 1 to 255 printable ASCII characters."
 	case client.ReasonAPIKeyMissing, client.ReasonAPIKeyInvalid, client.ReasonRoleRequired:
-		return "Nothing was recorded. The gateway's agent key is not accepted; tell the user to check the gateway's configuration."
+		return nothing + " The gateway's agent key is not accepted; tell the user to check the gateway's configuration."
 	case client.ReasonRateLimited, client.ReasonQuotaExceeded:
+		if op != nil {
+			return nothing + fmt.Sprintf(" Wait a while, then call check_operation with operation_id %s again.", op.GetId())
+		}
 		return "Nothing was recorded. Wait a while, then call again with the same arguments."
 	case client.ReasonOperationNotFound:
 		return "No operation with this id exists for this agent; use the operation_id of an earlier answer."

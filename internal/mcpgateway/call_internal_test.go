@@ -4,6 +4,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	client "github.com/opledger/opledger/clients/go"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -34,4 +37,19 @@ func TestUnpairedSurrogate(t *testing.T) {
 		err := protojson.Unmarshal([]byte(tc.raw), &structpb.Struct{})
 		require.Equal(t, ok, err != nil, "%s: protojson says %v", tc.raw, err)
 	}
+}
+
+// TestHintSaysWhatHappened: a refusal that names an operation never says
+// nothing was recorded (the operation exists), and a tool version the
+// ledger no longer serves is not blamed on the arguments.
+func TestHintSaysWhatHappened(t *testing.T) {
+	t.Parallel()
+	op := &opledgerv1.Operation{Id: "op_1"}
+	for _, r := range []client.Reason{client.ReasonRateLimited, client.ReasonQuotaExceeded, client.ReasonRoleRequired, client.ReasonToolVersionUnknown} {
+		require.Contains(t, hint(r, nil), "Nothing was recorded", r)
+		require.NotContains(t, hint(r, op), "Nothing was recorded", r)
+		require.Contains(t, hint(r, op), "op_1", r)
+	}
+	require.NotContains(t, hint(client.ReasonToolVersionUnknown, nil), "Fix the arguments")
+	require.Contains(t, hint(client.ReasonToolVersionUnknown, nil), "restarted")
 }
