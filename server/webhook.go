@@ -42,8 +42,21 @@ func WebhookHandler(l *ledger.Ledger, logger *slog.Logger) http.Handler {
 			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
 			return
 		}
-		if !validSignature(t.Executor.WebhookSecret, r.Header.Get(SignatureHeader), body, time.Now()) {
+		signedAt, ok := signatureTime(t.Executor.WebhookSecret, r.Header.Get(SignatureHeader), body)
+		if !ok {
 			logger.Warn("webhook: bad signature", "tool", name)
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		// The signature's age on the database's clock, as every time rule.
+		now, err := l.DatabaseNow(r.Context())
+		if err != nil {
+			logger.Error("webhook: could not read the database's clock", "tool", name, "error", err)
+			http.Error(w, "try again", http.StatusServiceUnavailable)
+			return
+		}
+		if !fresh(signedAt, now) {
+			logger.Warn("webhook: stale signature", "tool", name, "signed_at", signedAt.UTC().Format(time.RFC3339))
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
@@ -74,10 +87,20 @@ func WebhookHandler(l *ledger.Ledger, logger *slog.Logger) http.Handler {
 // server makes on incoming webhooks, and the one a receiver of opledger's
 // approval notifications makes (docs/operations.md).
 func VerifySignature(secret, header string, body []byte, now time.Time) bool {
-	return validSignature(secret, header, body, now)
+	signedAt, ok := signatureTime(secret, header, body)
+	return ok && fresh(signedAt, now)
 }
 
-func validSignature(secret, header string, body []byte, now time.Time) bool {
+// fresh reports whether a signature made at signedAt is within
+// signatureTolerance of now, either way.
+func fresh(signedAt, now time.Time) bool {
+	d := now.Sub(signedAt)
+	return d <= signatureTolerance && d >= -signatureTolerance
+}
+
+// signatureTime returns the time header's signature of body under secret
+// was made at, and whether the signature is valid (its age aside).
+func signatureTime(secret, header string, body []byte) (time.Time, bool) {
 	var ts, sig string
 	for _, part := range strings.Split(header, ",") {
 		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
@@ -90,17 +113,14 @@ func validSignature(secret, header string, body []byte, now time.Time) bool {
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return false
-	}
-	if d := now.Sub(time.Unix(sec, 0)); d > signatureTolerance || d < -signatureTolerance {
-		return false
+		return time.Time{}, false
 	}
 	got, err := hex.DecodeString(sig)
 	if err != nil {
-		return false
+		return time.Time{}, false
 	}
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte(ts + "."))
 	m.Write(body)
-	return hmac.Equal(got, m.Sum(nil))
+	return time.Unix(sec, 0), hmac.Equal(got, m.Sum(nil))
 }

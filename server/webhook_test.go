@@ -14,6 +14,7 @@ import (
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/proof/fakepay"
 	"github.com/opledger/opledger/proof/harness"
+	"github.com/opledger/opledger/proof/pgtest"
 	"github.com/opledger/opledger/server"
 )
 
@@ -91,7 +92,13 @@ func TestWebhookRefusesBadSignature(t *testing.T) {
 // processor's signed completion events, and its webhook endpoint.
 func webhookServer(t *testing.T) (*harness.Env, *harness.Server, *httptest.Server) {
 	t.Helper()
-	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_hook",
+	return webhookServerOn(t, "")
+}
+
+// webhookServerOn is webhookServer on database dbURL ("": a fresh one).
+func webhookServerOn(t *testing.T, dbURL string) (*harness.Env, *harness.Server, *httptest.Server) {
+	t.Helper()
+	env := harness.New(t, harness.Options{DatabaseURL: dbURL, ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_hook",
 		MaxAttempts: 1, DedupesKeys: true, WebhookSecret: hookSecret})})
 	srv := env.StartServer(harness.ServerOptions{NoReconciler: true})
 	hooks := httptest.NewServer(server.WebhookHandler(srv.Ledger, slog.New(slog.DiscardHandler)))
@@ -126,4 +133,32 @@ func postHook(t *testing.T, url, sig string, body []byte, want int) string {
 	_, _ = out.ReadFrom(resp.Body)
 	require.Equal(t, want, resp.StatusCode, out.String())
 	return out.String()
+}
+
+// TestWebhookFreshnessOnDatabaseClock: a signature's age is judged on the
+// database's clock, as every time rule, so replicas whose clocks differ
+// decide alike. Here this server's clock runs 10 minutes ahead of the
+// database: an event signed by a processor whose clock agrees with the
+// database is fresh; one signed at this server's own time is 10 minutes
+// ahead of it, and refused.
+func TestWebhookFreshnessOnDatabaseClock(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := pgtest.NewSkewedDatabase(t, -10*time.Minute)
+	env, srv, hooks := webhookServerOn(t, dbURL)
+	agent := env.Key("acme", "agent")
+	op := unknownOutcome(t, env, srv.Client, agent, "hook-clock-1", "pay_hook")
+	charge := env.Fakepay.Charges()[0]
+	event := func(id string) []byte {
+		body, err := json.Marshal(fakepay.WebhookEvent{ID: id, Type: "succeeded", IdempotencyKey: charge.IdempotencyKey,
+			ExternalRef: charge.ID, Data: json.RawMessage(`{"id":"` + charge.ID + `"}`)})
+		require.NoError(t, err)
+		return body
+	}
+	ahead := event("evt_clock_ahead")
+	postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now(), ahead), ahead, http.StatusUnauthorized)
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, get(t, srv.Client, agent, op.GetId(), false).GetOperation().GetState())
+
+	fresh := event("evt_clock_db")
+	postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now().Add(-10*time.Minute), fresh), fresh, http.StatusOK)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, get(t, srv.Client, agent, op.GetId(), false).GetOperation().GetState())
 }

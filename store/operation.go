@@ -206,6 +206,16 @@ func (c *Conn) OperationGetByKey(ctx context.Context, tenant, tool, key string) 
 	return one(r, err, func(r db.Operation) db.Operation { return r })
 }
 
+// ClockNow reads the database's clock, the one every time rule is judged
+// on.
+func (c *Conn) ClockNow(ctx context.Context) (time.Time, error) {
+	now, err := c.q.ClockNow(ctx, c.dbtx)
+	if err != nil {
+		return time.Time{}, interpretError(err)
+	}
+	return now.Time, nil
+}
+
 // OperationGet reads an operation of the tenant; another tenant's id is
 // ErrNotFound.
 func (c *Conn) OperationGet(ctx context.Context, tenant, id string) (Operation, error) {

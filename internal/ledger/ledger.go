@@ -234,3 +234,14 @@ func (l *Ledger) opLogger(op Operation) *slog.Logger {
 	return l.logger.With("operation_id", op.ID, "tenant", op.Tenant, "tool", op.Tool,
 		"attempt", op.Attempts, "fence", op.Fence)
 }
+
+// DatabaseNow is the database's clock, for a time rule a caller judges
+// before anything is written (a webhook signature's age): replicas whose
+// own clocks differ then decide alike.
+func (l *Ledger) DatabaseNow(ctx context.Context) (time.Time, error) {
+	now, err := l.store.ClockNow(ctx)
+	if err != nil {
+		return time.Time{}, storeErr(err)
+	}
+	return now, nil
+}

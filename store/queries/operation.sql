@@ -379,3 +379,8 @@ CROSS JOIN LATERAL (
 ) o
 ORDER BY o.created_at DESC, o.id DESC
 LIMIT sqlc.arg(page_limit);
+
+-- name: ClockNow :one
+-- The database's clock, for a time rule judged outside a statement that
+-- writes (a webhook signature's age).
+SELECT now()::timestamptz AS now;

@@ -11,6 +11,19 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const clockNow = `-- name: ClockNow :one
+SELECT now()::timestamptz AS now
+`
+
+// The database's clock, for a time rule judged outside a statement that
+// writes (a webhook signature's age).
+func (q *Queries) ClockNow(ctx context.Context, db DBTX) (pgtype.Timestamptz, error) {
+	row := db.QueryRow(ctx, clockNow)
+	var now pgtype.Timestamptz
+	err := row.Scan(&now)
+	return now, err
+}
+
 const operationClaim = `-- name: OperationClaim :many
 WITH upd AS (
     UPDATE operation o SET
