@@ -2,9 +2,23 @@ package executor
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"unicode/utf8"
 )
+
+// MaxStoredDepth is the deepest nesting of objects and arrays kept in a
+// stored answer, counting the top-level object as level 1. Every stored
+// answer is returned in Get, Execute and Reconcile as a
+// google.protobuf.Struct, where each JSON level costs two or three protobuf
+// message levels (Value, then Struct and its map entry, or ListValue), and
+// every client runtime must decode it: Java's and Python's protobuf
+// runtimes refuse a message nested deeper than 100 levels by default (Go's
+// 10000), and then the operation could never be read again. 20 JSON levels
+// of objects are 62 message levels in a GetResponse (of arrays, 43), which
+// leaves room for the messages around them; tool's ValidateArgs holds a
+// caller's args to the same limit.
+const MaxStoredDepth = 20
 
 // PostgreSQL's numeric, which jsonb stores every number as, holds at most
 // this many digits before the decimal point and this many after it.
@@ -22,15 +36,32 @@ const (
 // numeric's range. In strings and member names, each such character, escaped
 // or not, becomes U+FFFD (each byte that is not UTF-8 one U+FFFD, as a UTF-8
 // decoder reads them); a number beyond the range becomes a string of the
-// number's text. Everything else, including the order of members and the
-// escapes that PostgreSQL can hold, is kept as it is; an answer with nothing
-// to change is returned as it is, uncopied.
+// number's text. An object or array nested deeper than MaxStoredDepth
+// levels becomes a string of its compact JSON text (each byte in it that is
+// not UTF-8 a U+FFFD), so that every client can decode the stored answer;
+// the top level is never replaced, so an object stays an object.
+// Everything else, including the order of members and the escapes that
+// PostgreSQL can hold, is kept as it is; an answer with nothing to change
+// is returned as it is, uncopied.
 func Storable(b []byte) []byte {
 	s := rewriter{in: b}
+	depth := 0 // the levels of objects and arrays open at i
 	for i := 0; i < len(b); {
 		switch c := b[i]; {
 		case c == '"':
 			i = s.str(i + 1)
+		case c == '{' || c == '[':
+			if depth == MaxStoredDepth {
+				j := valueEnd(b, i)
+				s.replace(i, j, deepText(b[i:j]))
+				i = j
+				continue
+			}
+			depth++
+			i++
+		case c == '}' || c == ']':
+			depth--
+			i++
 		case c == '-' || ('0' <= c && c <= '9'):
 			j := numberEnd(b, i)
 			if !numericHolds(b[i:j]) {
@@ -42,6 +73,47 @@ func Storable(b []byte) []byte {
 		}
 	}
 	return s.done()
+}
+
+// valueEnd returns the index after the object or array whose opening
+// bracket is at i (len(b) if it is not closed).
+func valueEnd(b []byte, i int) int {
+	depth := 0
+	for i < len(b) {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		}
+		i++
+	}
+	return i
+}
+
+// deepText is the JSON string that replaces a value nested too deep: the
+// value's compact text, with each byte that is not UTF-8 as U+FFFD (as
+// StorableText). What jsonb could not hold in the value itself (an escaped
+// NUL, an unpaired surrogate, a number beyond numeric's range) is plain
+// text inside the string, which it holds.
+func deepText(v []byte) string {
+	var c bytes.Buffer
+	if json.Compact(&c, v) == nil {
+		v = c.Bytes()
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(StorableText(string(v))) // a string always encodes
+	return string(bytes.TrimSuffix(out.Bytes(), []byte("\n")))
 }
 
 // StorableText returns s as PostgreSQL's text (and a protobuf string) can

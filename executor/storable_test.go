@@ -1,7 +1,10 @@
 package executor
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,6 +39,19 @@ func TestStorable(t *testing.T) {
 		{`{"n":0.0001e131076}`, `{"n":"0.0001e131076"}`},
 		{`[-1.5E+200000,1e99999999999999999999]`, `["-1.5E+200000","1e99999999999999999999"]`},
 		{`{"n":"1e-99999"}`, ""}, // a string, not a number
+		// Nesting: the top-level object is level 1; MaxStoredDepth levels
+		// are kept, and a deeper object or array becomes a string of its
+		// compact text, whatever it holds.
+		{`{"x":` + nest(MaxStoredDepth-2, `{"a":1}`) + `}`, ""}, // MaxStoredDepth levels, the last an object
+		{`{"x":` + nest(MaxStoredDepth-1, `1`) + `,"s":"[[[[[[[[[[[[[[[[[[[[[[[[[["}`, ""},
+		{`{"x":` + nest(MaxStoredDepth, `1`) + `}`, `{"x":` + nest(MaxStoredDepth-1, `"[1]"`) + `}`},
+		{`{"x":` + nest(MaxStoredDepth-2, `{"a":{"b":[1, {"c" : "]}\"\u0000"}]}}`) + `}`,
+			`{"x":` + nest(MaxStoredDepth-2, `{"a":"{\"b\":[1,{\"c\":\"]}\\\"\\u0000\"}]}"}`) + `}`},
+		{`{"x":` + nest(MaxStoredDepth-1, `[1e-20000,"\ud800","<&>"],["x\u00e9"]`) + `,"y":2}`,
+			`{"x":` + nest(MaxStoredDepth-1, `"[1e-20000,\"\\ud800\",\"<&>\"]","[\"x\\u00e9\"]"`) + `,"y":2}`},
+		{"{\"x\":" + nest(MaxStoredDepth, "\"\xff\"") + "}", `{"x":` + nest(MaxStoredDepth-1, "\"[\\\"\uFFFD\\\"]\"") + `}`},
+		{`{"x":` + nest(9000, `1`) + `,"id":"ch_1"}`, `{"x":` + nest(MaxStoredDepth-1, `"`+nest(9000-MaxStoredDepth+1, `1`)+`"`) + `,"id":"ch_1"}`},
+		{nest(MaxStoredDepth+1, ``), nest(MaxStoredDepth, `"[]"`)}, // an array at the top, as Storable takes any JSON
 	}
 	for _, c := range cases {
 		want := c.want
@@ -46,9 +62,37 @@ func TestStorable(t *testing.T) {
 		require.Equal(t, want, string(got), "Storable(%q)", c.in)
 		require.True(t, json.Valid(got), "%q", got)
 		require.Equal(t, string(got), string(Storable(got)), "Storable is idempotent on %q", got)
+		require.LessOrEqual(t, depth(t, got), MaxStoredDepth, "%q", got)
 		if c.want == "" {
 			in := []byte(c.in)
 			require.Same(t, &in[0], &Storable(in)[0], "an answer with nothing to change is not copied: %q", c.in)
+		}
+	}
+}
+
+// nest is inner inside n arrays.
+func nest(n int, inner string) string {
+	return strings.Repeat("[", n) + inner + strings.Repeat("]", n)
+}
+
+// depth is the deepest level of objects and arrays in the JSON text b.
+func depth(t *testing.T, b []byte) int {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	level, deepest := 0, 0
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			return deepest
+		}
+		require.NoError(t, err)
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			level++
+			deepest = max(deepest, level)
+		case json.Delim('}'), json.Delim(']'):
+			level--
 		}
 	}
 }

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,7 +18,11 @@ import (
 // sends, what is stored is accepted as jsonb (text), and an answer that
 // PostgreSQL accepts as it is is stored unchanged. An answer jsonb refuses
 // would fail the outcome's statement on every attempt and leave the
-// operation unresolved.
+// operation unresolved. What is stored is nested at most
+// executor.MaxStoredDepth levels deep, whatever PostgreSQL accepts (it
+// accepts thousands), so "stored unchanged" holds for answers within that
+// depth: a deeper part is stored as a string of its text, so that every
+// client's protobuf runtime can decode the operation.
 func FuzzStorableIsStored(f *testing.F) {
 	for _, s := range []string{
 		`{"id":"ch_1","amount_minor":4900,"currency":"EUR"}`,
@@ -27,6 +32,9 @@ func FuzzStorableIsStored(f *testing.F) {
 		`{"n":[1e-16383,1e-16384,1e131071,1e131072,0e-99999,0.0001e131076,-1.5E+200000]}`,
 		"oops\x00\xff",
 		`[1,"two",{"three":3}]`,
+		`{"id":"ch_1","x":` + strings.Repeat("[", 60) + `"\u0000",1e-20000` + strings.Repeat("]", 60) + `}`,
+		`{"a":` + strings.Repeat(`{"b":`, 18) + `{}` + strings.Repeat("}", 18) + `}`, // 20 levels: kept
+		`{"a":` + strings.Repeat(`{"b":`, 19) + `{}` + strings.Repeat("}", 19) + `}`, // 21: the innermost {} becomes "{}"
 		"",
 	} {
 		f.Add([]byte(s))
@@ -45,8 +53,31 @@ func FuzzStorableIsStored(f *testing.F) {
 		out := executor.Storable(in)
 		require.True(t, json.Valid(out), "%q", out)
 		require.NoError(t, st.Exec(ctx, "SELECT $1::text::jsonb", string(out)), "Storable(%q) = %q", in, out)
-		if st.Exec(ctx, "SELECT $1::text::jsonb", string(in)) == nil {
+		require.LessOrEqual(t, depth(out), executor.MaxStoredDepth, "Storable(%q) = %q", in, out)
+		if depth(in) <= executor.MaxStoredDepth && st.Exec(ctx, "SELECT $1::text::jsonb", string(in)) == nil {
 			require.Equal(t, string(in), string(out), "an answer PostgreSQL stores as it is is kept as it is")
 		}
 	})
+}
+
+// depth is the deepest level of objects and arrays in the valid JSON text
+// b (the top level is 1).
+func depth(b []byte) int {
+	level, deepest := 0, 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			level++
+			deepest = max(deepest, level)
+		case '}', ']':
+			level--
+		}
+	}
+	return deepest
 }

@@ -15,12 +15,18 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/opledger/opledger/executor"
 )
 
-// maxArgsDepth bounds the nesting of args. protobuf already refuses
-// messages nested deeper than 100, so legitimate args never reach it; it
-// protects the recursive validator from values built in Go.
-const maxArgsDepth = 100
+// maxArgsDepth bounds the nesting of args' objects and arrays, counting
+// the args object itself as level 1. Args are stored and returned in every
+// Get as a google.protobuf.Struct, so they are held to the limit of every
+// stored answer (executor.MaxStoredDepth: Java's and Python's protobuf
+// runtimes refuse messages nested deeper than 100 levels, and each JSON
+// level costs two or three). It also protects the recursive validator from
+// values built in Go (a cycle).
+const maxArgsDepth = executor.MaxStoredDepth
 
 // ValidateArgs checks args against the tool's schema. args is the JSON
 // object as (*structpb.Struct).AsMap returns it (a *structpb.Struct and
@@ -194,11 +200,21 @@ const (
 	nulMemberRefused = "has a member name containing the NUL character (U+0000), which the ledger cannot store"
 )
 
-// normalizeValue returns v as a plain JSON value. A violation's Field is
-// built on the way out (under), so a valid value costs no path strings.
+// tooDeep is the violation of an object or array at level maxArgsDepth+1.
+func tooDeep() *ArgsError {
+	return violation(fmt.Sprintf("nested deeper than %d levels", maxArgsDepth))
+}
+
+// normalizeValue returns v as a plain JSON value. depth is the number of
+// objects and arrays around v: an object or array at depth maxArgsDepth is
+// one level too deep. A violation's Field is built on the way out (under),
+// so a valid value costs no path strings.
 func normalizeValue(v any, depth int) (any, *ArgsError) {
-	if depth > maxArgsDepth {
-		return nil, violation(fmt.Sprintf("nested deeper than %d levels", maxArgsDepth))
+	switch v.(type) {
+	case map[string]any, []any, *structpb.Struct, *structpb.ListValue:
+		if depth >= maxArgsDepth {
+			return nil, tooDeep()
+		}
 	}
 	switch v := v.(type) {
 	case string:

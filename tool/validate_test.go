@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/opledger/opledger/executor"
 )
 
 func loadExamples(t *testing.T) *Registry {
@@ -180,36 +183,57 @@ func TestValidateArgsDepthLimit(t *testing.T) {
 	ping, err := r.Lookup("ping", "1")
 	require.NoError(t, err)
 
-	nest := func(depth int) map[string]any {
+	// nest(n) is args of n+1 levels: the args object holds n objects in one
+	// another.
+	nest := func(n int) map[string]any {
 		v := map[string]any{}
 		root := v
-		for range depth {
+		for range n {
 			next := map[string]any{}
 			v["a"] = next
 			v = next
 		}
 		return root
 	}
-	require.NoError(t, ping.ValidateArgs(nest(maxArgsDepth)))
+	require.Equal(t, executor.MaxStoredDepth, maxArgsDepth, "args are held to the depth of stored answers")
+	require.NoError(t, ping.ValidateArgs(nest(maxArgsDepth-1)))
 	var ae *ArgsError
-	require.ErrorAs(t, ping.ValidateArgs(nest(maxArgsDepth+1)), &ae)
-	require.Contains(t, ae.Error(), "nested deeper")
+	require.ErrorAs(t, ping.ValidateArgs(nest(maxArgsDepth)), &ae)
+	require.Equal(t, []Violation{{Field: strings.Repeat("/a", maxArgsDepth), Description: "nested deeper than 20 levels"}}, ae.Violations)
 
-	// A Struct counts its levels as the plain value does.
-	for _, depth := range []int{maxArgsDepth, maxArgsDepth + 1} {
-		s, err := structpb.NewStruct(nest(depth))
+	// A Struct counts its levels as the plain value does, arrays as objects,
+	// and a scalar inside the deepest level is no level of its own.
+	for _, levels := range []int{maxArgsDepth, maxArgsDepth + 1} {
+		s, err := structpb.NewStruct(nest(levels - 1))
 		require.NoError(t, err)
-		if err := ping.ValidateArgs(s); depth <= maxArgsDepth {
-			require.NoError(t, err)
-		} else {
-			require.ErrorAs(t, err, &ae)
-			require.Contains(t, ae.Error(), "nested deeper")
+		inner := s
+		for range levels - 1 {
+			inner = inner.Fields["a"].GetStructValue()
+		}
+		inner.Fields["n"] = structpb.NewNumberValue(1)
+		list, err := structpb.NewStruct(map[string]any{"l": nestList(levels-1, "x")})
+		require.NoError(t, err)
+		for _, args := range []any{s, list, list.AsMap(), json.RawMessage(`{"l":` + strings.Repeat("[", levels-1) + `"x"` + strings.Repeat("]", levels-1) + `}`)} {
+			if err := ping.ValidateArgs(args); levels <= maxArgsDepth {
+				require.NoError(t, err, "%d levels", levels)
+			} else {
+				require.ErrorAs(t, err, &ae)
+				require.Equal(t, "nested deeper than 20 levels", ae.Violations[0].Description)
+			}
 		}
 	}
 
 	cyclic := map[string]any{}
 	cyclic["self"] = cyclic
 	require.ErrorAs(t, ping.ValidateArgs(cyclic), &ae)
+}
+
+// nestList is inner inside n arrays.
+func nestList(n int, inner any) any {
+	for range n {
+		inner = []any{inner}
+	}
+	return inner
 }
 
 func TestValidateArgsWithoutSchema(t *testing.T) {
