@@ -22,10 +22,36 @@ import (
 // they are (jsonb holds no NUL character, no unpaired surrogate, no byte
 // that is not UTF-8, no number beyond numeric's range; text holds no NUL),
 // keyed by the invoice id whose charge gets the answer.
-var unstorableAnswers = map[string]struct {
+// cannedAnswer is what invoiceDownstream answers for one invoice.
+type cannedAnswer struct {
 	status int
 	body   string
-}{
+}
+
+// invoiceDownstream is a downstream that answers each request with the
+// canned answer of the request's invoice_id (404 for any other).
+func invoiceDownstream(t *testing.T, answers map[string]cannedAnswer) *httptest.Server {
+	t.Helper()
+	downstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var args struct {
+			InvoiceID string `json:"invoice_id"`
+		}
+		b, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(b, &args)
+		a, ok := answers[args.InvoiceID]
+		if !ok {
+			http.Error(w, "unknown invoice", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(a.status)
+		_, _ = io.WriteString(w, a.body)
+	}))
+	t.Cleanup(downstream.Close)
+	return downstream
+}
+
+var unstorableAnswers = map[string]cannedAnswer{
 	"nul-value": {200, `{"id":"ch_1","memo":"a\u0000b"}`},
 	"nul-name":  {200, `{"id":"ch_2","a\u0000":1}`},
 	"surrogate": {200, `{"id":"ch_3","memo":"\ud800x","low":"\udc00","pair":"\ud83d\ude00"}`},
@@ -44,22 +70,7 @@ var unstorableAnswers = map[string]struct {
 // kept as sent.
 func TestDownstreamAnswersPostgresCannotStoreAsSent(t *testing.T) {
 	t.Parallel()
-	downstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var args struct {
-			InvoiceID string `json:"invoice_id"`
-		}
-		b, _ := io.ReadAll(r.Body)
-		_ = json.Unmarshal(b, &args)
-		a, ok := unstorableAnswers[args.InvoiceID]
-		if !ok {
-			http.Error(w, "unknown invoice", http.StatusNotFound)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(a.status)
-		_, _ = io.WriteString(w, a.body)
-	}))
-	t.Cleanup(downstream.Close)
+	downstream := invoiceDownstream(t, unstorableAnswers)
 	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_odd", URL: downstream.URL})})
 	c := env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
 	agent := env.Key("acme", "agent")

@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -94,32 +93,14 @@ func requireCut(t *testing.T, stored *structpb.Struct, sent string) {
 // recursion depth", on each Get and replay, forever.
 func TestDownstreamAnswerNestedTooDeep(t *testing.T) {
 	t.Parallel()
-	answers := map[string]struct {
-		status int
-		body   string
-	}{
+	answers := map[string]cannedAnswer{
 		"arrays":      {200, deepArrays("ch_1", deepLevels)},
 		"objects":     {200, deepObjects("ch_2", deepLevels)},
 		"very-deep":   {200, deepArrays("ch_3", 9000)},
 		"refused":     {400, deepObjects("err_1", deepLevels)},
 		"at-the-edge": {200, deepObjects("ch_4", executor.MaxStoredDepth)},
 	}
-	downstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var args struct {
-			InvoiceID string `json:"invoice_id"`
-		}
-		b, _ := io.ReadAll(r.Body)
-		_ = json.Unmarshal(b, &args)
-		a, ok := answers[args.InvoiceID]
-		if !ok {
-			http.Error(w, "unknown invoice", http.StatusNotFound)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(a.status)
-		_, _ = io.WriteString(w, a.body)
-	}))
-	t.Cleanup(downstream.Close)
+	downstream := invoiceDownstream(t, answers)
 	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_deep", URL: downstream.URL})})
 	c := env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
 	agent := env.Key("acme", "agent")
