@@ -453,8 +453,10 @@ func (l *Ledger) outcome(op Operation, res executor.Result) (store.Transition, e
 	return t, nil
 }
 
-// claimTimeout bounds a statement that may hand this process an operation.
-const claimTimeout = 10 * time.Second
+// statementTimeout bounds one statement the ledger runs detached from its
+// caller (a claim, an outcome's write), so a database that stopped
+// answering cannot hold a request forever.
+const statementTimeout = 10 * time.Second
 
 // handingCtx is the context of a statement that may hand this process an
 // operation to run (a claim, the one-call path's insert, a takeover):
@@ -468,7 +470,7 @@ func handingCtx(ctx context.Context) (context.Context, context.CancelFunc, error
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), statementTimeout)
 	return c, cancel, nil
 }
 
@@ -498,7 +500,7 @@ func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operati
 	giveUp := time.Now().Add(l.cfg.OutcomeRetry)
 	wait := 50 * time.Millisecond
 	for {
-		attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		attemptCtx, cancel := context.WithTimeout(ctx, statementTimeout)
 		out, err := l.store.OperationTransition(attemptCtx, t)
 		cancel()
 		if err == nil || errors.Is(err, store.ErrNotFound) || !retryableStoreErr(err) || time.Now().Add(wait).After(giveUp) {
