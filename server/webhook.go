@@ -75,9 +75,16 @@ func WebhookHandler(l *ledger.Ledger, logger *slog.Logger) http.Handler {
 			http.Error(w, "try again", http.StatusServiceUnavailable)
 			return
 		}
-		logger.Info("webhook applied", "tool", name, "event", ev.ID, "result", result)
+		if result.Contradicts {
+			// The ledger's recorded truth and the downstream's disagree
+			// about a finished operation: an operator must look.
+			logger.Error("webhook: the downstream contradicts the ledger", "tool", name, "event", ev.ID,
+				"operation", result.Operation, "result", result.Text)
+		} else {
+			logger.Info("webhook applied", "tool", name, "event", ev.ID, "operation", result.Operation, "result", result.Text)
+		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]string{"result": result})
+		_ = json.NewEncoder(w).Encode(map[string]string{"result": result.Text})
 	})
 	return mux
 }

@@ -162,3 +162,60 @@ func TestWebhookFreshnessOnDatabaseClock(t *testing.T) {
 	postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now().Add(-10*time.Minute), fresh), fresh, http.StatusOK)
 	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, get(t, srv.Client, agent, op.GetId(), false).GetOperation().GetState())
 }
+
+// TestWebhookContradictionIsAnError: an operator settled an unknown outcome
+// as FAILED (a promise that nothing happened), then the processor's signed
+// webhook says the charge succeeded. Nothing overwrites a finished
+// operation, but the ledger now holds a false answer, and that must reach an
+// operator: the answer says so and the line is logged at error, not at info.
+// The opposite (a "failed" event for a SUCCEEDED operation) is one too.
+func TestWebhookContradictionIsAnError(t *testing.T) {
+	t.Parallel()
+	env, srv, _ := webhookServer(t)
+	var logs bytes.Buffer
+	hooks := httptest.NewServer(server.WebhookHandler(srv.Ledger, slog.New(slog.NewJSONHandler(&logs, nil))))
+	t.Cleanup(hooks.Close)
+	agent, operator := env.Key("acme", "agent"), env.Key("acme", "operator")
+
+	event := func(id, typ, key, ref string) []byte {
+		body, err := json.Marshal(fakepay.WebhookEvent{ID: id, Type: typ, IdempotencyKey: key,
+			ExternalRef: ref, Data: json.RawMessage(`{"id":"` + ref + `"}`)})
+		require.NoError(t, err)
+		return body
+	}
+	contradiction := func(body []byte) map[string]any {
+		t.Helper()
+		logs.Reset()
+		answer := postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now(), body), body, http.StatusOK)
+		require.Contains(t, answer, "contradicts")
+		var line map[string]any
+		require.NoError(t, json.Unmarshal(bytes.TrimSpace(logs.Bytes()), &line), logs.String())
+		return line
+	}
+
+	op := unknownOutcome(t, env, srv.Client, agent, "hook-contra-1", "pay_hook")
+	charge := env.Fakepay.Charges()[0]
+	_, err := srv.Client.Reconcile(harness.Ctx(operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(),
+		Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State_STATE_FAILED, Note: "no charge found"}})
+	require.NoError(t, err)
+	line := contradiction(event("evt_contra_1", "succeeded", charge.IdempotencyKey, charge.ID))
+	require.Equal(t, "ERROR", line["level"])
+	require.Equal(t, op.GetId(), line["operation"])
+	require.NotContains(t, logs.String(), charge.IdempotencyKey, "the downstream key is never logged raw")
+	require.Equal(t, opledgerv1.State_STATE_FAILED, get(t, srv.Client, agent, op.GetId(), false).GetOperation().GetState(),
+		"nothing overwrites a finished operation")
+
+	done := prepare(t, srv.Client, agent, "hook-contra-2", "pay_hook", invoiceArgs(t, 5100)).GetOperation()
+	r, err := srv.Client.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: done.GetId()})
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, r.GetOperation().GetState())
+	line = contradiction(event("evt_contra_2", "failed", r.GetOperation().GetDownstreamKey(), r.GetOperation().GetExternalRef()))
+	require.Equal(t, "ERROR", line["level"])
+
+	// An event that agrees with the finished operation is not one.
+	body := event("evt_agree", "succeeded", r.GetOperation().GetDownstreamKey(), r.GetOperation().GetExternalRef())
+	logs.Reset()
+	answer := postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now(), body), body, http.StatusOK)
+	require.NotContains(t, answer, "contradicts")
+	require.Contains(t, logs.String(), `"level":"INFO"`)
+}

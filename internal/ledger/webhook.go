@@ -31,19 +31,49 @@ type WebhookEvent struct {
 // ErrWebhookInvalid marks an event that cannot be applied as sent.
 var ErrWebhookInvalid = errors.New("ledger: invalid webhook event")
 
+// WebhookResult is what applying an event did, for the sender's answer and
+// this server's log.
+type WebhookResult struct {
+	// Text says what happened, in a sentence.
+	Text string
+	// Operation is the id of the operation the event names ("" if none).
+	Operation string
+	// Contradicts reports an event that says the opposite of a finished
+	// operation's recorded truth: "succeeded" for an operation that is
+	// FAILED, CANCELLED or REJECTED, or that nothing was ever sent for; or
+	// "failed" for a SUCCEEDED one. Nothing overwrites a finished operation,
+	// so the ledger's answer stays; an operator must look.
+	Contradicts bool
+}
+
+// contradicts reports whether an event of type typ says the opposite of op.
+func contradicts(op Operation, typ string) bool {
+	switch State(op.State) {
+	case StateFailed, StateCancelled, StateRejected:
+		return typ == "succeeded"
+	case StateAwaitingApproval, StateReady:
+		return typ == "succeeded" && op.FirstSentFence == 0
+	case StateSucceeded:
+		return typ == "failed"
+	}
+	return false
+}
+
 // Webhook applies a completion event for tool. The event is recorded and,
 // for an operation still EXECUTING or OUTCOME_UNKNOWN, the outcome applied
 // through the same guarded transition as any other, in one transaction: a
 // duplicate delivery, or an event for an operation already resolved, changes
-// nothing. It returns what happened, for the sender's logs.
-func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (string, error) {
+// nothing; one that contradicts a finished operation is counted
+// (reconciliation result "webhook_contradiction") and reported. It returns
+// what happened, for the sender's answer and this server's log.
+func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (WebhookResult, error) {
 	if ev.ID == "" || len(ev.ID) > 255 || ev.IdempotencyKey == "" || (ev.Type != "succeeded" && ev.Type != "failed") {
-		return "", fmt.Errorf("%w: id, idempotency_key and type succeeded|failed are required", ErrWebhookInvalid)
+		return WebhookResult{}, fmt.Errorf("%w: id, idempotency_key and type succeeded|failed are required", ErrWebhookInvalid)
 	}
 	if strings.IndexByte(ev.ID, 0) >= 0 || strings.IndexByte(ev.IdempotencyKey, 0) >= 0 {
-		return "", fmt.Errorf("%w: id and idempotency_key must not contain the NUL character", ErrWebhookInvalid)
+		return WebhookResult{}, fmt.Errorf("%w: id and idempotency_key must not contain the NUL character", ErrWebhookInvalid)
 	}
-	var result string
+	var result WebhookResult
 	err := l.store.InTx(ctx, func(c *store.Conn) error {
 		op, err := c.OperationGetByDownstreamKeyForUpdate(ctx, ev.IdempotencyKey)
 		opID := op.ID
@@ -59,15 +89,21 @@ func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (str
 		if err != nil {
 			return err
 		}
+		result = WebhookResult{Operation: opID}
 		switch {
 		case !fresh:
-			result = "duplicate event: ignored"
+			result.Text = "duplicate event: ignored"
 			return nil
 		case opID == "":
-			result = "no operation has this key: recorded, nothing changed"
+			result.Text = "no operation has this key: recorded, nothing changed"
+			return nil
+		case contradicts(op, ev.Type):
+			result.Text = "the event (" + ev.Type + ") contradicts operation " + op.ID + ", which is " + op.State +
+				": nothing changed; an operator must look"
+			result.Contradicts = true
 			return nil
 		case State(op.State) != StateExecuting && State(op.State) != StateOutcomeUnknown:
-			result = "operation is " + op.State + ": nothing changed"
+			result.Text = "operation is " + op.State + ": nothing changed"
 			return nil
 		}
 		to := StateSucceeded
@@ -91,9 +127,16 @@ func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (str
 		if _, err := c.OperationTransition(ctx, t); err != nil {
 			return err
 		}
-		result = "operation " + op.ID + " is " + string(to)
+		result.Text = "operation " + op.ID + " is " + string(to)
 		l.obs.Reconciled(op.Tool, "webhook_"+ev.Type)
 		return nil
 	})
-	return result, err
+	if err != nil {
+		return WebhookResult{}, err
+	}
+	if result.Contradicts {
+		// Counted after the commit: a retried transaction counts once.
+		l.obs.Reconciled(tool, "webhook_contradiction")
+	}
+	return result, nil
 }
