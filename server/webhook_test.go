@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/internal/ledger"
 	"github.com/opledger/opledger/proof/fakepay"
 	"github.com/opledger/opledger/proof/harness"
 	"github.com/opledger/opledger/proof/pgtest"
@@ -218,4 +220,28 @@ func TestWebhookContradictionIsAnError(t *testing.T) {
 	answer := postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now(), body), body, http.StatusOK)
 	require.NotContains(t, answer, "contradicts")
 	require.Contains(t, logs.String(), `"level":"INFO"`)
+}
+
+// TestPrunerForgetsOldWebhookEvents: the pruner forgets webhook events
+// received longer ago than the retention (the table grew for ever); a
+// delivery after that is handled as a new event.
+func TestPrunerForgetsOldWebhookEvents(t *testing.T) {
+	t.Parallel()
+	env := harness.New(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_hook",
+		MaxAttempts: 1, DedupesKeys: true, WebhookSecret: hookSecret})})
+	srv := env.StartServer(harness.ServerOptions{NoReconciler: true, Ledger: ledger.Config{Retention: 200 * time.Millisecond}})
+	hooks := httptest.NewServer(server.WebhookHandler(srv.Ledger, slog.New(slog.DiscardHandler)))
+	t.Cleanup(hooks.Close)
+	body, err := json.Marshal(fakepay.WebhookEvent{ID: "evt_prune", Type: "succeeded", IdempotencyKey: "opk1-nobody", ExternalRef: "ch_1"})
+	require.NoError(t, err)
+	deliver := func() string {
+		return postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now(), body), body, http.StatusOK)
+	}
+	require.Contains(t, deliver(), "no operation has this key")
+	require.Contains(t, deliver(), "duplicate")
+	require.Eventually(t, func() bool {
+		_, err := srv.Ledger.Prune(t.Context())
+		require.NoError(t, err)
+		return !strings.Contains(deliver(), "duplicate")
+	}, 10*time.Second, 100*time.Millisecond, "once the retention has passed, the pruner forgets the event")
 }

@@ -546,6 +546,13 @@ func (c *Conn) TenantUsagePrune(ctx context.Context) (int64, error) {
 	return n, interpretError(err)
 }
 
+// WebhookEventPrune forgets up to batch webhook events received more than
+// olderThan ago and returns how many it deleted.
+func (c *Conn) WebhookEventPrune(ctx context.Context, olderThan time.Duration, batch int32) (int64, error) {
+	n, err := c.q.WebhookEventPrune(ctx, c.dbtx, db.WebhookEventPruneParams{OlderThanSeconds: olderThan.Seconds(), BatchSize: batch})
+	return n, interpretError(err)
+}
+
 // OperationGetByDownstreamKeyForUpdate reads and locks the operation that
 // sent key downstream.
 func (c *Conn) OperationGetByDownstreamKeyForUpdate(ctx context.Context, key string) (Operation, error) {

@@ -230,3 +230,29 @@ func TestGuardedStatementsFindTheRowByItsKey(t *testing.T) {
 		})
 	}
 }
+
+// TestWebhookEventPruneForgetsOldEvents: webhook events received longer ago
+// than the cutoff are forgotten (a later delivery of one is new again),
+// recent ones still deduplicate, and a batch deletes at most its size.
+func TestWebhookEventPruneForgetsOldEvents(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	for _, id := range []string{"evt_old_1", "evt_old_2", "evt_new"} {
+		fresh, err := g.st.WebhookEventInsert(ctx, "pay", id, "")
+		require.NoError(t, err)
+		require.True(t, fresh)
+	}
+	require.NoError(t, g.st.Exec(ctx, "UPDATE webhook_event SET received_at = now() - interval '2 hours' WHERE id LIKE 'evt_old_%'"))
+	n, err := g.st.WebhookEventPrune(ctx, time.Hour, 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "one batch of one")
+	n, err = g.st.WebhookEventPrune(ctx, time.Hour, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	for id, want := range map[string]bool{"evt_old_1": true, "evt_old_2": true, "evt_new": false} {
+		fresh, err := g.st.WebhookEventInsert(ctx, "pay", id, "")
+		require.NoError(t, err)
+		require.Equal(t, want, fresh, id)
+	}
+}

@@ -26,22 +26,41 @@ func (l *Ledger) RunPruner(ctx context.Context) {
 	}
 }
 
-// Prune deletes every finished operation older than the retention, in
-// batches, and returns how many it deleted.
+// Prune deletes every finished operation older than the retention, and
+// every webhook event received longer ago than that, in batches, and
+// returns how many operations it deleted.
 func (l *Ledger) Prune(ctx context.Context) (int64, error) {
+	total, err := inBatches(ctx, func() (int64, error) { return l.store.OperationPrune(ctx, l.cfg.Retention, pruneBatch) })
+	if err != nil {
+		return total, err
+	}
+	if _, err := inBatches(ctx, func() (int64, error) {
+		return l.store.WebhookEventPrune(ctx, l.cfg.Retention, pruneBatch)
+	}); err != nil {
+		return total, err
+	}
+	_, err = l.store.TenantUsagePrune(ctx)
+	return total, err
+}
+
+// pruneBatch bounds the rows one pruning statement deletes.
+const pruneBatch = 1000
+
+// inBatches runs prune until a batch comes back short or ctx ends, and
+// returns how many rows it deleted in all.
+func inBatches(ctx context.Context, prune func() (int64, error)) (int64, error) {
 	var total int64
 	for ctx.Err() == nil {
-		n, err := l.store.OperationPrune(ctx, l.cfg.Retention, 1000)
+		n, err := prune()
 		if err != nil {
 			return total, err
 		}
 		total += n
-		if n < 1000 {
+		if n < pruneBatch {
 			break
 		}
 	}
-	_, err := l.store.TenantUsagePrune(ctx)
-	return total, err
+	return total, nil
 }
 
 // Retention is how long finished operations are kept.

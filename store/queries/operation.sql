@@ -361,6 +361,21 @@ INSERT INTO webhook_event (tool, id, operation_id)
 VALUES (sqlc.arg(tool), sqlc.arg(id), sqlc.narg(operation_id))
 ON CONFLICT (tool, id) DO NOTHING;
 
+-- name: WebhookEventPrune :execrows
+-- Forgets up to batch_size webhook events received before the cutoff, the
+-- oldest first. Deduplication needs an event only while its sender may
+-- still deliver it again; a delivery after that is applied through the same
+-- guarded transition as any other, and changes a finished operation as
+-- little. SKIP LOCKED lets replicas prune side by side.
+DELETE FROM webhook_event
+WHERE (tool, id) IN (
+    SELECT w.tool, w.id FROM webhook_event w
+    WHERE w.received_at < now() - make_interval(secs => sqlc.arg(older_than_seconds)::float8)
+    ORDER BY w.received_at
+    LIMIT sqlc.arg(batch_size)
+    FOR UPDATE SKIP LOCKED
+);
+
 -- name: OperationList :many
 -- A page of a tenant's operations in the given states, newest first, older
 -- than the cursor (before_time, before_id). Each state is read through the

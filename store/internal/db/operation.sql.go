@@ -1461,3 +1461,32 @@ func (q *Queries) WebhookEventInsert(ctx context.Context, db DBTX, arg WebhookEv
 	}
 	return result.RowsAffected(), nil
 }
+
+const webhookEventPrune = `-- name: WebhookEventPrune :execrows
+DELETE FROM webhook_event
+WHERE (tool, id) IN (
+    SELECT w.tool, w.id FROM webhook_event w
+    WHERE w.received_at < now() - make_interval(secs => $1::float8)
+    ORDER BY w.received_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type WebhookEventPruneParams struct {
+	OlderThanSeconds float64
+	BatchSize        int32
+}
+
+// Forgets up to batch_size webhook events received before the cutoff, the
+// oldest first. Deduplication needs an event only while its sender may
+// still deliver it again; a delivery after that is applied through the same
+// guarded transition as any other, and changes a finished operation as
+// little. SKIP LOCKED lets replicas prune side by side.
+func (q *Queries) WebhookEventPrune(ctx context.Context, db DBTX, arg WebhookEventPruneParams) (int64, error) {
+	result, err := db.Exec(ctx, webhookEventPrune, arg.OlderThanSeconds, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
