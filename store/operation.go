@@ -574,6 +574,9 @@ type ListQuery struct {
 	States []string
 	// Tool, when not empty, keeps only that tool's operations.
 	Tool string
+	// ApprovedUnsent keeps only operations that needed an approval and
+	// have sent nothing yet.
+	ApprovedUnsent bool
 	// AfterTime and AfterID are the cursor: the last operation of the
 	// previous page. Zero starts from the newest operation.
 	AfterTime time.Time
@@ -591,7 +594,7 @@ func (c *Conn) OperationList(ctx context.Context, q ListQuery) ([]Operation, err
 		before = pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
 	}
 	rows, err := c.q.OperationList(ctx, c.dbtx, db.OperationListParams{
-		States: q.States, Tenant: q.Tenant, Tool: q.Tool, BeforeTime: before, BeforeID: q.AfterID, PageLimit: q.Limit,
+		States: q.States, Tenant: q.Tenant, Tool: q.Tool, ApprovedUnsent: q.ApprovedUnsent, BeforeTime: before, BeforeID: q.AfterID, PageLimit: q.Limit,
 	})
 	if err != nil {
 		return nil, interpretError(err)

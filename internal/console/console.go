@@ -414,17 +414,17 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, s session) {
 		if next != "" {
 			sec.Next = "/?pending=" + url.QueryEscape(next)
 		}
-		ready, _, err := c.l.ListOperations(r.Context(), s.actor, ledger.ListInput{
-			States: []ledger.State{ledger.StateReady}, PageSize: ledger.MaxPageSize})
+		ready, nextReady, err := c.l.ListOperations(r.Context(), s.actor, ledger.ListInput{
+			States: []ledger.State{ledger.StateReady}, ApprovedUnsent: true, PageSize: pageSize, PageToken: q.Get("ready")})
 		if err != nil {
 			c.failed(w, r, err)
 			return
 		}
 		approved := section{Title: "Approved, not executed yet", Empty: "No approval is waiting to be executed."}
+		if nextReady != "" {
+			approved.Next = "/?ready=" + url.QueryEscape(nextReady)
+		}
 		for _, op := range ready {
-			if !op.ApprovalRequired || op.FirstSentFence > 0 {
-				continue
-			}
 			v := viewOf(op, now)
 			if v.Decidable { // the approval lapsed: it needs a decision again
 				sec.Ops = append(sec.Ops, v)

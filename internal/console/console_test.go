@@ -3,6 +3,7 @@ package console_test
 import (
 	"bytes"
 	"context"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -586,4 +588,57 @@ func TestNamesShownVisibly(t *testing.T) {
 		require.Contains(t, page, `alice\u202Eredivorp-tset`, p)
 	}
 	require.Contains(t, page, `invoice-agent\u202Eredivorp-tset`)
+}
+
+// TestApprovedListOutlastsOtherReadyOperations: operations of tools that need
+// no approval, prepared and never executed, stay READY (open operations are
+// never pruned). However many there are, the approver's list still shows
+// the approval waiting to be executed (it used to read the newest 200 READY
+// operations of every tool and keep the approved ones among them), and it
+// pages.
+func TestApprovedListOutlastsOtherReadyOperations(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+	approved := w.prepare(t, "INV-approved-early", 1200)
+	_, err := w.srv.Client.Approve(harness.Ctx(w.approver, ""), &opledgerv1.ApproveRequest{OperationId: approved.GetId(),
+		Fingerprint: approved.GetFingerprint(), Decision: opledgerv1.Decision_DECISION_APPROVE})
+	require.NoError(t, err)
+	for i := range ledger.MaxPageSize + 1 {
+		args, err := structpb.NewStruct(map[string]any{"to": "a@example.com", "subject": "s", "body": strconv.Itoa(i)})
+		require.NoError(t, err)
+		_, err = w.srv.Client.Prepare(harness.Ctx(w.agent, "mail-"+strconv.Itoa(i)), &opledgerv1.PrepareRequest{Tool: "send_email", Args: args})
+		require.NoError(t, err)
+	}
+	b := w.browser(t)
+	b.signIn(w.approver)
+	status, page := b.get("/")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, approved.GetId(), "the approval waiting to be executed is listed")
+
+	// More approvals than a page: the list links to the next one.
+	ids := map[string]bool{approved.GetId(): true}
+	for i := range 50 {
+		op := w.prepare(t, "INV-approved-"+strconv.Itoa(i), 1300+i)
+		_, err := w.srv.Client.Approve(harness.Ctx(w.approver, ""), &opledgerv1.ApproveRequest{OperationId: op.GetId(),
+			Fingerprint: op.GetFingerprint(), Decision: opledgerv1.Decision_DECISION_APPROVE})
+		require.NoError(t, err)
+		ids[op.GetId()] = true
+	}
+	seen := map[string]bool{}
+	path := "/"
+	for pages := 0; path != ""; pages++ {
+		require.Less(t, pages, 5)
+		status, page = b.get(path)
+		require.Equal(t, http.StatusOK, status)
+		for id := range ids {
+			if strings.Contains(page, id) {
+				seen[id] = true
+			}
+		}
+		path = ""
+		if m := regexp.MustCompile(`href="(/\?ready=[^"]+)"`).FindStringSubmatch(page); m != nil {
+			path = html.UnescapeString(m[1])
+		}
+	}
+	require.Len(t, seen, len(ids), "every approval waiting to be executed is on some page")
 }

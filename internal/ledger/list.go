@@ -27,6 +27,10 @@ type ListInput struct {
 	States []State
 	// Tool keeps one tool's operations; empty means all.
 	Tool string
+	// ApprovedUnsent keeps only operations that needed an approval and
+	// have sent nothing yet (the console's approvals waiting to be
+	// executed); not offered by the RPC.
+	ApprovedUnsent bool
 	// PageSize is the most operations returned; 0 means DefaultPageSize.
 	PageSize int
 	// PageToken is the previous page's NextPageToken, or empty.
@@ -60,12 +64,12 @@ func (l *Ledger) ListOperations(ctx context.Context, a Actor, in ListInput) ([]O
 	case size > MaxPageSize:
 		size = MaxPageSize
 	}
-	q := store.ListQuery{Tenant: a.Tenant, Tool: in.Tool, Limit: int32(size + 1)}
+	q := store.ListQuery{Tenant: a.Tenant, Tool: in.Tool, ApprovedUnsent: in.ApprovedUnsent, Limit: int32(size + 1)}
 	for _, s := range states {
 		q.States = append(q.States, string(s))
 	}
 	if in.PageToken != "" {
-		at, id, ok := l.openPageToken(in.PageToken, a.Tenant, states, in.Tool)
+		at, id, ok := l.openPageToken(in.PageToken, a.Tenant, states, in)
 		if !ok {
 			return nil, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "page_token",
 				Message: "page_token was not issued for this tenant and these states and tool (or was altered); start again without one"}
@@ -80,7 +84,7 @@ func (l *Ledger) ListOperations(ctx context.Context, a Actor, in ListInput) ([]O
 	if len(ops) > size {
 		ops = ops[:size]
 		last := ops[size-1]
-		next = l.pageToken(last.CreatedAt, last.ID, a.Tenant, states, in.Tool)
+		next = l.pageToken(last.CreatedAt, last.ID, a.Tenant, states, in)
 	}
 	return ops, next, nil
 }
@@ -106,13 +110,17 @@ const (
 	maxPageTokenLen  = 256
 )
 
-func (l *Ledger) pageTokenMAC(payload []byte, tenant string, states []State, toolName string) []byte {
+func (l *Ledger) pageTokenMAC(payload []byte, tenant string, states []State, in ListInput) []byte {
 	k := hmac.New(sha256.New, l.cfg.DownstreamSecret)
 	k.Write([]byte("opledger page token v1"))
 	m := hmac.New(sha256.New, k.Sum(nil))
-	for _, s := range []string{tenant, toolName} {
+	for _, s := range []string{tenant, in.Tool} {
 		m.Write([]byte(s))
 		m.Write([]byte{0})
+	}
+	if in.ApprovedUnsent {
+		// Only then, so the RPC's tokens are what they were.
+		m.Write([]byte("approved-unsent\x00"))
 	}
 	for _, s := range states {
 		m.Write([]byte(s))
@@ -123,16 +131,16 @@ func (l *Ledger) pageTokenMAC(payload []byte, tenant string, states []State, too
 	return m.Sum(nil)[:pageTokenMACLen]
 }
 
-func (l *Ledger) pageToken(at time.Time, id, tenant string, states []State, toolName string) string {
+func (l *Ledger) pageToken(at time.Time, id, tenant string, states []State, in ListInput) string {
 	b := make([]byte, 0, 9+len(id)+pageTokenMACLen)
 	b = append(b, pageTokenVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(at.UnixMicro()))
 	b = append(b, id...)
-	b = append(b, l.pageTokenMAC(b, tenant, states, toolName)...)
+	b = append(b, l.pageTokenMAC(b, tenant, states, in)...)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func (l *Ledger) openPageToken(token, tenant string, states []State, toolName string) (time.Time, string, bool) {
+func (l *Ledger) openPageToken(token, tenant string, states []State, in ListInput) (time.Time, string, bool) {
 	if len(token) > maxPageTokenLen {
 		return time.Time{}, "", false
 	}
@@ -141,7 +149,7 @@ func (l *Ledger) openPageToken(token, tenant string, states []State, toolName st
 		return time.Time{}, "", false
 	}
 	payload, mac := b[:len(b)-pageTokenMACLen], b[len(b)-pageTokenMACLen:]
-	if !hmac.Equal(mac, l.pageTokenMAC(payload, tenant, states, toolName)) {
+	if !hmac.Equal(mac, l.pageTokenMAC(payload, tenant, states, in)) {
 		return time.Time{}, "", false
 	}
 	return time.UnixMicro(int64(binary.BigEndian.Uint64(payload[1:9]))), string(payload[9:]), true

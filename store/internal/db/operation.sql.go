@@ -1007,21 +1007,23 @@ CROSS JOIN LATERAL (
     SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence, l.waited, l.prev_state FROM operation l
     WHERE l.tenant = $2 AND l.state = s.state
       AND ($3::text = '' OR l.tool = $3::text)
-      AND (l.created_at, l.id) < ($4::timestamptz, $5::text)
+      AND (NOT $4::boolean OR (l.approval_required AND l.first_sent_fence IS NULL))
+      AND (l.created_at, l.id) < ($5::timestamptz, $6::text)
     ORDER BY l.created_at DESC, l.id DESC
-    LIMIT $6
+    LIMIT $7
 ) o
 ORDER BY o.created_at DESC, o.id DESC
-LIMIT $6
+LIMIT $7
 `
 
 type OperationListParams struct {
-	States     []string
-	Tenant     string
-	Tool       string
-	BeforeTime pgtype.Timestamptz
-	BeforeID   string
-	PageLimit  int32
+	States         []string
+	Tenant         string
+	Tool           string
+	ApprovedUnsent bool
+	BeforeTime     pgtype.Timestamptz
+	BeforeID       string
+	PageLimit      int32
 }
 
 // A page of a tenant's operations in the given states, newest first, older
@@ -1029,12 +1031,14 @@ type OperationListParams struct {
 // operation_list index backwards from the cursor and stops after page_limit
 // rows, so a page costs at most states × page_limit index entries however
 // many operations the tenant has; the outer sort only merges those. The tool
-// filter is checked on the rows the index yields.
+// filter, and approved_unsent (only operations that needed an approval and
+// have sent nothing yet), are checked on the rows the index yields.
 func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListParams) ([]Operation, error) {
 	rows, err := db.Query(ctx, operationList,
 		arg.States,
 		arg.Tenant,
 		arg.Tool,
+		arg.ApprovedUnsent,
 		arg.BeforeTime,
 		arg.BeforeID,
 		arg.PageLimit,
