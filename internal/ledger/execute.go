@@ -102,7 +102,7 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 			return Operation{}, false, storeErr(err)
 		}
 		if claimed {
-			return l.run(ctx, op, claimStart)
+			return l.run(ctx, op, claimStart, false)
 		}
 		switch State(op.State) {
 		case StateSucceeded, StateFailed, StateRejected, StateCancelled:
@@ -256,7 +256,7 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 		case err == nil:
 			l.opLogger(taken).Warn("took over an expired lease", "previous_fence", op.Fence)
 			// The takeover's lease starts no earlier than now.
-			res, _, err := l.run(ctx, taken, time.Now())
+			res, _, err := l.run(ctx, taken, time.Now(), true)
 			return res, true, err
 		case !errors.Is(err, store.ErrNotFound):
 			return Operation{}, true, storeErr(err)
@@ -291,8 +291,9 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 // left, so that bounds the call and the first send on this process's
 // monotonic clock. The call and the commit use a context detached from the
 // caller's cancellation: a client that goes away must not leave a request
-// half-recorded.
-func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (Operation, bool, error) {
+// half-recorded. tookOver says this process took the operation over from a
+// holder whose lease expired, and who may have sent.
+func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, tookOver bool) (Operation, bool, error) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(opAttrs(op)...)
 	}
@@ -364,6 +365,13 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time) (O
 	}
 	if l.hooks != nil && l.hooks.AfterDownstream != nil {
 		l.hooks.AfterDownstream(ctx, op)
+	}
+	if tookOver && res.Outcome == executor.OutcomeNotSubmitted {
+		// This attempt sent nothing, but the holder it took over from may
+		// have: READY would say nothing happened, and nothing would look
+		// the downstream up. Unknown, for the reconciler to settle.
+		res.Outcome = executor.OutcomeUnknown
+		res.Detail = "this attempt sent nothing, but the attempt whose lease it took over may have reached the downstream: " + res.Detail
 	}
 	t, err := l.outcome(op, res)
 	if err != nil {

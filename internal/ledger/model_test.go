@@ -156,6 +156,7 @@ type call struct {
 	attempts int  // requests tried, refused connections included
 	sends    int  // requests that reached the downstream
 	first    bool // the last request that reached it was the operation's first
+	tookOver bool // a takeover: the holder before it may have sent
 }
 
 type outcome int
@@ -600,7 +601,7 @@ func (m *model) predictExecute(op *mop) (want, *call) {
 		if op.tool.dedupes {
 			op.fence++
 			op.leaseUntil = m.vnow + modelLease
-			return want{}, &call{op: op, fence: op.fence}
+			return want{}, &call{op: op, fence: op.fence, tookOver: true}
 		}
 		op.state = ledger.StateOutcomeUnknown
 		return want{}, nil
@@ -660,9 +661,10 @@ func (c *call) settle(a answer) (outcome, bool) {
 }
 
 // finish: a call whose last attempt sent nothing, after one that may have
-// reached the downstream, is unknown.
+// reached the downstream (its own, or the holder's it took over from), is
+// unknown.
 func (c *call) finish(res outcome) outcome {
-	if res == outNotSent && c.sends > 0 {
+	if res == outNotSent && (c.sends > 0 || c.tookOver) {
 		return outUnknown
 	}
 	return res

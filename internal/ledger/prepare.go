@@ -77,7 +77,7 @@ func (l *Ledger) PrepareAndExecute(ctx context.Context, a Actor, in PrepareInput
 	case State(op.State) == StateAwaitingApproval:
 		return op, replayed, false, nil
 	case !replayed && State(op.State) == StateExecuting:
-		op, executionReplayed, err = l.run(ctx, op, claimStart)
+		op, executionReplayed, err = l.run(ctx, op, claimStart, false)
 	default:
 		op, executionReplayed, err = l.Execute(ctx, a, id, wait)
 	}
