@@ -65,7 +65,12 @@ type Call struct {
 	// SendBy, when set, is the last instant (on this process's clock) at
 	// which a request of this call may start while nothing has been sent
 	// yet: an approval bounds when the first send may start. Past it, an
-	// executor reports OutcomeNotSubmitted without sending.
+	// executor reports OutcomeNotSubmitted without sending. The HTTP
+	// executor checks it before it asks for a connection and, with the
+	// built-in transport (Direct), again once it holds one, just before it
+	// writes, since setting a connection up can outlast the approval; a
+	// custom http.Client's transport, or a proxy (Direct's Fallback), is
+	// checked only before.
 	SendBy time.Time
 }
 

@@ -159,7 +159,13 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 			res = Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: the approval expired before the request could start"}
 			break
 		}
-		r, n, retryAfter := h.attempt(ctx, c)
+		actx := ctx
+		if sends == 0 && !c.SendBy.IsZero() {
+			// The built-in transport checks it again once it holds a connection, just
+			// before it writes (Direct).
+			actx = context.WithValue(ctx, sendByKey{}, c.SendBy)
+		}
+		r, n, retryAfter := h.attempt(actx, c)
 		sends += n
 		res = r
 		if h.log.Enabled(ctx, slog.LevelDebug) {
@@ -209,6 +215,14 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 	return res
 }
 
+// sendByKey carries a first request's SendBy to the transport (Direct), which checks it once
+// it holds a connection, just before it writes.
+type sendByKey struct{}
+
+// errApprovalEnded is Direct's refusal to write a first request whose SendBy passed while
+// the connection was being set up: nothing was written.
+var errApprovalEnded = errors.New("not sent: the approval ended before the request could be written")
+
 // callLog is the logger of one call: built only for a line that is
 // written, as it digests the key.
 func (h *HTTP) callLog(c Call) *slog.Logger {
@@ -253,6 +267,9 @@ func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retr
 	resp, err := h.client.Do(req)
 	sends = int(wrote.Load())
 	if err != nil {
+		if sends == 0 && errors.Is(err, errApprovalEnded) {
+			return Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: the approval expired while the connection to the downstream was being set up"}, 0, 0
+		}
 		if sends == 0 {
 			return Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: " + describeErr(err, h.cfg.Timeout)}, 0, 0
 		}

@@ -100,6 +100,14 @@ func (d *Direct) RoundTrip(req *http.Request) (*http.Response, error) {
 		d.put(key, c)
 		return nil, ctxErr(ctx, os.ErrDeadlineExceeded)
 	}
+	// So is an operation's first request whose approval ended while the connection was being
+	// set up (a dial, a TLS handshake): the approval bounds when the first send may start, and
+	// this is the last moment before anything is written.
+	if sendBy, ok := ctx.Value(sendByKey{}).(time.Time); ok && !time.Now().Before(sendBy) {
+		closeReqBody(req)
+		d.put(key, c)
+		return nil, errApprovalEnded
+	}
 	if hasDeadline {
 		_ = c.conn.SetDeadline(dl)
 	}
