@@ -253,23 +253,27 @@ SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_
 -- after that read, or a stalled one could send an operation that may have
 -- taken effect back to AWAITING_APPROVAL, where a denial would make it
 -- REJECTED with an effect behind it. An expiry with notify also queues the
--- approval notification, in the same statement.
+-- approval notification, in the same statement. Its clock is
+-- statement_timestamp(), not now(): Approve runs it in a transaction after
+-- locking the row, and now() is when that transaction began, before any
+-- wait for the lock, so a decision that waited past the approval's end
+-- would have judged it still in force.
 WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
         approval_decision = sqlc.narg(decision)::text,
         approval_decided_by = sqlc.narg(decided_by)::text,
-        approval_decided_at = CASE WHEN sqlc.narg(decision)::text IS NULL THEN NULL ELSE now() END,
+        approval_decided_at = CASE WHEN sqlc.narg(decision)::text IS NULL THEN NULL ELSE statement_timestamp() END,
         approval_expires_at = CASE WHEN sqlc.narg(decision)::text = 'APPROVE'
-                                   THEN now() + make_interval(secs => o.approval_ttl_ms / 1000.0)
+                                   THEN statement_timestamp() + make_interval(secs => o.approval_ttl_ms / 1000.0)
                                    ELSE NULL END,
         approval_fingerprint = sqlc.narg(approved_fingerprint)::text,
         approval_reason = sqlc.narg(reason)::text,
         events = o.events + 1,
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND (NOT sqlc.arg(require_lapsed_unsent)::boolean OR o.state <> 'READY'
-           OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
+           OR (o.approval_expires_at <= statement_timestamp() AND o.first_sent_fence IS NULL))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)

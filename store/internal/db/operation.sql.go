@@ -450,17 +450,17 @@ WITH upd AS (
         state = $1::text,
         approval_decision = $2::text,
         approval_decided_by = $3::text,
-        approval_decided_at = CASE WHEN $2::text IS NULL THEN NULL ELSE now() END,
+        approval_decided_at = CASE WHEN $2::text IS NULL THEN NULL ELSE statement_timestamp() END,
         approval_expires_at = CASE WHEN $2::text = 'APPROVE'
-                                   THEN now() + make_interval(secs => o.approval_ttl_ms / 1000.0)
+                                   THEN statement_timestamp() + make_interval(secs => o.approval_ttl_ms / 1000.0)
                                    ELSE NULL END,
         approval_fingerprint = $4::text,
         approval_reason = $5::text,
         events = o.events + 1,
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = ANY ($8::text[])
       AND (NOT $9::boolean OR o.state <> 'READY'
-           OR (o.approval_expires_at <= now() AND o.first_sent_fence IS NULL))
+           OR (o.approval_expires_at <= statement_timestamp() AND o.first_sent_fence IS NULL))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
@@ -536,7 +536,11 @@ type OperationDecideRow struct {
 // after that read, or a stalled one could send an operation that may have
 // taken effect back to AWAITING_APPROVAL, where a denial would make it
 // REJECTED with an effect behind it. An expiry with notify also queues the
-// approval notification, in the same statement.
+// approval notification, in the same statement. Its clock is
+// statement_timestamp(), not now(): Approve runs it in a transaction after
+// locking the row, and now() is when that transaction began, before any
+// wait for the lock, so a decision that waited past the approval's end
+// would have judged it still in force.
 func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDecideParams) (OperationDecideRow, error) {
 	row := db.QueryRow(ctx, operationDecide,
 		arg.ToState,
