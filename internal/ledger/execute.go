@@ -92,17 +92,20 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 		if err != nil {
 			return Operation{}, false, err
 		}
+		l.attempts.begin()
 		op, claimed, err := l.store.OperationClaim(claimCtx, a.Tenant, id, cl, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
 		cancel()
+		if claimed && err == nil {
+			defer l.attempts.end()
+			return l.run(ctx, op, claimStart, false)
+		}
+		l.attempts.end()
 		cl.Base = Operation{} // a later round follows a change this copy missed
 		if errors.Is(err, store.ErrNotFound) {
 			return Operation{}, false, notFound(id)
 		}
 		if err != nil {
 			return Operation{}, false, storeErr(err)
-		}
-		if claimed {
-			return l.run(ctx, op, claimStart, false)
 		}
 		switch State(op.State) {
 		case StateSucceeded, StateFailed, StateRejected, StateCancelled:
@@ -249,9 +252,15 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 		if err != nil {
 			return Operation{}, true, err
 		}
+		l.attempts.begin()
 		taken, err := l.store.OperationTakeOver(takeCtx, l.takeOver(op, b, l.lease(b)),
 			store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name})
 		cancel()
+		if err == nil {
+			defer l.attempts.end()
+		} else {
+			l.attempts.end()
+		}
 		switch {
 		case err == nil:
 			l.opLogger(taken).Warn("took over an expired lease", "previous_fence", op.Fence)

@@ -143,6 +143,8 @@ type Ledger struct {
 	// maxLease is the lease a claim takes: the claim does not know the
 	// operation's tool yet, so it takes the longest any tool needs.
 	maxLease time.Duration
+	// attempts counts the attempts in flight (WaitAttempts).
+	attempts inflight
 
 	// hooks are test-only interruption points; nil in production.
 	hooks *Hooks

@@ -68,17 +68,24 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 // downstream request because the outcome was already recorded. A refusal of
 // the execution names the operation in its metadata.
 func (l *Ledger) PrepareAndExecute(ctx context.Context, a Actor, in PrepareInput, wait time.Duration) (op Operation, replayed, executionReplayed bool, err error) {
+	// Its insert may hand this process the operation: an attempt in
+	// flight until its outcome is written.
+	l.attempts.begin()
 	op, replayed, claimStart, err := l.prepare(ctx, a, in, true)
 	if err != nil {
+		l.attempts.end()
 		return Operation{}, false, false, err
 	}
 	id := op.ID
 	switch {
 	case State(op.State) == StateAwaitingApproval:
+		l.attempts.end()
 		return op, replayed, false, nil
 	case !replayed && State(op.State) == StateExecuting:
 		op, executionReplayed, err = l.run(ctx, op, claimStart, false)
+		l.attempts.end()
 	default:
+		l.attempts.end()
 		op, executionReplayed, err = l.Execute(ctx, a, id, wait)
 	}
 	if err != nil {
