@@ -60,6 +60,9 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 			return err
 		}
 		var errs []error
+		if err := checkLogLevel(cfg.LogLevel); err != nil {
+			errs = append(errs, err)
+		}
 		for _, d := range []struct {
 			name string
 			v    time.Duration

@@ -165,3 +165,17 @@ func TestFloorGCPercent(t *testing.T) {
 	_, _, err = floorGCPercent(env(map[string]string{"OPLEDGER_GC_PERCENT": "many"}))
 	require.ErrorContains(t, err, "OPLEDGER_GC_PERCENT")
 }
+
+// TestBadLogLevelIsRefused: a misspelt level is refused at start with the
+// flag's and the variable's name, instead of logging at info.
+func TestBadLogLevelIsRefused(t *testing.T) {
+	t.Parallel()
+	_, err := parseConfig(t, []string{"--log-level", "verbose"}, nil)
+	require.ErrorContains(t, err, "--log-level")
+	_, err = parseConfig(t, nil, map[string]string{"OPLEDGER_LOG_LEVEL": "eror"})
+	require.ErrorContains(t, err, "OPLEDGER_LOG_LEVEL")
+	for _, ok := range []string{"debug", "info", "warn", "error", "WARN"} {
+		_, err = parseConfig(t, []string{"--log-level", ok}, nil)
+		require.NoError(t, err, ok)
+	}
+}

@@ -139,6 +139,16 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
+// checkLogLevel refuses a --log-level that newLogger would not understand,
+// rather than logging at info while the operator expects another level.
+func checkLogLevel(level string) error {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level (OPLEDGER_LOG_LEVEL): %q is not debug, info, warn or error", level)
+	}
+	return nil
+}
+
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {

@@ -74,6 +74,9 @@ every HTTP request must carry it as a bearer token. See docs/mcp.md.`)
 	if err := e.apply(getenv); err != nil {
 		return err
 	}
+	if err := checkLogLevel(cfg.LogLevel); err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
 	cfg.Conn.APIKey = getenv("OPLEDGER_API_KEY")
 	cfg.Token = getenv("OPLEDGER_MCP_TOKEN")
 	for _, d := range []struct {
