@@ -156,8 +156,9 @@ type Capabilities struct {
 // the executor does not understand never counts as success, and never as a refusal.
 type Classification struct {
 	// DefinitiveStatuses lists the HTTP statuses (400–599) that prove the downstream refused the
-	// request and performed nothing. Empty means every 4xx except 408, 409, 425 and 429. A 3xx
-	// is never definitive: the request may already have been acted on.
+	// request and performed nothing. Nil means every 4xx except 408, 409, 425 and 429; an empty
+	// list (a tools file's "definitive_statuses: []") means none: every refusal is then an
+	// unknown outcome. A 3xx is never definitive: the request may already have been acted on.
 	DefinitiveStatuses []int
 	// LookupStatusField is the dot path of the status in a lookup's 200 answer; "status" when
 	// empty.
@@ -185,7 +186,7 @@ func (c Classification) withDefaults() Classification {
 // Definitive reports whether an answer with HTTP status code proves that the downstream
 // refused the request and performed nothing.
 func (c Classification) Definitive(code int) bool {
-	if len(c.DefinitiveStatuses) > 0 {
+	if c.DefinitiveStatuses != nil {
 		return slices.Contains(c.DefinitiveStatuses, code)
 	}
 	switch code {

@@ -279,3 +279,40 @@ func TestLoad(t *testing.T) {
 	_, err = Load(bad, fakeEnv(nil))
 	require.ErrorContains(t, err, bad)
 }
+
+// TestEmptyDeclarationsMeanWhatTheySay: "definitive_statuses: []" declares
+// that no status proves nothing happened (every refusal is then unknown),
+// where it read as "the defaults" and made 400, 403, 404 and 422 FAILED;
+// three empty lookup lists, which would read as the defaults too, are
+// refused.
+func TestEmptyDeclarationsMeanWhatTheySay(t *testing.T) {
+	t.Parallel()
+	src := func(extra string) []byte {
+		return []byte(`tools:
+  - name: pay
+    version: "1"
+    effect: side_effect
+    args_schema: {type: object}
+    executor:
+      type: http
+      url: http://127.0.0.1:9/charges
+` + extra)
+	}
+	reg, err := Parse(src("      definitive_statuses: []\n"), func(string) string { return "" })
+	require.NoError(t, err)
+	tl, err := reg.Lookup("pay", "1")
+	require.NoError(t, err)
+	cl := tl.Executor.WithDefaults().Classification
+	for _, code := range []int{400, 403, 404, 422} {
+		require.False(t, cl.Definitive(code), "status %d", code)
+	}
+	reg, err = Parse(src(""), func(string) string { return "" })
+	require.NoError(t, err)
+	tl, err = reg.Lookup("pay", "1")
+	require.NoError(t, err)
+	require.True(t, tl.Executor.WithDefaults().Classification.Definitive(404), "absent: the default")
+
+	_, err = Parse(src("      lookup_url: http://127.0.0.1:9/charges?key={key}\n      lookup_succeeded: []\n      lookup_failed: []\n      lookup_pending: []\n"),
+		func(string) string { return "" })
+	require.ErrorContains(t, err, "all three are empty")
+}
