@@ -65,8 +65,10 @@ func interpretError(err error) error {
 			// admin shutdown, crash shutdown, cannot connect now (starting
 			// up, shutting down, in recovery), too many connections,
 			// read-only transaction (a standby: the primary moved), and the
-			// connection exceptions of class 08.
-			return fmt.Errorf("%w: %s (SQLSTATE %s)", ErrUnavailable, pgErr.Message, pgErr.Code)
+			// connection exceptions of class 08. Terminated under a
+			// statement, it may have committed just before.
+			return &unavailable{msg: fmt.Sprintf("%v: %s (SQLSTATE %s)", ErrUnavailable, pgErr.Message, pgErr.Code),
+				mayHaveCommitted: pgErr.Code == "57P01" || pgErr.Code == "57P02" || strings.HasPrefix(pgErr.Code, "08")}
 		}
 		return err
 	}
@@ -76,10 +78,36 @@ func interpretError(err error) error {
 	// A closed pool means this process is shutting down: another replica
 	// can serve the call, so it is unavailable here, not failed.
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || pgconn.SafeToRetry(err) || errors.Is(err, puddle.ErrClosedPool) || connectionLost(err) {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	notSent := errors.As(err, &connErr) || pgconn.SafeToRetry(err) || errors.Is(err, puddle.ErrClosedPool)
+	if notSent || connectionLost(err) {
+		return &unavailable{msg: fmt.Sprintf("%v: %v", ErrUnavailable, err), mayHaveCommitted: !notSent}
 	}
 	return err
+}
+
+// unavailable is ErrUnavailable with what the failure leaves open: whether
+// the statement may have committed although its answer was lost.
+type unavailable struct {
+	msg              string
+	mayHaveCommitted bool
+}
+
+func (e *unavailable) Error() string        { return e.msg }
+func (e *unavailable) Is(target error) bool { return target == ErrUnavailable }
+
+// MayHaveCommitted reports an error (as the store returns it) after which the statement that failed
+// may nevertheless have committed: the connection broke (or the caller's
+// bound ran out) once the statement had been sent, so its answer was lost,
+// not necessarily its effect. A failed connect, a statement provably never
+// sent, a closed pool and any answer from PostgreSQL that aborted the
+// statement are not.
+func MayHaveCommitted(err error) bool {
+	var u *unavailable
+	if errors.As(err, &u) {
+		return u.mayHaveCommitted
+	}
+	// The statement's own bound ran out: sent, unless pgx says it never was.
+	return (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !pgconn.SafeToRetry(err)
 }
 
 // connectionLost reports a connection that broke under a statement: reset,

@@ -88,18 +88,29 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 		// measures on the database's clock end no earlier than this instant
 		// plus what the claim reports as left (see run).
 		claimStart := time.Now()
-		claimCtx, cancel, err := handingCtx(ctx)
-		if err != nil {
-			return Operation{}, false, err
-		}
-		l.attempts.begin()
-		op, claimed, err := l.store.OperationClaim(claimCtx, a.Tenant, id, cl, store.Lease{Owner: l.cfg.ServerID, Duration: l.maxLease, Actor: a.Name})
-		cancel()
-		if claimed && err == nil {
+		var op Operation
+		var claimed bool
+		var err, gone error
+		if l.handing(func() bool {
+			claimCtx, cancel, herr := handingCtx(ctx)
+			if herr != nil {
+				gone = herr
+				return false
+			}
+			owner := l.leaseOwner()
+			op, claimed, err = l.store.OperationClaim(claimCtx, a.Tenant, id, cl, store.Lease{Owner: owner, Duration: l.maxLease, Actor: a.Name})
+			cancel()
+			if store.MayHaveCommitted(err) {
+				l.recoverClaim(a.Tenant, id, owner)
+			}
+			return claimed && err == nil
+		}) {
 			defer l.attempts.end()
 			return l.run(ctx, op, claimStart, false)
 		}
-		l.attempts.end()
+		if gone != nil {
+			return Operation{}, false, gone
+		}
 		cl.Base = Operation{} // a later round follows a change this copy missed
 		if errors.Is(err, store.ErrNotFound) {
 			return Operation{}, false, notFound(id)
@@ -159,7 +170,7 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 				l.obs.DuplicatePrevented("Execute", op.Tool, false)
 				return op, false, nil // pending: the same operation, still executing
 			}
-			if sub != nil && !op.Waited && op.LeaseOwner != l.cfg.ServerID {
+			if sub != nil && !op.Waited && !l.holdsLease(op.LeaseOwner) {
 				// The holder is another replica: ask for a notification when
 				// its attempt ends (only waited-on outcomes notify). A holder
 				// in this process wakes us itself.
@@ -248,18 +259,23 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 	// that on the database's clock; a refusal falls through to
 	// OUTCOME_UNKNOWN below.
 	if b.caps.DedupesKeys || failpoint.Defect(failpoint.DefectTakeoverNoDedupe) {
-		takeCtx, cancel, err := handingCtx(ctx)
-		if err != nil {
-			return Operation{}, true, err
-		}
-		l.attempts.begin()
-		taken, err := l.store.OperationTakeOver(takeCtx, l.takeOver(op, b, l.lease(b)),
-			store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(b), Actor: a.Name})
-		cancel()
-		if err == nil {
+		var taken Operation
+		var err, gone error
+		if l.handing(func() bool {
+			takeCtx, cancel, herr := handingCtx(ctx)
+			if herr != nil {
+				gone = herr
+				return false
+			}
+			taken, err = l.store.OperationTakeOver(takeCtx, l.takeOver(op, b, l.lease(b)),
+				store.Lease{Owner: l.leaseOwner(), Duration: l.lease(b), Actor: a.Name})
+			cancel()
+			return err == nil
+		}) {
 			defer l.attempts.end()
-		} else {
-			l.attempts.end()
+		}
+		if gone != nil {
+			return Operation{}, true, gone
 		}
 		switch {
 		case err == nil:

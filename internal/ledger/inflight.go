@@ -36,14 +36,30 @@ func (f *inflight) end() {
 	f.mu.Unlock()
 }
 
+// handing runs stmt, a statement that may hand this process an attempt,
+// counted as an attempt in flight from before it starts (so a stopping
+// process that finds none in flight cannot miss one about to begin). It
+// reports whether stmt handed one over; then the count is the caller's to
+// end once the attempt's outcome is written. Otherwise, or if stmt panics,
+// it ends the count itself.
+func (l *Ledger) handing(stmt func() bool) (handed bool) {
+	l.attempts.begin()
+	defer func() {
+		if !handed {
+			l.attempts.end()
+		}
+	}()
+	return stmt()
+}
+
 // WaitAttempts waits until no attempt is in flight in this process, or ctx
 // ends (its error then), or the longest an attempt can take passes: the
-// longest lease, which bounds the downstream call, plus the bound of the
-// statement that writes the outcome. A process that is stopping calls it
+// longest lease, which bounds the downstream call, plus how long the
+// outcome's write is retried while the database cannot be reached. A process that is stopping calls it
 // after its gRPC server stopped and before it closes the database pool. It
 // returns how many attempts were still in flight when it gave up.
 func (l *Ledger) WaitAttempts(ctx context.Context) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.maxLease+statementTimeout)
+	ctx, cancel := context.WithTimeout(ctx, l.maxLease+max(l.cfg.OutcomeRetry, statementTimeout))
 	defer cancel()
 	f := &l.attempts
 	f.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/opledger/opledger/executor"
@@ -145,6 +146,8 @@ type Ledger struct {
 	maxLease time.Duration
 	// attempts counts the attempts in flight (WaitAttempts).
 	attempts inflight
+	// attemptSeq numbers this process's attempts (leaseOwner).
+	attemptSeq atomic.Uint64
 
 	// hooks are test-only interruption points; nil in production.
 	hooks *Hooks

@@ -70,22 +70,22 @@ func (l *Ledger) Prepare(ctx context.Context, a Actor, in PrepareInput) (Operati
 func (l *Ledger) PrepareAndExecute(ctx context.Context, a Actor, in PrepareInput, wait time.Duration) (op Operation, replayed, executionReplayed bool, err error) {
 	// Its insert may hand this process the operation: an attempt in
 	// flight until its outcome is written.
-	l.attempts.begin()
-	op, replayed, claimStart, err := l.prepare(ctx, a, in, true)
+	var claimStart time.Time
+	handed := l.handing(func() bool {
+		op, replayed, claimStart, err = l.prepare(ctx, a, in, true)
+		return err == nil && !replayed && State(op.State) == StateExecuting
+	})
 	if err != nil {
-		l.attempts.end()
 		return Operation{}, false, false, err
 	}
 	id := op.ID
 	switch {
-	case State(op.State) == StateAwaitingApproval:
-		l.attempts.end()
-		return op, replayed, false, nil
-	case !replayed && State(op.State) == StateExecuting:
+	case handed:
+		defer l.attempts.end()
 		op, executionReplayed, err = l.run(ctx, op, claimStart, false)
-		l.attempts.end()
+	case State(op.State) == StateAwaitingApproval:
+		return op, replayed, false, nil
 	default:
-		l.attempts.end()
 		op, executionReplayed, err = l.Execute(ctx, a, id, wait)
 	}
 	if err != nil {
@@ -168,7 +168,7 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 		// The one-call path: the statement that inserts the operation also
 		// claims it, as the claim would (the table's claim rule).
 		n.Claim = &claim
-		n.Lease = store.Lease{Owner: l.cfg.ServerID, Duration: l.lease(l.bound[t.Name+"@"+t.Version])}
+		n.Lease = store.Lease{Owner: l.leaseOwner(), Duration: l.lease(l.bound[t.Name+"@"+t.Version])}
 	}
 	var existing Operation
 	for attempt := 0; ; attempt++ {
@@ -182,6 +182,9 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 		}
 		op, inserted, err := l.insert(insCtx, a.Tenant, n)
 		cancel()
+		if n.Claim != nil && store.MayHaveCommitted(err) {
+			l.recoverClaim(a.Tenant, id, n.Lease.Owner)
+		}
 		if err != nil {
 			return Operation{}, false, none, storeErr(err)
 		}

@@ -1,0 +1,81 @@
+package service_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/opledger/opledger/executor"
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/proof/harness"
+	"github.com/opledger/opledger/service"
+)
+
+// boom is a registered executor with a bug: it panics.
+type boom struct{}
+
+func (boom) Execute(context.Context, executor.Call) executor.Result { panic("custom executor bug") }
+
+const boomTools = `
+tools:
+  - name: boom
+    version: "1"
+    effect: side_effect
+    approval:
+      required: false
+    args_schema: {type: object}
+    executor:
+      type: boom
+`
+
+// TestPanicLeavesNoAttemptInFlight: a panic in an attempt (here a custom
+// executor's) is answered INTERNAL by the recovery interceptor, and the
+// attempt no longer counts as in flight, on the Execute path and on the
+// one-call path, so a later shutdown does not wait the whole bound for it.
+func TestPanicLeavesNoAttemptInFlight(t *testing.T) {
+	t.Parallel()
+	env := harness.New(t, harness.Options{ToolsYAML: []byte(boomTools)})
+	agent := env.Key("acme", "agent")
+	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	reg := executor.NewDefaultRegistry(nil, logger)
+	require.NoError(t, reg.Register("boom", func(executor.Settings) (executor.Executor, error) { return boom{}, nil }))
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	svc, err := service.New(ctx, service.Config{DatabaseURL: env.DBURL, DownstreamSecret: env.Secret, Drain: 100 * time.Millisecond},
+		service.Options{Logger: logger, Tools: env.Tools(), Executors: reg, NoReconciler: true,
+			Ledger: func(c *ledger.Config) { c.MinLease = time.Second; c.DownstreamSecret = env.Secret }})
+	require.NoError(t, err)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx, lis, nil) }()
+	client := harness.Dial(t, lis.Addr().String())
+	idle := func(path string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		n, err := svc.Ledger.WaitAttempts(wctx)
+		require.NoError(t, err, "%s: %d attempt(s) still counted after the handler returned", path, n)
+	}
+
+	args, err := structpb.NewStruct(map[string]any{})
+	require.NoError(t, err)
+	p, err := client.Prepare(harness.Ctx(agent, "k-exec"), &opledgerv1.PrepareRequest{Tool: "boom", Args: args})
+	require.NoError(t, err)
+	_, err = client.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: p.GetOperation().GetId()})
+	require.Error(t, err)
+	idle("Execute")
+
+	_, err = client.Prepare(harness.Ctx(agent, "k-one-call"), &opledgerv1.PrepareRequest{Tool: "boom", Args: args, Execute: true})
+	require.Error(t, err)
+	idle("one-call")
+	stop()
+	require.NoError(t, <-done)
+}
