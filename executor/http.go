@@ -171,6 +171,9 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 		if h.log.Enabled(ctx, slog.LevelDebug) {
 			h.callLog(c).Debug("executor: attempt", "attempt", attempt, "outcome", r.Outcome, "status", r.HTTPStatus, "sent", n > 0)
 		}
+		if r.Outcome == OutcomeNotSubmitted && sends == 0 && !c.SendBy.IsZero() && !time.Now().Before(c.SendBy) {
+			break // the approval ended: no attempt may start now
+		}
 		if r.Outcome == OutcomeFailed && ambiguous && !failpoint.Defect(failpoint.DefectRefusalOverrides) {
 			res.Outcome = OutcomeUnknown
 			res.Detail = "an earlier attempt may have reached the downstream, so a later refusal does not prove that nothing happened; last attempt: " + r.Detail

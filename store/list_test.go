@@ -116,6 +116,20 @@ func TestOperationListUsesTheIndex(t *testing.T) {
 		require.NotContains(t, plan, "Seq Scan on operation")
 		require.NotContains(t, plan, "Bitmap Heap Scan on operation")
 	}
+
+	// The console's approvals not executed yet: their own partial index,
+	// never a scan of every READY operation, here 4,000 of a tool that
+	// needs no approval, prepared and never executed, and 40 approvals.
+	require.NoError(t, st.Exec(t.Context(), `UPDATE operation SET state = 'READY', approval_required = false
+		WHERE tenant = 'tenant1' AND tool = 'send_email' AND id < 'op_tenant100008000'`))
+	require.NoError(t, st.Exec(t.Context(), `UPDATE operation SET state = 'READY', approval_decision = 'APPROVE',
+		approval_expires_at = now() + interval '1 hour' WHERE tenant = 'tenant1' AND state = 'AWAITING_APPROVAL' AND id < 'op_tenant100002000'`))
+	require.NoError(t, st.Exec(t.Context(), "ANALYZE operation"))
+	plan, err := st.ExplainOperationList(context.Background(), store.ListQuery{Tenant: "tenant1", ApprovedUnsent: true, Limit: 51})
+	require.NoError(t, err)
+	t.Logf("approved, unsent:\n%s", plan)
+	require.Contains(t, plan, "using operation_approved_unsent on operation")
+	require.NotContains(t, plan, "Seq Scan on operation")
 }
 
 // time2 is the creation time of the cursor operation of the last case.

@@ -574,8 +574,9 @@ type ListQuery struct {
 	States []string
 	// Tool, when not empty, keeps only that tool's operations.
 	Tool string
-	// ApprovedUnsent keeps only operations that needed an approval and
-	// have sent nothing yet.
+	// ApprovedUnsent keeps only READY operations that needed an approval
+	// and have sent nothing yet (States is then ignored), through an index
+	// of their own.
 	ApprovedUnsent bool
 	// AfterTime and AfterID are the cursor: the last operation of the
 	// previous page. Zero starts from the newest operation.
@@ -593,9 +594,17 @@ func (c *Conn) OperationList(ctx context.Context, q ListQuery) ([]Operation, err
 	if q.AfterTime.IsZero() {
 		before = pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
 	}
-	rows, err := c.q.OperationList(ctx, c.dbtx, db.OperationListParams{
-		States: q.States, Tenant: q.Tenant, Tool: q.Tool, ApprovedUnsent: q.ApprovedUnsent, BeforeTime: before, BeforeID: q.AfterID, PageLimit: q.Limit,
-	})
+	var rows []db.Operation
+	var err error
+	if q.ApprovedUnsent {
+		rows, err = c.q.OperationListApprovedUnsent(ctx, c.dbtx, db.OperationListApprovedUnsentParams{
+			Tenant: q.Tenant, Tool: q.Tool, BeforeTime: before, BeforeID: q.AfterID, PageLimit: q.Limit,
+		})
+	} else {
+		rows, err = c.q.OperationList(ctx, c.dbtx, db.OperationListParams{
+			States: q.States, Tenant: q.Tenant, Tool: q.Tool, BeforeTime: before, BeforeID: q.AfterID, PageLimit: q.Limit,
+		})
+	}
 	if err != nil {
 		return nil, interpretError(err)
 	}

@@ -278,10 +278,10 @@ func buildExecutor(ed *executorDoc) (ExecutorConfig, error) {
 	if e.LookupURL == "" && (e.LookupStatusField != "" || len(e.LookupSucceeded)+len(e.LookupFailed)+len(e.LookupPending) > 0) {
 		return e, errors.New("executor.lookup_status_field, lookup_succeeded, lookup_failed, lookup_pending: set without lookup_url")
 	}
-	if ed.LookupSucceeded != nil && ed.LookupFailed != nil && ed.LookupPending != nil &&
+	if (ed.LookupSucceeded != nil || ed.LookupFailed != nil || ed.LookupPending != nil) &&
 		len(ed.LookupSucceeded)+len(ed.LookupFailed)+len(ed.LookupPending) == 0 {
 		// All three empty would read as "the defaults" further on.
-		return e, errors.New("executor.lookup_succeeded, lookup_failed, lookup_pending: all three are empty, so no lookup could settle anything; omit them for the defaults, or list the values")
+		return e, errors.New("executor.lookup_succeeded, lookup_failed, lookup_pending: declared, and empty: no lookup could settle anything; omit them for the defaults, or list the values")
 	}
 	if e.LookupConsistent && e.LookupURL == "" {
 		return e, errors.New("executor.lookup_consistent: set without lookup_url")

@@ -283,7 +283,7 @@ func TestLoad(t *testing.T) {
 // TestEmptyDeclarationsMeanWhatTheySay: "definitive_statuses: []" declares
 // that no status proves nothing happened (every refusal is then unknown),
 // where it read as "the defaults" and made 400, 403, 404 and 422 FAILED;
-// three empty lookup lists, which would read as the defaults too, are
+// empty lookup lists, which would read as the defaults too, are
 // refused.
 func TestEmptyDeclarationsMeanWhatTheySay(t *testing.T) {
 	t.Parallel()
@@ -314,5 +314,8 @@ func TestEmptyDeclarationsMeanWhatTheySay(t *testing.T) {
 
 	_, err = Parse(src("      lookup_url: http://127.0.0.1:9/charges?key={key}\n      lookup_succeeded: []\n      lookup_failed: []\n      lookup_pending: []\n"),
 		func(string) string { return "" })
-	require.ErrorContains(t, err, "all three are empty")
+	require.ErrorContains(t, err, "declared, and empty")
+	_, err = Parse(src("      lookup_url: http://127.0.0.1:9/charges?key={key}\n      lookup_succeeded: []\n      lookup_failed: []\n"),
+		func(string) string { return "" })
+	require.ErrorContains(t, err, "declared, and empty", "two empty lists and the third left out read as the defaults too")
 }

@@ -386,19 +386,29 @@ WHERE (tool, id) IN (
 -- operation_list index backwards from the cursor and stops after page_limit
 -- rows, so a page costs at most states × page_limit index entries however
 -- many operations the tenant has; the outer sort only merges those. The tool
--- filter, and approved_unsent (only operations that needed an approval and
--- have sent nothing yet), are checked on the rows the index yields.
+-- filter is checked on the rows the index yields.
 SELECT o.* FROM unnest(sqlc.arg(states)::text[]) AS s(state)
 CROSS JOIN LATERAL (
     SELECT l.* FROM operation l
     WHERE l.tenant = sqlc.arg(tenant) AND l.state = s.state
       AND (sqlc.arg(tool)::text = '' OR l.tool = sqlc.arg(tool)::text)
-      AND (NOT sqlc.arg(approved_unsent)::boolean OR (l.approval_required AND l.first_sent_fence IS NULL))
       AND (l.created_at, l.id) < (sqlc.arg(before_time)::timestamptz, sqlc.arg(before_id)::text)
     ORDER BY l.created_at DESC, l.id DESC
     LIMIT sqlc.arg(page_limit)
 ) o
 ORDER BY o.created_at DESC, o.id DESC
+LIMIT sqlc.arg(page_limit);
+
+-- name: OperationListApprovedUnsent :many
+-- A page of a tenant's READY operations that needed an approval and have
+-- sent nothing yet (approvals not executed yet, and lapsed ones), newest
+-- first, older than the cursor, read backwards through the
+-- operation_approved_unsent partial index, which holds only those rows.
+SELECT * FROM operation l
+WHERE l.tenant = sqlc.arg(tenant) AND l.state = 'READY' AND l.approval_required AND l.first_sent_fence IS NULL
+  AND (sqlc.arg(tool)::text = '' OR l.tool = sqlc.arg(tool)::text)
+  AND (l.created_at, l.id) < (sqlc.arg(before_time)::timestamptz, sqlc.arg(before_id)::text)
+ORDER BY l.created_at DESC, l.id DESC
 LIMIT sqlc.arg(page_limit);
 
 -- name: ClockNow :one

@@ -1011,23 +1011,21 @@ CROSS JOIN LATERAL (
     SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence, l.waited, l.prev_state FROM operation l
     WHERE l.tenant = $2 AND l.state = s.state
       AND ($3::text = '' OR l.tool = $3::text)
-      AND (NOT $4::boolean OR (l.approval_required AND l.first_sent_fence IS NULL))
-      AND (l.created_at, l.id) < ($5::timestamptz, $6::text)
+      AND (l.created_at, l.id) < ($4::timestamptz, $5::text)
     ORDER BY l.created_at DESC, l.id DESC
-    LIMIT $7
+    LIMIT $6
 ) o
 ORDER BY o.created_at DESC, o.id DESC
-LIMIT $7
+LIMIT $6
 `
 
 type OperationListParams struct {
-	States         []string
-	Tenant         string
-	Tool           string
-	ApprovedUnsent bool
-	BeforeTime     pgtype.Timestamptz
-	BeforeID       string
-	PageLimit      int32
+	States     []string
+	Tenant     string
+	Tool       string
+	BeforeTime pgtype.Timestamptz
+	BeforeID   string
+	PageLimit  int32
 }
 
 // A page of a tenant's operations in the given states, newest first, older
@@ -1035,14 +1033,94 @@ type OperationListParams struct {
 // operation_list index backwards from the cursor and stops after page_limit
 // rows, so a page costs at most states × page_limit index entries however
 // many operations the tenant has; the outer sort only merges those. The tool
-// filter, and approved_unsent (only operations that needed an approval and
-// have sent nothing yet), are checked on the rows the index yields.
+// filter is checked on the rows the index yields.
 func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListParams) ([]Operation, error) {
 	rows, err := db.Query(ctx, operationList,
 		arg.States,
 		arg.Tenant,
 		arg.Tool,
-		arg.ApprovedUnsent,
+		arg.BeforeTime,
+		arg.BeforeID,
+		arg.PageLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Operation{}
+	for rows.Next() {
+		var i Operation
+		if err := rows.Scan(
+			&i.ID,
+			&i.Tenant,
+			&i.Tool,
+			&i.ToolVersion,
+			&i.IdempotencyKey,
+			&i.Args,
+			&i.Fingerprint,
+			&i.State,
+			&i.PreparedBy,
+			&i.ApprovalRequired,
+			&i.ApprovalTtlMs,
+			&i.ApprovalDecision,
+			&i.ApprovalDecidedBy,
+			&i.ApprovalDecidedAt,
+			&i.ApprovalExpiresAt,
+			&i.ApprovalFingerprint,
+			&i.ApprovalReason,
+			&i.Attempts,
+			&i.Fence,
+			&i.LeaseOwner,
+			&i.LeaseExpiresAt,
+			&i.FirstClaimedAt,
+			&i.DownstreamKey,
+			&i.ExternalRef,
+			&i.Result,
+			&i.Error,
+			&i.Events,
+			&i.ReconcileAttempts,
+			&i.NextReconcileAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FirstSentFence,
+			&i.Waited,
+			&i.PrevState,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const operationListApprovedUnsent = `-- name: OperationListApprovedUnsent :many
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM operation l
+WHERE l.tenant = $1 AND l.state = 'READY' AND l.approval_required AND l.first_sent_fence IS NULL
+  AND ($2::text = '' OR l.tool = $2::text)
+  AND (l.created_at, l.id) < ($3::timestamptz, $4::text)
+ORDER BY l.created_at DESC, l.id DESC
+LIMIT $5
+`
+
+type OperationListApprovedUnsentParams struct {
+	Tenant     string
+	Tool       string
+	BeforeTime pgtype.Timestamptz
+	BeforeID   string
+	PageLimit  int32
+}
+
+// A page of a tenant's READY operations that needed an approval and have
+// sent nothing yet (approvals not executed yet, and lapsed ones), newest
+// first, older than the cursor, read backwards through the
+// operation_approved_unsent partial index, which holds only those rows.
+func (q *Queries) OperationListApprovedUnsent(ctx context.Context, db DBTX, arg OperationListApprovedUnsentParams) ([]Operation, error) {
+	rows, err := db.Query(ctx, operationListApprovedUnsent,
+		arg.Tenant,
+		arg.Tool,
 		arg.BeforeTime,
 		arg.BeforeID,
 		arg.PageLimit,
