@@ -6,9 +6,12 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opledger/opledger/clients/go/fingerprint"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -291,4 +294,38 @@ func TestFingerprint(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r3.GetReplayed())
 	require.Equal(t, want, r3.GetOperation().GetFingerprint())
+}
+
+// TestRefusedPrepareNamesTheKeysOperation: a Prepare refused before it
+// records anything (an unknown tool version, args the schema refuses) under
+// a key that already names an operation says which: the refusal is about
+// this request, while the key's earlier call (under a tools file that has
+// changed since, say) may have taken effect, and a client must not read
+// the refusal as "nothing happened".
+func TestRefusedPrepareNamesTheKeysOperation(t *testing.T) {
+	t.Parallel()
+	env := harness.New(t, harness.Options{})
+	srv := env.StartServer(harness.ServerOptions{NoReconciler: true})
+	agent := env.Key("acme", "agent")
+	sent, err := srv.Client.Prepare(harness.Ctx(agent, "named-1"), &opledgerv1.PrepareRequest{Tool: "send_email", Args: emailArgs(t, "x"), Execute: true})
+	require.NoError(t, err)
+	id := sent.GetOperation().GetId()
+	operationOf := func(st *status.Status) string {
+		for _, d := range st.Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok {
+				return info.GetMetadata()["operation_id"]
+			}
+		}
+		return ""
+	}
+
+	_, err = srv.Client.Prepare(harness.Ctx(agent, "named-1"), &opledgerv1.PrepareRequest{Tool: "send_email", ToolVersion: "9", Args: emailArgs(t, "x")})
+	require.Equal(t, id, operationOf(requireReason(t, err, codes.InvalidArgument, "TOOL_VERSION_UNKNOWN")))
+	bad, err := structpb.NewStruct(map[string]any{"to": 7})
+	require.NoError(t, err)
+	_, err = srv.Client.Prepare(harness.Ctx(agent, "named-1"), &opledgerv1.PrepareRequest{Tool: "send_email", Args: bad})
+	require.Equal(t, id, operationOf(requireReason(t, err, codes.InvalidArgument, "ARGS_INVALID")))
+
+	_, err = srv.Client.Prepare(harness.Ctx(agent, "named-2"), &opledgerv1.PrepareRequest{Tool: "send_email", ToolVersion: "9", Args: emailArgs(t, "x")})
+	require.Empty(t, operationOf(requireReason(t, err, codes.InvalidArgument, "TOOL_VERSION_UNKNOWN")), "a key that names nothing")
 }

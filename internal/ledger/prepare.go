@@ -94,6 +94,33 @@ func (l *Ledger) PrepareAndExecute(ctx context.Context, a Actor, in PrepareInput
 	return op, replayed, executionReplayed, nil
 }
 
+// namingKeyed names, in a refusal of a Prepare that recorded nothing (an
+// unknown tool or version, args the schema refuses), the operation the
+// idempotency key already names, if any: the refusal is about this
+// request, and the key's earlier call (say, under a tools file that has
+// changed since) may have taken effect, which a caller must not read as
+// "nothing happened".
+func (l *Ledger) namingKeyed(ctx context.Context, a Actor, in PrepareInput, err error) error {
+	var le *Error
+	if !errors.As(err, &le) || le.Metadata["operation_id"] != "" {
+		return err
+	}
+	switch le.Reason {
+	case opledgerv1.ErrorReason_ERROR_REASON_TOOL_UNKNOWN, opledgerv1.ErrorReason_ERROR_REASON_TOOL_VERSION_UNKNOWN,
+		opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, opledgerv1.ErrorReason_ERROR_REASON_ARGS_TOO_LARGE:
+	default:
+		return err
+	}
+	if !tool.ValidName(in.Tool) || in.IdempotencyKey == "" {
+		return err
+	}
+	op, gerr := l.store.OperationGetByKey(ctx, a.Tenant, in.Tool, in.IdempotencyKey)
+	if gerr != nil {
+		return err
+	}
+	return naming(err, op.ID)
+}
+
 // naming adds the operation's id to a refusal that does not carry it, so
 // that a caller of the one-call path can find the operation it prepared.
 func naming(err error, id string) error {
@@ -109,7 +136,12 @@ func naming(err error, id string) error {
 	return &cp
 }
 
-func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt bool) (Operation, bool, time.Time, error) {
+func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt bool) (op Operation, replayed bool, claimStart time.Time, err error) {
+	defer func() {
+		if err != nil && op.ID == "" {
+			err = l.namingKeyed(ctx, a, in, err)
+		}
+	}()
 	var none time.Time
 	t, err := l.ResolveTool(in.Tool, in.ToolVersion)
 	if err != nil {
