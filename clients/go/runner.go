@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/opledger/opledger/clients/go/fingerprint"
@@ -21,7 +22,19 @@ const (
 	// MessageOutcomeUnknown tells the model that the effect may have
 	// happened, so it must not try again under another identity.
 	MessageOutcomeUnknown = "The outcome is not known yet: the request may have reached the service. Do not retry it in another way; call the tool again later with the same arguments to learn the outcome."
+	// MessageKeyNamesEarlierCall (with the earlier call's state, as
+	// StateWords gives it, for %s) tells the model that this call was
+	// refused but its key already names an earlier one, which may have
+	// taken effect: a *Failed with that Operation (IDEMPOTENCY_KEY_REUSED,
+	// or a tool, version or args refused under a key already used).
+	MessageKeyNamesEarlierCall = "This call was not made: its idempotency key already names an earlier call, which is %s. If that was this same action, it is done or under way: do not make it again under a new key."
 )
+
+// StateWords is how the model's texts name a state: "outcome unknown" for
+// STATE_OUTCOME_UNKNOWN.
+func StateWords(s opledgerv1.State) string {
+	return strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(s.String(), "STATE_"), "_", " "))
+}
 
 // RunnerOptions configures a ToolRunner. The zero value returns
 // AwaitingApproval at once for a call that needs approval.
@@ -147,8 +160,11 @@ type Succeeded struct {
 // it (DOWNSTREAM_REJECTED), a person denied it (OPERATION_REJECTED), it was
 // cancelled, or the ledger refused the request itself (ARGS_INVALID,
 // TOOL_UNKNOWN, IDEMPOTENCY_KEY_REUSED …). Nothing was done, so the agent
-// may correct the call and make it under a new key. An approval that
-// expired is not a Failed: see AwaitingApproval.
+// may correct the call and make it under a new key, except when a refusal
+// of the request carries an Operation: then its key already names an
+// earlier call, which may have taken effect (MessageKeyNamesEarlierCall),
+// and a new key could make it twice. An approval that expired is not a
+// Failed: see AwaitingApproval.
 type Failed struct {
 	// Operation is nil when the ledger refused the request before recording
 	// an operation.
@@ -311,23 +327,42 @@ func (r *ToolRunner) reawaiting(ctx context.Context, err error, op *opledgerv1.O
 }
 
 // refused answers an error of Prepare or Execute: a refusal of the call
-// itself becomes a *Failed (with the operation a refused execution names),
-// anything else is returned as the error it is.
+// itself becomes a *Failed (with the operation the refusal names), anything
+// else is returned as the error it is. A refusal of the request under a key
+// that already names an earlier call (IDEMPOTENCY_KEY_REUSED, or a tool,
+// version or args refused) carries that call, and says so
+// (MessageKeyNamesEarlierCall): it may have taken effect, so "nothing
+// happened, use a new key" would make it twice.
 func (r *ToolRunner) refused(ctx context.Context, err error, op *opledgerv1.Operation) (Outcome, error) {
 	f := refusal(err, op)
 	if f == nil {
 		return nil, err
 	}
-	if f.Operation == nil && f.Reason != ReasonIdempotencyKeyReused {
-		// A refusal of the one-call path's execution names its operation.
-		var e *Error
-		if errors.As(err, &e) && e.Metadata["operation_id"] != "" {
-			if got, gerr := r.c.Get(ctx, e.Metadata["operation_id"]); gerr == nil {
-				f.Operation = got.GetOperation()
+	var e *Error
+	if f.Operation == nil && errors.As(err, &e) && e.Metadata["operation_id"] != "" {
+		got, gerr := r.c.Get(ctx, e.Metadata["operation_id"])
+		switch {
+		case gerr == nil:
+			f.Operation = got.GetOperation()
+			if keyedRefusal(f.Reason) {
+				f.Message = fmt.Sprintf(MessageKeyNamesEarlierCall, StateWords(f.Operation.GetState()))
 			}
+		case keyedRefusal(f.Reason):
+			// The earlier call cannot be read now: not a final answer.
+			return nil, err
 		}
 	}
 	return f, nil
+}
+
+// keyedRefusal: a refusal of the request itself, before anything was
+// recorded, which names the key's earlier call when there is one.
+func keyedRefusal(r Reason) bool {
+	switch r {
+	case ReasonIdempotencyKeyReused, ReasonToolUnknown, ReasonToolVersionUnknown, ReasonArgsInvalid, ReasonArgsTooLarge:
+		return true
+	}
+	return false
 }
 
 // final maps an Execute answer to an Outcome.

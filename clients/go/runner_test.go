@@ -3,8 +3,10 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,8 +40,17 @@ func TestToolOutcomeVectors(t *testing.T) {
 			Result      map[string]any `json:"result"`
 			ForModel    string         `json:"for_model"`
 		} `json:"vectors"`
+		KeyNamesEarlierCall []struct {
+			State   string `json:"state"`
+			Message string `json:"message"`
+		} `json:"key_names_earlier_call"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &file))
+	require.NotEmpty(t, file.KeyNamesEarlierCall)
+	for _, v := range file.KeyNamesEarlierCall {
+		state := opledgerv1.State(opledgerv1.State_value[v.State])
+		require.Equal(t, v.Message, fmt.Sprintf(client.MessageKeyNamesEarlierCall, client.StateWords(state)), v.State)
+	}
 	require.GreaterOrEqual(t, len(file.Vectors), 6)
 	for _, v := range file.Vectors {
 		var op *opledgerv1.Operation
@@ -287,4 +298,35 @@ func TestToolRunnerEmptyArgumentTextIsNoArguments(t *testing.T) {
 	_, err := client.NewToolRunner(startStub(t, &stubLedger{}), client.RunnerOptions{}).Run(context.Background(), "list_invoices", json.RawMessage("[]"), "k")
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "args must be a JSON object")
+}
+
+// TestToolRunnerRefusalUnderAUsedKeyNamesTheEarlierCall: a call refused
+// because its key already names an earlier call (the model reworded the
+// arguments of a round that is being retried; a tools file whose version
+// moved on) is not "nothing happened, use a new key": the earlier call may
+// have taken effect. The runner answers a *Failed that carries the earlier
+// operation and says so; a new key would make it twice.
+func TestToolRunnerRefusalUnderAUsedKeyNamesTheEarlierCall(t *testing.T) {
+	t.Parallel()
+	refusal := func(reason client.Reason, code codes.Code) error {
+		info := &errdetails.ErrorInfo{Domain: client.Domain, Reason: string(reason), Metadata: map[string]string{"operation_id": "op_1"}}
+		st, err := status.New(code, "this idempotency key was already used for a different request; use a new key for a new operation").WithDetails(info)
+		require.NoError(t, err)
+		return st.Err()
+	}
+	for _, c := range []struct {
+		reason client.Reason
+		code   codes.Code
+	}{{client.ReasonIdempotencyKeyReused, codes.AlreadyExists}, {client.ReasonToolVersionUnknown, codes.InvalidArgument}, {client.ReasonArgsInvalid, codes.InvalidArgument}} {
+		s := &stubLedger{prepareErr: refusal(c.reason, c.code), getState: opledgerv1.State_STATE_OUTCOME_UNKNOWN}
+		out, err := client.NewToolRunner(startStub(t, s), client.RunnerOptions{}).Run(context.Background(), "send_email", nil, "k")
+		require.NoError(t, err, string(c.reason))
+		f, ok := out.(*client.Failed)
+		require.True(t, ok, "%s: got %T", c.reason, out)
+		require.Equal(t, c.reason, f.Reason)
+		require.Equal(t, "op_1", f.OperationID(), "the earlier call is named")
+		require.Equal(t, fmt.Sprintf(client.MessageKeyNamesEarlierCall, "outcome unknown"), f.Message)
+		require.False(t, strings.Contains(f.ForModel(), "use a new key"), f.ForModel())
+		require.Contains(t, f.ForModel(), `"operation_id":"op_1"`)
+	}
 }

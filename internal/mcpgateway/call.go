@@ -133,9 +133,33 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 				log.Info("prepare cut short", "code", status.Code(err).String(), "status", a.Status)
 				return res, nil
 			}
-			if id == "" || client.ReasonOf(err) == client.ReasonIdempotencyKeyReused {
+			if id == "" {
 				log.Info("prepare refused", "reason", client.ReasonOf(err), "code", status.Code(err).String())
 				return errorResult(err, nil), nil
+			}
+			if keyedRefusal(client.ReasonOf(err)) {
+				// Refused as a request, under a key that already names an
+				// earlier call (the host's key reused with other arguments,
+				// a tool version that moved on): that call may have taken
+				// effect, and the model must hear so, not "nothing happened".
+				got, gerr := g.ledger.Get(ctx, id)
+				if gerr != nil {
+					return keyedErrorResult(err, &opledgerv1.Operation{Id: id}), nil
+				}
+				op := got.GetOperation()
+				log.Info("prepare refused under a used key", "reason", client.ReasonOf(err), "operation_id", id, "state", op.GetState().String())
+				switch op.GetState() {
+				case opledgerv1.State_STATE_SUCCEEDED, opledgerv1.State_STATE_FAILED, opledgerv1.State_STATE_REJECTED, opledgerv1.State_STATE_CANCELLED:
+					// Settled: a refusal that names it, and says it may
+					// have taken effect.
+					return keyedErrorResult(err, op), nil
+				}
+				// Unsettled (awaiting approval, ready, running, unknown): its
+				// state is the answer, so that the model does not retry.
+				res, _ := render(op, true, fmt.Sprintf("(This answer is the earlier call's, operation %s: this call, with these arguments, was not made, "+
+					"because its idempotency key already names that call (%s). If that was this same action, it is done or under way: "+
+					"do not make it again with other arguments.)", id, client.ReasonOf(err)))
+				return res, nil
 			}
 			// The operation was prepared and its execution refused: answer
 			// as a refused Execute of it would be answered.
@@ -253,6 +277,14 @@ func (g *Gateway) executeError(op *opledgerv1.Operation, err error) (*mcp.CallTo
 		return render(withState(op, opledgerv1.State_STATE_CANCELLED), true, "")
 	case client.ReasonDownstreamUnavailable:
 		return errorResult(err, op), Answer{}
+	}
+	switch op.GetState() {
+	case opledgerv1.State_STATE_EXECUTING, opledgerv1.State_STATE_OUTCOME_UNKNOWN:
+		// It may have reached the downstream: whatever this refusal (a
+		// replica without the tool version, say) is about, that is what the
+		// model must know, not "nothing changed".
+		g.log.Info("execute refused", "operation_id", op.GetId(), "reason", client.ReasonOf(err), "state", op.GetState().String())
+		return render(op, false, fmt.Sprintf("(The ledger refused this check: %s.)", answerError(err).short()))
 	}
 	g.log.Info("execute cut short", "operation_id", op.GetId(), "reason", client.ReasonOf(err), "code", status.Code(err).String())
 	switch status.Code(err) {
@@ -395,11 +427,42 @@ func errorResult(err error, op *opledgerv1.Operation) *mcp.CallToolResult {
 	return result(text+" "+a.Next, a, true)
 }
 
+// keyedErrorResult is a Prepare refused as a request under a key that
+// names an earlier call, op, as an MCP tool error that says so.
+func keyedErrorResult(err error, op *opledgerv1.Operation) *mcp.CallToolResult {
+	a := baseAnswer(op, false)
+	a.Status, a.Error, a.Next = StatusError, answerError(err), keyNamesEarlierCall(op)
+	return result(fmt.Sprintf("Error: opledger refused the call: %s. %s", a.Error.short(), a.Next), a, true)
+}
+
 // refusal is the gateway's own refusal of a malformed call (nothing was
 // sent to the ledger).
 func refusal(code codes.Code, reason, msg, next string) *mcp.CallToolResult {
 	a := Answer{Status: StatusError, Error: &AnswerError{Code: codeName(code), Reason: reason, Message: msg}, Next: next}
 	return result(fmt.Sprintf("Error: %s. Nothing was recorded. %s", a.Error.short(), next), a, true)
+}
+
+// keyedRefusal: a refusal of a Prepare as a request, before anything was
+// recorded, which names the key's earlier call when there is one.
+func keyedRefusal(r client.Reason) bool {
+	switch r {
+	case client.ReasonIdempotencyKeyReused, client.ReasonToolUnknown, client.ReasonToolVersionUnknown,
+		client.ReasonArgsInvalid, client.ReasonArgsTooLarge:
+		return true
+	}
+	return false
+}
+
+// keyNamesEarlierCall is the hint of a Prepare refused as a request under a
+// key that names an earlier call, op.
+func keyNamesEarlierCall(op *opledgerv1.Operation) string {
+	state := "in a state not known here"
+	if s := op.GetState(); s != opledgerv1.State_STATE_UNSPECIFIED {
+		state = client.StateWords(s)
+	}
+	return fmt.Sprintf("This call was not made, but its idempotency key already names an earlier call, operation %s, which is %s and may have taken effect. "+
+		"If that was this same action, do not make it again, with these or other arguments; call check_operation with operation_id %s. "+
+		"The host must use a new key only for a different call.", op.GetId(), state, op.GetId())
 }
 
 // hint says what a refusal means for the model.
@@ -416,7 +479,10 @@ func hint(r client.Reason, op *opledgerv1.Operation) string {
 	case client.ReasonToolVersionUnknown:
 		return nothing + " The ledger no longer serves the tool version this gateway listed; tell the user the gateway must be restarted to offer the current tools."
 	case client.ReasonIdempotencyKeyReused:
-		return "Nothing changed: this idempotency key was already used for a call with other arguments. The host must use a new key for a different call."
+		if op != nil {
+			return keyNamesEarlierCall(op)
+		}
+		return "This call was not made: its idempotency key was already used for a call with other arguments. If that was this same action, do not make it again; the host must use a new key only for a different call."
 	case client.ReasonIdempotencyKeyInvalid, client.ReasonIdempotencyKeyMissing:
 		return "Nothing was recorded. The host's idempotency key must be 1 to 255 printable ASCII characters."
 	case client.ReasonAPIKeyMissing, client.ReasonAPIKeyInvalid, client.ReasonRoleRequired:

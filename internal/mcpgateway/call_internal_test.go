@@ -1,9 +1,13 @@
 package mcpgateway
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	client "github.com/opledger/opledger/clients/go"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -52,4 +56,29 @@ func TestHintSaysWhatHappened(t *testing.T) {
 	}
 	require.NotContains(t, hint(client.ReasonToolVersionUnknown, nil), "Fix the arguments")
 	require.Contains(t, hint(client.ReasonToolVersionUnknown, nil), "restarted")
+}
+
+// TestExecuteRefusalOfARunningOperation: a refusal of check_operation's
+// Execute (a replica without the tool version, say) of an operation that
+// may have reached the downstream (EXECUTING, OUTCOME_UNKNOWN) is answered
+// with its state, never as an "error", which the model reads as "nothing
+// was sent" and retries with other arguments.
+func TestExecuteRefusalOfARunningOperation(t *testing.T) {
+	t.Parallel()
+	g := &Gateway{log: slog.New(slog.DiscardHandler)}
+	st, err := status.New(codes.InvalidArgument, "tool send_email has no version 1").WithDetails(
+		&errdetails.ErrorInfo{Domain: client.Domain, Reason: string(client.ReasonToolVersionUnknown)})
+	require.NoError(t, err)
+	for state, want := range map[opledgerv1.State]string{
+		opledgerv1.State_STATE_EXECUTING:       StatusExecuting,
+		opledgerv1.State_STATE_OUTCOME_UNKNOWN: StatusOutcomeUnknown,
+	} {
+		res, _ := g.executeError(&opledgerv1.Operation{Id: "op_1", Tool: "send_email", State: state}, st.Err())
+		require.False(t, res.IsError, state.String())
+		a, ok := res.StructuredContent.(Answer)
+		require.True(t, ok, "%T", res.StructuredContent)
+		require.Equal(t, want, a.Status, state.String())
+	}
+	res, _ := g.executeError(&opledgerv1.Operation{Id: "op_1", Tool: "send_email", State: opledgerv1.State_STATE_READY}, st.Err())
+	require.True(t, res.IsError, "READY: nothing was sent, an error it is")
 }

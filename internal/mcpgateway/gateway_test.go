@@ -132,12 +132,15 @@ func TestCallExecutesOnceAndRetryIsOneEffect(t *testing.T) {
 	require.True(t, k2.Replayed)
 	require.Len(t, w.env.Fakepay.Emails(), 4)
 
-	// The same host key with other arguments is refused and changes nothing.
+	// The same host key with other arguments is refused and changes
+	// nothing; the answer names the key's earlier call, which took effect.
 	res, reused := call(t, cs2, "send_email", args, meta)
 	require.True(t, res.IsError)
 	require.Equal(t, mcpgateway.StatusError, reused.Status)
 	require.Equal(t, string(client.ReasonIdempotencyKeyReused), reused.Error.Reason)
 	require.Equal(t, "ALREADY_EXISTS", reused.Error.Code)
+	require.Equal(t, k1.OperationID, reused.OperationID)
+	require.Contains(t, reused.Next, "which is succeeded and may have taken effect")
 	require.Len(t, w.env.Fakepay.Emails(), 4)
 }
 

@@ -19,7 +19,8 @@ from opledger.v1 import ledger_pb2, ledger_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[3]
 with open(REPO / "clients" / "testdata" / "tool_outcomes.json", encoding="utf-8") as _f:
-    OUTCOME_VECTORS = json.load(_f)["vectors"]
+    _TESTDATA = json.load(_f)
+OUTCOME_VECTORS = _TESTDATA["vectors"]
 
 
 def outcome_of(vec):
@@ -187,6 +188,43 @@ def test_expired_approval_is_awaiting_approval(stub, stub_addr):
         out = asyncio.run(run())
         assert isinstance(out, opledger.AwaitingApproval), out
         assert out.operation_id == "op_1"
+
+
+def test_key_names_earlier_call_vectors():
+    for vec in _TESTDATA["key_names_earlier_call"]:
+        state = ledger_pb2.State.Value(vec["state"])
+        assert opledger.MESSAGE_KEY_NAMES_EARLIER_CALL.format(state=opledger.state_words(state)) == vec["message"]
+
+
+def refused_under_used_key(reason, code):
+    st = status_pb2.Status(code=code.value[0], message="this idempotency key was already used; use a new key for a new operation")
+    info = error_details_pb2.ErrorInfo(reason=reason, domain="opledger.v1")
+    info.metadata["operation_id"] = "op_1"
+    st.details.add().Pack(info)
+    return _Status(code, st.message, (("grpc-status-details-bin", st.SerializeToString()),))
+
+
+def test_refusal_under_a_used_key_names_the_earlier_call(stub, stub_addr):
+    # A call refused because its key already names an earlier call (a reworded retry of a round, a
+    # tools file whose version moved on) is not "nothing happened, use a new key": the earlier call
+    # may have taken effect. The runner answers Failed with that operation, and says so.
+    want = opledger.MESSAGE_KEY_NAMES_EARLIER_CALL.format(state="outcome unknown")
+    for reason, code in (("IDEMPOTENCY_KEY_REUSED", grpc.StatusCode.ALREADY_EXISTS),
+                         ("TOOL_VERSION_UNKNOWN", grpc.StatusCode.INVALID_ARGUMENT),
+                         ("ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT)):
+        s = StubLedger(0, prepare_error=refused_under_used_key(reason, code), get_state=ledger_pb2.STATE_OUTCOME_UNKNOWN)
+        out = opledger.ToolRunner(stub(s)).run("send_email", {}, "k")
+        assert isinstance(out, opledger.Failed), out
+        assert (out.reason, out.operation_id, out.message) == (reason, "op_1", want)
+        assert "use a new key" not in out.for_model()
+
+        async def run(s=s):
+            async with opledger.AsyncClient(stub_addr(s), "test-key", plaintext=True) as c:
+                return await opledger.AsyncToolRunner(c).run("send_email", {}, "k")
+
+        out = asyncio.run(run())
+        assert isinstance(out, opledger.Failed), out
+        assert (out.operation_id, out.message) == ("op_1", want)
 
 
 def test_awaiting_approval_without_wait_calls_nothing_else(stub):

@@ -45,6 +45,8 @@ export {
   AwaitingApproval,
   MESSAGE_AWAITING_APPROVAL,
   MESSAGE_OUTCOME_UNKNOWN,
+  MESSAGE_KEY_NAMES_EARLIER_CALL,
+  stateWords,
   operationErrorReason,
 } from "./runner";
 export type { ToolOutcome, ToolRunnerOptions, ModelTool } from "./runner";

@@ -7,7 +7,9 @@
 //  - Succeeded: the effect happened once; `result` is the downstream's answer.
 //  - Failed: nothing happened (the downstream refused it, a person denied it, it was cancelled,
 //    or the ledger refused the request: ARGS_INVALID, TOOL_UNKNOWN …). The agent may correct the
-//    call and make it under a new key.
+//    call and make it under a new key, except when a refusal of the request carries an operation:
+//    its key already names an earlier call, which may have taken effect
+//    (MESSAGE_KEY_NAMES_EARLIER_CALL).
 //  - OutcomeUnknown: the effect may or may not have happened. Never make it again under a new
 //    key; a later run with the same key returns the outcome once it is known.
 //  - AwaitingApproval: a person has to decide first (also when an approval given earlier expired
@@ -34,6 +36,28 @@ export const MESSAGE_AWAITING_APPROVAL =
 /** MESSAGE_OUTCOME_UNKNOWN is what forModel tells the model about a call whose effect is unknown. */
 export const MESSAGE_OUTCOME_UNKNOWN =
   "The outcome is not known yet: the request may have reached the service. Do not retry it in another way; call the tool again later with the same arguments to learn the outcome.";
+
+/** MESSAGE_KEY_NAMES_EARLIER_CALL (with the earlier call's state, as stateWords gives it, for
+ * "{state}") is what forModel tells the model about a call refused under a key that already names
+ * an earlier call (IDEMPOTENCY_KEY_REUSED, or a tool, version or args refused), which may have
+ * taken effect. */
+export const MESSAGE_KEY_NAMES_EARLIER_CALL =
+  "This call was not made: its idempotency key already names an earlier call, which is {state}. If that was this same action, it is done or under way: do not make it again under a new key.";
+
+/** stateWords is how the model's texts name a state: "outcome unknown" for OUTCOME_UNKNOWN. */
+export function stateWords(state: State): string {
+  return (State[state] ?? String(state)).replace(/^STATE_/, "").replace(/_/g, " ").toLowerCase();
+}
+
+/** The refusals of the request itself, before anything was recorded: under a key that already
+ * names an earlier call, the refusal carries it. */
+const KEYED: ReadonlySet<Reason> = new Set<Reason>([
+  "IDEMPOTENCY_KEY_REUSED",
+  "TOOL_UNKNOWN",
+  "TOOL_VERSION_UNKNOWN",
+  "ARGS_INVALID",
+  "ARGS_TOO_LARGE",
+]);
 
 /** Succeeded is a call whose effect happened once. */
 export class Succeeded {
@@ -235,16 +259,23 @@ export class ToolRunner {
     return (await this.client.get(id)).operation!;
   }
 
-  /** refused turns a refusal of the call itself into a Failed (with the operation a refused
-   * one-call execution names) and rethrows anything else. */
+  /** refused turns a refusal of the call itself into a Failed (with the operation the refusal
+   * names: the one-call execution's own, or the earlier call a used key names, which may have
+   * taken effect and is said so) and rethrows anything else. */
   private async refused(err: unknown, op: Operation | undefined): Promise<Failed> {
     const failed = refusal(err, op);
     const id = (err as OpledgerError).metadata?.["operation_id"];
-    if (!failed.operation && failed.reason !== "IDEMPOTENCY_KEY_REUSED" && id) {
+    if (!failed.operation && id) {
+      const keyed = KEYED.has(failed.reason as Reason);
+      let named: Operation | undefined;
       try {
-        return new Failed(failed.reason, failed.message, (await this.client.get(id)).operation);
-      } catch {
-        // The answer stands without the operation.
+        named = (await this.client.get(id)).operation;
+      } catch (getErr) {
+        if (keyed) throw err; // the earlier call cannot be read now: not a final answer
+      }
+      if (named) {
+        const message = keyed ? MESSAGE_KEY_NAMES_EARLIER_CALL.replace("{state}", stateWords(named.state)) : failed.message;
+        return new Failed(failed.reason, message, named);
       }
     }
     return failed;

@@ -15,6 +15,7 @@ import {
   Code,
   Failed,
   MESSAGE_AWAITING_APPROVAL,
+  MESSAGE_KEY_NAMES_EARLIER_CALL,
   OpledgerClient,
   OpledgerError,
   OperationSchema,
@@ -24,6 +25,7 @@ import {
   ToolRunner,
   deriveKey,
   operationFingerprint,
+  stateWords,
   type Operation,
   type ToolOutcome,
 } from "../src/index";
@@ -39,7 +41,19 @@ interface OutcomeVector {
   for_model: string;
 }
 
-const vectors = (JSON.parse(readFileSync(resolve(REPO, "clients", "testdata", "tool_outcomes.json"), "utf8")) as { vectors: OutcomeVector[] }).vectors;
+const testdata = JSON.parse(readFileSync(resolve(REPO, "clients", "testdata", "tool_outcomes.json"), "utf8")) as {
+  vectors: OutcomeVector[];
+  key_names_earlier_call: { state: string; message: string }[];
+};
+const vectors = testdata.vectors;
+
+test("the message for a refusal under a used key is every client's", () => {
+  assert.ok(testdata.key_names_earlier_call.length > 0);
+  for (const v of testdata.key_names_earlier_call) {
+    const state = State[v.state.replace(/^STATE_/, "") as keyof typeof State] as State;
+    assert.equal(MESSAGE_KEY_NAMES_EARLIER_CALL.replace("{state}", stateWords(state)), v.message, v.state);
+  }
+});
 
 function op(id: string, state: State = State.UNSPECIFIED, extra: MessageInitShape<typeof OperationSchema> = {}): Operation {
   return create(OperationSchema, { id, state, ...extra });
@@ -147,6 +161,26 @@ test("an expired approval is awaiting approval, never a failure", async () => {
     assert.equal(out.kind, "awaiting_approval");
     assert.equal(out.operationId, "op_1");
     assert.equal(out.operation?.state, State.AWAITING_APPROVAL);
+  }
+});
+
+test("a refusal under a used key names the earlier call, which may have taken effect", async () => {
+  // A call refused because its key already names an earlier call (a reworded retry of a round, a
+  // tools file whose version moved on) is not "nothing happened, use a new key".
+  const want = MESSAGE_KEY_NAMES_EARLIER_CALL.replace("{state}", "outcome unknown");
+  for (const [reason, code] of [
+    ["IDEMPOTENCY_KEY_REUSED", Code.AlreadyExists],
+    ["TOOL_VERSION_UNKNOWN", Code.InvalidArgument],
+    ["ARGS_INVALID", Code.InvalidArgument],
+  ] as const) {
+    const refused = new OpledgerError(code, "this idempotency key was already used; use a new key for a new operation", reason, undefined, {
+      operation_id: "op_1",
+    });
+    const fake = fakeClient(State.READY, undefined, { prepare: refused, getState: State.OUTCOME_UNKNOWN });
+    const out = await new ToolRunner(fake.client).run("send_email", {}, "k");
+    assert.ok(out instanceof Failed, reason);
+    assert.deepEqual([out.reason, out.operationId, out.message], [reason, "op_1", want]);
+    assert.ok(!out.forModel().includes("use a new key"));
   }
 });
 

@@ -24,6 +24,7 @@ from .keys import KEY_PREFIX, derive_key, key_preimage
 from .retry import NO_RETRY, RetryPolicy, call_with_retry, call_with_retry_async, is_retryable
 from .runner import (
     MESSAGE_AWAITING_APPROVAL,
+    MESSAGE_KEY_NAMES_EARLIER_CALL,
     MESSAGE_OUTCOME_UNKNOWN,
     AsyncToolRunner,
     AwaitingApproval,
@@ -34,6 +35,7 @@ from .runner import (
     ToolArgs,
     ToolOutcome,
     ToolRunner,
+    state_words,
 )
 
 # Spelled out (not computed) so that type checkers see every name; the errors' names come from
@@ -49,6 +51,7 @@ __all__ = [
     "Failed",
     "KEY_PREFIX",
     "MESSAGE_AWAITING_APPROVAL",
+    "MESSAGE_KEY_NAMES_EARLIER_CALL",
     "MESSAGE_OUTCOME_UNKNOWN",
     "ModelTool",
     "NO_RETRY",
@@ -69,5 +72,6 @@ __all__ = [
     "operation_fingerprint",
     "preimage",
     "struct_to_dict",
+    "state_words",
 ]
 __all__ += errors.__all__

@@ -9,7 +9,8 @@ final answer:
 - Succeeded: the effect happened once; ``result`` is the downstream's answer.
 - Failed: nothing happened (the downstream refused it, a person denied it, it was cancelled, or the
   ledger refused the request: ARGS_INVALID, TOOL_UNKNOWN …). The agent may correct the call and make
-  it under a new key.
+  it under a new key, except when a refusal of the request carries an ``operation``: its key already
+  names an earlier call, which may have taken effect (MESSAGE_KEY_NAMES_EARLIER_CALL).
 - OutcomeUnknown: the effect may or may not have happened. Never make it again under a new key;
   a later run with the same key returns the outcome once it is known.
 - AwaitingApproval: a person has to decide first (also when an approval given earlier expired before
@@ -65,6 +66,24 @@ MESSAGE_OUTCOME_UNKNOWN = (
     "The outcome is not known yet: the request may have reached the service. "
     "Do not retry it in another way; call the tool again later with the same arguments to learn the outcome."
 )
+
+#: MESSAGE_KEY_NAMES_EARLIER_CALL (with the earlier call's state, as state_words gives it) is what
+#: for_model tells the model about a call refused under a key that already names an earlier call
+#: (IDEMPOTENCY_KEY_REUSED, or a tool, version or args refused), which may have taken effect.
+MESSAGE_KEY_NAMES_EARLIER_CALL = (
+    "This call was not made: its idempotency key already names an earlier call, which is {state}. "
+    "If that was this same action, it is done or under way: do not make it again under a new key."
+)
+
+
+def state_words(state: int) -> str:
+    """state_words is how the model's texts name a state: "outcome unknown" for STATE_OUTCOME_UNKNOWN."""
+    return ledger_pb2.State.Name(state).removeprefix("STATE_").replace("_", " ").lower()
+
+
+# The refusals of the request itself, before anything was recorded: under a key that already
+# names an earlier call, the refusal carries it.
+_KEYED = (IdempotencyKeyReused, ToolUnknown, ToolVersionUnknown, ArgsInvalid, ArgsTooLarge)
 
 # The refusals that are answers about the call itself: nothing was done.
 _REFUSALS = (
@@ -227,9 +246,17 @@ def final(op: ledger_pb2.Operation) -> ToolOutcome:
 
 
 def _names_operation(err: OpledgerError) -> bool:
-    """_names_operation: a refusal of the one-call path's execution names its operation (a reused
-    key names another call's, which is not this call's)."""
-    return not isinstance(err, IdempotencyKeyReused) and bool(err.metadata.get("operation_id"))
+    """_names_operation: the refusal names an operation: the one-call path's own, or the earlier call
+    a used key names (_KEYED)."""
+    return bool(err.metadata.get("operation_id"))
+
+
+def _with_operation(refused: Failed, err: OpledgerError, op: ledger_pb2.Operation) -> Failed:
+    """_with_operation: the refusal with the operation it names; a _KEYED one says that the key's
+    earlier call may have taken effect."""
+    if isinstance(err, _KEYED):
+        return replace(refused, operation=op, message=MESSAGE_KEY_NAMES_EARLIER_CALL.format(state=state_words(op.state)))
+    return replace(refused, operation=op)
 
 
 def _refusal(err: OpledgerError, op: Optional[ledger_pb2.Operation]) -> Optional[Failed]:
@@ -320,9 +347,10 @@ class ToolRunner:
             raise err
         if refused.operation is None and _names_operation(err):
             try:
-                refused = replace(refused, operation=self._client.get(err.metadata["operation_id"]).operation)
+                refused = _with_operation(refused, err, self._client.get(err.metadata["operation_id"]).operation)
             except OpledgerError:
-                pass
+                if isinstance(err, _KEYED):
+                    raise err  # the earlier call cannot be read now: not a final answer
         return refused
 
     def _await_decision(self, op: ledger_pb2.Operation) -> ledger_pb2.Operation:
@@ -406,9 +434,10 @@ class AsyncToolRunner:
         if refused.operation is None and _names_operation(err):
             try:
                 got = await self._client.get(err.metadata["operation_id"])
-                refused = replace(refused, operation=got.operation)
+                refused = _with_operation(refused, err, got.operation)
             except OpledgerError:
-                pass
+                if isinstance(err, _KEYED):
+                    raise err  # the earlier call cannot be read now: not a final answer
         return refused
 
     async def _await_decision(self, op: ledger_pb2.Operation) -> ledger_pb2.Operation:

@@ -28,6 +28,22 @@ public sealed interface ToolOutcome
       "The outcome is not known yet: the request may have reached the service. Do not retry it in"
           + " another way; call the tool again later with the same arguments to learn the outcome.";
 
+  /**
+   * MESSAGE_KEY_NAMES_EARLIER_CALL (formatted with the earlier call's state, as {@link #stateWords}
+   * gives it) is what forModel tells the model about a call refused under a key that already names
+   * an earlier call (IDEMPOTENCY_KEY_REUSED, or a tool, version or args refused), which may have
+   * taken effect.
+   */
+  String MESSAGE_KEY_NAMES_EARLIER_CALL =
+      "This call was not made: its idempotency key already names an earlier call, which is %s. If"
+          + " that was this same action, it is done or under way: do not make it again under a new"
+          + " key.";
+
+  /** StateWords is how the model's texts name a state: "outcome unknown" for STATE_OUTCOME_UNKNOWN. */
+  static String stateWords(dev.opledger.v1.State state) {
+    return state.name().replaceFirst("^STATE_", "").replace('_', ' ').toLowerCase(java.util.Locale.ROOT);
+  }
+
   /** OperationId is the ledger's operation, or "" when the call was refused before one existed. */
   String operationId();
 
@@ -60,8 +76,10 @@ public sealed interface ToolOutcome
   /**
    * Failed is a call that definitively did not happen: reason is DOWNSTREAM_REJECTED (the downstream
    * refused it), OPERATION_REJECTED (a person denied it), OPERATION_CANCELLED, or a refusal of the
-   * request itself (ARGS_INVALID, TOOL_UNKNOWN, IDEMPOTENCY_KEY_REUSED …; then operation is null).
-   * An approval that expired is not a Failed: see {@link AwaitingApproval}.
+   * request itself (ARGS_INVALID, TOOL_UNKNOWN, IDEMPOTENCY_KEY_REUSED …; then operation is null,
+   * unless the key already names an earlier call: then operation is that call, which may have taken
+   * effect, and the message says so, {@link #MESSAGE_KEY_NAMES_EARLIER_CALL}). An approval that
+   * expired is not a Failed: see {@link AwaitingApproval}.
    */
   record Failed(String reason, String message, Operation operation) implements ToolOutcome {
     /** ReasonCode is the reason as a {@link Reason}. */

@@ -42,6 +42,18 @@ public final class ToolRunner {
           Reason.OPERATION_REJECTED,
           Reason.OPERATION_CANCELLED);
 
+  /**
+   * The refusals of the request itself, before anything was recorded: under a key that already
+   * names an earlier call, the refusal carries it.
+   */
+  private static final Set<Reason> KEYED =
+      EnumSet.of(
+          Reason.IDEMPOTENCY_KEY_REUSED,
+          Reason.TOOL_UNKNOWN,
+          Reason.TOOL_VERSION_UNKNOWN,
+          Reason.ARGS_INVALID,
+          Reason.ARGS_TOO_LARGE);
+
   private final OpledgerClient client;
   private final Duration approvalWait;
   private final Consumer<Operation> onApprovalRequired;
@@ -222,22 +234,32 @@ public final class ToolRunner {
   }
 
   /**
-   * Refused turns a refusal of the call itself into a Failed (with the operation a refused one-call
-   * execution names) and rethrows anything else.
+   * Refused turns a refusal of the call itself into a Failed (with the operation the refusal names:
+   * the one-call execution's own, or the earlier call a used key names, which may have taken effect
+   * and is said so) and rethrows anything else.
    */
   private ToolOutcome refused(OpledgerException e, Operation op) {
     if (!REFUSALS.contains(e.getReason())) {
       throw e;
     }
+    String message = e.getStatusMessage();
     String id = e.getMetadata().get("operation_id");
-    if (op == null && e.getReason() != Reason.IDEMPOTENCY_KEY_REUSED && id != null && !id.isEmpty()) {
+    if (op == null && id != null && !id.isEmpty()) {
+      boolean keyed = KEYED.contains(e.getReason());
       try {
         op = client.get(id).getOperation();
+        if (keyed) {
+          message =
+              String.format(
+                  ToolOutcome.MESSAGE_KEY_NAMES_EARLIER_CALL, ToolOutcome.stateWords(op.getState()));
+        }
       } catch (OpledgerException ignored) {
-        // The answer stands without the operation.
+        if (keyed) {
+          throw e; // the earlier call cannot be read now: not a final answer
+        }
       }
     }
-    return new ToolOutcome.Failed(e.getReasonName(), e.getStatusMessage(), op);
+    return new ToolOutcome.Failed(e.getReasonName(), message, op);
   }
 
   private Operation awaitDecision(Operation op) {

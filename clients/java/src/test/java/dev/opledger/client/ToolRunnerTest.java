@@ -218,6 +218,66 @@ class ToolRunnerTest {
     assertEquals("{\"operation_id\":\"op_1\",\"result\":{},\"status\":\"succeeded\"}", done.forModel());
   }
 
+  /** The message for a refusal under a used key is every client's (the shared vectors). */
+  @Test
+  void keyNamesEarlierCallVectors() throws IOException {
+    Path file = TestData.dir().resolve("../../../testdata/tool_outcomes.json").normalize();
+    Struct root = Args.fromJson(Files.readString(file, StandardCharsets.UTF_8));
+    List<Value> vectors = root.getFieldsOrThrow("key_names_earlier_call").getListValue().getValuesList();
+    assertTrue(vectors.size() > 0);
+    for (Value v : vectors) {
+      State state = State.valueOf(TestData.str(v, "state"));
+      assertEquals(
+          TestData.str(v, "message"),
+          String.format(ToolOutcome.MESSAGE_KEY_NAMES_EARLIER_CALL, ToolOutcome.stateWords(state)));
+    }
+  }
+
+  /** UsedKey is a refusal of the request under a key that names op_1, for reason. */
+  private static com.google.rpc.Status usedKey(String reason, io.grpc.Status.Code code) {
+    ErrorInfo info =
+        ErrorInfo.newBuilder()
+            .setReason(reason)
+            .setDomain(OpledgerException.DOMAIN)
+            .putAllMetadata(Map.of("operation_id", "op_1"))
+            .build();
+    return com.google.rpc.Status.newBuilder()
+        .setCode(code.value())
+        .setMessage("this idempotency key was already used; use a new key for a new operation")
+        .addDetails(Any.pack(info))
+        .build();
+  }
+
+  /**
+   * A call refused because its key already names an earlier call (a reworded retry of a round, a
+   * tools file whose version moved on) is not "nothing happened, use a new key": the earlier call
+   * may have taken effect. The runner answers a Failed with that operation, and says so.
+   */
+  @TestFactory
+  Stream<DynamicTest> refusalUnderAUsedKeyNamesTheEarlierCall() {
+    String want = String.format(ToolOutcome.MESSAGE_KEY_NAMES_EARLIER_CALL, "outcome unknown");
+    return Stream.of(
+            Map.entry("IDEMPOTENCY_KEY_REUSED", io.grpc.Status.Code.ALREADY_EXISTS),
+            Map.entry("TOOL_VERSION_UNKNOWN", io.grpc.Status.Code.INVALID_ARGUMENT),
+            Map.entry("ARGS_INVALID", io.grpc.Status.Code.INVALID_ARGUMENT))
+        .map(
+            c ->
+                DynamicTest.dynamicTest(
+                    c.getKey(),
+                    () -> {
+                      Stub s = new Stub(State.STATE_UNSPECIFIED, null);
+                      s.prepareErr = usedKey(c.getKey(), c.getValue());
+                      s.getState = State.STATE_OUTCOME_UNKNOWN;
+                      ToolOutcome out =
+                          ToolRunner.builder(start(s)).build().run("send_email", (Struct) null, "k");
+                      ToolOutcome.Failed f = assertInstanceOf(ToolOutcome.Failed.class, out);
+                      assertEquals(c.getKey(), f.reason());
+                      assertEquals("op_1", f.operationId());
+                      assertEquals(want, f.message());
+                      assertTrue(!f.forModel().contains("use a new key"), f.forModel());
+                    }));
+  }
+
   /** Expired is the ledger's APPROVAL_EXPIRED refusal, naming the operation when withId. */
   private static com.google.rpc.Status expired(boolean withId) {
     ErrorInfo.Builder info =

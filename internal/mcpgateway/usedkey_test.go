@@ -1,0 +1,155 @@
+package mcpgateway_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	client "github.com/opledger/opledger/clients/go"
+	"github.com/opledger/opledger/internal/mcpgateway"
+	"github.com/opledger/opledger/proof/fakepay"
+	"github.com/opledger/opledger/proof/harness"
+)
+
+// sendEmailV2 is the demo's send_email, declared again as version 2 (the
+// current one once appended): the same schema and downstream.
+func sendEmailV2(y []byte) []byte {
+	s := string(y)
+	i := strings.Index(s, "  - name: send_email")
+	block := s[i:]
+	if j := strings.Index(block[1:], "\n  - name:"); j >= 0 {
+		block = block[:j+2]
+	}
+	return []byte(s + "\n" + strings.Replace(block, `version: "1"`, `version: "2"`, 1))
+}
+
+// requireNamesEarlierCall: the runner's answer to a call refused under a
+// key that names an earlier call carries that call and says it may have
+// taken effect, never "nothing happened, use a new key".
+func requireNamesEarlierCall(t *testing.T, out client.Outcome, earlier string, state string) {
+	t.Helper()
+	f, ok := out.(*client.Failed)
+	require.True(t, ok, "got %T: %s", out, out.ForModel())
+	require.Equal(t, earlier, f.OperationID(), out.ForModel())
+	require.Equal(t, fmt.Sprintf(client.MessageKeyNamesEarlierCall, state), f.Message)
+	require.NotContains(t, out.ForModel(), "use a new key")
+}
+
+// TestRunnerResumeAfterVersionBump: an agent's call ends OUTCOME_UNKNOWN
+// (the e-mail was sent); the tools file then gains send_email v2 (a
+// deploy); the agent resumes the call as the runner's docs say: the same
+// Run, same args, same key. Its fingerprint names v2 now, so the key is
+// refused as reused; the answer names the earlier call, outcome unknown,
+// where it was "failed: nothing happened, use a new key".
+func TestRunnerResumeAfterVersionBump(t *testing.T) {
+	w := newWorld(t, demoTools())
+	w.env.Fakepay.SetFaults(fakepay.Faults{FailAfterCommit: fakepay.Trigger{Next: 1}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c1, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
+	require.NoError(t, err)
+	defer c1.Close()
+	args := map[string]any{"to": "bob@example.com", "subject": "Receipt", "body": "Thanks."}
+	key := "conv-1-round-3-send_email"
+	out, err := client.NewToolRunner(c1, client.RunnerOptions{}).Run(ctx, "send_email", args, key)
+	require.NoError(t, err)
+	_, unknown := out.(*client.OutcomeUnknown)
+	require.True(t, unknown, out.ForModel())
+	require.Len(t, w.env.Fakepay.Emails(), 1, "the e-mail was sent")
+
+	// The deploy: send_email v2 becomes current.
+	w.env.ToolsYAML = sendEmailV2(w.env.ToolsYAML)
+	srv2 := w.env.StartServer(harness.ServerOptions{})
+	c2, err := client.New(srv2.Addr, w.agent, client.WithPlaintext())
+	require.NoError(t, err)
+	defer c2.Close()
+	again, err := client.NewToolRunner(c2, client.RunnerOptions{}).Run(ctx, "send_email", args, key)
+	require.NoError(t, err)
+	requireNamesEarlierCall(t, again, out.OperationID(), "outcome unknown")
+	require.Len(t, w.env.Fakepay.Emails(), 1)
+}
+
+// TestRunnerPinnedVersionRemoved: the same with a runner pinned to version
+// 1 (RunnerOptions.ToolVersion) and a deploy that replaces v1 by v2: the
+// refusal (TOOL_VERSION_UNKNOWN) names the earlier call.
+func TestRunnerPinnedVersionRemoved(t *testing.T) {
+	w := newWorld(t, demoTools())
+	w.env.Fakepay.SetFaults(fakepay.Faults{FailAfterCommit: fakepay.Trigger{Next: 1}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c1, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
+	require.NoError(t, err)
+	defer c1.Close()
+	args := map[string]any{"to": "bob@example.com", "subject": "Receipt", "body": "Thanks."}
+	key := "conv-2-round-3-send_email"
+	out, err := client.NewToolRunner(c1, client.RunnerOptions{ToolVersion: "1"}).Run(ctx, "send_email", args, key)
+	require.NoError(t, err)
+	_, unknown := out.(*client.OutcomeUnknown)
+	require.True(t, unknown, out.ForModel())
+
+	w.env.ToolsYAML = []byte(strings.Replace(string(w.env.ToolsYAML), "  - name: send_email\n    version: \"1\"", "  - name: send_email\n    version: \"2\"", 1))
+	srv2 := w.env.StartServer(harness.ServerOptions{})
+	c2, err := client.New(srv2.Addr, w.agent, client.WithPlaintext())
+	require.NoError(t, err)
+	defer c2.Close()
+	again, err := client.NewToolRunner(c2, client.RunnerOptions{ToolVersion: "1"}).Run(ctx, "send_email", args, key)
+	require.NoError(t, err)
+	requireNamesEarlierCall(t, again, out.OperationID(), "outcome unknown")
+}
+
+// TestGatewayHostKeyAfterVersionBump: the gateway with the host's key (the
+// recommended way), restarted after a deploy that made send_email v2
+// current, gets the same call (same arguments, same host key) refused as a
+// reused key: it answers with the earlier call as it stands (outcome
+// unknown: do not retry), not "error: nothing changed, use a new key",
+// which models retry with other arguments.
+func TestGatewayHostKeyAfterVersionBump(t *testing.T) {
+	w := newWorld(t, demoTools())
+	w.env.Fakepay.SetFaults(fakepay.Faults{FailAfterCommit: fakepay.Trigger{Next: 1}})
+	cs := connectHTTP(t, w.httpGateway(""), nil)
+	args := map[string]any{"to": "bob@example.com", "subject": "Receipt", "body": "Thanks."}
+	meta := mcp.Meta{"opledger/idempotency_key": "host-call-77"}
+	_, a := call(t, cs, "send_email", args, meta)
+	require.Equal(t, mcpgateway.StatusOutcomeUnknown, a.Status)
+
+	w.env.ToolsYAML = sendEmailV2(w.env.ToolsYAML)
+	w.srv = w.env.StartServer(harness.ServerOptions{})
+	cs2 := connectHTTP(t, w.httpGateway(""), nil) // the gateway restarted after the deploy
+	res, b := call(t, cs2, "send_email", args, meta)
+	require.Equal(t, mcpgateway.StatusOutcomeUnknown, b.Status, text(res))
+	require.False(t, res.IsError)
+	require.Equal(t, a.OperationID, b.OperationID)
+	require.Contains(t, text(res), "was not made")
+	require.NotContains(t, text(res), "use a new key")
+}
+
+// TestRunnerRegeneratedRoundKeyReused: the documented key scheme
+// (conversation, round, tool; no provider call id, so that a regenerated
+// answer "names the same intended call"). Round 3's e-mail goes out but the
+// runtime loses the answer; the round is retried and the regenerated answer
+// words the body differently. The runner names the e-mail that was sent,
+// where it told the model "failed", with no operation id.
+func TestRunnerRegeneratedRoundKeyReused(t *testing.T) {
+	w := newWorld(t, demoTools())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
+	require.NoError(t, err)
+	defer c.Close()
+	runner := client.NewToolRunner(c, client.RunnerOptions{})
+	key, err := client.DeriveKey(client.KeyParts{Conversation: harness.Unique("conv"), Round: 3, Tool: "send_email"})
+	require.NoError(t, err)
+	first, err := runner.Run(ctx, "send_email", map[string]any{"to": "bob@example.com", "subject": "Receipt", "body": "Thanks."}, key)
+	require.NoError(t, err)
+	_, ok := first.(*client.Succeeded)
+	require.True(t, ok) // (the runtime lost this answer)
+	again, err := runner.Run(ctx, "send_email", map[string]any{"to": "bob@example.com", "subject": "Receipt", "body": "Thank you!"}, key)
+	require.NoError(t, err)
+	requireNamesEarlierCall(t, again, first.OperationID(), "succeeded")
+	require.Len(t, w.env.Fakepay.Emails(), 1)
+}
