@@ -102,6 +102,14 @@ func New(ctx context.Context, cfg Config, o Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !cfg.Migrate {
+		// Migrate checks this itself: a database this binary cannot run
+		// with is refused at start, not found out by a failing statement.
+		if err := st.CheckSchema(ctx); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
 	lcfg := ledger.Config{
 		ServerID: cfg.ServerID, DownstreamSecret: cfg.DownstreamSecret, MinLease: cfg.MinLease, MaxWait: cfg.MaxWait,
 		AuthCacheTTL: cfg.AuthCacheTTL, ReconcileInterval: cfg.ReconcileInterval, ReconcileBackoff: cfg.ReconcileBackoff,

@@ -132,3 +132,53 @@ func TestOpenOverUnixSocket(t *testing.T) {
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT inet_server_addr() IS NULL`).Scan(&overSocket))
 	require.True(t, overSocket, "inet_server_addr() is NULL on a Unix socket only")
 }
+
+// TestSchemaNewerThanTheBinary: a binary rolled back past a migration it
+// does not know starts only if that migration does not break older
+// binaries (Migration.BreaksOlder); a process that does not migrate also
+// refuses a database that lacks one of its migrations.
+func TestSchemaNewerThanTheBinary(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.NewDatabase(t)
+	_, err := store.Migrate(ctx, url)
+	require.NoError(t, err)
+	st, err := store.Open(ctx, store.Config{URL: url, MaxConns: 2})
+	require.NoError(t, err)
+	defer st.Close()
+	require.NoError(t, st.CheckSchema(ctx))
+
+	// A newer binary applied a migration older ones may ignore: fine.
+	require.NoError(t, st.Exec(ctx, `INSERT INTO schema_migration (version, name) VALUES (9998, '9998_an_index')`))
+	_, err = store.Migrate(ctx, url)
+	require.NoError(t, err)
+	require.NoError(t, st.CheckSchema(ctx))
+
+	// One that breaks older binaries: refused, by a migrating process and by one that does not.
+	require.NoError(t, st.Exec(ctx, `INSERT INTO schema_migration (version, name, breaks_older) VALUES (9999, '9999_a_new_rule', true)`))
+	_, err = store.Migrate(ctx, url)
+	require.ErrorIs(t, err, store.ErrSchemaTooNew)
+	require.ErrorContains(t, err, "9999_a_new_rule")
+	require.ErrorIs(t, st.CheckSchema(ctx), store.ErrSchemaTooNew)
+
+	// A database that lacks a migration this binary needs.
+	require.NoError(t, st.Exec(ctx, `DELETE FROM schema_migration WHERE version >= 9998`))
+	ms, err := store.Migrations()
+	require.NoError(t, err)
+	last := ms[len(ms)-1]
+	require.NoError(t, st.Exec(ctx, `DELETE FROM schema_migration WHERE version = $1`, last.Version))
+	err = st.CheckSchema(ctx)
+	require.ErrorIs(t, err, store.ErrSchemaTooOld)
+	require.ErrorContains(t, err, last.Name)
+}
+
+// TestMigrationsMarkWhatBreaksOlderBinaries: the marker line sets
+// BreaksOlder; none of today's migrations carries it.
+func TestMigrationsMarkWhatBreaksOlderBinaries(t *testing.T) {
+	t.Parallel()
+	ms, err := store.Migrations()
+	require.NoError(t, err)
+	for _, m := range ms {
+		require.Equal(t, slices.Contains(strings.Split(m.SQL, "\n"), store.BreaksOlderMarker), m.BreaksOlder, m.Name)
+	}
+}
