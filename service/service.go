@@ -215,7 +215,8 @@ func (s *Service) Run(ctx context.Context, lis net.Listener, ready func(Ready)) 
 	err := s.Server.Serve(ctx, lis, cfg.Drain)
 	// A call the drain cut short may still be waiting for its downstream:
 	// its answer is this process's alone until it is written, so the pool
-	// stays open for it (at most the longest lease, plus the write).
+	// stays open for it (at most the longest lease, plus the write and its
+	// retries).
 	if n, werr := l.WaitAttempts(context.WithoutCancel(ctx)); werr != nil {
 		s.log.Error("stopped with attempts in flight; their leases' end will decide them", "attempts", n)
 	}

@@ -329,7 +329,10 @@ func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op O
 			err = fmt.Errorf("store: operation %s gone after its claim: %w", b.ID, ErrUnavailable)
 		}
 		if err != nil {
-			return Operation{}, false, err
+			// Whatever the read's failure, the claim committed: say so
+			// (MayHaveCommitted), so that the caller releases it.
+			return Operation{}, false, &unavailable{msg: fmt.Sprintf("%v: the claim committed, and reading it back failed: %v", ErrUnavailable, err),
+				mayHaveCommitted: true}
 		}
 		if op.Events != r.Events {
 			// Changed again since the claim: what this process holds is no

@@ -28,12 +28,29 @@ const (
 	// taken effect: a *Failed with that Operation (IDEMPOTENCY_KEY_REUSED,
 	// or a tool, version or args refused under a key already used).
 	MessageKeyNamesEarlierCall = "This call was not made: its idempotency key already names an earlier call, which is %s. If that was this same action, it is done or under way: do not make it again under a new key."
+	// MessageKeyNamesUndoneCall is MessageKeyNamesEarlierCall for an
+	// earlier call that did not take effect (failed, rejected, cancelled).
+	MessageKeyNamesUndoneCall = "This call was not made: its idempotency key already names an earlier call, which is %s and did not take effect."
 )
 
 // StateWords is how the model's texts name a state: "outcome unknown" for
-// STATE_OUTCOME_UNKNOWN.
+// STATE_OUTCOME_UNKNOWN, and "in a state this client does not know" for
+// one newer than this client.
 func StateWords(s opledgerv1.State) string {
+	if _, ok := opledgerv1.State_name[int32(s)]; !ok || s == opledgerv1.State_STATE_UNSPECIFIED {
+		return "in a state this client does not know"
+	}
 	return strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(s.String(), "STATE_"), "_", " "))
+}
+
+// KeyNamesEarlierCall is the message of a refusal under a key that names
+// an earlier call in state s.
+func KeyNamesEarlierCall(s opledgerv1.State) string {
+	switch s {
+	case opledgerv1.State_STATE_FAILED, opledgerv1.State_STATE_REJECTED, opledgerv1.State_STATE_CANCELLED:
+		return fmt.Sprintf(MessageKeyNamesUndoneCall, StateWords(s))
+	}
+	return fmt.Sprintf(MessageKeyNamesEarlierCall, StateWords(s))
 }
 
 // RunnerOptions configures a ToolRunner. The zero value returns
@@ -345,7 +362,7 @@ func (r *ToolRunner) refused(ctx context.Context, err error, op *opledgerv1.Oper
 		case gerr == nil:
 			f.Operation = got.GetOperation()
 			if keyedRefusal(f.Reason) {
-				f.Message = fmt.Sprintf(MessageKeyNamesEarlierCall, StateWords(f.Operation.GetState()))
+				f.Message = KeyNamesEarlierCall(f.Operation.GetState())
 			}
 		case keyedRefusal(f.Reason):
 			// The earlier call cannot be read now: not a final answer.

@@ -515,6 +515,9 @@ func (l *Ledger) releaseUnsent(ctx context.Context, op Operation, why string) {
 	if err == nil {
 		t.Actor, t.Detail = "server:"+l.cfg.ServerID, "released unsent: "+why
 		_, err = l.commitOutcome(ctx, t)
+		if err == nil && l.listener != nil {
+			l.listener.Wake(op.ID) // this process's waiters, who did not ask for a notification
+		}
 	}
 	if err != nil {
 		l.opLogger(op).Error("could not release a claim this process will not run; its lease's end decides", "error", err)

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // inflight counts the attempts this process holds, from just before a
@@ -36,6 +37,14 @@ func (f *inflight) end() {
 	f.mu.Unlock()
 }
 
+// attemptsBound is the longest an attempt can hold on: its call (bounded by
+// the lease), then the outcome's write, retried while the database cannot
+// be reached (OutcomeRetry), whose last try may start just before that ends
+// and take its own bound.
+func (l *Ledger) attemptsBound() time.Duration {
+	return l.maxLease + l.cfg.OutcomeRetry + statementTimeout
+}
+
 // handing runs stmt, a statement that may hand this process an attempt,
 // counted as an attempt in flight from before it starts (so a stopping
 // process that finds none in flight cannot miss one about to begin). It
@@ -55,11 +64,12 @@ func (l *Ledger) handing(stmt func() bool) (handed bool) {
 // WaitAttempts waits until no attempt is in flight in this process, or ctx
 // ends (its error then), or the longest an attempt can take passes: the
 // longest lease, which bounds the downstream call, plus how long the
-// outcome's write is retried while the database cannot be reached. A process that is stopping calls it
+// outcome's write is retried while the database cannot be reached
+// (attemptsBound). A process that is stopping calls it
 // after its gRPC server stopped and before it closes the database pool. It
 // returns how many attempts were still in flight when it gave up.
 func (l *Ledger) WaitAttempts(ctx context.Context) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.maxLease+max(l.cfg.OutcomeRetry, statementTimeout))
+	ctx, cancel := context.WithTimeout(ctx, l.attemptsBound())
 	defer cancel()
 	f := &l.attempts
 	f.mu.Lock()

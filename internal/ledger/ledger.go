@@ -6,6 +6,8 @@ package ledger
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -146,8 +148,10 @@ type Ledger struct {
 	maxLease time.Duration
 	// attempts counts the attempts in flight (WaitAttempts).
 	attempts inflight
-	// attemptSeq numbers this process's attempts (leaseOwner).
-	attemptSeq atomic.Uint64
+	// attemptSeq numbers this process's attempts, and ownerPrefix names
+	// this process in their lease owners (leaseOwner).
+	attemptSeq  atomic.Uint64
+	ownerPrefix string
 
 	// hooks are test-only interruption points; nil in production.
 	hooks *Hooks
@@ -200,6 +204,9 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 		finished: cache.New[opKey, finished](cfg.FinishedCacheSize), live: cache.New[opKey, Operation](min(cfg.FinishedCacheSize, maxLive)), notifyKick: make(chan struct{}, 1),
 		notifyClient: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	l.auth.entries = map[keyHash]authEntry{}
+	var nonce [6]byte
+	_, _ = rand.Read(nonce[:])
+	l.ownerPrefix = cfg.ServerID + "/" + hex.EncodeToString(nonce[:]) + "/"
 	for _, t := range reg.List() {
 		ex, err := execs.New(t.Executor.Type, t.Executor)
 		if err != nil {

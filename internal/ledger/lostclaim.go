@@ -7,16 +7,17 @@ import (
 	"time"
 )
 
-// leaseOwner names one attempt of this process: the server's id and a
-// sequence number, so that an attempt whose claim's answer was lost can
-// tell its own claim from another attempt's (recoverClaim).
+// leaseOwner names one attempt of this process: the server's id, a random
+// name of this process (two replicas may be given the same server id) and
+// a sequence number, so that an attempt whose claim's answer was lost can
+// tell its own claim from any other attempt's (recoverClaim).
 func (l *Ledger) leaseOwner() string {
-	return l.cfg.ServerID + "/" + strconv.FormatUint(l.attemptSeq.Add(1), 36)
+	return l.ownerPrefix + strconv.FormatUint(l.attemptSeq.Add(1), 36)
 }
 
 // holdsLease reports whether owner is one of this process's attempts.
 func (l *Ledger) holdsLease(owner string) bool {
-	return strings.HasPrefix(owner, l.cfg.ServerID+"/")
+	return strings.HasPrefix(owner, l.ownerPrefix)
 }
 
 // lostClaimWindow bounds how long recoverClaim looks for a claim whose

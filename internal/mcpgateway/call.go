@@ -456,10 +456,12 @@ func keyedRefusal(r client.Reason) bool {
 // keyNamesEarlierCall is the hint of a Prepare refused as a request under a
 // key that names an earlier call, op.
 func keyNamesEarlierCall(op *opledgerv1.Operation) string {
-	state := "in a state not known here"
-	if s := op.GetState(); s != opledgerv1.State_STATE_UNSPECIFIED {
-		state = client.StateWords(s)
+	switch op.GetState() {
+	case opledgerv1.State_STATE_FAILED, opledgerv1.State_STATE_REJECTED, opledgerv1.State_STATE_CANCELLED:
+		return fmt.Sprintf("This call was not made: its idempotency key already names an earlier call, operation %s, which is %s and did not take effect. "+
+			"The host must use a new key for a different call.", op.GetId(), client.StateWords(op.GetState()))
 	}
+	state := client.StateWords(op.GetState())
 	return fmt.Sprintf("This call was not made, but its idempotency key already names an earlier call, operation %s, which is %s and may have taken effect. "+
 		"If that was this same action, do not make it again, with these or other arguments; call check_operation with operation_id %s. "+
 		"The host must use a new key only for a different call.", op.GetId(), state, op.GetId())

@@ -46,6 +46,8 @@ export {
   MESSAGE_AWAITING_APPROVAL,
   MESSAGE_OUTCOME_UNKNOWN,
   MESSAGE_KEY_NAMES_EARLIER_CALL,
+  MESSAGE_KEY_NAMES_UNDONE_CALL,
+  keyNamesEarlierCall,
   stateWords,
   operationErrorReason,
 } from "./runner";

@@ -44,9 +44,26 @@ export const MESSAGE_OUTCOME_UNKNOWN =
 export const MESSAGE_KEY_NAMES_EARLIER_CALL =
   "This call was not made: its idempotency key already names an earlier call, which is {state}. If that was this same action, it is done or under way: do not make it again under a new key.";
 
-/** stateWords is how the model's texts name a state: "outcome unknown" for OUTCOME_UNKNOWN. */
+/** MESSAGE_KEY_NAMES_UNDONE_CALL is MESSAGE_KEY_NAMES_EARLIER_CALL for an earlier call that did not
+ * take effect (failed, rejected, cancelled). */
+export const MESSAGE_KEY_NAMES_UNDONE_CALL =
+  "This call was not made: its idempotency key already names an earlier call, which is {state} and did not take effect.";
+
+/** stateWords is how the model's texts name a state: "outcome unknown" for OUTCOME_UNKNOWN, and
+ * "in a state this client does not know" for one newer than this client. */
 export function stateWords(state: State): string {
-  return (State[state] ?? String(state)).replace(/^STATE_/, "").replace(/_/g, " ").toLowerCase();
+  const name = State[state];
+  if (name === undefined || state === State.UNSPECIFIED) {
+    return "in a state this client does not know";
+  }
+  return name.replace(/^STATE_/, "").replace(/_/g, " ").toLowerCase();
+}
+
+/** keyNamesEarlierCall is the message of a refusal under a key that names an earlier call in
+ * that state. */
+export function keyNamesEarlierCall(state: State): string {
+  const undone = state === State.FAILED || state === State.REJECTED || state === State.CANCELLED;
+  return (undone ? MESSAGE_KEY_NAMES_UNDONE_CALL : MESSAGE_KEY_NAMES_EARLIER_CALL).replace("{state}", stateWords(state));
 }
 
 /** The refusals of the request itself, before anything was recorded: under a key that already
@@ -274,7 +291,7 @@ export class ToolRunner {
         if (keyed) throw err; // the earlier call cannot be read now: not a final answer
       }
       if (named) {
-        const message = keyed ? MESSAGE_KEY_NAMES_EARLIER_CALL.replace("{state}", stateWords(named.state)) : failed.message;
+        const message = keyed ? keyNamesEarlierCall(named.state) : failed.message;
         return new Failed(failed.reason, message, named);
       }
     }

@@ -16,6 +16,7 @@ import {
   Failed,
   MESSAGE_AWAITING_APPROVAL,
   MESSAGE_KEY_NAMES_EARLIER_CALL,
+  keyNamesEarlierCall,
   OpledgerClient,
   OpledgerError,
   OperationSchema,
@@ -50,8 +51,8 @@ const vectors = testdata.vectors;
 test("the message for a refusal under a used key is every client's", () => {
   assert.ok(testdata.key_names_earlier_call.length > 0);
   for (const v of testdata.key_names_earlier_call) {
-    const state = State[v.state.replace(/^STATE_/, "") as keyof typeof State] as State;
-    assert.equal(MESSAGE_KEY_NAMES_EARLIER_CALL.replace("{state}", stateWords(state)), v.message, v.state);
+    const state = /^\d+$/.test(v.state) ? (Number(v.state) as State) : (State[v.state.replace(/^STATE_/, "") as keyof typeof State] as State);
+    assert.equal(keyNamesEarlierCall(state), v.message, v.state);
   }
 });
 

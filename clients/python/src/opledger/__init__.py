@@ -25,6 +25,7 @@ from .retry import NO_RETRY, RetryPolicy, call_with_retry, call_with_retry_async
 from .runner import (
     MESSAGE_AWAITING_APPROVAL,
     MESSAGE_KEY_NAMES_EARLIER_CALL,
+    MESSAGE_KEY_NAMES_UNDONE_CALL,
     MESSAGE_OUTCOME_UNKNOWN,
     AsyncToolRunner,
     AwaitingApproval,
@@ -35,6 +36,7 @@ from .runner import (
     ToolArgs,
     ToolOutcome,
     ToolRunner,
+    key_names_earlier_call,
     state_words,
 )
 
@@ -52,6 +54,7 @@ __all__ = [
     "KEY_PREFIX",
     "MESSAGE_AWAITING_APPROVAL",
     "MESSAGE_KEY_NAMES_EARLIER_CALL",
+    "MESSAGE_KEY_NAMES_UNDONE_CALL",
     "MESSAGE_OUTCOME_UNKNOWN",
     "ModelTool",
     "NO_RETRY",
@@ -72,6 +75,7 @@ __all__ = [
     "operation_fingerprint",
     "preimage",
     "struct_to_dict",
+    "key_names_earlier_call",
     "state_words",
 ]
 __all__ += errors.__all__

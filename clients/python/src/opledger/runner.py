@@ -76,9 +76,32 @@ MESSAGE_KEY_NAMES_EARLIER_CALL = (
 )
 
 
+#: MESSAGE_KEY_NAMES_UNDONE_CALL is MESSAGE_KEY_NAMES_EARLIER_CALL for an earlier call that did not
+#: take effect (failed, rejected, cancelled).
+MESSAGE_KEY_NAMES_UNDONE_CALL = (
+    "This call was not made: its idempotency key already names an earlier call, which is {state} and did not take effect."
+)
+
+_UNDONE = (ledger_pb2.STATE_FAILED, ledger_pb2.STATE_REJECTED, ledger_pb2.STATE_CANCELLED)
+
+
 def state_words(state: int) -> str:
-    """state_words is how the model's texts name a state: "outcome unknown" for STATE_OUTCOME_UNKNOWN."""
-    return ledger_pb2.State.Name(state).removeprefix("STATE_").replace("_", " ").lower()
+    """state_words is how the model's texts name a state: "outcome unknown" for STATE_OUTCOME_UNKNOWN,
+    and "in a state this client does not know" for one newer than this client."""
+    try:
+        name = ledger_pb2.State.Name(state)
+    except ValueError:
+        name = ""
+    if not name or state == ledger_pb2.STATE_UNSPECIFIED:
+        return "in a state this client does not know"
+    return name.removeprefix("STATE_").replace("_", " ").lower()
+
+
+def key_names_earlier_call(state: int) -> str:
+    """key_names_earlier_call is the message of a refusal under a key that names an earlier call in
+    that state."""
+    template = MESSAGE_KEY_NAMES_UNDONE_CALL if state in _UNDONE else MESSAGE_KEY_NAMES_EARLIER_CALL
+    return template.format(state=state_words(state))
 
 
 # The refusals of the request itself, before anything was recorded: under a key that already
@@ -255,7 +278,7 @@ def _with_operation(refused: Failed, err: OpledgerError, op: ledger_pb2.Operatio
     """_with_operation: the refusal with the operation it names; a _KEYED one says that the key's
     earlier call may have taken effect."""
     if isinstance(err, _KEYED):
-        return replace(refused, operation=op, message=MESSAGE_KEY_NAMES_EARLIER_CALL.format(state=state_words(op.state)))
+        return replace(refused, operation=op, message=key_names_earlier_call(op.state))
     return replace(refused, operation=op)
 
 

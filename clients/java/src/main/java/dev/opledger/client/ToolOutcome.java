@@ -39,9 +39,35 @@ public sealed interface ToolOutcome
           + " that was this same action, it is done or under way: do not make it again under a new"
           + " key.";
 
-  /** StateWords is how the model's texts name a state: "outcome unknown" for STATE_OUTCOME_UNKNOWN. */
+  /**
+   * MESSAGE_KEY_NAMES_UNDONE_CALL is MESSAGE_KEY_NAMES_EARLIER_CALL for an earlier call that did not
+   * take effect (failed, rejected, cancelled).
+   */
+  String MESSAGE_KEY_NAMES_UNDONE_CALL =
+      "This call was not made: its idempotency key already names an earlier call, which is %s and"
+          + " did not take effect.";
+
+  /**
+   * StateWords is how the model's texts name a state: "outcome unknown" for STATE_OUTCOME_UNKNOWN, and
+   * "in a state this client does not know" for one newer than this client.
+   */
   static String stateWords(dev.opledger.v1.State state) {
+    if (state == null
+        || state == dev.opledger.v1.State.UNRECOGNIZED
+        || state == dev.opledger.v1.State.STATE_UNSPECIFIED) {
+      return "in a state this client does not know";
+    }
     return state.name().replaceFirst("^STATE_", "").replace('_', ' ').toLowerCase(java.util.Locale.ROOT);
+  }
+
+  /** KeyNamesEarlierCall is the message of a refusal under a key that names an earlier call. */
+  static String keyNamesEarlierCall(dev.opledger.v1.State state) {
+    boolean undone =
+        state == dev.opledger.v1.State.STATE_FAILED
+            || state == dev.opledger.v1.State.STATE_REJECTED
+            || state == dev.opledger.v1.State.STATE_CANCELLED;
+    return String.format(
+        undone ? MESSAGE_KEY_NAMES_UNDONE_CALL : MESSAGE_KEY_NAMES_EARLIER_CALL, stateWords(state));
   }
 
   /** OperationId is the ledger's operation, or "" when the call was refused before one existed. */

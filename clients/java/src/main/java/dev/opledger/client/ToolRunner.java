@@ -249,9 +249,7 @@ public final class ToolRunner {
       try {
         op = client.get(id).getOperation();
         if (keyed) {
-          message =
-              String.format(
-                  ToolOutcome.MESSAGE_KEY_NAMES_EARLIER_CALL, ToolOutcome.stateWords(op.getState()));
+          message = ToolOutcome.keyNamesEarlierCall(op.getState());
         }
       } catch (OpledgerException ignored) {
         if (keyed) {
