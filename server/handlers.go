@@ -85,7 +85,7 @@ func (s *Server) Reconcile(ctx context.Context, r *opledgerv1.ReconcileRequest) 
 	var res *ledger.Resolution
 	if pr := r.GetResolution(); pr != nil {
 		res = &ledger.Resolution{Outcome: ledger.State(strings.TrimPrefix(pr.GetOutcome().String(), "STATE_")),
-			ExternalRef: pr.GetExternalRef(), Note: pr.GetNote()}
+			ExternalRef: pr.GetExternalRef(), Note: pr.GetNote(), Fence: pr.GetFence()}
 	}
 	op, detail, err := s.ledger.Reconcile(ctx, actorOf(ctx), r.GetOperationId(), res)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/internal/ledger"
@@ -100,4 +101,24 @@ func TestExpiredLeaseOfAToolNoReplicaServesIsUnknown(t *testing.T) {
 	reconcileUntilTaken(t, b)
 	got := get(t, b.Client, agent, op.GetId(), false).GetOperation()
 	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, got.GetState())
+}
+
+// TestResolutionNamesItsAttempt: a manual resolution that names the attempt
+// it is about (Resolution.fence, the fence the operator read) applies only
+// while the operation is still at that attempt; without a fence it applies
+// to the current one, as before.
+func TestResolutionNamesItsAttempt(t *testing.T) {
+	t.Parallel()
+	env, srv, _ := webhookServer(t)
+	agent, operator := env.Key("acme", "agent"), env.Key("acme", "operator")
+	op := unknownOutcome(t, env, srv.Client, agent, "resolve-fence-1", "pay_hook")
+	require.EqualValues(t, 1, op.GetFence())
+	_, err := srv.Client.Reconcile(harness.Ctx(operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(),
+		Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State_STATE_FAILED, Note: "checked", Fence: 2}})
+	requireReason(t, err, codes.FailedPrecondition, "RESOLUTION_NOT_APPLICABLE")
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, get(t, srv.Client, agent, op.GetId(), false).GetOperation().GetState())
+	r, err := srv.Client.Reconcile(harness.Ctx(operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(),
+		Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State_STATE_SUCCEEDED, Note: "checked", Fence: 1}})
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, r.GetOperation().GetState())
 }

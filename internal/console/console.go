@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -563,8 +564,15 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s session) {
 			Detail: "Choose an outcome and write a note (at most 1000 characters) saying how you established it."})
 		return
 	}
+	// The verdict is about the attempt the page showed.
+	fence, ferr := strconv.ParseInt(f.Get("fence"), 10, 64)
+	if ferr != nil || fence <= 0 {
+		c.showOperation(w, r, s, http.StatusBadRequest, "", &problem{Title: "The form was not accepted",
+			Detail: "The form does not say which attempt it is about. Reload the page and record the outcome again."})
+		return
+	}
 	_, _, err := c.l.Reconcile(r.Context(), s.actor, r.PathValue("id"), &ledger.Resolution{Outcome: outcome,
-		ExternalRef: strings.TrimSpace(f.Get("external_ref")), Note: note})
+		ExternalRef: strings.TrimSpace(f.Get("external_ref")), Note: note, Fence: fence})
 	if err != nil {
 		c.refused(w, r, s, err)
 		return

@@ -505,14 +505,19 @@ func TestOperatorResolvesUnknown(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, page, `class="resolution"`)
 	require.Contains(t, page, op.GetDownstreamKey())
-	csrf := field(t, page, "csrf")
+	csrf, fence := field(t, page, "csrf"), field(t, page, "fence")
+	require.Equal(t, "1", fence, "the attempt the page shows")
 
-	status, page = b.post("/operations/"+op.GetId()+"/resolution", url.Values{"csrf": {csrf}, "outcome": {"succeeded"}})
+	status, page = b.post("/operations/"+op.GetId()+"/resolution", url.Values{"csrf": {csrf}, "fence": {fence}, "outcome": {"succeeded"}})
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Contains(t, page, "write a note")
 	w.requireState(t, op.GetId(), opledgerv1.State_STATE_OUTCOME_UNKNOWN)
 
 	status, page = b.post("/operations/"+op.GetId()+"/resolution", url.Values{"csrf": {csrf}, "outcome": {"succeeded"},
+		"external_ref": {charge.ID}, "note": {"found in the processor's dashboard"}})
+	require.Equal(t, http.StatusBadRequest, status, "a form that does not say which attempt it is about")
+	require.Contains(t, page, "which attempt")
+	status, page = b.post("/operations/"+op.GetId()+"/resolution", url.Values{"csrf": {csrf}, "fence": {fence}, "outcome": {"succeeded"},
 		"external_ref": {charge.ID}, "note": {"found in the processor's dashboard"}})
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, page, "Resolved.")
@@ -527,7 +532,7 @@ func TestOperatorResolvesUnknown(t *testing.T) {
 	require.Equal(t, 1, w.charges("INV-lost"))
 
 	// Resolving it again is not applicable, and says so.
-	status, page = b.post("/operations/"+op.GetId()+"/resolution", url.Values{"csrf": {csrf}, "outcome": {"failed"}, "note": {"again"}})
+	status, page = b.post("/operations/"+op.GetId()+"/resolution", url.Values{"csrf": {csrf}, "fence": {fence}, "outcome": {"failed"}, "note": {"again"}})
 	require.Equal(t, http.StatusConflict, status)
 	require.Contains(t, page, "RESOLUTION_NOT_APPLICABLE")
 	w.requireLogsClean(t)
@@ -641,4 +646,44 @@ func TestApprovedListOutlastsOtherReadyOperations(t *testing.T) {
 		}
 	}
 	require.Len(t, seen, len(ids), "every approval waiting to be executed is on some page")
+}
+
+// TestResolutionIsBoundToTheAttemptShown: an operator's verdict is about
+// the attempt the page showed. Here operator A looks at attempt 1 (a 500
+// before the processor charged: nothing there), another operator makes it
+// READY meanwhile, attempt 2 charges and its answer is lost; A's form must
+// not record FAILED over attempt 2's charge (the agent would then retry
+// under a new key: a second charge).
+func TestResolutionIsBoundToTheAttemptShown(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_direct", MaxAttempts: 1, DedupesKeys: true})})
+	op := w.prepareAs(t, w.agent, "pay_direct", "INV-stale", 4900)
+	execute := func() {
+		t.Helper()
+		res, err := w.srv.Client.Execute(harness.Ctx(w.agent, ""), &opledgerv1.ExecuteRequest{OperationId: op.GetId()})
+		require.NoError(t, err)
+		require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, res.GetOperation().GetState())
+	}
+	w.env.Fakepay.SetFaults(fakepay.Faults{FailBeforeCommit: fakepay.Trigger{Next: 1}})
+	execute() // attempt 1: nothing charged
+	a := w.browser(t)
+	a.signIn(w.operator)
+	status, page := a.get("/operations/" + op.GetId())
+	require.Equal(t, http.StatusOK, status)
+	form := url.Values{"csrf": {field(t, page, "csrf")}, "fence": {field(t, page, "fence")}, "outcome": {"failed"}, "note": {"no charge at the processor"}}
+
+	b := w.browser(t)
+	b.signIn(w.operator)
+	_, page = b.get("/operations/" + op.GetId())
+	status, _ = b.post("/operations/"+op.GetId()+"/resolution", url.Values{"csrf": {field(t, page, "csrf")}, "fence": {field(t, page, "fence")},
+		"outcome": {"ready"}, "note": {"never arrived"}})
+	require.Equal(t, http.StatusOK, status)
+	w.env.Fakepay.SetFaults(fakepay.Faults{DropAfterCommit: fakepay.Trigger{Next: 1}})
+	execute() // attempt 2: charged, answer lost
+	require.Equal(t, 1, w.charges("INV-stale"))
+
+	status, page = a.post("/operations/"+op.GetId()+"/resolution", form)
+	require.Equal(t, http.StatusConflict, status, page)
+	require.Contains(t, page, "changed since")
+	w.requireState(t, op.GetId(), opledgerv1.State_STATE_OUTCOME_UNKNOWN)
 }

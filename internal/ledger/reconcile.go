@@ -18,6 +18,9 @@ type Resolution struct {
 	Outcome     State
 	ExternalRef string
 	Note        string
+	// Fence, when not 0, is the attempt the verdict is about (the fence the
+	// operator read): it applies only while the operation is still there.
+	Fence int64
 }
 
 // Reconcile resolves an unresolved operation: by the operator's verdict
@@ -68,9 +71,17 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "resolution.outcome",
 			Message: "outcome must be STATE_SUCCEEDED, STATE_FAILED or STATE_READY"}
 	}
+	if r.Fence != 0 && r.Fence != op.Fence {
+		return Operation{}, "", refuse(opledgerv1.ErrorReason_ERROR_REASON_RESOLUTION_NOT_APPLICABLE,
+			"the operation changed since you looked: the verdict was about attempt %d (fence %d), and it is at fence %d now (%s); look again",
+			r.Fence, r.Fence, op.Fence, op.State)
+	}
 	t, err := l.transition(op, EventResolved, r.Outcome, ByOperator)
 	if err != nil {
 		return Operation{}, "", storeErr(err)
+	}
+	if r.Fence != 0 {
+		t.Fence = r.Fence // the statement's guard: still that attempt
 	}
 	t.ExternalRef, t.Actor, t.Detail = r.ExternalRef, a.Name, "resolved by an operator: "+r.Note
 	if r.Outcome == StateFailed {

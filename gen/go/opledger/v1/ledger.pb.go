@@ -1463,7 +1463,12 @@ type Resolution struct {
 	// The downstream's reference for a success.
 	ExternalRef string `protobuf:"bytes,2,opt,name=external_ref,json=externalRef,proto3" json:"external_ref,omitempty"`
 	// Why the operator decided so; kept in the event log.
-	Note          string `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	Note string `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	// The attempt the verdict is about: the operation's fence as the operator
+	// read it. When set, the resolution applies only if the operation is still
+	// at that attempt (RESOLUTION_NOT_APPLICABLE otherwise), so a verdict on an
+	// attempt that is over never lands on a later one. 0: whichever is current.
+	Fence         int64 `protobuf:"varint,4,opt,name=fence,proto3" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1517,6 +1522,13 @@ func (x *Resolution) GetNote() string {
 		return x.Note
 	}
 	return ""
+}
+
+func (x *Resolution) GetFence() int64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
 }
 
 // ReconcileRequest asks for an unresolved operation to be resolved.
@@ -2145,12 +2157,13 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x0einclude_events\x18\x02 \x01(\bR\rincludeEvents\"x\n" +
 	"\vGetResponse\x124\n" +
 	"\toperation\x18\x01 \x01(\v2\x16.opledger.v1.OperationR\toperation\x123\n" +
-	"\x06events\x18\x02 \x03(\v2\x1b.opledger.v1.OperationEventR\x06events\"q\n" +
+	"\x06events\x18\x02 \x03(\v2\x1b.opledger.v1.OperationEventR\x06events\"\x87\x01\n" +
 	"\n" +
 	"Resolution\x12,\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x12.opledger.v1.StateR\aoutcome\x12!\n" +
 	"\fexternal_ref\x18\x02 \x01(\tR\vexternalRef\x12\x12\n" +
-	"\x04note\x18\x03 \x01(\tR\x04note\"n\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\x12\x14\n" +
+	"\x05fence\x18\x04 \x01(\x03R\x05fence\"n\n" +
 	"\x10ReconcileRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x127\n" +
 	"\n" +

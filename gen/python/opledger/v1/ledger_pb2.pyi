@@ -313,14 +313,16 @@ class GetResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., events: _Optional[_Iterable[_Union[OperationEvent, _Mapping]]] = ...) -> None: ...
 
 class Resolution(_message.Message):
-    __slots__ = ("outcome", "external_ref", "note")
+    __slots__ = ("outcome", "external_ref", "note", "fence")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     EXTERNAL_REF_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     outcome: State
     external_ref: str
     note: str
-    def __init__(self, outcome: _Optional[_Union[State, str]] = ..., external_ref: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+    fence: int
+    def __init__(self, outcome: _Optional[_Union[State, str]] = ..., external_ref: _Optional[str] = ..., note: _Optional[str] = ..., fence: _Optional[int] = ...) -> None: ...
 
 class ReconcileRequest(_message.Message):
     __slots__ = ("operation_id", "resolution")

@@ -203,107 +203,107 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       "de_events\030\002 \001(\010R\rincludeEvents\"x\n\013GetRes" +
       "ponse\0224\n\toperation\030\001 \001(\0132\026.opledger.v1.O" +
       "perationR\toperation\0223\n\006events\030\002 \003(\0132\033.op" +
-      "ledger.v1.OperationEventR\006events\"q\n\nReso" +
-      "lution\022,\n\007outcome\030\001 \001(\0162\022.opledger.v1.St" +
-      "ateR\007outcome\022!\n\014external_ref\030\002 \001(\tR\013exte" +
-      "rnalRef\022\022\n\004note\030\003 \001(\tR\004note\"n\n\020Reconcile" +
-      "Request\022!\n\014operation_id\030\001 \001(\tR\013operation" +
-      "Id\0227\n\nresolution\030\002 \001(\0132\027.opledger.v1.Res" +
-      "olutionR\nresolution\"a\n\021ReconcileResponse" +
-      "\0224\n\toperation\030\001 \001(\0132\026.opledger.v1.Operat" +
-      "ionR\toperation\022\026\n\006detail\030\002 \001(\tR\006detail\"J" +
-      "\n\rCancelRequest\022!\n\014operation_id\030\001 \001(\tR\013o" +
-      "perationId\022\026\n\006reason\030\002 \001(\tR\006reason\"b\n\016Ca" +
-      "ncelResponse\0224\n\toperation\030\001 \001(\0132\026.opledg" +
-      "er.v1.OperationR\toperation\022\032\n\010replayed\030\002" +
-      " \001(\010R\010replayed\"\302\002\n\004Tool\022\022\n\004name\030\001 \001(\tR\004n" +
-      "ame\022\030\n\007version\030\002 \001(\tR\007version\022 \n\013descrip" +
-      "tion\030\003 \001(\tR\013description\022+\n\006effect\030\004 \001(\0162" +
-      "\023.opledger.v1.EffectR\006effect\022+\n\021approval" +
-      "_required\030\005 \001(\010R\020approvalRequired\0228\n\013arg" +
-      "s_schema\030\006 \001(\0132\027.google.protobuf.StructR" +
-      "\nargsSchema\022<\n\014approval_ttl\030\007 \001(\0132\031.goog" +
-      "le.protobuf.DurationR\013approvalTtl\022\030\n\007cur" +
-      "rent\030\010 \001(\010R\007current\"\022\n\020ListToolsRequest\"" +
-      "<\n\021ListToolsResponse\022\'\n\005tools\030\001 \003(\0132\021.op" +
-      "ledger.v1.ToolR\005tools\"\223\001\n\025ListOperations" +
-      "Request\022*\n\006states\030\001 \003(\0162\022.opledger.v1.St" +
-      "ateR\006states\022\022\n\004tool\030\002 \001(\tR\004tool\022\033\n\tpage_" +
-      "size\030\003 \001(\005R\010pageSize\022\035\n\npage_token\030\004 \001(\t" +
-      "R\tpageToken\"x\n\026ListOperationsResponse\0226\n" +
-      "\noperations\030\001 \003(\0132\026.opledger.v1.Operatio" +
-      "nR\noperations\022&\n\017next_page_token\030\002 \001(\tR\r" +
-      "nextPageToken*\314\001\n\005State\022\025\n\021STATE_UNSPECI" +
-      "FIED\020\000\022\033\n\027STATE_AWAITING_APPROVAL\020\001\022\017\n\013S" +
-      "TATE_READY\020\002\022\023\n\017STATE_EXECUTING\020\003\022\023\n\017STA" +
-      "TE_SUCCEEDED\020\004\022\020\n\014STATE_FAILED\020\005\022\031\n\025STAT" +
-      "E_OUTCOME_UNKNOWN\020\006\022\022\n\016STATE_REJECTED\020\007\022" +
-      "\023\n\017STATE_CANCELLED\020\010*M\n\010Decision\022\030\n\024DECI" +
-      "SION_UNSPECIFIED\020\000\022\024\n\020DECISION_APPROVE\020\001" +
-      "\022\021\n\rDECISION_DENY\020\002*\321\t\n\013ErrorReason\022\034\n\030E" +
-      "RROR_REASON_UNSPECIFIED\020\000\022 \n\034ERROR_REASO" +
-      "N_API_KEY_MISSING\020\001\022 \n\034ERROR_REASON_API_" +
-      "KEY_INVALID\020\002\022\036\n\032ERROR_REASON_ROLE_REQUI" +
-      "RED\020\003\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_MI" +
-      "SSING\020\004\022(\n$ERROR_REASON_IDEMPOTENCY_KEY_" +
-      "INVALID\020\005\022\'\n#ERROR_REASON_IDEMPOTENCY_KE" +
-      "Y_REUSED\020\006\022\035\n\031ERROR_REASON_TOOL_UNKNOWN\020" +
-      "\007\022%\n!ERROR_REASON_TOOL_VERSION_UNKNOWN\020\010" +
-      "\022\035\n\031ERROR_REASON_ARGS_INVALID\020\t\022\037\n\033ERROR" +
-      "_REASON_ARGS_TOO_LARGE\020\n\022\036\n\032ERROR_REASON" +
-      "_FIELD_INVALID\020\013\022$\n ERROR_REASON_OPERATI" +
-      "ON_NOT_FOUND\020\014\022\"\n\036ERROR_REASON_APPROVAL_" +
-      "REQUIRED\020\r\022!\n\035ERROR_REASON_APPROVAL_EXPI" +
-      "RED\020\016\022.\n*ERROR_REASON_APPROVAL_FINGERPRI" +
-      "NT_MISMATCH\020\017\022\"\n\036ERROR_REASON_APPROVAL_C" +
-      "ONFLICT\020\020\022(\n$ERROR_REASON_SELF_APPROVAL_" +
-      "FORBIDDEN\020\021\022(\n$ERROR_REASON_APPROVAL_NOT" +
-      "_APPLICABLE\020\022\022#\n\037ERROR_REASON_OPERATION_" +
-      "REJECTED\020\023\022$\n ERROR_REASON_OPERATION_CAN" +
-      "CELLED\020\024\022&\n\"ERROR_REASON_OPERATION_IN_PR" +
-      "OGRESS\020\025\022*\n&ERROR_REASON_RESOLUTION_NOT_" +
-      "APPLICABLE\020\026\022#\n\037ERROR_REASON_LEDGER_UNAV" +
-      "AILABLE\020\027\022\031\n\025ERROR_REASON_INTERNAL\020\030\022\'\n#" +
-      "ERROR_REASON_DOWNSTREAM_UNAVAILABLE\020\031\022!\n" +
-      "\035ERROR_REASON_DEADLINE_INVALID\020\032\022$\n ERRO" +
-      "R_REASON_DOWNSTREAM_REJECTED\020\033\022+\n\'ERROR_" +
-      "REASON_DOWNSTREAM_OUTCOME_UNKNOWN\020\034\022\"\n\036E" +
-      "RROR_REASON_OPERATOR_REQUIRED\020\035\022\035\n\031ERROR" +
-      "_REASON_RATE_LIMITED\020\036\022\037\n\033ERROR_REASON_Q" +
-      "UOTA_EXCEEDED\020\037\022&\n\"ERROR_REASON_CANCEL_N" +
-      "OT_APPLICABLE\020 *\261\003\n\tEventType\022\032\n\026EVENT_T" +
-      "YPE_UNSPECIFIED\020\000\022\027\n\023EVENT_TYPE_PREPARED" +
-      "\020\001\022\027\n\023EVENT_TYPE_APPROVED\020\002\022\025\n\021EVENT_TYP" +
-      "E_DENIED\020\003\022\026\n\022EVENT_TYPE_CLAIMED\020\004\022$\n EV" +
-      "ENT_TYPE_EXTERNAL_REF_RECORDED\020\005\022\030\n\024EVEN" +
-      "T_TYPE_SUCCEEDED\020\006\022\025\n\021EVENT_TYPE_FAILED\020" +
-      "\007\022\036\n\032EVENT_TYPE_OUTCOME_UNKNOWN\020\010\022\027\n\023EVE" +
-      "NT_TYPE_RELEASED\020\t\022\037\n\033EVENT_TYPE_LEASE_T" +
-      "AKEN_OVER\020\n\022\031\n\025EVENT_TYPE_RECONCILED\020\013\022 " +
-      "\n\034EVENT_TYPE_RESOLVED_MANUALLY\020\014\022\030\n\024EVEN" +
-      "T_TYPE_CANCELLED\020\r\022\037\n\033EVENT_TYPE_APPROVA" +
-      "L_EXPIRED\020\016*e\n\006Effect\022\026\n\022EFFECT_UNSPECIF" +
-      "IED\020\000\022\024\n\020EFFECT_READ_ONLY\020\001\022\025\n\021EFFECT_ID" +
-      "EMPOTENT\020\002\022\026\n\022EFFECT_SIDE_EFFECT\020\0032\364\004\n\rL" +
-      "edgerService\022D\n\007Prepare\022\033.opledger.v1.Pr" +
-      "epareRequest\032\034.opledger.v1.PrepareRespon" +
-      "se\022I\n\007Approve\022\033.opledger.v1.ApproveReque" +
-      "st\032\034.opledger.v1.ApproveResponse\"\003\220\002\002\022I\n" +
-      "\007Execute\022\033.opledger.v1.ExecuteRequest\032\034." +
-      "opledger.v1.ExecuteResponse\"\003\220\002\002\022=\n\003Get\022" +
-      "\027.opledger.v1.GetRequest\032\030.opledger.v1.G" +
-      "etResponse\"\003\220\002\001\022O\n\tReconcile\022\035.opledger." +
-      "v1.ReconcileRequest\032\036.opledger.v1.Reconc" +
-      "ileResponse\"\003\220\002\002\022F\n\006Cancel\022\032.opledger.v1" +
-      ".CancelRequest\032\033.opledger.v1.CancelRespo" +
-      "nse\"\003\220\002\002\022O\n\tListTools\022\035.opledger.v1.List" +
-      "ToolsRequest\032\036.opledger.v1.ListToolsResp" +
-      "onse\"\003\220\002\001\022^\n\016ListOperations\022\".opledger.v" +
-      "1.ListOperationsRequest\032#.opledger.v1.Li" +
-      "stOperationsResponse\"\003\220\002\001B\\\n\017dev.opledge" +
-      "r.v1B\013LedgerProtoP\001Z:github.com/opledger" +
-      "/opledger/gen/go/opledger/v1;opledgerv1b" +
-      "\006proto3"
+      "ledger.v1.OperationEventR\006events\"\207\001\n\nRes" +
+      "olution\022,\n\007outcome\030\001 \001(\0162\022.opledger.v1.S" +
+      "tateR\007outcome\022!\n\014external_ref\030\002 \001(\tR\013ext" +
+      "ernalRef\022\022\n\004note\030\003 \001(\tR\004note\022\024\n\005fence\030\004 " +
+      "\001(\003R\005fence\"n\n\020ReconcileRequest\022!\n\014operat" +
+      "ion_id\030\001 \001(\tR\013operationId\0227\n\nresolution\030" +
+      "\002 \001(\0132\027.opledger.v1.ResolutionR\nresoluti" +
+      "on\"a\n\021ReconcileResponse\0224\n\toperation\030\001 \001" +
+      "(\0132\026.opledger.v1.OperationR\toperation\022\026\n" +
+      "\006detail\030\002 \001(\tR\006detail\"J\n\rCancelRequest\022!" +
+      "\n\014operation_id\030\001 \001(\tR\013operationId\022\026\n\006rea" +
+      "son\030\002 \001(\tR\006reason\"b\n\016CancelResponse\0224\n\to" +
+      "peration\030\001 \001(\0132\026.opledger.v1.OperationR\t" +
+      "operation\022\032\n\010replayed\030\002 \001(\010R\010replayed\"\302\002" +
+      "\n\004Tool\022\022\n\004name\030\001 \001(\tR\004name\022\030\n\007version\030\002 " +
+      "\001(\tR\007version\022 \n\013description\030\003 \001(\tR\013descr" +
+      "iption\022+\n\006effect\030\004 \001(\0162\023.opledger.v1.Eff" +
+      "ectR\006effect\022+\n\021approval_required\030\005 \001(\010R\020" +
+      "approvalRequired\0228\n\013args_schema\030\006 \001(\0132\027." +
+      "google.protobuf.StructR\nargsSchema\022<\n\014ap" +
+      "proval_ttl\030\007 \001(\0132\031.google.protobuf.Durat" +
+      "ionR\013approvalTtl\022\030\n\007current\030\010 \001(\010R\007curre" +
+      "nt\"\022\n\020ListToolsRequest\"<\n\021ListToolsRespo" +
+      "nse\022\'\n\005tools\030\001 \003(\0132\021.opledger.v1.ToolR\005t" +
+      "ools\"\223\001\n\025ListOperationsRequest\022*\n\006states" +
+      "\030\001 \003(\0162\022.opledger.v1.StateR\006states\022\022\n\004to" +
+      "ol\030\002 \001(\tR\004tool\022\033\n\tpage_size\030\003 \001(\005R\010pageS" +
+      "ize\022\035\n\npage_token\030\004 \001(\tR\tpageToken\"x\n\026Li" +
+      "stOperationsResponse\0226\n\noperations\030\001 \003(\013" +
+      "2\026.opledger.v1.OperationR\noperations\022&\n\017" +
+      "next_page_token\030\002 \001(\tR\rnextPageToken*\314\001\n" +
+      "\005State\022\025\n\021STATE_UNSPECIFIED\020\000\022\033\n\027STATE_A" +
+      "WAITING_APPROVAL\020\001\022\017\n\013STATE_READY\020\002\022\023\n\017S" +
+      "TATE_EXECUTING\020\003\022\023\n\017STATE_SUCCEEDED\020\004\022\020\n" +
+      "\014STATE_FAILED\020\005\022\031\n\025STATE_OUTCOME_UNKNOWN" +
+      "\020\006\022\022\n\016STATE_REJECTED\020\007\022\023\n\017STATE_CANCELLE" +
+      "D\020\010*M\n\010Decision\022\030\n\024DECISION_UNSPECIFIED\020" +
+      "\000\022\024\n\020DECISION_APPROVE\020\001\022\021\n\rDECISION_DENY" +
+      "\020\002*\321\t\n\013ErrorReason\022\034\n\030ERROR_REASON_UNSPE" +
+      "CIFIED\020\000\022 \n\034ERROR_REASON_API_KEY_MISSING" +
+      "\020\001\022 \n\034ERROR_REASON_API_KEY_INVALID\020\002\022\036\n\032" +
+      "ERROR_REASON_ROLE_REQUIRED\020\003\022(\n$ERROR_RE" +
+      "ASON_IDEMPOTENCY_KEY_MISSING\020\004\022(\n$ERROR_" +
+      "REASON_IDEMPOTENCY_KEY_INVALID\020\005\022\'\n#ERRO" +
+      "R_REASON_IDEMPOTENCY_KEY_REUSED\020\006\022\035\n\031ERR" +
+      "OR_REASON_TOOL_UNKNOWN\020\007\022%\n!ERROR_REASON" +
+      "_TOOL_VERSION_UNKNOWN\020\010\022\035\n\031ERROR_REASON_" +
+      "ARGS_INVALID\020\t\022\037\n\033ERROR_REASON_ARGS_TOO_" +
+      "LARGE\020\n\022\036\n\032ERROR_REASON_FIELD_INVALID\020\013\022" +
+      "$\n ERROR_REASON_OPERATION_NOT_FOUND\020\014\022\"\n" +
+      "\036ERROR_REASON_APPROVAL_REQUIRED\020\r\022!\n\035ERR" +
+      "OR_REASON_APPROVAL_EXPIRED\020\016\022.\n*ERROR_RE" +
+      "ASON_APPROVAL_FINGERPRINT_MISMATCH\020\017\022\"\n\036" +
+      "ERROR_REASON_APPROVAL_CONFLICT\020\020\022(\n$ERRO" +
+      "R_REASON_SELF_APPROVAL_FORBIDDEN\020\021\022(\n$ER" +
+      "ROR_REASON_APPROVAL_NOT_APPLICABLE\020\022\022#\n\037" +
+      "ERROR_REASON_OPERATION_REJECTED\020\023\022$\n ERR" +
+      "OR_REASON_OPERATION_CANCELLED\020\024\022&\n\"ERROR" +
+      "_REASON_OPERATION_IN_PROGRESS\020\025\022*\n&ERROR" +
+      "_REASON_RESOLUTION_NOT_APPLICABLE\020\026\022#\n\037E" +
+      "RROR_REASON_LEDGER_UNAVAILABLE\020\027\022\031\n\025ERRO" +
+      "R_REASON_INTERNAL\020\030\022\'\n#ERROR_REASON_DOWN" +
+      "STREAM_UNAVAILABLE\020\031\022!\n\035ERROR_REASON_DEA" +
+      "DLINE_INVALID\020\032\022$\n ERROR_REASON_DOWNSTRE" +
+      "AM_REJECTED\020\033\022+\n\'ERROR_REASON_DOWNSTREAM" +
+      "_OUTCOME_UNKNOWN\020\034\022\"\n\036ERROR_REASON_OPERA" +
+      "TOR_REQUIRED\020\035\022\035\n\031ERROR_REASON_RATE_LIMI" +
+      "TED\020\036\022\037\n\033ERROR_REASON_QUOTA_EXCEEDED\020\037\022&" +
+      "\n\"ERROR_REASON_CANCEL_NOT_APPLICABLE\020 *\261" +
+      "\003\n\tEventType\022\032\n\026EVENT_TYPE_UNSPECIFIED\020\000" +
+      "\022\027\n\023EVENT_TYPE_PREPARED\020\001\022\027\n\023EVENT_TYPE_" +
+      "APPROVED\020\002\022\025\n\021EVENT_TYPE_DENIED\020\003\022\026\n\022EVE" +
+      "NT_TYPE_CLAIMED\020\004\022$\n EVENT_TYPE_EXTERNAL" +
+      "_REF_RECORDED\020\005\022\030\n\024EVENT_TYPE_SUCCEEDED\020" +
+      "\006\022\025\n\021EVENT_TYPE_FAILED\020\007\022\036\n\032EVENT_TYPE_O" +
+      "UTCOME_UNKNOWN\020\010\022\027\n\023EVENT_TYPE_RELEASED\020" +
+      "\t\022\037\n\033EVENT_TYPE_LEASE_TAKEN_OVER\020\n\022\031\n\025EV" +
+      "ENT_TYPE_RECONCILED\020\013\022 \n\034EVENT_TYPE_RESO" +
+      "LVED_MANUALLY\020\014\022\030\n\024EVENT_TYPE_CANCELLED\020" +
+      "\r\022\037\n\033EVENT_TYPE_APPROVAL_EXPIRED\020\016*e\n\006Ef" +
+      "fect\022\026\n\022EFFECT_UNSPECIFIED\020\000\022\024\n\020EFFECT_R" +
+      "EAD_ONLY\020\001\022\025\n\021EFFECT_IDEMPOTENT\020\002\022\026\n\022EFF" +
+      "ECT_SIDE_EFFECT\020\0032\364\004\n\rLedgerService\022D\n\007P" +
+      "repare\022\033.opledger.v1.PrepareRequest\032\034.op" +
+      "ledger.v1.PrepareResponse\022I\n\007Approve\022\033.o" +
+      "pledger.v1.ApproveRequest\032\034.opledger.v1." +
+      "ApproveResponse\"\003\220\002\002\022I\n\007Execute\022\033.opledg" +
+      "er.v1.ExecuteRequest\032\034.opledger.v1.Execu" +
+      "teResponse\"\003\220\002\002\022=\n\003Get\022\027.opledger.v1.Get" +
+      "Request\032\030.opledger.v1.GetResponse\"\003\220\002\001\022O" +
+      "\n\tReconcile\022\035.opledger.v1.ReconcileReque" +
+      "st\032\036.opledger.v1.ReconcileResponse\"\003\220\002\002\022" +
+      "F\n\006Cancel\022\032.opledger.v1.CancelRequest\032\033." +
+      "opledger.v1.CancelResponse\"\003\220\002\002\022O\n\tListT" +
+      "ools\022\035.opledger.v1.ListToolsRequest\032\036.op" +
+      "ledger.v1.ListToolsResponse\"\003\220\002\001\022^\n\016List" +
+      "Operations\022\".opledger.v1.ListOperationsR" +
+      "equest\032#.opledger.v1.ListOperationsRespo" +
+      "nse\"\003\220\002\001B\\\n\017dev.opledger.v1B\013LedgerProto" +
+      "P\001Z:github.com/opledger/opledger/gen/go/" +
+      "opledger/v1;opledgerv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -384,7 +384,7 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
     internal_static_opledger_v1_Resolution_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_Resolution_descriptor,
-        new java.lang.String[] { "Outcome", "ExternalRef", "Note", });
+        new java.lang.String[] { "Outcome", "ExternalRef", "Note", "Fence", });
     internal_static_opledger_v1_ReconcileRequest_descriptor =
       getDescriptor().getMessageType(12);
     internal_static_opledger_v1_ReconcileRequest_fieldAccessorTable = new

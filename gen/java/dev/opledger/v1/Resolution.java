@@ -180,6 +180,24 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int FENCE_FIELD_NUMBER = 4;
+  private long fence_ = 0L;
+  /**
+   * <pre>
+   * The attempt the verdict is about: the operation's fence as the operator
+   * read it. When set, the resolution applies only if the operation is still
+   * at that attempt (RESOLUTION_NOT_APPLICABLE otherwise), so a verdict on an
+   * attempt that is over never lands on a later one. 0: whichever is current.
+   * </pre>
+   *
+   * <code>int64 fence = 4 [json_name = "fence"];</code>
+   * @return The fence.
+   */
+  @java.lang.Override
+  public long getFence() {
+    return fence_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -203,6 +221,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(note_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 3, note_);
     }
+    if (fence_ != 0L) {
+      output.writeInt64(4, fence_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -216,6 +237,10 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(note_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(3, note_);
+    }
+    if (fence_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(4, fence_);
     }
     return size;
   }
@@ -246,6 +271,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getExternalRef())) return false;
     if (!getNote()
         .equals(other.getNote())) return false;
+    if (getFence()
+        != other.getFence()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -263,6 +290,9 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getExternalRef().hashCode();
     hash = (37 * hash) + NOTE_FIELD_NUMBER;
     hash = (53 * hash) + getNote().hashCode();
+    hash = (37 * hash) + FENCE_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getFence());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -402,6 +432,7 @@ private static final long serialVersionUID = 0L;
       outcome_ = 0;
       externalRef_ = "";
       note_ = "";
+      fence_ = 0L;
       return this;
     }
 
@@ -444,6 +475,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000004) != 0)) {
         result.note_ = note_;
       }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.fence_ = fence_;
+      }
     }
 
     @java.lang.Override
@@ -470,6 +504,9 @@ private static final long serialVersionUID = 0L;
         note_ = other.note_;
         bitField0_ |= 0x00000004;
         onChanged();
+      }
+      if (other.getFence() != 0L) {
+        setFence(other.getFence());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -512,6 +549,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000004;
               break;
             } // case 26
+            case 32: {
+              fence_ = input.readInt64();
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 32
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -791,6 +833,59 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       note_ = value;
       bitField0_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+
+    private long fence_ ;
+    /**
+     * <pre>
+     * The attempt the verdict is about: the operation's fence as the operator
+     * read it. When set, the resolution applies only if the operation is still
+     * at that attempt (RESOLUTION_NOT_APPLICABLE otherwise), so a verdict on an
+     * attempt that is over never lands on a later one. 0: whichever is current.
+     * </pre>
+     *
+     * <code>int64 fence = 4 [json_name = "fence"];</code>
+     * @return The fence.
+     */
+    @java.lang.Override
+    public long getFence() {
+      return fence_;
+    }
+    /**
+     * <pre>
+     * The attempt the verdict is about: the operation's fence as the operator
+     * read it. When set, the resolution applies only if the operation is still
+     * at that attempt (RESOLUTION_NOT_APPLICABLE otherwise), so a verdict on an
+     * attempt that is over never lands on a later one. 0: whichever is current.
+     * </pre>
+     *
+     * <code>int64 fence = 4 [json_name = "fence"];</code>
+     * @param value The fence to set.
+     * @return This builder for chaining.
+     */
+    public Builder setFence(long value) {
+
+      fence_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The attempt the verdict is about: the operation's fence as the operator
+     * read it. When set, the resolution applies only if the operation is still
+     * at that attempt (RESOLUTION_NOT_APPLICABLE otherwise), so a verdict on an
+     * attempt that is over never lands on a later one. 0: whichever is current.
+     * </pre>
+     *
+     * <code>int64 fence = 4 [json_name = "fence"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearFence() {
+      bitField0_ = (bitField0_ & ~0x00000008);
+      fence_ = 0L;
       onChanged();
       return this;
     }

@@ -72,4 +72,17 @@ public interface ResolutionOrBuilder extends
    */
   com.google.protobuf.ByteString
       getNoteBytes();
+
+  /**
+   * <pre>
+   * The attempt the verdict is about: the operation's fence as the operator
+   * read it. When set, the resolution applies only if the operation is still
+   * at that attempt (RESOLUTION_NOT_APPLICABLE otherwise), so a verdict on an
+   * attempt that is over never lands on a later one. 0: whichever is current.
+   * </pre>
+   *
+   * <code>int64 fence = 4 [json_name = "fence"];</code>
+   * @return The fence.
+   */
+  long getFence();
 }
