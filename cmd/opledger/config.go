@@ -99,7 +99,7 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 		}
 		if cfg.ApprovalWebhookURL != "" {
 			if !httpURL(cfg.ApprovalWebhookURL) {
-				errs = append(errs, fmt.Errorf("--approval-webhook-url: %q is not an http(s) URL", cfg.ApprovalWebhookURL))
+				errs = append(errs, errors.New("--approval-webhook-url: not an http(s) URL (not repeated here: it may hold a credential)"))
 			}
 			if len(cfg.ApprovalWebhookSecret) < 16 {
 				errs = append(errs, errors.New("--approval-webhook-secret: at least 16 characters are needed to sign the notifications"))

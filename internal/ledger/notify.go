@@ -7,10 +7,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -255,7 +257,7 @@ func (l *Ledger) deliver(ctx context.Context, n store.Notification, body []byte)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return errors.New("the receiver's URL is not usable") // its text may hold a credential
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "opledger-notifier")
@@ -265,6 +267,12 @@ func (l *Ledger) deliver(ctx context.Context, n store.Notification, body []byte)
 	}
 	resp, err := l.notifyClient.Do(req)
 	if err != nil {
+		// net/http names the URL, which may be the receiver's credential (a
+		// chat's incoming webhook): the reason only, as the executor does.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = fmt.Errorf("%s to the receiver: %w", ue.Op, ue.Err)
+		}
 		return err
 	}
 	defer resp.Body.Close()

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -307,4 +309,58 @@ func TestApprovalNotificationAgeOnDatabaseClock(t *testing.T) {
 	op := prepare(t, c, w.agent, "pay_invoice", payArgs(t, "INV-SKEW-1"))
 	got := r.waitFor("the notification", func(d []delivery) bool { return len(d) >= 1 })
 	require.Equal(t, op.GetId()+"/1", got[0].payload.ID)
+}
+
+// TestApprovalNotificationFailureKeepsTheURLSecret: a receiver's URL may be
+// its credential (a chat's incoming webhook). A failed delivery records and
+// logs why without it, as the HTTP executor's errors do.
+func TestApprovalNotificationFailureKeepsTheURLSecret(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close()) // nobody listens: every delivery is refused
+	const token = "XyZsEcReTtOkEn0123456789"
+	w := newWorld(t, harness.Options{})
+	var logs lockedLog
+	srv := w.env.StartServer(harness.ServerOptions{Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Ledger: ledger.Config{ApprovalWebhook: ledger.ApprovalWebhook{
+			URL: "http://" + addr + "/services/T000/B000/" + token, Secret: notifySecret, Backoff: time.Minute, Interval: 50 * time.Millisecond}}})
+	prepare(t, srv.Client, w.agent, "pay_invoice", payArgs(t, "INV-URL"))
+
+	conn, err := pgx.Connect(t.Context(), w.env.DBURL)
+	require.NoError(t, err)
+	defer conn.Close(t.Context())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var lastError *string
+		require.NoError(t, conn.QueryRow(t.Context(), "SELECT last_error FROM approval_notification").Scan(&lastError))
+		if lastError != nil {
+			require.NotContains(t, *lastError, token)
+			require.Contains(t, *lastError, "refused")
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the failed delivery was never recorded")
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "delivery failed") }, 10*time.Second, 20*time.Millisecond)
+	require.NotContains(t, logs.String(), token)
+}
+
+// lockedLog is a log destination safe for the server's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
