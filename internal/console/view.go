@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/opledger/opledger/internal/ledger"
 )
@@ -96,15 +95,13 @@ func orArgs(p string) string {
 }
 
 // visible returns s with every character a person could not see or that
-// could reorder the text around it (controls, format characters such as
-// zero-width spaces and bidi overrides, unassigned and private-use code
-// points, and any space other than U+0020) written as a \u escape, and
-// whether there was one.
+// could reorder the text around it (ledger.Invisible) written as a \u
+// escape, and whether there was one.
 func visible(s string) (string, bool) {
 	var b strings.Builder
 	hidden := false
 	for _, r := range s {
-		if r == ' ' || unicode.IsGraphic(r) && !unicode.Is(unicode.Cf, r) && !unicode.IsSpace(r) && !unicode.Is(unicode.Co, r) {
+		if !ledger.Invisible(r) {
 			b.WriteRune(r)
 			continue
 		}

@@ -78,6 +78,14 @@ func TestVisible(t *testing.T) {
 		"iso\u2066late\u2069":  `iso\u2066late\u2069`,
 		"tag\U000E0041":        `tag\U000E0041`,
 		"two  spaces are fine": "",
+		"INV-2048\u3164":       `INV-2048\u3164`,
+		"\u115fhangul":         `\u115Fhangul`,
+		"half\uffa0width":      `half\uFFA0width`,
+		"cgj\u034f":            `cgj\u034F`,
+		"braille\u2800blank":   `braille\u2800blank`,
+		"vs\ufe0f":             `vs\uFE0F`,
+		"vs\U000E0100":         `vs\U000E0100`,
+		"line\u2028sep":        `line\u2028sep`,
 	} {
 		got, hidden := visible(in)
 		if want == "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"strconv"
 	"sync"
 	"time"
@@ -97,11 +98,27 @@ const (
 	maxPrincipalNameBytes = 128
 )
 
+// Invisible reports a character a person reading a screen could not see,
+// or that could reorder the text around it: controls, format characters
+// (zero-width spaces, bidi overrides), every space but U+0020, unassigned
+// and private-use code points, Unicode's default-ignorable code points
+// (Hangul fillers, the combining grapheme joiner), variation selectors and
+// the blank Braille pattern. Approvers read operations' arguments and
+// principals' names through it: what they see must be what runs.
+func Invisible(r rune) bool {
+	if r == ' ' {
+		return false
+	}
+	return !unicode.IsGraphic(r) || unicode.Is(unicode.Cf, r) || unicode.IsSpace(r) || unicode.Is(unicode.Co, r) ||
+		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || unicode.Is(unicode.Variation_Selector, r) || r == '\u2800'
+}
+
 // principalText refuses a tenant or a principal's name that is not short,
 // printable UTF-8 text: bytes that are not UTF-8 cannot be stored, and a
 // control or formatting character (a newline, a right-to-left override, a
 // zero-width space) would reach approvers' screens, where these names are
-// shown, as it is. An empty value passes unless required.
+// shown, as it is. An empty value passes unless required. (A new
+// principal's name is held to Invisible too: newName.)
 func principalText(what, s string, maxBytes int, required bool) error {
 	bad := len(s) > maxBytes || (required && s == "") || !utf8.ValidString(s)
 	for _, r := range s {
@@ -135,6 +152,12 @@ func CreatePrincipal(ctx context.Context, st *store.Store, tenant, name string, 
 	}
 	if err := principalText("name", name, maxPrincipalNameBytes, false); err != nil {
 		return "", p, err
+	}
+	if strings.ContainsFunc(name, Invisible) {
+		// Approvers read it (the console's "prepared by", the event log):
+		// what they see must be the name. Existing names are still found
+		// by the other commands, and shown escaped.
+		return "", p, fmt.Errorf("ledger: name must be visible text: no invisible character and no space but U+0020 (found one in %q)", truncateText(name, 80))
 	}
 	if len(roles) == 0 {
 		return "", p, errors.New("ledger: at least one role is needed")

@@ -36,6 +36,12 @@ func TestPrincipalNamesAreText(t *testing.T) {
 	}
 	_, _, err := ledger.CreatePrincipal(ctx, env.Store, "acme", strings.Repeat("n", 129), roles)
 	require.ErrorContains(t, err, "name must be")
+	// A new principal's name is read by approvers: nothing invisible in it
+	// (a Hangul filler, a no-break space, a line separator).
+	for _, s := range []string{"alice\u3164", "ali\u00a0ce", "al\u2028ice", "bob\u2800"} {
+		_, _, err := ledger.CreatePrincipal(ctx, env.Store, "acme", s, roles)
+		require.ErrorContains(t, err, "name must be visible text", "%q", s)
+	}
 
 	_, p, err := ledger.CreatePrincipal(ctx, env.Store, "acme", "Ana María (accounts payable)", roles)
 	require.NoError(t, err)
