@@ -468,15 +468,21 @@ type detail struct {
 	PreparedBy string
 }
 
-var flashes = map[string]string{
-	"approved":   "Approved. The agent may now execute it, until the approval expires.",
-	"denied":     "Denied. The operation is rejected and will never run.",
-	"resolved":   "Resolved. The outcome is recorded in the event log.",
-	"reconciled": "Checked with the downstream.",
+// flashes are what the page says after a decision or a resolution, and the
+// event that must be the operation's last, recorded by the reader, for it
+// to be said: the "done" query of the redirect is only a hint, and a link
+// with ?done=denied on an operation nobody decided says nothing.
+var flashes = map[string]struct {
+	text  string
+	event ledger.Event
+}{
+	"approved": {"Approved. The agent may now execute it, until the approval expires.", ledger.EventApproved},
+	"denied":   {"Denied. The operation is rejected and will never run.", ledger.EventDenied},
+	"resolved": {"Resolved. The outcome is recorded in the event log.", ledger.EventResolved},
 }
 
 func (c *Console) operation(w http.ResponseWriter, r *http.Request, s session) {
-	c.showOperation(w, r, s, http.StatusOK, flashes[r.URL.Query().Get("done")], nil)
+	c.showOperation(w, r, s, http.StatusOK, "", nil)
 }
 
 // showOperation renders the operation page, with a problem from a refused
@@ -498,6 +504,11 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 	for _, e := range evs {
 		if e.Type == string(ledger.EventPrepared) {
 			d.PreparedBy = e.Actor
+		}
+	}
+	if f, ok := flashes[r.URL.Query().Get("done")]; ok && flash == "" && p == nil && len(evs) > 0 {
+		if last := evs[len(evs)-1]; last.Type == string(f.event) && last.Actor == s.actor.Name {
+			flash = f.text
 		}
 	}
 	d.CanDecide = v.Decidable && s.approver() && !d.SelfMade

@@ -687,3 +687,26 @@ func TestResolutionIsBoundToTheAttemptShown(t *testing.T) {
 	require.Contains(t, page, "changed since")
 	w.requireState(t, op.GetId(), opledgerv1.State_STATE_OUTCOME_UNKNOWN)
 }
+
+// TestFlashOnlyForWhatHappened: the banner after a decision is shown only
+// when the operation's last event is that decision, by the reader: a link
+// with ?done=denied to an operation nobody decided says nothing.
+func TestFlashOnlyForWhatHappened(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+	op := w.prepare(t, "INV-flash", 1000)
+	b := w.browser(t)
+	b.signIn(w.approver)
+	status, page := b.get("/operations/" + op.GetId() + "?done=denied")
+	require.Equal(t, http.StatusOK, status)
+	require.NotContains(t, page, "Denied.")
+	require.NotContains(t, page, `class="flash"`)
+
+	form := b.decisionForm(op.GetId())
+	form.Set("decision", "approve")
+	status, page = b.post("/operations/"+op.GetId()+"/decision", form)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, "Approved.")
+	_, page = b.get("/operations/" + op.GetId() + "?done=denied")
+	require.NotContains(t, page, "Denied.")
+}
