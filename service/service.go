@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"net/http"
 	"os"
 	"strings"
@@ -276,13 +277,20 @@ func ConsoleURL(cfg Config) string {
 	return scheme + "://" + cfg.ConsoleListen
 }
 
+// httpsURL reports an https URL, its scheme in any case (as url.Parse,
+// and the flag's check, read it).
+func httpsURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.Scheme == "https"
+}
+
 // startConsole serves the approval console on ConsoleListen until the
 // returned server is closed. The browser must reach it over HTTPS (served
 // here with the TLS certificate, or behind a proxy named by an https
 // ConsoleURL), except on a loopback address, where plain HTTP is allowed and
 // cookies cannot be marked Secure (docs/console.md).
 func startConsole(cfg Config, l *ledger.Ledger, logger *slog.Logger) (*http.Server, string, error) {
-	secure := cfg.TLSCert != "" || strings.HasPrefix(cfg.ConsoleURL, "https://")
+	secure := cfg.TLSCert != "" || httpsURL(cfg.ConsoleURL)
 	host, _, err := net.SplitHostPort(cfg.ConsoleListen)
 	if err != nil {
 		return nil, "", fmt.Errorf("--console-listen: %w", err)

@@ -21,6 +21,7 @@ func TestConsoleNeedsTLSOffLoopback(t *testing.T) {
 		{ConsoleListen: "127.0.0.1:0"},
 		{ConsoleListen: "[::1]:0"},
 		{ConsoleListen: "0.0.0.0:0", ConsoleURL: "https://approvals.example.com"},
+		{ConsoleListen: "0.0.0.0:0", ConsoleURL: "HTTPS://approvals.example.com"}, // a scheme in capitals is https too
 	} {
 		srv, url, err := startConsole(c, nil, logger)
 		if err != nil && strings.Contains(err.Error(), "cannot assign") {
