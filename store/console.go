@@ -29,12 +29,12 @@ func (c *Conn) ConsoleSessionCreate(ctx context.Context, idHash []byte, principa
 	}))
 }
 
-// ConsoleSessionTouch returns the live session stored under idHash and
-// extends it; ErrNotFound means none (unknown, expired, or its principal
-// was revoked).
-func (c *Conn) ConsoleSessionTouch(ctx context.Context, idHash []byte, l SessionLifetime) (Session, error) {
+// ConsoleSessionTouch returns the live session stored under idHash and,
+// with extend, extends it; ErrNotFound means none (unknown, expired, or its
+// principal was revoked).
+func (c *Conn) ConsoleSessionTouch(ctx context.Context, idHash []byte, l SessionLifetime, extend bool) (Session, error) {
 	r, err := c.q.ConsoleSessionTouch(ctx, c.dbtx, db.ConsoleSessionTouchParams{
-		IDHash: idHash, IdleSeconds: l.Idle.Seconds(), MaxSeconds: l.Max.Seconds(),
+		IDHash: idHash, IdleSeconds: l.Idle.Seconds(), MaxSeconds: l.Max.Seconds(), Extend: extend,
 	})
 	if err != nil {
 		return Session{}, interpretError(err)

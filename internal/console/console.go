@@ -192,7 +192,10 @@ func (c *Console) withSession(h func(http.ResponseWriter, *http.Request, session
 		ck, err := r.Cookie(c.cookie)
 		var s session
 		if err == nil {
-			s.actor, s.csrf, _, err = c.l.Session(r.Context(), ck.Value, c.opts.Session)
+			// The list reloading itself (?auto=1) is nobody's use: it
+			// reads the session without keeping it alive.
+			auto := r.Method == http.MethodGet && r.URL.Query().Get("auto") == "1"
+			s.actor, s.csrf, _, err = c.l.Session(r.Context(), ck.Value, c.opts.Session, !auto)
 		}
 		if err != nil {
 			if !errors.Is(err, ledger.ErrNoSession) && !errors.Is(err, http.ErrNoCookie) {
@@ -234,6 +237,8 @@ type page struct {
 	Flash    string
 	Problem  *problem
 	Data     any
+	// Refresh is where the page reloads itself to, marked as automatic.
+	Refresh string
 }
 
 type problem struct {
@@ -451,7 +456,13 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, s session) {
 		}
 		sections = append(sections, sec)
 	}
-	c.render(w, r, http.StatusOK, "list", page{Title: "Operations", Actor: s.actor, CSRF: s.csrf, SignedIn: true, Data: sections})
+	auto := url.Values{}
+	for k, v := range q {
+		auto[k] = v
+	}
+	auto.Set("auto", "1")
+	c.render(w, r, http.StatusOK, "list", page{Title: "Operations", Actor: s.actor, CSRF: s.csrf, SignedIn: true, Data: sections,
+		Refresh: "/?" + auto.Encode()})
 }
 
 // detail is the operation page's data.

@@ -710,3 +710,28 @@ func TestFlashOnlyForWhatHappened(t *testing.T) {
 	_, page = b.get("/operations/" + op.GetId() + "?done=denied")
 	require.NotContains(t, page, "Denied.")
 }
+
+// TestSelfReloadDoesNotKeepTheSessionAlive: the list reloads itself every
+// minute (to ?auto=1); that is nobody's use, so an unattended page still
+// signs out after the idle time, while a person's requests keep it alive.
+func TestSelfReloadDoesNotKeepTheSessionAlive(t *testing.T) {
+	t.Parallel()
+	w := newWorldWith(t, harness.Options{}, console.Options{Session: ledger.SessionLifetime{Idle: 2 * time.Second, Max: time.Hour}})
+	person, unattended := w.browser(t), w.browser(t)
+	person.signIn(w.approver)
+	unattended.signIn(w.approver)
+	_, page := unattended.get("/")
+	require.Contains(t, page, `url=/?auto=1`, "the page reloads itself marked as automatic")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		status, _ := person.get("/")
+		require.Equal(t, http.StatusOK, status, "a person's requests keep the session alive")
+		status, page = unattended.get("/?auto=1")
+		require.Equal(t, http.StatusOK, status)
+		if strings.Contains(page, `name="key"`) { // the sign-in form: signed out
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the self-reloading page never signed out")
+		time.Sleep(200 * time.Millisecond)
+	}
+}

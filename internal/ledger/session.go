@@ -30,12 +30,13 @@ func (l *Ledger) OpenSession(ctx context.Context, a Actor, life SessionLifetime)
 }
 
 // Session returns the actor and CSRF token of the live session token names
-// and extends its idle expiry; ErrNoSession when there is none.
-func (l *Ledger) Session(ctx context.Context, token string, life SessionLifetime) (Actor, string, time.Time, error) {
+// and, with extend (a person's request, not a page reloading itself),
+// extends its idle expiry; ErrNoSession when there is none.
+func (l *Ledger) Session(ctx context.Context, token string, life SessionLifetime, extend bool) (Actor, string, time.Time, error) {
 	if token == "" || len(token) > 128 {
 		return Actor{}, "", time.Time{}, ErrNoSession
 	}
-	s, err := l.store.ConsoleSessionTouch(ctx, HashAPIKey(token), life)
+	s, err := l.store.ConsoleSessionTouch(ctx, HashAPIKey(token), life, extend)
 	if errors.Is(err, store.ErrNotFound) {
 		return Actor{}, "", time.Time{}, ErrNoSession
 	}

@@ -9,12 +9,15 @@ VALUES (sqlc.arg(id_hash), sqlc.arg(principal_id), sqlc.arg(csrf_token),
         now() + make_interval(secs => sqlc.arg(idle_seconds)::float8));
 
 -- name: ConsoleSessionTouch :one
--- Returns a live session's principal and CSRF token and extends its idle
--- expiry, never past its absolute lifetime, on the database's clock. An
--- expired session, or one whose principal was revoked, returns no row.
+-- Returns a live session's principal and CSRF token and, with extend (a
+-- person's request, not a page reloading itself), extends its idle expiry,
+-- never past its absolute lifetime, on the database's clock. An expired
+-- session, or one whose principal was revoked, returns no row.
 UPDATE console_session s SET
-    expires_at = LEAST(s.created_at + make_interval(secs => sqlc.arg(max_seconds)::float8),
-                       now() + make_interval(secs => sqlc.arg(idle_seconds)::float8))
+    expires_at = CASE WHEN sqlc.arg(extend)::boolean
+                      THEN LEAST(s.created_at + make_interval(secs => sqlc.arg(max_seconds)::float8),
+                                 now() + make_interval(secs => sqlc.arg(idle_seconds)::float8))
+                      ELSE s.expires_at END
 FROM principal p
 WHERE s.id_hash = sqlc.arg(id_hash) AND s.expires_at > now()
   AND p.id = s.principal_id AND p.revoked_at IS NULL

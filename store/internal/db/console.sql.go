@@ -160,15 +160,18 @@ func (q *Queries) ConsoleSessionDelete(ctx context.Context, db DBTX, idHash []by
 
 const consoleSessionTouch = `-- name: ConsoleSessionTouch :one
 UPDATE console_session s SET
-    expires_at = LEAST(s.created_at + make_interval(secs => $1::float8),
-                       now() + make_interval(secs => $2::float8))
+    expires_at = CASE WHEN $1::boolean
+                      THEN LEAST(s.created_at + make_interval(secs => $2::float8),
+                                 now() + make_interval(secs => $3::float8))
+                      ELSE s.expires_at END
 FROM principal p
-WHERE s.id_hash = $3 AND s.expires_at > now()
+WHERE s.id_hash = $4 AND s.expires_at > now()
   AND p.id = s.principal_id AND p.revoked_at IS NULL
 RETURNING p.id, p.tenant, p.name, p.roles, s.csrf_token, s.expires_at
 `
 
 type ConsoleSessionTouchParams struct {
+	Extend      bool
 	MaxSeconds  float64
 	IdleSeconds float64
 	IDHash      []byte
@@ -183,11 +186,17 @@ type ConsoleSessionTouchRow struct {
 	ExpiresAt pgtype.Timestamptz
 }
 
-// Returns a live session's principal and CSRF token and extends its idle
-// expiry, never past its absolute lifetime, on the database's clock. An
-// expired session, or one whose principal was revoked, returns no row.
+// Returns a live session's principal and CSRF token and, with extend (a
+// person's request, not a page reloading itself), extends its idle expiry,
+// never past its absolute lifetime, on the database's clock. An expired
+// session, or one whose principal was revoked, returns no row.
 func (q *Queries) ConsoleSessionTouch(ctx context.Context, db DBTX, arg ConsoleSessionTouchParams) (ConsoleSessionTouchRow, error) {
-	row := db.QueryRow(ctx, consoleSessionTouch, arg.MaxSeconds, arg.IdleSeconds, arg.IDHash)
+	row := db.QueryRow(ctx, consoleSessionTouch,
+		arg.Extend,
+		arg.MaxSeconds,
+		arg.IdleSeconds,
+		arg.IDHash,
+	)
 	var i ConsoleSessionTouchRow
 	err := row.Scan(
 		&i.ID,
