@@ -26,6 +26,11 @@ type Field struct {
 	// or that reorder text (control, format, bidi): Value shows them as
 	// \u escapes, and the page says so.
 	Hidden bool
+	// parent and key are the object that holds the value and its exact
+	// key (parent is nil for an array's element): where a currency beside
+	// an amount is looked up.
+	parent map[string]any
+	key    string
 }
 
 // decodeArgs parses stored args, keeping numbers exactly as stored.
@@ -47,13 +52,15 @@ func argFields(b []byte) []Field {
 		return []Field{{Path: "(args)", Value: string(b), Kind: "string"}}
 	}
 	var out []Field
-	flatten("", false, m, &out)
+	flatten("", false, m, &out, nil, "")
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	annotateMinorUnits(m, "", out)
+	annotateMinorUnits(out)
 	return out
 }
 
-func flatten(path string, hid bool, v any, out *[]Field) {
+// flatten appends v's leaves to out; parent and key are the object that
+// holds v and its key (parent is nil for an array's element and the root).
+func flatten(path string, hid bool, v any, out *[]Field, parent map[string]any, key string) {
 	switch x := v.(type) {
 	case map[string]any:
 		if len(x) == 0 {
@@ -65,7 +72,7 @@ func flatten(path string, hid bool, v any, out *[]Field) {
 			if path != "" {
 				p = path + "." + p
 			}
-			flatten(p, hid || h, e, out)
+			flatten(p, hid || h, e, out, x, k)
 		}
 	case []any:
 		if len(x) == 0 {
@@ -73,17 +80,17 @@ func flatten(path string, hid bool, v any, out *[]Field) {
 			return
 		}
 		for i, e := range x {
-			flatten(fmt.Sprintf("%s[%d]", path, i), hid, e, out)
+			flatten(fmt.Sprintf("%s[%d]", path, i), hid, e, out, nil, "")
 		}
 	case string:
 		s, hidden := visible(x)
-		*out = append(*out, Field{Path: path, Value: s, Kind: "string", Hidden: hid || hidden})
+		*out = append(*out, Field{Path: path, Value: s, Kind: "string", Hidden: hid || hidden, parent: parent, key: key})
 	case json.Number:
-		*out = append(*out, Field{Path: path, Value: x.String(), Kind: "number", Hidden: hid})
+		*out = append(*out, Field{Path: path, Value: x.String(), Kind: "number", Hidden: hid, parent: parent, key: key})
 	case bool:
-		*out = append(*out, Field{Path: path, Value: strconv.FormatBool(x), Kind: "boolean", Hidden: hid})
+		*out = append(*out, Field{Path: path, Value: strconv.FormatBool(x), Kind: "boolean", Hidden: hid, parent: parent, key: key})
 	case nil:
-		*out = append(*out, Field{Path: path, Value: "null", Kind: "null", Hidden: hid})
+		*out = append(*out, Field{Path: path, Value: "null", Kind: "null", Hidden: hid, parent: parent, key: key})
 	}
 }
 
@@ -133,14 +140,10 @@ func isMinorUnits(name string) bool {
 // annotateMinorUnits adds "minor units: EUR 49.00" to integer amounts whose
 // name says minor units, taking the currency from a sibling field named
 // currency (or <prefix>_currency); without one it says only "minor units".
-func annotateMinorUnits(root map[string]any, _ string, fields []Field) {
+func annotateMinorUnits(fields []Field) {
 	for i := range fields {
 		f := &fields[i]
-		if f.Kind != "number" {
-			continue
-		}
-		parent, name := splitPath(f.Path)
-		if !isMinorUnits(name) {
+		if f.Kind != "number" || f.parent == nil || !isMinorUnits(f.key) {
 			continue
 		}
 		n, ok := new(big.Int).SetString(f.Value, 10)
@@ -148,7 +151,7 @@ func annotateMinorUnits(root map[string]any, _ string, fields []Field) {
 			f.Note = "minor units (not a whole number!)"
 			continue
 		}
-		cur := siblingCurrency(root, parent, name)
+		cur := siblingCurrency(f.parent, f.key)
 		if cur == "" {
 			f.Note = "minor units (no ISO 4217 currency code beside it)"
 			continue
@@ -161,32 +164,31 @@ func annotateMinorUnits(root map[string]any, _ string, fields []Field) {
 	}
 }
 
-func splitPath(p string) (parent, name string) {
-	i := strings.LastIndexAny(p, ".")
-	if i < 0 {
-		return "", p
-	}
-	return p[:i], p[i+1:]
-}
-
 // siblingCurrency finds the currency of the object at path parent:
 // "currency", or "<prefix>_currency" for an amount named "<prefix>_minor".
-func siblingCurrency(root map[string]any, parent, name string) string {
-	obj := root
-	if parent != "" {
-		for _, part := range strings.Split(parent, ".") {
-			next, ok := obj[part].(map[string]any)
-			if !ok {
-				return ""
-			}
-			obj = next
+func siblingCurrency(obj map[string]any, name string) string {
+	prefix := name
+	for _, suffix := range []string{"_units", "_minor"} {
+		if strings.HasSuffix(strings.ToLower(prefix), suffix) {
+			prefix = prefix[:len(prefix)-len(suffix)]
 		}
 	}
-	prefix := strings.TrimSuffix(strings.TrimSuffix(strings.ToLower(name), "_units"), "_minor")
-	for _, k := range []string{prefix + "_currency", "currency"} {
-		if c, ok := obj[k].(string); ok && isCurrencyCode(c) {
-			return c
+	for _, want := range []string{prefix + "_currency", "currency"} {
+		// The key as written, case aside; two that differ only in case
+		// leave it unsaid rather than guessed.
+		var found []string
+		for k, v := range obj {
+			if c, ok := v.(string); ok && strings.EqualFold(k, want) && isCurrencyCode(c) {
+				found = append(found, c)
+			}
 		}
+		switch len(found) {
+		case 1:
+			return found[0]
+		case 0:
+			continue
+		}
+		return ""
 	}
 	return ""
 }

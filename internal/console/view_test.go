@@ -101,3 +101,23 @@ func TestVisible(t *testing.T) {
 	require.True(t, fields[1].Hidden)
 	require.Equal(t, `pay\u200Bee`, fields[1].Path)
 }
+
+// TestCurrencyNoteFromTheAmountsOwnObject: the currency beside an amount is
+// looked up in the amount's own object, by its exact key (case aside), not
+// by re-splitting a dotted path or lower-casing the amount's name.
+func TestCurrencyNoteFromTheAmountsOwnObject(t *testing.T) {
+	t.Parallel()
+	note := func(args, path string) string {
+		for _, f := range argFields([]byte(args)) {
+			if f.Path == path {
+				return f.Note
+			}
+		}
+		t.Fatalf("no field %s in %s", path, args)
+		return ""
+	}
+	require.Equal(t, "minor units: JPY 500", note(`{"Fee_Minor":500,"Fee_Currency":"JPY","currency":"EUR"}`, "Fee_Minor"))
+	require.Equal(t, "minor units: JPY 100,000", note(`{"fee.info":{"amount_minor":100000,"currency":"JPY"},"fee":{"info":{"currency":"BHD"}}}`, "fee.info.amount_minor"))
+	require.Equal(t, "minor units: EUR 49.00", note(`{"amount_minor":4900,"currency":"EUR"}`, "amount_minor"))
+	require.Equal(t, "minor units: EUR 1.50", note(`{"fee_minor":150,"fee_currency":"EUR","currency":"JPY"}`, "fee_minor"))
+}
