@@ -164,7 +164,7 @@ func annotateMinorUnits(fields []Field) {
 	}
 }
 
-// siblingCurrency finds the currency of the object at path parent:
+// siblingCurrency finds the currency of an amount named name in obj:
 // "currency", or "<prefix>_currency" for an amount named "<prefix>_minor".
 func siblingCurrency(obj map[string]any, name string) string {
 	prefix := name
