@@ -382,8 +382,11 @@ func TestCheckerFlagsLateFirstSend(t *testing.T) {
 	in.Timeline.Holds[0].Server = 1
 	require.True(t, Check(in).OK())
 
-	// A later attempt (a takeover) claimed before the request arrived may
-	// have sent it: counted, not flagged.
+	// For a tool whose downstream dedupes keys, a later attempt (a
+	// takeover) claimed before the request arrived may have sent it:
+	// counted, not flagged. pay_direct does not dedupe, so it is never sent
+	// again and has no such exception; nor does an attempt the ledger
+	// released (it sent nothing).
 	in.Timeline.Holds = nil
 	op := in.Ops["op_d"]
 	db := func(d time.Duration) time.Time { return t0.Add(90*time.Second + d) }
@@ -392,8 +395,32 @@ func TestCheckerFlagsLateFirstSend(t *testing.T) {
 		OpEvent{Seq: 5, Type: "SUCCEEDED", Fence: 2, At: db(6100 * time.Millisecond)})
 	in.Ops["op_d"] = op
 	r = Check(in)
+	require.Equal(t, 1, r.Unapproved, "pay_direct: %+v", r.Violations)
+	require.Zero(t, r.LateResubmissions)
+
+	deduping := in
+	deduping.Policies = map[string]ToolPolicy{}
+	for name, p := range in.Policies {
+		p.Dedupes = true
+		deduping.Policies[name] = p
+	}
+	r = Check(deduping)
 	require.True(t, r.OK(), "%+v", r.Violations)
 	require.Equal(t, 1, r.LateResubmissions)
+
+	op.Events = append(op.Events[:3],
+		OpEvent{Seq: 4, Type: "CLAIMED", Fence: 2, At: db(5500 * time.Millisecond)},
+		OpEvent{Seq: 5, Type: "RELEASED", Fence: 2, At: db(5600 * time.Millisecond)},
+		OpEvent{Seq: 6, Type: "CLAIMED", Fence: 3, At: db(59 * time.Second)},
+		OpEvent{Seq: 7, Type: "SUCCEEDED", Fence: 3, At: db(60 * time.Second)})
+	deduping.Ops = map[string]FinalOp{"op_d": op}
+	for k, v := range in.Ops {
+		if k != "op_d" {
+			deduping.Ops[k] = v
+		}
+	}
+	r = Check(deduping)
+	require.Equal(t, 1, r.Unapproved, "an attempt released (nothing sent) excuses nothing: %+v", r.Violations)
 }
 
 // TestCheckerClockStep: the database's clock stepped forward just before

@@ -490,11 +490,13 @@ func Check(in CheckInput) CheckResult {
 //     executor measured what was left of the approval through it; of two
 //     candidates around a step, the smaller, which gives the later time), plus
 //     Tolerance, or the end of a Hold on the sending server that began by
-//     then. A later attempt (a takeover or a resubmission after a lookup
-//     miss) claimed before that request arrived may have sent it after the
-//     first attempt's request was lost on the way; such a request is
-//     counted in LateResubmissions when it comes late, not flagged: the
-//     ledger cannot tell a lost request from one that landed.
+//     then. For a tool whose downstream dedupes keys, a later attempt (a
+//     takeover or a resubmission after a lookup miss) claimed before that
+//     request arrived, and not released, may have sent it after the first
+//     attempt's request was lost on the way; such a request is counted in
+//     LateResubmissions when it comes late, not flagged: the ledger cannot
+//     tell a lost request from one that landed. A tool that does not dedupe
+//     is never sent again, so it has no such exception.
 //   - The operation's last approval was given for its own fingerprint.
 func (r *CheckResult) checkApproval(op FinalOp, pol ToolPolicy, sent []Send, prep PreparedOp, prepared bool, in CheckInput) []string {
 	var out []string
@@ -566,7 +568,9 @@ func (r *CheckResult) checkApproval(op FinalOp, pol ToolPolicy, sent []Send, pre
 		return out
 	}
 	for _, e := range op.Events {
-		if e.Type != "CLAIMED" && e.Type != "LEASE_TAKEN_OVER" || e.Fence <= first.Fence {
+		// Only where the ledger may send again (the downstream dedupes
+		// keys), and only an attempt that may have sent (not one released).
+		if !pol.Dedupes || e.Type != "CLAIMED" && e.Type != "LEASE_TAKEN_OVER" || e.Fence <= first.Fence || released[e.Fence] {
 			continue
 		}
 		if _, ehi := tl.offsetsAt(e.At, s1.At); !e.At.Add(-ehi).After(s1.At.Add(Tolerance)) {
