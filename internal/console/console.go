@@ -480,9 +480,11 @@ type detail struct {
 }
 
 // flashes are what the page says after a decision or a resolution, and the
-// event that must be the operation's last, recorded by the reader, for it
-// to be said: the "done" query of the redirect is only a hint, and a link
-// with ?done=denied on an operation nobody decided says nothing.
+// event that must be the operation's last decision (approval, denial,
+// expiry or resolution; an execution may follow it), recorded by the
+// reader, for it to be said: the "done" query of the redirect is only a
+// hint, and a link with ?done=denied on an operation nobody decided says
+// nothing.
 var flashes = map[string]struct {
 	text  string
 	event ledger.Event
@@ -517,9 +519,18 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 			d.PreparedBy = e.Actor
 		}
 	}
-	if f, ok := flashes[r.URL.Query().Get("done")]; ok && flash == "" && p == nil && len(evs) > 0 {
-		if last := evs[len(evs)-1]; last.Type == string(f.event) && last.Actor == s.actor.Name {
-			flash = f.text
+	if f, ok := flashes[r.URL.Query().Get("done")]; ok && flash == "" && p == nil {
+		for i := len(evs) - 1; i >= 0; i-- {
+			e := evs[i]
+			switch ledger.Event(e.Type) {
+			case ledger.EventApproved, ledger.EventDenied, ledger.EventApprovalExpired, ledger.EventResolved:
+				if e.Type == string(f.event) && e.Actor == s.actor.Name {
+					flash = f.text
+				}
+			default:
+				continue
+			}
+			break
 		}
 	}
 	d.CanDecide = v.Decidable && s.approver() && !d.SelfMade

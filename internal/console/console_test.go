@@ -709,6 +709,21 @@ func TestFlashOnlyForWhatHappened(t *testing.T) {
 	require.Contains(t, page, "Approved.")
 	_, page = b.get("/operations/" + op.GetId() + "?done=denied")
 	require.NotContains(t, page, "Denied.")
+
+	// The agent executes between the decision's redirect and the page's
+	// load: the banner still says what the reader did.
+	other := w.prepare(t, "INV-flash-2", 1000)
+	form = b.decisionForm(other.GetId())
+	form.Set("decision", "approve")
+	b.c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	status, _ = b.post("/operations/"+other.GetId()+"/decision", form)
+	b.c.CheckRedirect = nil
+	require.Equal(t, http.StatusSeeOther, status)
+	loc := b.last.Header.Get("Location")
+	_, err := w.srv.Client.Execute(harness.Ctx(w.agent, ""), &opledgerv1.ExecuteRequest{OperationId: other.GetId()})
+	require.NoError(t, err)
+	_, page = b.get(loc)
+	require.Contains(t, page, "Approved.")
 }
 
 // TestSelfReloadDoesNotKeepTheSessionAlive: the list reloads itself every
