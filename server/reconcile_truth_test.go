@@ -116,6 +116,9 @@ func TestResolutionNamesItsAttempt(t *testing.T) {
 	_, err := srv.Client.Reconcile(harness.Ctx(operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(),
 		Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State_STATE_FAILED, Note: "checked", Fence: 2}})
 	requireReason(t, err, codes.FailedPrecondition, "RESOLUTION_NOT_APPLICABLE")
+	_, err = srv.Client.Reconcile(harness.Ctx(operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(),
+		Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State_STATE_FAILED, Note: "checked", Fence: -1}})
+	requireReason(t, err, codes.InvalidArgument, "FIELD_INVALID")
 	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, get(t, srv.Client, agent, op.GetId(), false).GetOperation().GetState())
 	r, err := srv.Client.Reconcile(harness.Ctx(operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(),
 		Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State_STATE_SUCCEEDED, Note: "checked", Fence: 1}})

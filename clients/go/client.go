@@ -292,6 +292,19 @@ func WithResolution(outcome opledgerv1.State, externalRef, note string) Reconcil
 	}
 }
 
+// WithResolutionFence binds a WithResolution verdict to the attempt it is
+// about: the operation's fence as the operator read it (Operation.fence).
+// The ledger refuses it (RESOLUTION_NOT_APPLICABLE) if the operation has
+// moved on to another attempt since, so a verdict on an attempt that is
+// over never lands on a later one. Give it after WithResolution.
+func WithResolutionFence(fence int64) ReconcileOption {
+	return func(r *opledgerv1.ReconcileRequest) {
+		if r.Resolution != nil {
+			r.Resolution.Fence = fence
+		}
+	}
+}
+
 // Reconcile resolves an OUTCOME_UNKNOWN (or abandoned EXECUTING) operation by
 // looking the downstream up, or by an operator's WithResolution.
 func (c *Client) Reconcile(ctx context.Context, operationID string, opts ...ReconcileOption) (*opledgerv1.ReconcileResponse, error) {

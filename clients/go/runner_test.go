@@ -97,6 +97,7 @@ type stubLedger struct {
 	gets, executes    int
 	executeWaitMillis int64
 	prepares          []*opledgerv1.PrepareRequest
+	reconciles        []*opledgerv1.ReconcileRequest
 }
 
 func (s *stubLedger) Prepare(_ context.Context, r *opledgerv1.PrepareRequest) (*opledgerv1.PrepareResponse, error) {
@@ -107,6 +108,13 @@ func (s *stubLedger) Prepare(_ context.Context, r *opledgerv1.PrepareRequest) (*
 		return nil, s.prepareErr
 	}
 	return &opledgerv1.PrepareResponse{Operation: &opledgerv1.Operation{Id: "op_1", Tool: r.GetTool(), State: s.prepareState}}, nil
+}
+
+func (s *stubLedger) Reconcile(_ context.Context, r *opledgerv1.ReconcileRequest) (*opledgerv1.ReconcileResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reconciles = append(s.reconciles, r)
+	return &opledgerv1.ReconcileResponse{Operation: &opledgerv1.Operation{Id: r.GetOperationId()}}, nil
 }
 
 func (s *stubLedger) Get(_ context.Context, r *opledgerv1.GetRequest) (*opledgerv1.GetResponse, error) {
@@ -335,4 +343,19 @@ func TestToolRunnerRefusalUnderAUsedKeyNamesTheEarlierCall(t *testing.T) {
 		require.False(t, strings.Contains(f.ForModel(), "use a new key"), f.ForModel())
 		require.Contains(t, f.ForModel(), `"operation_id":"op_1"`)
 	}
+}
+
+// TestResolutionFenceIsSent: WithResolutionFence puts the attempt the
+// operator read into the resolution the server checks it against.
+func TestResolutionFenceIsSent(t *testing.T) {
+	t.Parallel()
+	s := &stubLedger{}
+	c := startStub(t, s)
+	_, err := c.Reconcile(context.Background(), "op_1", client.WithResolution(opledgerv1.State_STATE_FAILED, "", "checked"), client.WithResolutionFence(3))
+	require.NoError(t, err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.Len(t, s.reconciles, 1)
+	require.Equal(t, int64(3), s.reconciles[0].GetResolution().GetFence())
+	require.Equal(t, "checked", s.reconciles[0].GetResolution().GetNote())
 }

@@ -287,7 +287,7 @@ agent --role approver.`)
 	e.str(&url, "database-url", "DATABASE_URL", "", "PostgreSQL connection `URL`")
 	fs.StringVar(&tenant, "tenant", "", "`tenant` the key belongs to (required; 1 to 64 bytes of printable UTF-8 text)")
 	fs.Var(&roles, "role", "the key's `roles`: agent, approver, operator; comma-separated or repeated (required)")
-	fs.StringVar(&name, "name", "", "a `name` for the principal, unique in the tenant, at most 128 bytes of printable UTF-8 text (default: its id)")
+	fs.StringVar(&name, "name", "", "a `name` for the principal, unique in the tenant, at most 128 bytes of printable UTF-8 text, nothing invisible and no space but U+0020 (default: its id)")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}

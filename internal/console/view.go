@@ -107,8 +107,11 @@ func orArgs(p string) string {
 func visible(s string) (string, bool) {
 	var b strings.Builder
 	hidden := false
+	var prev rune
 	for _, r := range s {
-		if !ledger.Invisible(r) {
+		invisible := ledger.Invisible(prev, r)
+		prev = r
+		if !invisible {
 			b.WriteRune(r)
 			continue
 		}

@@ -83,8 +83,11 @@ func TestVisible(t *testing.T) {
 		"half\uffa0width":      `half\uFFA0width`,
 		"cgj\u034f":            `cgj\u034F`,
 		"braille\u2800blank":   `braille\u2800blank`,
-		"vs\ufe0f":             `vs\uFE0F`,
-		"vs\U000E0100":         `vs\U000E0100`,
+		"heart \u2764\ufe0f":   "",
+		"\u845b\U000E0100":     "",
+		"\ufe0fstray":          `\uFE0Fstray`,
+		"run\ufe0f\ufe0f":      `run\uFE0F\uFE0F`,
+		"after space \ufe0f":   `after space \uFE0F`,
 		"line\u2028sep":        `line\u2028sep`,
 	} {
 		got, hidden := visible(in)

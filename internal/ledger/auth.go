@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unicode"
@@ -98,19 +97,40 @@ const (
 	maxPrincipalNameBytes = 128
 )
 
-// Invisible reports a character a person reading a screen could not see,
-// or that could reorder the text around it: controls, format characters
-// (zero-width spaces, bidi overrides), every space but U+0020, unassigned
-// and private-use code points, Unicode's default-ignorable code points
-// (Hangul fillers, the combining grapheme joiner), variation selectors and
-// the blank Braille pattern. Approvers read operations' arguments and
-// principals' names through it: what they see must be what runs.
-func Invisible(r rune) bool {
+// Invisible reports whether r, following prev (0 at the start), is a
+// character a person reading a screen could not see, or that could reorder
+// the text around it: controls, format characters (zero-width spaces, bidi
+// overrides), every space but U+0020, unassigned and private-use code
+// points, Unicode's default-ignorable code points (Hangul fillers, the
+// combining grapheme joiner) and the blank Braille pattern. A variation
+// selector is seen as part of the character before it ("❤️", "1️⃣", an
+// ideographic variant), so one directly after a visible symbol or
+// ideograph (any visible character but an ASCII letter or punctuation
+// other than # and *) is not invisible; a stray one, one after an ASCII
+// letter, or a run of them (text smuggled in selectors) is. Approvers read operations' arguments and principals' names through
+// it: what they see must be what runs.
+func Invisible(prev, r rune) bool {
 	if r == ' ' {
 		return false
 	}
+	if unicode.Is(unicode.Variation_Selector, r) {
+		base := prev >= 0x80 || prev >= '0' && prev <= '9' || prev == '#' || prev == '*'
+		return !base || unicode.Is(unicode.Variation_Selector, prev) || Invisible(0, prev)
+	}
 	return !unicode.IsGraphic(r) || unicode.Is(unicode.Cf, r) || unicode.IsSpace(r) || unicode.Is(unicode.Co, r) ||
-		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || unicode.Is(unicode.Variation_Selector, r) || r == '\u2800'
+		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || r == '\u2800'
+}
+
+// hasInvisible reports whether s holds a character Invisible names.
+func hasInvisible(s string) bool {
+	var prev rune
+	for _, r := range s {
+		if Invisible(prev, r) {
+			return true
+		}
+		prev = r
+	}
+	return false
 }
 
 // principalText refuses a tenant or a principal's name that is not short,
@@ -118,7 +138,7 @@ func Invisible(r rune) bool {
 // control or formatting character (a newline, a right-to-left override, a
 // zero-width space) would reach approvers' screens, where these names are
 // shown, as it is. An empty value passes unless required. (A new
-// principal's name is held to Invisible too: newName.)
+// principal's name is held to Invisible too: CreatePrincipal.)
 func principalText(what, s string, maxBytes int, required bool) error {
 	bad := len(s) > maxBytes || (required && s == "") || !utf8.ValidString(s)
 	for _, r := range s {
@@ -153,11 +173,11 @@ func CreatePrincipal(ctx context.Context, st *store.Store, tenant, name string, 
 	if err := principalText("name", name, maxPrincipalNameBytes, false); err != nil {
 		return "", p, err
 	}
-	if strings.ContainsFunc(name, Invisible) {
+	if hasInvisible(name) {
 		// Approvers read it (the console's "prepared by", the event log):
 		// what they see must be the name. Existing names are still found
 		// by the other commands, and shown escaped.
-		return "", p, fmt.Errorf("ledger: name must be visible text: no invisible character and no space but U+0020 (found one in %q)", truncateText(name, 80))
+		return "", p, fmt.Errorf("ledger: name must be visible text: no invisible character and no space but U+0020 (found one in %+q)", truncateText(name, 80))
 	}
 	if len(roles) == 0 {
 		return "", p, errors.New("ledger: at least one role is needed")

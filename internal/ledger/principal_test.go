@@ -38,7 +38,7 @@ func TestPrincipalNamesAreText(t *testing.T) {
 	require.ErrorContains(t, err, "name must be")
 	// A new principal's name is read by approvers: nothing invisible in it
 	// (a Hangul filler, a no-break space, a line separator).
-	for _, s := range []string{"alice\u3164", "ali\u00a0ce", "al\u2028ice", "bob\u2800"} {
+	for _, s := range []string{"alice\u3164", "ali\u00a0ce", "al\u2028ice", "bob\u2800", "smuggled\ufe0f\ufe0f\ufe0f"} {
 		_, _, err := ledger.CreatePrincipal(ctx, env.Store, "acme", s, roles)
 		require.ErrorContains(t, err, "name must be visible text", "%q", s)
 	}

@@ -71,6 +71,10 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "resolution.outcome",
 			Message: "outcome must be STATE_SUCCEEDED, STATE_FAILED or STATE_READY"}
 	}
+	if r.Fence < 0 {
+		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "resolution.fence",
+			Message: "fence must be the operation's fence as read (1 or more), or 0 for whichever attempt is current"}
+	}
 	if r.Fence != 0 && r.Fence != op.Fence {
 		return Operation{}, "", refuse(opledgerv1.ErrorReason_ERROR_REASON_RESOLUTION_NOT_APPLICABLE,
 			"the operation changed since you looked: the verdict was about attempt %d (fence %d), and it is at fence %d now (%s); look again",
