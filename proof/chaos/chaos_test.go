@@ -669,3 +669,21 @@ func TestCheckerClockStepRace(t *testing.T) {
 	lo, hi := in.Timeline.offsetsAt(op.Events[2].At, in.Sends[0].At)
 	require.Equal(t, []time.Duration{-17 * time.Second, 68 * time.Second}, []time.Duration{lo, hi}, "the fallback allows for the step just after")
 }
+
+// TestCheckerComparesEveryRequestsArgs: a resubmission under the same key
+// with other arguments than the prepared and approved ones is flagged, not
+// only a first request.
+func TestCheckerComparesEveryRequestsArgs(t *testing.T) {
+	in := directWorld(0)
+	op := in.Ops["op_d"]
+	op.Tool = ToolPay
+	in.Ops["op_d"] = op
+	p := in.Prepared["op_d"]
+	p.Tool = ToolPay
+	in.Prepared["op_d"] = p
+	in.Sends[0].Processor = "pay"
+	in.Sends = append(in.Sends, Send{Processor: "pay", Key: "opk_d", Server: 2, At: t0.Add(250 * time.Millisecond),
+		Body: json.RawMessage(`{"invoice_id":"INV-1","amount_minor":99999,"currency":"EUR"}`), Answer: "key_reused", Status: 422})
+	r := Check(in)
+	require.False(t, r.OK(), "a second request with other arguments than the approved ones must be flagged")
+}

@@ -372,12 +372,18 @@ func Check(in CheckInput) CheckResult {
 			}
 		}
 		prep, prepared := in.Prepared[id]
-		if len(sent) > 0 && prepared && len(prep.Args) > 0 && !sameJSON(sent[0].Body, prep.Args) {
+		// Every request, not only the first: a resubmission under the same
+		// key must carry what was prepared and approved too.
+		for _, s := range sent {
+			if !prepared || len(prep.Args) == 0 || sameJSON(s.Body, prep.Args) {
+				continue
+			}
 			kind := ViolationInconsistent
 			if pol.ApprovalTTL > 0 {
 				kind = ViolationUnapproved
 			}
-			flag(kind, id, "%s: the processor received other arguments (%s) than the ones prepared and approved (%s)", op.Tool, sent[0].Body, prep.Args)
+			flag(kind, id, "%s: the processor received other arguments (%s) than the ones prepared and approved (%s), at %s", op.Tool, s.Body, prep.Args, clock(s.At))
+			break
 		}
 		if pol.ApprovalTTL > 0 {
 			for _, v := range r.checkApproval(op, pol, sent, prep, prepared, in) {
