@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/opledger/opledger/proof/fakepay"
 	"github.com/opledger/opledger/proof/pgcluster"
 )
 
@@ -686,4 +688,32 @@ func TestCheckerComparesEveryRequestsArgs(t *testing.T) {
 		Body: json.RawMessage(`{"invoice_id":"INV-1","amount_minor":99999,"currency":"EUR"}`), Answer: "key_reused", Status: 422})
 	r := Check(in)
 	require.False(t, r.OK(), "a second request with other arguments than the approved ones must be flagged")
+}
+
+// TestProcFaultRestoresTheControlsFaults: a nemesis processor fault gives
+// the field it set back the value the run started with, so a control's
+// own all-run fault (redirect-failed's 15 % redirects on pay) survives a
+// proc-redirect window instead of ending with it.
+func TestProcFaultRestoresTheControlsFaults(t *testing.T) {
+	t.Parallel()
+	c, err := LookupControl("redirect-failed")
+	require.NoError(t, err)
+	p, err := startProcessors(1, c)
+	require.NoError(t, err)
+	defer p.close()
+	base := map[*fakepay.Server]float64{}
+	for _, s := range p.all() {
+		base[s] = s.Faults().RedirectAfterCommit.Rate
+	}
+	require.Positive(t, base[p.pay])
+	r := &Runner{procs: p, hist: NewHistory(io.Discard), rng: rand.New(rand.NewPCG(1, 2))}
+	n := &nemesis{r: r, busyServer: map[int]bool{}, busy: map[any]bool{}, injected: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()       // the window ends at once
+	for range 20 { // the target is drawn at random: enough draws to hit pay
+		n.procFault(ctx, "proc-redirect")
+	}
+	for _, s := range p.all() {
+		require.Equal(t, base[s], s.Faults().RedirectAfterCommit.Rate, "%s: the control's all-run fault survives the nemesis", p.name(s))
+	}
 }

@@ -226,6 +226,13 @@ func (p *processors) update(s *fakepay.Server, change func(*fakepay.Faults)) {
 	s.SetFaults(*f)
 }
 
+// baseOf is the faults a processor started the run with.
+func (p *processors) baseOf(s *fakepay.Server) fakepay.Faults {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.base[s]
+}
+
 func (p *processors) clear() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -561,27 +561,30 @@ func (n *nemesis) procFault(ctx context.Context, kind string) {
 	deduping := []*fakepay.Server{procs.pay, procs.ret}
 	d := r.between(3*time.Second, 8*time.Second)
 	rate := 0.2 + 0.4*r.rand()
-	var set, unset func(*fakepay.Faults)
+	var set func(*fakepay.Faults)
+	// unset gives a field back the value the run started with (a
+	// control's own faults), not zero.
+	var unset func(f *fakepay.Faults, base fakepay.Faults)
 	var what string
 	switch kind {
 	case "proc-fail-before-commit":
 		set = func(f *fakepay.Faults) { f.FailBeforeCommit = fakepay.Trigger{Rate: rate} }
-		unset = func(f *fakepay.Faults) { f.FailBeforeCommit = fakepay.Trigger{} }
+		unset = func(f *fakepay.Faults, base fakepay.Faults) { f.FailBeforeCommit = base.FailBeforeCommit }
 		what = fmt.Sprintf("fail_before_commit rate %.2f", rate)
 	case "proc-fail-after-commit":
 		set = func(f *fakepay.Faults) { f.FailAfterCommit = fakepay.Trigger{Rate: rate} }
-		unset = func(f *fakepay.Faults) { f.FailAfterCommit = fakepay.Trigger{} }
+		unset = func(f *fakepay.Faults, base fakepay.Faults) { f.FailAfterCommit = base.FailAfterCommit }
 		what = fmt.Sprintf("fail_after_commit rate %.2f", rate)
 	case "proc-drop-after-commit":
 		set = func(f *fakepay.Faults) { f.DropAfterCommit = fakepay.Trigger{Rate: rate} }
-		unset = func(f *fakepay.Faults) { f.DropAfterCommit = fakepay.Trigger{} }
+		unset = func(f *fakepay.Faults, base fakepay.Faults) { f.DropAfterCommit = base.DropAfterCommit }
 		what = fmt.Sprintf("drop_after_commit rate %.2f", rate)
 	case "proc-delay":
 		// Up to twice the tools' timeout: some calls time out while the
 		// processor still commits.
 		delay := r.between(200*time.Millisecond, toolTimeout*2)
 		set = func(f *fakepay.Faults) { f.Delay = delay }
-		unset = func(f *fakepay.Faults) { f.Delay = 0 }
+		unset = func(f *fakepay.Faults, base fakepay.Faults) { f.Delay = base.Delay }
 		what = fmt.Sprintf("delay %s", delay.Round(time.Millisecond))
 	case "proc-in-progress":
 		// Slower than the tools' timeout, on a processor that dedupes: the
@@ -590,11 +593,11 @@ func (n *nemesis) procFault(ctx context.Context, kind string) {
 		target = deduping[int(r.rand()*2)]
 		delay := r.between(toolTimeout+200*time.Millisecond, 3*time.Second)
 		set = func(f *fakepay.Faults) { f.Delay = delay }
-		unset = func(f *fakepay.Faults) { f.Delay = 0 }
+		unset = func(f *fakepay.Faults, base fakepay.Faults) { f.Delay = base.Delay }
 		what = fmt.Sprintf("delay %s (in progress: 409 to a retry)", delay.Round(time.Millisecond))
 	case "proc-redirect":
 		set = func(f *fakepay.Faults) { f.RedirectAfterCommit = fakepay.Trigger{Rate: rate} }
-		unset = func(f *fakepay.Faults) { f.RedirectAfterCommit = fakepay.Trigger{} }
+		unset = func(f *fakepay.Faults, base fakepay.Faults) { f.RedirectAfterCommit = base.RedirectAfterCommit }
 		what = fmt.Sprintf("redirect_after_commit rate %.2f", rate)
 	case "proc-refuse-replay":
 		// An ambiguous first attempt (500 or a reset after the charge), then
@@ -610,12 +613,12 @@ func (n *nemesis) procFault(ctx context.Context, kind string) {
 				f.FailAfterCommit = fakepay.Trigger{Rate: rate}
 			}
 		}
-		unset = func(f *fakepay.Faults) {
-			f.RefuseReplay = fakepay.Trigger{}
+		unset = func(f *fakepay.Faults, base fakepay.Faults) {
+			f.RefuseReplay = base.RefuseReplay
 			if drop {
-				f.DropAfterCommit = fakepay.Trigger{}
+				f.DropAfterCommit = base.DropAfterCommit
 			} else {
-				f.FailAfterCommit = fakepay.Trigger{}
+				f.FailAfterCommit = base.FailAfterCommit
 			}
 		}
 		what = fmt.Sprintf("refuse_replay rate %.2f after %s rate %.2f", refuse, map[bool]string{true: "drop_after_commit", false: "fail_after_commit"}[drop], rate)
@@ -626,14 +629,14 @@ func (n *nemesis) procFault(ctx context.Context, kind string) {
 		lag := r.between(500*time.Millisecond, 4*time.Second)
 		d = r.between(4*time.Second, 10*time.Second)
 		set = func(f *fakepay.Faults) { f.LookupLag = lag }
-		unset = func(f *fakepay.Faults) { f.LookupLag = 0 }
+		unset = func(f *fakepay.Faults, base fakepay.Faults) { f.LookupLag = base.LookupLag }
 		what = fmt.Sprintf("lookup_lag %s", lag.Round(time.Millisecond))
 	case "proc-no-key-support":
 		// Only where the tools declare no dedupe: pay_nokey and send_email.
 		target = procs.mail
 		d = r.between(3*time.Second, 8*time.Second)
 		set = func(f *fakepay.Faults) { f.NoKeySupport = true }
-		unset = func(f *fakepay.Faults) { f.NoKeySupport = false }
+		unset = func(f *fakepay.Faults, base fakepay.Faults) { f.NoKeySupport = base.NoKeySupport }
 		what = "no_key_support"
 	default:
 		return
@@ -642,7 +645,8 @@ func (n *nemesis) procFault(ctx context.Context, kind string) {
 	procs.update(target, set)
 	n.injectedOne(kind)
 	sleepCtx(ctx, d)
-	procs.update(target, unset)
+	base := procs.baseOf(target) // outside update, which holds the same lock
+	procs.update(target, func(f *fakepay.Faults) { unset(f, base) })
 	n.event(kind, 0, fmt.Sprintf("processor %s: %s cleared", procs.name(target), what))
 }
 
