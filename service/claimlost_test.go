@@ -95,6 +95,21 @@ func newAnswerDropper(t *testing.T, target string) *answerDropper {
 	return d
 }
 
+// lostAnswerWorld is a server whose database connections go through an
+// answerDropper, an agent key and send_email's arguments.
+func lostAnswerWorld(t *testing.T) (*answerDropper, *harness.Env, *harness.Server, string, *structpb.Struct) {
+	t.Helper()
+	u, err := url.Parse(pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	proxy := newAnswerDropper(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+	env := harness.New(t, harness.Options{DatabaseURL: u.String()})
+	srv := env.StartServer(harness.ServerOptions{Ledger: ledger.Config{MinLease: time.Second, ReconcileInterval: 100 * time.Millisecond}})
+	args, err := structpb.NewStruct(map[string]any{"to": "a@example.com", "subject": "s", "body": "b"})
+	require.NoError(t, err)
+	return proxy, env, srv, env.Key("acme", "agent"), args
+}
+
 func (d *answerDropper) arm(needles ...string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -128,17 +143,7 @@ func (d *answerDropper) match(b []byte) bool {
 // sent (send_email: no deduplication, no lookup).
 func TestLostClaimAnswerIsReleased(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDatabase(t)
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	proxy := newAnswerDropper(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
-	env := harness.New(t, harness.Options{DatabaseURL: u.String()})
-	agent := env.Key("acme", "agent")
-	srv := env.StartServer(harness.ServerOptions{Ledger: ledger.Config{MinLease: time.Second, ReconcileInterval: 100 * time.Millisecond}})
-
-	args, err := structpb.NewStruct(map[string]any{"to": "a@example.com", "subject": "s", "body": "b"})
-	require.NoError(t, err)
+	proxy, env, srv, agent, args := lostAnswerWorld(t)
 	prep, err := srv.Client.Prepare(harness.Ctx(agent, "k-lost-claim"), &opledgerv1.PrepareRequest{Tool: "send_email", Args: args})
 	require.NoError(t, err)
 	id := prep.GetOperation().GetId()
@@ -168,20 +173,10 @@ func TestLostClaimAnswerIsReleased(t *testing.T) {
 // agent's retry of the same Prepare sends the e-mail once.
 func TestLostOneCallInsertAnswerIsReleased(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDatabase(t)
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	proxy := newAnswerDropper(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
-	env := harness.New(t, harness.Options{DatabaseURL: u.String()})
-	agent := env.Key("acme", "agent")
-	srv := env.StartServer(harness.ServerOptions{Ledger: ledger.Config{MinLease: time.Second, ReconcileInterval: 100 * time.Millisecond}})
-
-	args, err := structpb.NewStruct(map[string]any{"to": "a@example.com", "subject": "s", "body": "b"})
-	require.NoError(t, err)
+	proxy, env, srv, agent, args := lostAnswerWorld(t)
 	req := &opledgerv1.PrepareRequest{Tool: "send_email", Args: args, Execute: true}
 	proxy.arm("k-lost-insert", "CLAIMED")
-	_, err = srv.Client.Prepare(harness.Ctx(agent, "k-lost-insert"), req)
+	_, err := srv.Client.Prepare(harness.Ctx(agent, "k-lost-insert"), req)
 	require.Equal(t, int32(1), proxy.fired.Load(), "the insert's answer was dropped")
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -13,9 +12,7 @@ import (
 
 	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/internal/ledger"
 	"github.com/opledger/opledger/proof/harness"
-	"github.com/opledger/opledger/service"
 )
 
 // boom is a registered executor with a bug: it panics.
@@ -46,17 +43,7 @@ func TestPanicLeavesNoAttemptInFlight(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	reg := executor.NewDefaultRegistry(nil, logger)
 	require.NoError(t, reg.Register("boom", func(executor.Settings) (executor.Executor, error) { return boom{}, nil }))
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	svc, err := service.New(ctx, service.Config{DatabaseURL: env.DBURL, DownstreamSecret: env.Secret, Drain: 100 * time.Millisecond},
-		service.Options{Logger: logger, Tools: env.Tools(), Executors: reg, NoReconciler: true,
-			Ledger: func(c *ledger.Config) { c.MinLease = time.Second; c.DownstreamSecret = env.Secret }})
-	require.NoError(t, err)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx, lis, nil) }()
-	client := harness.Dial(t, lis.Addr().String())
+	svc, client, stop := runService(t, env, reg, 100*time.Millisecond)
 	idle := func(path string) {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -76,6 +63,5 @@ func TestPanicLeavesNoAttemptInFlight(t *testing.T) {
 	_, err = client.Prepare(harness.Ctx(agent, "k-one-call"), &opledgerv1.PrepareRequest{Tool: "boom", Args: args, Execute: true})
 	require.Error(t, err)
 	idle("one-call")
-	stop()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 }

@@ -49,6 +49,29 @@ tools:
       max_attempts: 1
 `
 
+// runService runs a service (as serve does, its reconciler off) on env's
+// database, with reg's executors (nil: the built-in ones) and drain, on a
+// loopback port. stop ends its run's context, as SIGTERM does, and returns
+// what Run returned.
+func runService(t *testing.T, env *harness.Env, reg *executor.Registry, drain time.Duration) (*service.Service, opledgerv1.LedgerServiceClient, func() error) {
+	t.Helper()
+	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if reg == nil {
+		reg = executor.NewDefaultRegistry(nil, logger)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	svc, err := service.New(ctx, service.Config{DatabaseURL: env.DBURL, DownstreamSecret: env.Secret, Drain: drain},
+		service.Options{Logger: logger, Tools: env.Tools(), Executors: reg, NoReconciler: true,
+			Ledger: func(c *ledger.Config) { c.MinLease = time.Second; c.DownstreamSecret = env.Secret }})
+	require.NoError(t, err)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx, lis, nil) }()
+	return svc, harness.Dial(t, lis.Addr().String()), func() error { cancel(); return <-done }
+}
+
 // TestShutdownKeepsTheOutcomeOfAnExecuteInFlight: SIGTERM (the run's
 // context ending) while an Execute waits for a downstream that answers after
 // the drain. The process stops serving, but it keeps the database pool open
@@ -70,19 +93,7 @@ func TestShutdownKeepsTheOutcomeOfAnExecuteInFlight(t *testing.T) {
 	env := harness.New(t, harness.Options{ToolsYAML: []byte(fmt.Sprintf(emailTools, downstream.URL))})
 	agent := env.Key("acme", "agent")
 
-	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	cfg := service.Config{DatabaseURL: env.DBURL, DownstreamSecret: env.Secret, Drain: 300 * time.Millisecond}
-	svc, err := service.New(ctx, cfg, service.Options{Logger: logger, Tools: env.Tools(),
-		Executors: executor.NewDefaultRegistry(nil, logger), NoReconciler: true,
-		Ledger: func(c *ledger.Config) { c.MinLease = time.Second; c.DownstreamSecret = env.Secret }})
-	require.NoError(t, err)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx, lis, nil) }()
-	client := harness.Dial(t, lis.Addr().String())
+	_, client, stop := runService(t, env, nil, 300*time.Millisecond)
 
 	args, err := structpb.NewStruct(map[string]any{"to": "a@example.com", "subject": "s", "body": "b"})
 	require.NoError(t, err)
@@ -92,8 +103,7 @@ func TestShutdownKeepsTheOutcomeOfAnExecuteInFlight(t *testing.T) {
 	go func() { _, _ = client.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: id}) }()
 	<-arrived // the request is at the downstream
 
-	stop() // SIGTERM
-	require.NoError(t, <-done)
+	require.NoError(t, stop()) // SIGTERM
 	require.EqualValues(t, 1, sent.Load())
 	op, err := env.Store.OperationGet(context.Background(), "acme", id)
 	require.NoError(t, err)

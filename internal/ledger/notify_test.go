@@ -277,23 +277,9 @@ func TestApprovalNotificationFailureWithUnstorableStatus(t *testing.T) {
 		URL: "http://" + lis.Addr().String(), Secret: notifySecret, Backoff: time.Minute, Interval: 50 * time.Millisecond}}})
 	prepare(t, srv.Client, w.agent, "pay_invoice", payArgs(t, "INV-STATUS"))
 
-	conn, err := pgx.Connect(t.Context(), w.env.DBURL)
-	require.NoError(t, err)
-	defer conn.Close(t.Context())
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var lastError *string
-		var scheduled bool
-		require.NoError(t, conn.QueryRow(t.Context(),
-			"SELECT last_error, next_attempt_at > now() + interval '30 seconds' FROM approval_notification").Scan(&lastError, &scheduled))
-		if lastError != nil {
-			require.Equal(t, "the receiver answered 503 busy\uFFFD\uFFFD", *lastError)
-			require.True(t, scheduled, "the retry waits for its backoff")
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "the failed delivery was never recorded")
-		time.Sleep(20 * time.Millisecond)
-	}
+	lastError, scheduled := failedDelivery(t, w.env.DBURL)
+	require.Equal(t, "the receiver answered 503 busy\uFFFD\uFFFD", lastError)
+	require.True(t, scheduled, "the retry waits for its backoff")
 }
 
 // TestApprovalNotificationAgeOnDatabaseClock: a notification's age is the
@@ -328,23 +314,31 @@ func TestApprovalNotificationFailureKeepsTheURLSecret(t *testing.T) {
 			URL: "http://" + addr + "/services/T000/B000/" + token, Secret: notifySecret, Backoff: time.Minute, Interval: 50 * time.Millisecond}}})
 	prepare(t, srv.Client, w.agent, "pay_invoice", payArgs(t, "INV-URL"))
 
-	conn, err := pgx.Connect(t.Context(), w.env.DBURL)
+	lastError, _ := failedDelivery(t, w.env.DBURL)
+	require.NotContains(t, lastError, token)
+	require.Contains(t, lastError, "refused")
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "delivery failed") }, 10*time.Second, 20*time.Millisecond)
+	require.NotContains(t, logs.String(), token)
+}
+
+// failedDelivery waits until the one queued notification records a failed
+// delivery, and returns why and whether its retry waits 30 s or more.
+func failedDelivery(t *testing.T, dbURL string) (lastError string, scheduled bool) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dbURL)
 	require.NoError(t, err)
 	defer conn.Close(t.Context())
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		var lastError *string
-		require.NoError(t, conn.QueryRow(t.Context(), "SELECT last_error FROM approval_notification").Scan(&lastError))
-		if lastError != nil {
-			require.NotContains(t, *lastError, token)
-			require.Contains(t, *lastError, "refused")
-			break
+		var last *string
+		require.NoError(t, conn.QueryRow(t.Context(),
+			"SELECT last_error, next_attempt_at > now() + interval '30 seconds' FROM approval_notification").Scan(&last, &scheduled))
+		if last != nil {
+			return *last, scheduled
 		}
 		require.True(t, time.Now().Before(deadline), "the failed delivery was never recorded")
 		time.Sleep(20 * time.Millisecond)
 	}
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "delivery failed") }, 10*time.Second, 20*time.Millisecond)
-	require.NotContains(t, logs.String(), token)
 }
 
 // lockedLog is a log destination safe for the server's goroutines.
