@@ -361,10 +361,10 @@ func (r *ToolRunner) refused(ctx context.Context, err error, op *opledgerv1.Oper
 		switch {
 		case gerr == nil:
 			f.Operation = got.GetOperation()
-			if keyedRefusal(f.Reason) {
+			if KeyedRefusal(f.Reason) {
 				f.Message = KeyNamesEarlierCall(f.Operation.GetState())
 			}
-		case keyedRefusal(f.Reason):
+		case KeyedRefusal(f.Reason):
 			// The earlier call cannot be read now: not a final answer.
 			return nil, err
 		}
@@ -372,9 +372,10 @@ func (r *ToolRunner) refused(ctx context.Context, err error, op *opledgerv1.Oper
 	return f, nil
 }
 
-// keyedRefusal: a refusal of the request itself, before anything was
-// recorded, which names the key's earlier call when there is one.
-func keyedRefusal(r Reason) bool {
+// KeyedRefusal reports a refusal of a Prepare as a request, before anything
+// was recorded, which names the key's earlier call when there is one (its
+// operation_id): that call may have taken effect.
+func KeyedRefusal(r Reason) bool {
 	switch r {
 	case ReasonIdempotencyKeyReused, ReasonToolUnknown, ReasonToolVersionUnknown, ReasonArgsInvalid, ReasonArgsTooLarge:
 		return true

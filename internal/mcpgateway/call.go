@@ -137,7 +137,7 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 				log.Info("prepare refused", "reason", client.ReasonOf(err), "code", status.Code(err).String())
 				return errorResult(err, nil), nil
 			}
-			if keyedRefusal(client.ReasonOf(err)) {
+			if client.KeyedRefusal(client.ReasonOf(err)) {
 				// Refused as a request, under a key that already names an
 				// earlier call (the host's key reused with other arguments,
 				// a tool version that moved on): that call may have taken
@@ -440,17 +440,6 @@ func keyedErrorResult(err error, op *opledgerv1.Operation) *mcp.CallToolResult {
 func refusal(code codes.Code, reason, msg, next string) *mcp.CallToolResult {
 	a := Answer{Status: StatusError, Error: &AnswerError{Code: codeName(code), Reason: reason, Message: msg}, Next: next}
 	return result(fmt.Sprintf("Error: %s. Nothing was recorded. %s", a.Error.short(), next), a, true)
-}
-
-// keyedRefusal: a refusal of a Prepare as a request, before anything was
-// recorded, which names the key's earlier call when there is one.
-func keyedRefusal(r client.Reason) bool {
-	switch r {
-	case client.ReasonIdempotencyKeyReused, client.ReasonToolUnknown, client.ReasonToolVersionUnknown,
-		client.ReasonArgsInvalid, client.ReasonArgsTooLarge:
-		return true
-	}
-	return false
 }
 
 // keyNamesEarlierCall is the hint of a Prepare refused as a request under a

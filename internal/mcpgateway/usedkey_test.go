@@ -40,6 +40,26 @@ func requireNamesEarlierCall(t *testing.T, out client.Outcome, earlier string, s
 	require.NotContains(t, out.ForModel(), "use a new key")
 }
 
+func sentEmailArgs() map[string]any {
+	return map[string]any{"to": "bob@example.com", "subject": "Receipt", "body": "Thanks."}
+}
+
+// unknownEmail runs send_email under key with opts while the processor
+// answers 500 after sending it: the runner answers OutcomeUnknown, and the
+// e-mail went out.
+func unknownEmail(t *testing.T, w *world, args map[string]any, key string, opts client.RunnerOptions) client.Outcome {
+	t.Helper()
+	w.env.Fakepay.SetFaults(fakepay.Faults{FailAfterCommit: fakepay.Trigger{Next: 1}})
+	c, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	out, err := client.NewToolRunner(c, opts).Run(t.Context(), "send_email", args, key)
+	require.NoError(t, err)
+	_, unknown := out.(*client.OutcomeUnknown)
+	require.True(t, unknown, out.ForModel())
+	return out
+}
+
 // TestRunnerResumeAfterVersionBump: an agent's call ends OUTCOME_UNKNOWN
 // (the e-mail was sent); the tools file then gains send_email v2 (a
 // deploy); the agent resumes the call as the runner's docs say: the same
@@ -47,19 +67,8 @@ func requireNamesEarlierCall(t *testing.T, out client.Outcome, earlier string, s
 // refused as reused; the answer names the earlier call, outcome unknown,
 // where it was "failed: nothing happened, use a new key".
 func TestRunnerResumeAfterVersionBump(t *testing.T) {
-	w := newWorld(t, demoTools())
-	w.env.Fakepay.SetFaults(fakepay.Faults{FailAfterCommit: fakepay.Trigger{Next: 1}})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c1, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
-	require.NoError(t, err)
-	defer c1.Close()
-	args := map[string]any{"to": "bob@example.com", "subject": "Receipt", "body": "Thanks."}
-	key := "conv-1-round-3-send_email"
-	out, err := client.NewToolRunner(c1, client.RunnerOptions{}).Run(ctx, "send_email", args, key)
-	require.NoError(t, err)
-	_, unknown := out.(*client.OutcomeUnknown)
-	require.True(t, unknown, out.ForModel())
+	w, ctx, args, key := newWorld(t, demoTools()), t.Context(), sentEmailArgs(), "conv-1-round-3-send_email"
+	out := unknownEmail(t, w, args, key, client.RunnerOptions{})
 	require.Len(t, w.env.Fakepay.Emails(), 1, "the e-mail was sent")
 
 	// The deploy: send_email v2 becomes current.
@@ -78,19 +87,8 @@ func TestRunnerResumeAfterVersionBump(t *testing.T) {
 // 1 (RunnerOptions.ToolVersion) and a deploy that replaces v1 by v2: the
 // refusal (TOOL_VERSION_UNKNOWN) names the earlier call.
 func TestRunnerPinnedVersionRemoved(t *testing.T) {
-	w := newWorld(t, demoTools())
-	w.env.Fakepay.SetFaults(fakepay.Faults{FailAfterCommit: fakepay.Trigger{Next: 1}})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c1, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
-	require.NoError(t, err)
-	defer c1.Close()
-	args := map[string]any{"to": "bob@example.com", "subject": "Receipt", "body": "Thanks."}
-	key := "conv-2-round-3-send_email"
-	out, err := client.NewToolRunner(c1, client.RunnerOptions{ToolVersion: "1"}).Run(ctx, "send_email", args, key)
-	require.NoError(t, err)
-	_, unknown := out.(*client.OutcomeUnknown)
-	require.True(t, unknown, out.ForModel())
+	w, ctx, args, key := newWorld(t, demoTools()), t.Context(), sentEmailArgs(), "conv-2-round-3-send_email"
+	out := unknownEmail(t, w, args, key, client.RunnerOptions{ToolVersion: "1"})
 
 	w.env.ToolsYAML = []byte(strings.Replace(string(w.env.ToolsYAML), "  - name: send_email\n    version: \"1\"", "  - name: send_email\n    version: \"2\"", 1))
 	srv2 := w.env.StartServer(harness.ServerOptions{})
