@@ -59,3 +59,49 @@ func TestApproveJudgesLapseWhenItDecides(t *testing.T) {
 	_, err := execute(c, w.agent, op.GetId(), 0)
 	require.NoError(t, err, "the approver was just told the operation is approved")
 }
+
+// TestApprovedEventIsStampedWhenDecided: an Approve that waited for the row
+// lock records its APPROVED event at the time it decided (the approval's
+// decide_time, from which its end is counted), not when its transaction
+// began: the event log is what an auditor, and the chaos checker, judge
+// the approval's window by.
+func TestApprovedEventIsStampedWhenDecided(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_brief",
+		ApprovalTTL: time.Minute, DedupesKeys: true, Lookup: true})})
+	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
+	op := prepare(t, c, w.agent, "pay_brief", payArgs(t, "INV-STAMP"))
+	locked, release, unlocked := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		unlocked <- w.env.Store.InTx(context.Background(), func(tx *store.Conn) error {
+			if _, err := tx.OperationGetForUpdate(context.Background(), "acme", op.GetId()); err != nil {
+				return err
+			}
+			close(locked)
+			<-release
+			return nil
+		})
+	}()
+	<-locked
+	done := make(chan error, 1)
+	go func() {
+		_, err := decide(c, w.approver, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE)
+		done <- err
+	}()
+	// The Approve waits on the lock for as long as it is held: a second
+	// (the staging, as in the test above, not a wait for a condition).
+	time.Sleep(time.Second)
+	close(release)
+	require.NoError(t, <-unlocked)
+	require.NoError(t, <-done)
+	got, events := get(t, c, w.agent, op.GetId())
+	decided := got.GetApproval().GetDecideTime().AsTime()
+	var approved *opledgerv1.OperationEvent
+	for _, e := range events {
+		if e.GetType() == opledgerv1.EventType_EVENT_TYPE_APPROVED {
+			approved = e
+		}
+	}
+	require.NotNil(t, approved)
+	require.Equal(t, decided, approved.GetCreateTime().AsTime(), "the APPROVED event is the decision's time")
+}

@@ -257,7 +257,9 @@ SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_
 -- statement_timestamp(), not now(): Approve runs it in a transaction after
 -- locking the row, and now() is when that transaction began, before any
 -- wait for the lock, so a decision that waited past the approval's end
--- would have judged it still in force.
+-- would have judged it still in force. Its event carries the same time (the
+-- column's default since migration 0013), so that the log shows the
+-- approval given when its window began.
 WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
