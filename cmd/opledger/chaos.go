@@ -35,6 +35,7 @@ failpoints.`)
 	var control controlFlag
 	fs.Var(&control, "control", "a control run, --control=NAME: put one fixed defect back and require the checker to catch it; NAME is one of "+
 		strings.Join(chaos.ControlNames(), ", ")+" (a bare --control is "+chaos.DefaultControl+")")
+	withoutDefect := fs.Bool("without-defect", false, "with --control: stage the control's faults with its defect left out, and require a clean check (the control's violations must come from its defect)")
 	seed := fs.Uint64("seed", 0, "seed for every random choice (0: random, printed)")
 	history := fs.String("history", "", "write the JSON-lines history to this `FILE`")
 	workers := fs.Int("workers", 16, "concurrent agents")
@@ -55,7 +56,7 @@ failpoints.`)
 		return err
 	}
 	opts := chaos.Options{Binary: exe, Duration: *duration, Ops: *ops, MaxDuration: *maxDuration, Workers: *workers,
-		Seed: *seed, Control: string(control), Failpoints: true, FailpointRate: *rate, RequireAllFaults: *requireAll,
+		Seed: *seed, Control: string(control), WithoutDefect: *withoutDefect, Failpoints: true, FailpointRate: *rate, RequireAllFaults: *requireAll,
 		Dir: *dir, Log: stderr, Failover: string(failover), FailoverUnsafeWindows: *unsafeWindows}
 	if *history != "" {
 		f, err := os.Create(*history)
@@ -85,7 +86,9 @@ failpoints.`)
 	fmt.Fprintln(stdout, s.StagedLine())
 	fmt.Fprintln(stdout, s.Line())
 	verdict := s.Err(*requireAll)
-	if c := s.Control; c != nil && verdict == nil {
+	if c := s.Control; c != nil && verdict == nil && s.WithoutDefect {
+		fmt.Fprintf(stdout, "chaos: control run %s without its defect: the checker found no violation, as it must\n", c.Name)
+	} else if c := s.Control; c != nil && verdict == nil {
 		fmt.Fprintf(stdout, "chaos: control run %s: with %s, the checker detected %d %s violation(s), as it must\n",
 			c.Name, c.What, s.Check.CountOf(c.Expect), c.Expect)
 	}

@@ -55,6 +55,11 @@ type Options struct {
 	// servers (honoured by failpoints builds only), which the checker must
 	// then report. "" is a normal run.
 	Control string
+	// WithoutDefect runs Control's staging (its processor faults, focus,
+	// clock offset, failpoint rates and environment) with its defect left
+	// out, and then requires a clean check: the control's violations must
+	// come from its defect, never from its staging alone.
+	WithoutDefect bool
 	// Failpoints: Binary has failpoints compiled in, so crash points are
 	// injected. Without it the failpoint fault kinds are skipped.
 	Failpoints bool
@@ -135,6 +140,8 @@ type Summary struct {
 	NotStaged []string
 	// Control is the control run's, nil for a normal run.
 	Control *Control
+	// WithoutDefect: Control's staging ran without its defect.
+	WithoutDefect bool
 	// ClockOffset is the database clock's offset from the servers' at the
 	// end of the run.
 	ClockOffset time.Duration
@@ -181,10 +188,15 @@ func (s Summary) staged() map[string]int {
 }
 
 // Err is the verdict: nil for a clean run; for a control run, nil only
-// when the checker did find violations of the control's kind.
+// when the checker did find violations of the control's kind; for a
+// control's staging without its defect, nil only for a clean run.
 func (s Summary) Err(requireAll bool) error {
 	var errs []error
-	if c := s.Control; c != nil {
+	if c := s.Control; c != nil && s.WithoutDefect {
+		if !s.Check.OK() {
+			errs = append(errs, fmt.Errorf("control run %s without its defect: %d violation(s); the control's staging alone breaks a rule, so its count does not show that the checker catches %s", c.Name, len(s.Check.Violations), c.What))
+		}
+	} else if c := s.Control; c != nil {
 		if c.count(s.Check) == 0 {
 			errs = append(errs, fmt.Errorf("control run %s: with %s, the checker found no %s violation; the checker proves nothing", c.Name, c.What, c.Expect))
 		}
@@ -215,6 +227,9 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	control, err := LookupControl(opts.Control)
 	if err != nil {
 		return Summary{}, err
+	}
+	if opts.WithoutDefect && control == nil {
+		return Summary{}, errors.New("chaos: --without-defect needs --control")
 	}
 	if control != nil && !opts.Failpoints {
 		return Summary{}, errors.New("chaos: --control needs a binary built with -tags failpoints (the switches that re-introduce defects exist only there)")
@@ -341,6 +356,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		}
 	}
 	s.Control = control
+	s.WithoutDefect = control != nil && opts.WithoutDefect
 	s.Seed = opts.Seed
 	s.Elapsed = time.Since(r.start)
 	var kept []string

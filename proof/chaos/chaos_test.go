@@ -717,3 +717,19 @@ func TestProcFaultRestoresTheControlsFaults(t *testing.T) {
 		require.Equal(t, base[s], s.Faults().RedirectAfterCommit.Rate, "%s: the control's all-run fault survives the nemesis", p.name(s))
 	}
 }
+
+// TestVerdictWithoutDefect: a control's staging run without its defect
+// passes only when the checker found nothing at all, and the control run
+// itself only when it found the control's kind.
+func TestVerdictWithoutDefect(t *testing.T) {
+	t.Parallel()
+	c, err := LookupControl("dedupe")
+	require.NoError(t, err)
+	dup := CheckResult{Duplicates: 1, Violations: []Violation{{Kind: ViolationDuplicate, Op: "op_a"}}}
+	require.NoError(t, Summary{Control: c, Check: dup}.Err(false))
+	require.Error(t, Summary{Control: c}.Err(false))
+	require.ErrorContains(t, Summary{Control: c, WithoutDefect: true, Check: dup}.Err(false), "without its defect")
+	require.NoError(t, Summary{Control: c, WithoutDefect: true}.Err(false))
+	_, err = Run(context.Background(), Options{Binary: "x", WithoutDefect: true})
+	require.ErrorContains(t, err, "needs --control")
+}

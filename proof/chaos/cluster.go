@@ -363,10 +363,10 @@ func (s *server) env(failpoints string) []string {
 		"OPLEDGER_FAILPOINTS="+failpoints,
 	)
 	if c := r.control; c != nil {
-		if c.FreshKeys {
+		if c.FreshKeys && !r.opts.WithoutDefect {
 			env = append(env, "OPLEDGER_UNSAFE_FRESH_DOWNSTREAM_KEY=1")
 		}
-		if c.Defect != "" {
+		if c.Defect != "" && !r.opts.WithoutDefect {
 			env = append(env, "OPLEDGER_UNSAFE_DEFECTS="+c.Defect)
 		}
 		env = append(env, c.Env...) // the last value of a variable counts

@@ -47,14 +47,16 @@ type Control struct {
 // --control runs.
 var Controls = map[string]Control{
 	"dedupe": {
+		// The processors keep deduplicating keys: a processor that ignored
+		// them would make a correct ledger's resubmissions under the same
+		// key duplicates too, and the control would pass without its
+		// defect (--without-defect shows it does not).
 		Name: "dedupe", FreshKeys: true,
-		Faults: func(p string, f *fakepay.Faults) {
-			if p == "pay" {
-				f.NoKeySupport = true
-			}
-		},
+		// A server killed after the charge leaves it for another claim,
+		// whose new key the processor takes for a new charge.
+		Focus:  []string{"fp-after-downstream", "kill"},
 		Expect: ViolationDuplicate,
-		What:   "deduplication disabled (a new downstream key per claim; the pay processor ignores keys)",
+		What:   "a new downstream key per claim, so a takeover's or a retry's send is a new charge",
 	},
 	failpoint.DefectRedirectFailed: {
 		Name: failpoint.DefectRedirectFailed, Defect: failpoint.DefectRedirectFailed,

@@ -743,8 +743,10 @@ func outage(calls []callMark, fm faultMark, end time.Time) FailoverWindow {
 }
 
 // lostAcknowledged counts the operations whose final outcome a client was
-// told and the ledger no longer says, and the operations a client was
-// given that the ledger no longer has.
+// told and the ledger no longer says, or says only from a later record (the
+// acknowledged one lost, and the same outcome found again, by a reconciler
+// or a resubmission the processor deduplicated), and the operations a
+// client was given that the ledger no longer has.
 func lostAcknowledged(in CheckInput) (lost, forgotten int) {
 	lostOps, goneOps := map[string]bool{}, map[string]bool{}
 	for _, e := range in.Observations {
@@ -757,12 +759,35 @@ func lostAcknowledged(in CheckInput) (lost, forgotten int) {
 		}
 		switch e.State {
 		case StateSucceeded, StateFailed, StateRejected, StateCancelled:
-			if final.Unreadable || final.State != e.State || e.State == StateSucceeded && e.Ref != final.ExternalRef {
+			if final.Unreadable || final.State != e.State || e.State == StateSucceeded && e.Ref != final.ExternalRef ||
+				recordedAfter(final.Events, e.Time, in.Timeline) {
 				lostOps[e.Op] = true
 			}
 		}
 	}
 	return len(lostOps), len(goneOps)
+}
+
+// finalEvents are the event types that end an operation.
+var finalEvents = map[string]bool{"SUCCEEDED": true, "FAILED": true, "DENIED": true, "CANCELLED": true, "RECONCILED": true, "RESOLVED_MANUALLY": true}
+
+// recordedAfter reports whether the event that ended the operation (the
+// last of finalEvents in its log) was written, by the database's clock
+// converted with tl, more than Tolerance after told, when a client was
+// told the outcome: a record written after the answer cannot be the one
+// the answer came from. A log without such an event, or a call without a
+// time, says nothing.
+func recordedAfter(events []OpEvent, told time.Time, tl Timeline) bool {
+	if told.IsZero() {
+		return false
+	}
+	for i := len(events) - 1; i >= 0; i-- {
+		if ev := events[i]; finalEvents[ev.Type] {
+			_, hi := tl.offsetsAt(ev.At, told)
+			return ev.At.Add(-hi).After(told.Add(Tolerance))
+		}
+	}
+	return false
 }
 
 // secondEffects counts effects beyond the first per subject and describes

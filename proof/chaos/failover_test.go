@@ -61,6 +61,37 @@ func TestLostAcknowledged(t *testing.T) {
 	require.Equal(t, 2, gone)
 }
 
+// TestLostAcknowledgedThenFoundAgain: an outcome the ledger says again
+// only from a record written after the client was told it (the
+// acknowledged commit lost in a failover, the same charge found again by
+// a reconciler) was lost all the same.
+func TestLostAcknowledgedThenFoundAgain(t *testing.T) {
+	t.Parallel()
+	told := t0.Add(time.Second)
+	withEnd := func(typ string, at time.Time) CheckInput {
+		in := world()
+		in.Observations[1].Time = told
+		op := in.Ops["op_a"]
+		op.Events = append(approvedAndRun(), OpEvent{Seq: 4, Type: typ, Fence: 1, At: at})
+		in.Ops["op_a"] = op
+		return in
+	}
+	lost, _ := lostAcknowledged(withEnd("SUCCEEDED", t0.Add(500*time.Millisecond)))
+	require.Zero(t, lost, "recorded before the answer")
+	lost, _ = lostAcknowledged(withEnd("RECONCILED", t0.Add(20*time.Second)))
+	require.Equal(t, 1, lost, "recorded again 19 s after the client was told")
+
+	// On a database clock 90 s ahead of the runner's, the same record is
+	// read with the offset in force.
+	in := withEnd("SUCCEEDED", t0.Add(90*time.Second+500*time.Millisecond))
+	in.Timeline = Timeline{Offsets: []ClockStep{{At: t0.Add(-time.Minute), Offset: 90 * time.Second}}}
+	lost, _ = lostAcknowledged(in)
+	require.Zero(t, lost)
+	in.Ops["op_a"].Events[3].At = t0.Add(110 * time.Second)
+	lost, _ = lostAcknowledged(in)
+	require.Equal(t, 1, lost)
+}
+
 // TestOutageIgnoresCallsInFlight: a Prepare completing just after the
 // fault (on the old primary) does not end the outage; the longest stretch
 // without a new operation does, and the failures up to its end count.
