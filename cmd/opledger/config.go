@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
 	"time"
 
@@ -105,11 +106,24 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 				errs = append(errs, errors.New("--approval-webhook-secret: at least 16 characters are needed to sign the notifications"))
 			}
 		}
+		if cfg.ApprovalWebhookURL != "" && cfg.ConsoleURL == "" && everyInterface(cfg.ConsoleListen) {
+			errs = append(errs, fmt.Errorf("--console-url: the console listens on every interface (%s), which is no address to link to; approval notifications link to the console, so say where people reach it", cfg.ConsoleListen))
+		}
 		if cfg.ConsoleURL != "" && !httpURL(cfg.ConsoleURL) {
 			errs = append(errs, fmt.Errorf("--console-url: %q is not an http(s) URL", cfg.ConsoleURL))
 		}
 		return errors.Join(errs...)
 	}
+}
+
+// everyInterface reports a listen address on the unspecified host
+// ("0.0.0.0:8443", "[::]:8443", ":8443").
+func everyInterface(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	return host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified()
 }
 
 func httpURL(s string) bool {

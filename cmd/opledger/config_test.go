@@ -179,3 +179,23 @@ func TestBadLogLevelIsRefused(t *testing.T) {
 		require.NoError(t, err, ok)
 	}
 }
+
+// TestConsoleOnEveryInterfaceNeedsItsURLForLinks: approval notifications
+// link to the console; when it listens on every interface, its own address
+// (0.0.0.0, ::) reaches nobody, so --console-url must say where people
+// reach it.
+func TestConsoleOnEveryInterfaceNeedsItsURLForLinks(t *testing.T) {
+	t.Parallel()
+	hook := []string{"--approval-webhook-url", "https://hooks.example.com/opledger", "--approval-webhook-secret", "0123456789abcdef"}
+	for _, listen := range []string{"0.0.0.0:8443", "[::]:8443", ":8443"} {
+		_, err := parseConfig(t, append([]string{"--console-listen", listen, "--tls-cert", "c.pem", "--tls-key", "k.pem"}, hook...), nil)
+		require.ErrorContains(t, err, "--console-url", listen)
+		_, err = parseConfig(t, append([]string{"--console-listen", listen, "--tls-cert", "c.pem", "--tls-key", "k.pem",
+			"--console-url", "https://approvals.example.com"}, hook...), nil)
+		require.NoError(t, err, listen)
+		_, err = parseConfig(t, []string{"--console-listen", listen, "--tls-cert", "c.pem", "--tls-key", "k.pem"}, nil)
+		require.NoError(t, err, "no notifications, no links: %s", listen)
+	}
+	_, err := parseConfig(t, append([]string{"--console-listen", "127.0.0.1:8081"}, hook...), nil)
+	require.NoError(t, err)
+}
