@@ -24,6 +24,7 @@ import (
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/proof/fakepay"
 	"github.com/opledger/opledger/proof/harness"
+	"github.com/opledger/opledger/proof/pgtest"
 )
 
 // cliResult is what one run of the opledger binary printed and how it
@@ -455,4 +456,27 @@ func TestDevOneInstancePerDirectory(t *testing.T) {
 
 	third.signal(os.Interrupt)
 	require.Equal(t, 0, third.cmd.ProcessState.ExitCode(), third.out.String())
+}
+
+// TestKeysNeverMigrate: the keys commands work on the schema as it is.
+// Against a database not yet migrated they say to run migrate and change
+// nothing; silently applying migrations from an operator's shell could
+// move the schema under running replicas mid-upgrade.
+func TestKeysNeverMigrate(t *testing.T) {
+	t.Parallel()
+	db := []string{"DATABASE_URL=" + pgtest.NewEmptyDatabase(t)}
+	for _, args := range [][]string{
+		{"keys", "create", "--tenant", "acme", "--role", "agent"},
+		{"keys", "list", "--tenant", "acme"},
+		{"keys", "revoke", "--tenant", "acme", "--name", "x"},
+	} {
+		r := runCLI(t, db, args...)
+		require.Equal(t, 1, r.code, "%v: %s", args, r.stdout)
+		require.Contains(t, r.stderr, "run opledger migrate", args)
+	}
+	r := runCLI(t, db, "migrate")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "migrations applied: [1 2 ", "the keys commands applied nothing")
+	r = runCLI(t, db, "keys", "create", "--tenant", "acme", "--role", "agent")
+	require.Equal(t, 0, r.code, r.stderr)
 }

@@ -261,16 +261,23 @@ start together; serve also applies them at start unless --migrate=false.`)
 	return nil
 }
 
-// keysStore parses the database flag every keys subcommand has, and opens
-// the database after migrating it.
+// keysStore opens the database for a keys subcommand and checks that its
+// schema is the one this binary knows. It never migrates: applying
+// migrations from an operator's shell could move the schema under running
+// replicas in the middle of an upgrade; `opledger migrate` (or serve) does.
 func keysStore(ctx context.Context, url string) (*store.Store, error) {
 	if url == "" {
 		return nil, errors.New("DATABASE_URL is not set")
 	}
-	if _, err := store.Migrate(ctx, url); err != nil {
+	st, err := store.Open(ctx, store.Config{URL: url, MaxConns: 2})
+	if err != nil {
 		return nil, err
 	}
-	return store.Open(ctx, store.Config{URL: url, MaxConns: 2})
+	if err := st.CheckSchema(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
 }
 
 func cmdKeysCreate(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
@@ -280,7 +287,8 @@ key as the last line of standard output. The key is shown this once: only
 its SHA-256 is stored. Roles: agent (Prepare, Execute, Get, Reconcile,
 Cancel), approver (Approve, Get), operator (Get, Reconcile with a manual
 resolution, Cancel). Several roles: --role 'agent, approver' or --role
-agent --role approver.`)
+agent --role approver. The keys commands never migrate: run opledger
+migrate first.`)
 	e := newEnvFlags(fs)
 	var url, tenant, name string
 	var roles roleList

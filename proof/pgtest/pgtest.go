@@ -111,6 +111,21 @@ func Main(m *testing.M, opts Options) {
 // calling test and dropped (WITH (FORCE)) when it ends. It is safe to call from parallel tests.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return newDatabase(t, (*suite).clone)
+}
+
+// NewEmptyDatabase returns the URL of a fresh database without any
+// migration, for tests of what runs before one; like NewDatabase, it is
+// private to the calling test and dropped when it ends.
+func NewEmptyDatabase(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, func(s *suite, ctx context.Context, name string) error {
+		return admin(ctx, s.adminURL, "CREATE DATABASE "+ident(name)+" TEMPLATE template0")
+	})
+}
+
+func newDatabase(t testing.TB, create func(s *suite, ctx context.Context, name string) error) string {
+	t.Helper()
 	s := &current
 	if err := s.setup(); err != nil {
 		t.Fatalf("pgtest: %v", err)
@@ -118,7 +133,7 @@ func NewDatabase(t testing.TB) string {
 	name := fmt.Sprintf("opledger_test_%d_%s_%d", os.Getpid(), s.token, s.seq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.clone(ctx, name); err != nil {
+	if err := create(s, ctx, name); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() {
