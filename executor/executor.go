@@ -88,6 +88,8 @@ type Result struct {
 	Detail string
 	// Attempts counts the requests sent (possibly) to the downstream; 0 when nothing was sent.
 	Attempts int
+	// ApprovalEnded: nothing was sent because Call.SendBy passed first (OutcomeNotSubmitted).
+	ApprovalEnded bool
 }
 
 // Executor performs calls. Implementations must be safe for concurrent use and must respect

@@ -156,7 +156,7 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 	ambiguous := false
 	for attempt := 1; ; attempt++ {
 		if sends == 0 && !c.SendBy.IsZero() && !time.Now().Before(c.SendBy) {
-			res = Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: the approval expired before the request could start"}
+			res = Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: the approval expired before the request could start", ApprovalEnded: true}
 			break
 		}
 		actx := ctx
@@ -172,6 +172,7 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 			h.callLog(c).Debug("executor: attempt", "attempt", attempt, "outcome", r.Outcome, "status", r.HTTPStatus, "sent", n > 0)
 		}
 		if r.Outcome == OutcomeNotSubmitted && sends == 0 && !c.SendBy.IsZero() && !time.Now().Before(c.SendBy) {
+			res.ApprovalEnded = true
 			break // the approval ended: no attempt may start now
 		}
 		if r.Outcome == OutcomeFailed && ambiguous && !failpoint.Defect(failpoint.DefectRefusalOverrides) {
@@ -271,7 +272,7 @@ func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retr
 	sends = int(wrote.Load())
 	if err != nil {
 		if sends == 0 && errors.Is(err, errApprovalEnded) {
-			return Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: the approval expired while the connection to the downstream was being set up"}, 0, 0
+			return Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: the approval expired while the connection to the downstream was being set up", ApprovalEnded: true}, 0, 0
 		}
 		if sends == 0 {
 			return Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: " + describeErr(err, h.cfg.Timeout)}, 0, 0

@@ -491,6 +491,12 @@ func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, erro
 	return wrote(one(r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
 }
 
+// OperationNotify notifies every replica's waiters on the operation when
+// the transaction commits (see the query).
+func (c *Conn) OperationNotify(ctx context.Context, id string) error {
+	return interpretError(c.q.OperationNotify(ctx, c.dbtx, id))
+}
+
 // OperationMarkWaited records that an Execute waits for the outcome of the
 // attempt holding fence. It reports false when that attempt already ended.
 func (c *Conn) OperationMarkWaited(ctx context.Context, tenant, id string, fence int64) (bool, error) {

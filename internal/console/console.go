@@ -403,7 +403,13 @@ type section struct {
 // and approvals not yet executed (approvers), and operations whose outcome
 // is unknown (operators).
 func (c *Console) list(w http.ResponseWriter, r *http.Request, s session) {
-	now := time.Now()
+	// An approval's end and a lease's are the database's: so is the clock
+	// they are shown against (a replica's own clock may be off).
+	now, err := c.l.DatabaseNow(r.Context())
+	if err != nil {
+		c.failed(w, r, err)
+		return
+	}
 	var sections []section
 	q := r.URL.Query()
 	if s.approver() {
@@ -511,8 +517,7 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 		c.failed(w, r, err)
 		return
 	}
-	now := time.Now()
-	v := viewOf(op, now)
+	v := viewOf(op, op.DBNow) // the database's clock when it was read, as its times are
 	d := detail{Op: v, Events: evs, SelfMade: op.PreparedBy == s.actor.ID}
 	for _, e := range evs {
 		if e.Type == string(ledger.EventPrepared) {

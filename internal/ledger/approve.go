@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"errors"
-	"time"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
@@ -79,7 +78,8 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 		return Operation{}, false, storeErr(err)
 	}
 	if !replayed {
-		l.obs.Decided(out.Tool, in.Decision, time.Since(out.CreatedAt))
+		// Both times the database's: this replica's clock may be off.
+		l.obs.Decided(out.Tool, in.Decision, out.ApprovalDecidedAt.Sub(out.CreatedAt))
 		l.holdLive(out)
 	}
 	return out, replayed, nil

@@ -9,6 +9,7 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/proof/harness"
+	"github.com/opledger/opledger/proof/pgtest"
 	"github.com/opledger/opledger/store"
 )
 
@@ -104,4 +105,30 @@ func TestApprovedEventIsStampedWhenDecided(t *testing.T) {
 	}
 	require.NotNil(t, approved)
 	require.Equal(t, decided, approved.GetCreateTime().AsTime(), "the APPROVED event is the decision's time")
+}
+
+// decisions records the approval latencies the ledger reports.
+type decisions struct{ seen []time.Duration }
+
+func (*decisions) ExecutionStarted(string)                        {}
+func (*decisions) DuplicatePrevented(string, string, bool)        {}
+func (*decisions) DownstreamCalled(string, string, time.Duration) {}
+func (*decisions) Reconciled(string, string)                      {}
+func (d *decisions) Decided(_, _ string, took time.Duration)      { d.seen = append(d.seen, took) }
+
+// TestDecisionLatencyOnTheDatabasesClock: how long an operation waited for
+// its decision is measured between two of the database's timestamps, not
+// from one of them to this replica's clock, which may be off by minutes.
+func TestDecisionLatencyOnTheDatabasesClock(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := pgtest.NewSkewedDatabase(t, -90*time.Second)
+	w := newWorld(t, harness.Options{DatabaseURL: dbURL})
+	srv := w.env.StartServer(harness.ServerOptions{NoReconciler: true})
+	rec := &decisions{}
+	srv.Ledger.SetObserver(rec)
+	op := prepare(t, srv.Client, w.agent, "pay_invoice", payArgs(t, "INV-LAT"))
+	approve(t, srv.Client, w.approver, op)
+	require.Len(t, rec.seen, 1)
+	require.GreaterOrEqual(t, rec.seen[0], time.Duration(0))
+	require.Less(t, rec.seen[0], 30*time.Second, "a decision taken at once")
 }

@@ -46,6 +46,11 @@ func storableResult(res executor.Result) executor.Result {
 	return res
 }
 
+// errApprovalEndedUnsent is run's report that its attempt sent nothing
+// because the approval ended first, and that it released the operation:
+// Execute claims again, and that claim answers for the approval.
+var errApprovalEndedUnsent = errors.New("ledger: the approval ended before the first send; released")
+
 // maxClaimRounds bounds Execute's loop of claim attempts against concurrent
 // state changes; each round reads the database afresh.
 const maxClaimRounds = 50
@@ -105,8 +110,15 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 			}
 			return claimed && err == nil
 		}) {
-			defer l.attempts.end()
-			return l.run(ctx, op, claimStart, false)
+			res, replayed, err := func() (Operation, bool, error) {
+				defer l.attempts.end()
+				return l.run(ctx, op, claimStart, false)
+			}()
+			if errors.Is(err, errApprovalEndedUnsent) {
+				cl.Base = Operation{}
+				continue // released: the next claim judges the approval
+			}
+			return res, replayed, err
 		}
 		if gone != nil {
 			return Operation{}, false, gone
@@ -120,7 +132,7 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 		}
 		switch State(op.State) {
 		case StateSucceeded, StateFailed, StateRejected, StateCancelled:
-			l.remember(op)
+			l.remember(op, claimStart)
 			return l.replayFinished(op)
 		case StateOutcomeUnknown:
 			l.obs.DuplicatePrevented("Execute", op.Tool, true)
@@ -261,6 +273,11 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 	if b.caps.DedupesKeys || failpoint.Defect(failpoint.DefectTakeoverNoDedupe) {
 		var taken Operation
 		var err, gone error
+		// The takeover's lease starts when its statement does (now()), which
+		// may be long before the statement returns: it may wait for the row
+		// lock. Its deadline is counted from before the statement, so the
+		// request never reaches the downstream after the lease ended.
+		takeStart := time.Now()
 		if l.handing(func() bool {
 			takeCtx, cancel, herr := handingCtx(ctx)
 			if herr != nil {
@@ -280,8 +297,7 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 		switch {
 		case err == nil:
 			l.opLogger(taken).Warn("took over an expired lease", "previous_fence", op.Fence)
-			// The takeover's lease starts no earlier than now.
-			res, _, err := l.run(ctx, taken, time.Now(), true)
+			res, _, err := l.run(ctx, taken, takeStart, true)
 			return res, true, err
 		case !errors.Is(err, store.ErrNotFound):
 			return Operation{}, true, storeErr(err)
@@ -402,6 +418,7 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, to
 	if err != nil {
 		return Operation{}, false, storeErr(err)
 	}
+	asked := time.Now()
 	out, err := l.commitOutcome(ctx, t)
 	if errors.Is(err, store.ErrNotFound) && t.RequireFirstSend {
 		// A refusal of this attempt, but an earlier one may have reached the
@@ -420,6 +437,7 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, to
 		if gerr != nil {
 			return Operation{}, false, storeErr(gerr)
 		}
+		l.wake(op.ID) // whatever ended this attempt, this process's waiters relied on it
 		return cur, false, nil
 	}
 	if err != nil {
@@ -427,10 +445,17 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, to
 		return Operation{}, false, storeErr(err)
 	}
 	failpoint.Inject(failpoint.AfterCommit)
-	if l.listener != nil && State(out.State) != StateExecuting {
-		l.listener.Wake(out.ID) // this process's waiters; others were notified if they asked
+	if State(out.State) != StateExecuting {
+		l.wake(out.ID) // this process's waiters; others were notified if they asked
 	}
-	l.remember(out)
+	l.remember(out, asked)
+	if res.Outcome == executor.OutcomeNotSubmitted && res.ApprovalEnded {
+		// The approval bounded the first send and ended first (the claim
+		// may have waited for the row lock past it). Released; the caller
+		// claims again, which refuses the lapsed approval on the database's
+		// clock and tells its caller so, instead of "unreachable".
+		return Operation{}, false, errApprovalEndedUnsent
+	}
 	if res.Outcome == executor.OutcomeNotSubmitted {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE,
 			Message:    "the downstream could not be reached and nothing was sent; the operation is READY again",
@@ -507,6 +532,15 @@ func handingCtx(ctx context.Context) (context.Context, context.CancelFunc, error
 	return c, cancel, nil
 }
 
+// wake wakes this process's waiters on the operation: those that wait on an
+// attempt this process holds rely on it, and did not ask the database for
+// a notification (OperationMarkWaited).
+func (l *Ledger) wake(id string) {
+	if l.listener != nil {
+		l.listener.Wake(id)
+	}
+}
+
 // releaseUnsent gives back a claim this process will not run, with nothing
 // sent: the operation is READY again under a new fence, and its approval is
 // not consumed. A failure is logged; the lease's end then decides.
@@ -515,8 +549,8 @@ func (l *Ledger) releaseUnsent(ctx context.Context, op Operation, why string) {
 	if err == nil {
 		t.Actor, t.Detail = "server:"+l.cfg.ServerID, "released unsent: "+why
 		_, err = l.commitOutcome(ctx, t)
-		if err == nil && l.listener != nil {
-			l.listener.Wake(op.ID) // this process's waiters, who did not ask for a notification
+		if err == nil {
+			l.wake(op.ID) // this process's waiters, who did not ask for a notification
 		}
 	}
 	if err != nil {
@@ -570,11 +604,13 @@ func (l *Ledger) refuseResubmission(ctx context.Context, op Operation, b bound) 
 		if gerr != nil {
 			return Operation{}, false, storeErr(gerr)
 		}
+		l.wake(op.ID)
 		return cur, false, nil
 	}
 	if err != nil {
 		return Operation{}, false, storeErr(err)
 	}
+	l.wake(op.ID) // this process's waiters, who did not ask for a notification
 	l.opLogger(out).Warn("resubmission refused: past the downstream's key retention")
 	return out, false, nil
 }

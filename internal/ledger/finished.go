@@ -30,8 +30,11 @@ func (l *Ledger) Encoded(op Operation) any {
 
 // remember caches op if it is finished: nothing can change it any more
 // (the state machine has no edge out of a terminal state), until the pruner
-// deletes it, which the entry's deadline anticipates.
-func (l *Ledger) remember(op Operation) {
+// deletes it, which the entry's deadline anticipates. asked is this
+// process's clock just before the statement that returned op was sent:
+// op.DBNow is that statement's start, which may be long before it returned
+// (a wait for the row lock), so what is left is counted from asked.
+func (l *Ledger) remember(op Operation, asked time.Time) {
 	if !State(op.State).Terminal() {
 		return
 	}
@@ -55,5 +58,5 @@ func (l *Ledger) remember(op Operation) {
 	if l.encode != nil {
 		f.encoded = l.encode(op)
 	}
-	l.finished.Put(key, f, time.Now().Add(ttl))
+	l.finished.Put(key, f, asked.Add(ttl))
 }

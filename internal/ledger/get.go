@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/opledger/opledger/store"
 )
@@ -13,6 +14,7 @@ func (l *Ledger) Get(ctx context.Context, a Actor, id string, withEvents bool) (
 	if err := checkID(id); err != nil {
 		return Operation{}, nil, err
 	}
+	asked := time.Now()
 	op, err := l.store.OperationGet(ctx, a.Tenant, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return Operation{}, nil, notFound(id)
@@ -20,7 +22,7 @@ func (l *Ledger) Get(ctx context.Context, a Actor, id string, withEvents bool) (
 	if err != nil {
 		return Operation{}, nil, storeErr(err)
 	}
-	l.remember(op)
+	l.remember(op, asked)
 	if !withEvents {
 		return op, nil, nil
 	}

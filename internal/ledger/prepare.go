@@ -81,8 +81,15 @@ func (l *Ledger) PrepareAndExecute(ctx context.Context, a Actor, in PrepareInput
 	id := op.ID
 	switch {
 	case handed:
-		defer l.attempts.end()
-		op, executionReplayed, err = l.run(ctx, op, claimStart, false)
+		op, executionReplayed, err = func() (Operation, bool, error) {
+			defer l.attempts.end()
+			return l.run(ctx, op, claimStart, false)
+		}()
+		if errors.Is(err, errApprovalEndedUnsent) {
+			// (Not for a tool that needs no approval, which alone is
+			// claimed by its insert.) Released: an Execute answers for it.
+			op, executionReplayed, err = l.Execute(ctx, a, id, wait)
+		}
 	case State(op.State) == StateAwaitingApproval:
 		return op, replayed, false, nil
 	default:
@@ -203,6 +210,7 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 		n.Lease = store.Lease{Owner: l.leaseOwner(), Duration: l.lease(l.bound[t.Name+"@"+t.Version])}
 	}
 	var existing Operation
+	var asked time.Time // before the read of existing
 	for attempt := 0; ; attempt++ {
 		claimStart := time.Now()
 		insCtx, cancel := ctx, context.CancelFunc(func() {})
@@ -231,6 +239,7 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 		if l.hooks != nil && l.hooks.PrepareConflict != nil {
 			l.hooks.PrepareConflict(ctx)
 		}
+		asked = time.Now()
 		existing, err = l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey)
 		if err == nil {
 			break
@@ -246,7 +255,7 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 	}
 	if existing.Fingerprint == fp {
 		l.obs.DuplicatePrevented("Prepare", t.Name, true)
-		l.remember(existing)
+		l.remember(existing, asked)
 	}
 	if existing.Fingerprint != fp {
 		return Operation{}, false, none, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED,

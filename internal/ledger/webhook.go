@@ -44,6 +44,9 @@ type WebhookResult struct {
 	// "failed" for a SUCCEEDED one. Nothing overwrites a finished operation,
 	// so the ledger's answer stays; an operator must look.
 	Contradicts bool
+	// ended is the operation whose attempt the event ended, whose waiters
+	// in this process must be woken after the commit.
+	ended string
 }
 
 // contradicts reports whether an event of type typ says the opposite of op.
@@ -127,12 +130,24 @@ func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (Web
 		if _, err := c.OperationTransition(ctx, t); err != nil {
 			return err
 		}
+		if State(op.State) == StateExecuting {
+			// The attempt's holder, not this transaction, wakes its own
+			// replica's waiters, and they never asked the database to: the
+			// holder may be blocked on the downstream for its whole lease.
+			if err := c.OperationNotify(ctx, op.ID); err != nil {
+				return err
+			}
+			result.ended = op.ID
+		}
 		result.Text = "operation " + op.ID + " is " + string(to)
 		l.obs.Reconciled(op.Tool, "webhook_"+ev.Type)
 		return nil
 	})
 	if err != nil {
 		return WebhookResult{}, err
+	}
+	if result.ended != "" {
+		l.wake(result.ended)
 	}
 	if result.Contradicts {
 		// Counted after the commit: a retried transaction counts once.

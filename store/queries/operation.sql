@@ -208,7 +208,9 @@ SELECT * FROM upd;
 -- row or the clock, and those that change without an event (waited,
 -- reconcile_attempts, next_reconcile_at); the store completes the row from
 -- the caller's copy when events shows it is the version changed here
--- (Transition.Base).
+-- (Transition.Base). Its clock is statement_timestamp(): a webhook runs it
+-- in a transaction after locking the row, and now() would be the time
+-- before that wait (for a statement of its own the two are the same).
 WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
@@ -220,19 +222,19 @@ WITH upd AS (
         lease_owner = NULL,
         lease_expires_at = NULL,
         next_reconcile_at = CASE WHEN sqlc.arg(to_state)::text = 'OUTCOME_UNKNOWN'
-                                 THEN now() + make_interval(secs => sqlc.arg(reconcile_after_seconds)::float8)
+                                 THEN statement_timestamp() + make_interval(secs => sqlc.arg(reconcile_after_seconds)::float8)
                                  ELSE NULL END,
         reconcile_attempts = CASE WHEN sqlc.arg(to_state)::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
         events = o.events + 1,
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant)
       AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND o.fence = sqlc.arg(fence)
-      AND (NOT sqlc.arg(require_lease_expired)::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
+      AND (NOT sqlc.arg(require_lease_expired)::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < statement_timestamp())
       AND (NOT sqlc.arg(require_unsent)::boolean OR o.first_sent_fence IS NULL)
       AND (NOT sqlc.arg(require_first_send)::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
-           OR now() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
+           OR statement_timestamp() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
               < o.first_claimed_at + make_interval(secs => 0.9 * sqlc.arg(key_retention_seconds)::float8))
     RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
               o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error
@@ -287,6 +289,14 @@ WITH upd AS (
     WHERE upd.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
 SELECT * FROM upd;
+
+-- name: OperationNotify :exec
+-- Notifies every replica's waiters that the operation's attempt ended, when
+-- the transaction commits: for a transition that ends an attempt whose
+-- holder is not the one writing it (a webhook), since a waiter on the
+-- holder's replica relies on the holder to wake it and never asked the
+-- trigger to notify (OperationMarkWaited).
+SELECT pg_notify('opledger_operation', sqlc.arg(id)::text);
 
 -- name: OperationMarkWaited :execrows
 -- Records that an Execute waits for the outcome of the attempt holding

@@ -1202,6 +1202,20 @@ func (q *Queries) OperationMarkWaited(ctx context.Context, db DBTX, arg Operatio
 	return result.RowsAffected(), nil
 }
 
+const operationNotify = `-- name: OperationNotify :exec
+SELECT pg_notify('opledger_operation', $1::text)
+`
+
+// Notifies every replica's waiters that the operation's attempt ended, when
+// the transaction commits: for a transition that ends an attempt whose
+// holder is not the one writing it (a webhook), since a waiter on the
+// holder's replica relies on the holder to wake it and never asked the
+// trigger to notify (OperationMarkWaited).
+func (q *Queries) OperationNotify(ctx context.Context, db DBTX, id string) error {
+	_, err := db.Exec(ctx, operationNotify, id)
+	return err
+}
+
 const operationPrune = `-- name: OperationPrune :one
 WITH gone AS (
     DELETE FROM operation
@@ -1384,19 +1398,19 @@ WITH upd AS (
         lease_owner = NULL,
         lease_expires_at = NULL,
         next_reconcile_at = CASE WHEN $1::text = 'OUTCOME_UNKNOWN'
-                                 THEN now() + make_interval(secs => $7::float8)
+                                 THEN statement_timestamp() + make_interval(secs => $7::float8)
                                  ELSE NULL END,
         reconcile_attempts = CASE WHEN $1::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
         events = o.events + 1,
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = $8 AND o.tenant IS NOT DISTINCT FROM $9
       AND o.state = ANY ($10::text[])
       AND o.fence = $11
-      AND (NOT $12::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < now())
+      AND (NOT $12::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < statement_timestamp())
       AND (NOT $13::boolean OR o.first_sent_fence IS NULL)
       AND (NOT $14::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
       AND ($15::float8 = 0 OR o.first_claimed_at IS NULL
-           OR now() + make_interval(secs => $16::float8)
+           OR statement_timestamp() + make_interval(secs => $16::float8)
               < o.first_claimed_at + make_interval(secs => 0.9 * $15::float8))
     RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
               o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error
@@ -1464,7 +1478,9 @@ type OperationTransitionRow struct {
 // row or the clock, and those that change without an event (waited,
 // reconcile_attempts, next_reconcile_at); the store completes the row from
 // the caller's copy when events shows it is the version changed here
-// (Transition.Base).
+// (Transition.Base). Its clock is statement_timestamp(): a webhook runs it
+// in a transaction after locking the row, and now() would be the time
+// before that wait (for a statement of its own the two are the same).
 func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg OperationTransitionParams) (OperationTransitionRow, error) {
 	row := db.QueryRow(ctx, operationTransition,
 		arg.ToState,
