@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"strconv"
 
 	"github.com/opledger/opledger/clients/go/fingerprint"
 )
@@ -75,32 +74,4 @@ func KeyPreimage(p KeyParts) ([]byte, error) {
 		"tool":         p.Tool,
 		"tool_version": p.ToolVersion,
 	})
-}
-
-// DeriveRoundKeys returns the idempotency keys of one model round's tool
-// calls, in order, for a runtime that does not pin the model's response
-// (so it cannot use the provider's call ids): the first call of a tool in
-// the round gets ToolCall "", exactly the key DeriveKey gives without a call
-// id, and the n-th call of the same tool gets "#n". Two calls of one tool in
-// one round are two actions (two e-mails to two people) and need two keys;
-// with "" for both, the second would be refused as a reuse of the first's
-// key. A regenerated response that lists the same tool's calls in another
-// order swaps their keys: the ledger then refuses each as a key reused with
-// other arguments and names the earlier call, so nothing runs twice.
-func DeriveRoundKeys(conversation string, round int64, tools []string) ([]string, error) {
-	keys := make([]string, len(tools))
-	seen := make(map[string]int, len(tools))
-	for i, tool := range tools {
-		seen[tool]++
-		call := ""
-		if n := seen[tool]; n > 1 {
-			call = "#" + strconv.Itoa(n)
-		}
-		k, err := DeriveKey(KeyParts{Conversation: conversation, Round: round, ToolCall: call, Tool: tool})
-		if err != nil {
-			return nil, err
-		}
-		keys[i] = k
-	}
-	return keys, nil
 }

@@ -112,38 +112,3 @@ func TestDeriveKeyRefusesIncompleteParts(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, b, c)
 }
-
-// TestRoundKeyVectors: DeriveRoundKeys gives each call of a round the key
-// DeriveKey gives its parts, with ToolCall "" for a tool's first call and
-// "#n" for its n-th, as the shared vectors say.
-func TestRoundKeyVectors(t *testing.T) {
-	t.Parallel()
-	raw, err := os.ReadFile(filepath.Join(testdata, "key_vectors.json"))
-	require.NoError(t, err)
-	var file struct {
-		Rounds []struct {
-			Name         string   `json:"name"`
-			Conversation string   `json:"conversation"`
-			Round        int64    `json:"round"`
-			Tools        []string `json:"tools"`
-			ToolCalls    []string `json:"tool_calls"`
-			Keys         []string `json:"keys"`
-		} `json:"rounds"`
-	}
-	require.NoError(t, json.Unmarshal(raw, &file))
-	require.Len(t, file.Rounds, 2)
-	for _, v := range file.Rounds {
-		t.Run(v.Name, func(t *testing.T) {
-			keys, err := client.DeriveRoundKeys(v.Conversation, v.Round, v.Tools)
-			require.NoError(t, err)
-			require.Equal(t, v.Keys, keys)
-			for i, tool := range v.Tools {
-				k, err := client.DeriveKey(client.KeyParts{Conversation: v.Conversation, Round: v.Round, ToolCall: v.ToolCalls[i], Tool: tool})
-				require.NoError(t, err)
-				require.Equal(t, v.Keys[i], k, "call %d", i)
-			}
-		})
-	}
-	_, err = client.DeriveRoundKeys("c", 0, []string{"pay_invoice", ""})
-	require.Error(t, err, "an empty tool name")
-}

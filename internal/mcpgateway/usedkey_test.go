@@ -151,30 +151,3 @@ func TestRunnerRegeneratedRoundKeyReused(t *testing.T) {
 	requireNamesEarlierCall(t, again, first.OperationID(), "succeeded")
 	require.Len(t, w.env.Fakepay.Emails(), 1)
 }
-
-// TestRunnerTwoCallsOfOneToolInARound: a model round that asks for the same
-// tool twice (two e-mails to two people) runs both under the round's keys
-// (client.DeriveRoundKeys), where one key per tool and round, the key scheme
-// the clients' agent loops showed before, refused the second as a reuse.
-func TestRunnerTwoCallsOfOneToolInARound(t *testing.T) {
-	w := newWorld(t, demoTools())
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
-	require.NoError(t, err)
-	defer c.Close()
-	runner := client.NewToolRunner(c, client.RunnerOptions{})
-	calls := []map[string]any{
-		{"to": "bob@example.com", "subject": "Receipt", "body": "Thanks."},
-		{"to": "carol@example.com", "subject": "Receipt", "body": "Thanks."},
-	}
-	keys, err := client.DeriveRoundKeys(harness.Unique("conv"), 3, []string{"send_email", "send_email"})
-	require.NoError(t, err)
-	for i, args := range calls {
-		out, err := runner.Run(ctx, "send_email", args, keys[i])
-		require.NoError(t, err)
-		_, ok := out.(*client.Succeeded)
-		require.True(t, ok, "call %d: %s", i, out.ForModel())
-	}
-	require.Len(t, w.env.Fakepay.Emails(), 2)
-}

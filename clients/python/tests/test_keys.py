@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from opledger import derive_key, derive_round_keys, key_preimage
+from opledger import derive_key, key_preimage
 
 # The normative vectors of docs/fingerprint.md, "Idempotency key derivation"; the Go, Java and
 # TypeScript clients check the same file, so all four derive the same keys.
@@ -11,7 +11,6 @@ REPO = Path(__file__).resolve().parents[3]
 with open(REPO / "clients" / "go" / "fingerprint" / "testdata" / "key_vectors.json", encoding="utf-8") as _f:
     _DOC = json.load(_f)
 KEY_VECTORS = _DOC["vectors"]
-ROUND_VECTORS = _DOC["rounds"]
 
 
 def _parts(vec):
@@ -87,18 +86,3 @@ def test_round_must_be_a_safe_int(round_):
 def test_invalid_parts_refused(args):
     with pytest.raises(ValueError):
         derive(*args)
-
-
-@pytest.mark.parametrize("vec", ROUND_VECTORS, ids=[v["name"] for v in ROUND_VECTORS])
-def test_round_key_vector(vec):
-    keys = derive_round_keys(conversation=vec["conversation"], round=vec["round"], tools=vec["tools"])
-    assert keys == vec["keys"]
-    for i, tool in enumerate(vec["tools"]):
-        assert derive(vec["conversation"], vec["round"], vec["tool_calls"][i], tool) == vec["keys"][i]
-
-
-def test_round_keys_refuse_bad_parts():
-    with pytest.raises(ValueError):
-        derive_round_keys(conversation="c", round=0, tools=["pay_invoice", ""])
-    with pytest.raises(TypeError):
-        derive_round_keys(conversation="c", round=0, tools="pay_invoice")

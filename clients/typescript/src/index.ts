@@ -26,8 +26,8 @@ export {
 export type { Reason } from "./errors";
 export { DEFAULT_RETRY, NO_RETRY, backoffMs, callWithRetry, retryPolicy, sleep } from "./retry";
 export type { RetryPolicy } from "./retry";
-export { deriveKey, deriveRoundKeys, keyPreimage, KEY_PREFIX } from "./keys";
-export type { KeyParts, RoundParts } from "./keys";
+export { deriveKey, keyPreimage, KEY_PREFIX } from "./keys";
+export type { KeyParts } from "./keys";
 export {
   canonicalize,
   computeFingerprint,

@@ -91,35 +91,3 @@ export function deriveKey(parts: KeyParts): string {
   const text = keyPreimage(parts);
   return KEY_PREFIX + createHash("sha256").update(text, "utf8").digest("base64url");
 }
-
-/** RoundParts names one model round's tool calls for deriveRoundKeys. */
-export interface RoundParts {
-  /** conversation is the runtime's own durable id of the conversation or workflow. */
-  conversation: string;
-  /** round is the model round within it, a safe integer ≥ 0. */
-  round: number;
-  /** tools are the names of the round's tool calls, in the order the model wrote them. */
-  tools: readonly string[];
-}
-
-/** deriveRoundKeys returns the idempotency keys of one model round's tool calls, in order, for a
- * runtime that does not pin the model's response (so it cannot use the provider's call ids). The
- * first call of a tool in the round gets toolCall "" (exactly deriveKey's key without a call id)
- * and the n-th call of the same tool gets "#n". Two calls of one tool in one round are two actions
- * (two e-mails to two people) and need two keys; with "" for both, the second would be refused as
- * a reuse of the first's key. A regenerated response that lists the same tool's calls in another
- * order swaps their keys: the ledger then refuses each as a key reused with other arguments and
- * names the earlier call, so nothing runs twice. The same function exists in every opledger client
- * (Go client.DeriveRoundKeys, Java IdempotencyKeys.deriveRound, Python derive_round_keys). It
- * throws what deriveKey throws for any of the parts. */
-export function deriveRoundKeys(parts: RoundParts): string[] {
-  if (!Array.isArray(parts.tools)) {
-    throw new TypeError("tools must be an array of tool names");
-  }
-  const seen = new Map<string, number>();
-  return parts.tools.map((tool) => {
-    const n = (seen.get(tool) ?? 0) + 1;
-    seen.set(tool, n);
-    return deriveKey({ conversation: parts.conversation, round: parts.round, tool, toolCall: n === 1 ? "" : `#${n}` });
-  });
-}

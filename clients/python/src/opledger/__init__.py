@@ -20,7 +20,7 @@ from .fingerprint import (
     preimage,
     struct_to_dict,
 )
-from .keys import KEY_PREFIX, derive_key, derive_round_keys, key_preimage
+from .keys import KEY_PREFIX, derive_key, key_preimage
 from .retry import NO_RETRY, RetryPolicy, call_with_retry, call_with_retry_async, is_retryable
 from .runner import (
     MESSAGE_AWAITING_APPROVAL,
@@ -70,7 +70,6 @@ __all__ = [
     "canonicalize",
     "compute_fingerprint",
     "derive_key",
-    "derive_round_keys",
     "is_retryable",
     "key_preimage",
     "operation_fingerprint",

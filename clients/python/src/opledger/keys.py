@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from typing import Optional, Sequence
+from typing import Optional
 
 from .fingerprint import canonicalize
 
@@ -111,30 +111,3 @@ def derive_key(
     )
     digest = hashlib.sha256(text.encode("utf-8")).digest()
     return KEY_PREFIX + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
-
-
-def derive_round_keys(*, conversation: str, round: int, tools: Sequence[str]) -> list[str]:
-    """derive_round_keys returns the idempotency keys of one model round's tool calls, in order,
-    for a runtime that does not pin the model's response (so it cannot use the provider's call
-    ids).
-
-    The first call of a tool in the round gets tool_call "" (exactly derive_key's key without a
-    call id) and the n-th call of the same tool gets "#n". Two calls of one tool in one round are
-    two actions (two e-mails to two people) and need two keys; with "" for both, the second would
-    be refused as a reuse of the first's key. A regenerated response that lists the same tool's
-    calls in another order swaps their keys: the ledger then refuses each as a key reused with
-    other arguments and names the earlier call, so nothing runs twice. The same function exists in
-    every opledger client (Go client.DeriveRoundKeys, Java IdempotencyKeys.deriveRound,
-    TypeScript deriveRoundKeys).
-
-    Raises what derive_key raises for any of the parts.
-    """
-    if isinstance(tools, str):
-        raise TypeError("tools must be a sequence of tool names, not a str")
-    seen: dict[str, int] = {}
-    keys = []
-    for tool in tools:
-        seen[tool] = seen.get(tool, 0) + 1
-        n = seen[tool]
-        keys.append(derive_key(conversation=conversation, round=round, tool=tool, tool_call="" if n == 1 else f"#{n}"))
-    return keys

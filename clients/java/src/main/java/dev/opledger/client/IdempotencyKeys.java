@@ -1,11 +1,8 @@
 package dev.opledger.client;
 
 import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
 import java.util.Base64;
-import java.util.HashMap;
 import java.util.LinkedHashMap;
-import java.util.List;
 import java.util.Map;
 
 /**
@@ -64,37 +61,5 @@ public final class IdempotencyKeys {
     parts.put("tool", p.tool());
     parts.put("tool_version", p.toolVersion());
     return Jcs.canonicalize(parts);
-  }
-
-  /**
-   * DeriveRound returns the keys of one model round's tool calls, in order, for a runtime that does
-   * not pin the model's response (so it cannot use the provider's call ids). The first call of a
-   * tool in the round gets toolCall "" (exactly {@link #derive}'s key without a call id) and the
-   * n-th call of the same tool gets "#n". Two calls of one tool in one round are two actions (two
-   * e-mails to two people) and need two keys; with "" for both, the second would be refused as a
-   * reuse of the first's key. A regenerated response that lists the same tool's calls in another
-   * order swaps their keys: the ledger then refuses each as a key reused with other arguments and
-   * names the earlier call, so nothing runs twice. The same function exists in every opledger
-   * client (Go client.DeriveRoundKeys, Python derive_round_keys, TypeScript deriveRoundKeys). A part
-   * {@link #derive} refuses is an IllegalArgumentException.
-   */
-  public static List<String> deriveRound(String conversation, long round, List<String> tools) {
-    if (tools == null) {
-      throw new IllegalArgumentException("idempotency key: tools must not be null");
-    }
-    Map<String, Integer> seen = new HashMap<>();
-    List<String> keys = new ArrayList<>(tools.size());
-    for (String tool : tools) {
-      int n = seen.merge(tool == null ? "" : tool, 1, Integer::sum);
-      keys.add(
-          derive(
-              KeyParts.builder()
-                  .conversation(conversation)
-                  .round(round)
-                  .toolCall(n == 1 ? "" : "#" + n)
-                  .tool(tool)
-                  .build()));
-    }
-    return keys;
   }
 }

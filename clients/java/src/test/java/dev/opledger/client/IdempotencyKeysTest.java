@@ -45,41 +45,6 @@ class IdempotencyKeysTest {
                     }));
   }
 
-  /** Every round of clients/go/fingerprint/testdata/key_vectors.json. */
-  @TestFactory
-  Stream<DynamicTest> roundKeyVectors() throws IOException {
-    List<Value> rounds = TestData.list("key_vectors.json", "rounds");
-    assertEquals(2, rounds.size());
-    return rounds.stream()
-        .map(
-            v ->
-                DynamicTest.dynamicTest(
-                    TestData.str(v, "name"),
-                    () -> {
-                      var f = v.getStructValue().getFieldsMap();
-                      long round = (long) f.get("round").getNumberValue();
-                      String conversation = TestData.str(v, "conversation");
-                      List<String> tools = strings(f.get("tools"));
-                      List<String> calls = strings(f.get("tool_calls"));
-                      List<String> keys = strings(f.get("keys"));
-                      assertEquals(keys, IdempotencyKeys.deriveRound(conversation, round, tools));
-                      for (int i = 0; i < tools.size(); i++) {
-                        assertEquals(keys.get(i), derive(conversation, round, calls.get(i), tools.get(i), ""));
-                      }
-                    }));
-  }
-
-  private static List<String> strings(Value list) {
-    return list.getListValue().getValuesList().stream().map(Value::getStringValue).toList();
-  }
-
-  @Test
-  void roundKeysRefuseBadParts() {
-    assertThrows(
-        IllegalArgumentException.class,
-        () -> IdempotencyKeys.deriveRound("c", 0, List.of("pay_invoice", "")));
-  }
-
   private static String derive(String conversation, long round, String call, String tool, String version) {
     return KeyParts.builder()
         .conversation(conversation)

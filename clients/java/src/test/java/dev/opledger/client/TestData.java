@@ -22,12 +22,6 @@ final class TestData {
     return root.getFieldsOrThrow("vectors").getListValue().getValuesList();
   }
 
-  /** List returns the list named field of a vectors file. */
-  static List<Value> list(String file, String field) throws IOException {
-    Struct root = Args.fromJson(Files.readString(dir().resolve(file), StandardCharsets.UTF_8));
-    return root.getFieldsOrThrow(field).getListValue().getValuesList();
-  }
-
   static String str(Value v, String field) {
     return v.getStructValue().getFieldsOrThrow(field).getStringValue();
   }
