@@ -151,3 +151,36 @@ func TestRunnerRegeneratedRoundKeyReused(t *testing.T) {
 	requireNamesEarlierCall(t, again, first.OperationID(), "succeeded")
 	require.Len(t, w.env.Fakepay.Emails(), 1)
 }
+
+// TestRunnerRegeneratedRoundInAnotherOrder: the documented key scheme
+// (conversation, round and tool; no call id unless the answer is pinned)
+// never sends a call twice when a round that ran in part is regenerated
+// with its calls in another order. A round [e-mail bob, e-mail carol]
+// crashed after bob's; its regeneration [carol, bob] has carol refused as
+// a reuse of the key (naming bob's call, which succeeded) and bob's replayed.
+// Numbering a tool's calls by position (a second key for the second call)
+// would have e-mailed bob twice here, which is why the clients do not.
+func TestRunnerRegeneratedRoundInAnotherOrder(t *testing.T) {
+	w := newWorld(t, demoTools())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
+	require.NoError(t, err)
+	defer c.Close()
+	runner := client.NewToolRunner(c, client.RunnerOptions{})
+	bob := map[string]any{"to": "bob@example.com", "subject": "Receipt", "body": "Thanks."}
+	carol := map[string]any{"to": "carol@example.com", "subject": "Receipt", "body": "Thanks."}
+	key, err := client.DeriveKey(client.KeyParts{Conversation: harness.Unique("conv"), Round: 3, Tool: "send_email"})
+	require.NoError(t, err)
+	first, err := runner.Run(ctx, "send_email", bob, key) // then the runtime crashed
+	require.NoError(t, err)
+	_, ok := first.(*client.Succeeded)
+	require.True(t, ok)
+	again, err := runner.Run(ctx, "send_email", carol, key)
+	require.NoError(t, err)
+	requireNamesEarlierCall(t, again, first.OperationID(), "succeeded")
+	replay, err := runner.Run(ctx, "send_email", bob, key)
+	require.NoError(t, err)
+	require.Equal(t, first.OperationID(), replay.OperationID())
+	require.Len(t, w.env.Fakepay.Emails(), 1, "bob once; carol's call was not made, and the model was told so")
+}
