@@ -94,7 +94,9 @@ type Result struct {
 
 // Executor performs calls. Implementations must be safe for concurrent use and must respect
 // ctx and SendBy: a call cancelled, past its deadline or past SendBy before anything was sent
-// reports OutcomeNotSubmitted and sends nothing.
+// reports OutcomeNotSubmitted and sends nothing, with ApprovalEnded set when SendBy was the
+// reason (the ledger then refuses the lapsed approval instead of calling the downstream
+// unreachable).
 type Executor interface {
 	Execute(ctx context.Context, c Call) Result
 }

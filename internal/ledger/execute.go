@@ -46,10 +46,12 @@ func storableResult(res executor.Result) executor.Result {
 	return res
 }
 
-// errApprovalEndedUnsent is run's report that its attempt sent nothing
-// because the approval ended first, and that it released the operation:
-// Execute claims again, and that claim answers for the approval.
-var errApprovalEndedUnsent = errors.New("ledger: the approval ended before the first send; released")
+// errReleasedUnsent is run's report that its attempt sent nothing, for a
+// reason of the claim's own (the approval ended first, or the lease was
+// spent waiting for the row lock), and that it released the operation:
+// Execute claims again, and that claim answers (a lapsed approval is
+// refused; a fresh lease runs the call).
+var errReleasedUnsent = errors.New("ledger: released unsent; claim again")
 
 // maxClaimRounds bounds Execute's loop of claim attempts against concurrent
 // state changes; each round reads the database afresh.
@@ -114,7 +116,7 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 				defer l.attempts.end()
 				return l.run(ctx, op, claimStart, false)
 			}()
-			if errors.Is(err, errApprovalEndedUnsent) {
+			if errors.Is(err, errReleasedUnsent) {
 				cl.Base = Operation{}
 				continue // released: the next claim judges the approval
 			}
@@ -351,7 +353,17 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, to
 	if op.FirstSentFence != 0 && b.caps.DedupesKeys && b.settings.KeyRetention > 0 && !l.keyStillDedupes(b, op, lease) {
 		return l.refuseResubmission(ctx, op, b)
 	}
-	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), claimStart.Add(min(lease, op.LeaseRemaining())*4/5))
+	callDeadline := claimStart.Add(min(lease, op.LeaseRemaining()) * 4 / 5)
+	if !tookOver && !time.Now().Before(callDeadline) {
+		// The claim's statement waited (for the row lock) until its lease
+		// was spent: nothing may start now. Released, and claimed again by
+		// the caller with a fresh lease, rather than told the downstream
+		// could not be reached. (A takeover that sends nothing is unknown,
+		// below: the holder it took over from may have sent.)
+		l.releaseUnsent(ctx, op, "the lease was spent before the request could start")
+		return Operation{}, false, errReleasedUnsent
+	}
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline)
 	defer cancel()
 	call := executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args}
@@ -454,7 +466,7 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, to
 		// may have waited for the row lock past it). Released; the caller
 		// claims again, which refuses the lapsed approval on the database's
 		// clock and tells its caller so, instead of "unreachable".
-		return Operation{}, false, errApprovalEndedUnsent
+		return Operation{}, false, errReleasedUnsent
 	}
 	if res.Outcome == executor.OutcomeNotSubmitted {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE,

@@ -177,3 +177,24 @@ func TestFinishedCacheForgetsWhenPruned(t *testing.T) {
 	_, err = execute(srv.Client, w.agent, op.GetId(), 0)
 	requireStatus(t, err, codes.NotFound, "OPERATION_NOT_FOUND")
 }
+
+// TestClaimThatWaitedPastItsLeaseRunsTheCall: a claim whose statement
+// waited for the row lock until its lease was spent sends nothing under it;
+// it releases and claims again, and the call runs, instead of telling its
+// caller the downstream could not be reached.
+func TestClaimThatWaitedPastItsLeaseRunsTheCall(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_lw",
+		Timeout: time.Second, DedupesKeys: true, Lookup: true})}) // lease 2 s
+	c := w.env.StartServer(harness.ServerOptions{Ledger: ledger.Config{MinLease: time.Second}, NoReconciler: true}).Client
+	op := prepare(t, c, w.agent, "pay_lw", payArgs(t, "INV-LW"))
+	unlock := lockRow(t, w.env.Store, op.GetId())
+	done := make(chan error, 1)
+	go func() { _, err := execute(c, w.agent, op.GetId(), 0); done <- err }()
+	time.Sleep(3 * time.Second) // the claim waits on the lock longer than its lease
+	unlock()
+	require.NoError(t, <-done, "the downstream was up the whole time")
+	got, _ := get(t, c, w.agent, op.GetId())
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, got.GetState())
+	require.Len(t, w.env.Fakepay.Charges(), 1)
+}

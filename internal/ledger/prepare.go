@@ -85,9 +85,9 @@ func (l *Ledger) PrepareAndExecute(ctx context.Context, a Actor, in PrepareInput
 			defer l.attempts.end()
 			return l.run(ctx, op, claimStart, false)
 		}()
-		if errors.Is(err, errApprovalEndedUnsent) {
-			// (Not for a tool that needs no approval, which alone is
-			// claimed by its insert.) Released: an Execute answers for it.
+		if errors.Is(err, errReleasedUnsent) {
+			// Released unsent (its lease spent before the call could
+			// start): an Execute claims it again.
 			op, executionReplayed, err = l.Execute(ctx, a, id, wait)
 		}
 	case State(op.State) == StateAwaitingApproval:

@@ -196,6 +196,12 @@ func (s Summary) Err(requireAll bool) error {
 		if !s.Check.OK() {
 			errs = append(errs, fmt.Errorf("control run %s without its defect: %d violation(s); the control's staging alone breaks a rule, so its count does not show that the checker catches %s", c.Name, len(s.Check.Violations), c.What))
 		}
+		// A clean check proves something only if the staging happened.
+		for _, k := range c.Focus {
+			if s.Injected[k] == 0 {
+				errs = append(errs, fmt.Errorf("control run %s without its defect: its staging never injected %s", c.Name, k))
+			}
+		}
 	} else if c := s.Control; c != nil {
 		if c.count(s.Check) == 0 {
 			errs = append(errs, fmt.Errorf("control run %s: with %s, the checker found no %s violation; the checker proves nothing", c.Name, c.What, c.Expect))

@@ -728,8 +728,13 @@ func TestVerdictWithoutDefect(t *testing.T) {
 	dup := CheckResult{Duplicates: 1, Violations: []Violation{{Kind: ViolationDuplicate, Op: "op_a"}}}
 	require.NoError(t, Summary{Control: c, Check: dup}.Err(false))
 	require.Error(t, Summary{Control: c}.Err(false))
-	require.ErrorContains(t, Summary{Control: c, WithoutDefect: true, Check: dup}.Err(false), "without its defect")
-	require.NoError(t, Summary{Control: c, WithoutDefect: true}.Err(false))
+	staged := map[string]int{}
+	for _, k := range c.Focus {
+		staged[k] = 1
+	}
+	require.ErrorContains(t, Summary{Control: c, WithoutDefect: true, Check: dup, Injected: staged}.Err(false), "without its defect")
+	require.NoError(t, Summary{Control: c, WithoutDefect: true, Injected: staged}.Err(false))
+	require.ErrorContains(t, Summary{Control: c, WithoutDefect: true}.Err(false), "never injected", "a clean run that staged nothing proves nothing")
 	_, err = Run(context.Background(), Options{Binary: "x", WithoutDefect: true})
 	require.ErrorContains(t, err, "needs --control")
 }
