@@ -1,7 +1,6 @@
 package ledger_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/proof/harness"
 	"github.com/opledger/opledger/proof/pgtest"
-	"github.com/opledger/opledger/store"
 )
 
 // TestApproveJudgesLapseWhenItDecides: an Approve that began before the
@@ -26,18 +24,7 @@ func TestApproveJudgesLapseWhenItDecides(t *testing.T) {
 	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
 	op := prepare(t, c, w.agent, "pay_brief", payArgs(t, "INV-LOCK"))
 	expires := approve(t, c, w.approver, op).GetOperation().GetApproval().GetExpireTime().AsTime()
-	locked, release, unlocked := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() {
-		unlocked <- w.env.Store.InTx(context.Background(), func(tx *store.Conn) error {
-			if _, err := tx.OperationGetForUpdate(context.Background(), "acme", op.GetId()); err != nil {
-				return err
-			}
-			close(locked)
-			<-release
-			return nil
-		})
-	}()
-	<-locked
+	unlock := lockRow(t, w.env.Store, op.GetId())
 	// The second Approve begins 400 ms before the approval's end and waits
 	// on the lock until 400 ms after it.
 	time.Sleep(time.Until(expires.Add(-400 * time.Millisecond)))
@@ -51,8 +38,7 @@ func TestApproveJudgesLapseWhenItDecides(t *testing.T) {
 		done <- answer{r, err}
 	}()
 	time.Sleep(time.Until(expires.Add(400 * time.Millisecond)))
-	close(release)
-	require.NoError(t, <-unlocked)
+	unlock()
 	a := <-done
 	require.NoError(t, a.err)
 	require.True(t, a.resp.GetOperation().GetApproval().GetExpireTime().AsTime().After(expires),
@@ -72,18 +58,7 @@ func TestApprovedEventIsStampedWhenDecided(t *testing.T) {
 		ApprovalTTL: time.Minute, DedupesKeys: true, Lookup: true})})
 	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
 	op := prepare(t, c, w.agent, "pay_brief", payArgs(t, "INV-STAMP"))
-	locked, release, unlocked := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() {
-		unlocked <- w.env.Store.InTx(context.Background(), func(tx *store.Conn) error {
-			if _, err := tx.OperationGetForUpdate(context.Background(), "acme", op.GetId()); err != nil {
-				return err
-			}
-			close(locked)
-			<-release
-			return nil
-		})
-	}()
-	<-locked
+	unlock := lockRow(t, w.env.Store, op.GetId())
 	done := make(chan error, 1)
 	go func() {
 		_, err := decide(c, w.approver, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE)
@@ -92,8 +67,7 @@ func TestApprovedEventIsStampedWhenDecided(t *testing.T) {
 	// The Approve waits on the lock for as long as it is held: a second
 	// (the staging, as in the test above, not a wait for a condition).
 	time.Sleep(time.Second)
-	close(release)
-	require.NoError(t, <-unlocked)
+	unlock()
 	require.NoError(t, <-done)
 	got, events := get(t, c, w.agent, op.GetId())
 	decided := got.GetApproval().GetDecideTime().AsTime()

@@ -422,11 +422,16 @@ func TestReconcileAbandonedExecuting(t *testing.T) {
 // operation and is woken by the notification; a waiter on the holder's own
 // replica is woken in process. Neither may depend on its poll, which is set
 // here to a minute, nor on re-reading when its wait ends (a minute too):
-// the caller gives up after 5 s, long after a wake-up would have come.
+// the caller gives up after 5 s, long after a wake-up would have come. The
+// attempt ends with the holder's outcome, or with a webhook (on the other
+// replica) while the holder is still blocked on the downstream: a waiter on
+// the holder's replica, which relies on the holder to wake it, must be woken
+// then too.
 func TestWaitersAreWokenWithoutPolling(t *testing.T) {
 	t.Parallel()
-	for _, sameReplica := range []bool{false, true} {
-		t.Run(fmt.Sprintf("same replica %t", sameReplica), func(t *testing.T) {
+	for _, c := range []struct{ sameReplica, byWebhook bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		sameReplica := c.sameReplica
+		t.Run(fmt.Sprintf("same replica %t, by webhook %t", sameReplica, c.byWebhook), func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t, harness.Options{})
 			b := newBlocker()
@@ -439,10 +444,11 @@ func TestWaitersAreWokenWithoutPolling(t *testing.T) {
 				}
 			}}
 			holder := w.env.StartServer(harness.ServerOptions{Ledger: cfg, NoReconciler: true, Hooks: hooks})
+			other := w.env.StartServer(harness.ServerOptions{Ledger: cfg, NoReconciler: true,
+				Hooks: &ledger.Hooks{Waiting: hooks.Waiting}})
 			waiter := holder
 			if !sameReplica {
-				waiter = w.env.StartServer(harness.ServerOptions{Ledger: cfg, NoReconciler: true,
-					Hooks: &ledger.Hooks{Waiting: hooks.Waiting}})
+				waiter = other
 			}
 			op := preparedApproved(t, w, holder.Client, "pay_invoice")
 			holderDone := make(chan struct{})
@@ -468,8 +474,17 @@ func TestWaitersAreWokenWithoutPolling(t *testing.T) {
 			}
 			got, _ := w.env.Store.OperationGet(context.Background(), "acme", op.GetId())
 			require.Equal(t, !sameReplica, got.Waited, "only a waiter on another replica asks to be notified")
-			close(b.release)
-			<-waiterDone
+			if c.byWebhook {
+				_, werr := other.Ledger.Webhook(context.Background(), "pay_invoice", ledger.WebhookEvent{
+					ID: harness.Unique("evt"), Type: "succeeded", IdempotencyKey: op.GetDownstreamKey(), ExternalRef: "ch_webhook",
+					Data: []byte(`{"id":"ch_webhook","status":"succeeded"}`)})
+				require.NoError(t, werr)
+				<-waiterDone
+				close(b.release)
+			} else {
+				close(b.release)
+				<-waiterDone
+			}
 			require.NoError(t, err)
 			require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState(), "woken, not timed out")
 			<-holderDone

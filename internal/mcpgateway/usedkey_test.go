@@ -50,14 +50,21 @@ func sentEmailArgs() map[string]any {
 func unknownEmail(t *testing.T, w *world, args map[string]any, key string, opts client.RunnerOptions) client.Outcome {
 	t.Helper()
 	w.env.Fakepay.SetFaults(fakepay.Faults{FailAfterCommit: fakepay.Trigger{Next: 1}})
-	c, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	out, err := client.NewToolRunner(c, opts).Run(t.Context(), "send_email", args, key)
+	out, err := agentRunner(t, w, opts).Run(t.Context(), "send_email", args, key)
 	require.NoError(t, err)
 	_, unknown := out.(*client.OutcomeUnknown)
 	require.True(t, unknown, out.ForModel())
 	return out
+}
+
+// agentRunner is a ToolRunner of the Go client for w's agent, closed when
+// the test ends.
+func agentRunner(t *testing.T, w *world, opts client.RunnerOptions) *client.ToolRunner {
+	t.Helper()
+	c, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return client.NewToolRunner(c, opts)
 }
 
 // TestRunnerResumeAfterVersionBump: an agent's call ends OUTCOME_UNKNOWN
@@ -136,10 +143,7 @@ func TestRunnerRegeneratedRoundKeyReused(t *testing.T) {
 	w := newWorld(t, demoTools())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
-	require.NoError(t, err)
-	defer c.Close()
-	runner := client.NewToolRunner(c, client.RunnerOptions{})
+	runner := agentRunner(t, w, client.RunnerOptions{})
 	key, err := client.DeriveKey(client.KeyParts{Conversation: harness.Unique("conv"), Round: 3, Tool: "send_email"})
 	require.NoError(t, err)
 	first, err := runner.Run(ctx, "send_email", map[string]any{"to": "bob@example.com", "subject": "Receipt", "body": "Thanks."}, key)
@@ -164,10 +168,7 @@ func TestRunnerRegeneratedRoundInAnotherOrder(t *testing.T) {
 	w := newWorld(t, demoTools())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.New(w.srv.Addr, w.agent, client.WithPlaintext())
-	require.NoError(t, err)
-	defer c.Close()
-	runner := client.NewToolRunner(c, client.RunnerOptions{})
+	runner := agentRunner(t, w, client.RunnerOptions{})
 	bob := map[string]any{"to": "bob@example.com", "subject": "Receipt", "body": "Thanks."}
 	carol := map[string]any{"to": "carol@example.com", "subject": "Receipt", "body": "Thanks."}
 	key, err := client.DeriveKey(client.KeyParts{Conversation: harness.Unique("conv"), Round: 3, Tool: "send_email"})
