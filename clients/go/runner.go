@@ -18,10 +18,10 @@ import (
 const (
 	// MessageAwaitingApproval tells the model that a person has to decide
 	// first and how to get the result later.
-	MessageAwaitingApproval = "A person must approve this call before it runs. Call the tool again later with the same arguments to get its result."
+	MessageAwaitingApproval = "A person must approve this call before it can run; it is recorded under operation_id. Do not call the tool again for it: a new call would be a second, separate request."
 	// MessageOutcomeUnknown tells the model that the effect may have
 	// happened, so it must not try again under another identity.
-	MessageOutcomeUnknown = "The outcome is not known yet: the request may have reached the service. Do not retry it in another way; call the tool again later with the same arguments to learn the outcome."
+	MessageOutcomeUnknown = "The outcome is not known yet: the request may have reached the service. Do not call the tool again for it, or do it another way: a new call would be a second, separate request. Its outcome is recorded under operation_id once known."
 	// MessageKeyNamesEarlierCall (with the earlier call's state, as
 	// StateWords gives it, for %s) tells the model that this call was
 	// refused but its key already names an earlier one, which may have

@@ -31,11 +31,11 @@ import { Effect, State, type Operation } from "./gen/opledger/v1/ledger_pb";
 /** MESSAGE_AWAITING_APPROVAL is what forModel tells the model about a call that waits for a
  * person. */
 export const MESSAGE_AWAITING_APPROVAL =
-  "A person must approve this call before it runs. Call the tool again later with the same arguments to get its result.";
+  "A person must approve this call before it can run; it is recorded under operation_id. Do not call the tool again for it: a new call would be a second, separate request.";
 
 /** MESSAGE_OUTCOME_UNKNOWN is what forModel tells the model about a call whose effect is unknown. */
 export const MESSAGE_OUTCOME_UNKNOWN =
-  "The outcome is not known yet: the request may have reached the service. Do not retry it in another way; call the tool again later with the same arguments to learn the outcome.";
+  "The outcome is not known yet: the request may have reached the service. Do not call the tool again for it, or do it another way: a new call would be a second, separate request. Its outcome is recorded under operation_id once known.";
 
 /** MESSAGE_KEY_NAMES_EARLIER_CALL (with the earlier call's state, as stateWords gives it, for
  * "{state}") is what forModel tells the model about a call refused under a key that already names

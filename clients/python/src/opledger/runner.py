@@ -58,13 +58,14 @@ from .fingerprint import canonicalize, struct_to_dict
 
 #: MESSAGE_AWAITING_APPROVAL is what for_model tells the model about a call that waits for a person.
 MESSAGE_AWAITING_APPROVAL = (
-    "A person must approve this call before it runs. "
-    "Call the tool again later with the same arguments to get its result."
+    "A person must approve this call before it can run; it is recorded under operation_id. "
+    "Do not call the tool again for it: a new call would be a second, separate request."
 )
 #: MESSAGE_OUTCOME_UNKNOWN is what for_model tells the model about a call whose effect is unknown.
 MESSAGE_OUTCOME_UNKNOWN = (
     "The outcome is not known yet: the request may have reached the service. "
-    "Do not retry it in another way; call the tool again later with the same arguments to learn the outcome."
+    "Do not call the tool again for it, or do it another way: a new call would be a second, separate request. "
+    "Its outcome is recorded under operation_id once known."
 )
 
 #: MESSAGE_KEY_NAMES_EARLIER_CALL (with the earlier call's state, as state_words gives it) is what
