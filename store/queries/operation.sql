@@ -321,8 +321,10 @@ WITH due AS (
 )
 UPDATE operation o SET
     reconcile_attempts = o.reconcile_attempts + 1,
+    -- 2^attempts capped before it is taken: 2^1024 overflows float8, which
+    -- would fail the whole batch, for every replica, for good.
     next_reconcile_at = now() + make_interval(secs => LEAST(sqlc.arg(max_backoff_seconds)::float8,
-                                                           sqlc.arg(base_backoff_seconds)::float8 * power(2, o.reconcile_attempts)))
+                                                           sqlc.arg(base_backoff_seconds)::float8 * power(2, LEAST(o.reconcile_attempts, 62))))
 FROM due
 WHERE o.id = due.id
 RETURNING o.*, now()::timestamptz AS db_now;

@@ -300,8 +300,10 @@ WITH due AS (
 )
 UPDATE operation o SET
     reconcile_attempts = o.reconcile_attempts + 1,
+    -- 2^attempts capped before it is taken: 2^1024 overflows float8, which
+    -- would fail the whole batch, for every replica, for good.
     next_reconcile_at = now() + make_interval(secs => LEAST($1::float8,
-                                                           $2::float8 * power(2, o.reconcile_attempts)))
+                                                           $2::float8 * power(2, LEAST(o.reconcile_attempts, 62))))
 FROM due
 WHERE o.id = due.id
 RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, now()::timestamptz AS db_now
