@@ -151,6 +151,14 @@ func TestTransitionGuards(t *testing.T) {
 		require.NoError(t, tr(g.row(t, shape{state: "READY", fence: 2}), unsent), "claimed and released, never sent")
 		require.ErrorIs(t, tr(g.row(t, shape{state: "READY", fence: 2, firstSent: 1}), unsent), store.ErrNotFound)
 	})
+	t.Run("sent if ready", func(t *testing.T) {
+		report := func(x *store.Transition) {
+			x.From, x.To, x.Event, x.RequireSentIfReady = []string{"READY", "EXECUTING", "OUTCOME_UNKNOWN"}, "SUCCEEDED", "RECONCILED", true
+		}
+		require.NoError(t, tr(g.row(t, shape{state: "READY", fence: 2, firstSent: 1}), report), "READY after a send")
+		require.ErrorIs(t, tr(g.row(t, shape{state: "READY", fence: 2}), report), store.ErrNotFound, "READY, nothing ever sent")
+		require.NoError(t, tr(g.row(t, executing()), report), "the guard is about READY only")
+	})
 	t.Run("first send", func(t *testing.T) {
 		first := func(x *store.Transition) { x.RequireFirstSend = true }
 		s := executing()

@@ -393,6 +393,8 @@ type Transition struct {
 	RequireLeaseExpired bool
 	// RequireUnsent demands that nothing may have reached the downstream.
 	RequireUnsent bool
+	// RequireSentIfReady demands that a READY operation was sent before.
+	RequireSentIfReady bool
 	// RequireFirstSend demands that no attempt before the current fence may
 	// have reached the downstream.
 	RequireFirstSend bool
@@ -427,7 +429,7 @@ func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation
 		ID: t.ID, Tenant: t.Tenant, ToState: t.To, ExternalRef: text(t.ExternalRef), Result: t.Result,
 		SetError: t.SetError, Error: t.Error, ReconcileAfterSeconds: t.ReconcileAfter.Seconds(),
 		FromStates: t.From, Fence: t.Fence, RequireLeaseExpired: t.RequireLeaseExpired,
-		RequireUnsent: t.RequireUnsent, RequireFirstSend: t.RequireFirstSend,
+		RequireUnsent: t.RequireUnsent, RequireFirstSend: t.RequireFirstSend, RequireSentIfReady: t.RequireSentIfReady,
 		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
 		EventType: t.Event, Actor: t.Actor, Detail: t.Detail,
 	})

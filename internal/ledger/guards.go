@@ -29,7 +29,8 @@ func (l *Ledger) transition(op Operation, event Event, to State, by Party) (stor
 	}
 	t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: names(froms), Fence: op.Fence, To: string(to), Event: string(event),
 		RequireLeaseExpired: g.Has(GuardLeaseExpired), RequireUnsent: g.Has(GuardUnsent), RequireFirstSend: g.Has(GuardFirstSend),
-		Base: op}
+		RequireSentIfReady: g.Has(GuardSentBefore),
+		Base:               op}
 	if g.Has(GuardKeyWindow) {
 		b, err := l.toolOf(op)
 		if err != nil {

@@ -101,6 +101,10 @@ const (
 	GuardApprovalInForce
 	// GuardLapsedUnsent: the approval has lapsed and nothing was sent.
 	GuardLapsedUnsent
+	// GuardSentBefore: a READY operation was sent before (an attempt that
+	// ended other than by a release): only then can the downstream report
+	// an outcome of it. It says nothing about other states.
+	GuardSentBefore
 )
 
 // Has reports whether g includes every guard of h.
@@ -177,6 +181,10 @@ var rules = []Rule{
 	{StateExecuting, EventReconciled, StateFailed, ByDownstream, GuardFence},
 	{StateOutcomeUnknown, EventReconciled, StateSucceeded, ByDownstream, GuardFence},
 	{StateOutcomeUnknown, EventReconciled, StateFailed, ByDownstream, GuardFence},
+	// READY after a send: a lookup that missed a request still in flight,
+	// or an operator's resolution; the downstream's report settles it.
+	{StateReady, EventReconciled, StateSucceeded, ByDownstream, GuardFence | GuardSentBefore},
+	{StateReady, EventReconciled, StateFailed, ByDownstream, GuardFence | GuardSentBefore},
 
 	{StateOutcomeUnknown, EventResolved, StateSucceeded, ByOperator, GuardFence},
 	{StateOutcomeUnknown, EventResolved, StateFailed, ByOperator, GuardFence},

@@ -112,6 +112,11 @@ func TestTableSafety(t *testing.T) {
 			r.Event != EventReleased && r.By != ByOperator {
 			require.True(t, r.Guard.Has(GuardKeyWindow), "%+v", r)
 		}
+		// The downstream reports only on what was sent to it: a READY
+		// operation it settles must have been sent before.
+		if r.From == StateReady && r.By == ByDownstream {
+			require.True(t, r.Guard.Has(GuardSentBefore), "%+v", r)
+		}
 		// A release is the holder's alone (only it knows nothing was sent).
 		if r.Event == EventReleased {
 			require.Equal(t, ByHolder, r.By, "%+v", r)
@@ -200,6 +205,7 @@ func TestStatementsFollowTheTable(t *testing.T) {
 			require.Equal(t, g.Has(GuardLeaseExpired), tr.RequireLeaseExpired, "%+v", r)
 			require.Equal(t, g.Has(GuardUnsent), tr.RequireUnsent, "%+v", r)
 			require.Equal(t, g.Has(GuardFirstSend), tr.RequireFirstSend, "%+v", r)
+			require.Equal(t, g.Has(GuardSentBefore), tr.RequireSentIfReady, "%+v", r)
 			require.Equal(t, g.Has(GuardKeyWindow), tr.KeyWindow == store.KeyWindow{Retention: time.Hour}, "%+v", r)
 		}
 	}

@@ -63,7 +63,8 @@ func contradicts(op Operation, typ string) bool {
 }
 
 // Webhook applies a completion event for tool. The event is recorded and,
-// for an operation still EXECUTING or OUTCOME_UNKNOWN, the outcome applied
+// for an operation still EXECUTING or OUTCOME_UNKNOWN, or READY after a
+// send (a lookup missed a request in flight; an operator said so), the outcome applied
 // through the same guarded transition as any other, in one transaction: a
 // duplicate delivery, or an event for an operation already resolved, changes
 // nothing; one that contradicts a finished operation is counted
@@ -105,7 +106,8 @@ func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (Web
 				": nothing changed; an operator must look"
 			result.Contradicts = true
 			return nil
-		case State(op.State) != StateExecuting && State(op.State) != StateOutcomeUnknown:
+		case State(op.State) != StateExecuting && State(op.State) != StateOutcomeUnknown &&
+			(State(op.State) != StateReady || op.FirstSentFence == 0):
 			result.Text = "operation is " + op.State + ": nothing changed"
 			return nil
 		}

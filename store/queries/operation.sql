@@ -193,6 +193,8 @@ SELECT * FROM upd;
 -- the database's clock, in this statement:
 --   require_lease_expired: an EXECUTING operation's lease has expired;
 --   require_unsent:        nothing may have reached the downstream yet;
+--   require_sent_if_ready: a READY operation was sent before (only then can
+--                          the downstream report an outcome of it);
 --   require_first_send:    no earlier attempt than the current fence may have
 --                          reached it (a refusal of a later attempt proves
 --                          nothing about an earlier one);
@@ -232,6 +234,7 @@ WITH upd AS (
       AND o.fence = sqlc.arg(fence)
       AND (NOT sqlc.arg(require_lease_expired)::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < statement_timestamp())
       AND (NOT sqlc.arg(require_unsent)::boolean OR o.first_sent_fence IS NULL)
+      AND (NOT sqlc.arg(require_sent_if_ready)::boolean OR o.state <> 'READY' OR o.first_sent_fence IS NOT NULL)
       AND (NOT sqlc.arg(require_first_send)::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR statement_timestamp() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)

@@ -1410,15 +1410,16 @@ WITH upd AS (
       AND o.fence = $11
       AND (NOT $12::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < statement_timestamp())
       AND (NOT $13::boolean OR o.first_sent_fence IS NULL)
-      AND (NOT $14::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
-      AND ($15::float8 = 0 OR o.first_claimed_at IS NULL
-           OR statement_timestamp() + make_interval(secs => $16::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * $15::float8))
+      AND (NOT $14::boolean OR o.state <> 'READY' OR o.first_sent_fence IS NOT NULL)
+      AND (NOT $15::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
+      AND ($16::float8 = 0 OR o.first_claimed_at IS NULL
+           OR statement_timestamp() + make_interval(secs => $17::float8)
+              < o.first_claimed_at + make_interval(secs => 0.9 * $16::float8))
     RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
               o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $6::text, $17, upd.prev_state, upd.state, upd.attempts, upd.fence, $18
+    SELECT upd.id, upd.events, $6::text, $18, upd.prev_state, upd.state, upd.attempts, upd.fence, $19
     FROM upd
 )
 SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_sent_fence, external_ref, result, error FROM upd
@@ -1438,6 +1439,7 @@ type OperationTransitionParams struct {
 	Fence                 int64
 	RequireLeaseExpired   bool
 	RequireUnsent         bool
+	RequireSentIfReady    bool
 	RequireFirstSend      bool
 	KeyRetentionSeconds   float64
 	AheadSeconds          float64
@@ -1464,6 +1466,8 @@ type OperationTransitionRow struct {
 //
 //	require_lease_expired: an EXECUTING operation's lease has expired;
 //	require_unsent:        nothing may have reached the downstream yet;
+//	require_sent_if_ready: a READY operation was sent before (only then can
+//	                       the downstream report an outcome of it);
 //	require_first_send:    no earlier attempt than the current fence may have
 //	                       reached it (a refusal of a later attempt proves
 //	                       nothing about an earlier one);
@@ -1498,6 +1502,7 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		arg.Fence,
 		arg.RequireLeaseExpired,
 		arg.RequireUnsent,
+		arg.RequireSentIfReady,
 		arg.RequireFirstSend,
 		arg.KeyRetentionSeconds,
 		arg.AheadSeconds,
