@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -129,7 +130,23 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 				// a server error) with no operation named: the ledger may
 				// have recorded it, and its downstream call, once started,
 				// never follows the caller's cancellation.
-				res, a := cutShort(t, err)
+				if explicit {
+					// The host's key: the model's next tools/call would come
+					// with another key, so "call again" is no advice. Ask the
+					// ledger under this key, without executing, which
+					// operation the call recorded (or record it now, not run).
+					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordedTimeout)
+					again, rerr := g.ledger.Prepare(rctx, t.GetName(), args, key, client.WithToolVersion(t.GetVersion()))
+					cancel()
+					if rerr == nil {
+						op := again.GetOperation()
+						log.Info("prepare cut short; the operation it recorded", "code", status.Code(err).String(), "operation_id", op.GetId())
+						res, _ := render(op, again.GetReplayed(), fmt.Sprintf("(The call was cut short (%s); this is the operation its idempotency key names.)",
+							answerError(err).short()))
+						return res, nil
+					}
+				}
+				res, a := cutShort(t, err, explicit)
 				log.Info("prepare cut short", "code", status.Code(err).String(), "status", a.Status)
 				return res, nil
 			}
@@ -308,13 +325,23 @@ func unanswered(err error) bool {
 	return r == "" || r == client.ReasonInternal
 }
 
+// recordedTimeout bounds the Prepare that asks, under the host's key, which
+// operation a call cut short recorded.
+const recordedTimeout = 5 * time.Second
+
 // cutShort answers a one-call Prepare that ended without an answer: pending,
-// because it may have been recorded and may be running. The same call again
-// (same arguments, so the same key) answers with that operation, if there
-// is one, and cannot run it twice.
-func cutShort(t *opledgerv1.Tool, err error) (*mcp.CallToolResult, Answer) {
+// because it may have been recorded and may be running. Under a derived key
+// the same call again (same arguments in the same session, so the same key)
+// answers with that operation, if there is one, and cannot run it twice;
+// under the host's key a new call has a new key, so the model must not
+// make one.
+func cutShort(t *opledgerv1.Tool, err error, explicit bool) (*mcp.CallToolResult, Answer) {
 	a := Answer{Status: StatusPending, Tool: t.GetName(), ToolVersion: t.GetVersion(), Error: answerError(err)}
 	a.Next = "Do not retry with other arguments. Call this tool again in a moment with the same arguments: it answers with the same operation and cannot run it twice."
+	if explicit {
+		a.Next = "Do not call this tool again for this action: the host gives each call its own idempotency key, so another call would be a second one. " +
+			"Its outcome is not known here; tell the user."
+	}
 	text := fmt.Sprintf("Pending: the ledger did not answer this call (%s); it may have been recorded and may be running now. %s",
 		a.Error.short(), a.Next)
 	return result(text, a, false), a

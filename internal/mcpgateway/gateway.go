@@ -71,7 +71,7 @@ const instructions = `These tools run through opledger, an execution ledger: eac
 Every answer has a "status" in its structured content:
 - "succeeded": done; "result" is the downstream's answer.
 - "awaiting_approval": recorded but NOT done; a person must approve it. Tell the user, then call check_operation with the operation_id to run it once approved.
-- "outcome_unknown" or "executing" or "pending": it may have taken effect. Do NOT retry it, with the same or other arguments; call check_operation with the operation_id later. A "pending" answer without an operation_id: call the same tool again later with exactly the same arguments, which answers with the same operation and never runs it twice.
+- "outcome_unknown" or "executing" or "pending": it may have taken effect. Do NOT retry it, with the same or other arguments; call check_operation with the operation_id later. A "pending" answer without an operation_id: do what its "next" says.
 - "failed": the downstream refused; nothing happened.
 - "rejected" / "cancelled": a person denied or withdrew it; nothing happened.
 - "error": opledger refused the call; nothing happened unless an operation_id is given.

@@ -418,3 +418,33 @@ func TestCutShortOneCallIsPending(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond, "the same call again answers the operation's outcome")
 	require.Len(t, w.env.Fakepay.Emails(), 1, "sent once")
 }
+
+// TestCutShortHostKeyedCallNamesItsOperation: as above, but the host gives
+// each tools/call its own idempotency key (_meta), so "call again with the
+// same arguments" would be a new key and a second e-mail. The gateway asks
+// the ledger under the call's key which operation it recorded, and answers
+// with it; check_operation then gives its outcome, and nothing is sent twice.
+func TestCutShortHostKeyedCallNamesItsOperation(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, demoTools())
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", w.gateway(mcpgateway.Options{CallTimeout: 2 * time.Second}).HTTPHandler(""))
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	cs := connectHTTP(t, hs.URL+"/mcp", nil)
+	w.env.Fakepay.SetFaults(fakepay.Faults{Delay: 4 * time.Second})
+
+	args := map[string]any{"to": "slow@example.com", "subject": "Slow", "body": "A slow downstream."}
+	res, a := call(t, cs, "send_email", args, mcp.Meta{mcpgateway.MetaIdempotencyKey: "host-toolcall-1"})
+	require.False(t, res.IsError, text(res))
+	require.NotEmpty(t, a.OperationID, "the operation the call's key names: %s", text(res))
+	require.NotContains(t, text(res), "Call this tool again", "a new call would carry a new key")
+	require.NotEqual(t, mcpgateway.StatusSucceeded, a.Status, "the e-mail is still on its way")
+
+	w.env.Fakepay.SetFaults(fakepay.Faults{})
+	require.Eventually(t, func() bool {
+		_, done := call(t, cs, "check_operation", map[string]any{"operation_id": a.OperationID}, nil)
+		return done.Status == mcpgateway.StatusSucceeded
+	}, 30*time.Second, 200*time.Millisecond, "check_operation answers the operation's outcome")
+	require.Len(t, w.env.Fakepay.Emails(), 1, "sent once")
+}
