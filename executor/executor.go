@@ -133,6 +133,7 @@ type LookupResult struct {
 	Status LookupStatus
 	// Result is set when Status is LookupFound: Outcome is OutcomeSucceeded, or OutcomeFailed
 	// when the downstream reports the side effect as failed; ExternalRef and Body as for Execute.
+	// Any other Outcome (found, no outcome yet) is read as LookupInconclusive.
 	Result Result
 	// Detail is a human-readable reason, free of secrets and keys.
 	Detail string

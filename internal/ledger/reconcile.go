@@ -179,6 +179,12 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	lr := looker.Lookup(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args})
 	lr.Result, lr.Detail = storableResult(lr.Result), executor.StorableText(lr.Detail)
+	if lr.Status == executor.LookupFound && lr.Result.Outcome != executor.OutcomeSucceeded && lr.Result.Outcome != executor.OutcomeFailed {
+		// Found, but with no outcome (a request the downstream still
+		// processes; a custom lookup outside its contract): it settles
+		// nothing.
+		lr.Status, lr.Detail = executor.LookupInconclusive, "found at the downstream, without an outcome yet: "+lr.Result.Detail
+	}
 	switch lr.Status {
 	case executor.LookupFound:
 		if lr.Result.Outcome == executor.OutcomeFailed {
