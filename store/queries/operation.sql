@@ -322,10 +322,10 @@ WITH due AS (
     LIMIT sqlc.arg(batch_size)
     FOR UPDATE SKIP LOCKED
 )
+-- The backoff's 2^attempts is capped before it is taken: 2^1024 overflows
+-- float8 and would fail the whole batch of every replica for good.
 UPDATE operation o SET
     reconcile_attempts = o.reconcile_attempts + 1,
-    -- 2^attempts capped before it is taken: 2^1024 overflows float8, which
-    -- would fail the whole batch, for every replica, for good.
     next_reconcile_at = now() + make_interval(secs => LEAST(sqlc.arg(max_backoff_seconds)::float8,
                                                            sqlc.arg(base_backoff_seconds)::float8 * power(2, LEAST(o.reconcile_attempts, 62))))
 FROM due

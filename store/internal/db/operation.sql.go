@@ -300,8 +300,6 @@ WITH due AS (
 )
 UPDATE operation o SET
     reconcile_attempts = o.reconcile_attempts + 1,
-    -- 2^attempts capped before it is taken: 2^1024 overflows float8, which
-    -- would fail the whole batch, for every replica, for good.
     next_reconcile_at = now() + make_interval(secs => LEAST($1::float8,
                                                            $2::float8 * power(2, LEAST(o.reconcile_attempts, 62))))
 FROM due
@@ -357,6 +355,8 @@ type OperationClaimUnresolvedRow struct {
 // expired lease) to one reconciler: rows another replica is claiming are
 // skipped, and each claimed row's next attempt is pushed back so no other
 // replica picks it up while this one works on it.
+// The backoff's 2^attempts is capped before it is taken: 2^1024 overflows
+// float8 and would fail the whole batch of every replica for good.
 func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg OperationClaimUnresolvedParams) ([]OperationClaimUnresolvedRow, error) {
 	rows, err := db.Query(ctx, operationClaimUnresolved, arg.MaxBackoffSeconds, arg.BaseBackoffSeconds, arg.BatchSize)
 	if err != nil {
