@@ -130,7 +130,9 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 				// a server error) with no operation named: the ledger may
 				// have recorded it, and its downstream call, once started,
 				// never follows the caller's cancellation.
-				if explicit {
+				if explicit && !errors.Is(ctx.Err(), context.Canceled) {
+					// (Not for a call the host withdrew: nobody reads this
+					// answer, and asking would record what it gave up.)
 					// The host's key: the model's next tools/call would come
 					// with another key, so "call again" is no advice. Ask the
 					// ledger under this key, without executing, which
