@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/opledger/opledger/clients/go/fingerprint"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 )
@@ -18,10 +20,10 @@ import (
 const (
 	// MessageAwaitingApproval tells the model that a person has to decide
 	// first and how to get the result later.
-	MessageAwaitingApproval = "A person must approve this call before it can run; it is recorded under operation_id. Do not call the tool again for it: a new call would be a second, separate request."
+	MessageAwaitingApproval = "A person must approve this call before it can run; it is recorded under operation_id. Do not call the tool again for it: a new call would be a second, separate request. Call check_operation with the operation_id later to learn its outcome."
 	// MessageOutcomeUnknown tells the model that the effect may have
 	// happened, so it must not try again under another identity.
-	MessageOutcomeUnknown = "The outcome is not known yet: the request may have reached the service. Do not call the tool again for it, or do it another way: a new call would be a second, separate request. Its outcome is recorded under operation_id once known."
+	MessageOutcomeUnknown = "The outcome is not known yet: the request may have reached the service. Do not call the tool again for it, or do it another way: a new call would be a second, separate request. Call check_operation with the operation_id later to learn its outcome."
 	// MessageKeyNamesEarlierCall (with the earlier call's state, as
 	// StateWords gives it, for %s) tells the model that this call was
 	// refused but its key already names an earlier one, which may have
@@ -115,8 +117,28 @@ type ModelTool struct {
 	Effect string `json:"effect"`
 }
 
+// CheckOperationTool is the runner's own model tool (as the MCP gateway
+// has): it reports an earlier call's outcome by its operation_id, and runs
+// it if a person approved it since; it never makes a new call. The
+// messages of AwaitingApproval and OutcomeUnknown point the model to it.
+const CheckOperationTool = "check_operation"
+
+// CheckOperationModelTool is the model tool ModelTools adds for
+// CheckOperationTool.
+func CheckOperationModelTool() ModelTool {
+	return ModelTool{
+		Name: CheckOperationTool,
+		Description: "Report the outcome of an earlier tool call by the operation_id its answer gave, and run it if a person approved it since. " +
+			"It never makes a new call: use it, not the original tool, for a call that awaited approval or whose outcome was not known.",
+		ArgsSchema: map[string]any{"type": "object", "additionalProperties": false, "required": []any{"operation_id"},
+			"properties": map[string]any{"operation_id": map[string]any{"type": "string", "description": "the operation_id of an earlier answer"}}},
+		Effect: "idempotent",
+	}
+}
+
 // ModelTools returns the tools the server enforces, current versions only,
-// in the server's order.
+// in the server's order, then CheckOperationModelTool. A server tool named
+// check_operation is an error: rename it in the tools file.
 func (r *ToolRunner) ModelTools(ctx context.Context) ([]ModelTool, error) {
 	resp, err := r.c.ListTools(ctx)
 	if err != nil {
@@ -127,6 +149,9 @@ func (r *ToolRunner) ModelTools(ctx context.Context) ([]ModelTool, error) {
 		if !t.GetCurrent() {
 			continue
 		}
+		if t.GetName() == CheckOperationTool {
+			return nil, fmt.Errorf("opledger: the ledger has a tool named %q, which is the runner's own tool; rename it in the tools file", CheckOperationTool)
+		}
 		out = append(out, ModelTool{
 			Name:             t.GetName(),
 			Description:      t.GetDescription(),
@@ -136,7 +161,7 @@ func (r *ToolRunner) ModelTools(ctx context.Context) ([]ModelTool, error) {
 			Effect:           effectName(t.GetEffect()),
 		})
 	}
-	return out, nil
+	return append(out, CheckOperationModelTool()), nil
 }
 
 func effectName(e opledgerv1.Effect) string {
@@ -266,6 +291,9 @@ func forModel(m map[string]any) string {
 // the context ended, OnApprovalRequired failed. The same Run can simply be
 // repeated. Refusals of the call itself come back as *Failed.
 func (r *ToolRunner) Run(ctx context.Context, tool string, args any, idempotencyKey string) (Outcome, error) {
+	if tool == CheckOperationTool {
+		return r.Check(ctx, operationIDArg(args))
+	}
 	if text, ok := args.(json.RawMessage); ok && len(bytes.TrimSpace(text)) == 0 {
 		args = nil // {}, as the Python, TypeScript and Java runners read blank text
 	}
@@ -290,6 +318,67 @@ func (r *ToolRunner) Run(ctx context.Context, tool string, args any, idempotency
 	default:
 		return r.refused(ctx, err, nil)
 	}
+	return r.carryOn(ctx, op, false)
+}
+
+// Check is the check_operation tool (CheckOperationTool): the outcome of an
+// earlier call by its operation id. An unknown outcome is looked up at the
+// downstream first (Reconcile); an operation approved since, or executing
+// now, is executed or waited for, as Run would; anything else is answered
+// as it stands. It never prepares anything. An id the ledger does not know
+// (or that is not an operation id) is a *Failed the model can read.
+func (r *ToolRunner) Check(ctx context.Context, operationID string) (Outcome, error) {
+	got, err := r.c.Get(ctx, operationID)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && (e.Reason == ReasonOperationNotFound || e.Reason == ReasonFieldInvalid) {
+			return &Failed{Reason: e.Reason, Message: MessageCheckUnknownOperation}, nil
+		}
+		return nil, err
+	}
+	op := got.GetOperation()
+	if op.GetState() == opledgerv1.State_STATE_OUTCOME_UNKNOWN {
+		// The ledger may know more now: a lookup, or READY when the
+		// downstream trustworthily says nothing arrived.
+		if rec, rerr := r.c.Reconcile(ctx, op.GetId()); rerr == nil {
+			op = rec.GetOperation()
+		}
+	}
+	return r.carryOn(ctx, op, true)
+}
+
+// MessageCheckUnknownOperation is the message of a check_operation call
+// whose operation_id the ledger does not know.
+const MessageCheckUnknownOperation = "No operation has this id: pass the operation_id of an earlier answer."
+
+// operationIDArg reads check_operation's operation_id from the arguments in
+// any shape Run accepts; "" when there is none.
+func operationIDArg(args any) string {
+	var raw []byte
+	switch a := args.(type) {
+	case json.RawMessage:
+		raw = a
+	case []byte:
+		raw = a
+	case string:
+		raw = []byte(a)
+	case *structpb.Struct:
+		return a.GetFields()["operation_id"].GetStringValue()
+	default:
+		raw, _ = json.Marshal(a)
+	}
+	var in struct {
+		OperationID string `json:"operation_id"`
+	}
+	_ = json.Unmarshal(raw, &in)
+	return in.OperationID
+}
+
+// carryOn takes an operation Prepare (or Get, for Check) returned to its
+// answer: it waits for a decision, executes a READY one (and, for a check,
+// waits for an EXECUTING one), and answers a settled one as it is.
+func (r *ToolRunner) carryOn(ctx context.Context, op *opledgerv1.Operation, check bool) (Outcome, error) {
+	var err error
 	switch op.GetState() {
 	case opledgerv1.State_STATE_AWAITING_APPROVAL:
 		if op, err = r.awaitDecision(ctx, op); err != nil {
@@ -300,7 +389,11 @@ func (r *ToolRunner) Run(ctx context.Context, tool string, args any, idempotency
 		}
 	case opledgerv1.State_STATE_READY:
 		// Not executed by the Prepare (a server without the one-call
-		// path): Execute below.
+		// path), or approved since a check's earlier call: Execute below.
+	case opledgerv1.State_STATE_EXECUTING:
+		if !check {
+			return final(op)
+		}
 	default:
 		return final(op)
 	}

@@ -2,6 +2,7 @@ package mcpgateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -184,4 +185,49 @@ func TestRunnerRegeneratedRoundInAnotherOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, first.OperationID(), replay.OperationID())
 	require.Len(t, w.env.Fakepay.Emails(), 1, "bob once; carol's call was not made, and the model was told so")
+}
+
+// TestRunnerCheckOperation: the runner's check_operation tool, which the
+// model is pointed to after awaiting_approval and outcome_unknown (a new
+// call of the tool in a later round would have another key, and be a
+// second request). It runs an operation approved since, once; reports an
+// unknown outcome as it stands after a lookup; and refuses an id it does
+// not know, never preparing anything.
+func TestRunnerCheckOperation(t *testing.T) {
+	w := newWorld(t, demoTools())
+	ctx := t.Context()
+	runner := agentRunner(t, w, client.RunnerOptions{})
+	tools, err := runner.ModelTools(ctx)
+	require.NoError(t, err)
+	require.Equal(t, client.CheckOperationTool, tools[len(tools)-1].Name)
+
+	key, err := client.DeriveKey(client.KeyParts{Conversation: harness.Unique("conv"), Round: 1, Tool: "pay_invoice"})
+	require.NoError(t, err)
+	first, err := runner.Run(ctx, "pay_invoice", map[string]any{"invoice_id": "INV-CHK", "amount_minor": 700, "currency": "EUR"}, key)
+	require.NoError(t, err)
+	waiting, ok := first.(*client.AwaitingApproval)
+	require.True(t, ok, first.ForModel())
+	require.Contains(t, first.ForModel(), "check_operation")
+	w.approve(waiting.OperationID(), waiting.Operation.GetFingerprint())
+	for range 2 {
+		done, err := runner.Run(ctx, client.CheckOperationTool, json.RawMessage(`{"operation_id":"`+waiting.OperationID()+`"}`), "")
+		require.NoError(t, err)
+		_, ok = done.(*client.Succeeded)
+		require.True(t, ok, done.ForModel())
+		require.Equal(t, waiting.OperationID(), done.OperationID())
+	}
+	require.Len(t, w.env.Fakepay.Charges(), 1, "run once, by the first check")
+
+	unknown := unknownEmail(t, w, sentEmailArgs(), "conv-chk-round-2-send_email", client.RunnerOptions{})
+	again, err := runner.Check(ctx, unknown.OperationID())
+	require.NoError(t, err)
+	_, ok = again.(*client.OutcomeUnknown)
+	require.True(t, ok, "send_email has no lookup: still unknown: %s", again.ForModel())
+	require.Len(t, w.env.Fakepay.Emails(), 1)
+
+	missing, err := runner.Run(ctx, client.CheckOperationTool, map[string]any{"operation_id": "op_00000000000000000000000000"}, "")
+	require.NoError(t, err)
+	f, ok := missing.(*client.Failed)
+	require.True(t, ok, missing.ForModel())
+	require.Equal(t, client.MessageCheckUnknownOperation, f.Message)
 }

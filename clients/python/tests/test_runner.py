@@ -295,6 +295,23 @@ def test_resumes_after_approval(agent, approver, charges):
     assert charges(invoice) == 1
 
 
+def test_check_operation_runs_an_approved_call_once(agent, approver, charges):
+    # The model is told to call check_operation after awaiting_approval: a new call of the tool in a
+    # later round would carry another key and be a second request.
+    runner = opledger.ToolRunner(agent)
+    assert runner.model_tools()[-1].name == opledger.CHECK_OPERATION_TOOL
+    invoice, args = pay_args()
+    out = runner.run("pay_invoice", args, key_for(invoice))
+    assert isinstance(out, opledger.AwaitingApproval) and "check_operation" in out.for_model()
+    approver.approve(out.operation.id, opledger.operation_fingerprint(out.operation), "approve", "ok")
+    for _ in range(2):
+        done = runner.run(opledger.CHECK_OPERATION_TOOL, json.dumps({"operation_id": out.operation_id}), "")
+        assert isinstance(done, opledger.Succeeded) and done.operation_id == out.operation_id
+    assert charges(invoice) == 1
+    missing = runner.check("op_00000000000000000000000000")
+    assert isinstance(missing, opledger.Failed) and missing.message == opledger.MESSAGE_CHECK_UNKNOWN_OPERATION
+
+
 def test_waits_for_an_in_process_approval(agent, approver, charges):
     def person(op):  # decides a moment later, on another thread
         threading.Timer(0.3, lambda: approver.approve(op.id, op.fingerprint, "approve", "ok")).start()

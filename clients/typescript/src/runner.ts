@@ -31,11 +31,11 @@ import { Effect, State, type Operation } from "./gen/opledger/v1/ledger_pb";
 /** MESSAGE_AWAITING_APPROVAL is what forModel tells the model about a call that waits for a
  * person. */
 export const MESSAGE_AWAITING_APPROVAL =
-  "A person must approve this call before it can run; it is recorded under operation_id. Do not call the tool again for it: a new call would be a second, separate request.";
+  "A person must approve this call before it can run; it is recorded under operation_id. Do not call the tool again for it: a new call would be a second, separate request. Call check_operation with the operation_id later to learn its outcome.";
 
 /** MESSAGE_OUTCOME_UNKNOWN is what forModel tells the model about a call whose effect is unknown. */
 export const MESSAGE_OUTCOME_UNKNOWN =
-  "The outcome is not known yet: the request may have reached the service. Do not call the tool again for it, or do it another way: a new call would be a second, separate request. Its outcome is recorded under operation_id once known.";
+  "The outcome is not known yet: the request may have reached the service. Do not call the tool again for it, or do it another way: a new call would be a second, separate request. Call check_operation with the operation_id later to learn its outcome.";
 
 /** MESSAGE_KEY_NAMES_EARLIER_CALL (with the earlier call's state, as stateWords gives it, for
  * "{state}") is what forModel tells the model about a call refused under a key that already names
@@ -160,6 +160,34 @@ export interface ModelTool {
   effect: "read_only" | "idempotent" | "side_effect" | "";
 }
 
+/** CHECK_OPERATION_TOOL is the runner's own model tool (as the MCP gateway has): it reports an
+ * earlier call's outcome by its operation_id, and runs it if a person approved it since; it never
+ * makes a new call. The messages of AwaitingApproval and OutcomeUnknown point the model to it. */
+export const CHECK_OPERATION_TOOL = "check_operation";
+
+/** MESSAGE_CHECK_UNKNOWN_OPERATION is the message of a check_operation call whose operation_id
+ * the ledger does not know. */
+export const MESSAGE_CHECK_UNKNOWN_OPERATION = "No operation has this id: pass the operation_id of an earlier answer.";
+
+/** checkOperationModelTool is the model tool modelTools adds for CHECK_OPERATION_TOOL. */
+export function checkOperationModelTool(): ModelTool {
+  return {
+    name: CHECK_OPERATION_TOOL,
+    description:
+      "Report the outcome of an earlier tool call by the operation_id its answer gave, and run it if a person approved it since. " +
+      "It never makes a new call: use it, not the original tool, for a call that awaited approval or whose outcome was not known.",
+    argsSchema: {
+      type: "object",
+      additionalProperties: false,
+      required: ["operation_id"],
+      properties: { operation_id: { type: "string", description: "the operation_id of an earlier answer" } },
+    },
+    version: "",
+    approvalRequired: false,
+    effect: "idempotent",
+  };
+}
+
 /** ToolRunnerOptions configure a ToolRunner. */
 export interface ToolRunnerOptions {
   /** approvalWaitMs is how long run waits for a person's decision on a call that needs approval
@@ -205,19 +233,25 @@ export class ToolRunner {
     this.opts = { approvalWaitMs: 0, executeWaitMs: 30_000, ...opts };
   }
 
-  /** modelTools returns the tools the ledger enforces, current versions only. */
+  /** modelTools returns the tools the ledger enforces, current versions only, then
+   * checkOperationModelTool(). A ledger tool named check_operation is an error: rename it in the
+   * tools file. */
   async modelTools(): Promise<ModelTool[]> {
     const resp = await this.client.listTools();
-    return resp.tools
-      .filter((t) => t.current)
-      .map((t) => ({
+    const current = resp.tools.filter((t) => t.current);
+    if (current.some((t) => t.name === CHECK_OPERATION_TOOL)) {
+      throw new Error(`the ledger has a tool named "${CHECK_OPERATION_TOOL}", which is the runner's own tool; rename it in the tools file`);
+    }
+    return current
+      .map((t): ModelTool => ({
         name: t.name,
         description: t.description,
         argsSchema: t.argsSchema ?? {},
         version: t.version,
         approvalRequired: t.approvalRequired,
         effect: EFFECTS[t.effect] ?? "",
-      }));
+      }))
+      .concat([checkOperationModelTool()]);
   }
 
   /** run runs one tool call to its final answer. args is a JSON object or the model's JSON text;
@@ -225,6 +259,9 @@ export class ToolRunner {
    * only for what the runtime, not the model, must handle (the ledger unreachable after the
    * client's retries, a bad key, a rejected hook); the same run may simply be repeated. */
   async run(tool: string, args: JsonObject | string | undefined, idempotencyKey: string): Promise<ToolOutcome> {
+    if (tool === CHECK_OPERATION_TOOL) {
+      return this.check(operationIdArg(args));
+    }
     let op: Operation;
     try {
       // The one-call path: prepare also executes a call that needs no approval.
@@ -243,11 +280,41 @@ export class ToolRunner {
       // AWAITING_APPROVAL and asked its approvers again. The same call waits for a new decision.
       op = await this.reawaiting(err, undefined);
     }
+    return this.carryOn(op, false);
+  }
+
+  /** check is the check_operation tool: the outcome of an earlier call by its operation id. An
+   * unknown outcome is looked up at the downstream first (reconcile); an operation approved since,
+   * or executing now, is executed or waited for, as run would; anything else is answered as it
+   * stands. It never prepares anything. An id the ledger does not know is a Failed. */
+  async check(operationId: string): Promise<ToolOutcome> {
+    let op: Operation;
+    try {
+      op = (await this.client.get(operationId)).operation!;
+    } catch (err) {
+      if (isOpledgerError(err, "OPERATION_NOT_FOUND") || isOpledgerError(err, "FIELD_INVALID")) {
+        return new Failed((err as OpledgerError).reason ?? "", MESSAGE_CHECK_UNKNOWN_OPERATION);
+      }
+      throw err;
+    }
+    if (op.state === State.OUTCOME_UNKNOWN) {
+      try {
+        op = (await this.client.reconcile(op.id)).operation!; // the ledger may know more now
+      } catch {
+        // as it stands
+      }
+    }
+    return this.carryOn(op, true);
+  }
+
+  private async carryOn(op: Operation, check: boolean): Promise<ToolOutcome> {
     if (op.state === State.AWAITING_APPROVAL) {
       op = await this.awaitDecision(op);
       if (op.state === State.AWAITING_APPROVAL) {
         return new AwaitingApproval(op);
       }
+    } else if (op.state === State.EXECUTING && check) {
+      // a check waits for its outcome
     } else if (op.state !== State.READY) {
       return final(op); // READY: not executed (a server without the one-call path)
     }
@@ -316,6 +383,18 @@ export class ToolRunner {
       interval = Math.min(interval * 1.5, 2000);
     }
   }
+}
+
+/** operationIdArg reads check_operation's operation_id from arguments in any shape run takes. */
+function operationIdArg(args: JsonObject | string | undefined): string {
+  let parsed: JsonObject | undefined;
+  try {
+    parsed = parseArgs(args);
+  } catch {
+    return "";
+  }
+  const id = parsed?.["operation_id"];
+  return typeof id === "string" ? id : "";
 }
 
 function parseArgs(args: JsonObject | string | undefined): JsonObject | undefined {

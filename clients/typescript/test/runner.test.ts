@@ -14,7 +14,9 @@ import {
   AwaitingApproval,
   Code,
   Failed,
+  CHECK_OPERATION_TOOL,
   MESSAGE_AWAITING_APPROVAL,
+  MESSAGE_CHECK_UNKNOWN_OPERATION,
   MESSAGE_KEY_NAMES_EARLIER_CALL,
   keyNamesEarlierCall,
   OpledgerClient,
@@ -250,6 +252,28 @@ describe("ToolRunner against a real server", { skip: env ? false : "OPLEDGER_ADD
     assert.equal(done.result["id"], done.operation.externalRef);
     assert.equal((await runner.run("pay_invoice", args, key)).forModel(), done.forModel());
     assert.equal(await count("/charges", "invoice_id", invoice), 1);
+  });
+
+  test("check_operation runs an approved call once", async () => {
+    // The model is told to call check_operation after awaiting_approval: a new call of the tool in a
+    // later round would carry another key and be a second request.
+    const runner = new ToolRunner(agent);
+    const tools = await runner.modelTools();
+    assert.equal(tools[tools.length - 1]!.name, CHECK_OPERATION_TOOL);
+    const { invoice, args } = payArgs();
+    const first = await runner.run("pay_invoice", args, keyFor(invoice));
+    assert.ok(first instanceof AwaitingApproval);
+    assert.ok(first.forModel().includes("check_operation"));
+    await approver.approve(first.operationId, operationFingerprint(first.operation), "approve", "ok");
+    for (let i = 0; i < 2; i++) {
+      const done = await runner.run(CHECK_OPERATION_TOOL, JSON.stringify({ operation_id: first.operationId }), "");
+      assert.ok(done instanceof Succeeded, done.forModel());
+      assert.equal(done.operationId, first.operationId);
+    }
+    assert.equal(await count("/charges", "invoice_id", invoice), 1);
+    const missing = await runner.check("op_00000000000000000000000000");
+    assert.ok(missing instanceof Failed);
+    assert.equal(missing.message, MESSAGE_CHECK_UNKNOWN_OPERATION);
   });
 
   test("waits for an in-process approval", async () => {

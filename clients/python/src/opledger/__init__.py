@@ -23,7 +23,9 @@ from .fingerprint import (
 from .keys import KEY_PREFIX, derive_key, key_preimage
 from .retry import NO_RETRY, RetryPolicy, call_with_retry, call_with_retry_async, is_retryable
 from .runner import (
+    CHECK_OPERATION_TOOL,
     MESSAGE_AWAITING_APPROVAL,
+    MESSAGE_CHECK_UNKNOWN_OPERATION,
     MESSAGE_KEY_NAMES_EARLIER_CALL,
     MESSAGE_KEY_NAMES_UNDONE_CALL,
     MESSAGE_OUTCOME_UNKNOWN,
@@ -52,7 +54,9 @@ __all__ = [
     "FINGERPRINT_PREFIX",
     "Failed",
     "KEY_PREFIX",
+    "CHECK_OPERATION_TOOL",
     "MESSAGE_AWAITING_APPROVAL",
+    "MESSAGE_CHECK_UNKNOWN_OPERATION",
     "MESSAGE_KEY_NAMES_EARLIER_CALL",
     "MESSAGE_KEY_NAMES_UNDONE_CALL",
     "MESSAGE_OUTCOME_UNKNOWN",

@@ -46,9 +46,11 @@ from .errors import (
     ApprovalRequired,
     ArgsInvalid,
     ArgsTooLarge,
+    FieldInvalid,
     IdempotencyKeyReused,
     OpledgerError,
     OperationCancelled,
+    OperationNotFound,
     OperationRejected,
     ToolUnknown,
     ToolVersionUnknown,
@@ -59,14 +61,23 @@ from .fingerprint import canonicalize, struct_to_dict
 #: MESSAGE_AWAITING_APPROVAL is what for_model tells the model about a call that waits for a person.
 MESSAGE_AWAITING_APPROVAL = (
     "A person must approve this call before it can run; it is recorded under operation_id. "
-    "Do not call the tool again for it: a new call would be a second, separate request."
+    "Do not call the tool again for it: a new call would be a second, separate request. "
+    "Call check_operation with the operation_id later to learn its outcome."
 )
 #: MESSAGE_OUTCOME_UNKNOWN is what for_model tells the model about a call whose effect is unknown.
 MESSAGE_OUTCOME_UNKNOWN = (
     "The outcome is not known yet: the request may have reached the service. "
     "Do not call the tool again for it, or do it another way: a new call would be a second, separate request. "
-    "Its outcome is recorded under operation_id once known."
+    "Call check_operation with the operation_id later to learn its outcome."
 )
+#: MESSAGE_CHECK_UNKNOWN_OPERATION is the message of a check_operation call whose operation_id the
+#: ledger does not know.
+MESSAGE_CHECK_UNKNOWN_OPERATION = "No operation has this id: pass the operation_id of an earlier answer."
+
+#: CHECK_OPERATION_TOOL is the runner's own model tool (as the MCP gateway has): it reports an
+#: earlier call's outcome by its operation_id, and runs it if a person approved it since; it never
+#: makes a new call. The messages of AwaitingApproval and OutcomeUnknown point the model to it.
+CHECK_OPERATION_TOOL = "check_operation"
 
 #: MESSAGE_KEY_NAMES_EARLIER_CALL (with the earlier call's state, as state_words gives it) is what
 #: for_model tells the model about a call refused under a key that already names an earlier call
@@ -230,8 +241,35 @@ _EFFECTS = {
 }
 
 
+def check_operation_model_tool() -> ModelTool:
+    """check_operation_model_tool is the model tool model_tools adds for CHECK_OPERATION_TOOL."""
+    return ModelTool(
+        name=CHECK_OPERATION_TOOL,
+        description=(
+            "Report the outcome of an earlier tool call by the operation_id its answer gave, and run it if a "
+            "person approved it since. It never makes a new call: use it, not the original tool, for a call "
+            "that awaited approval or whose outcome was not known."
+        ),
+        args_schema={
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["operation_id"],
+            "properties": {"operation_id": {"type": "string", "description": "the operation_id of an earlier answer"}},
+        },
+        version="",
+        approval_required=False,
+        effect="idempotent",
+    )
+
+
 def model_tools_of(resp: ledger_pb2.ListToolsResponse) -> List[ModelTool]:
-    """model_tools_of keeps the current version of each tool of a ListTools answer."""
+    """model_tools_of keeps the current version of each tool of a ListTools answer, then adds
+    check_operation_model_tool(). A ledger tool named check_operation is a ValueError: rename it in the
+    tools file."""
+    if any(t.current and t.name == CHECK_OPERATION_TOOL for t in resp.tools):
+        raise ValueError(
+            f"the ledger has a tool named {CHECK_OPERATION_TOOL!r}, which is the runner's own tool; rename it in the tools file"
+        )
     return [
         ModelTool(
             name=t.name,
@@ -243,7 +281,19 @@ def model_tools_of(resp: ledger_pb2.ListToolsResponse) -> List[ModelTool]:
         )
         for t in resp.tools
         if t.current
-    ]
+    ] + [check_operation_model_tool()]
+
+
+def _operation_id_arg(args: ToolArgs) -> str:
+    """_operation_id_arg reads check_operation's operation_id from arguments in any shape run takes."""
+    try:
+        parsed = _args(args)
+    except ValueError:
+        return ""
+    if isinstance(parsed, struct_pb2.Struct):
+        parsed = struct_to_dict(parsed)
+    value = parsed.get("operation_id") if isinstance(parsed, Mapping) else None
+    return value if isinstance(value, str) else ""
 
 
 def _args(args: ToolArgs) -> Union[Mapping[str, Any], struct_pb2.Struct, None]:
@@ -328,7 +378,10 @@ class ToolRunner:
 
         Raises OpledgerError for what the runtime, not the model, must handle (the ledger
         unreachable after the client's retries, a bad key, a hook's exception); the same run
-        may simply be repeated. Refusals of the call itself come back as Failed."""
+        may simply be repeated. Refusals of the call itself come back as Failed. The tool
+        ``check_operation`` (CHECK_OPERATION_TOOL) is check's."""
+        if tool == CHECK_OPERATION_TOOL:
+            return self.check(_operation_id_arg(args))
         # The one-call path: prepare also executes a call that needs no approval.
         try:
             op = self._client.prepare(
@@ -340,10 +393,31 @@ class ToolRunner:
             op = self._reawaiting(err, None)
         except OpledgerError as err:
             return self._refused(err, None)
+        return self._carry_on(op, check=False)
+
+    def check(self, operation_id: str) -> ToolOutcome:
+        """check is the check_operation tool: the outcome of an earlier call by its operation id. An
+        unknown outcome is looked up at the downstream first (reconcile); an operation approved since,
+        or executing now, is executed or waited for, as run would; anything else is answered as it
+        stands. It never prepares anything. An id the ledger does not know is a Failed."""
+        try:
+            op = self._client.get(operation_id).operation
+        except (OperationNotFound, FieldInvalid) as err:
+            return Failed(reason=err.reason or "", message=MESSAGE_CHECK_UNKNOWN_OPERATION, operation=None)
+        if op.state == ledger_pb2.STATE_OUTCOME_UNKNOWN:
+            try:  # the ledger may know more now
+                op = self._client.reconcile(op.id).operation
+            except OpledgerError:
+                pass
+        return self._carry_on(op, check=True)
+
+    def _carry_on(self, op: ledger_pb2.Operation, *, check: bool) -> ToolOutcome:
         if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
             op = self._await_decision(op)
             if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
                 return AwaitingApproval(operation=op)
+        elif op.state == ledger_pb2.STATE_EXECUTING and check:
+            pass  # a check waits for its outcome
         elif op.state != ledger_pb2.STATE_READY:  # READY: not executed (a server without the one-call path)
             return final(op)
         try:
@@ -418,6 +492,8 @@ class AsyncToolRunner:
 
     async def run(self, tool: str, args: ToolArgs, idempotency_key: str) -> ToolOutcome:
         """run: see ToolRunner.run."""
+        if tool == CHECK_OPERATION_TOOL:
+            return await self.check(_operation_id_arg(args))
         try:
             prepared = await self._client.prepare(
                 tool, _args(args), idempotency_key, tool_version=self._tool_version, execute=True, wait=self._execute_wait
@@ -428,10 +504,28 @@ class AsyncToolRunner:
             return await self._refused(err, None)
         else:
             op = prepared.operation
+        return await self._carry_on(op, check=False)
+
+    async def check(self, operation_id: str) -> ToolOutcome:
+        """check: see ToolRunner.check."""
+        try:
+            op = (await self._client.get(operation_id)).operation
+        except (OperationNotFound, FieldInvalid) as err:
+            return Failed(reason=err.reason or "", message=MESSAGE_CHECK_UNKNOWN_OPERATION, operation=None)
+        if op.state == ledger_pb2.STATE_OUTCOME_UNKNOWN:
+            try:  # the ledger may know more now
+                op = (await self._client.reconcile(op.id)).operation
+            except OpledgerError:
+                pass
+        return await self._carry_on(op, check=True)
+
+    async def _carry_on(self, op: ledger_pb2.Operation, *, check: bool) -> ToolOutcome:
         if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
             op = await self._await_decision(op)
             if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
                 return AwaitingApproval(operation=op)
+        elif op.state == ledger_pb2.STATE_EXECUTING and check:
+            pass  # a check waits for its outcome
         elif op.state != ledger_pb2.STATE_READY:
             return final(op)
         try:

@@ -21,13 +21,14 @@ public sealed interface ToolOutcome
   /** MESSAGE_AWAITING_APPROVAL is what forModel tells the model about a call that waits. */
   String MESSAGE_AWAITING_APPROVAL =
       "A person must approve this call before it can run; it is recorded under operation_id. Do not"
-          + " call the tool again for it: a new call would be a second, separate request.";
+          + " call the tool again for it: a new call would be a second, separate request. Call"
+          + " check_operation with the operation_id later to learn its outcome.";
 
   /** MESSAGE_OUTCOME_UNKNOWN is what forModel tells the model about a call whose effect is unknown. */
   String MESSAGE_OUTCOME_UNKNOWN =
       "The outcome is not known yet: the request may have reached the service. Do not call the tool"
-          + " again for it, or do it another way: a new call would be a second, separate request. Its"
-          + " outcome is recorded under operation_id once known.";
+          + " again for it, or do it another way: a new call would be a second, separate request. Call"
+          + " check_operation with the operation_id later to learn its outcome.";
 
   /**
    * MESSAGE_KEY_NAMES_EARLIER_CALL (formatted with the earlier call's state, as {@link #stateWords}

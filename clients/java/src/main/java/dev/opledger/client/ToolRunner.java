@@ -1,6 +1,7 @@
 package dev.opledger.client;
 
 import com.google.protobuf.Struct;
+import com.google.protobuf.Value;
 import dev.opledger.v1.ExecuteResponse;
 import dev.opledger.v1.Operation;
 import dev.opledger.v1.State;
@@ -122,12 +123,53 @@ public final class ToolRunner {
     }
   }
 
-  /** ModelTools returns the tools the ledger enforces, current versions only. */
+  /**
+   * CHECK_OPERATION_TOOL is the runner's own model tool (as the MCP gateway has): it reports an
+   * earlier call's outcome by its operation_id, and runs it if a person approved it since; it never
+   * makes a new call. The messages of AwaitingApproval and OutcomeUnknown point the model to it.
+   */
+  public static final String CHECK_OPERATION_TOOL = "check_operation";
+
+  /**
+   * MESSAGE_CHECK_UNKNOWN_OPERATION is the message of a check_operation call whose operation_id the
+   * ledger does not know.
+   */
+  public static final String MESSAGE_CHECK_UNKNOWN_OPERATION =
+      "No operation has this id: pass the operation_id of an earlier answer.";
+
+  /** CheckOperationModelTool is the model tool {@link #modelTools()} adds for CHECK_OPERATION_TOOL. */
+  public static ModelTool checkOperationModelTool() {
+    Struct schema =
+        Args.fromJson(
+            "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"operation_id\"],"
+                + "\"properties\":{\"operation_id\":{\"type\":\"string\","
+                + "\"description\":\"the operation_id of an earlier answer\"}}}");
+    return new ModelTool(
+        CHECK_OPERATION_TOOL,
+        "Report the outcome of an earlier tool call by the operation_id its answer gave, and run it if"
+            + " a person approved it since. It never makes a new call: use it, not the original tool,"
+            + " for a call that awaited approval or whose outcome was not known.",
+        schema,
+        "",
+        false,
+        "idempotent");
+  }
+
+  /**
+   * ModelTools returns the tools the ledger enforces, current versions only, then {@link
+   * #checkOperationModelTool()}. A ledger tool named check_operation is an IllegalStateException:
+   * rename it in the tools file.
+   */
   public List<ModelTool> modelTools() {
     List<ModelTool> out = new ArrayList<>();
     for (Tool t : client.listTools().getToolsList()) {
       if (!t.getCurrent()) {
         continue;
+      }
+      if (t.getName().equals(CHECK_OPERATION_TOOL)) {
+        throw new IllegalStateException(
+            "the ledger has a tool named \"check_operation\", which is the runner's own tool; rename it"
+                + " in the tools file");
       }
       out.add(
           new ModelTool(
@@ -138,6 +180,7 @@ public final class ToolRunner {
               t.getApprovalRequired(),
               effect(t)));
     }
+    out.add(checkOperationModelTool());
     return out;
   }
 
@@ -165,6 +208,10 @@ public final class ToolRunner {
    * ({@link ToolOutcome.AwaitingApproval}).
    */
   public ToolOutcome run(String tool, Struct args, String idempotencyKey) {
+    if (CHECK_OPERATION_TOOL.equals(tool)) {
+      Value id = args == null ? null : args.getFieldsMap().get("operation_id");
+      return check(id == null ? "" : id.getStringValue());
+    }
     Operation op;
     try {
       // The one-call path: Prepare also executes a call that needs no approval.
@@ -178,11 +225,44 @@ public final class ToolRunner {
       // decision.
       op = reawaiting(e, null);
     }
+    return carryOn(op, false);
+  }
+
+  /**
+   * Check is the check_operation tool: the outcome of an earlier call by its operation id. An
+   * unknown outcome is looked up at the downstream first (Reconcile); an operation approved since,
+   * or executing now, is executed or waited for, as run would; anything else is answered as it
+   * stands. It never prepares anything. An id the ledger does not know is a {@link
+   * ToolOutcome.Failed}.
+   */
+  public ToolOutcome check(String operationId) {
+    Operation op;
+    try {
+      op = client.get(operationId).getOperation();
+    } catch (OpledgerException e) {
+      if (e.is(Reason.OPERATION_NOT_FOUND) || e.is(Reason.FIELD_INVALID)) {
+        return new ToolOutcome.Failed(e.getReasonName(), MESSAGE_CHECK_UNKNOWN_OPERATION, null);
+      }
+      throw e;
+    }
+    if (op.getState() == State.STATE_OUTCOME_UNKNOWN) {
+      try {
+        op = client.reconcile(op.getId()).getOperation(); // the ledger may know more now
+      } catch (OpledgerException e) {
+        // as it stands
+      }
+    }
+    return carryOn(op, true);
+  }
+
+  private ToolOutcome carryOn(Operation op, boolean check) {
     if (op.getState() == State.STATE_AWAITING_APPROVAL) {
       op = awaitDecision(op);
       if (op.getState() == State.STATE_AWAITING_APPROVAL) {
         return new ToolOutcome.AwaitingApproval(op);
       }
+    } else if (op.getState() == State.STATE_EXECUTING && check) {
+      // a check waits for its outcome
     } else if (op.getState() != State.STATE_READY) {
       return outcomeOf(op); // READY: not executed (a server without the one-call path)
     }

@@ -280,6 +280,33 @@ class ServerFlowTest {
     assertEquals(1, charges(inv));
   }
 
+  /**
+   * The model is told to call check_operation after awaiting_approval: a new call of the tool in a
+   * later round would carry another key and be a second request.
+   */
+  @Test
+  void toolRunnerCheckOperationRunsAnApprovedCallOnce() throws Exception {
+    ToolRunner runner = ToolRunner.builder(agent).build();
+    List<ModelTool> tools = runner.modelTools();
+    assertEquals(ToolRunner.CHECK_OPERATION_TOOL, tools.get(tools.size() - 1).name());
+    String inv = invoiceId();
+    String args = "{\"invoice_id\":\"" + inv + "\",\"amount_minor\":4900,\"currency\":\"EUR\"}";
+    ToolOutcome first = runner.run("pay_invoice", args, key("call_chk"));
+    Operation op = assertInstanceOf(ToolOutcome.AwaitingApproval.class, first).operation();
+    assertTrue(first.forModel().contains("check_operation"));
+    approver.approve(op.getId(), op.getFingerprint(), Decision.DECISION_APPROVE, "ok");
+    for (int i = 0; i < 2; i++) {
+      ToolOutcome done =
+          runner.run(ToolRunner.CHECK_OPERATION_TOOL, "{\"operation_id\":\"" + op.getId() + "\"}", "");
+      assertInstanceOf(ToolOutcome.Succeeded.class, done);
+      assertEquals(op.getId(), done.operationId());
+    }
+    assertEquals(1, charges(inv));
+    ToolOutcome.Failed missing =
+        assertInstanceOf(ToolOutcome.Failed.class, runner.check("op_00000000000000000000000000"));
+    assertEquals(ToolRunner.MESSAGE_CHECK_UNKNOWN_OPERATION, missing.message());
+  }
+
   @Test
   void toolRunnerWaitsForAnInProcessApproval() throws Exception {
     ToolRunner runner =
