@@ -349,7 +349,7 @@ func (r *ToolRunner) Check(ctx context.Context, operationID string) (Outcome, er
 
 // MessageCheckUnknownOperation is the message of a check_operation call
 // whose operation_id the ledger does not know.
-const MessageCheckUnknownOperation = "No operation has this id: pass the operation_id of an earlier answer."
+const MessageCheckUnknownOperation = "No operation has this id. This says nothing about the earlier call: do not make it again; pass the operation_id its answer gave."
 
 // operationIDArg reads check_operation's operation_id from the arguments in
 // any shape Run accepts; "" when there is none.
@@ -390,9 +390,11 @@ func (r *ToolRunner) carryOn(ctx context.Context, op *opledgerv1.Operation, chec
 	case opledgerv1.State_STATE_READY:
 		// Not executed by the Prepare (a server without the one-call
 		// path), or approved since a check's earlier call: Execute below.
+	case opledgerv1.State_STATE_REJECTED, opledgerv1.State_STATE_CANCELLED:
+		// Execute answers it as a refusal (a *Failed with the operation).
 	case opledgerv1.State_STATE_EXECUTING:
 		if !check {
-			return final(op)
+			return final(op) // pending; a check waits for its outcome
 		}
 	default:
 		return final(op)
@@ -411,7 +413,15 @@ func (r *ToolRunner) carryOn(ctx context.Context, op *opledgerv1.Operation, chec
 			}
 			return &AwaitingApproval{Operation: op}, nil
 		}
-		return r.refused(ctx, err, op)
+		out, rerr := r.refused(ctx, err, op)
+		if f, ok := out.(*Failed); check && ok && rerr == nil &&
+			f.Reason != ReasonOperationRejected && f.Reason != ReasonOperationCancelled {
+			// A check's Execute refused for another reason (a replica
+			// without the tool's version, say): the operation is not
+			// settled, and "failed" would say nothing happened.
+			return &OutcomeUnknown{Operation: op, Pending: true}, nil
+		}
+		return out, rerr
 	}
 	return final(ex.GetOperation())
 }

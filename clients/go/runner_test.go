@@ -359,3 +359,38 @@ func TestResolutionFenceIsSent(t *testing.T) {
 	require.Equal(t, int64(3), s.reconciles[0].GetResolution().GetFence())
 	require.Equal(t, "checked", s.reconciles[0].GetResolution().GetNote())
 }
+
+// TestCheckOperationAnswersEveryState: check_operation answers a rejected
+// or cancelled operation as a refusal (never an error), and an executing
+// one whose Execute is refused for another reason as pending, never as
+// "failed" (it may have taken effect).
+func TestCheckOperationAnswersEveryState(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		state  opledgerv1.State
+		reason client.Reason
+	}{{opledgerv1.State_STATE_REJECTED, client.ReasonOperationRejected}, {opledgerv1.State_STATE_CANCELLED, client.ReasonOperationCancelled}} {
+		s := &stubLedger{getState: c.state, executeErr: errWithReason(t, codes.FailedPrecondition, c.reason)}
+		out, err := client.NewToolRunner(startStub(t, s), client.RunnerOptions{}).Run(context.Background(), client.CheckOperationTool,
+			json.RawMessage(`{"operation_id":"op_1"}`), "")
+		require.NoError(t, err, c.state.String())
+		f, ok := out.(*client.Failed)
+		require.True(t, ok, out.ForModel())
+		require.Equal(t, c.reason, f.Reason)
+	}
+	s := &stubLedger{getState: opledgerv1.State_STATE_EXECUTING}
+	s.executeErr = errWithReason(t, codes.FailedPrecondition, client.ReasonToolVersionUnknown)
+	out, err := client.NewToolRunner(startStub(t, s), client.RunnerOptions{}).Check(context.Background(), "op_1")
+	require.NoError(t, err)
+	u, ok := out.(*client.OutcomeUnknown)
+	require.True(t, ok, out.ForModel())
+	require.True(t, u.Pending)
+}
+
+// errWithReason is a status error with an ErrorInfo of reason.
+func errWithReason(t *testing.T, code codes.Code, reason client.Reason) error {
+	t.Helper()
+	st, err := status.New(code, "refused").WithDetails(&errdetails.ErrorInfo{Domain: client.Domain, Reason: string(reason)})
+	require.NoError(t, err)
+	return st.Err()
+}

@@ -381,3 +381,28 @@ def test_async_runner(addr, charges):
     invoice, out = asyncio.run(main())
     assert isinstance(out, opledger.Succeeded), out
     assert charges(invoice) == 1
+
+
+def refusal_status(reason):
+    st = status_pb2.Status(code=grpc.StatusCode.FAILED_PRECONDITION.value[0], message="refused")
+    st.details.add().Pack(error_details_pb2.ErrorInfo(reason=reason, domain="opledger.v1"))
+    return _Status(grpc.StatusCode.FAILED_PRECONDITION, st.message, (("grpc-status-details-bin", st.SerializeToString()),))
+
+
+def test_check_operation_answers_every_state(stub, stub_addr):
+    # A rejected or cancelled operation is a refusal (never an exception); an executing one whose
+    # Execute is refused for another reason is pending, never "failed" (it may have taken effect).
+    cases = [
+        (StubLedger(0, get_state=ledger_pb2.STATE_REJECTED, execute_error=refusal_status("OPERATION_REJECTED")), opledger.Failed),
+        (StubLedger(0, get_state=ledger_pb2.STATE_CANCELLED, execute_error=refusal_status("OPERATION_CANCELLED")), opledger.Failed),
+        (StubLedger(0, get_state=ledger_pb2.STATE_EXECUTING, execute_error=refusal_status("TOOL_VERSION_UNKNOWN")), opledger.OutcomeUnknown),
+    ]
+    for s, want in cases:
+        out = opledger.ToolRunner(stub(s)).run(opledger.CHECK_OPERATION_TOOL, '{"operation_id":"op_1"}', "")
+        assert isinstance(out, want), out
+
+        async def run(s=s):
+            async with opledger.AsyncClient(stub_addr(s), "test-key", plaintext=True) as c:
+                return await opledger.AsyncToolRunner(c).check("op_1")
+
+        assert isinstance(asyncio.run(run()), want)

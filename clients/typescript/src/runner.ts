@@ -167,7 +167,7 @@ export const CHECK_OPERATION_TOOL = "check_operation";
 
 /** MESSAGE_CHECK_UNKNOWN_OPERATION is the message of a check_operation call whose operation_id
  * the ledger does not know. */
-export const MESSAGE_CHECK_UNKNOWN_OPERATION = "No operation has this id: pass the operation_id of an earlier answer.";
+export const MESSAGE_CHECK_UNKNOWN_OPERATION = "No operation has this id. This says nothing about the earlier call: do not make it again; pass the operation_id its answer gave.";
 
 /** checkOperationModelTool is the model tool modelTools adds for CHECK_OPERATION_TOOL. */
 export function checkOperationModelTool(): ModelTool {
@@ -315,6 +315,8 @@ export class ToolRunner {
       }
     } else if (op.state === State.EXECUTING && check) {
       // a check waits for its outcome
+    } else if (op.state === State.REJECTED || op.state === State.CANCELLED) {
+      // Execute answers it as a refusal (a Failed with the operation)
     } else if (op.state !== State.READY) {
       return final(op); // READY: not executed (a server without the one-call path)
     }
@@ -328,7 +330,13 @@ export class ToolRunner {
       if (isOpledgerError(err, "APPROVAL_EXPIRED")) {
         return new AwaitingApproval(await this.reawaiting(err, op));
       }
-      return this.refused(err, op);
+      const refused = await this.refused(err, op);
+      if (check && refused.reason !== "OPERATION_REJECTED" && refused.reason !== "OPERATION_CANCELLED") {
+        // A check's Execute refused for another reason (a replica without the tool's version,
+        // say): the operation is not settled, and "failed" would say nothing happened.
+        return new OutcomeUnknown(op, true);
+      }
+      return refused;
     }
   }
 

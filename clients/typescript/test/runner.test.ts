@@ -327,3 +327,18 @@ describe("ToolRunner against a real server", { skip: env ? false : "OPLEDGER_ADD
     }
   });
 });
+
+test("check_operation answers every state", async () => {
+  // A rejected or cancelled operation is a refusal (never an exception); an executing one whose
+  // Execute is refused for another reason is pending, never "failed" (it may have taken effect).
+  const refusedWith = (reason: string) => new OpledgerError(Code.FailedPrecondition, "refused", reason as never, undefined, {});
+  for (const [state, reason, kind] of [
+    [State.REJECTED, "OPERATION_REJECTED", "failed"],
+    [State.CANCELLED, "OPERATION_CANCELLED", "failed"],
+    [State.EXECUTING, "TOOL_VERSION_UNKNOWN", "outcome_unknown"],
+  ] as const) {
+    const fake = fakeClient(State.READY, undefined, { getState: state, execute: refusedWith(reason) });
+    const out = await new ToolRunner(fake.client).run(CHECK_OPERATION_TOOL, '{"operation_id":"op_1"}', "");
+    assert.equal(out.kind, kind, out.forModel());
+  }
+});

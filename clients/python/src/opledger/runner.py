@@ -72,7 +72,7 @@ MESSAGE_OUTCOME_UNKNOWN = (
 )
 #: MESSAGE_CHECK_UNKNOWN_OPERATION is the message of a check_operation call whose operation_id the
 #: ledger does not know.
-MESSAGE_CHECK_UNKNOWN_OPERATION = "No operation has this id: pass the operation_id of an earlier answer."
+MESSAGE_CHECK_UNKNOWN_OPERATION = "No operation has this id. This says nothing about the earlier call: do not make it again; pass the operation_id its answer gave."
 
 #: CHECK_OPERATION_TOOL is the runner's own model tool (as the MCP gateway has): it reports an
 #: earlier call's outcome by its operation_id, and runs it if a person approved it since; it never
@@ -293,7 +293,13 @@ def _operation_id_arg(args: ToolArgs) -> str:
     if isinstance(parsed, struct_pb2.Struct):
         parsed = struct_to_dict(parsed)
     value = parsed.get("operation_id") if isinstance(parsed, Mapping) else None
-    return value if isinstance(value, str) else ""
+    if not isinstance(value, str):
+        return ""
+    try:
+        value.encode("utf-8")  # a lone surrogate has no UTF-8 form: no operation has it
+    except UnicodeEncodeError:
+        return ""
+    return value
 
 
 def _args(args: ToolArgs) -> Union[Mapping[str, Any], struct_pb2.Struct, None]:
@@ -331,6 +337,15 @@ def _with_operation(refused: Failed, err: OpledgerError, op: ledger_pb2.Operatio
     if isinstance(err, _KEYED):
         return replace(refused, operation=op, message=key_names_earlier_call(op.state))
     return replace(refused, operation=op)
+
+
+def _unsettled_if_checked(refused: Failed, op: ledger_pb2.Operation, check: bool) -> ToolOutcome:
+    """_unsettled_if_checked: a check's Execute refused for a reason other than a denial or a
+    cancellation (a replica without the tool's version, say) leaves the operation unsettled, and
+    "failed" would say nothing happened: pending."""
+    if check and refused.reason not in ("OPERATION_REJECTED", "OPERATION_CANCELLED"):
+        return OutcomeUnknown(operation=op, pending=True)
+    return refused
 
 
 def _refusal(err: OpledgerError, op: Optional[ledger_pb2.Operation]) -> Optional[Failed]:
@@ -418,6 +433,8 @@ class ToolRunner:
                 return AwaitingApproval(operation=op)
         elif op.state == ledger_pb2.STATE_EXECUTING and check:
             pass  # a check waits for its outcome
+        elif op.state in (ledger_pb2.STATE_REJECTED, ledger_pb2.STATE_CANCELLED):
+            pass  # Execute answers it as a refusal (a Failed with the operation)
         elif op.state != ledger_pb2.STATE_READY:  # READY: not executed (a server without the one-call path)
             return final(op)
         try:
@@ -427,7 +444,7 @@ class ToolRunner:
         except ApprovalExpired as err:
             return AwaitingApproval(operation=self._reawaiting(err, op))
         except OpledgerError as err:
-            return self._refused(err, op)
+            return _unsettled_if_checked(self._refused(err, op), op, check)
         return final(done.operation)
 
     def _reawaiting(self, err: ApprovalExpired, op: Optional[ledger_pb2.Operation]) -> ledger_pb2.Operation:
@@ -526,6 +543,8 @@ class AsyncToolRunner:
                 return AwaitingApproval(operation=op)
         elif op.state == ledger_pb2.STATE_EXECUTING and check:
             pass  # a check waits for its outcome
+        elif op.state in (ledger_pb2.STATE_REJECTED, ledger_pb2.STATE_CANCELLED):
+            pass  # Execute answers it as a refusal (a Failed with the operation)
         elif op.state != ledger_pb2.STATE_READY:
             return final(op)
         try:
@@ -535,7 +554,7 @@ class AsyncToolRunner:
         except ApprovalExpired as err:
             return AwaitingApproval(operation=await self._reawaiting(err, op))
         except OpledgerError as err:
-            return await self._refused(err, op)
+            return _unsettled_if_checked(await self._refused(err, op), op, check)
         return final(done.operation)
 
     async def _reawaiting(self, err: ApprovalExpired, op: Optional[ledger_pb2.Operation]) -> ledger_pb2.Operation:

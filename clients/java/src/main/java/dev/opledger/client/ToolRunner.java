@@ -135,7 +135,7 @@ public final class ToolRunner {
    * ledger does not know.
    */
   public static final String MESSAGE_CHECK_UNKNOWN_OPERATION =
-      "No operation has this id: pass the operation_id of an earlier answer.";
+      "No operation has this id. This says nothing about the earlier call: do not make it again; pass the operation_id its answer gave.";
 
   /** CheckOperationModelTool is the model tool {@link #modelTools()} adds for CHECK_OPERATION_TOOL. */
   public static ModelTool checkOperationModelTool() {
@@ -195,6 +195,15 @@ public final class ToolRunner {
 
   /** Run runs one tool call whose arguments are the model's JSON text; see {@link #run(String, Struct, String)}. */
   public ToolOutcome run(String tool, String argsJson, String idempotencyKey) {
+    if (CHECK_OPERATION_TOOL.equals(tool)) {
+      Struct args = null;
+      try {
+        args = argsJson == null || argsJson.isBlank() ? null : Args.fromJson(argsJson);
+      } catch (IllegalArgumentException e) {
+        // not an object: no operation_id, which check answers as an unknown operation
+      }
+      return run(tool, args, idempotencyKey);
+    }
     return run(tool, argsJson == null || argsJson.isBlank() ? null : Args.fromJson(argsJson), idempotencyKey);
   }
 
@@ -263,6 +272,8 @@ public final class ToolRunner {
       }
     } else if (op.getState() == State.STATE_EXECUTING && check) {
       // a check waits for its outcome
+    } else if (op.getState() == State.STATE_REJECTED || op.getState() == State.STATE_CANCELLED) {
+      // Execute answers it as a refusal (a Failed with the operation)
     } else if (op.getState() != State.STATE_READY) {
       return outcomeOf(op); // READY: not executed (a server without the one-call path)
     }
@@ -276,7 +287,16 @@ public final class ToolRunner {
       if (e.is(Reason.APPROVAL_EXPIRED)) {
         return new ToolOutcome.AwaitingApproval(reawaiting(e, op));
       }
-      return refused(e, op);
+      ToolOutcome refused = refused(e, op);
+      if (check
+          && refused instanceof ToolOutcome.Failed f
+          && !f.reason().equals(Reason.OPERATION_REJECTED.name())
+          && !f.reason().equals(Reason.OPERATION_CANCELLED.name())) {
+        // A check's Execute refused for another reason (a replica without the tool's version,
+        // say): the operation is not settled, and "failed" would say nothing happened.
+        return new ToolOutcome.OutcomeUnknown(op, true);
+      }
+      return refused;
     }
     return outcomeOf(done.getOperation());
   }

@@ -353,4 +353,32 @@ class ToolRunnerTest {
     ToolRunner r = ToolRunner.builder(start(new Stub(State.STATE_READY, null))).build();
     assertThrows(IllegalArgumentException.class, () -> r.run("pay_invoice", "[1]", "k"));
   }
+
+  /**
+   * check_operation answers a rejected or cancelled operation as a refusal (never an exception),
+   * and an executing one whose Execute is refused for another reason as pending, never as "failed"
+   * (it may have taken effect); malformed argument text is an unknown operation, not an exception.
+   */
+  @Test
+  void checkOperationAnswersEveryState() throws Exception {
+    Object[][] cases = {
+      {State.STATE_REJECTED, "OPERATION_REJECTED", ToolOutcome.Failed.class},
+      {State.STATE_CANCELLED, "OPERATION_CANCELLED", ToolOutcome.Failed.class},
+      {State.STATE_EXECUTING, "TOOL_VERSION_UNKNOWN", ToolOutcome.OutcomeUnknown.class},
+    };
+    for (Object[] c : cases) {
+      Stub s = new Stub(State.STATE_UNSPECIFIED, null);
+      s.getState = (State) c[0];
+      s.executeErr = stored((String) c[1], "refused");
+      ToolOutcome out =
+          ToolRunner.builder(start(s)).build().run(ToolRunner.CHECK_OPERATION_TOOL, "{\"operation_id\":\"op_1\"}", "");
+      assertInstanceOf((Class<?>) c[2], out, out.forModel());
+    }
+    Stub s = new Stub(State.STATE_UNSPECIFIED, null);
+    s.getState = State.STATE_REJECTED;
+    s.executeErr = stored("OPERATION_REJECTED", "refused");
+    assertInstanceOf(
+        ToolOutcome.Failed.class,
+        ToolRunner.builder(start(s)).build().run(ToolRunner.CHECK_OPERATION_TOOL, "[1]", ""));
+  }
 }
