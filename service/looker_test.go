@@ -2,8 +2,6 @@ package service_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -29,31 +27,18 @@ func (inFlight) Lookup(context.Context, executor.Call) executor.LookupResult {
 	return executor.LookupResult{Status: executor.LookupFound, Result: executor.Result{Outcome: executor.OutcomeUnknown, Detail: "processing"}}
 }
 
-const inFlightTools = `
-tools:
-  - name: slow_pay
-    version: "1"
-    effect: side_effect
-    approval:
-      required: false
-    args_schema: {type: object}
-    executor:
-      type: in_flight
-`
-
 // TestLookupFoundWithoutAnOutcomeIsInconclusive: a lookup that finds the
 // request but reports no outcome of it settles nothing: the operation stays
 // OUTCOME_UNKNOWN, where it was recorded SUCCEEDED (with no reference).
 func TestLookupFoundWithoutAnOutcomeIsInconclusive(t *testing.T) {
 	t.Parallel()
-	env := harness.New(t, harness.Options{ToolsYAML: []byte(inFlightTools)})
+	tools, reg := customTool(t, "in_flight", inFlight{})
+	env := harness.New(t, harness.Options{ToolsYAML: tools})
 	agent := env.Key("acme", "agent")
-	reg := executor.NewDefaultRegistry(nil, slog.New(slog.NewJSONHandler(io.Discard, nil)))
-	require.NoError(t, reg.Register("in_flight", func(executor.Settings) (executor.Executor, error) { return inFlight{}, nil }))
 	_, client, _ := runService(t, env, reg, time.Second)
 	args, err := structpb.NewStruct(map[string]any{})
 	require.NoError(t, err)
-	p, err := client.Prepare(harness.Ctx(agent, "k-flight"), &opledgerv1.PrepareRequest{Tool: "slow_pay", Args: args, Execute: true})
+	p, err := client.Prepare(harness.Ctx(agent, "k-flight"), &opledgerv1.PrepareRequest{Tool: "in_flight", Args: args, Execute: true})
 	require.NoError(t, err)
 	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, p.GetOperation().GetState())
 	r, err := client.Reconcile(harness.Ctx(agent, ""), &opledgerv1.ReconcileRequest{OperationId: p.GetOperation().GetId()})

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -20,17 +21,26 @@ type boom struct{}
 
 func (boom) Execute(context.Context, executor.Call) executor.Result { panic("custom executor bug") }
 
-const boomTools = `
+// customTool is a tools file of one tool, named as its executor type, that
+// needs no approval and takes any object, and a registry with exec
+// registered under that type.
+func customTool(t *testing.T, name string, exec executor.Executor) ([]byte, *executor.Registry) {
+	t.Helper()
+	yaml := fmt.Sprintf(`
 tools:
-  - name: boom
+  - name: %s
     version: "1"
     effect: side_effect
     approval:
       required: false
     args_schema: {type: object}
     executor:
-      type: boom
-`
+      type: %s
+`, name, name)
+	reg := executor.NewDefaultRegistry(nil, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	require.NoError(t, reg.Register(name, func(executor.Settings) (executor.Executor, error) { return exec, nil }))
+	return []byte(yaml), reg
+}
 
 // TestPanicLeavesNoAttemptInFlight: a panic in an attempt (here a custom
 // executor's) is answered INTERNAL by the recovery interceptor, and the
@@ -38,11 +48,9 @@ tools:
 // one-call path, so a later shutdown does not wait the whole bound for it.
 func TestPanicLeavesNoAttemptInFlight(t *testing.T) {
 	t.Parallel()
-	env := harness.New(t, harness.Options{ToolsYAML: []byte(boomTools)})
+	tools, reg := customTool(t, "boom", boom{})
+	env := harness.New(t, harness.Options{ToolsYAML: tools})
 	agent := env.Key("acme", "agent")
-	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	reg := executor.NewDefaultRegistry(nil, logger)
-	require.NoError(t, reg.Register("boom", func(executor.Settings) (executor.Executor, error) { return boom{}, nil }))
 	svc, client, stop := runService(t, env, reg, 100*time.Millisecond)
 	idle := func(path string) {
 		t.Helper()

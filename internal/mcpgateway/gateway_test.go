@@ -395,13 +395,7 @@ func TestConcurrentSameCallsAreOneEffect(t *testing.T) {
 // arguments and sends a second e-mail.
 func TestCutShortOneCallIsPending(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, demoTools())
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", w.gateway(mcpgateway.Options{CallTimeout: 2 * time.Second}).HTTPHandler(""))
-	hs := httptest.NewServer(mux)
-	t.Cleanup(hs.Close)
-	cs := connectHTTP(t, hs.URL+"/mcp", nil)
-	w.env.Fakepay.SetFaults(fakepay.Faults{Delay: 4 * time.Second})
+	w, cs := slowDownstream(t)
 
 	args := map[string]any{"to": "slow@example.com", "subject": "Slow", "body": "A slow downstream."}
 	res, a := call(t, cs, "send_email", args, nil)
@@ -426,13 +420,7 @@ func TestCutShortOneCallIsPending(t *testing.T) {
 // with it; check_operation then gives its outcome, and nothing is sent twice.
 func TestCutShortHostKeyedCallNamesItsOperation(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, demoTools())
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", w.gateway(mcpgateway.Options{CallTimeout: 2 * time.Second}).HTTPHandler(""))
-	hs := httptest.NewServer(mux)
-	t.Cleanup(hs.Close)
-	cs := connectHTTP(t, hs.URL+"/mcp", nil)
-	w.env.Fakepay.SetFaults(fakepay.Faults{Delay: 4 * time.Second})
+	w, cs := slowDownstream(t)
 
 	args := map[string]any{"to": "slow@example.com", "subject": "Slow", "body": "A slow downstream."}
 	res, a := call(t, cs, "send_email", args, mcp.Meta{mcpgateway.MetaIdempotencyKey: "host-toolcall-1"})
@@ -447,4 +435,18 @@ func TestCutShortHostKeyedCallNamesItsOperation(t *testing.T) {
 		return done.Status == mcpgateway.StatusSucceeded
 	}, 30*time.Second, 200*time.Millisecond, "check_operation answers the operation's outcome")
 	require.Len(t, w.env.Fakepay.Emails(), 1, "sent once")
+}
+
+// slowDownstream is a world whose processor answers after 4 s, and an MCP
+// session over HTTP with a gateway whose calls end after 2 s.
+func slowDownstream(t *testing.T) (*world, *mcp.ClientSession) {
+	t.Helper()
+	w := newWorld(t, demoTools())
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", w.gateway(mcpgateway.Options{CallTimeout: 2 * time.Second}).HTTPHandler(""))
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	cs := connectHTTP(t, hs.URL+"/mcp", nil)
+	w.env.Fakepay.SetFaults(fakepay.Faults{Delay: 4 * time.Second})
+	return w, cs
 }
