@@ -35,6 +35,10 @@ type Control struct {
 	// StallPoint, when set, is where fp-stall-first-send stops a server in
 	// this control, instead of stallPoint.
 	StallPoint string
+	// StallExtra lengthens each fp-stall-first-send stop by this much past
+	// the lease's end, so that an Execute finds the expired lease while the
+	// stopped server still holds its request (a takeover's window).
+	StallExtra time.Duration
 	// Env is added to the servers' environment.
 	Env []string
 	// Expect is the violation kind the checker must report.
@@ -100,6 +104,9 @@ var Controls = map[string]Control{
 		// lease: what a takeover then sends again. pay_direct's processor
 		// never dedupes.
 		StallPoint: "after-downstream/" + ToolPayDirect,
+		// A stop of the lease plus 1–3 s left a window an agent's Execute
+		// missed twice in one CI run (no resend at all); 4 s more widens it.
+		StallExtra: 4 * time.Second,
 		// The reconcilers would otherwise often find the expired lease
 		// before an Execute does, and record OUTCOME_UNKNOWN.
 		Env:            []string{"OPLEDGER_RECONCILE_INTERVAL=10s"},

@@ -428,6 +428,9 @@ func (n *nemesis) stall(ctx context.Context, s *server) {
 	defer s.opMu.Unlock()
 	s.markPaused()
 	d := max(directTTL, lease) + n.r.between(time.Second, 3*time.Second)
+	if c := n.r.control; c != nil {
+		d += c.StallExtra
+	}
 	n.injectedOne("fp-stall-first-send")
 	n.event("fp-stall-first-send", s.idx, fmt.Sprintf("stopped itself at %s; SIGCONT in %s (approval TTL %s, lease %s)",
 		point, d.Round(time.Millisecond), directTTL, lease))
