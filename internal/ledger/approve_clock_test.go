@@ -19,12 +19,7 @@ import (
 // refuses as APPROVAL_EXPIRED.
 func TestApproveJudgesLapseWhenItDecides(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_brief",
-		ApprovalTTL: 2 * time.Second, DedupesKeys: true, Lookup: true})})
-	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
-	op := prepare(t, c, w.agent, "pay_brief", payArgs(t, "INV-LOCK"))
-	expires := approve(t, c, w.approver, op).GetOperation().GetApproval().GetExpireTime().AsTime()
-	unlock := lockRow(t, w.env.Store, op.GetId())
+	w, c, op, expires, unlock := approvedAndLocked(t, "INV-LOCK")
 	// The second Approve begins 400 ms before the approval's end and waits
 	// on the lock until 400 ms after it.
 	time.Sleep(time.Until(expires.Add(-400 * time.Millisecond)))

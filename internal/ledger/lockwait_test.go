@@ -38,18 +38,26 @@ func lockRow(t *testing.T, st *store.Store, id string) func() {
 	return func() { close(release); require.NoError(t, <-done) }
 }
 
+// approvedAndLocked is an operation of a tool whose approval lasts 2 s,
+// prepared and approved (expires: the approval's end), with its row locked
+// until unlock is called.
+func approvedAndLocked(t *testing.T, invoice string) (w *world, c opledgerv1.LedgerServiceClient, op *opledgerv1.Operation, expires time.Time, unlock func()) {
+	t.Helper()
+	w = newWorld(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_brief",
+		ApprovalTTL: 2 * time.Second, DedupesKeys: true, Lookup: true})})
+	c = w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
+	op = prepare(t, c, w.agent, "pay_brief", payArgs(t, invoice))
+	expires = approve(t, c, w.approver, op).GetOperation().GetApproval().GetExpireTime().AsTime()
+	return w, c, op, expires, lockRow(t, w.env.Store, op.GetId())
+}
+
 // TestClaimThatWaitedPastTheApprovalIsRefused: a claim that waited for the
 // row lock from before the approval's end to after it sends nothing (the
 // approval bounds the first send), and its caller is told the approval
 // expired, not that the downstream could not be reached.
 func TestClaimThatWaitedPastTheApprovalIsRefused(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_brief",
-		ApprovalTTL: 2 * time.Second, DedupesKeys: true, Lookup: true})})
-	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
-	op := prepare(t, c, w.agent, "pay_brief", payArgs(t, "INV-CW"))
-	expires := approve(t, c, w.approver, op).GetOperation().GetApproval().GetExpireTime().AsTime()
-	unlock := lockRow(t, w.env.Store, op.GetId())
+	w, c, op, expires, unlock := approvedAndLocked(t, "INV-CW")
 	time.Sleep(time.Until(expires.Add(-400 * time.Millisecond)))
 	done := make(chan error, 1)
 	go func() { _, err := execute(c, w.agent, op.GetId(), 0); done <- err }()
