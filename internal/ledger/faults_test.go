@@ -181,11 +181,36 @@ func TestFaultEmailWithoutDedupe(t *testing.T) {
 	require.Equal(t, emailID, got.GetExternalRef())
 	require.Nil(t, got.GetError())
 
-	// Once resolved, a second resolution does not apply.
-	_, err = c.Reconcile(harness.Ctx(w.operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(), Resolution: resolution})
-	requireStatus(t, err, codes.FailedPrecondition, "RESOLUTION_NOT_APPLICABLE")
+	// Once resolved, the same resolution repeated (an operator whose reply
+	// was lost; Reconcile is IDEMPOTENT, so clients retry it) answers as the
+	// first did and records nothing; any other verdict does not apply.
+	repeat, err := c.Reconcile(harness.Ctx(w.operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(), Resolution: resolution})
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, repeat.GetOperation().GetState())
+	require.Equal(t, resolved.GetDetail(), repeat.GetDetail())
+	require.Equal(t, resolved.GetOperation().GetUpdateTime().AsTime(), repeat.GetOperation().GetUpdateTime().AsTime())
+	repeat, err = c.Reconcile(harness.Ctx(w.operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(),
+		Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State_STATE_SUCCEEDED, ExternalRef: emailID, Note: "seen in the mail log", Fence: got.GetFence()}})
+	require.NoError(t, err, "the same verdict, naming the attempt it was about")
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, repeat.GetOperation().GetState())
+	for _, other := range []*opledgerv1.Resolution{
+		{Outcome: opledgerv1.State_STATE_FAILED, Note: "seen in the mail log"},
+		{Outcome: opledgerv1.State_STATE_SUCCEEDED, ExternalRef: "another-ref", Note: "seen in the mail log"},
+		{Outcome: opledgerv1.State_STATE_SUCCEEDED, ExternalRef: emailID, Note: "another look"},
+		{Outcome: opledgerv1.State_STATE_SUCCEEDED, ExternalRef: emailID, Note: "seen in the mail log", Fence: got.GetFence() + 1},
+	} {
+		_, err = c.Reconcile(harness.Ctx(w.operator, ""), &opledgerv1.ReconcileRequest{OperationId: op.GetId(), Resolution: other})
+		requireStatus(t, err, codes.FailedPrecondition, "RESOLUTION_NOT_APPLICABLE")
+	}
 
 	final, evs := get(t, c, w.agent, op.GetId())
+	resolutions := 0
+	for _, ev := range evs {
+		if ev.GetType() == opledgerv1.EventType_EVENT_TYPE_RESOLVED_MANUALLY {
+			resolutions++
+		}
+	}
+	require.Equal(t, 1, resolutions, "a repeated resolution records nothing")
 	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, final.GetState())
 	last := evs[len(evs)-1]
 	require.Equal(t, opledgerv1.EventType_EVENT_TYPE_RESOLVED_MANUALLY, last.GetType())

@@ -135,6 +135,11 @@ type mop struct {
 	reached bool
 	// operatorFailed: FAILED is an operator's verdict, not a refusal.
 	operatorFailed bool
+	// resolvedState and resolvedFence: the operator's last verdict, in
+	// force while the operation is still that state at that fence (a
+	// repeat of it replays).
+	resolvedState ledger.State
+	resolvedFence int64
 
 	// What was observed, for the contract's properties.
 	terminal     ledger.State   // the first finished state the ledger held
@@ -818,7 +823,12 @@ func (m *model) resolve(t *rapid.T) {
 	effs := m.w.ds.effectsOf(op.dkey)
 	var w want
 	ref := ""
+	replay := false
 	switch {
+	case !m.unresolved(op) && op.resolvedState == outcome && op.state == outcome && op.resolvedFence == op.fence:
+		// The same verdict again, with no reference (the operator's note
+		// is always "model"): answered as the first was.
+		replay = true
 	case !m.unresolved(op):
 		w = want{code: codes.FailedPrecondition, reason: "RESOLUTION_NOT_APPLICABLE"}
 	case len(effs) > 0:
@@ -830,12 +840,13 @@ func (m *model) resolve(t *rapid.T) {
 		return
 	}
 	m.logf(t, "Resolve %s (%s, fence %d) as %s by the operator on server %d", op.name, op.state, op.fence, outcome, srv)
-	if w.code == codes.OK {
+	if w.code == codes.OK && !replay {
 		if op.state == ledger.StateExecuting {
 			op.reached = true
 		}
 		op.state = outcome
 		op.operatorFailed = outcome == ledger.StateFailed
+		op.resolvedState, op.resolvedFence = outcome, op.fence
 	}
 	resp, err := m.client(srv).Reconcile(harness.Ctx(m.keys[pOperator], ""), &opledgerv1.ReconcileRequest{OperationId: op.id,
 		Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State(opledgerv1.State_value["STATE_"+string(outcome)]), ExternalRef: ref, Note: "model"}})

@@ -62,18 +62,36 @@ func unresolved(op Operation) bool {
 	return State(op.State) == StateOutcomeUnknown || State(op.State) == StateExecuting && op.LeaseExpired()
 }
 
+// resolvedDetail is Reconcile's detail for a manual resolution, applied or
+// repeated.
+const resolvedDetail = "resolved by operator"
+
 func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolution) (Operation, string, error) {
-	if !unresolved(op) {
-		return Operation{}, "", refuse(opledgerv1.ErrorReason_ERROR_REASON_RESOLUTION_NOT_APPLICABLE,
-			"only an OUTCOME_UNKNOWN operation, or an EXECUTING one whose lease expired, can be resolved; this one is %s", op.State)
-	}
-	if err := Check(State(op.State), EventResolved, r.Outcome); err != nil {
+	if r.Outcome != StateSucceeded && r.Outcome != StateFailed && r.Outcome != StateReady {
 		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "resolution.outcome",
 			Message: "outcome must be STATE_SUCCEEDED, STATE_FAILED or STATE_READY"}
 	}
 	if r.Fence < 0 {
 		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "resolution.fence",
 			Message: "fence must be the operation's fence as read (1 or more), or 0 for whichever attempt is current"}
+	}
+	if !unresolved(op) {
+		// Reconcile is IDEMPOTENT: a resolution repeated after it applied
+		// (its reply lost) answers as it did, where any other verdict is
+		// refused.
+		same, err := l.resolvedAs(ctx, op, r)
+		if err != nil {
+			return Operation{}, "", err
+		}
+		if same {
+			return op, resolvedDetail, nil
+		}
+		return Operation{}, "", refuse(opledgerv1.ErrorReason_ERROR_REASON_RESOLUTION_NOT_APPLICABLE,
+			"only an OUTCOME_UNKNOWN operation, or an EXECUTING one whose lease expired, can be resolved; this one is %s", op.State)
+	}
+	if err := Check(State(op.State), EventResolved, r.Outcome); err != nil {
+		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "resolution.outcome",
+			Message: "outcome must be STATE_SUCCEEDED, STATE_FAILED or STATE_READY"}
 	}
 	if r.Fence != 0 && r.Fence != op.Fence {
 		return Operation{}, "", refuse(opledgerv1.ErrorReason_ERROR_REASON_RESOLUTION_NOT_APPLICABLE,
@@ -87,7 +105,7 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 	if r.Fence != 0 {
 		t.Fence = r.Fence // the statement's guard: still that attempt
 	}
-	t.ExternalRef, t.Actor, t.Detail = r.ExternalRef, a.Name, "resolved by an operator: "+r.Note
+	t.ExternalRef, t.Actor, t.Detail = r.ExternalRef, a.Name, resolutionNote(r.Note)
 	if r.Outcome == StateFailed {
 		t.SetError = true
 		t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
@@ -104,8 +122,33 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 	if err != nil {
 		return Operation{}, "", storeErr(err)
 	}
-	return out, "resolved by operator", nil
+	return out, resolvedDetail, nil
 }
+
+// resolvedAs reports whether op is where resolution r, already applied,
+// left it: its last event is that verdict (outcome, note, the attempt when
+// r names one) and nothing happened since, and it holds r's external
+// reference when r gives one. It reads the event log only on this path,
+// a refusal's.
+func (l *Ledger) resolvedAs(ctx context.Context, op Operation, r Resolution) (bool, error) {
+	if State(op.State) != r.Outcome || (r.Fence != 0 && r.Fence != op.Fence) ||
+		(r.ExternalRef != "" && r.ExternalRef != op.ExternalRef) {
+		return false, nil
+	}
+	evs, err := l.store.OperationEvents(ctx, op.ID)
+	if err != nil {
+		return false, storeErr(err)
+	}
+	if len(evs) == 0 {
+		return false, nil
+	}
+	last := evs[len(evs)-1]
+	return last.Seq == op.Events && Event(last.Type) == EventResolved && State(last.ToState) == r.Outcome &&
+		last.Fence == op.Fence && last.Detail == resolutionNote(r.Note), nil
+}
+
+// resolutionNote is the event's detail of a manual resolution.
+func resolutionNote(note string) string { return "resolved by an operator: " + note }
 
 // reconcileOne looks an unresolved operation up at the downstream and
 // applies what it finds with a transition guarded on the fence it read.
