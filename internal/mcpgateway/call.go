@@ -1,12 +1,15 @@
 package mcpgateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
+	"strconv"
 	"strings"
 	"time"
 
@@ -106,6 +109,11 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 				return refusal(codes.InvalidArgument, "ARGS_INVALID", msg,
 					"Call again with the arguments as one JSON object matching the tool's input schema."), nil
 			}
+			if lit, carried, ok := inexactNumber(raw); ok {
+				return refusal(codes.InvalidArgument, "ARGS_INVALID", fmt.Sprintf("the arguments hold the number %s, which the ledger "+
+					"cannot pass on exactly: its numbers are IEEE-754 doubles, and the downstream would receive %s", lit, carried),
+					"Nothing was recorded. Do not round the value: tell the user it is too large or too precise for this tool."), nil
+			}
 		}
 		if n := proto.Size(args); n > maxArgsWireBytes {
 			return refusal(codes.ResourceExhausted, "ARGS_TOO_LARGE", fmt.Sprintf("the arguments take %d bytes as a protobuf Struct, "+
@@ -154,7 +162,7 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 			}
 			if id == "" {
 				log.Info("prepare refused", "reason", client.ReasonOf(err), "code", status.Code(err).String())
-				return errorResult(err, nil), nil
+				return errorResult(err, nil, explicit), nil
 			}
 			if client.KeyedRefusal(client.ReasonOf(err)) {
 				// Refused as a request, under a key that already names an
@@ -244,7 +252,7 @@ func (g *Gateway) checkOperation(ctx context.Context, req *mcp.CallToolRequest) 
 	}
 	resp, err := g.ledger.Get(ctx, in.OperationID)
 	if err != nil {
-		return errorResult(err, nil), nil
+		return errorResult(err, nil, false), nil
 	}
 	res, a := g.drive(ctx, resp.GetOperation(), true, true)
 	g.log.Info("check_operation", "operation_id", in.OperationID, "status", a.Status)
@@ -295,7 +303,7 @@ func (g *Gateway) executeError(op *opledgerv1.Operation, err error) (*mcp.CallTo
 	case client.ReasonOperationCancelled:
 		return render(withState(op, opledgerv1.State_STATE_CANCELLED), true, "")
 	case client.ReasonDownstreamUnavailable:
-		return errorResult(err, op), Answer{}
+		return errorResult(err, op, false), Answer{}
 	}
 	switch op.GetState() {
 	case opledgerv1.State_STATE_EXECUTING, opledgerv1.State_STATE_OUTCOME_UNKNOWN:
@@ -308,7 +316,7 @@ func (g *Gateway) executeError(op *opledgerv1.Operation, err error) (*mcp.CallTo
 	g.log.Info("execute cut short", "operation_id", op.GetId(), "reason", client.ReasonOf(err), "code", status.Code(err).String())
 	switch status.Code(err) {
 	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition, codes.ResourceExhausted:
-		return errorResult(err, op), Answer{}
+		return errorResult(err, op, false), Answer{}
 	}
 	a := baseAnswer(op, false)
 	a.Status = StatusPending
@@ -326,6 +334,48 @@ func unanswered(err error) bool {
 	r := client.ReasonOf(err)
 	return r == "" || r == client.ReasonInternal
 }
+
+// inexactNumber finds the first number of raw (a JSON text protojson
+// accepted into a Struct) whose double is not the number written, which
+// the Struct would silently change: an integer above 2^53
+// (9007199254740993 becomes 9007199254740992), or more digits than a double
+// holds. It compares the literal with the double's shortest form, which is
+// what the ledger's canonical JSON sends on (2^60 is a double, but it goes
+// out as 1152921504606847000). carried is that form.
+func inexactNumber(raw []byte) (lit, carried string, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", "", false
+		}
+		n, isNum := tok.(json.Number)
+		if !isNum {
+			continue
+		}
+		f, err := strconv.ParseFloat(string(n), 64)
+		if err != nil {
+			continue // out of range: protojson refused it already
+		}
+		carried = strconv.FormatFloat(f, 'g', -1, 64)
+		if carried == string(n) {
+			continue
+		}
+		if len(n) > maxNumberLiteral {
+			return string(n), carried, true
+		}
+		want, wok := new(big.Rat).SetString(string(n))
+		got, gok := new(big.Rat).SetString(carried)
+		if !wok || !gok || want.Cmp(got) != 0 {
+			return string(n), carried, true
+		}
+	}
+}
+
+// maxNumberLiteral bounds the literal inexactNumber compares exactly; a
+// longer one (a double has at most 17 significant digits) is refused.
+const maxNumberLiteral = 1024
 
 // recordedTimeout bounds the Prepare that asks, under the host's key, which
 // operation a call cut short recorded.
@@ -437,14 +487,15 @@ func withState(op *opledgerv1.Operation, s opledgerv1.State) *opledgerv1.Operati
 
 // errorResult is a refused call as an MCP tool error: the gRPC code, the
 // ErrorInfo reason, the message and, for bad arguments, the violations.
-// op, when set, is the operation the refusal is about.
-func errorResult(err error, op *opledgerv1.Operation) *mcp.CallToolResult {
+// op, when set, is the operation the refusal is about; explicit, that the
+// call came with the host's idempotency key.
+func errorResult(err error, op *opledgerv1.Operation, explicit bool) *mcp.CallToolResult {
 	a := Answer{Status: StatusError, Error: answerError(err)}
 	if op != nil {
 		a = baseAnswer(op, false)
 		a.Status, a.Error = StatusError, answerError(err)
 	}
-	a.Next = hint(client.ReasonOf(err), op)
+	a.Next = hint(client.ReasonOf(err), op, explicit)
 	text := fmt.Sprintf("Error: opledger refused the call: %s.", a.Error.short())
 	if len(a.Error.Violations) > 0 {
 		var vs []string
@@ -485,8 +536,9 @@ func keyNamesEarlierCall(op *opledgerv1.Operation) string {
 		"The host must use a new key only for a different call.", op.GetId(), state, op.GetId())
 }
 
-// hint says what a refusal means for the model.
-func hint(r client.Reason, op *opledgerv1.Operation) string {
+// hint says what a refusal means for the model. explicit: the call came
+// with the host's idempotency key, so the model's next call has another.
+func hint(r client.Reason, op *opledgerv1.Operation, explicit bool) string {
 	// A refusal that names an operation (check_operation's) changed nothing
 	// of it; one that names none recorded nothing.
 	nothing := "Nothing was recorded."
@@ -515,12 +567,21 @@ func hint(r client.Reason, op *opledgerv1.Operation) string {
 	case client.ReasonOperationNotFound:
 		return "No operation with this id exists for this agent; use the operation_id of an earlier answer."
 	case client.ReasonDownstreamUnavailable:
-		return fmt.Sprintf("Nothing was sent to the downstream. Calling again with the same arguments, or check_operation with operation_id %s, is safe.", op.GetId())
-	case client.ReasonLedgerUnavailable:
-		return "The ledger could not be reached. Calling again with the same arguments is safe: it cannot do it twice."
+		// Recorded and READY: check_operation runs it. Another tools/call
+		// is no advice: under the host's key it is a second operation, and
+		// this one would still run when checked.
+		return fmt.Sprintf("Nothing was sent to the downstream yet; operation %s is recorded and runs when checked. "+
+			"Do not call this tool again for this action: call check_operation with operation_id %s in a moment.", op.GetId(), op.GetId())
 	}
 	if op != nil {
 		return fmt.Sprintf("Do not retry with other arguments; call check_operation with operation_id %s.", op.GetId())
+	}
+	if explicit {
+		// (LEDGER_UNAVAILABLE among them.) Whether the ledger recorded the
+		// call is not known, and the model's next tools/call comes with
+		// another key.
+		return "Whether this call was recorded is not known here. Do not call this tool again for this action: the host gives each call its own idempotency key, " +
+			"so another call would be a second one. Tell the user."
 	}
 	return "Calling again with the same arguments is safe: it cannot do it twice."
 }

@@ -50,12 +50,20 @@ func TestHintSaysWhatHappened(t *testing.T) {
 	t.Parallel()
 	op := &opledgerv1.Operation{Id: "op_1"}
 	for _, r := range []client.Reason{client.ReasonRateLimited, client.ReasonQuotaExceeded, client.ReasonRoleRequired, client.ReasonToolVersionUnknown} {
-		require.Contains(t, hint(r, nil), "Nothing was recorded", r)
-		require.NotContains(t, hint(r, op), "Nothing was recorded", r)
-		require.Contains(t, hint(r, op), "op_1", r)
+		require.Contains(t, hint(r, nil, false), "Nothing was recorded", r)
+		require.NotContains(t, hint(r, op, false), "Nothing was recorded", r)
+		require.Contains(t, hint(r, op, false), "op_1", r)
 	}
-	require.NotContains(t, hint(client.ReasonToolVersionUnknown, nil), "Fix the arguments")
-	require.Contains(t, hint(client.ReasonToolVersionUnknown, nil), "restarted")
+	require.NotContains(t, hint(client.ReasonToolVersionUnknown, nil, false), "Fix the arguments")
+	require.Contains(t, hint(client.ReasonToolVersionUnknown, nil, false), "restarted")
+	// Under the host's key the model's next call has another key: a refusal
+	// that may have recorded the call (the ledger unreachable, a reason this
+	// gateway does not know) never says calling again is safe.
+	for _, r := range []client.Reason{client.ReasonLedgerUnavailable, client.Reason("SOMETHING_NEWER")} {
+		require.Contains(t, hint(r, nil, false), "Calling again with the same arguments is safe", r)
+		require.NotContains(t, hint(r, nil, true), "safe", r)
+		require.Contains(t, hint(r, nil, true), "Do not call this tool again", r)
+	}
 }
 
 // TestExecuteRefusalOfARunningOperation: a refusal of check_operation's
