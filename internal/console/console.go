@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/internal/ledger"
@@ -559,7 +560,7 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, s session) {
 	}
 	f := r.PostForm
 	decision := map[string]string{"approve": ledger.DecisionApprove, "deny": ledger.DecisionDeny}[f.Get("decision")]
-	if decision == "" || len(f.Get("reason")) > 1000 {
+	if decision == "" || utf8.RuneCountInString(f.Get("reason")) > 1000 {
 		c.showOperation(w, r, s, http.StatusBadRequest, "", &problem{Title: "The form was not accepted",
 			Detail: "Choose Approve or Deny, with a reason of at most 1000 characters."})
 		return
@@ -597,7 +598,7 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s session) {
 	f := r.PostForm
 	outcome := map[string]ledger.State{"succeeded": ledger.StateSucceeded, "failed": ledger.StateFailed, "ready": ledger.StateReady}[f.Get("outcome")]
 	note := strings.TrimSpace(f.Get("note"))
-	if outcome == "" || note == "" || len(note) > 1000 || len(f.Get("external_ref")) > 255 {
+	if outcome == "" || note == "" || utf8.RuneCountInString(note) > 1000 || utf8.RuneCountInString(f.Get("external_ref")) > 255 {
 		c.showOperation(w, r, s, http.StatusBadRequest, "", &problem{Title: "The form was not accepted",
 			Detail: "Choose an outcome and write a note (at most 1000 characters) saying how you established it."})
 		return

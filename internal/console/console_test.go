@@ -750,3 +750,25 @@ func TestSelfReloadDoesNotKeepTheSessionAlive(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestFormLimitsAreInCharacters: the reason box allows 1000 characters and
+// the refusal speaks of characters, but the form counted bytes, so a
+// 600-character reason in French (1200 bytes) was refused, and the
+// decision with it; so were a resolution's note and external reference.
+func TestFormLimitsAreInCharacters(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+	op := w.prepare(t, "INV-reason", 100)
+	b := w.browser(t)
+	b.signIn(w.approver)
+	form := b.decisionForm(op.GetId())
+	form.Set("decision", "approve")
+	form.Set("reason", strings.Repeat("\u00e9", 600))
+	status, page := b.post("/operations/"+op.GetId()+"/decision", form)
+	require.Equal(t, http.StatusOK, status, page)
+	require.Contains(t, page, "Approved.")
+	w.requireState(t, op.GetId(), opledgerv1.State_STATE_READY)
+	form.Set("reason", strings.Repeat("\u00e9", 1001))
+	status, _ = b.post("/operations/"+op.GetId()+"/decision", form)
+	require.Equal(t, http.StatusBadRequest, status, "1001 characters are too many")
+}

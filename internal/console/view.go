@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/opledger/opledger/internal/ledger"
 )
@@ -68,9 +69,19 @@ func flatten(path string, hid bool, v any, out *[]Field, parent map[string]any, 
 			return
 		}
 		for k, e := range x {
-			p, h := visible(k)
-			if path != "" {
+			var p string
+			var h bool
+			switch {
+			case !plainKey(k):
+				// "a.b", "lines[0]", "", " ": written as a quoted segment,
+				// so that {"a.b":1} and {"a":{"b":1}} never look alike.
+				p, h = visible(jsonQuoted(k))
+				p = path + "[" + p + "]"
+			case path != "":
+				p, h = visible(k)
 				p = path + "." + p
+			default:
+				p, h = visible(k)
 			}
 			flatten(p, hid || h, e, out, x, k)
 		}
@@ -83,7 +94,11 @@ func flatten(path string, hid bool, v any, out *[]Field, parent map[string]any, 
 			flatten(fmt.Sprintf("%s[%d]", path, i), hid, e, out, nil, "")
 		}
 	case string:
-		s, hidden := visible(x)
+		shown := x
+		if ambiguousText(x) {
+			shown = jsonQuoted(x) // "false" is text, false a boolean
+		}
+		s, hidden := visible(shown)
 		*out = append(*out, Field{Path: path, Value: s, Kind: "string", Hidden: hid || hidden, parent: parent, key: key})
 	case json.Number:
 		*out = append(*out, Field{Path: path, Value: x.String(), Kind: "number", Hidden: hid, parent: parent, key: key})
@@ -92,6 +107,30 @@ func flatten(path string, hid bool, v any, out *[]Field, parent map[string]any, 
 	case nil:
 		*out = append(*out, Field{Path: path, Value: "null", Kind: "null", Hidden: hid, parent: parent, key: key})
 	}
+}
+
+// plainKey reports whether key k can be shown bare in a path: not empty,
+// and nothing a path's own syntax uses (. [ ] and quotes), no backslash
+// (the \u escapes of visible) and no white space.
+func plainKey(k string) bool {
+	return k != "" && !strings.ContainsAny(k, ".[]\"\\") && !strings.ContainsFunc(k, unicode.IsSpace)
+}
+
+// ambiguousText reports whether string s, shown bare, would read as
+// something else: empty or with white space at an end, another JSON value
+// (false, null, 12, [], {}), or beginning with a quote (as a quoted string
+// is shown). Such a string is shown quoted.
+func ambiguousText(s string) bool {
+	if s == "" || strings.TrimSpace(s) != s || strings.HasPrefix(s, `"`) {
+		return true
+	}
+	return json.Valid([]byte(s))
+}
+
+// jsonQuoted writes s between double quotes with its quotes and backslashes
+// escaped (visible then writes what cannot be seen as \u escapes).
+func jsonQuoted(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 }
 
 func orArgs(p string) string {

@@ -2,6 +2,8 @@ package console
 
 import (
 	"math/big"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -89,6 +91,13 @@ func TestVisible(t *testing.T) {
 		"run\ufe0f\ufe0f":      `run\uFE0F\uFE0F`,
 		"after space \ufe0f":   `after space \uFE0F`,
 		"line\u2028sep":        `line\u2028sep`,
+		// A selector after a letter that has no variants draws nothing:
+		// "Zoë" and "Zoë" + U+FE0F looked the same.
+		"Zo\u00eb\ufe0f":       "Zo\u00eb" + `\uFE0F`,
+		"Caf\u00e9\U000E0100":  "Caf\u00e9" + `\U000E0100`,
+		"\u0416\ufe0e":         "\u0416" + `\uFE0E`,
+		"keycap 1\ufe0f\u20e3": "",
+		"info \u2139\ufe0f":    "",
 	} {
 		got, hidden := visible(in)
 		if want == "" {
@@ -120,7 +129,43 @@ func TestCurrencyNoteFromTheAmountsOwnObject(t *testing.T) {
 		return ""
 	}
 	require.Equal(t, "minor units: JPY 500", note(`{"Fee_Minor":500,"Fee_Currency":"JPY","currency":"EUR"}`, "Fee_Minor"))
-	require.Equal(t, "minor units: JPY 100,000", note(`{"fee.info":{"amount_minor":100000,"currency":"JPY"},"fee":{"info":{"currency":"BHD"}}}`, "fee.info.amount_minor"))
+	require.Equal(t, "minor units: JPY 100,000", note(`{"fee.info":{"amount_minor":100000,"currency":"JPY"},"fee":{"info":{"currency":"BHD"}}}`, `["fee.info"].amount_minor`))
 	require.Equal(t, "minor units: EUR 49.00", note(`{"amount_minor":4900,"currency":"EUR"}`, "amount_minor"))
 	require.Equal(t, "minor units: EUR 1.50", note(`{"fee_minor":150,"fee_currency":"EUR","currency":"JPY"}`, "fee_minor"))
+}
+
+// TestDifferentArgsRenderDifferently: the approver signs a fingerprint over
+// the arguments' structure, so two different argument objects must never
+// show as the same table. Keys were joined with "." and "[i]" unquoted
+// ({"meta":{"to":…}} and {"meta.to":…} showed one row, meta.to), and a
+// string that reads as another JSON value showed as that value ("false",
+// which a downstream may read as true, looked like false).
+func TestDifferentArgsRenderDifferently(t *testing.T) {
+	t.Parallel()
+	c := New(nil, Options{})
+	tags := regexp.MustCompile(`<[^>]*>`)
+	shown := func(args string) string {
+		var b strings.Builder
+		require.NoError(t, c.pages["list"].ExecuteTemplate(&b, "args", argFields([]byte(args))))
+		return tags.ReplaceAllString(b.String(), " ")
+	}
+	for _, pair := range [][2]string{
+		{`{"meta":{"to":"alice"}}`, `{"meta.to":"alice"}`},
+		{`{"lines":[{"sku":"A"}]}`, `{"lines[0]":{"sku":"A"}}`},
+		{`{"a":{"b":1}}`, `{"a":{"b ":1}}`},
+		{`{"":{"x":1}}`, `{"x":1}`},
+		{`{"notify":false}`, `{"notify":"false"}`},
+		{`{"cc":null}`, `{"cc":"null"}`},
+		{`{"tags":[]}`, `{"tags":"[]"}`},
+		{`{"meta":{}}`, `{"meta":"{}"}`},
+		{`{"n":12}`, `{"n":"12"}`},
+		{`{"s":""}`, `{"s":" "}`},
+	} {
+		require.NotEqual(t, shown(pair[0]), shown(pair[1]), "%s and %s look the same", pair[0], pair[1])
+	}
+	// Plain keys and plain text read as before.
+	require.Equal(t, "amount_minor", argFields([]byte(`{"amount_minor":1}`))[0].Path)
+	require.Equal(t, "fee.fee_minor", argFields([]byte(`{"fee":{"fee_minor":1}}`))[0].Path)
+	require.Equal(t, "lines[0].sku", argFields([]byte(`{"lines":[{"sku":"A"}]}`))[0].Path)
+	require.Equal(t, "Receipt", argFields([]byte(`{"subject":"Receipt"}`))[0].Value)
 }

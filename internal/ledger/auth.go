@@ -103,18 +103,22 @@ const (
 // overrides), every space but U+0020, unassigned and private-use code
 // points, Unicode's default-ignorable code points (Hangul fillers, the
 // combining grapheme joiner) and the blank Braille pattern. A variation
-// selector is seen as part of the character before it ("❤️", "1️⃣", an
-// ideographic variant), so one directly after a visible symbol or
-// ideograph (any visible character but an ASCII letter or punctuation
-// other than # and *) is not invisible; a stray one, one after an ASCII
-// letter, or a run of them (text smuggled in selectors) is. Approvers read operations' arguments and principals' names through
-// it: what they see must be what runs.
+// selector is seen as part of the character before it ("❤️", "1️⃣", "ℹ️", an
+// ideographic variant), so one directly after a character that has
+// variants (a visible symbol or punctuation mark beyond ASCII, an
+// ideograph or a letter of the scripts with standardized variants, a digit,
+// # or *) is not invisible; a stray one, one after any other letter ("Zoë"
+// and "Zoë" with a selector look the same), or a run of them (text
+// smuggled in selectors) is. Approvers read operations' arguments and
+// principals' names through it: what they see must be what runs.
 func Invisible(prev, r rune) bool {
 	if r == ' ' {
 		return false
 	}
 	if unicode.Is(unicode.Variation_Selector, r) {
-		base := prev >= 0x80 || prev >= '0' && prev <= '9' || prev == '#' || prev == '*'
+		base := prev >= '0' && prev <= '9' || prev == '#' || prev == '*' || prev == '\u2139' ||
+			prev >= 0x80 && (unicode.IsSymbol(prev) || unicode.IsPunct(prev) || unicode.Is(unicode.Ideographic, prev) ||
+				unicode.In(prev, unicode.Han, unicode.Mongolian, unicode.Myanmar, unicode.Phags_Pa, unicode.Manichaean, unicode.Egyptian_Hieroglyphs))
 		return !base || unicode.Is(unicode.Variation_Selector, prev) || Invisible(0, prev)
 	}
 	return !unicode.IsGraphic(r) || unicode.Is(unicode.Cf, r) || unicode.IsSpace(r) || unicode.Is(unicode.Co, r) ||
