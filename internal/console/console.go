@@ -307,7 +307,7 @@ func explain(err error) (int, problem) {
 		p.Detail = "The database could not be reached; try again in a moment."
 	case opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS:
 		p.Title = "The operation is changing"
-		p.Detail = "The operation changed while you decided; reload it and try again."
+		p.Detail = le.Message + ". Nothing changed; reload it and try again in a moment."
 	default:
 		status, p.Title = http.StatusInternalServerError, "Something went wrong"
 	}

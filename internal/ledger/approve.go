@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"time"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
@@ -49,6 +50,20 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 		if err != nil {
 			return err
 		}
+		if d.ifLapsed != nil {
+			// Judged on the database's clock, with the row locked: the
+			// attempt holding it cannot end meanwhile.
+			now, err := c.ClockNow(ctx)
+			if err != nil {
+				return err
+			}
+			if !op.ApprovalExpiresAt.After(now) {
+				return d.ifLapsed
+			}
+		}
+		if d.refused != nil {
+			return d.refused
+		}
 		if d.replay {
 			out, replayed = op, true
 			return nil
@@ -90,6 +105,12 @@ type approval struct {
 	event  Event
 	to     State
 	detail string
+	// ifLapsed, when set, is the answer instead if the approval has lapsed
+	// on the database's clock: an attempt that may have sent nothing holds
+	// the operation, and its end decides whether the approval was used.
+	ifLapsed error
+	// refused, when set, is the answer otherwise (after ifLapsed).
+	refused error
 	// onlyIfLapsed, when set, is the answer if the statement finds the
 	// approval still in force (the table guards a decision on a READY
 	// operation by its approval having lapsed with nothing sent, judged on
@@ -127,6 +148,17 @@ func decideApproval(op Operation, a Actor, in ApproveInput) (approval, error) {
 	// only driven to its outcome. Until then a READY operation's approval
 	// may have lapsed, which only the database's clock can tell.
 	lapsable := state == StateReady && op.FirstSentFence == 0
+	// An attempt holds it, and no earlier one was sent: if the approval
+	// lapsed, the attempt sent its request in time or sends nothing and
+	// the operation goes back to AWAITING_APPROVAL. Neither "approved" nor
+	// "the opposite decision stands" is known to be true until it ends.
+	var ifLapsed error
+	if state == StateExecuting && op.FirstSentFence == 0 {
+		ifLapsed = &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS, RetryAfter: time.Second,
+			Message: "the approval has lapsed while an attempt holds the operation: whether its request was sent in time is known " +
+				"when the attempt ends (if it sent nothing, the operation awaits approval again); decide again then",
+			Metadata: map[string]string{"operation_id": op.ID}}
+	}
 	switch in.Decision {
 	case DecisionApprove:
 		switch {
@@ -140,7 +172,7 @@ func decideApproval(op Operation, a Actor, in ApproveInput) (approval, error) {
 		case state == StateCancelled:
 			return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED, "the operation was cancelled")
 		default: // READY (sent), EXECUTING and outcomes: approved before
-			return approval{replay: true}, nil
+			return approval{replay: true, ifLapsed: ifLapsed}, nil
 		}
 	case DecisionDeny:
 		switch {
@@ -153,6 +185,8 @@ func decideApproval(op Operation, a Actor, in ApproveInput) (approval, error) {
 			return approval{replay: true}, nil
 		case state == StateCancelled:
 			return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED, "the operation was cancelled")
+		case ifLapsed != nil:
+			return approval{ifLapsed: ifLapsed, refused: conflict}, nil
 		default:
 			return approval{}, conflict
 		}

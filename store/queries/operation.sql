@@ -430,5 +430,7 @@ LIMIT sqlc.arg(page_limit);
 
 -- name: ClockNow :one
 -- The database's clock, for a time rule judged outside a statement that
--- writes (a webhook signature's age).
-SELECT now()::timestamptz AS now;
+-- writes (a webhook signature's age; an approval in force, with the row
+-- locked, in Approve). statement_timestamp(), not now(): in a transaction
+-- that waited for a row lock, now() is the time before that wait.
+SELECT statement_timestamp()::timestamptz AS now;

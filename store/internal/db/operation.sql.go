@@ -12,11 +12,13 @@ import (
 )
 
 const clockNow = `-- name: ClockNow :one
-SELECT now()::timestamptz AS now
+SELECT statement_timestamp()::timestamptz AS now
 `
 
 // The database's clock, for a time rule judged outside a statement that
-// writes (a webhook signature's age).
+// writes (a webhook signature's age; an approval in force, with the row
+// locked, in Approve). statement_timestamp(), not now(): in a transaction
+// that waited for a row lock, now() is the time before that wait.
 func (q *Queries) ClockNow(ctx context.Context, db DBTX) (pgtype.Timestamptz, error) {
 	row := db.QueryRow(ctx, clockNow)
 	var now pgtype.Timestamptz
