@@ -133,6 +133,10 @@ type mop struct {
 	leaseUntil    time.Duration
 	// reached: a request of the operation may have reached the downstream.
 	reached bool
+	// sentBefore: while EXECUTING, an attempt before the current one may
+	// have reached the downstream, or the current one took over (the
+	// ledger's first_sent_fence is set).
+	sentBefore bool
 	// operatorFailed: FAILED is an operator's verdict, not a refusal.
 	operatorFailed bool
 	// resolvedState and resolvedFence: the operator's last verdict, in
@@ -419,6 +423,11 @@ func (m *model) decide(op *mop, deny, right bool, who int) want {
 	lapsed := op.state == ledger.StateReady && !op.reached && m.vnow >= op.approvedUntil
 	conflict := want{code: codes.FailedPrecondition, reason: "APPROVAL_CONFLICT"}
 	cancelled := want{code: codes.FailedPrecondition, reason: "OPERATION_CANCELLED"}
+	if op.state == ledger.StateExecuting && !op.sentBefore && m.vnow >= op.approvedUntil {
+		// An attempt that may have sent nothing holds it past the
+		// approval: its end tells whether the approval was used.
+		return want{code: codes.Aborted, reason: "OPERATION_IN_PROGRESS"}
+	}
 	switch {
 	case !deny && (op.state == ledger.StateAwaitingApproval || lapsed):
 		op.state, op.approvedUntil = ledger.StateReady, m.vnow+modelTTL
@@ -594,7 +603,7 @@ func (m *model) predictExecute(op *mop) (want, *call) {
 			return want{code: codes.FailedPrecondition, reason: "APPROVAL_EXPIRED"}, nil
 		}
 		op.fence++
-		op.state, op.leaseUntil = ledger.StateExecuting, m.vnow+modelLease
+		op.state, op.leaseUntil, op.sentBefore = ledger.StateExecuting, m.vnow+modelLease, op.reached
 		return want{}, &call{op: op, fence: op.fence}
 	case ledger.StateExecuting:
 		if m.vnow < op.leaseUntil {
@@ -604,6 +613,7 @@ func (m *model) predictExecute(op *mop) (want, *call) {
 		// holder may have sent.
 		op.reached = true
 		if op.tool.dedupes {
+			op.sentBefore = true
 			op.fence++
 			op.leaseUntil = m.vnow + modelLease
 			return want{}, &call{op: op, fence: op.fence, tookOver: true}
