@@ -195,7 +195,10 @@ func WithExecute(wait time.Duration) PrepareOption {
 //
 // args is the tool's arguments as a map[string]any, a *structpb.Struct, a
 // json.RawMessage holding a JSON object, or nil for {}. Numbers travel as
-// IEEE-754 doubles: send integers above 2^53 as strings.
+// IEEE-754 doubles: send integers above 2^53 as strings. A number a double
+// cannot carry as written (an integer above 2^53, more digits than a double
+// holds) is refused before anything is sent (InexactNumber), in a map's
+// integers and in JSON text, rather than changed on the way.
 func (c *Client) Prepare(ctx context.Context, tool string, args any, idempotencyKey string, opts ...PrepareOption) (*opledgerv1.PrepareResponse, error) {
 	if idempotencyKey == "" {
 		return nil, errors.New("opledger: Prepare needs an idempotency key (see DeriveKey)")
@@ -354,6 +357,9 @@ func toStruct(args any) (*structpb.Struct, error) {
 		}
 		return a, nil
 	case map[string]any:
+		if lit, carried, bad := inexactValue(a); bad {
+			return nil, inexactError(lit, carried)
+		}
 		s, err := structpb.NewStruct(a)
 		if err != nil {
 			return nil, fmt.Errorf("opledger: args: %w", err)
@@ -363,6 +369,9 @@ func toStruct(args any) (*structpb.Struct, error) {
 		s := &structpb.Struct{}
 		if err := protojson.Unmarshal(a, s); err != nil {
 			return nil, fmt.Errorf("opledger: args must be a JSON object: %w", err)
+		}
+		if lit, carried, bad := InexactNumber(a); bad {
+			return nil, inexactError(lit, carried)
 		}
 		return s, nil
 	default:

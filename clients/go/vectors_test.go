@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -111,4 +112,39 @@ func TestDeriveKeyRefusesIncompleteParts(t *testing.T) {
 	c, err := client.DeriveKey(ok)
 	require.NoError(t, err)
 	require.NotEqual(t, b, c)
+}
+
+// TestInexactNumberVectors: the numbers a double cannot carry as written
+// are refused before anything is sent, as every client refuses them
+// (clients/testdata/inexact_numbers.json): Prepare with the args as JSON
+// text (a model's) sends nothing and names the number.
+func TestInexactNumberVectors(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../testdata/inexact_numbers.json")
+	require.NoError(t, err)
+	var file struct {
+		Vectors []struct {
+			Args    string  `json:"args"`
+			Refused *string `json:"refused"`
+		} `json:"vectors"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &file))
+	require.True(t, len(file.Vectors) > 0)
+	c, err := client.NewFromConn(nil, "k", client.RetryPolicy{}) // no connection: a refusal sends nothing
+	require.NoError(t, err)
+	for _, v := range file.Vectors {
+		lit, _, bad := client.InexactNumber([]byte(v.Args))
+		if v.Refused == nil {
+			require.False(t, bad, "%s: %s", v.Args, lit)
+			continue
+		}
+		require.True(t, bad, v.Args)
+		require.Equal(t, *v.Refused, lit, v.Args)
+		_, err := c.Prepare(context.Background(), "pay", json.RawMessage(v.Args), "k-1")
+		require.Error(t, err, v.Args)
+		require.Contains(t, err.Error(), *v.Refused)
+	}
+	_, err = c.Prepare(context.Background(), "pay", map[string]any{"id": int64(1234567890123456789)}, "k-1")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "1234567890123456789")
 }

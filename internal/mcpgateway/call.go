@@ -1,15 +1,12 @@
 package mcpgateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
-	"strconv"
 	"strings"
 	"time"
 
@@ -109,7 +106,7 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 				return refusal(codes.InvalidArgument, "ARGS_INVALID", msg,
 					"Call again with the arguments as one JSON object matching the tool's input schema."), nil
 			}
-			if lit, carried, ok := inexactNumber(raw); ok {
+			if lit, carried, ok := client.InexactNumber(raw); ok {
 				return refusal(codes.InvalidArgument, "ARGS_INVALID", fmt.Sprintf("the arguments hold the number %s, which the ledger "+
 					"cannot pass on exactly: its numbers are IEEE-754 doubles, and the downstream would receive %s", lit, carried),
 					"Nothing was recorded. Do not round the value: tell the user it is too large or too precise for this tool."), nil
@@ -334,48 +331,6 @@ func unanswered(err error) bool {
 	r := client.ReasonOf(err)
 	return r == "" || r == client.ReasonInternal
 }
-
-// inexactNumber finds the first number of raw (a JSON text protojson
-// accepted into a Struct) whose double is not the number written, which
-// the Struct would silently change: an integer above 2^53
-// (9007199254740993 becomes 9007199254740992), or more digits than a double
-// holds. It compares the literal with the double's shortest form, which is
-// what the ledger's canonical JSON sends on (2^60 is a double, but it goes
-// out as 1152921504606847000). carried is that form.
-func inexactNumber(raw []byte) (lit, carried string, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", "", false
-		}
-		n, isNum := tok.(json.Number)
-		if !isNum {
-			continue
-		}
-		f, err := strconv.ParseFloat(string(n), 64)
-		if err != nil {
-			continue // out of range: protojson refused it already
-		}
-		carried = strconv.FormatFloat(f, 'g', -1, 64)
-		if carried == string(n) {
-			continue
-		}
-		if len(n) > maxNumberLiteral {
-			return string(n), carried, true
-		}
-		want, wok := new(big.Rat).SetString(string(n))
-		got, gok := new(big.Rat).SetString(carried)
-		if !wok || !gok || want.Cmp(got) != 0 {
-			return string(n), carried, true
-		}
-	}
-}
-
-// maxNumberLiteral bounds the literal inexactNumber compares exactly; a
-// longer one (a double has at most 17 significant digits) is refused.
-const maxNumberLiteral = 1024
 
 // recordedTimeout bounds the Prepare that asks, under the host's key, which
 // operation a call cut short recorded.

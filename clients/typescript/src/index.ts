@@ -27,6 +27,7 @@ export type { Reason } from "./errors";
 export { DEFAULT_RETRY, NO_RETRY, backoffMs, callWithRetry, retryPolicy, sleep } from "./retry";
 export type { RetryPolicy } from "./retry";
 export { deriveKey, keyPreimage, KEY_PREFIX } from "./keys";
+export { inexactNumber } from "./numbers";
 export type { KeyParts } from "./keys";
 export {
   canonicalize,

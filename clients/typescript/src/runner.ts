@@ -27,6 +27,7 @@ import type { OpledgerClient } from "./client";
 import { decodeErrorInfo, ERROR_DOMAIN, isOpledgerError, type OpledgerError, type Reason } from "./errors";
 import { canonicalize } from "./fingerprint";
 import { Effect, State, type Operation } from "./gen/opledger/v1/ledger_pb";
+import { checkNumbers } from "./numbers";
 
 /** MESSAGE_AWAITING_APPROVAL is what forModel tells the model about a call that waits for a
  * person. */
@@ -413,6 +414,7 @@ function parseArgs(args: JsonObject | string | undefined): JsonObject | undefine
   if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
     throw new TypeError("the tool call's arguments must be a JSON object");
   }
+  checkNumbers(args);
   return parsed as JsonObject;
 }
 

@@ -27,6 +27,7 @@ import {
   Succeeded,
   ToolRunner,
   deriveKey,
+  inexactNumber,
   operationFingerprint,
   stateWords,
   type Operation,
@@ -340,5 +341,30 @@ test("check_operation answers every state", async () => {
     const fake = fakeClient(State.READY, undefined, { getState: state, execute: refusedWith(reason) });
     const out = await new ToolRunner(fake.client).run(CHECK_OPERATION_TOOL, '{"operation_id":"op_1"}', "");
     assert.equal(out.kind, kind, out.forModel());
+  }
+});
+
+// A number a double cannot carry as written is refused before anything is sent, as in every
+// opledger client: clients/testdata/inexact_numbers.json.
+const inexactVectors = (
+  JSON.parse(readFileSync(resolve(REPO, "clients", "testdata", "inexact_numbers.json"), "utf8")) as {
+    vectors: { args: string; refused: string | null }[];
+  }
+).vectors;
+
+test("a number a double cannot carry is refused before anything is sent", async () => {
+  assert.ok(inexactVectors.length > 0);
+  for (const v of inexactVectors) {
+    const bad = inexactNumber(v.args);
+    assert.equal(bad?.literal, v.refused ?? undefined, v.args);
+    const { client, calls } = fakeClient(State.SUCCEEDED, op("op_1", State.SUCCEEDED));
+    const run = new ToolRunner(client).run("pay_invoice", v.args, "k");
+    if (v.refused === null) {
+      await run;
+      assert.equal(calls.prepares.length, 1, v.args);
+      continue;
+    }
+    await assert.rejects(run, (err: unknown) => err instanceof TypeError && err.message.includes(v.refused as string), v.args);
+    assert.equal(calls.prepares.length, 0, v.args);
   }
 });

@@ -18,6 +18,7 @@ from google.protobuf import duration_pb2, struct_pb2
 from opledger.v1 import ledger_pb2, ledger_pb2_grpc
 
 from .errors import from_rpc_error
+from ._numbers import check_value
 from .retry import RetryPolicy, call_with_retry
 
 #: DEFAULT_TIMEOUT is the deadline of one attempt, in seconds.
@@ -83,6 +84,7 @@ def _struct(args: Args) -> Optional[struct_pb2.Struct]:
         return None
     if isinstance(args, struct_pb2.Struct):
         return args
+    check_value(args)
     s = struct_pb2.Struct()
     s.update(args)
     return s

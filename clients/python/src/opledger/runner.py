@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Union
@@ -56,6 +55,7 @@ from .errors import (
     ToolVersionUnknown,
     operation_error_reason,
 )
+from . import _numbers
 from .fingerprint import canonicalize, struct_to_dict
 
 #: MESSAGE_AWAITING_APPROVAL is what for_model tells the model about a call that waits for a person.
@@ -304,7 +304,7 @@ def _operation_id_arg(args: ToolArgs) -> str:
 
 def _args(args: ToolArgs) -> Union[Mapping[str, Any], struct_pb2.Struct, None]:
     if isinstance(args, str):
-        parsed = json.loads(args) if args.strip() else {}
+        parsed = _numbers.loads(args) if args.strip() else {}
         if not isinstance(parsed, dict):
             raise ValueError("the tool call's arguments must be a JSON object")
         return parsed

@@ -6,11 +6,15 @@ import com.google.protobuf.NullValue;
 import com.google.protobuf.Struct;
 import com.google.protobuf.Value;
 import com.google.protobuf.util.JsonFormat;
+import java.math.BigDecimal;
+import java.math.BigInteger;
 import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * Args builds the {@code google.protobuf.Struct} a Prepare carries. Numbers become IEEE-754
- * doubles: send integers above 2^53 as strings.
+ * doubles: send integers above 2^53 as strings (one a double cannot carry as written is refused).
  */
 public final class Args {
   private Args() {}
@@ -24,7 +28,12 @@ public final class Args {
     return b.build();
   }
 
-  /** FromJson parses a JSON object, e.g. a model's tool-call arguments, into a Struct. */
+  /**
+   * FromJson parses a JSON object, e.g. a model's tool-call arguments, into a Struct. A number a
+   * double cannot carry as written (an integer above 2^53, more digits than a double holds) is
+   * refused with an IllegalArgumentException naming it ({@link #inexactNumber}) rather than changed
+   * on the way.
+   */
   public static Struct fromJson(String json) {
     Struct.Builder b = Struct.newBuilder();
     try {
@@ -32,7 +41,79 @@ public final class Args {
     } catch (InvalidProtocolBufferException e) {
       throw new IllegalArgumentException("args must be a JSON object: " + e.getMessage(), e);
     }
+    String[] bad = inexactNumber(json);
+    if (bad != null) {
+      throw inexact(bad[0], bad[1]);
+    }
     return b.build();
+  }
+
+  private static final Pattern NUMBER = Pattern.compile("-?\\d+(?:\\.\\d+)?(?:[eE][+-]?\\d+)?");
+
+  /** MAX_LITERAL bounds the literal compared exactly (a double has at most 17 significant digits). */
+  private static final int MAX_LITERAL = 1024;
+
+  /**
+   * InexactNumber returns the first number of the JSON text whose IEEE-754 double, in its shortest
+   * form (what the ledger's canonical JSON sends on), is not the number written, and that form:
+   * {literal, carried}; null when there is none. Args travel to the ledger as a
+   * google.protobuf.Struct, whose numbers are doubles, so 9007199254740993 would arrive as
+   * 9007199254740992, silently; every opledger client refuses such a number
+   * (clients/testdata/inexact_numbers.json).
+   */
+  public static String[] inexactNumber(String json) {
+    Matcher m = NUMBER.matcher(json);
+    for (int i = 0; i < json.length(); i++) {
+      char c = json.charAt(i);
+      if (c == '"') {
+        for (i++; i < json.length() && json.charAt(i) != '"'; i++) {
+          if (json.charAt(i) == '\\') {
+            i++;
+          }
+        }
+        continue;
+      }
+      if (c != '-' && (c < '0' || c > '9')) {
+        continue;
+      }
+      m.region(i, json.length());
+      if (!m.lookingAt()) {
+        continue;
+      }
+      String literal = m.group();
+      i += literal.length() - 1;
+      String carried = inexact(literal);
+      if (carried != null) {
+        return new String[] {literal, carried};
+      }
+    }
+    return null;
+  }
+
+  /** Inexact returns the form literal's double would arrive in, when that is another number. */
+  private static String inexact(String literal) {
+    double d = Double.parseDouble(literal);
+    if (Double.isInfinite(d)) {
+      return null; // beyond the double's range: left to the parser and the ledger
+    }
+    String carried = Jcs.formatNumber(d);
+    if (carried.equals(literal)) {
+      return null;
+    }
+    if (literal.length() <= MAX_LITERAL
+        && new BigDecimal(literal).compareTo(new BigDecimal(carried)) == 0) {
+      return null;
+    }
+    return carried;
+  }
+
+  private static IllegalArgumentException inexact(String literal, String carried) {
+    return new IllegalArgumentException(
+        "args: the number "
+            + literal
+            + " cannot travel exactly (the ledger's numbers are IEEE-754 doubles, and it would arrive as "
+            + carried
+            + "): send it as a string");
   }
 
   /**
@@ -57,6 +138,12 @@ public final class Args {
     } else if (v instanceof String s) {
       return Value.newBuilder().setStringValue(s).build();
     } else if (v instanceof Number n) {
+      if (v instanceof Long || v instanceof BigInteger || v instanceof BigDecimal) {
+        String carried = inexact(n.toString());
+        if (carried != null) {
+          throw inexact(n.toString(), carried);
+        }
+      }
       return Value.newBuilder().setNumberValue(n.doubleValue()).build();
     } else if (v instanceof Struct s) {
       return Value.newBuilder().setStructValue(s).build();
