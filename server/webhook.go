@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/tool"
 )
 
 // SignatureHeader carries a webhook's signature:
@@ -32,8 +33,15 @@ func WebhookHandler(l *ledger.Ledger, logger *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webhooks/{tool}", func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("tool")
-		t, err := l.ResolveTool(name, "")
-		if err != nil || t.Executor.WebhookSecret == "" {
+		// Each version of the tool declares its own executor, secret
+		// included: the event is the signer's versions' to apply.
+		var secrets []*tool.Tool
+		for _, t := range l.Tools() {
+			if t.Name == name && t.Executor.WebhookSecret != "" {
+				secrets = append(secrets, t)
+			}
+		}
+		if len(secrets) == 0 {
 			http.Error(w, "no webhooks for this tool", http.StatusNotFound)
 			return
 		}
@@ -42,8 +50,14 @@ func WebhookHandler(l *ledger.Ledger, logger *slog.Logger) http.Handler {
 			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
 			return
 		}
-		signedAt, ok := signatureTime(t.Executor.WebhookSecret, r.Header.Get(SignatureHeader), body)
-		if !ok {
+		var signedAt time.Time
+		var versions []string
+		for _, t := range secrets {
+			if at, ok := signatureTime(t.Executor.WebhookSecret, r.Header.Get(SignatureHeader), body); ok {
+				signedAt, versions = at, append(versions, t.Version)
+			}
+		}
+		if len(versions) == 0 {
 			logger.Warn("webhook: bad signature", "tool", name)
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
@@ -65,8 +79,12 @@ func WebhookHandler(l *ledger.Ledger, logger *slog.Logger) http.Handler {
 			http.Error(w, "body is not a webhook event", http.StatusBadRequest)
 			return
 		}
-		result, err := l.Webhook(r.Context(), name, ev)
+		result, err := l.WebhookSigned(r.Context(), name, versions, ev)
 		switch {
+		case errors.Is(err, ledger.ErrWebhookUnsigned):
+			logger.Warn("webhook: signed for another version of the tool", "tool", name, "event", ev.ID)
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
 		case errors.Is(err, ledger.ErrWebhookInvalid):
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

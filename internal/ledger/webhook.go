@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/opledger/opledger/executor"
@@ -30,6 +31,10 @@ type WebhookEvent struct {
 
 // ErrWebhookInvalid marks an event that cannot be applied as sent.
 var ErrWebhookInvalid = errors.New("ledger: invalid webhook event")
+
+// ErrWebhookUnsigned marks an event whose signature verified under a secret
+// that is not the one of the operation's tool version.
+var ErrWebhookUnsigned = errors.New("ledger: webhook event not signed for the operation's tool version")
 
 // WebhookResult is what applying an event did, for the sender's answer and
 // this server's log.
@@ -71,6 +76,14 @@ func contradicts(op Operation, typ string) bool {
 // (reconciliation result "webhook_contradiction") and reported. It returns
 // what happened, for the sender's answer and this server's log.
 func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (WebhookResult, error) {
+	return l.WebhookSigned(ctx, tool, nil, ev)
+}
+
+// WebhookSigned is Webhook for an event whose signature verified under the
+// webhook secrets of the tool's versions listed (nil: any): an operation of
+// another version, whose executor declares another secret or none, is not
+// the signer's to settle (ErrWebhookUnsigned).
+func (l *Ledger) WebhookSigned(ctx context.Context, tool string, versions []string, ev WebhookEvent) (WebhookResult, error) {
 	if ev.ID == "" || len(ev.ID) > 255 || ev.IdempotencyKey == "" || (ev.Type != "succeeded" && ev.Type != "failed") {
 		return WebhookResult{}, fmt.Errorf("%w: id, idempotency_key and type succeeded|failed are required", ErrWebhookInvalid)
 	}
@@ -88,6 +101,9 @@ func (l *Ledger) Webhook(ctx context.Context, tool string, ev WebhookEvent) (Web
 		}
 		if opID != "" && op.Tool != tool {
 			return fmt.Errorf("%w: the key belongs to another tool", ErrWebhookInvalid)
+		}
+		if opID != "" && versions != nil && !slices.Contains(versions, op.ToolVersion) {
+			return ErrWebhookUnsigned
 		}
 		fresh, err := c.WebhookEventInsert(ctx, tool, ev.ID, opID)
 		if err != nil {
