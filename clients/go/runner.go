@@ -414,9 +414,9 @@ func (r *ToolRunner) carryOn(ctx context.Context, op *opledgerv1.Operation, chec
 			return &AwaitingApproval{Operation: op}, nil
 		}
 		out, rerr := r.refused(ctx, err, op)
-		if f, ok := out.(*Failed); check && ok && rerr == nil &&
+		if f, ok := out.(*Failed); ok && rerr == nil &&
 			f.Reason != ReasonOperationRejected && f.Reason != ReasonOperationCancelled {
-			// A check's Execute refused for another reason (a replica
+			// An Execute refused for another reason (a replica
 			// without the tool's version, say): the operation is not
 			// settled, and "failed" would say nothing happened.
 			return &OutcomeUnknown{Operation: op, Pending: true}, nil

@@ -394,3 +394,49 @@ func errWithReason(t *testing.T, code codes.Code, reason client.Reason) error {
 	require.NoError(t, err)
 	return st.Err()
 }
+
+// TestRunExecuteRefusedOnAnApprovedCallIsPending: a person approved
+// the call while Run waited, and the Execute that follows lands on a replica
+// that refuses it (TOOL_VERSION_UNKNOWN: a rolling deploy that dropped the
+// version). The operation is still READY and approved: the same Run again,
+// or check_operation, executes it on a replica that has the version. "failed"
+// tells the model nothing happened and it may make the call again under a
+// new key: a second operation, and two effects once both run. Check already
+// answers exactly this server answer as pending; Run must not say failed.
+func TestRunExecuteRefusedOnAnApprovedCallIsPending(t *testing.T) {
+	t.Parallel()
+	s := &stubLedger{prepareState: opledgerv1.State_STATE_AWAITING_APPROVAL, getState: opledgerv1.State_STATE_READY,
+		executeErr: errWithReason(t, codes.InvalidArgument, client.ReasonToolVersionUnknown)}
+	r := client.NewToolRunner(startStub(t, s), client.RunnerOptions{ApprovalWait: 5 * time.Second})
+
+	checked, err := r.Check(context.Background(), "op_1")
+	require.NoError(t, err)
+	_, ok := checked.(*client.OutcomeUnknown)
+	require.True(t, ok, "check: %s", checked.ForModel())
+
+	out, err := r.Run(context.Background(), "pay_invoice", json.RawMessage(`{"invoice_id":"INV-1","amount_minor":4900,"currency":"EUR"}`), "k")
+	require.NoError(t, err)
+	_, executes := s.counts()
+	require.Equal(t, 2, executes)
+	u, ok := out.(*client.OutcomeUnknown)
+	require.True(t, ok, "run: %s", out.ForModel())
+	require.True(t, u.Pending)
+}
+
+// TestRunArgsTextThatCannotTravelIsRefused: model argument text that cannot
+// travel as written (a member given twice, an unpaired surrogate escape) is
+// refused before anything is sent, as every client refuses it.
+func TestRunArgsTextThatCannotTravelIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, text := range []string{
+		`{"invoice_id":"INV-1","amount_minor":100,"amount_minor":100000,"currency":"EUR"}`,
+		`{"to":"a@example.com","subject":"\ud83d","body":"x"}`,
+	} {
+		s := &stubLedger{prepareState: opledgerv1.State_STATE_SUCCEEDED}
+		_, err := client.NewToolRunner(startStub(t, s), client.RunnerOptions{}).Run(context.Background(), "pay_invoice", json.RawMessage(text), "k")
+		require.Error(t, err, text)
+		s.mu.Lock()
+		require.Len(t, s.prepares, 0, text)
+		s.mu.Unlock()
+	}
+}

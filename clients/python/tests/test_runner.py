@@ -406,3 +406,29 @@ def test_check_operation_answers_every_state(stub, stub_addr):
                 return await opledger.AsyncToolRunner(c).check("op_1")
 
         assert isinstance(asyncio.run(run()), want)
+
+
+def test_duplicate_member_is_refused_before_sending(stub):
+    """A member given twice in the model's text was sent with the last value (a charge of 100000
+    where the Go runner refuses the text): refused before anything is sent, as every client."""
+    ledger = StubLedger(ledger_pb2.STATE_SUCCEEDED)
+    runner = opledger.ToolRunner(stub(ledger))
+    text = '{"invoice_id":"INV-1","amount_minor":100,"amount_minor":100000,"currency":"EUR"}'
+    with pytest.raises(ValueError, match="amount_minor"):
+        runner.run("pay_invoice", text, "k")
+    assert ledger.prepares == []
+
+
+def test_run_execute_refused_on_an_approved_call_is_pending(stub):
+    """A call approved while run waited, whose Execute a replica without the tool's version refuses,
+    is still READY: "failed" would tell the model nothing happened and a new key is safe. Pending,
+    as check answers the same server answer."""
+    ledger = StubLedger(ledger_pb2.STATE_AWAITING_APPROVAL, get_state=ledger_pb2.STATE_READY,
+                        execute_error=refusal_status("TOOL_VERSION_UNKNOWN"))
+    runner = opledger.ToolRunner(stub(ledger), approval_wait=5)
+    checked = runner.check("op_1")
+    assert isinstance(checked, opledger.OutcomeUnknown), checked.for_model()
+    out = runner.run("pay_invoice", {"invoice_id": "INV-1", "amount_minor": 4900, "currency": "EUR"}, "k")
+    assert len(ledger.executes) == 2
+    assert isinstance(out, opledger.OutcomeUnknown), out.for_model()
+    assert out.pending

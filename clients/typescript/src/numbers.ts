@@ -80,3 +80,55 @@ export function checkNumbers(text: string): void {
     );
   }
 }
+
+/** duplicateMember returns the first member name given twice in one object of the JSON text
+ * (text JSON.parse accepted), or undefined: JSON.parse keeps the last silently. */
+export function duplicateMember(text: string): string | undefined {
+  const stack: (Set<string> | undefined)[] = [];
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === "{") {
+      stack.push(new Set());
+    } else if (c === "[") {
+      stack.push(undefined);
+    } else if (c === "}" || c === "]") {
+      stack.pop();
+    } else if (c === '"') {
+      const start = i;
+      for (i++; i < text.length && text[i] !== '"'; i++) {
+        if (text[i] === "\\") {
+          i++;
+        }
+      }
+      const names = stack[stack.length - 1];
+      let j = i + 1;
+      while (j < text.length && " \t\n\r".includes(text[j])) {
+        j++;
+      }
+      if (names === undefined || text[j] !== ":") {
+        continue; // a value, not a member name
+      }
+      const name = JSON.parse(text.slice(start, i + 1)) as string;
+      if (names.has(name)) {
+        return name;
+      }
+      names.add(name);
+    }
+  }
+  return undefined;
+}
+
+/** hasLoneSurrogate reports whether a parsed JSON value holds a string (or member name) with an
+ * unpaired UTF-16 surrogate, which protobuf's UTF-8 strings would carry as U+FFFD. */
+export function hasLoneSurrogate(v: unknown): boolean {
+  if (typeof v === "string") {
+    return /[\uD800-\uDFFF]/u.test(v);
+  }
+  if (Array.isArray(v)) {
+    return v.some(hasLoneSurrogate);
+  }
+  if (v !== null && typeof v === "object") {
+    return Object.entries(v).some(([k, x]) => hasLoneSurrogate(k) || hasLoneSurrogate(x));
+  }
+  return false;
+}

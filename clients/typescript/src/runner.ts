@@ -27,7 +27,7 @@ import type { OpledgerClient } from "./client";
 import { decodeErrorInfo, ERROR_DOMAIN, isOpledgerError, type OpledgerError, type Reason } from "./errors";
 import { canonicalize } from "./fingerprint";
 import { Effect, State, type Operation } from "./gen/opledger/v1/ledger_pb";
-import { checkNumbers } from "./numbers";
+import { checkNumbers, duplicateMember, hasLoneSurrogate } from "./numbers";
 
 /** MESSAGE_AWAITING_APPROVAL is what forModel tells the model about a call that waits for a
  * person. */
@@ -332,8 +332,8 @@ export class ToolRunner {
         return new AwaitingApproval(await this.reawaiting(err, op));
       }
       const refused = await this.refused(err, op);
-      if (check && refused.reason !== "OPERATION_REJECTED" && refused.reason !== "OPERATION_CANCELLED") {
-        // A check's Execute refused for another reason (a replica without the tool's version,
+      if (refused.reason !== "OPERATION_REJECTED" && refused.reason !== "OPERATION_CANCELLED") {
+        // An Execute refused for another reason (a replica without the tool's version,
         // say): the operation is not settled, and "failed" would say nothing happened.
         return new OutcomeUnknown(op, true);
       }
@@ -415,6 +415,13 @@ function parseArgs(args: JsonObject | string | undefined): JsonObject | undefine
     throw new TypeError("the tool call's arguments must be a JSON object");
   }
   checkNumbers(args);
+  const twice = duplicateMember(args);
+  if (twice !== undefined) {
+    throw new TypeError(`the member ${JSON.stringify(twice)} appears twice in one object: which one counts is not defined`);
+  }
+  if (hasLoneSurrogate(parsed)) {
+    throw new TypeError("a string holds an unpaired UTF-16 surrogate, which the ledger's UTF-8 strings cannot carry");
+  }
   return parsed as JsonObject;
 }
 

@@ -58,8 +58,17 @@ def _float(literal: str) -> float:
     return float(literal)
 
 
+def _object(pairs: Any) -> Dict[str, Any]:
+    obj: Dict[str, Any] = {}
+    for name, value in pairs:
+        if name in obj:
+            raise ValueError(f"the member {name!r} appears twice in one object: which one counts is not defined")
+        obj[name] = value
+    return obj
+
+
 def loads(text: str) -> Dict[str, Any]:
     """loads parses a model's JSON arguments, refusing (ValueError) a number a double cannot
-    carry, the first in the text."""
-    parsed: Any = json.loads(text, parse_int=_int, parse_float=_float)
+    carry, the first in the text, and a member name given twice in one object."""
+    parsed: Any = json.loads(text, parse_int=_int, parse_float=_float, object_pairs_hook=_object)
     return parsed  # type: ignore[no-any-return]

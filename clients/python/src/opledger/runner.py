@@ -339,11 +339,11 @@ def _with_operation(refused: Failed, err: OpledgerError, op: ledger_pb2.Operatio
     return replace(refused, operation=op)
 
 
-def _unsettled_if_checked(refused: Failed, op: ledger_pb2.Operation, check: bool) -> ToolOutcome:
-    """_unsettled_if_checked: a check's Execute refused for a reason other than a denial or a
+def _unsettled(refused: Failed, op: ledger_pb2.Operation) -> ToolOutcome:
+    """_unsettled: an Execute of a recorded operation refused for a reason other than a denial or a
     cancellation (a replica without the tool's version, say) leaves the operation unsettled, and
-    "failed" would say nothing happened: pending."""
-    if check and refused.reason not in ("OPERATION_REJECTED", "OPERATION_CANCELLED"):
+    "failed" would say nothing happened: pending (run's, after an approval, and check's alike)."""
+    if refused.reason not in ("OPERATION_REJECTED", "OPERATION_CANCELLED"):
         return OutcomeUnknown(operation=op, pending=True)
     return refused
 
@@ -444,7 +444,7 @@ class ToolRunner:
         except ApprovalExpired as err:
             return AwaitingApproval(operation=self._reawaiting(err, op))
         except OpledgerError as err:
-            return _unsettled_if_checked(self._refused(err, op), op, check)
+            return _unsettled(self._refused(err, op), op)
         return final(done.operation)
 
     def _reawaiting(self, err: ApprovalExpired, op: Optional[ledger_pb2.Operation]) -> ledger_pb2.Operation:
@@ -554,7 +554,7 @@ class AsyncToolRunner:
         except ApprovalExpired as err:
             return AwaitingApproval(operation=await self._reawaiting(err, op))
         except OpledgerError as err:
-            return _unsettled_if_checked(await self._refused(err, op), op, check)
+            return _unsettled(await self._refused(err, op), op)
         return final(done.operation)
 
     async def _reawaiting(self, err: ApprovalExpired, op: Optional[ledger_pb2.Operation]) -> ledger_pb2.Operation:

@@ -8,7 +8,10 @@ import com.google.protobuf.Value;
 import com.google.protobuf.util.JsonFormat;
 import java.math.BigDecimal;
 import java.math.BigInteger;
+import java.util.ArrayDeque;
+import java.util.HashSet;
 import java.util.Map;
+import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -45,7 +48,63 @@ public final class Args {
     if (bad != null) {
       throw inexact(bad[0], bad[1]);
     }
-    return b.build();
+    String twice = duplicateMember(json);
+    if (twice != null) {
+      throw new IllegalArgumentException(
+          "args: the member \"" + twice + "\" appears twice in one object: which one counts is not defined");
+    }
+    Struct s = b.build();
+    try {
+      Jcs.canonicalize(s); // refuses an unpaired surrogate, which protobuf would send as '?'
+    } catch (IllegalArgumentException e) {
+      throw new IllegalArgumentException("args: " + e.getMessage(), e);
+    }
+    return s;
+  }
+
+  /**
+   * DuplicateMember returns the first member name given twice in one object of the JSON text (text
+   * JsonFormat accepted), or null: JsonFormat keeps the last silently.
+   */
+  static String duplicateMember(String json) {
+    ArrayDeque<Set<String>> stack = new ArrayDeque<>();
+    Set<String> array = Set.of(); // marks an array level
+    for (int i = 0; i < json.length(); i++) {
+      char c = json.charAt(i);
+      if (c == '{') {
+        stack.push(new HashSet<>());
+      } else if (c == '[') {
+        stack.push(array);
+      } else if (c == '}' || c == ']') {
+        stack.pop();
+      } else if (c == '"') {
+        int start = i;
+        for (i++; i < json.length() && json.charAt(i) != '"'; i++) {
+          if (json.charAt(i) == '\\') {
+            i++;
+          }
+        }
+        int j = i + 1;
+        while (j < json.length() && " \t\n\r".indexOf(json.charAt(j)) >= 0) {
+          j++;
+        }
+        Set<String> names = stack.peek();
+        if (names == null || names == array || j >= json.length() || json.charAt(j) != ':') {
+          continue; // a value, not a member name
+        }
+        Struct.Builder one = Struct.newBuilder();
+        try {
+          JsonFormat.parser().merge("{" + json.substring(start, i + 1) + ":null}", one);
+        } catch (InvalidProtocolBufferException e) {
+          return null;
+        }
+        String name = one.getFieldsMap().keySet().iterator().next();
+        if (!names.add(name)) {
+          return name;
+        }
+      }
+    }
+    return null;
   }
 
   private static final Pattern NUMBER = Pattern.compile("-?\\d+(?:\\.\\d+)?(?:[eE][+-]?\\d+)?");

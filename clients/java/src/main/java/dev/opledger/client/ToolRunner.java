@@ -288,11 +288,10 @@ public final class ToolRunner {
         return new ToolOutcome.AwaitingApproval(reawaiting(e, op));
       }
       ToolOutcome refused = refused(e, op);
-      if (check
-          && refused instanceof ToolOutcome.Failed f
+      if (refused instanceof ToolOutcome.Failed f
           && !f.reason().equals(Reason.OPERATION_REJECTED.name())
           && !f.reason().equals(Reason.OPERATION_CANCELLED.name())) {
-        // A check's Execute refused for another reason (a replica without the tool's version,
+        // An Execute refused for another reason (a replica without the tool's version,
         // say): the operation is not settled, and "failed" would say nothing happened.
         return new ToolOutcome.OutcomeUnknown(op, true);
       }

@@ -46,4 +46,19 @@ class ArgsTest {
     assertTrue(e.getMessage().contains("1234567890123456789"), e.getMessage());
     assertEquals(9007199254740992.0, Args.of(Map.of("id", 9007199254740992L)).getFieldsOrThrow("id").getNumberValue());
   }
+
+  /**
+   * A member given twice in the model's text was kept with its last value (a charge of 100000
+   * where the Go runner refuses the text), and an unpaired surrogate escape went out as '?':
+   * both are refused before anything is sent, as in every client.
+   */
+  @Test
+  void textThatCannotTravelAsWrittenIsRefused() {
+    String twice = "{\"invoice_id\":\"INV-1\",\"amount_minor\":100,\"amount_minor\":100000,\"currency\":\"EUR\"}";
+    IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Args.fromJson(twice));
+    assertTrue(e.getMessage().contains("amount_minor"), e.getMessage());
+    String lone = "{\"to\":\"a@example.com\",\"subject\":\"Refund \\ud83d\",\"body\":\"x\"}";
+    assertThrows(IllegalArgumentException.class, () -> Args.fromJson(lone));
+    Args.fromJson("{\"a\":{\"x\":1},\"b\":{\"x\":2},\"c\":[{\"x\":1},{\"x\":2}],\"s\":\"\\ud83d\\ude00 {x:1}\"}");
+  }
 }

@@ -381,4 +381,38 @@ class ToolRunnerTest {
         ToolOutcome.Failed.class,
         ToolRunner.builder(start(s)).build().run(ToolRunner.CHECK_OPERATION_TOOL, "[1]", ""));
   }
+
+  /**
+   * A call approved while run waited, whose Execute a replica without the tool's version refuses,
+   * is still READY: "failed" would tell the model nothing happened and a new key is safe. Pending,
+   * as check answers the same server answer.
+   */
+  @Test
+  void runExecuteRefusedOnAnApprovedCallIsPendingAsCheckAnswersIt() throws Exception {
+    Stub stub = new Stub(State.STATE_AWAITING_APPROVAL, null);
+    stub.getState = State.STATE_READY;
+    stub.executeErr =
+        com.google.rpc.Status.newBuilder()
+            .setCode(3)
+            .setMessage("tool pay_invoice version 1 is no longer configured on this server")
+            .addDetails(Any.pack(ErrorInfo.newBuilder().setReason("TOOL_VERSION_UNKNOWN").setDomain("opledger.v1").build()))
+            .build();
+    String name = InProcessServerBuilder.generateName();
+    Server server = InProcessServerBuilder.forName(name).directExecutor().addService(stub).build().start();
+    ManagedChannel channel = InProcessChannelBuilder.forName(name).directExecutor().disableRetry().build();
+    try {
+      OpledgerClient c = OpledgerClient.builder("unused", "opl_test").channel(channel).build();
+      ToolRunner r = ToolRunner.builder(c).approvalWait(Duration.ofSeconds(5)).build();
+      ToolOutcome checked = r.check("op_1");
+      assertInstanceOf(ToolOutcome.OutcomeUnknown.class, checked, checked.forModel());
+      ToolOutcome out =
+          r.run("pay_invoice", "{\"invoice_id\":\"INV-1\",\"amount_minor\":4900,\"currency\":\"EUR\"}", "k");
+      assertEquals(2, stub.executeWaits.size());
+      ToolOutcome.OutcomeUnknown u = assertInstanceOf(ToolOutcome.OutcomeUnknown.class, out, out.forModel());
+      assertTrue(u.pending());
+    } finally {
+      channel.shutdownNow();
+      server.shutdownNow();
+    }
+  }
 }
