@@ -166,7 +166,6 @@ func (s *Service) Run(ctx context.Context, lis net.Listener, ready func(Ready)) 
 		go l.RunReconciler(bg)
 	}
 	go l.RunPruner(bg)
-	go l.RunNotifier(bg) // idle unless an approval webhook is configured
 	var side []*http.Server
 	defer func() {
 		for _, h := range side {
@@ -204,7 +203,11 @@ func (s *Service) Run(ctx context.Context, lis net.Listener, ready func(Ready)) 
 		}
 		side = append(side, csrv)
 		r.ConsoleURL = url
+		if cfg.ConsoleURL == "" {
+			l.SetApprovalConsoleURL(url) // the address it listens on: its port may be the system's choice
+		}
 	}
+	go l.RunNotifier(bg) // idle unless an approval webhook is configured
 	var names []string
 	for _, t := range s.opts.Tools.List() {
 		names = append(names, t.Name+"@"+t.Version)

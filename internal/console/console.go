@@ -204,7 +204,13 @@ func (c *Console) withSession(h func(http.ResponseWriter, *http.Request, session
 				return
 			}
 			if r.Method == http.MethodGet {
-				http.Redirect(w, r, "/login", http.StatusSeeOther)
+				// A link to an operation (an approval notification's) is
+				// opened once the visitor signed in.
+				to := "/login"
+				if next := returnTo(r.URL.Path); next != "" {
+					to += "?next=" + url.QueryEscape(next)
+				}
+				http.Redirect(w, r, to, http.StatusSeeOther)
 				return
 			}
 			c.message(w, r, http.StatusUnauthorized, "Signed out", "Your session ended. Sign in again; nothing changed.")
@@ -323,7 +329,7 @@ func (c *Console) renderLogin(w http.ResponseWriter, r *http.Request, status int
 	token := randomToken()
 	http.SetCookie(w, &http.Cookie{Name: c.loginCookieName(), Value: token, Path: "/", HttpOnly: true,
 		Secure: c.opts.Secure, SameSite: http.SameSiteStrictMode, MaxAge: 3600})
-	p := page{Title: "Sign in", CSRF: token}
+	p := page{Title: "Sign in", CSRF: token, Data: returnTo(r.FormValue("next"))}
 	if problemText != "" {
 		p.Problem = &problem{Title: "Not signed in", Detail: problemText}
 	}
@@ -378,7 +384,22 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		SameSite: http.SameSiteStrictMode, MaxAge: int(c.opts.Session.Max.Seconds())})
 	http.SetCookie(w, &http.Cookie{Name: c.loginCookieName(), Value: "", Path: "/", HttpOnly: true, Secure: c.opts.Secure,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	to := "/"
+	if next := returnTo(r.PostForm.Get("next")); next != "" {
+		to = next
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// returnTo is path if it is an operation's page (where a notification
+// links), which signing in returns to; "" for anything else, so that the
+// sign-in form never redirects elsewhere.
+func returnTo(path string) string {
+	id, ok := strings.CutPrefix(path, "/operations/")
+	if !ok || !ledger.ValidOperationID(id) {
+		return ""
+	}
+	return "/operations/" + id
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, s session) {

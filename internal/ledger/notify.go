@@ -117,6 +117,11 @@ type NotificationOperation struct {
 // notifyOn reports whether new waits for approval queue notifications.
 func (l *Ledger) notifyOn() bool { return l.cfg.ApprovalWebhook.URL != "" }
 
+// SetApprovalConsoleURL sets the console address that approval
+// notifications link to, once the console listens (on a port the system may
+// have chosen). Call it before RunNotifier.
+func (l *Ledger) SetApprovalConsoleURL(u string) { l.cfg.ApprovalWebhook.ConsoleURL = u }
+
 // kickNotifier wakes this process's dispatcher without blocking.
 func (l *Ledger) kickNotifier() {
 	select {
@@ -194,6 +199,14 @@ func (l *Ledger) notifyOne(ctx context.Context, n store.Notification) {
 	if err != nil {
 		log.Warn("notifier: could not read the operation", "error", err)
 		return // the lease ends and it is tried again
+	}
+	if State(op.State) != StateAwaitingApproval || op.Events != n.Seq {
+		// AWAITING_APPROVAL has no edge back to itself: while the wait this
+		// notification announces lasts, the event that began it is the
+		// operation's last. A later one (a decision, and maybe a new wait
+		// with a notification of its own) ended it.
+		drop(fmt.Sprintf("the wait it announces has ended (%s, event %d)", op.State, op.Events))
+		return
 	}
 	body, err := l.notificationBody(n, op)
 	if err != nil {
