@@ -40,10 +40,13 @@ func toStatus(ctx context.Context, s *Server, err error, subject string) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	if errors.Is(err, context.Canceled) {
+	// Only the call's own end is answered as such: a bound of the ledger's
+	// own (a statement's timeout) that ran out while the caller still
+	// waits is the ledger's refusal, with its reason.
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return status.Error(codes.Canceled, "the call was cancelled")
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
 		return status.Error(codes.DeadlineExceeded, "the call's deadline passed")
 	}
 	var le *ledger.Error

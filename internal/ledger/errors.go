@@ -75,7 +75,9 @@ func storeErr(err error) error {
 	if errors.As(err, &le) {
 		return err
 	}
-	if errors.Is(err, store.ErrUnavailable) {
+	// A statement that ran out of its own time bound (a lock wait, a slow
+	// database) may succeed if sent again, as retryableStoreErr says.
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_LEDGER_UNAVAILABLE,
 			Message: "the ledger database is unavailable; retry with the same request", RetryAfter: time.Second, Err: err}
 	}
