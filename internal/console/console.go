@@ -97,7 +97,6 @@ func New(l *ledger.Ledger, opts Options) *Console {
 		"state": func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "_", " ") },
 		"join":  func(s []string) string { return strings.Join(s, ", ") },
 		"vis":   func(s string) string { v, _ := visible(s); return v },
-		"now":   func() string { return stamp(time.Now()) },
 	}
 	for _, name := range []string{"login", "list", "operation", "message"} {
 		c.pages[name] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
@@ -246,6 +245,8 @@ type page struct {
 	Data     any
 	// Refresh is where the page reloads itself to, marked as automatic.
 	Refresh string
+	// AsOf is the database's clock the list's times were measured against.
+	AsOf string
 }
 
 type problem struct {
@@ -490,7 +491,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, s session) {
 	}
 	auto.Set("auto", "1")
 	c.render(w, r, http.StatusOK, "list", page{Title: "Operations", Actor: s.actor, CSRF: s.csrf, SignedIn: true, Data: sections,
-		Refresh: "/?" + auto.Encode()})
+		Refresh: "/?" + auto.Encode(), AsOf: stamp(now)})
 }
 
 // detail is the operation page's data.
