@@ -121,6 +121,12 @@ func compileQuickProp(s *jsonschema.Schema) (quickProp, bool) {
 		if !onlyQuickKeywords(s, "Types", "MinLength", "MaxLength", "Pattern") {
 			return p, false
 		}
+		// The library reads a length beyond int64 as its low 64 bits, which
+		// may be negative (maxLength 1e19 refuses every string): such a
+		// bound is the library's, not "none".
+		if (s.MinLength != nil && *s.MinLength < 0) || (s.MaxLength != nil && *s.MaxLength < 0) {
+			return p, false
+		}
 		if s.MinLength != nil {
 			p.minLen = *s.MinLength
 		}
