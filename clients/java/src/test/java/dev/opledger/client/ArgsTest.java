@@ -8,9 +8,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.google.protobuf.Struct;
 import com.google.protobuf.Value;
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
@@ -20,8 +17,7 @@ class ArgsTest {
   /** The vectors every client checks: clients/testdata/inexact_numbers.json. */
   @Test
   void inexactNumberVectors() throws IOException {
-    Path file = TestData.dir().resolve("../../../testdata/inexact_numbers.json").normalize();
-    Struct root = Args.fromJson(Files.readString(file, StandardCharsets.UTF_8));
+    Struct root = TestData.shared("inexact_numbers.json");
     List<Value> vectors = root.getFieldsOrThrow("vectors").getListValue().getValuesList();
     assertTrue(vectors.size() > 0);
     for (Value v : vectors) {

@@ -28,6 +28,15 @@ final class TestData {
     return root.build().getFieldsOrThrow("vectors").getListValue().getValuesList();
   }
 
+  /**
+   * Shared reads a file of clients/testdata (the vectors every client checks) through Args.fromJson,
+   * as a client reads a model's arguments.
+   */
+  static Struct shared(String file) throws IOException {
+    Path path = dir().resolve("../../../testdata").resolve(file).normalize();
+    return Args.fromJson(Files.readString(path, StandardCharsets.UTF_8));
+  }
+
   static String str(Value v, String field) {
     return v.getStructValue().getFieldsOrThrow(field).getStringValue();
   }

@@ -26,9 +26,6 @@ import io.grpc.inprocess.InProcessServerBuilder;
 import io.grpc.protobuf.StatusProto;
 import io.grpc.stub.StreamObserver;
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -45,8 +42,7 @@ class ToolRunnerTest {
   /** The vectors every client checks: clients/testdata/tool_outcomes.json. */
   @TestFactory
   Stream<DynamicTest> forModelVectors() throws IOException {
-    Path file = TestData.dir().resolve("../../../testdata/tool_outcomes.json").normalize();
-    Struct root = Args.fromJson(Files.readString(file, StandardCharsets.UTF_8));
+    Struct root = TestData.shared("tool_outcomes.json");
     List<Value> vectors = root.getFieldsOrThrow("vectors").getListValue().getValuesList();
     assertTrue(vectors.size() >= 6);
     return vectors.stream()
@@ -221,8 +217,7 @@ class ToolRunnerTest {
   /** The message for a refusal under a used key is every client's (the shared vectors). */
   @Test
   void keyNamesEarlierCallVectors() throws IOException {
-    Path file = TestData.dir().resolve("../../../testdata/tool_outcomes.json").normalize();
-    Struct root = Args.fromJson(Files.readString(file, StandardCharsets.UTF_8));
+    Struct root = TestData.shared("tool_outcomes.json");
     List<Value> vectors = root.getFieldsOrThrow("key_names_earlier_call").getListValue().getValuesList();
     assertTrue(vectors.size() > 0);
     for (Value v : vectors) {
