@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/internal/reason"
@@ -57,8 +57,18 @@ func WithPrincipal(ctx context.Context, p Principal) context.Context {
 func authFunc(a Authenticator, roles map[string][]string) func(ctx context.Context) (context.Context, error) {
 	return func(ctx context.Context) (context.Context, error) {
 		method, _ := grpc.Method(ctx)
-		key, err := auth.AuthFromMD(ctx, "bearer")
-		if err != nil {
+		vals := metadata.ValueFromIncomingContext(ctx, "authorization")
+		if len(vals) > 1 {
+			// Two credentials are ambiguous: whichever one was used, the
+			// caller could not tell which principal acted.
+			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_API_KEY_INVALID,
+				fmt.Sprintf("the call has %d 'authorization' values; send one", len(vals)), nil)
+		}
+		scheme, key, found := "", "", false
+		if len(vals) == 1 {
+			scheme, key, found = strings.Cut(vals[0], " ")
+		}
+		if !found || !strings.EqualFold(scheme, "bearer") {
 			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_API_KEY_MISSING,
 				"missing 'authorization: Bearer <api key>' metadata", nil)
 		}

@@ -67,6 +67,16 @@ func TestAuthRequiredOnEveryMethod(t *testing.T) {
 			requireReason(t, err, codes.Unauthenticated, "API_KEY_INVALID")
 		})
 	})
+	// Two credentials are ambiguous: whichever one a server picked, the
+	// caller could not tell which principal acted, so neither is used, even
+	// when the first is valid.
+	t.Run("two keys", func(t *testing.T) {
+		valid := env.Key("t-"+harness.Unique("two"), "agent", "approver", "operator")
+		ctx := metadata.AppendToOutgoingContext(harness.Ctx(valid, harness.Unique("k")), "authorization", "Bearer opk_not-a-real-key")
+		callEveryMethod(t, srv.Conn, ctx, func(t *testing.T, err error) {
+			requireReason(t, err, codes.Unauthenticated, "API_KEY_INVALID")
+		})
+	})
 
 	t.Run("health without key", func(t *testing.T) {
 		resp, err := healthpb.NewHealthClient(srv.Conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
