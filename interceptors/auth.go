@@ -62,7 +62,7 @@ func authFunc(a Authenticator, roles map[string][]string) func(ctx context.Conte
 			// Two credentials are ambiguous: whichever one was used, the
 			// caller could not tell which principal acted.
 			return nil, reason.Status(opledgerv1.ErrorReason_ERROR_REASON_API_KEY_INVALID,
-				fmt.Sprintf("the call has %d 'authorization' values; send one", len(vals)), nil)
+				fmt.Sprintf("'authorization' was sent %d times; send it once", len(vals)), nil)
 		}
 		scheme, key, found := "", "", false
 		if len(vals) == 1 {
