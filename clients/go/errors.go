@@ -60,6 +60,10 @@ const (
 	ReasonRateLimited                 Reason = "RATE_LIMITED"
 	ReasonQuotaExceeded               Reason = "QUOTA_EXCEEDED"
 	ReasonCancelNotApplicable         Reason = "CANCEL_NOT_APPLICABLE"
+	ReasonPolicyDenied                Reason = "POLICY_DENIED"
+	ReasonLimitExceeded               Reason = "LIMIT_EXCEEDED"
+	ReasonOperationDuplicate          Reason = "OPERATION_DUPLICATE"
+	ReasonOperationSuperseded         Reason = "OPERATION_SUPERSEDED"
 )
 
 const reasonPrefix = "ERROR_REASON_"

@@ -44,6 +44,10 @@ export const REASONS = [
   "RATE_LIMITED",
   "QUOTA_EXCEEDED",
   "CANCEL_NOT_APPLICABLE",
+  "POLICY_DENIED",
+  "LIMIT_EXCEEDED",
+  "OPERATION_DUPLICATE",
+  "OPERATION_SUPERSEDED",
 ] as const;
 
 /** Reason is one ErrorInfo reason. */

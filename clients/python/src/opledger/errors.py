@@ -203,6 +203,28 @@ class CancelNotApplicable(OpledgerError):
     or is finished, so it can no longer be cancelled."""
 
 
+class PolicyDenied(OpledgerError):
+    """PolicyDenied (FAILED_PRECONDITION): a deny rule of the tool's policy refused the call;
+    ``metadata["rule"]`` names it. Nothing was stored (Prepare), or the operation was rejected
+    before anything was sent (Execute under a changed policy)."""
+
+
+class LimitExceeded(OpledgerError):
+    """LimitExceeded (RESOURCE_EXHAUSTED): the call would take a budget past its limit within its
+    window; nothing was stored. ``retry_delay`` says when room frees up."""
+
+
+class OperationDuplicate(OpledgerError):
+    """OperationDuplicate (ALREADY_EXISTS): an operation with the same business identity (e.g. the
+    same invoice) is live or took effect under another idempotency key;
+    ``metadata["operation_id"]`` names it. Nothing was stored."""
+
+
+class OperationSuperseded(OpledgerError):
+    """OperationSuperseded (FAILED_PRECONDITION): an approver approved the operation with edited
+    arguments; ``metadata["superseded_by"]`` is the new operation, which is the one to execute."""
+
+
 #: ERRORS_BY_REASON maps an ErrorInfo reason to its exception class.
 ERRORS_BY_REASON: Dict[str, Type[OpledgerError]] = {
     "API_KEY_MISSING": ApiKeyMissing,
@@ -235,6 +257,10 @@ ERRORS_BY_REASON: Dict[str, Type[OpledgerError]] = {
     "RATE_LIMITED": RateLimited,
     "QUOTA_EXCEEDED": QuotaExceeded,
     "CANCEL_NOT_APPLICABLE": CancelNotApplicable,
+    "POLICY_DENIED": PolicyDenied,
+    "LIMIT_EXCEEDED": LimitExceeded,
+    "OPERATION_DUPLICATE": OperationDuplicate,
+    "OPERATION_SUPERSEDED": OperationSuperseded,
 }
 
 
@@ -329,4 +355,8 @@ __all__ = [
     "RateLimited",
     "QuotaExceeded",
     "CancelNotApplicable",
+    "PolicyDenied",
+    "LimitExceeded",
+    "OperationDuplicate",
+    "OperationSuperseded",
 ]

@@ -255,6 +255,26 @@ const (
 	// FAILED_PRECONDITION: Cancel of an operation that an executor already
 	// claimed or that is finished.
 	ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE ErrorReason = 32
+	// FAILED_PRECONDITION: a deny rule of the tool's policy holds for this
+	// call (Prepare: nothing was stored), or holds under the policy in force
+	// when an operation prepared earlier was to be sent (Execute: the
+	// operation was REJECTED, nothing was sent). ErrorInfo.metadata names the
+	// rule (`rule`) and the policy digest (`policy_digest`).
+	ErrorReason_ERROR_REASON_POLICY_DENIED ErrorReason = 33
+	// RESOURCE_EXHAUSTED: the call would take a budget (a tools file `limits`
+	// entry) past its count or sum within its window; nothing was stored.
+	// ErrorInfo.metadata names the limit and its window; a RetryInfo says when
+	// room frees up.
+	ErrorReason_ERROR_REASON_LIMIT_EXCEEDED ErrorReason = 34
+	// ALREADY_EXISTS: an operation of the same tool with the same business
+	// identity (the tool's `identity` key) is live or took effect within the
+	// identity's window, under another idempotency key; nothing was stored.
+	// ErrorInfo.metadata carries its `operation_id`.
+	ErrorReason_ERROR_REASON_OPERATION_DUPLICATE ErrorReason = 35
+	// FAILED_PRECONDITION: an approver approved this operation with edited
+	// arguments; the edited one is a new operation, whose id is
+	// ErrorInfo.metadata's `superseded_by`. Execute that one.
+	ErrorReason_ERROR_REASON_OPERATION_SUPERSEDED ErrorReason = 36
 )
 
 // Enum value maps for ErrorReason.
@@ -293,6 +313,10 @@ var (
 		30: "ERROR_REASON_RATE_LIMITED",
 		31: "ERROR_REASON_QUOTA_EXCEEDED",
 		32: "ERROR_REASON_CANCEL_NOT_APPLICABLE",
+		33: "ERROR_REASON_POLICY_DENIED",
+		34: "ERROR_REASON_LIMIT_EXCEEDED",
+		35: "ERROR_REASON_OPERATION_DUPLICATE",
+		36: "ERROR_REASON_OPERATION_SUPERSEDED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":                   0,
@@ -328,6 +352,10 @@ var (
 		"ERROR_REASON_RATE_LIMITED":                  30,
 		"ERROR_REASON_QUOTA_EXCEEDED":                31,
 		"ERROR_REASON_CANCEL_NOT_APPLICABLE":         32,
+		"ERROR_REASON_POLICY_DENIED":                 33,
+		"ERROR_REASON_LIMIT_EXCEEDED":                34,
+		"ERROR_REASON_OPERATION_DUPLICATE":           35,
+		"ERROR_REASON_OPERATION_SUPERSEDED":          36,
 	}
 )
 
@@ -393,6 +421,16 @@ const (
 	// Execute found the approval expired; the operation waits for a new
 	// decision.
 	EventType_EVENT_TYPE_APPROVAL_EXPIRED EventType = 14
+	// The policy in force when the operation was to be sent demands more than
+	// the one it was judged under: it waits for approval again (the detail
+	// says which rule and policy digest), or was refused (to REJECTED).
+	EventType_EVENT_TYPE_POLICY_CHANGED EventType = 15
+	// The operation was judged again under a changed policy that demands no
+	// more than it already has; nothing else changed.
+	EventType_EVENT_TYPE_POLICY_CHECKED EventType = 16
+	// An approver approved it with edited arguments: it is REJECTED and a new
+	// operation (Operation.superseded_by) carries the edit.
+	EventType_EVENT_TYPE_SUPERSEDED EventType = 17
 )
 
 // Enum value maps for EventType.
@@ -413,6 +451,9 @@ var (
 		12: "EVENT_TYPE_RESOLVED_MANUALLY",
 		13: "EVENT_TYPE_CANCELLED",
 		14: "EVENT_TYPE_APPROVAL_EXPIRED",
+		15: "EVENT_TYPE_POLICY_CHANGED",
+		16: "EVENT_TYPE_POLICY_CHECKED",
+		17: "EVENT_TYPE_SUPERSEDED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED":           0,
@@ -430,6 +471,9 @@ var (
 		"EVENT_TYPE_RESOLVED_MANUALLY":     12,
 		"EVENT_TYPE_CANCELLED":             13,
 		"EVENT_TYPE_APPROVAL_EXPIRED":      14,
+		"EVENT_TYPE_POLICY_CHANGED":        15,
+		"EVENT_TYPE_POLICY_CHECKED":        16,
+		"EVENT_TYPE_SUPERSEDED":            17,
 	}
 )
 
@@ -566,8 +610,17 @@ type Operation struct {
 	PreparedBy string `protobuf:"bytes,17,opt,name=prepared_by,json=preparedBy,proto3" json:"prepared_by,omitempty"`
 	// While EXECUTING: when the current executor's lease ends.
 	LeaseExpireTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=lease_expire_time,json=leaseExpireTime,proto3" json:"lease_expire_time,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The operation this one replaces: an approver approved that one with
+	// edited arguments, which are this one's.
+	Supersedes string `protobuf:"bytes,19,opt,name=supersedes,proto3" json:"supersedes,omitempty"`
+	// The operation that replaces this one (this one is then REJECTED): an
+	// approver approved it with edited arguments. Execute that one.
+	SupersededBy string `protobuf:"bytes,20,opt,name=superseded_by,json=supersededBy,proto3" json:"superseded_by,omitempty"`
+	// SHA-256 (hex) of the tool version's policy (deny rules and approval
+	// rule, in canonical form) that the operation was last judged under.
+	PolicyDigest  string `protobuf:"bytes,21,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Operation) Reset() {
@@ -726,6 +779,27 @@ func (x *Operation) GetLeaseExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Operation) GetSupersedes() string {
+	if x != nil {
+		return x.Supersedes
+	}
+	return ""
+}
+
+func (x *Operation) GetSupersededBy() string {
+	if x != nil {
+		return x.SupersededBy
+	}
+	return ""
+}
+
+func (x *Operation) GetPolicyDigest() string {
+	if x != nil {
+		return x.PolicyDigest
+	}
+	return ""
+}
+
 // Approval is an operation's approval policy and the decision taken on it.
 type Approval struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -742,7 +816,16 @@ type Approval struct {
 	// The fingerprint the approver saw and approved.
 	ApprovedFingerprint string `protobuf:"bytes,6,opt,name=approved_fingerprint,json=approvedFingerprint,proto3" json:"approved_fingerprint,omitempty"`
 	// The approver's reason.
-	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// How many distinct approvers must approve (the policy's `approvers`); 0
+	// when no approval is required.
+	ApprovalsNeeded int32 `protobuf:"varint,8,opt,name=approvals_needed,json=approvalsNeeded,proto3" json:"approvals_needed,omitempty"`
+	// The approvals counted so far in the current round (a lapsed approval
+	// starts a new round), in the order given.
+	Approvals []*ApprovalDecision `protobuf:"bytes,9,rep,name=approvals,proto3" json:"approvals,omitempty"`
+	// Why an approval is required: the policy rule that demanded it
+	// ("approval.required", "approval.when", or a limit's name).
+	Rule          string `protobuf:"bytes,10,opt,name=rule,proto3" json:"rule,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -826,6 +909,127 @@ func (x *Approval) GetReason() string {
 	return ""
 }
 
+func (x *Approval) GetApprovalsNeeded() int32 {
+	if x != nil {
+		return x.ApprovalsNeeded
+	}
+	return 0
+}
+
+func (x *Approval) GetApprovals() []*ApprovalDecision {
+	if x != nil {
+		return x.Approvals
+	}
+	return nil
+}
+
+func (x *Approval) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+// ApprovalDecision is one approver's decision on an operation.
+type ApprovalDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The approver's principal id (from the credential).
+	PrincipalId string `protobuf:"bytes,1,opt,name=principal_id,json=principalId,proto3" json:"principal_id,omitempty"`
+	// The approver's principal name.
+	PrincipalName string `protobuf:"bytes,2,opt,name=principal_name,json=principalName,proto3" json:"principal_name,omitempty"`
+	// What they decided.
+	Decision Decision `protobuf:"varint,3,opt,name=decision,proto3,enum=opledger.v1.Decision" json:"decision,omitempty"`
+	// When.
+	DecideTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
+	// The fingerprint they saw.
+	Fingerprint string `protobuf:"bytes,5,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// Their reason.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The policy digest the decision was judged under.
+	PolicyDigest  string `protobuf:"bytes,7,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalDecision) Reset() {
+	*x = ApprovalDecision{}
+	mi := &file_opledger_v1_ledger_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalDecision) ProtoMessage() {}
+
+func (x *ApprovalDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_opledger_v1_ledger_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalDecision.ProtoReflect.Descriptor instead.
+func (*ApprovalDecision) Descriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ApprovalDecision) GetPrincipalId() string {
+	if x != nil {
+		return x.PrincipalId
+	}
+	return ""
+}
+
+func (x *ApprovalDecision) GetPrincipalName() string {
+	if x != nil {
+		return x.PrincipalName
+	}
+	return ""
+}
+
+func (x *ApprovalDecision) GetDecision() Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return Decision_DECISION_UNSPECIFIED
+}
+
+func (x *ApprovalDecision) GetDecideTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecideTime
+	}
+	return nil
+}
+
+func (x *ApprovalDecision) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *ApprovalDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ApprovalDecision) GetPolicyDigest() string {
+	if x != nil {
+		return x.PolicyDigest
+	}
+	return ""
+}
+
 // OperationEvent is one entry of an operation's append-only event log.
 type OperationEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -853,7 +1057,7 @@ type OperationEvent struct {
 
 func (x *OperationEvent) Reset() {
 	*x = OperationEvent{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[2]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1069,7 @@ func (x *OperationEvent) String() string {
 func (*OperationEvent) ProtoMessage() {}
 
 func (x *OperationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[2]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1082,7 @@ func (x *OperationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationEvent.ProtoReflect.Descriptor instead.
 func (*OperationEvent) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{2}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *OperationEvent) GetSeq() int64 {
@@ -972,7 +1176,7 @@ type PrepareRequest struct {
 
 func (x *PrepareRequest) Reset() {
 	*x = PrepareRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[3]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1188,7 @@ func (x *PrepareRequest) String() string {
 func (*PrepareRequest) ProtoMessage() {}
 
 func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[3]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1201,7 @@ func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareRequest.ProtoReflect.Descriptor instead.
 func (*PrepareRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{3}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PrepareRequest) GetTool() string {
@@ -1052,7 +1256,7 @@ type PrepareResponse struct {
 
 func (x *PrepareResponse) Reset() {
 	*x = PrepareResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[4]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1268,7 @@ func (x *PrepareResponse) String() string {
 func (*PrepareResponse) ProtoMessage() {}
 
 func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[4]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1281,7 @@ func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareResponse.ProtoReflect.Descriptor instead.
 func (*PrepareResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{4}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PrepareResponse) GetOperation() *Operation {
@@ -1111,14 +1315,21 @@ type ApproveRequest struct {
 	// The decision.
 	Decision Decision `protobuf:"varint,3,opt,name=decision,proto3,enum=opledger.v1.Decision" json:"decision,omitempty"`
 	// Why; kept in the event log.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Approve with edits: the arguments the approver would approve instead.
+	// Only the fields the tool's policy lists as `editable` may differ from the
+	// operation's. The ledger records a new operation with these arguments
+	// (Operation.supersedes), which this decision approves and which is judged
+	// by the policy again; the original becomes REJECTED (superseded_by).
+	// Only with DECISION_APPROVE.
+	EditedArgs    *structpb.Struct `protobuf:"bytes,5,opt,name=edited_args,json=editedArgs,proto3" json:"edited_args,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[5]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1341,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[5]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1354,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{5}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ApproveRequest) GetOperationId() string {
@@ -1174,20 +1385,31 @@ func (x *ApproveRequest) GetReason() string {
 	return ""
 }
 
+func (x *ApproveRequest) GetEditedArgs() *structpb.Struct {
+	if x != nil {
+		return x.EditedArgs
+	}
+	return nil
+}
+
 // ApproveResponse carries the operation after the decision.
 type ApproveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The operation.
 	Operation *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
-	// True when the same decision had already been recorded.
-	Replayed      bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// True when the same decision had already been recorded (the same approver
+	// approving twice counts once).
+	Replayed bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// With edited_args: the new operation carrying the edit (also
+	// operation.superseded_by); operation is the original, now REJECTED.
+	Edited        *Operation `protobuf:"bytes,3,opt,name=edited,proto3" json:"edited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApproveResponse) Reset() {
 	*x = ApproveResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[6]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1421,7 @@ func (x *ApproveResponse) String() string {
 func (*ApproveResponse) ProtoMessage() {}
 
 func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[6]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1434,7 @@ func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveResponse.ProtoReflect.Descriptor instead.
 func (*ApproveResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{6}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ApproveResponse) GetOperation() *Operation {
@@ -1229,6 +1451,13 @@ func (x *ApproveResponse) GetReplayed() bool {
 	return false
 }
 
+func (x *ApproveResponse) GetEdited() *Operation {
+	if x != nil {
+		return x.Edited
+	}
+	return nil
+}
+
 // ExecuteRequest asks for an operation's effect.
 type ExecuteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1243,7 +1472,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[7]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1484,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[7]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1497,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{7}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExecuteRequest) GetOperationId() string {
@@ -1300,7 +1529,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[8]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1541,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[8]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1554,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{8}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExecuteResponse) GetOperation() *Operation {
@@ -1355,7 +1584,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[9]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1596,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[9]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1609,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{9}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetRequest) GetOperationId() string {
@@ -1410,7 +1639,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[10]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1651,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[10]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1664,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{10}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetResponse) GetOperation() *Operation {
@@ -1475,7 +1704,7 @@ type Resolution struct {
 
 func (x *Resolution) Reset() {
 	*x = Resolution{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[11]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1716,7 @@ func (x *Resolution) String() string {
 func (*Resolution) ProtoMessage() {}
 
 func (x *Resolution) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[11]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1729,7 @@ func (x *Resolution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolution.ProtoReflect.Descriptor instead.
 func (*Resolution) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{11}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Resolution) GetOutcome() State {
@@ -1545,7 +1774,7 @@ type ReconcileRequest struct {
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[12]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1786,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[12]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1799,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{12}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReconcileRequest) GetOperationId() string {
@@ -1601,7 +1830,7 @@ type ReconcileResponse struct {
 
 func (x *ReconcileResponse) Reset() {
 	*x = ReconcileResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[13]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1842,7 @@ func (x *ReconcileResponse) String() string {
 func (*ReconcileResponse) ProtoMessage() {}
 
 func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[13]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1855,7 @@ func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{13}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReconcileResponse) GetOperation() *Operation {
@@ -1656,7 +1885,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[14]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1897,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[14]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1910,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{14}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelRequest) GetOperationId() string {
@@ -1711,7 +1940,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[15]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +1952,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[15]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +1965,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{15}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelResponse) GetOperation() *Operation {
@@ -1773,14 +2002,17 @@ type Tool struct {
 	ApprovalTtl *durationpb.Duration `protobuf:"bytes,7,opt,name=approval_ttl,json=approvalTtl,proto3" json:"approval_ttl,omitempty"`
 	// Whether this is the version a Prepare without tool_version gets (the
 	// last one declared under the name).
-	Current       bool `protobuf:"varint,8,opt,name=current,proto3" json:"current,omitempty"`
+	Current bool `protobuf:"varint,8,opt,name=current,proto3" json:"current,omitempty"`
+	// The tool version's policy, as declared: who must approve what, and what
+	// is refused. Readable by a model and a person.
+	Policy        *Policy `protobuf:"bytes,9,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[16]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +2024,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[16]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +2037,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{16}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Tool) GetName() string {
@@ -1864,6 +2096,178 @@ func (x *Tool) GetCurrent() bool {
 	return false
 }
 
+func (x *Tool) GetPolicy() *Policy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// Policy is a tool version's rules (docs/policy.md), written in CEL.
+type Policy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SHA-256 (hex) of the policy in canonical form; Operation.policy_digest.
+	Digest string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	// The deny rules, in order: the first that holds refuses the call.
+	Deny []*DenyRule `protobuf:"bytes,2,rep,name=deny,proto3" json:"deny,omitempty"`
+	// Approval is required for every call.
+	ApprovalRequired bool `protobuf:"varint,3,opt,name=approval_required,json=approvalRequired,proto3" json:"approval_required,omitempty"`
+	// Approval is required when this CEL expression holds (empty: see
+	// approval_required).
+	ApprovalWhen string `protobuf:"bytes,4,opt,name=approval_when,json=approvalWhen,proto3" json:"approval_when,omitempty"`
+	// How many distinct approvers must approve.
+	Approvers int32 `protobuf:"varint,5,opt,name=approvers,proto3" json:"approvers,omitempty"`
+	// The argument fields an approver may edit.
+	Editable []string `protobuf:"bytes,6,rep,name=editable,proto3" json:"editable,omitempty"`
+	// A plain-language summary of the rules, for a model's tool description.
+	Summary       string `protobuf:"bytes,7,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Policy) Reset() {
+	*x = Policy{}
+	mi := &file_opledger_v1_ledger_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Policy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Policy) ProtoMessage() {}
+
+func (x *Policy) ProtoReflect() protoreflect.Message {
+	mi := &file_opledger_v1_ledger_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Policy.ProtoReflect.Descriptor instead.
+func (*Policy) Descriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Policy) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *Policy) GetDeny() []*DenyRule {
+	if x != nil {
+		return x.Deny
+	}
+	return nil
+}
+
+func (x *Policy) GetApprovalRequired() bool {
+	if x != nil {
+		return x.ApprovalRequired
+	}
+	return false
+}
+
+func (x *Policy) GetApprovalWhen() string {
+	if x != nil {
+		return x.ApprovalWhen
+	}
+	return ""
+}
+
+func (x *Policy) GetApprovers() int32 {
+	if x != nil {
+		return x.Approvers
+	}
+	return 0
+}
+
+func (x *Policy) GetEditable() []string {
+	if x != nil {
+		return x.Editable
+	}
+	return nil
+}
+
+func (x *Policy) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+// DenyRule refuses a call when its CEL expression holds.
+type DenyRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rule's name (POLICY_DENIED names it).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The CEL expression over args, tool, principal and tenant.
+	When string `protobuf:"bytes,2,opt,name=when,proto3" json:"when,omitempty"`
+	// What the refusal says.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DenyRule) Reset() {
+	*x = DenyRule{}
+	mi := &file_opledger_v1_ledger_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DenyRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DenyRule) ProtoMessage() {}
+
+func (x *DenyRule) ProtoReflect() protoreflect.Message {
+	mi := &file_opledger_v1_ledger_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DenyRule.ProtoReflect.Descriptor instead.
+func (*DenyRule) Descriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DenyRule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DenyRule) GetWhen() string {
+	if x != nil {
+		return x.When
+	}
+	return ""
+}
+
+func (x *DenyRule) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // ListToolsRequest asks for the configured tools.
 type ListToolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1873,7 +2277,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[17]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +2289,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[17]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +2302,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{17}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{20}
 }
 
 // ListToolsResponse carries the configured tools.
@@ -1912,7 +2316,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[18]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2328,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[18]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2341,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{18}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -1965,7 +2369,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[19]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2381,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[19]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2394,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{19}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListOperationsRequest) GetStates() []State {
@@ -2034,7 +2438,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[20]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2450,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[20]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2463,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{20}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -2080,7 +2484,7 @@ var File_opledger_v1_ledger_proto protoreflect.FileDescriptor
 
 const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\n" +
-	"\x18opledger/v1/ledger.proto\x12\vopledger.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xd0\x05\n" +
+	"\x18opledger/v1/ledger.proto\x12\vopledger.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xba\x06\n" +
 	"\tOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12!\n" +
@@ -2103,7 +2507,12 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x06tenant\x18\x10 \x01(\tR\x06tenant\x12\x1f\n" +
 	"\vprepared_by\x18\x11 \x01(\tR\n" +
 	"preparedBy\x12F\n" +
-	"\x11lease_expire_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\"\xbd\x02\n" +
+	"\x11lease_expire_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\x12\x1e\n" +
+	"\n" +
+	"supersedes\x18\x13 \x01(\tR\n" +
+	"supersedes\x12#\n" +
+	"\rsuperseded_by\x18\x14 \x01(\tR\fsupersededBy\x12#\n" +
+	"\rpolicy_digest\x18\x15 \x01(\tR\fpolicyDigest\"\xb9\x03\n" +
 	"\bApproval\x12\x1a\n" +
 	"\brequired\x18\x01 \x01(\bR\brequired\x121\n" +
 	"\bdecision\x18\x02 \x01(\x0e2\x15.opledger.v1.DecisionR\bdecision\x12\x1d\n" +
@@ -2114,7 +2523,20 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\vexpire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x121\n" +
 	"\x14approved_fingerprint\x18\x06 \x01(\tR\x13approvedFingerprint\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"\xcb\x02\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12)\n" +
+	"\x10approvals_needed\x18\b \x01(\x05R\x0fapprovalsNeeded\x12;\n" +
+	"\tapprovals\x18\t \x03(\v2\x1d.opledger.v1.ApprovalDecisionR\tapprovals\x12\x12\n" +
+	"\x04rule\x18\n" +
+	" \x01(\tR\x04rule\"\xab\x02\n" +
+	"\x10ApprovalDecision\x12!\n" +
+	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\x12%\n" +
+	"\x0eprincipal_name\x18\x02 \x01(\tR\rprincipalName\x121\n" +
+	"\bdecision\x18\x03 \x01(\x0e2\x15.opledger.v1.DecisionR\bdecision\x12;\n" +
+	"\vdecide_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"decideTime\x12 \n" +
+	"\vfingerprint\x18\x05 \x01(\tR\vfingerprint\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12#\n" +
+	"\rpolicy_digest\x18\a \x01(\tR\fpolicyDigest\"\xcb\x02\n" +
 	"\x0eOperationEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12*\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x16.opledger.v1.EventTypeR\x04type\x12\x14\n" +
@@ -2136,15 +2558,18 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x0fPrepareResponse\x124\n" +
 	"\toperation\x18\x01 \x01(\v2\x16.opledger.v1.OperationR\toperation\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\x12-\n" +
-	"\x12execution_replayed\x18\x03 \x01(\bR\x11executionReplayed\"\xa0\x01\n" +
+	"\x12execution_replayed\x18\x03 \x01(\bR\x11executionReplayed\"\xda\x01\n" +
 	"\x0eApproveRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12 \n" +
 	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\x121\n" +
 	"\bdecision\x18\x03 \x01(\x0e2\x15.opledger.v1.DecisionR\bdecision\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"c\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x128\n" +
+	"\vedited_args\x18\x05 \x01(\v2\x17.google.protobuf.StructR\n" +
+	"editedArgs\"\x93\x01\n" +
 	"\x0fApproveResponse\x124\n" +
 	"\toperation\x18\x01 \x01(\v2\x16.opledger.v1.OperationR\toperation\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"b\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\x12.\n" +
+	"\x06edited\x18\x03 \x01(\v2\x16.opledger.v1.OperationR\x06edited\"b\n" +
 	"\x0eExecuteRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12-\n" +
 	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"c\n" +
@@ -2177,7 +2602,7 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"b\n" +
 	"\x0eCancelResponse\x124\n" +
 	"\toperation\x18\x01 \x01(\v2\x16.opledger.v1.OperationR\toperation\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xc2\x02\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xef\x02\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12 \n" +
@@ -2187,7 +2612,20 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\vargs_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructR\n" +
 	"argsSchema\x12<\n" +
 	"\fapproval_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\vapprovalTtl\x12\x18\n" +
-	"\acurrent\x18\b \x01(\bR\acurrent\"\x12\n" +
+	"\acurrent\x18\b \x01(\bR\acurrent\x12+\n" +
+	"\x06policy\x18\t \x01(\v2\x13.opledger.v1.PolicyR\x06policy\"\xf1\x01\n" +
+	"\x06Policy\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12)\n" +
+	"\x04deny\x18\x02 \x03(\v2\x15.opledger.v1.DenyRuleR\x04deny\x12+\n" +
+	"\x11approval_required\x18\x03 \x01(\bR\x10approvalRequired\x12#\n" +
+	"\rapproval_when\x18\x04 \x01(\tR\fapprovalWhen\x12\x1c\n" +
+	"\tapprovers\x18\x05 \x01(\x05R\tapprovers\x12\x1a\n" +
+	"\beditable\x18\x06 \x03(\tR\beditable\x12\x18\n" +
+	"\asummary\x18\a \x01(\tR\asummary\"L\n" +
+	"\bDenyRule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04when\x18\x02 \x01(\tR\x04when\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x12\n" +
 	"\x10ListToolsRequest\"<\n" +
 	"\x11ListToolsResponse\x12'\n" +
 	"\x05tools\x18\x01 \x03(\v2\x11.opledger.v1.ToolR\x05tools\"\x93\x01\n" +
@@ -2215,7 +2653,8 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10DECISION_APPROVE\x10\x01\x12\x11\n" +
-	"\rDECISION_DENY\x10\x02*\xd1\t\n" +
+	"\rDECISION_DENY\x10\x02*\xdf\n" +
+	"\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_REASON_API_KEY_MISSING\x10\x01\x12 \n" +
@@ -2250,7 +2689,11 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x1eERROR_REASON_OPERATOR_REQUIRED\x10\x1d\x12\x1d\n" +
 	"\x19ERROR_REASON_RATE_LIMITED\x10\x1e\x12\x1f\n" +
 	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\x1f\x12&\n" +
-	"\"ERROR_REASON_CANCEL_NOT_APPLICABLE\x10 *\xb1\x03\n" +
+	"\"ERROR_REASON_CANCEL_NOT_APPLICABLE\x10 \x12\x1e\n" +
+	"\x1aERROR_REASON_POLICY_DENIED\x10!\x12\x1f\n" +
+	"\x1bERROR_REASON_LIMIT_EXCEEDED\x10\"\x12$\n" +
+	" ERROR_REASON_OPERATION_DUPLICATE\x10#\x12%\n" +
+	"!ERROR_REASON_OPERATION_SUPERSEDED\x10$*\x8a\x04\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_PREPARED\x10\x01\x12\x17\n" +
@@ -2267,7 +2710,10 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\x15EVENT_TYPE_RECONCILED\x10\v\x12 \n" +
 	"\x1cEVENT_TYPE_RESOLVED_MANUALLY\x10\f\x12\x18\n" +
 	"\x14EVENT_TYPE_CANCELLED\x10\r\x12\x1f\n" +
-	"\x1bEVENT_TYPE_APPROVAL_EXPIRED\x10\x0e*e\n" +
+	"\x1bEVENT_TYPE_APPROVAL_EXPIRED\x10\x0e\x12\x1d\n" +
+	"\x19EVENT_TYPE_POLICY_CHANGED\x10\x0f\x12\x1d\n" +
+	"\x19EVENT_TYPE_POLICY_CHECKED\x10\x10\x12\x19\n" +
+	"\x15EVENT_TYPE_SUPERSEDED\x10\x11*e\n" +
 	"\x06Effect\x12\x16\n" +
 	"\x12EFFECT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10EFFECT_READ_ONLY\x10\x01\x12\x15\n" +
@@ -2297,7 +2743,7 @@ func file_opledger_v1_ledger_proto_rawDescGZIP() []byte {
 }
 
 var file_opledger_v1_ledger_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_opledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_opledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_opledger_v1_ledger_proto_goTypes = []any{
 	(State)(0),                     // 0: opledger.v1.State
 	(Decision)(0),                  // 1: opledger.v1.Decision
@@ -2306,86 +2752,96 @@ var file_opledger_v1_ledger_proto_goTypes = []any{
 	(Effect)(0),                    // 4: opledger.v1.Effect
 	(*Operation)(nil),              // 5: opledger.v1.Operation
 	(*Approval)(nil),               // 6: opledger.v1.Approval
-	(*OperationEvent)(nil),         // 7: opledger.v1.OperationEvent
-	(*PrepareRequest)(nil),         // 8: opledger.v1.PrepareRequest
-	(*PrepareResponse)(nil),        // 9: opledger.v1.PrepareResponse
-	(*ApproveRequest)(nil),         // 10: opledger.v1.ApproveRequest
-	(*ApproveResponse)(nil),        // 11: opledger.v1.ApproveResponse
-	(*ExecuteRequest)(nil),         // 12: opledger.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),        // 13: opledger.v1.ExecuteResponse
-	(*GetRequest)(nil),             // 14: opledger.v1.GetRequest
-	(*GetResponse)(nil),            // 15: opledger.v1.GetResponse
-	(*Resolution)(nil),             // 16: opledger.v1.Resolution
-	(*ReconcileRequest)(nil),       // 17: opledger.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),      // 18: opledger.v1.ReconcileResponse
-	(*CancelRequest)(nil),          // 19: opledger.v1.CancelRequest
-	(*CancelResponse)(nil),         // 20: opledger.v1.CancelResponse
-	(*Tool)(nil),                   // 21: opledger.v1.Tool
-	(*ListToolsRequest)(nil),       // 22: opledger.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),      // 23: opledger.v1.ListToolsResponse
-	(*ListOperationsRequest)(nil),  // 24: opledger.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil), // 25: opledger.v1.ListOperationsResponse
-	(*structpb.Struct)(nil),        // 26: google.protobuf.Struct
-	(*status.Status)(nil),          // 27: google.rpc.Status
-	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
+	(*ApprovalDecision)(nil),       // 7: opledger.v1.ApprovalDecision
+	(*OperationEvent)(nil),         // 8: opledger.v1.OperationEvent
+	(*PrepareRequest)(nil),         // 9: opledger.v1.PrepareRequest
+	(*PrepareResponse)(nil),        // 10: opledger.v1.PrepareResponse
+	(*ApproveRequest)(nil),         // 11: opledger.v1.ApproveRequest
+	(*ApproveResponse)(nil),        // 12: opledger.v1.ApproveResponse
+	(*ExecuteRequest)(nil),         // 13: opledger.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),        // 14: opledger.v1.ExecuteResponse
+	(*GetRequest)(nil),             // 15: opledger.v1.GetRequest
+	(*GetResponse)(nil),            // 16: opledger.v1.GetResponse
+	(*Resolution)(nil),             // 17: opledger.v1.Resolution
+	(*ReconcileRequest)(nil),       // 18: opledger.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),      // 19: opledger.v1.ReconcileResponse
+	(*CancelRequest)(nil),          // 20: opledger.v1.CancelRequest
+	(*CancelResponse)(nil),         // 21: opledger.v1.CancelResponse
+	(*Tool)(nil),                   // 22: opledger.v1.Tool
+	(*Policy)(nil),                 // 23: opledger.v1.Policy
+	(*DenyRule)(nil),               // 24: opledger.v1.DenyRule
+	(*ListToolsRequest)(nil),       // 25: opledger.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),      // 26: opledger.v1.ListToolsResponse
+	(*ListOperationsRequest)(nil),  // 27: opledger.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil), // 28: opledger.v1.ListOperationsResponse
+	(*structpb.Struct)(nil),        // 29: google.protobuf.Struct
+	(*status.Status)(nil),          // 30: google.rpc.Status
+	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 32: google.protobuf.Duration
 }
 var file_opledger_v1_ledger_proto_depIdxs = []int32{
-	26, // 0: opledger.v1.Operation.args:type_name -> google.protobuf.Struct
+	29, // 0: opledger.v1.Operation.args:type_name -> google.protobuf.Struct
 	0,  // 1: opledger.v1.Operation.state:type_name -> opledger.v1.State
 	6,  // 2: opledger.v1.Operation.approval:type_name -> opledger.v1.Approval
-	26, // 3: opledger.v1.Operation.result:type_name -> google.protobuf.Struct
-	27, // 4: opledger.v1.Operation.error:type_name -> google.rpc.Status
-	28, // 5: opledger.v1.Operation.create_time:type_name -> google.protobuf.Timestamp
-	28, // 6: opledger.v1.Operation.update_time:type_name -> google.protobuf.Timestamp
-	28, // 7: opledger.v1.Operation.lease_expire_time:type_name -> google.protobuf.Timestamp
+	29, // 3: opledger.v1.Operation.result:type_name -> google.protobuf.Struct
+	30, // 4: opledger.v1.Operation.error:type_name -> google.rpc.Status
+	31, // 5: opledger.v1.Operation.create_time:type_name -> google.protobuf.Timestamp
+	31, // 6: opledger.v1.Operation.update_time:type_name -> google.protobuf.Timestamp
+	31, // 7: opledger.v1.Operation.lease_expire_time:type_name -> google.protobuf.Timestamp
 	1,  // 8: opledger.v1.Approval.decision:type_name -> opledger.v1.Decision
-	28, // 9: opledger.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
-	28, // 10: opledger.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	3,  // 11: opledger.v1.OperationEvent.type:type_name -> opledger.v1.EventType
-	0,  // 12: opledger.v1.OperationEvent.from_state:type_name -> opledger.v1.State
-	0,  // 13: opledger.v1.OperationEvent.to_state:type_name -> opledger.v1.State
-	28, // 14: opledger.v1.OperationEvent.create_time:type_name -> google.protobuf.Timestamp
-	26, // 15: opledger.v1.PrepareRequest.args:type_name -> google.protobuf.Struct
-	29, // 16: opledger.v1.PrepareRequest.wait:type_name -> google.protobuf.Duration
-	5,  // 17: opledger.v1.PrepareResponse.operation:type_name -> opledger.v1.Operation
-	1,  // 18: opledger.v1.ApproveRequest.decision:type_name -> opledger.v1.Decision
-	5,  // 19: opledger.v1.ApproveResponse.operation:type_name -> opledger.v1.Operation
-	29, // 20: opledger.v1.ExecuteRequest.wait:type_name -> google.protobuf.Duration
-	5,  // 21: opledger.v1.ExecuteResponse.operation:type_name -> opledger.v1.Operation
-	5,  // 22: opledger.v1.GetResponse.operation:type_name -> opledger.v1.Operation
-	7,  // 23: opledger.v1.GetResponse.events:type_name -> opledger.v1.OperationEvent
-	0,  // 24: opledger.v1.Resolution.outcome:type_name -> opledger.v1.State
-	16, // 25: opledger.v1.ReconcileRequest.resolution:type_name -> opledger.v1.Resolution
-	5,  // 26: opledger.v1.ReconcileResponse.operation:type_name -> opledger.v1.Operation
-	5,  // 27: opledger.v1.CancelResponse.operation:type_name -> opledger.v1.Operation
-	4,  // 28: opledger.v1.Tool.effect:type_name -> opledger.v1.Effect
-	26, // 29: opledger.v1.Tool.args_schema:type_name -> google.protobuf.Struct
-	29, // 30: opledger.v1.Tool.approval_ttl:type_name -> google.protobuf.Duration
-	21, // 31: opledger.v1.ListToolsResponse.tools:type_name -> opledger.v1.Tool
-	0,  // 32: opledger.v1.ListOperationsRequest.states:type_name -> opledger.v1.State
-	5,  // 33: opledger.v1.ListOperationsResponse.operations:type_name -> opledger.v1.Operation
-	8,  // 34: opledger.v1.LedgerService.Prepare:input_type -> opledger.v1.PrepareRequest
-	10, // 35: opledger.v1.LedgerService.Approve:input_type -> opledger.v1.ApproveRequest
-	12, // 36: opledger.v1.LedgerService.Execute:input_type -> opledger.v1.ExecuteRequest
-	14, // 37: opledger.v1.LedgerService.Get:input_type -> opledger.v1.GetRequest
-	17, // 38: opledger.v1.LedgerService.Reconcile:input_type -> opledger.v1.ReconcileRequest
-	19, // 39: opledger.v1.LedgerService.Cancel:input_type -> opledger.v1.CancelRequest
-	22, // 40: opledger.v1.LedgerService.ListTools:input_type -> opledger.v1.ListToolsRequest
-	24, // 41: opledger.v1.LedgerService.ListOperations:input_type -> opledger.v1.ListOperationsRequest
-	9,  // 42: opledger.v1.LedgerService.Prepare:output_type -> opledger.v1.PrepareResponse
-	11, // 43: opledger.v1.LedgerService.Approve:output_type -> opledger.v1.ApproveResponse
-	13, // 44: opledger.v1.LedgerService.Execute:output_type -> opledger.v1.ExecuteResponse
-	15, // 45: opledger.v1.LedgerService.Get:output_type -> opledger.v1.GetResponse
-	18, // 46: opledger.v1.LedgerService.Reconcile:output_type -> opledger.v1.ReconcileResponse
-	20, // 47: opledger.v1.LedgerService.Cancel:output_type -> opledger.v1.CancelResponse
-	23, // 48: opledger.v1.LedgerService.ListTools:output_type -> opledger.v1.ListToolsResponse
-	25, // 49: opledger.v1.LedgerService.ListOperations:output_type -> opledger.v1.ListOperationsResponse
-	42, // [42:50] is the sub-list for method output_type
-	34, // [34:42] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	31, // 9: opledger.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
+	31, // 10: opledger.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	7,  // 11: opledger.v1.Approval.approvals:type_name -> opledger.v1.ApprovalDecision
+	1,  // 12: opledger.v1.ApprovalDecision.decision:type_name -> opledger.v1.Decision
+	31, // 13: opledger.v1.ApprovalDecision.decide_time:type_name -> google.protobuf.Timestamp
+	3,  // 14: opledger.v1.OperationEvent.type:type_name -> opledger.v1.EventType
+	0,  // 15: opledger.v1.OperationEvent.from_state:type_name -> opledger.v1.State
+	0,  // 16: opledger.v1.OperationEvent.to_state:type_name -> opledger.v1.State
+	31, // 17: opledger.v1.OperationEvent.create_time:type_name -> google.protobuf.Timestamp
+	29, // 18: opledger.v1.PrepareRequest.args:type_name -> google.protobuf.Struct
+	32, // 19: opledger.v1.PrepareRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 20: opledger.v1.PrepareResponse.operation:type_name -> opledger.v1.Operation
+	1,  // 21: opledger.v1.ApproveRequest.decision:type_name -> opledger.v1.Decision
+	29, // 22: opledger.v1.ApproveRequest.edited_args:type_name -> google.protobuf.Struct
+	5,  // 23: opledger.v1.ApproveResponse.operation:type_name -> opledger.v1.Operation
+	5,  // 24: opledger.v1.ApproveResponse.edited:type_name -> opledger.v1.Operation
+	32, // 25: opledger.v1.ExecuteRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 26: opledger.v1.ExecuteResponse.operation:type_name -> opledger.v1.Operation
+	5,  // 27: opledger.v1.GetResponse.operation:type_name -> opledger.v1.Operation
+	8,  // 28: opledger.v1.GetResponse.events:type_name -> opledger.v1.OperationEvent
+	0,  // 29: opledger.v1.Resolution.outcome:type_name -> opledger.v1.State
+	17, // 30: opledger.v1.ReconcileRequest.resolution:type_name -> opledger.v1.Resolution
+	5,  // 31: opledger.v1.ReconcileResponse.operation:type_name -> opledger.v1.Operation
+	5,  // 32: opledger.v1.CancelResponse.operation:type_name -> opledger.v1.Operation
+	4,  // 33: opledger.v1.Tool.effect:type_name -> opledger.v1.Effect
+	29, // 34: opledger.v1.Tool.args_schema:type_name -> google.protobuf.Struct
+	32, // 35: opledger.v1.Tool.approval_ttl:type_name -> google.protobuf.Duration
+	23, // 36: opledger.v1.Tool.policy:type_name -> opledger.v1.Policy
+	24, // 37: opledger.v1.Policy.deny:type_name -> opledger.v1.DenyRule
+	22, // 38: opledger.v1.ListToolsResponse.tools:type_name -> opledger.v1.Tool
+	0,  // 39: opledger.v1.ListOperationsRequest.states:type_name -> opledger.v1.State
+	5,  // 40: opledger.v1.ListOperationsResponse.operations:type_name -> opledger.v1.Operation
+	9,  // 41: opledger.v1.LedgerService.Prepare:input_type -> opledger.v1.PrepareRequest
+	11, // 42: opledger.v1.LedgerService.Approve:input_type -> opledger.v1.ApproveRequest
+	13, // 43: opledger.v1.LedgerService.Execute:input_type -> opledger.v1.ExecuteRequest
+	15, // 44: opledger.v1.LedgerService.Get:input_type -> opledger.v1.GetRequest
+	18, // 45: opledger.v1.LedgerService.Reconcile:input_type -> opledger.v1.ReconcileRequest
+	20, // 46: opledger.v1.LedgerService.Cancel:input_type -> opledger.v1.CancelRequest
+	25, // 47: opledger.v1.LedgerService.ListTools:input_type -> opledger.v1.ListToolsRequest
+	27, // 48: opledger.v1.LedgerService.ListOperations:input_type -> opledger.v1.ListOperationsRequest
+	10, // 49: opledger.v1.LedgerService.Prepare:output_type -> opledger.v1.PrepareResponse
+	12, // 50: opledger.v1.LedgerService.Approve:output_type -> opledger.v1.ApproveResponse
+	14, // 51: opledger.v1.LedgerService.Execute:output_type -> opledger.v1.ExecuteResponse
+	16, // 52: opledger.v1.LedgerService.Get:output_type -> opledger.v1.GetResponse
+	19, // 53: opledger.v1.LedgerService.Reconcile:output_type -> opledger.v1.ReconcileResponse
+	21, // 54: opledger.v1.LedgerService.Cancel:output_type -> opledger.v1.CancelResponse
+	26, // 55: opledger.v1.LedgerService.ListTools:output_type -> opledger.v1.ListToolsResponse
+	28, // 56: opledger.v1.LedgerService.ListOperations:output_type -> opledger.v1.ListOperationsResponse
+	49, // [49:57] is the sub-list for method output_type
+	41, // [41:49] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_opledger_v1_ledger_proto_init() }
@@ -2399,7 +2855,7 @@ func file_opledger_v1_ledger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opledger_v1_ledger_proto_rawDesc), len(file_opledger_v1_ledger_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   21,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -66,6 +66,10 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_RATE_LIMITED: _ClassVar[ErrorReason]
     ERROR_REASON_QUOTA_EXCEEDED: _ClassVar[ErrorReason]
     ERROR_REASON_CANCEL_NOT_APPLICABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_POLICY_DENIED: _ClassVar[ErrorReason]
+    ERROR_REASON_LIMIT_EXCEEDED: _ClassVar[ErrorReason]
+    ERROR_REASON_OPERATION_DUPLICATE: _ClassVar[ErrorReason]
+    ERROR_REASON_OPERATION_SUPERSEDED: _ClassVar[ErrorReason]
 
 class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -84,6 +88,9 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_RESOLVED_MANUALLY: _ClassVar[EventType]
     EVENT_TYPE_CANCELLED: _ClassVar[EventType]
     EVENT_TYPE_APPROVAL_EXPIRED: _ClassVar[EventType]
+    EVENT_TYPE_POLICY_CHANGED: _ClassVar[EventType]
+    EVENT_TYPE_POLICY_CHECKED: _ClassVar[EventType]
+    EVENT_TYPE_SUPERSEDED: _ClassVar[EventType]
 
 class Effect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -136,6 +143,10 @@ ERROR_REASON_OPERATOR_REQUIRED: ErrorReason
 ERROR_REASON_RATE_LIMITED: ErrorReason
 ERROR_REASON_QUOTA_EXCEEDED: ErrorReason
 ERROR_REASON_CANCEL_NOT_APPLICABLE: ErrorReason
+ERROR_REASON_POLICY_DENIED: ErrorReason
+ERROR_REASON_LIMIT_EXCEEDED: ErrorReason
+ERROR_REASON_OPERATION_DUPLICATE: ErrorReason
+ERROR_REASON_OPERATION_SUPERSEDED: ErrorReason
 EVENT_TYPE_UNSPECIFIED: EventType
 EVENT_TYPE_PREPARED: EventType
 EVENT_TYPE_APPROVED: EventType
@@ -151,13 +162,16 @@ EVENT_TYPE_RECONCILED: EventType
 EVENT_TYPE_RESOLVED_MANUALLY: EventType
 EVENT_TYPE_CANCELLED: EventType
 EVENT_TYPE_APPROVAL_EXPIRED: EventType
+EVENT_TYPE_POLICY_CHANGED: EventType
+EVENT_TYPE_POLICY_CHECKED: EventType
+EVENT_TYPE_SUPERSEDED: EventType
 EFFECT_UNSPECIFIED: Effect
 EFFECT_READ_ONLY: Effect
 EFFECT_IDEMPOTENT: Effect
 EFFECT_SIDE_EFFECT: Effect
 
 class Operation(_message.Message):
-    __slots__ = ("id", "tool", "tool_version", "args", "fingerprint", "state", "approval", "attempts", "fence", "downstream_key", "external_ref", "result", "error", "create_time", "update_time", "tenant", "prepared_by", "lease_expire_time")
+    __slots__ = ("id", "tool", "tool_version", "args", "fingerprint", "state", "approval", "attempts", "fence", "downstream_key", "external_ref", "result", "error", "create_time", "update_time", "tenant", "prepared_by", "lease_expire_time", "supersedes", "superseded_by", "policy_digest")
     ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +190,9 @@ class Operation(_message.Message):
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PREPARED_BY_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDES_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_BY_FIELD_NUMBER: _ClassVar[int]
+    POLICY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     id: str
     tool: str
     tool_version: str
@@ -194,10 +211,13 @@ class Operation(_message.Message):
     tenant: str
     prepared_by: str
     lease_expire_time: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., tool: _Optional[str] = ..., tool_version: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., fingerprint: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., attempts: _Optional[int] = ..., fence: _Optional[int] = ..., downstream_key: _Optional[str] = ..., external_ref: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., prepared_by: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    supersedes: str
+    superseded_by: str
+    policy_digest: str
+    def __init__(self, id: _Optional[str] = ..., tool: _Optional[str] = ..., tool_version: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., fingerprint: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., attempts: _Optional[int] = ..., fence: _Optional[int] = ..., downstream_key: _Optional[str] = ..., external_ref: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., prepared_by: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., supersedes: _Optional[str] = ..., superseded_by: _Optional[str] = ..., policy_digest: _Optional[str] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("required", "decision", "decided_by", "decide_time", "expire_time", "approved_fingerprint", "reason")
+    __slots__ = ("required", "decision", "decided_by", "decide_time", "expire_time", "approved_fingerprint", "reason", "approvals_needed", "approvals", "rule")
     REQUIRED_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +225,9 @@ class Approval(_message.Message):
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     APPROVED_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    APPROVALS_NEEDED_FIELD_NUMBER: _ClassVar[int]
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
     required: bool
     decision: Decision
     decided_by: str
@@ -212,7 +235,28 @@ class Approval(_message.Message):
     expire_time: _timestamp_pb2.Timestamp
     approved_fingerprint: str
     reason: str
-    def __init__(self, required: _Optional[bool] = ..., decision: _Optional[_Union[Decision, str]] = ..., decided_by: _Optional[str] = ..., decide_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approved_fingerprint: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    approvals_needed: int
+    approvals: _containers.RepeatedCompositeFieldContainer[ApprovalDecision]
+    rule: str
+    def __init__(self, required: _Optional[bool] = ..., decision: _Optional[_Union[Decision, str]] = ..., decided_by: _Optional[str] = ..., decide_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approved_fingerprint: _Optional[str] = ..., reason: _Optional[str] = ..., approvals_needed: _Optional[int] = ..., approvals: _Optional[_Iterable[_Union[ApprovalDecision, _Mapping]]] = ..., rule: _Optional[str] = ...) -> None: ...
+
+class ApprovalDecision(_message.Message):
+    __slots__ = ("principal_id", "principal_name", "decision", "decide_time", "fingerprint", "reason", "policy_digest")
+    PRINCIPAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_NAME_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    DECIDE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    POLICY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    principal_id: str
+    principal_name: str
+    decision: Decision
+    decide_time: _timestamp_pb2.Timestamp
+    fingerprint: str
+    reason: str
+    policy_digest: str
+    def __init__(self, principal_id: _Optional[str] = ..., principal_name: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., decide_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fingerprint: _Optional[str] = ..., reason: _Optional[str] = ..., policy_digest: _Optional[str] = ...) -> None: ...
 
 class OperationEvent(_message.Message):
     __slots__ = ("seq", "type", "actor", "from_state", "to_state", "attempt", "fence", "detail", "create_time")
@@ -261,24 +305,28 @@ class PrepareResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ..., execution_replayed: _Optional[bool] = ...) -> None: ...
 
 class ApproveRequest(_message.Message):
-    __slots__ = ("operation_id", "fingerprint", "decision", "reason")
+    __slots__ = ("operation_id", "fingerprint", "decision", "reason", "edited_args")
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    EDITED_ARGS_FIELD_NUMBER: _ClassVar[int]
     operation_id: str
     fingerprint: str
     decision: Decision
     reason: str
-    def __init__(self, operation_id: _Optional[str] = ..., fingerprint: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    edited_args: _struct_pb2.Struct
+    def __init__(self, operation_id: _Optional[str] = ..., fingerprint: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., reason: _Optional[str] = ..., edited_args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class ApproveResponse(_message.Message):
-    __slots__ = ("operation", "replayed")
+    __slots__ = ("operation", "replayed", "edited")
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    EDITED_FIELD_NUMBER: _ClassVar[int]
     operation: Operation
     replayed: bool
-    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    edited: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ..., edited: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
     __slots__ = ("operation_id", "wait")
@@ -357,7 +405,7 @@ class CancelResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
 
 class Tool(_message.Message):
-    __slots__ = ("name", "version", "description", "effect", "approval_required", "args_schema", "approval_ttl", "current")
+    __slots__ = ("name", "version", "description", "effect", "approval_required", "args_schema", "approval_ttl", "current", "policy")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -366,6 +414,7 @@ class Tool(_message.Message):
     ARGS_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_TTL_FIELD_NUMBER: _ClassVar[int]
     CURRENT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     description: str
@@ -374,7 +423,36 @@ class Tool(_message.Message):
     args_schema: _struct_pb2.Struct
     approval_ttl: _duration_pb2.Duration
     current: bool
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., effect: _Optional[_Union[Effect, str]] = ..., approval_required: _Optional[bool] = ..., args_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., approval_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., current: _Optional[bool] = ...) -> None: ...
+    policy: Policy
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., effect: _Optional[_Union[Effect, str]] = ..., approval_required: _Optional[bool] = ..., args_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., approval_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., current: _Optional[bool] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ...) -> None: ...
+
+class Policy(_message.Message):
+    __slots__ = ("digest", "deny", "approval_required", "approval_when", "approvers", "editable", "summary")
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_WHEN_FIELD_NUMBER: _ClassVar[int]
+    APPROVERS_FIELD_NUMBER: _ClassVar[int]
+    EDITABLE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    deny: _containers.RepeatedCompositeFieldContainer[DenyRule]
+    approval_required: bool
+    approval_when: str
+    approvers: int
+    editable: _containers.RepeatedScalarFieldContainer[str]
+    summary: str
+    def __init__(self, digest: _Optional[str] = ..., deny: _Optional[_Iterable[_Union[DenyRule, _Mapping]]] = ..., approval_required: _Optional[bool] = ..., approval_when: _Optional[str] = ..., approvers: _Optional[int] = ..., editable: _Optional[_Iterable[str]] = ..., summary: _Optional[str] = ...) -> None: ...
+
+class DenyRule(_message.Message):
+    __slots__ = ("name", "when", "message")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WHEN_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    when: str
+    message: str
+    def __init__(self, name: _Optional[str] = ..., when: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ListToolsRequest(_message.Message):
     __slots__ = ()

@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file opledger/v1/ledger.proto.
  */
 export const file_opledger_v1_ledger: GenFile = /*@__PURE__*/
-  fileDesc("ChhvcGxlZGdlci92MS9sZWRnZXIucHJvdG8SC29wbGVkZ2VyLnYxIpwECglPcGVyYXRpb24SCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIUCgx0b29sX3ZlcnNpb24YAyABKAkSJQoEYXJncxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLZmluZ2VycHJpbnQYBSABKAkSIQoFc3RhdGUYBiABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRInCghhcHByb3ZhbBgHIAEoCzIVLm9wbGVkZ2VyLnYxLkFwcHJvdmFsEhAKCGF0dGVtcHRzGAggASgFEg0KBWZlbmNlGAkgASgDEhYKDmRvd25zdHJlYW1fa2V5GAogASgJEhQKDGV4dGVybmFsX3JlZhgLIAEoCRInCgZyZXN1bHQYDCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiEKBWVycm9yGA0gASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXMSLwoLY3JlYXRlX3RpbWUYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZ0ZW5hbnQYECABKAkSEwoLcHJlcGFyZWRfYnkYESABKAkSNQoRbGVhc2VfZXhwaXJlX3RpbWUYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIukBCghBcHByb3ZhbBIQCghyZXF1aXJlZBgBIAEoCBInCghkZWNpc2lvbhgCIAEoDjIVLm9wbGVkZ2VyLnYxLkRlY2lzaW9uEhIKCmRlY2lkZWRfYnkYAyABKAkSLwoLZGVjaWRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2V4cGlyZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcChRhcHByb3ZlZF9maW5nZXJwcmludBgGIAEoCRIOCgZyZWFzb24YByABKAkigQIKDk9wZXJhdGlvbkV2ZW50EgsKA3NlcRgBIAEoAxIkCgR0eXBlGAIgASgOMhYub3BsZWRnZXIudjEuRXZlbnRUeXBlEg0KBWFjdG9yGAMgASgJEiYKCmZyb21fc3RhdGUYBCABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRIkCgh0b19zdGF0ZRgFIAEoDjISLm9wbGVkZ2VyLnYxLlN0YXRlEg8KB2F0dGVtcHQYBiABKAUSDQoFZmVuY2UYByABKAMSDgoGZGV0YWlsGAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKVAQoOUHJlcGFyZVJlcXVlc3QSDAoEdG9vbBgBIAEoCRIUCgx0b29sX3ZlcnNpb24YAiABKAkSJQoEYXJncxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDwoHZXhlY3V0ZRgEIAEoCBInCgR3YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImoKD1ByZXBhcmVSZXNwb25zZRIpCglvcGVyYXRpb24YASABKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SEAoIcmVwbGF5ZWQYAiABKAgSGgoSZXhlY3V0aW9uX3JlcGxheWVkGAMgASgIInQKDkFwcHJvdmVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRITCgtmaW5nZXJwcmludBgCIAEoCRInCghkZWNpc2lvbhgDIAEoDjIVLm9wbGVkZ2VyLnYxLkRlY2lzaW9uEg4KBnJlYXNvbhgEIAEoCSJOCg9BcHByb3ZlUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEhAKCHJlcGxheWVkGAIgASgIIk8KDkV4ZWN1dGVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRInCgR3YWl0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIk4KD0V4ZWN1dGVSZXNwb25zZRIpCglvcGVyYXRpb24YASABKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SEAoIcmVwbGF5ZWQYAiABKAgiOgoKR2V0UmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSFgoOaW5jbHVkZV9ldmVudHMYAiABKAgiZQoLR2V0UmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEisKBmV2ZW50cxgCIAMoCzIbLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbkV2ZW50ImQKClJlc29sdXRpb24SIwoHb3V0Y29tZRgBIAEoDjISLm9wbGVkZ2VyLnYxLlN0YXRlEhQKDGV4dGVybmFsX3JlZhgCIAEoCRIMCgRub3RlGAMgASgJEg0KBWZlbmNlGAQgASgDIlUKEFJlY29uY2lsZVJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEisKCnJlc29sdXRpb24YAiABKAsyFy5vcGxlZGdlci52MS5SZXNvbHV0aW9uIk4KEVJlY29uY2lsZVJlc3BvbnNlEikKCW9wZXJhdGlvbhgBIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIOCgZkZXRhaWwYAiABKAkiNQoNQ2FuY2VsUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSDgoGcmVhc29uGAIgASgJIk0KDkNhbmNlbFJlc3BvbnNlEikKCW9wZXJhdGlvbhgBIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIQCghyZXBsYXllZBgCIAEoCCLqAQoEVG9vbBIMCgRuYW1lGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkSIwoGZWZmZWN0GAQgASgOMhMub3BsZWRnZXIudjEuRWZmZWN0EhkKEWFwcHJvdmFsX3JlcXVpcmVkGAUgASgIEiwKC2FyZ3Nfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIvCgxhcHByb3ZhbF90dGwYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHY3VycmVudBgIIAEoCCISChBMaXN0VG9vbHNSZXF1ZXN0IjUKEUxpc3RUb29sc1Jlc3BvbnNlEiAKBXRvb2xzGAEgAygLMhEub3BsZWRnZXIudjEuVG9vbCJwChVMaXN0T3BlcmF0aW9uc1JlcXVlc3QSIgoGc3RhdGVzGAEgAygOMhIub3BsZWRnZXIudjEuU3RhdGUSDAoEdG9vbBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJdChZMaXN0T3BlcmF0aW9uc1Jlc3BvbnNlEioKCm9wZXJhdGlvbnMYASADKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJKswBCgVTdGF0ZRIVChFTVEFURV9VTlNQRUNJRklFRBAAEhsKF1NUQVRFX0FXQUlUSU5HX0FQUFJPVkFMEAESDwoLU1RBVEVfUkVBRFkQAhITCg9TVEFURV9FWEVDVVRJTkcQAxITCg9TVEFURV9TVUNDRUVERUQQBBIQCgxTVEFURV9GQUlMRUQQBRIZChVTVEFURV9PVVRDT01FX1VOS05PV04QBhISCg5TVEFURV9SRUpFQ1RFRBAHEhMKD1NUQVRFX0NBTkNFTExFRBAIKk0KCERlY2lzaW9uEhgKFERFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASFAoQREVDSVNJT05fQVBQUk9WRRABEhEKDURFQ0lTSU9OX0RFTlkQAirRCQoLRXJyb3JSZWFzb24SHAoYRVJST1JfUkVBU09OX1VOU1BFQ0lGSUVEEAASIAocRVJST1JfUkVBU09OX0FQSV9LRVlfTUlTU0lORxABEiAKHEVSUk9SX1JFQVNPTl9BUElfS0VZX0lOVkFMSUQQAhIeChpFUlJPUl9SRUFTT05fUk9MRV9SRVFVSVJFRBADEigKJEVSUk9SX1JFQVNPTl9JREVNUE9URU5DWV9LRVlfTUlTU0lORxAEEigKJEVSUk9SX1JFQVNPTl9JREVNUE9URU5DWV9LRVlfSU5WQUxJRBAFEicKI0VSUk9SX1JFQVNPTl9JREVNUE9URU5DWV9LRVlfUkVVU0VEEAYSHQoZRVJST1JfUkVBU09OX1RPT0xfVU5LTk9XThAHEiUKIUVSUk9SX1JFQVNPTl9UT09MX1ZFUlNJT05fVU5LTk9XThAIEh0KGUVSUk9SX1JFQVNPTl9BUkdTX0lOVkFMSUQQCRIfChtFUlJPUl9SRUFTT05fQVJHU19UT09fTEFSR0UQChIeChpFUlJPUl9SRUFTT05fRklFTERfSU5WQUxJRBALEiQKIEVSUk9SX1JFQVNPTl9PUEVSQVRJT05fTk9UX0ZPVU5EEAwSIgoeRVJST1JfUkVBU09OX0FQUFJPVkFMX1JFUVVJUkVEEA0SIQodRVJST1JfUkVBU09OX0FQUFJPVkFMX0VYUElSRUQQDhIuCipFUlJPUl9SRUFTT05fQVBQUk9WQUxfRklOR0VSUFJJTlRfTUlTTUFUQ0gQDxIiCh5FUlJPUl9SRUFTT05fQVBQUk9WQUxfQ09ORkxJQ1QQEBIoCiRFUlJPUl9SRUFTT05fU0VMRl9BUFBST1ZBTF9GT1JCSURERU4QERIoCiRFUlJPUl9SRUFTT05fQVBQUk9WQUxfTk9UX0FQUExJQ0FCTEUQEhIjCh9FUlJPUl9SRUFTT05fT1BFUkFUSU9OX1JFSkVDVEVEEBMSJAogRVJST1JfUkVBU09OX09QRVJBVElPTl9DQU5DRUxMRUQQFBImCiJFUlJPUl9SRUFTT05fT1BFUkFUSU9OX0lOX1BST0dSRVNTEBUSKgomRVJST1JfUkVBU09OX1JFU09MVVRJT05fTk9UX0FQUExJQ0FCTEUQFhIjCh9FUlJPUl9SRUFTT05fTEVER0VSX1VOQVZBSUxBQkxFEBcSGQoVRVJST1JfUkVBU09OX0lOVEVSTkFMEBgSJwojRVJST1JfUkVBU09OX0RPV05TVFJFQU1fVU5BVkFJTEFCTEUQGRIhCh1FUlJPUl9SRUFTT05fREVBRExJTkVfSU5WQUxJRBAaEiQKIEVSUk9SX1JFQVNPTl9ET1dOU1RSRUFNX1JFSkVDVEVEEBsSKwonRVJST1JfUkVBU09OX0RPV05TVFJFQU1fT1VUQ09NRV9VTktOT1dOEBwSIgoeRVJST1JfUkVBU09OX09QRVJBVE9SX1JFUVVJUkVEEB0SHQoZRVJST1JfUkVBU09OX1JBVEVfTElNSVRFRBAeEh8KG0VSUk9SX1JFQVNPTl9RVU9UQV9FWENFRURFRBAfEiYKIkVSUk9SX1JFQVNPTl9DQU5DRUxfTk9UX0FQUExJQ0FCTEUQICqxAwoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIXChNFVkVOVF9UWVBFX1BSRVBBUkVEEAESFwoTRVZFTlRfVFlQRV9BUFBST1ZFRBACEhUKEUVWRU5UX1RZUEVfREVOSUVEEAMSFgoSRVZFTlRfVFlQRV9DTEFJTUVEEAQSJAogRVZFTlRfVFlQRV9FWFRFUk5BTF9SRUZfUkVDT1JERUQQBRIYChRFVkVOVF9UWVBFX1NVQ0NFRURFRBAGEhUKEUVWRU5UX1RZUEVfRkFJTEVEEAcSHgoaRVZFTlRfVFlQRV9PVVRDT01FX1VOS05PV04QCBIXChNFVkVOVF9UWVBFX1JFTEVBU0VEEAkSHwobRVZFTlRfVFlQRV9MRUFTRV9UQUtFTl9PVkVSEAoSGQoVRVZFTlRfVFlQRV9SRUNPTkNJTEVEEAsSIAocRVZFTlRfVFlQRV9SRVNPTFZFRF9NQU5VQUxMWRAMEhgKFEVWRU5UX1RZUEVfQ0FOQ0VMTEVEEA0SHwobRVZFTlRfVFlQRV9BUFBST1ZBTF9FWFBJUkVEEA4qZQoGRWZmZWN0EhYKEkVGRkVDVF9VTlNQRUNJRklFRBAAEhQKEEVGRkVDVF9SRUFEX09OTFkQARIVChFFRkZFQ1RfSURFTVBPVEVOVBACEhYKEkVGRkVDVF9TSURFX0VGRkVDVBADMvQECg1MZWRnZXJTZXJ2aWNlEkQKB1ByZXBhcmUSGy5vcGxlZGdlci52MS5QcmVwYXJlUmVxdWVzdBocLm9wbGVkZ2VyLnYxLlByZXBhcmVSZXNwb25zZRJJCgdBcHByb3ZlEhsub3BsZWRnZXIudjEuQXBwcm92ZVJlcXVlc3QaHC5vcGxlZGdlci52MS5BcHByb3ZlUmVzcG9uc2UiA5ACAhJJCgdFeGVjdXRlEhsub3BsZWRnZXIudjEuRXhlY3V0ZVJlcXVlc3QaHC5vcGxlZGdlci52MS5FeGVjdXRlUmVzcG9uc2UiA5ACAhI9CgNHZXQSFy5vcGxlZGdlci52MS5HZXRSZXF1ZXN0Ghgub3BsZWRnZXIudjEuR2V0UmVzcG9uc2UiA5ACARJPCglSZWNvbmNpbGUSHS5vcGxlZGdlci52MS5SZWNvbmNpbGVSZXF1ZXN0Gh4ub3BsZWRnZXIudjEuUmVjb25jaWxlUmVzcG9uc2UiA5ACAhJGCgZDYW5jZWwSGi5vcGxlZGdlci52MS5DYW5jZWxSZXF1ZXN0Ghsub3BsZWRnZXIudjEuQ2FuY2VsUmVzcG9uc2UiA5ACAhJPCglMaXN0VG9vbHMSHS5vcGxlZGdlci52MS5MaXN0VG9vbHNSZXF1ZXN0Gh4ub3BsZWRnZXIudjEuTGlzdFRvb2xzUmVzcG9uc2UiA5ACARJeCg5MaXN0T3BlcmF0aW9ucxIiLm9wbGVkZ2VyLnYxLkxpc3RPcGVyYXRpb25zUmVxdWVzdBojLm9wbGVkZ2VyLnYxLkxpc3RPcGVyYXRpb25zUmVzcG9uc2UiA5ACAUJcCg9kZXYub3BsZWRnZXIudjFCC0xlZGdlclByb3RvUAFaOmdpdGh1Yi5jb20vb3BsZWRnZXIvb3BsZWRnZXIvZ2VuL2dvL29wbGVkZ2VyL3YxO29wbGVkZ2VydjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("ChhvcGxlZGdlci92MS9sZWRnZXIucHJvdG8SC29wbGVkZ2VyLnYxIt4ECglPcGVyYXRpb24SCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIUCgx0b29sX3ZlcnNpb24YAyABKAkSJQoEYXJncxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLZmluZ2VycHJpbnQYBSABKAkSIQoFc3RhdGUYBiABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRInCghhcHByb3ZhbBgHIAEoCzIVLm9wbGVkZ2VyLnYxLkFwcHJvdmFsEhAKCGF0dGVtcHRzGAggASgFEg0KBWZlbmNlGAkgASgDEhYKDmRvd25zdHJlYW1fa2V5GAogASgJEhQKDGV4dGVybmFsX3JlZhgLIAEoCRInCgZyZXN1bHQYDCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiEKBWVycm9yGA0gASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXMSLwoLY3JlYXRlX3RpbWUYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZ0ZW5hbnQYECABKAkSEwoLcHJlcGFyZWRfYnkYESABKAkSNQoRbGVhc2VfZXhwaXJlX3RpbWUYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnN1cGVyc2VkZXMYEyABKAkSFQoNc3VwZXJzZWRlZF9ieRgUIAEoCRIVCg1wb2xpY3lfZGlnZXN0GBUgASgJIsMCCghBcHByb3ZhbBIQCghyZXF1aXJlZBgBIAEoCBInCghkZWNpc2lvbhgCIAEoDjIVLm9wbGVkZ2VyLnYxLkRlY2lzaW9uEhIKCmRlY2lkZWRfYnkYAyABKAkSLwoLZGVjaWRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2V4cGlyZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcChRhcHByb3ZlZF9maW5nZXJwcmludBgGIAEoCRIOCgZyZWFzb24YByABKAkSGAoQYXBwcm92YWxzX25lZWRlZBgIIAEoBRIwCglhcHByb3ZhbHMYCSADKAsyHS5vcGxlZGdlci52MS5BcHByb3ZhbERlY2lzaW9uEgwKBHJ1bGUYCiABKAki1gEKEEFwcHJvdmFsRGVjaXNpb24SFAoMcHJpbmNpcGFsX2lkGAEgASgJEhYKDnByaW5jaXBhbF9uYW1lGAIgASgJEicKCGRlY2lzaW9uGAMgASgOMhUub3BsZWRnZXIudjEuRGVjaXNpb24SLwoLZGVjaWRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2ZpbmdlcnByaW50GAUgASgJEg4KBnJlYXNvbhgGIAEoCRIVCg1wb2xpY3lfZGlnZXN0GAcgASgJIoECCg5PcGVyYXRpb25FdmVudBILCgNzZXEYASABKAMSJAoEdHlwZRgCIAEoDjIWLm9wbGVkZ2VyLnYxLkV2ZW50VHlwZRINCgVhY3RvchgDIAEoCRImCgpmcm9tX3N0YXRlGAQgASgOMhIub3BsZWRnZXIudjEuU3RhdGUSJAoIdG9fc3RhdGUYBSABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRIPCgdhdHRlbXB0GAYgASgFEg0KBWZlbmNlGAcgASgDEg4KBmRldGFpbBgIIAEoCRIvCgtjcmVhdGVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAilQEKDlByZXBhcmVSZXF1ZXN0EgwKBHRvb2wYASABKAkSFAoMdG9vbF92ZXJzaW9uGAIgASgJEiUKBGFyZ3MYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KB2V4ZWN1dGUYBCABKAgSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJqCg9QcmVwYXJlUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEhAKCHJlcGxheWVkGAIgASgIEhoKEmV4ZWN1dGlvbl9yZXBsYXllZBgDIAEoCCKiAQoOQXBwcm92ZVJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEhMKC2ZpbmdlcnByaW50GAIgASgJEicKCGRlY2lzaW9uGAMgASgOMhUub3BsZWRnZXIudjEuRGVjaXNpb24SDgoGcmVhc29uGAQgASgJEiwKC2VkaXRlZF9hcmdzGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJ2Cg9BcHByb3ZlUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEhAKCHJlcGxheWVkGAIgASgIEiYKBmVkaXRlZBgDIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbiJPCg5FeGVjdXRlUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSJwoEd2FpdBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJOCg9FeGVjdXRlUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEhAKCHJlcGxheWVkGAIgASgIIjoKCkdldFJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEhYKDmluY2x1ZGVfZXZlbnRzGAIgASgIImUKC0dldFJlc3BvbnNlEikKCW9wZXJhdGlvbhgBIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIrCgZldmVudHMYAiADKAsyGy5vcGxlZGdlci52MS5PcGVyYXRpb25FdmVudCJkCgpSZXNvbHV0aW9uEiMKB291dGNvbWUYASABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRIUCgxleHRlcm5hbF9yZWYYAiABKAkSDAoEbm90ZRgDIAEoCRINCgVmZW5jZRgEIAEoAyJVChBSZWNvbmNpbGVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIrCgpyZXNvbHV0aW9uGAIgASgLMhcub3BsZWRnZXIudjEuUmVzb2x1dGlvbiJOChFSZWNvbmNpbGVSZXNwb25zZRIpCglvcGVyYXRpb24YASABKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SDgoGZGV0YWlsGAIgASgJIjUKDUNhbmNlbFJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJNCg5DYW5jZWxSZXNwb25zZRIpCglvcGVyYXRpb24YASABKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SEAoIcmVwbGF5ZWQYAiABKAgijwIKBFRvb2wSDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJEiMKBmVmZmVjdBgEIAEoDjITLm9wbGVkZ2VyLnYxLkVmZmVjdBIZChFhcHByb3ZhbF9yZXF1aXJlZBgFIAEoCBIsCgthcmdzX3NjaGVtYRgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLwoMYXBwcm92YWxfdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg8KB2N1cnJlbnQYCCABKAgSIwoGcG9saWN5GAkgASgLMhMub3BsZWRnZXIudjEuUG9saWN5IqUBCgZQb2xpY3kSDgoGZGlnZXN0GAEgASgJEiMKBGRlbnkYAiADKAsyFS5vcGxlZGdlci52MS5EZW55UnVsZRIZChFhcHByb3ZhbF9yZXF1aXJlZBgDIAEoCBIVCg1hcHByb3ZhbF93aGVuGAQgASgJEhEKCWFwcHJvdmVycxgFIAEoBRIQCghlZGl0YWJsZRgGIAMoCRIPCgdzdW1tYXJ5GAcgASgJIjcKCERlbnlSdWxlEgwKBG5hbWUYASABKAkSDAoEd2hlbhgCIAEoCRIPCgdtZXNzYWdlGAMgASgJIhIKEExpc3RUb29sc1JlcXVlc3QiNQoRTGlzdFRvb2xzUmVzcG9uc2USIAoFdG9vbHMYASADKAsyES5vcGxlZGdlci52MS5Ub29sInAKFUxpc3RPcGVyYXRpb25zUmVxdWVzdBIiCgZzdGF0ZXMYASADKA4yEi5vcGxlZGdlci52MS5TdGF0ZRIMCgR0b29sGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIl0KFkxpc3RPcGVyYXRpb25zUmVzcG9uc2USKgoKb3BlcmF0aW9ucxgBIAMoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkqzAEKBVN0YXRlEhUKEVNUQVRFX1VOU1BFQ0lGSUVEEAASGwoXU1RBVEVfQVdBSVRJTkdfQVBQUk9WQUwQARIPCgtTVEFURV9SRUFEWRACEhMKD1NUQVRFX0VYRUNVVElORxADEhMKD1NUQVRFX1NVQ0NFRURFRBAEEhAKDFNUQVRFX0ZBSUxFRBAFEhkKFVNUQVRFX09VVENPTUVfVU5LTk9XThAGEhIKDlNUQVRFX1JFSkVDVEVEEAcSEwoPU1RBVEVfQ0FOQ0VMTEVEEAgqTQoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABIUChBERUNJU0lPTl9BUFBST1ZFEAESEQoNREVDSVNJT05fREVOWRACKt8KCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIgChxFUlJPUl9SRUFTT05fQVBJX0tFWV9NSVNTSU5HEAESIAocRVJST1JfUkVBU09OX0FQSV9LRVlfSU5WQUxJRBACEh4KGkVSUk9SX1JFQVNPTl9ST0xFX1JFUVVJUkVEEAMSKAokRVJST1JfUkVBU09OX0lERU1QT1RFTkNZX0tFWV9NSVNTSU5HEAQSKAokRVJST1JfUkVBU09OX0lERU1QT1RFTkNZX0tFWV9JTlZBTElEEAUSJwojRVJST1JfUkVBU09OX0lERU1QT1RFTkNZX0tFWV9SRVVTRUQQBhIdChlFUlJPUl9SRUFTT05fVE9PTF9VTktOT1dOEAcSJQohRVJST1JfUkVBU09OX1RPT0xfVkVSU0lPTl9VTktOT1dOEAgSHQoZRVJST1JfUkVBU09OX0FSR1NfSU5WQUxJRBAJEh8KG0VSUk9SX1JFQVNPTl9BUkdTX1RPT19MQVJHRRAKEh4KGkVSUk9SX1JFQVNPTl9GSUVMRF9JTlZBTElEEAsSJAogRVJST1JfUkVBU09OX09QRVJBVElPTl9OT1RfRk9VTkQQDBIiCh5FUlJPUl9SRUFTT05fQVBQUk9WQUxfUkVRVUlSRUQQDRIhCh1FUlJPUl9SRUFTT05fQVBQUk9WQUxfRVhQSVJFRBAOEi4KKkVSUk9SX1JFQVNPTl9BUFBST1ZBTF9GSU5HRVJQUklOVF9NSVNNQVRDSBAPEiIKHkVSUk9SX1JFQVNPTl9BUFBST1ZBTF9DT05GTElDVBAQEigKJEVSUk9SX1JFQVNPTl9TRUxGX0FQUFJPVkFMX0ZPUkJJRERFThAREigKJEVSUk9SX1JFQVNPTl9BUFBST1ZBTF9OT1RfQVBQTElDQUJMRRASEiMKH0VSUk9SX1JFQVNPTl9PUEVSQVRJT05fUkVKRUNURUQQExIkCiBFUlJPUl9SRUFTT05fT1BFUkFUSU9OX0NBTkNFTExFRBAUEiYKIkVSUk9SX1JFQVNPTl9PUEVSQVRJT05fSU5fUFJPR1JFU1MQFRIqCiZFUlJPUl9SRUFTT05fUkVTT0xVVElPTl9OT1RfQVBQTElDQUJMRRAWEiMKH0VSUk9SX1JFQVNPTl9MRURHRVJfVU5BVkFJTEFCTEUQFxIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQGBInCiNFUlJPUl9SRUFTT05fRE9XTlNUUkVBTV9VTkFWQUlMQUJMRRAZEiEKHUVSUk9SX1JFQVNPTl9ERUFETElORV9JTlZBTElEEBoSJAogRVJST1JfUkVBU09OX0RPV05TVFJFQU1fUkVKRUNURUQQGxIrCidFUlJPUl9SRUFTT05fRE9XTlNUUkVBTV9PVVRDT01FX1VOS05PV04QHBIiCh5FUlJPUl9SRUFTT05fT1BFUkFUT1JfUkVRVUlSRUQQHRIdChlFUlJPUl9SRUFTT05fUkFURV9MSU1JVEVEEB4SHwobRVJST1JfUkVBU09OX1FVT1RBX0VYQ0VFREVEEB8SJgoiRVJST1JfUkVBU09OX0NBTkNFTF9OT1RfQVBQTElDQUJMRRAgEh4KGkVSUk9SX1JFQVNPTl9QT0xJQ1lfREVOSUVEECESHwobRVJST1JfUkVBU09OX0xJTUlUX0VYQ0VFREVEECISJAogRVJST1JfUkVBU09OX09QRVJBVElPTl9EVVBMSUNBVEUQIxIlCiFFUlJPUl9SRUFTT05fT1BFUkFUSU9OX1NVUEVSU0VERUQQJCqKBAoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIXChNFVkVOVF9UWVBFX1BSRVBBUkVEEAESFwoTRVZFTlRfVFlQRV9BUFBST1ZFRBACEhUKEUVWRU5UX1RZUEVfREVOSUVEEAMSFgoSRVZFTlRfVFlQRV9DTEFJTUVEEAQSJAogRVZFTlRfVFlQRV9FWFRFUk5BTF9SRUZfUkVDT1JERUQQBRIYChRFVkVOVF9UWVBFX1NVQ0NFRURFRBAGEhUKEUVWRU5UX1RZUEVfRkFJTEVEEAcSHgoaRVZFTlRfVFlQRV9PVVRDT01FX1VOS05PV04QCBIXChNFVkVOVF9UWVBFX1JFTEVBU0VEEAkSHwobRVZFTlRfVFlQRV9MRUFTRV9UQUtFTl9PVkVSEAoSGQoVRVZFTlRfVFlQRV9SRUNPTkNJTEVEEAsSIAocRVZFTlRfVFlQRV9SRVNPTFZFRF9NQU5VQUxMWRAMEhgKFEVWRU5UX1RZUEVfQ0FOQ0VMTEVEEA0SHwobRVZFTlRfVFlQRV9BUFBST1ZBTF9FWFBJUkVEEA4SHQoZRVZFTlRfVFlQRV9QT0xJQ1lfQ0hBTkdFRBAPEh0KGUVWRU5UX1RZUEVfUE9MSUNZX0NIRUNLRUQQEBIZChVFVkVOVF9UWVBFX1NVUEVSU0VERUQQESplCgZFZmZlY3QSFgoSRUZGRUNUX1VOU1BFQ0lGSUVEEAASFAoQRUZGRUNUX1JFQURfT05MWRABEhUKEUVGRkVDVF9JREVNUE9URU5UEAISFgoSRUZGRUNUX1NJREVfRUZGRUNUEAMy9AQKDUxlZGdlclNlcnZpY2USRAoHUHJlcGFyZRIbLm9wbGVkZ2VyLnYxLlByZXBhcmVSZXF1ZXN0Ghwub3BsZWRnZXIudjEuUHJlcGFyZVJlc3BvbnNlEkkKB0FwcHJvdmUSGy5vcGxlZGdlci52MS5BcHByb3ZlUmVxdWVzdBocLm9wbGVkZ2VyLnYxLkFwcHJvdmVSZXNwb25zZSIDkAICEkkKB0V4ZWN1dGUSGy5vcGxlZGdlci52MS5FeGVjdXRlUmVxdWVzdBocLm9wbGVkZ2VyLnYxLkV4ZWN1dGVSZXNwb25zZSIDkAICEj0KA0dldBIXLm9wbGVkZ2VyLnYxLkdldFJlcXVlc3QaGC5vcGxlZGdlci52MS5HZXRSZXNwb25zZSIDkAIBEk8KCVJlY29uY2lsZRIdLm9wbGVkZ2VyLnYxLlJlY29uY2lsZVJlcXVlc3QaHi5vcGxlZGdlci52MS5SZWNvbmNpbGVSZXNwb25zZSIDkAICEkYKBkNhbmNlbBIaLm9wbGVkZ2VyLnYxLkNhbmNlbFJlcXVlc3QaGy5vcGxlZGdlci52MS5DYW5jZWxSZXNwb25zZSIDkAICEk8KCUxpc3RUb29scxIdLm9wbGVkZ2VyLnYxLkxpc3RUb29sc1JlcXVlc3QaHi5vcGxlZGdlci52MS5MaXN0VG9vbHNSZXNwb25zZSIDkAIBEl4KDkxpc3RPcGVyYXRpb25zEiIub3BsZWRnZXIudjEuTGlzdE9wZXJhdGlvbnNSZXF1ZXN0GiMub3BsZWRnZXIudjEuTGlzdE9wZXJhdGlvbnNSZXNwb25zZSIDkAIBQlwKD2Rldi5vcGxlZGdlci52MUILTGVkZ2VyUHJvdG9QAVo6Z2l0aHViLmNvbS9vcGxlZGdlci9vcGxlZGdlci9nZW4vZ28vb3BsZWRnZXIvdjE7b3BsZWRnZXJ2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Operation is one proposed tool call and everything the ledger knows about
@@ -154,6 +154,30 @@ export type Operation = Message<"opledger.v1.Operation"> & {
    * @generated from field: google.protobuf.Timestamp lease_expire_time = 18;
    */
   leaseExpireTime?: Timestamp | undefined;
+
+  /**
+   * The operation this one replaces: an approver approved that one with
+   * edited arguments, which are this one's.
+   *
+   * @generated from field: string supersedes = 19;
+   */
+  supersedes: string;
+
+  /**
+   * The operation that replaces this one (this one is then REJECTED): an
+   * approver approved it with edited arguments. Execute that one.
+   *
+   * @generated from field: string superseded_by = 20;
+   */
+  supersededBy: string;
+
+  /**
+   * SHA-256 (hex) of the tool version's policy (deny rules and approval
+   * rule, in canonical form) that the operation was last judged under.
+   *
+   * @generated from field: string policy_digest = 21;
+   */
+  policyDigest: string;
 };
 
 /**
@@ -217,6 +241,30 @@ export type Approval = Message<"opledger.v1.Approval"> & {
    * @generated from field: string reason = 7;
    */
   reason: string;
+
+  /**
+   * How many distinct approvers must approve (the policy's `approvers`); 0
+   * when no approval is required.
+   *
+   * @generated from field: int32 approvals_needed = 8;
+   */
+  approvalsNeeded: number;
+
+  /**
+   * The approvals counted so far in the current round (a lapsed approval
+   * starts a new round), in the order given.
+   *
+   * @generated from field: repeated opledger.v1.ApprovalDecision approvals = 9;
+   */
+  approvals: ApprovalDecision[];
+
+  /**
+   * Why an approval is required: the policy rule that demanded it
+   * ("approval.required", "approval.when", or a limit's name).
+   *
+   * @generated from field: string rule = 10;
+   */
+  rule: string;
 };
 
 /**
@@ -225,6 +273,69 @@ export type Approval = Message<"opledger.v1.Approval"> & {
  */
 export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
   messageDesc(file_opledger_v1_ledger, 1);
+
+/**
+ * ApprovalDecision is one approver's decision on an operation.
+ *
+ * @generated from message opledger.v1.ApprovalDecision
+ */
+export type ApprovalDecision = Message<"opledger.v1.ApprovalDecision"> & {
+  /**
+   * The approver's principal id (from the credential).
+   *
+   * @generated from field: string principal_id = 1;
+   */
+  principalId: string;
+
+  /**
+   * The approver's principal name.
+   *
+   * @generated from field: string principal_name = 2;
+   */
+  principalName: string;
+
+  /**
+   * What they decided.
+   *
+   * @generated from field: opledger.v1.Decision decision = 3;
+   */
+  decision: Decision;
+
+  /**
+   * When.
+   *
+   * @generated from field: google.protobuf.Timestamp decide_time = 4;
+   */
+  decideTime?: Timestamp | undefined;
+
+  /**
+   * The fingerprint they saw.
+   *
+   * @generated from field: string fingerprint = 5;
+   */
+  fingerprint: string;
+
+  /**
+   * Their reason.
+   *
+   * @generated from field: string reason = 6;
+   */
+  reason: string;
+
+  /**
+   * The policy digest the decision was judged under.
+   *
+   * @generated from field: string policy_digest = 7;
+   */
+  policyDigest: string;
+};
+
+/**
+ * Describes the message opledger.v1.ApprovalDecision.
+ * Use `create(ApprovalDecisionSchema)` to create a new message.
+ */
+export const ApprovalDecisionSchema: GenMessage<ApprovalDecision> = /*@__PURE__*/
+  messageDesc(file_opledger_v1_ledger, 2);
 
 /**
  * OperationEvent is one entry of an operation's append-only event log.
@@ -301,7 +412,7 @@ export type OperationEvent = Message<"opledger.v1.OperationEvent"> & {
  * Use `create(OperationEventSchema)` to create a new message.
  */
 export const OperationEventSchema: GenMessage<OperationEvent> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 2);
+  messageDesc(file_opledger_v1_ledger, 3);
 
 /**
  * PrepareRequest proposes a tool call. The `idempotency-key` metadata is
@@ -359,7 +470,7 @@ export type PrepareRequest = Message<"opledger.v1.PrepareRequest"> & {
  * Use `create(PrepareRequestSchema)` to create a new message.
  */
 export const PrepareRequestSchema: GenMessage<PrepareRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 3);
+  messageDesc(file_opledger_v1_ledger, 4);
 
 /**
  * PrepareResponse carries the operation.
@@ -396,7 +507,7 @@ export type PrepareResponse = Message<"opledger.v1.PrepareResponse"> & {
  * Use `create(PrepareResponseSchema)` to create a new message.
  */
 export const PrepareResponseSchema: GenMessage<PrepareResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 4);
+  messageDesc(file_opledger_v1_ledger, 5);
 
 /**
  * ApproveRequest records a decision on one operation.
@@ -431,6 +542,18 @@ export type ApproveRequest = Message<"opledger.v1.ApproveRequest"> & {
    * @generated from field: string reason = 4;
    */
   reason: string;
+
+  /**
+   * Approve with edits: the arguments the approver would approve instead.
+   * Only the fields the tool's policy lists as `editable` may differ from the
+   * operation's. The ledger records a new operation with these arguments
+   * (Operation.supersedes), which this decision approves and which is judged
+   * by the policy again; the original becomes REJECTED (superseded_by).
+   * Only with DECISION_APPROVE.
+   *
+   * @generated from field: google.protobuf.Struct edited_args = 5;
+   */
+  editedArgs?: JsonObject | undefined;
 };
 
 /**
@@ -438,7 +561,7 @@ export type ApproveRequest = Message<"opledger.v1.ApproveRequest"> & {
  * Use `create(ApproveRequestSchema)` to create a new message.
  */
 export const ApproveRequestSchema: GenMessage<ApproveRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 5);
+  messageDesc(file_opledger_v1_ledger, 6);
 
 /**
  * ApproveResponse carries the operation after the decision.
@@ -454,11 +577,20 @@ export type ApproveResponse = Message<"opledger.v1.ApproveResponse"> & {
   operation?: Operation | undefined;
 
   /**
-   * True when the same decision had already been recorded.
+   * True when the same decision had already been recorded (the same approver
+   * approving twice counts once).
    *
    * @generated from field: bool replayed = 2;
    */
   replayed: boolean;
+
+  /**
+   * With edited_args: the new operation carrying the edit (also
+   * operation.superseded_by); operation is the original, now REJECTED.
+   *
+   * @generated from field: opledger.v1.Operation edited = 3;
+   */
+  edited?: Operation | undefined;
 };
 
 /**
@@ -466,7 +598,7 @@ export type ApproveResponse = Message<"opledger.v1.ApproveResponse"> & {
  * Use `create(ApproveResponseSchema)` to create a new message.
  */
 export const ApproveResponseSchema: GenMessage<ApproveResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 6);
+  messageDesc(file_opledger_v1_ledger, 7);
 
 /**
  * ExecuteRequest asks for an operation's effect.
@@ -495,7 +627,7 @@ export type ExecuteRequest = Message<"opledger.v1.ExecuteRequest"> & {
  * Use `create(ExecuteRequestSchema)` to create a new message.
  */
 export const ExecuteRequestSchema: GenMessage<ExecuteRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 7);
+  messageDesc(file_opledger_v1_ledger, 8);
 
 /**
  * ExecuteResponse carries the operation after the call.
@@ -525,7 +657,7 @@ export type ExecuteResponse = Message<"opledger.v1.ExecuteResponse"> & {
  * Use `create(ExecuteResponseSchema)` to create a new message.
  */
 export const ExecuteResponseSchema: GenMessage<ExecuteResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 8);
+  messageDesc(file_opledger_v1_ledger, 9);
 
 /**
  * GetRequest reads an operation.
@@ -553,7 +685,7 @@ export type GetRequest = Message<"opledger.v1.GetRequest"> & {
  * Use `create(GetRequestSchema)` to create a new message.
  */
 export const GetRequestSchema: GenMessage<GetRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 9);
+  messageDesc(file_opledger_v1_ledger, 10);
 
 /**
  * GetResponse carries the operation and, when asked, its events.
@@ -581,7 +713,7 @@ export type GetResponse = Message<"opledger.v1.GetResponse"> & {
  * Use `create(GetResponseSchema)` to create a new message.
  */
 export const GetResponseSchema: GenMessage<GetResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 10);
+  messageDesc(file_opledger_v1_ledger, 11);
 
 /**
  * Resolution is an operator's manual verdict on an unresolved operation,
@@ -629,7 +761,7 @@ export type Resolution = Message<"opledger.v1.Resolution"> & {
  * Use `create(ResolutionSchema)` to create a new message.
  */
 export const ResolutionSchema: GenMessage<Resolution> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 11);
+  messageDesc(file_opledger_v1_ledger, 12);
 
 /**
  * ReconcileRequest asks for an unresolved operation to be resolved.
@@ -658,7 +790,7 @@ export type ReconcileRequest = Message<"opledger.v1.ReconcileRequest"> & {
  * Use `create(ReconcileRequestSchema)` to create a new message.
  */
 export const ReconcileRequestSchema: GenMessage<ReconcileRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 12);
+  messageDesc(file_opledger_v1_ledger, 13);
 
 /**
  * ReconcileResponse carries the operation after reconciliation.
@@ -687,7 +819,7 @@ export type ReconcileResponse = Message<"opledger.v1.ReconcileResponse"> & {
  * Use `create(ReconcileResponseSchema)` to create a new message.
  */
 export const ReconcileResponseSchema: GenMessage<ReconcileResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 13);
+  messageDesc(file_opledger_v1_ledger, 14);
 
 /**
  * CancelRequest withdraws an operation before execution.
@@ -715,7 +847,7 @@ export type CancelRequest = Message<"opledger.v1.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 14);
+  messageDesc(file_opledger_v1_ledger, 15);
 
 /**
  * CancelResponse carries the operation after the cancellation.
@@ -743,7 +875,7 @@ export type CancelResponse = Message<"opledger.v1.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 15);
+  messageDesc(file_opledger_v1_ledger, 16);
 
 /**
  * Tool is one version of a configured tool, as declared in the tools file.
@@ -808,6 +940,14 @@ export type Tool = Message<"opledger.v1.Tool"> & {
    * @generated from field: bool current = 8;
    */
   current: boolean;
+
+  /**
+   * The tool version's policy, as declared: who must approve what, and what
+   * is refused. Readable by a model and a person.
+   *
+   * @generated from field: opledger.v1.Policy policy = 9;
+   */
+  policy?: Policy | undefined;
 };
 
 /**
@@ -815,7 +955,106 @@ export type Tool = Message<"opledger.v1.Tool"> & {
  * Use `create(ToolSchema)` to create a new message.
  */
 export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 16);
+  messageDesc(file_opledger_v1_ledger, 17);
+
+/**
+ * Policy is a tool version's rules (docs/policy.md), written in CEL.
+ *
+ * @generated from message opledger.v1.Policy
+ */
+export type Policy = Message<"opledger.v1.Policy"> & {
+  /**
+   * SHA-256 (hex) of the policy in canonical form; Operation.policy_digest.
+   *
+   * @generated from field: string digest = 1;
+   */
+  digest: string;
+
+  /**
+   * The deny rules, in order: the first that holds refuses the call.
+   *
+   * @generated from field: repeated opledger.v1.DenyRule deny = 2;
+   */
+  deny: DenyRule[];
+
+  /**
+   * Approval is required for every call.
+   *
+   * @generated from field: bool approval_required = 3;
+   */
+  approvalRequired: boolean;
+
+  /**
+   * Approval is required when this CEL expression holds (empty: see
+   * approval_required).
+   *
+   * @generated from field: string approval_when = 4;
+   */
+  approvalWhen: string;
+
+  /**
+   * How many distinct approvers must approve.
+   *
+   * @generated from field: int32 approvers = 5;
+   */
+  approvers: number;
+
+  /**
+   * The argument fields an approver may edit.
+   *
+   * @generated from field: repeated string editable = 6;
+   */
+  editable: string[];
+
+  /**
+   * A plain-language summary of the rules, for a model's tool description.
+   *
+   * @generated from field: string summary = 7;
+   */
+  summary: string;
+};
+
+/**
+ * Describes the message opledger.v1.Policy.
+ * Use `create(PolicySchema)` to create a new message.
+ */
+export const PolicySchema: GenMessage<Policy> = /*@__PURE__*/
+  messageDesc(file_opledger_v1_ledger, 18);
+
+/**
+ * DenyRule refuses a call when its CEL expression holds.
+ *
+ * @generated from message opledger.v1.DenyRule
+ */
+export type DenyRule = Message<"opledger.v1.DenyRule"> & {
+  /**
+   * The rule's name (POLICY_DENIED names it).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The CEL expression over args, tool, principal and tenant.
+   *
+   * @generated from field: string when = 2;
+   */
+  when: string;
+
+  /**
+   * What the refusal says.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message opledger.v1.DenyRule.
+ * Use `create(DenyRuleSchema)` to create a new message.
+ */
+export const DenyRuleSchema: GenMessage<DenyRule> = /*@__PURE__*/
+  messageDesc(file_opledger_v1_ledger, 19);
 
 /**
  * ListToolsRequest asks for the configured tools.
@@ -830,7 +1069,7 @@ export type ListToolsRequest = Message<"opledger.v1.ListToolsRequest"> & {
  * Use `create(ListToolsRequestSchema)` to create a new message.
  */
 export const ListToolsRequestSchema: GenMessage<ListToolsRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 17);
+  messageDesc(file_opledger_v1_ledger, 20);
 
 /**
  * ListToolsResponse carries the configured tools.
@@ -851,7 +1090,7 @@ export type ListToolsResponse = Message<"opledger.v1.ListToolsResponse"> & {
  * Use `create(ListToolsResponseSchema)` to create a new message.
  */
 export const ListToolsResponseSchema: GenMessage<ListToolsResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 18);
+  messageDesc(file_opledger_v1_ledger, 21);
 
 /**
  * ListOperationsRequest asks for a page of the tenant's operations.
@@ -894,7 +1133,7 @@ export type ListOperationsRequest = Message<"opledger.v1.ListOperationsRequest">
  * Use `create(ListOperationsRequestSchema)` to create a new message.
  */
 export const ListOperationsRequestSchema: GenMessage<ListOperationsRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 19);
+  messageDesc(file_opledger_v1_ledger, 22);
 
 /**
  * ListOperationsResponse carries one page of operations.
@@ -922,7 +1161,7 @@ export type ListOperationsResponse = Message<"opledger.v1.ListOperationsResponse
  * Use `create(ListOperationsResponseSchema)` to create a new message.
  */
 export const ListOperationsResponseSchema: GenMessage<ListOperationsResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 20);
+  messageDesc(file_opledger_v1_ledger, 23);
 
 /**
  * State is where an operation is in its life. SUCCEEDED, FAILED, REJECTED
@@ -1300,6 +1539,46 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_CANCEL_NOT_APPLICABLE = 32;
    */
   CANCEL_NOT_APPLICABLE = 32,
+
+  /**
+   * FAILED_PRECONDITION: a deny rule of the tool's policy holds for this
+   * call (Prepare: nothing was stored), or holds under the policy in force
+   * when an operation prepared earlier was to be sent (Execute: the
+   * operation was REJECTED, nothing was sent). ErrorInfo.metadata names the
+   * rule (`rule`) and the policy digest (`policy_digest`).
+   *
+   * @generated from enum value: ERROR_REASON_POLICY_DENIED = 33;
+   */
+  POLICY_DENIED = 33,
+
+  /**
+   * RESOURCE_EXHAUSTED: the call would take a budget (a tools file `limits`
+   * entry) past its count or sum within its window; nothing was stored.
+   * ErrorInfo.metadata names the limit and its window; a RetryInfo says when
+   * room frees up.
+   *
+   * @generated from enum value: ERROR_REASON_LIMIT_EXCEEDED = 34;
+   */
+  LIMIT_EXCEEDED = 34,
+
+  /**
+   * ALREADY_EXISTS: an operation of the same tool with the same business
+   * identity (the tool's `identity` key) is live or took effect within the
+   * identity's window, under another idempotency key; nothing was stored.
+   * ErrorInfo.metadata carries its `operation_id`.
+   *
+   * @generated from enum value: ERROR_REASON_OPERATION_DUPLICATE = 35;
+   */
+  OPERATION_DUPLICATE = 35,
+
+  /**
+   * FAILED_PRECONDITION: an approver approved this operation with edited
+   * arguments; the edited one is a new operation, whose id is
+   * ErrorInfo.metadata's `superseded_by`. Execute that one.
+   *
+   * @generated from enum value: ERROR_REASON_OPERATION_SUPERSEDED = 36;
+   */
+  OPERATION_SUPERSEDED = 36,
 }
 
 /**
@@ -1419,6 +1698,31 @@ export enum EventType {
    * @generated from enum value: EVENT_TYPE_APPROVAL_EXPIRED = 14;
    */
   APPROVAL_EXPIRED = 14,
+
+  /**
+   * The policy in force when the operation was to be sent demands more than
+   * the one it was judged under: it waits for approval again (the detail
+   * says which rule and policy digest), or was refused (to REJECTED).
+   *
+   * @generated from enum value: EVENT_TYPE_POLICY_CHANGED = 15;
+   */
+  POLICY_CHANGED = 15,
+
+  /**
+   * The operation was judged again under a changed policy that demands no
+   * more than it already has; nothing else changed.
+   *
+   * @generated from enum value: EVENT_TYPE_POLICY_CHECKED = 16;
+   */
+  POLICY_CHECKED = 16,
+
+  /**
+   * An approver approved it with edited arguments: it is REJECTED and a new
+   * operation (Operation.superseded_by) carries the edit.
+   *
+   * @generated from enum value: EVENT_TYPE_SUPERSEDED = 17;
+   */
+  SUPERSEDED = 17,
 }
 
 /**

@@ -36,6 +36,8 @@ private static final long serialVersionUID = 0L;
     decidedBy_ = "";
     approvedFingerprint_ = "";
     reason_ = "";
+    approvals_ = java.util.Collections.emptyList();
+    rule_ = "";
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -315,6 +317,137 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int APPROVALS_NEEDED_FIELD_NUMBER = 8;
+  private int approvalsNeeded_ = 0;
+  /**
+   * <pre>
+   * How many distinct approvers must approve (the policy's `approvers`); 0
+   * when no approval is required.
+   * </pre>
+   *
+   * <code>int32 approvals_needed = 8 [json_name = "approvalsNeeded"];</code>
+   * @return The approvalsNeeded.
+   */
+  @java.lang.Override
+  public int getApprovalsNeeded() {
+    return approvalsNeeded_;
+  }
+
+  public static final int APPROVALS_FIELD_NUMBER = 9;
+  @SuppressWarnings("serial")
+  private java.util.List<dev.opledger.v1.ApprovalDecision> approvals_;
+  /**
+   * <pre>
+   * The approvals counted so far in the current round (a lapsed approval
+   * starts a new round), in the order given.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<dev.opledger.v1.ApprovalDecision> getApprovalsList() {
+    return approvals_;
+  }
+  /**
+   * <pre>
+   * The approvals counted so far in the current round (a lapsed approval
+   * starts a new round), in the order given.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<? extends dev.opledger.v1.ApprovalDecisionOrBuilder> 
+      getApprovalsOrBuilderList() {
+    return approvals_;
+  }
+  /**
+   * <pre>
+   * The approvals counted so far in the current round (a lapsed approval
+   * starts a new round), in the order given.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+   */
+  @java.lang.Override
+  public int getApprovalsCount() {
+    return approvals_.size();
+  }
+  /**
+   * <pre>
+   * The approvals counted so far in the current round (a lapsed approval
+   * starts a new round), in the order given.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+   */
+  @java.lang.Override
+  public dev.opledger.v1.ApprovalDecision getApprovals(int index) {
+    return approvals_.get(index);
+  }
+  /**
+   * <pre>
+   * The approvals counted so far in the current round (a lapsed approval
+   * starts a new round), in the order given.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+   */
+  @java.lang.Override
+  public dev.opledger.v1.ApprovalDecisionOrBuilder getApprovalsOrBuilder(
+      int index) {
+    return approvals_.get(index);
+  }
+
+  public static final int RULE_FIELD_NUMBER = 10;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object rule_ = "";
+  /**
+   * <pre>
+   * Why an approval is required: the policy rule that demanded it
+   * ("approval.required", "approval.when", or a limit's name).
+   * </pre>
+   *
+   * <code>string rule = 10 [json_name = "rule"];</code>
+   * @return The rule.
+   */
+  @java.lang.Override
+  public java.lang.String getRule() {
+    java.lang.Object ref = rule_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      rule_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * Why an approval is required: the policy rule that demanded it
+   * ("approval.required", "approval.when", or a limit's name).
+   * </pre>
+   *
+   * <code>string rule = 10 [json_name = "rule"];</code>
+   * @return The bytes for rule.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getRuleBytes() {
+    java.lang.Object ref = rule_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      rule_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -350,6 +483,15 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(reason_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 7, reason_);
     }
+    if (approvalsNeeded_ != 0) {
+      output.writeInt32(8, approvalsNeeded_);
+    }
+    for (int i = 0; i < approvals_.size(); i++) {
+      output.writeMessage(9, approvals_.get(i));
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(rule_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 10, rule_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -378,6 +520,22 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(reason_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(7, reason_);
+    }
+    if (approvalsNeeded_ != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt32Size(8, approvalsNeeded_);
+    }
+
+        {
+          final int count = approvals_.size();
+          for (int i = 0; i < count; i++) {
+            size += com.google.protobuf.CodedOutputStream
+              .computeMessageSizeNoTag(approvals_.get(i));
+          }
+          size += 1 * count;
+        }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(rule_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(10, rule_);
     }
     return size;
   }
@@ -422,6 +580,12 @@ private static final long serialVersionUID = 0L;
         .equals(other.getApprovedFingerprint())) return false;
     if (!getReason()
         .equals(other.getReason())) return false;
+    if (getApprovalsNeeded()
+        != other.getApprovalsNeeded()) return false;
+    if (!getApprovalsList()
+        .equals(other.getApprovalsList())) return false;
+    if (!getRule()
+        .equals(other.getRule())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -452,6 +616,14 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getApprovedFingerprint().hashCode();
     hash = (37 * hash) + REASON_FIELD_NUMBER;
     hash = (53 * hash) + getReason().hashCode();
+    hash = (37 * hash) + APPROVALS_NEEDED_FIELD_NUMBER;
+    hash = (53 * hash) + getApprovalsNeeded();
+    if (getApprovalsCount() > 0) {
+      hash = (37 * hash) + APPROVALS_FIELD_NUMBER;
+      hash = (53 * hash) + getApprovalsList().hashCode();
+    }
+    hash = (37 * hash) + RULE_FIELD_NUMBER;
+    hash = (53 * hash) + getRule().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -588,6 +760,7 @@ private static final long serialVersionUID = 0L;
               .alwaysUseFieldBuilders) {
         internalGetDecideTimeFieldBuilder();
         internalGetExpireTimeFieldBuilder();
+        internalGetApprovalsFieldBuilder();
       }
     }
     @java.lang.Override
@@ -609,6 +782,15 @@ private static final long serialVersionUID = 0L;
       }
       approvedFingerprint_ = "";
       reason_ = "";
+      approvalsNeeded_ = 0;
+      if (approvalsBuilder_ == null) {
+        approvals_ = java.util.Collections.emptyList();
+      } else {
+        approvals_ = null;
+        approvalsBuilder_.clear();
+      }
+      bitField0_ = (bitField0_ & ~0x00000100);
+      rule_ = "";
       return this;
     }
 
@@ -635,9 +817,22 @@ private static final long serialVersionUID = 0L;
     @java.lang.Override
     public dev.opledger.v1.Approval buildPartial() {
       dev.opledger.v1.Approval result = new dev.opledger.v1.Approval(this);
+      buildPartialRepeatedFields(result);
       if (bitField0_ != 0) { buildPartial0(result); }
       onBuilt();
       return result;
+    }
+
+    private void buildPartialRepeatedFields(dev.opledger.v1.Approval result) {
+      if (approvalsBuilder_ == null) {
+        if (((bitField0_ & 0x00000100) != 0)) {
+          approvals_ = java.util.Collections.unmodifiableList(approvals_);
+          bitField0_ = (bitField0_ & ~0x00000100);
+        }
+        result.approvals_ = approvals_;
+      } else {
+        result.approvals_ = approvalsBuilder_.build();
+      }
     }
 
     private void buildPartial0(dev.opledger.v1.Approval result) {
@@ -669,6 +864,12 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000040) != 0)) {
         result.reason_ = reason_;
+      }
+      if (((from_bitField0_ & 0x00000080) != 0)) {
+        result.approvalsNeeded_ = approvalsNeeded_;
+      }
+      if (((from_bitField0_ & 0x00000200) != 0)) {
+        result.rule_ = rule_;
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -710,6 +911,40 @@ private static final long serialVersionUID = 0L;
       if (!other.getReason().isEmpty()) {
         reason_ = other.reason_;
         bitField0_ |= 0x00000040;
+        onChanged();
+      }
+      if (other.getApprovalsNeeded() != 0) {
+        setApprovalsNeeded(other.getApprovalsNeeded());
+      }
+      if (approvalsBuilder_ == null) {
+        if (!other.approvals_.isEmpty()) {
+          if (approvals_.isEmpty()) {
+            approvals_ = other.approvals_;
+            bitField0_ = (bitField0_ & ~0x00000100);
+          } else {
+            ensureApprovalsIsMutable();
+            approvals_.addAll(other.approvals_);
+          }
+          onChanged();
+        }
+      } else {
+        if (!other.approvals_.isEmpty()) {
+          if (approvalsBuilder_.isEmpty()) {
+            approvalsBuilder_.dispose();
+            approvalsBuilder_ = null;
+            approvals_ = other.approvals_;
+            bitField0_ = (bitField0_ & ~0x00000100);
+            approvalsBuilder_ = 
+              com.google.protobuf.GeneratedMessage.alwaysUseFieldBuilders ?
+                 internalGetApprovalsFieldBuilder() : null;
+          } else {
+            approvalsBuilder_.addAllMessages(other.approvals_);
+          }
+        }
+      }
+      if (!other.getRule().isEmpty()) {
+        rule_ = other.rule_;
+        bitField0_ |= 0x00000200;
         onChanged();
       }
       this.mergeUnknownFields(other.getUnknownFields());
@@ -777,6 +1012,29 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000040;
               break;
             } // case 58
+            case 64: {
+              approvalsNeeded_ = input.readInt32();
+              bitField0_ |= 0x00000080;
+              break;
+            } // case 64
+            case 74: {
+              dev.opledger.v1.ApprovalDecision m =
+                  input.readMessage(
+                      dev.opledger.v1.ApprovalDecision.parser(),
+                      extensionRegistry);
+              if (approvalsBuilder_ == null) {
+                ensureApprovalsIsMutable();
+                approvals_.add(m);
+              } else {
+                approvalsBuilder_.addMessage(m);
+              }
+              break;
+            } // case 74
+            case 82: {
+              rule_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000200;
+              break;
+            } // case 82
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1496,6 +1754,480 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       reason_ = value;
       bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+
+    private int approvalsNeeded_ ;
+    /**
+     * <pre>
+     * How many distinct approvers must approve (the policy's `approvers`); 0
+     * when no approval is required.
+     * </pre>
+     *
+     * <code>int32 approvals_needed = 8 [json_name = "approvalsNeeded"];</code>
+     * @return The approvalsNeeded.
+     */
+    @java.lang.Override
+    public int getApprovalsNeeded() {
+      return approvalsNeeded_;
+    }
+    /**
+     * <pre>
+     * How many distinct approvers must approve (the policy's `approvers`); 0
+     * when no approval is required.
+     * </pre>
+     *
+     * <code>int32 approvals_needed = 8 [json_name = "approvalsNeeded"];</code>
+     * @param value The approvalsNeeded to set.
+     * @return This builder for chaining.
+     */
+    public Builder setApprovalsNeeded(int value) {
+
+      approvalsNeeded_ = value;
+      bitField0_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * How many distinct approvers must approve (the policy's `approvers`); 0
+     * when no approval is required.
+     * </pre>
+     *
+     * <code>int32 approvals_needed = 8 [json_name = "approvalsNeeded"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearApprovalsNeeded() {
+      bitField0_ = (bitField0_ & ~0x00000080);
+      approvalsNeeded_ = 0;
+      onChanged();
+      return this;
+    }
+
+    private java.util.List<dev.opledger.v1.ApprovalDecision> approvals_ =
+      java.util.Collections.emptyList();
+    private void ensureApprovalsIsMutable() {
+      if (!((bitField0_ & 0x00000100) != 0)) {
+        approvals_ = new java.util.ArrayList<dev.opledger.v1.ApprovalDecision>(approvals_);
+        bitField0_ |= 0x00000100;
+       }
+    }
+
+    private com.google.protobuf.RepeatedFieldBuilder<
+        dev.opledger.v1.ApprovalDecision, dev.opledger.v1.ApprovalDecision.Builder, dev.opledger.v1.ApprovalDecisionOrBuilder> approvalsBuilder_;
+
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public java.util.List<dev.opledger.v1.ApprovalDecision> getApprovalsList() {
+      if (approvalsBuilder_ == null) {
+        return java.util.Collections.unmodifiableList(approvals_);
+      } else {
+        return approvalsBuilder_.getMessageList();
+      }
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public int getApprovalsCount() {
+      if (approvalsBuilder_ == null) {
+        return approvals_.size();
+      } else {
+        return approvalsBuilder_.getCount();
+      }
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public dev.opledger.v1.ApprovalDecision getApprovals(int index) {
+      if (approvalsBuilder_ == null) {
+        return approvals_.get(index);
+      } else {
+        return approvalsBuilder_.getMessage(index);
+      }
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public Builder setApprovals(
+        int index, dev.opledger.v1.ApprovalDecision value) {
+      if (approvalsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureApprovalsIsMutable();
+        approvals_.set(index, value);
+        onChanged();
+      } else {
+        approvalsBuilder_.setMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public Builder setApprovals(
+        int index, dev.opledger.v1.ApprovalDecision.Builder builderForValue) {
+      if (approvalsBuilder_ == null) {
+        ensureApprovalsIsMutable();
+        approvals_.set(index, builderForValue.build());
+        onChanged();
+      } else {
+        approvalsBuilder_.setMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public Builder addApprovals(dev.opledger.v1.ApprovalDecision value) {
+      if (approvalsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureApprovalsIsMutable();
+        approvals_.add(value);
+        onChanged();
+      } else {
+        approvalsBuilder_.addMessage(value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public Builder addApprovals(
+        int index, dev.opledger.v1.ApprovalDecision value) {
+      if (approvalsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureApprovalsIsMutable();
+        approvals_.add(index, value);
+        onChanged();
+      } else {
+        approvalsBuilder_.addMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public Builder addApprovals(
+        dev.opledger.v1.ApprovalDecision.Builder builderForValue) {
+      if (approvalsBuilder_ == null) {
+        ensureApprovalsIsMutable();
+        approvals_.add(builderForValue.build());
+        onChanged();
+      } else {
+        approvalsBuilder_.addMessage(builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public Builder addApprovals(
+        int index, dev.opledger.v1.ApprovalDecision.Builder builderForValue) {
+      if (approvalsBuilder_ == null) {
+        ensureApprovalsIsMutable();
+        approvals_.add(index, builderForValue.build());
+        onChanged();
+      } else {
+        approvalsBuilder_.addMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public Builder addAllApprovals(
+        java.lang.Iterable<? extends dev.opledger.v1.ApprovalDecision> values) {
+      if (approvalsBuilder_ == null) {
+        ensureApprovalsIsMutable();
+        com.google.protobuf.AbstractMessageLite.Builder.addAll(
+            values, approvals_);
+        onChanged();
+      } else {
+        approvalsBuilder_.addAllMessages(values);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public Builder clearApprovals() {
+      if (approvalsBuilder_ == null) {
+        approvals_ = java.util.Collections.emptyList();
+        bitField0_ = (bitField0_ & ~0x00000100);
+        onChanged();
+      } else {
+        approvalsBuilder_.clear();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public Builder removeApprovals(int index) {
+      if (approvalsBuilder_ == null) {
+        ensureApprovalsIsMutable();
+        approvals_.remove(index);
+        onChanged();
+      } else {
+        approvalsBuilder_.remove(index);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public dev.opledger.v1.ApprovalDecision.Builder getApprovalsBuilder(
+        int index) {
+      return internalGetApprovalsFieldBuilder().getBuilder(index);
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public dev.opledger.v1.ApprovalDecisionOrBuilder getApprovalsOrBuilder(
+        int index) {
+      if (approvalsBuilder_ == null) {
+        return approvals_.get(index);  } else {
+        return approvalsBuilder_.getMessageOrBuilder(index);
+      }
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public java.util.List<? extends dev.opledger.v1.ApprovalDecisionOrBuilder> 
+         getApprovalsOrBuilderList() {
+      if (approvalsBuilder_ != null) {
+        return approvalsBuilder_.getMessageOrBuilderList();
+      } else {
+        return java.util.Collections.unmodifiableList(approvals_);
+      }
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public dev.opledger.v1.ApprovalDecision.Builder addApprovalsBuilder() {
+      return internalGetApprovalsFieldBuilder().addBuilder(
+          dev.opledger.v1.ApprovalDecision.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public dev.opledger.v1.ApprovalDecision.Builder addApprovalsBuilder(
+        int index) {
+      return internalGetApprovalsFieldBuilder().addBuilder(
+          index, dev.opledger.v1.ApprovalDecision.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * The approvals counted so far in the current round (a lapsed approval
+     * starts a new round), in the order given.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+     */
+    public java.util.List<dev.opledger.v1.ApprovalDecision.Builder> 
+         getApprovalsBuilderList() {
+      return internalGetApprovalsFieldBuilder().getBuilderList();
+    }
+    private com.google.protobuf.RepeatedFieldBuilder<
+        dev.opledger.v1.ApprovalDecision, dev.opledger.v1.ApprovalDecision.Builder, dev.opledger.v1.ApprovalDecisionOrBuilder> 
+        internalGetApprovalsFieldBuilder() {
+      if (approvalsBuilder_ == null) {
+        approvalsBuilder_ = new com.google.protobuf.RepeatedFieldBuilder<
+            dev.opledger.v1.ApprovalDecision, dev.opledger.v1.ApprovalDecision.Builder, dev.opledger.v1.ApprovalDecisionOrBuilder>(
+                approvals_,
+                ((bitField0_ & 0x00000100) != 0),
+                getParentForChildren(),
+                isClean());
+        approvals_ = null;
+      }
+      return approvalsBuilder_;
+    }
+
+    private java.lang.Object rule_ = "";
+    /**
+     * <pre>
+     * Why an approval is required: the policy rule that demanded it
+     * ("approval.required", "approval.when", or a limit's name).
+     * </pre>
+     *
+     * <code>string rule = 10 [json_name = "rule"];</code>
+     * @return The rule.
+     */
+    public java.lang.String getRule() {
+      java.lang.Object ref = rule_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        rule_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Why an approval is required: the policy rule that demanded it
+     * ("approval.required", "approval.when", or a limit's name).
+     * </pre>
+     *
+     * <code>string rule = 10 [json_name = "rule"];</code>
+     * @return The bytes for rule.
+     */
+    public com.google.protobuf.ByteString
+        getRuleBytes() {
+      java.lang.Object ref = rule_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        rule_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Why an approval is required: the policy rule that demanded it
+     * ("approval.required", "approval.when", or a limit's name).
+     * </pre>
+     *
+     * <code>string rule = 10 [json_name = "rule"];</code>
+     * @param value The rule to set.
+     * @return This builder for chaining.
+     */
+    public Builder setRule(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      rule_ = value;
+      bitField0_ |= 0x00000200;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Why an approval is required: the policy rule that demanded it
+     * ("approval.required", "approval.when", or a limit's name).
+     * </pre>
+     *
+     * <code>string rule = 10 [json_name = "rule"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearRule() {
+      rule_ = getDefaultInstance().getRule();
+      bitField0_ = (bitField0_ & ~0x00000200);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Why an approval is required: the policy rule that demanded it
+     * ("approval.required", "approval.when", or a limit's name).
+     * </pre>
+     *
+     * <code>string rule = 10 [json_name = "rule"];</code>
+     * @param value The bytes for rule to set.
+     * @return This builder for chaining.
+     */
+    public Builder setRuleBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      rule_ = value;
+      bitField0_ |= 0x00000200;
       onChanged();
       return this;
     }

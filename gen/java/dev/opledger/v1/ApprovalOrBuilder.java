@@ -152,4 +152,86 @@ public interface ApprovalOrBuilder extends
    */
   com.google.protobuf.ByteString
       getReasonBytes();
+
+  /**
+   * <pre>
+   * How many distinct approvers must approve (the policy's `approvers`); 0
+   * when no approval is required.
+   * </pre>
+   *
+   * <code>int32 approvals_needed = 8 [json_name = "approvalsNeeded"];</code>
+   * @return The approvalsNeeded.
+   */
+  int getApprovalsNeeded();
+
+  /**
+   * <pre>
+   * The approvals counted so far in the current round (a lapsed approval
+   * starts a new round), in the order given.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+   */
+  java.util.List<dev.opledger.v1.ApprovalDecision> 
+      getApprovalsList();
+  /**
+   * <pre>
+   * The approvals counted so far in the current round (a lapsed approval
+   * starts a new round), in the order given.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+   */
+  dev.opledger.v1.ApprovalDecision getApprovals(int index);
+  /**
+   * <pre>
+   * The approvals counted so far in the current round (a lapsed approval
+   * starts a new round), in the order given.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+   */
+  int getApprovalsCount();
+  /**
+   * <pre>
+   * The approvals counted so far in the current round (a lapsed approval
+   * starts a new round), in the order given.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+   */
+  java.util.List<? extends dev.opledger.v1.ApprovalDecisionOrBuilder> 
+      getApprovalsOrBuilderList();
+  /**
+   * <pre>
+   * The approvals counted so far in the current round (a lapsed approval
+   * starts a new round), in the order given.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.ApprovalDecision approvals = 9 [json_name = "approvals"];</code>
+   */
+  dev.opledger.v1.ApprovalDecisionOrBuilder getApprovalsOrBuilder(
+      int index);
+
+  /**
+   * <pre>
+   * Why an approval is required: the policy rule that demanded it
+   * ("approval.required", "approval.when", or a limit's name).
+   * </pre>
+   *
+   * <code>string rule = 10 [json_name = "rule"];</code>
+   * @return The rule.
+   */
+  java.lang.String getRule();
+  /**
+   * <pre>
+   * Why an approval is required: the policy rule that demanded it
+   * ("approval.required", "approval.when", or a limit's name).
+   * </pre>
+   *
+   * <code>string rule = 10 [json_name = "rule"];</code>
+   * @return The bytes for rule.
+   */
+  com.google.protobuf.ByteString
+      getRuleBytes();
 }

@@ -56,6 +56,7 @@ private static final long serialVersionUID = 0L;
             dev.opledger.v1.ApproveRequest.class, dev.opledger.v1.ApproveRequest.Builder.class);
   }
 
+  private int bitField0_;
   public static final int OPERATION_ID_FIELD_NUMBER = 1;
   @SuppressWarnings("serial")
   private volatile java.lang.Object operationId_ = "";
@@ -223,6 +224,59 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int EDITED_ARGS_FIELD_NUMBER = 5;
+  private com.google.protobuf.Struct editedArgs_;
+  /**
+   * <pre>
+   * Approve with edits: the arguments the approver would approve instead.
+   * Only the fields the tool's policy lists as `editable` may differ from the
+   * operation's. The ledger records a new operation with these arguments
+   * (Operation.supersedes), which this decision approves and which is judged
+   * by the policy again; the original becomes REJECTED (superseded_by).
+   * Only with DECISION_APPROVE.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+   * @return Whether the editedArgs field is set.
+   */
+  @java.lang.Override
+  public boolean hasEditedArgs() {
+    return ((bitField0_ & 0x00000001) != 0);
+  }
+  /**
+   * <pre>
+   * Approve with edits: the arguments the approver would approve instead.
+   * Only the fields the tool's policy lists as `editable` may differ from the
+   * operation's. The ledger records a new operation with these arguments
+   * (Operation.supersedes), which this decision approves and which is judged
+   * by the policy again; the original becomes REJECTED (superseded_by).
+   * Only with DECISION_APPROVE.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+   * @return The editedArgs.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Struct getEditedArgs() {
+    return editedArgs_ == null ? com.google.protobuf.Struct.getDefaultInstance() : editedArgs_;
+  }
+  /**
+   * <pre>
+   * Approve with edits: the arguments the approver would approve instead.
+   * Only the fields the tool's policy lists as `editable` may differ from the
+   * operation's. The ledger records a new operation with these arguments
+   * (Operation.supersedes), which this decision approves and which is judged
+   * by the policy again; the original becomes REJECTED (superseded_by).
+   * Only with DECISION_APPROVE.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.StructOrBuilder getEditedArgsOrBuilder() {
+    return editedArgs_ == null ? com.google.protobuf.Struct.getDefaultInstance() : editedArgs_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -249,6 +303,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(reason_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 4, reason_);
     }
+    if (((bitField0_ & 0x00000001) != 0)) {
+      output.writeMessage(5, getEditedArgs());
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -265,6 +322,10 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(reason_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(4, reason_);
+    }
+    if (((bitField0_ & 0x00000001) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(5, getEditedArgs());
     }
     return size;
   }
@@ -297,6 +358,11 @@ private static final long serialVersionUID = 0L;
     if (decision_ != other.decision_) return false;
     if (!getReason()
         .equals(other.getReason())) return false;
+    if (hasEditedArgs() != other.hasEditedArgs()) return false;
+    if (hasEditedArgs()) {
+      if (!getEditedArgs()
+          .equals(other.getEditedArgs())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -316,6 +382,10 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + decision_;
     hash = (37 * hash) + REASON_FIELD_NUMBER;
     hash = (53 * hash) + getReason().hashCode();
+    if (hasEditedArgs()) {
+      hash = (37 * hash) + EDITED_ARGS_FIELD_NUMBER;
+      hash = (53 * hash) + getEditedArgs().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -439,13 +509,19 @@ private static final long serialVersionUID = 0L;
 
     // Construct using dev.opledger.v1.ApproveRequest.newBuilder()
     private Builder() {
-
+      maybeForceBuilderInitialization();
     }
 
     private Builder(
         com.google.protobuf.GeneratedMessage.BuilderParent parent) {
       super(parent);
-
+      maybeForceBuilderInitialization();
+    }
+    private void maybeForceBuilderInitialization() {
+      if (com.google.protobuf.GeneratedMessage
+              .alwaysUseFieldBuilders) {
+        internalGetEditedArgsFieldBuilder();
+      }
     }
     @java.lang.Override
     public Builder clear() {
@@ -455,6 +531,11 @@ private static final long serialVersionUID = 0L;
       fingerprint_ = "";
       decision_ = 0;
       reason_ = "";
+      editedArgs_ = null;
+      if (editedArgsBuilder_ != null) {
+        editedArgsBuilder_.dispose();
+        editedArgsBuilder_ = null;
+      }
       return this;
     }
 
@@ -500,6 +581,14 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000008) != 0)) {
         result.reason_ = reason_;
       }
+      int to_bitField0_ = 0;
+      if (((from_bitField0_ & 0x00000010) != 0)) {
+        result.editedArgs_ = editedArgsBuilder_ == null
+            ? editedArgs_
+            : editedArgsBuilder_.build();
+        to_bitField0_ |= 0x00000001;
+      }
+      result.bitField0_ |= to_bitField0_;
     }
 
     @java.lang.Override
@@ -531,6 +620,9 @@ private static final long serialVersionUID = 0L;
         reason_ = other.reason_;
         bitField0_ |= 0x00000008;
         onChanged();
+      }
+      if (other.hasEditedArgs()) {
+        mergeEditedArgs(other.getEditedArgs());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -578,6 +670,13 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000008;
               break;
             } // case 34
+            case 42: {
+              input.readMessage(
+                  internalGetEditedArgsFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000010;
+              break;
+            } // case 42
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -941,6 +1040,208 @@ private static final long serialVersionUID = 0L;
       bitField0_ |= 0x00000008;
       onChanged();
       return this;
+    }
+
+    private com.google.protobuf.Struct editedArgs_;
+    private com.google.protobuf.SingleFieldBuilder<
+        com.google.protobuf.Struct, com.google.protobuf.Struct.Builder, com.google.protobuf.StructOrBuilder> editedArgsBuilder_;
+    /**
+     * <pre>
+     * Approve with edits: the arguments the approver would approve instead.
+     * Only the fields the tool's policy lists as `editable` may differ from the
+     * operation's. The ledger records a new operation with these arguments
+     * (Operation.supersedes), which this decision approves and which is judged
+     * by the policy again; the original becomes REJECTED (superseded_by).
+     * Only with DECISION_APPROVE.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+     * @return Whether the editedArgs field is set.
+     */
+    public boolean hasEditedArgs() {
+      return ((bitField0_ & 0x00000010) != 0);
+    }
+    /**
+     * <pre>
+     * Approve with edits: the arguments the approver would approve instead.
+     * Only the fields the tool's policy lists as `editable` may differ from the
+     * operation's. The ledger records a new operation with these arguments
+     * (Operation.supersedes), which this decision approves and which is judged
+     * by the policy again; the original becomes REJECTED (superseded_by).
+     * Only with DECISION_APPROVE.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+     * @return The editedArgs.
+     */
+    public com.google.protobuf.Struct getEditedArgs() {
+      if (editedArgsBuilder_ == null) {
+        return editedArgs_ == null ? com.google.protobuf.Struct.getDefaultInstance() : editedArgs_;
+      } else {
+        return editedArgsBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * Approve with edits: the arguments the approver would approve instead.
+     * Only the fields the tool's policy lists as `editable` may differ from the
+     * operation's. The ledger records a new operation with these arguments
+     * (Operation.supersedes), which this decision approves and which is judged
+     * by the policy again; the original becomes REJECTED (superseded_by).
+     * Only with DECISION_APPROVE.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+     */
+    public Builder setEditedArgs(com.google.protobuf.Struct value) {
+      if (editedArgsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        editedArgs_ = value;
+      } else {
+        editedArgsBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Approve with edits: the arguments the approver would approve instead.
+     * Only the fields the tool's policy lists as `editable` may differ from the
+     * operation's. The ledger records a new operation with these arguments
+     * (Operation.supersedes), which this decision approves and which is judged
+     * by the policy again; the original becomes REJECTED (superseded_by).
+     * Only with DECISION_APPROVE.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+     */
+    public Builder setEditedArgs(
+        com.google.protobuf.Struct.Builder builderForValue) {
+      if (editedArgsBuilder_ == null) {
+        editedArgs_ = builderForValue.build();
+      } else {
+        editedArgsBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Approve with edits: the arguments the approver would approve instead.
+     * Only the fields the tool's policy lists as `editable` may differ from the
+     * operation's. The ledger records a new operation with these arguments
+     * (Operation.supersedes), which this decision approves and which is judged
+     * by the policy again; the original becomes REJECTED (superseded_by).
+     * Only with DECISION_APPROVE.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+     */
+    public Builder mergeEditedArgs(com.google.protobuf.Struct value) {
+      if (editedArgsBuilder_ == null) {
+        if (((bitField0_ & 0x00000010) != 0) &&
+          editedArgs_ != null &&
+          editedArgs_ != com.google.protobuf.Struct.getDefaultInstance()) {
+          getEditedArgsBuilder().mergeFrom(value);
+        } else {
+          editedArgs_ = value;
+        }
+      } else {
+        editedArgsBuilder_.mergeFrom(value);
+      }
+      if (editedArgs_ != null) {
+        bitField0_ |= 0x00000010;
+        onChanged();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Approve with edits: the arguments the approver would approve instead.
+     * Only the fields the tool's policy lists as `editable` may differ from the
+     * operation's. The ledger records a new operation with these arguments
+     * (Operation.supersedes), which this decision approves and which is judged
+     * by the policy again; the original becomes REJECTED (superseded_by).
+     * Only with DECISION_APPROVE.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+     */
+    public Builder clearEditedArgs() {
+      bitField0_ = (bitField0_ & ~0x00000010);
+      editedArgs_ = null;
+      if (editedArgsBuilder_ != null) {
+        editedArgsBuilder_.dispose();
+        editedArgsBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Approve with edits: the arguments the approver would approve instead.
+     * Only the fields the tool's policy lists as `editable` may differ from the
+     * operation's. The ledger records a new operation with these arguments
+     * (Operation.supersedes), which this decision approves and which is judged
+     * by the policy again; the original becomes REJECTED (superseded_by).
+     * Only with DECISION_APPROVE.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+     */
+    public com.google.protobuf.Struct.Builder getEditedArgsBuilder() {
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return internalGetEditedArgsFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * Approve with edits: the arguments the approver would approve instead.
+     * Only the fields the tool's policy lists as `editable` may differ from the
+     * operation's. The ledger records a new operation with these arguments
+     * (Operation.supersedes), which this decision approves and which is judged
+     * by the policy again; the original becomes REJECTED (superseded_by).
+     * Only with DECISION_APPROVE.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+     */
+    public com.google.protobuf.StructOrBuilder getEditedArgsOrBuilder() {
+      if (editedArgsBuilder_ != null) {
+        return editedArgsBuilder_.getMessageOrBuilder();
+      } else {
+        return editedArgs_ == null ?
+            com.google.protobuf.Struct.getDefaultInstance() : editedArgs_;
+      }
+    }
+    /**
+     * <pre>
+     * Approve with edits: the arguments the approver would approve instead.
+     * Only the fields the tool's policy lists as `editable` may differ from the
+     * operation's. The ledger records a new operation with these arguments
+     * (Operation.supersedes), which this decision approves and which is judged
+     * by the policy again; the original becomes REJECTED (superseded_by).
+     * Only with DECISION_APPROVE.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilder<
+        com.google.protobuf.Struct, com.google.protobuf.Struct.Builder, com.google.protobuf.StructOrBuilder> 
+        internalGetEditedArgsFieldBuilder() {
+      if (editedArgsBuilder_ == null) {
+        editedArgsBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+            com.google.protobuf.Struct, com.google.protobuf.Struct.Builder, com.google.protobuf.StructOrBuilder>(
+                getEditedArgs(),
+                getParentForChildren(),
+                isClean());
+        editedArgs_ = null;
+      }
+      return editedArgsBuilder_;
     }
 
     // @@protoc_insertion_point(builder_scope:opledger.v1.ApproveRequest)

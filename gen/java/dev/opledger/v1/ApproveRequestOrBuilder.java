@@ -88,4 +88,46 @@ public interface ApproveRequestOrBuilder extends
    */
   com.google.protobuf.ByteString
       getReasonBytes();
+
+  /**
+   * <pre>
+   * Approve with edits: the arguments the approver would approve instead.
+   * Only the fields the tool's policy lists as `editable` may differ from the
+   * operation's. The ledger records a new operation with these arguments
+   * (Operation.supersedes), which this decision approves and which is judged
+   * by the policy again; the original becomes REJECTED (superseded_by).
+   * Only with DECISION_APPROVE.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+   * @return Whether the editedArgs field is set.
+   */
+  boolean hasEditedArgs();
+  /**
+   * <pre>
+   * Approve with edits: the arguments the approver would approve instead.
+   * Only the fields the tool's policy lists as `editable` may differ from the
+   * operation's. The ledger records a new operation with these arguments
+   * (Operation.supersedes), which this decision approves and which is judged
+   * by the policy again; the original becomes REJECTED (superseded_by).
+   * Only with DECISION_APPROVE.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+   * @return The editedArgs.
+   */
+  com.google.protobuf.Struct getEditedArgs();
+  /**
+   * <pre>
+   * Approve with edits: the arguments the approver would approve instead.
+   * Only the fields the tool's policy lists as `editable` may differ from the
+   * operation's. The ledger records a new operation with these arguments
+   * (Operation.supersedes), which this decision approves and which is judged
+   * by the policy again; the original becomes REJECTED (superseded_by).
+   * Only with DECISION_APPROVE.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct edited_args = 5 [json_name = "editedArgs"];</code>
+   */
+  com.google.protobuf.StructOrBuilder getEditedArgsOrBuilder();
 }

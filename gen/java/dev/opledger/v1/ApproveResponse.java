@@ -95,7 +95,8 @@ private static final long serialVersionUID = 0L;
   private boolean replayed_ = false;
   /**
    * <pre>
-   * True when the same decision had already been recorded.
+   * True when the same decision had already been recorded (the same approver
+   * approving twice counts once).
    * </pre>
    *
    * <code>bool replayed = 2 [json_name = "replayed"];</code>
@@ -104,6 +105,47 @@ private static final long serialVersionUID = 0L;
   @java.lang.Override
   public boolean getReplayed() {
     return replayed_;
+  }
+
+  public static final int EDITED_FIELD_NUMBER = 3;
+  private dev.opledger.v1.Operation edited_;
+  /**
+   * <pre>
+   * With edited_args: the new operation carrying the edit (also
+   * operation.superseded_by); operation is the original, now REJECTED.
+   * </pre>
+   *
+   * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+   * @return Whether the edited field is set.
+   */
+  @java.lang.Override
+  public boolean hasEdited() {
+    return ((bitField0_ & 0x00000002) != 0);
+  }
+  /**
+   * <pre>
+   * With edited_args: the new operation carrying the edit (also
+   * operation.superseded_by); operation is the original, now REJECTED.
+   * </pre>
+   *
+   * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+   * @return The edited.
+   */
+  @java.lang.Override
+  public dev.opledger.v1.Operation getEdited() {
+    return edited_ == null ? dev.opledger.v1.Operation.getDefaultInstance() : edited_;
+  }
+  /**
+   * <pre>
+   * With edited_args: the new operation carrying the edit (also
+   * operation.superseded_by); operation is the original, now REJECTED.
+   * </pre>
+   *
+   * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+   */
+  @java.lang.Override
+  public dev.opledger.v1.OperationOrBuilder getEditedOrBuilder() {
+    return edited_ == null ? dev.opledger.v1.Operation.getDefaultInstance() : edited_;
   }
 
   private byte memoizedIsInitialized = -1;
@@ -126,6 +168,9 @@ private static final long serialVersionUID = 0L;
     if (replayed_ != false) {
       output.writeBool(2, replayed_);
     }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      output.writeMessage(3, getEdited());
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -137,6 +182,10 @@ private static final long serialVersionUID = 0L;
     if (replayed_ != false) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(2, replayed_);
+    }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(3, getEdited());
     }
     return size;
   }
@@ -169,6 +218,11 @@ private static final long serialVersionUID = 0L;
     }
     if (getReplayed()
         != other.getReplayed()) return false;
+    if (hasEdited() != other.hasEdited()) return false;
+    if (hasEdited()) {
+      if (!getEdited()
+          .equals(other.getEdited())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -187,6 +241,10 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + REPLAYED_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getReplayed());
+    if (hasEdited()) {
+      hash = (37 * hash) + EDITED_FIELD_NUMBER;
+      hash = (53 * hash) + getEdited().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -322,6 +380,7 @@ private static final long serialVersionUID = 0L;
       if (com.google.protobuf.GeneratedMessage
               .alwaysUseFieldBuilders) {
         internalGetOperationFieldBuilder();
+        internalGetEditedFieldBuilder();
       }
     }
     @java.lang.Override
@@ -334,6 +393,11 @@ private static final long serialVersionUID = 0L;
         operationBuilder_ = null;
       }
       replayed_ = false;
+      edited_ = null;
+      if (editedBuilder_ != null) {
+        editedBuilder_.dispose();
+        editedBuilder_ = null;
+      }
       return this;
     }
 
@@ -377,6 +441,12 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000002) != 0)) {
         result.replayed_ = replayed_;
       }
+      if (((from_bitField0_ & 0x00000004) != 0)) {
+        result.edited_ = editedBuilder_ == null
+            ? edited_
+            : editedBuilder_.build();
+        to_bitField0_ |= 0x00000002;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -397,6 +467,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getReplayed() != false) {
         setReplayed(other.getReplayed());
+      }
+      if (other.hasEdited()) {
+        mergeEdited(other.getEdited());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -436,6 +509,13 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000002;
               break;
             } // case 16
+            case 26: {
+              input.readMessage(
+                  internalGetEditedFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000004;
+              break;
+            } // case 26
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -613,7 +693,8 @@ private static final long serialVersionUID = 0L;
     private boolean replayed_ ;
     /**
      * <pre>
-     * True when the same decision had already been recorded.
+     * True when the same decision had already been recorded (the same approver
+     * approving twice counts once).
      * </pre>
      *
      * <code>bool replayed = 2 [json_name = "replayed"];</code>
@@ -625,7 +706,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * True when the same decision had already been recorded.
+     * True when the same decision had already been recorded (the same approver
+     * approving twice counts once).
      * </pre>
      *
      * <code>bool replayed = 2 [json_name = "replayed"];</code>
@@ -641,7 +723,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * True when the same decision had already been recorded.
+     * True when the same decision had already been recorded (the same approver
+     * approving twice counts once).
      * </pre>
      *
      * <code>bool replayed = 2 [json_name = "replayed"];</code>
@@ -652,6 +735,172 @@ private static final long serialVersionUID = 0L;
       replayed_ = false;
       onChanged();
       return this;
+    }
+
+    private dev.opledger.v1.Operation edited_;
+    private com.google.protobuf.SingleFieldBuilder<
+        dev.opledger.v1.Operation, dev.opledger.v1.Operation.Builder, dev.opledger.v1.OperationOrBuilder> editedBuilder_;
+    /**
+     * <pre>
+     * With edited_args: the new operation carrying the edit (also
+     * operation.superseded_by); operation is the original, now REJECTED.
+     * </pre>
+     *
+     * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+     * @return Whether the edited field is set.
+     */
+    public boolean hasEdited() {
+      return ((bitField0_ & 0x00000004) != 0);
+    }
+    /**
+     * <pre>
+     * With edited_args: the new operation carrying the edit (also
+     * operation.superseded_by); operation is the original, now REJECTED.
+     * </pre>
+     *
+     * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+     * @return The edited.
+     */
+    public dev.opledger.v1.Operation getEdited() {
+      if (editedBuilder_ == null) {
+        return edited_ == null ? dev.opledger.v1.Operation.getDefaultInstance() : edited_;
+      } else {
+        return editedBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * With edited_args: the new operation carrying the edit (also
+     * operation.superseded_by); operation is the original, now REJECTED.
+     * </pre>
+     *
+     * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+     */
+    public Builder setEdited(dev.opledger.v1.Operation value) {
+      if (editedBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        edited_ = value;
+      } else {
+        editedBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * With edited_args: the new operation carrying the edit (also
+     * operation.superseded_by); operation is the original, now REJECTED.
+     * </pre>
+     *
+     * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+     */
+    public Builder setEdited(
+        dev.opledger.v1.Operation.Builder builderForValue) {
+      if (editedBuilder_ == null) {
+        edited_ = builderForValue.build();
+      } else {
+        editedBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * With edited_args: the new operation carrying the edit (also
+     * operation.superseded_by); operation is the original, now REJECTED.
+     * </pre>
+     *
+     * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+     */
+    public Builder mergeEdited(dev.opledger.v1.Operation value) {
+      if (editedBuilder_ == null) {
+        if (((bitField0_ & 0x00000004) != 0) &&
+          edited_ != null &&
+          edited_ != dev.opledger.v1.Operation.getDefaultInstance()) {
+          getEditedBuilder().mergeFrom(value);
+        } else {
+          edited_ = value;
+        }
+      } else {
+        editedBuilder_.mergeFrom(value);
+      }
+      if (edited_ != null) {
+        bitField0_ |= 0x00000004;
+        onChanged();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * With edited_args: the new operation carrying the edit (also
+     * operation.superseded_by); operation is the original, now REJECTED.
+     * </pre>
+     *
+     * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+     */
+    public Builder clearEdited() {
+      bitField0_ = (bitField0_ & ~0x00000004);
+      edited_ = null;
+      if (editedBuilder_ != null) {
+        editedBuilder_.dispose();
+        editedBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * With edited_args: the new operation carrying the edit (also
+     * operation.superseded_by); operation is the original, now REJECTED.
+     * </pre>
+     *
+     * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+     */
+    public dev.opledger.v1.Operation.Builder getEditedBuilder() {
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return internalGetEditedFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * With edited_args: the new operation carrying the edit (also
+     * operation.superseded_by); operation is the original, now REJECTED.
+     * </pre>
+     *
+     * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+     */
+    public dev.opledger.v1.OperationOrBuilder getEditedOrBuilder() {
+      if (editedBuilder_ != null) {
+        return editedBuilder_.getMessageOrBuilder();
+      } else {
+        return edited_ == null ?
+            dev.opledger.v1.Operation.getDefaultInstance() : edited_;
+      }
+    }
+    /**
+     * <pre>
+     * With edited_args: the new operation carrying the edit (also
+     * operation.superseded_by); operation is the original, now REJECTED.
+     * </pre>
+     *
+     * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilder<
+        dev.opledger.v1.Operation, dev.opledger.v1.Operation.Builder, dev.opledger.v1.OperationOrBuilder> 
+        internalGetEditedFieldBuilder() {
+      if (editedBuilder_ == null) {
+        editedBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+            dev.opledger.v1.Operation, dev.opledger.v1.Operation.Builder, dev.opledger.v1.OperationOrBuilder>(
+                getEdited(),
+                getParentForChildren(),
+                isClean());
+        edited_ = null;
+      }
+      return editedBuilder_;
     }
 
     // @@protoc_insertion_point(builder_scope:opledger.v1.ApproveResponse)

@@ -39,11 +39,42 @@ public interface ApproveResponseOrBuilder extends
 
   /**
    * <pre>
-   * True when the same decision had already been recorded.
+   * True when the same decision had already been recorded (the same approver
+   * approving twice counts once).
    * </pre>
    *
    * <code>bool replayed = 2 [json_name = "replayed"];</code>
    * @return The replayed.
    */
   boolean getReplayed();
+
+  /**
+   * <pre>
+   * With edited_args: the new operation carrying the edit (also
+   * operation.superseded_by); operation is the original, now REJECTED.
+   * </pre>
+   *
+   * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+   * @return Whether the edited field is set.
+   */
+  boolean hasEdited();
+  /**
+   * <pre>
+   * With edited_args: the new operation carrying the edit (also
+   * operation.superseded_by); operation is the original, now REJECTED.
+   * </pre>
+   *
+   * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+   * @return The edited.
+   */
+  dev.opledger.v1.Operation getEdited();
+  /**
+   * <pre>
+   * With edited_args: the new operation carrying the edit (also
+   * operation.superseded_by); operation is the original, now REJECTED.
+   * </pre>
+   *
+   * <code>.opledger.v1.Operation edited = 3 [json_name = "edited"];</code>
+   */
+  dev.opledger.v1.OperationOrBuilder getEditedOrBuilder();
 }

@@ -302,6 +302,50 @@ public enum ErrorReason
    * <code>ERROR_REASON_CANCEL_NOT_APPLICABLE = 32;</code>
    */
   ERROR_REASON_CANCEL_NOT_APPLICABLE(32),
+  /**
+   * <pre>
+   * FAILED_PRECONDITION: a deny rule of the tool's policy holds for this
+   * call (Prepare: nothing was stored), or holds under the policy in force
+   * when an operation prepared earlier was to be sent (Execute: the
+   * operation was REJECTED, nothing was sent). ErrorInfo.metadata names the
+   * rule (`rule`) and the policy digest (`policy_digest`).
+   * </pre>
+   *
+   * <code>ERROR_REASON_POLICY_DENIED = 33;</code>
+   */
+  ERROR_REASON_POLICY_DENIED(33),
+  /**
+   * <pre>
+   * RESOURCE_EXHAUSTED: the call would take a budget (a tools file `limits`
+   * entry) past its count or sum within its window; nothing was stored.
+   * ErrorInfo.metadata names the limit and its window; a RetryInfo says when
+   * room frees up.
+   * </pre>
+   *
+   * <code>ERROR_REASON_LIMIT_EXCEEDED = 34;</code>
+   */
+  ERROR_REASON_LIMIT_EXCEEDED(34),
+  /**
+   * <pre>
+   * ALREADY_EXISTS: an operation of the same tool with the same business
+   * identity (the tool's `identity` key) is live or took effect within the
+   * identity's window, under another idempotency key; nothing was stored.
+   * ErrorInfo.metadata carries its `operation_id`.
+   * </pre>
+   *
+   * <code>ERROR_REASON_OPERATION_DUPLICATE = 35;</code>
+   */
+  ERROR_REASON_OPERATION_DUPLICATE(35),
+  /**
+   * <pre>
+   * FAILED_PRECONDITION: an approver approved this operation with edited
+   * arguments; the edited one is a new operation, whose id is
+   * ErrorInfo.metadata's `superseded_by`. Execute that one.
+   * </pre>
+   *
+   * <code>ERROR_REASON_OPERATION_SUPERSEDED = 36;</code>
+   */
+  ERROR_REASON_OPERATION_SUPERSEDED(36),
   UNRECOGNIZED(-1),
   ;
 
@@ -599,6 +643,50 @@ public enum ErrorReason
    * <code>ERROR_REASON_CANCEL_NOT_APPLICABLE = 32;</code>
    */
   public static final int ERROR_REASON_CANCEL_NOT_APPLICABLE_VALUE = 32;
+  /**
+   * <pre>
+   * FAILED_PRECONDITION: a deny rule of the tool's policy holds for this
+   * call (Prepare: nothing was stored), or holds under the policy in force
+   * when an operation prepared earlier was to be sent (Execute: the
+   * operation was REJECTED, nothing was sent). ErrorInfo.metadata names the
+   * rule (`rule`) and the policy digest (`policy_digest`).
+   * </pre>
+   *
+   * <code>ERROR_REASON_POLICY_DENIED = 33;</code>
+   */
+  public static final int ERROR_REASON_POLICY_DENIED_VALUE = 33;
+  /**
+   * <pre>
+   * RESOURCE_EXHAUSTED: the call would take a budget (a tools file `limits`
+   * entry) past its count or sum within its window; nothing was stored.
+   * ErrorInfo.metadata names the limit and its window; a RetryInfo says when
+   * room frees up.
+   * </pre>
+   *
+   * <code>ERROR_REASON_LIMIT_EXCEEDED = 34;</code>
+   */
+  public static final int ERROR_REASON_LIMIT_EXCEEDED_VALUE = 34;
+  /**
+   * <pre>
+   * ALREADY_EXISTS: an operation of the same tool with the same business
+   * identity (the tool's `identity` key) is live or took effect within the
+   * identity's window, under another idempotency key; nothing was stored.
+   * ErrorInfo.metadata carries its `operation_id`.
+   * </pre>
+   *
+   * <code>ERROR_REASON_OPERATION_DUPLICATE = 35;</code>
+   */
+  public static final int ERROR_REASON_OPERATION_DUPLICATE_VALUE = 35;
+  /**
+   * <pre>
+   * FAILED_PRECONDITION: an approver approved this operation with edited
+   * arguments; the edited one is a new operation, whose id is
+   * ErrorInfo.metadata's `superseded_by`. Execute that one.
+   * </pre>
+   *
+   * <code>ERROR_REASON_OPERATION_SUPERSEDED = 36;</code>
+   */
+  public static final int ERROR_REASON_OPERATION_SUPERSEDED_VALUE = 36;
 
 
   public final int getNumber() {
@@ -658,6 +746,10 @@ public enum ErrorReason
       case 30: return ERROR_REASON_RATE_LIMITED;
       case 31: return ERROR_REASON_QUOTA_EXCEEDED;
       case 32: return ERROR_REASON_CANCEL_NOT_APPLICABLE;
+      case 33: return ERROR_REASON_POLICY_DENIED;
+      case 34: return ERROR_REASON_LIMIT_EXCEEDED;
+      case 35: return ERROR_REASON_OPERATION_DUPLICATE;
+      case 36: return ERROR_REASON_OPERATION_SUPERSEDED;
       default: return null;
     }
   }

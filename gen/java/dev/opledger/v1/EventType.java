@@ -136,6 +136,34 @@ public enum EventType
    * <code>EVENT_TYPE_APPROVAL_EXPIRED = 14;</code>
    */
   EVENT_TYPE_APPROVAL_EXPIRED(14),
+  /**
+   * <pre>
+   * The policy in force when the operation was to be sent demands more than
+   * the one it was judged under: it waits for approval again (the detail
+   * says which rule and policy digest), or was refused (to REJECTED).
+   * </pre>
+   *
+   * <code>EVENT_TYPE_POLICY_CHANGED = 15;</code>
+   */
+  EVENT_TYPE_POLICY_CHANGED(15),
+  /**
+   * <pre>
+   * The operation was judged again under a changed policy that demands no
+   * more than it already has; nothing else changed.
+   * </pre>
+   *
+   * <code>EVENT_TYPE_POLICY_CHECKED = 16;</code>
+   */
+  EVENT_TYPE_POLICY_CHECKED(16),
+  /**
+   * <pre>
+   * An approver approved it with edited arguments: it is REJECTED and a new
+   * operation (Operation.superseded_by) carries the edit.
+   * </pre>
+   *
+   * <code>EVENT_TYPE_SUPERSEDED = 17;</code>
+   */
+  EVENT_TYPE_SUPERSEDED(17),
   UNRECOGNIZED(-1),
   ;
 
@@ -269,6 +297,34 @@ public enum EventType
    * <code>EVENT_TYPE_APPROVAL_EXPIRED = 14;</code>
    */
   public static final int EVENT_TYPE_APPROVAL_EXPIRED_VALUE = 14;
+  /**
+   * <pre>
+   * The policy in force when the operation was to be sent demands more than
+   * the one it was judged under: it waits for approval again (the detail
+   * says which rule and policy digest), or was refused (to REJECTED).
+   * </pre>
+   *
+   * <code>EVENT_TYPE_POLICY_CHANGED = 15;</code>
+   */
+  public static final int EVENT_TYPE_POLICY_CHANGED_VALUE = 15;
+  /**
+   * <pre>
+   * The operation was judged again under a changed policy that demands no
+   * more than it already has; nothing else changed.
+   * </pre>
+   *
+   * <code>EVENT_TYPE_POLICY_CHECKED = 16;</code>
+   */
+  public static final int EVENT_TYPE_POLICY_CHECKED_VALUE = 16;
+  /**
+   * <pre>
+   * An approver approved it with edited arguments: it is REJECTED and a new
+   * operation (Operation.superseded_by) carries the edit.
+   * </pre>
+   *
+   * <code>EVENT_TYPE_SUPERSEDED = 17;</code>
+   */
+  public static final int EVENT_TYPE_SUPERSEDED_VALUE = 17;
 
 
   public final int getNumber() {
@@ -310,6 +366,9 @@ public enum EventType
       case 12: return EVENT_TYPE_RESOLVED_MANUALLY;
       case 13: return EVENT_TYPE_CANCELLED;
       case 14: return EVENT_TYPE_APPROVAL_EXPIRED;
+      case 15: return EVENT_TYPE_POLICY_CHANGED;
+      case 16: return EVENT_TYPE_POLICY_CHECKED;
+      case 17: return EVENT_TYPE_SUPERSEDED;
       default: return null;
     }
   }

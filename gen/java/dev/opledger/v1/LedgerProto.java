@@ -37,6 +37,11 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_opledger_v1_Approval_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_ApprovalDecision_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_ApprovalDecision_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_opledger_v1_OperationEvent_descriptor;
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -112,6 +117,16 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_opledger_v1_Tool_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_Policy_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_Policy_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_DenyRule_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_DenyRule_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_opledger_v1_ListToolsRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -144,7 +159,7 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       "\036google/protobuf/duration.proto\032\034google/" +
       "protobuf/struct.proto\032\037google/protobuf/t" +
       "imestamp.proto\032\027google/rpc/status.proto\"" +
-      "\320\005\n\tOperation\022\016\n\002id\030\001 \001(\tR\002id\022\022\n\004tool\030\002 " +
+      "\272\006\n\tOperation\022\016\n\002id\030\001 \001(\tR\002id\022\022\n\004tool\030\002 " +
       "\001(\tR\004tool\022!\n\014tool_version\030\003 \001(\tR\013toolVer" +
       "sion\022+\n\004args\030\004 \001(\0132\027.google.protobuf.Str" +
       "uctR\004args\022 \n\013fingerprint\030\005 \001(\tR\013fingerpr" +
@@ -162,148 +177,179 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       "ant\030\020 \001(\tR\006tenant\022\037\n\013prepared_by\030\021 \001(\tR\n" +
       "preparedBy\022F\n\021lease_expire_time\030\022 \001(\0132\032." +
       "google.protobuf.TimestampR\017leaseExpireTi" +
-      "me\"\275\002\n\010Approval\022\032\n\010required\030\001 \001(\010R\010requi" +
-      "red\0221\n\010decision\030\002 \001(\0162\025.opledger.v1.Deci" +
-      "sionR\010decision\022\035\n\ndecided_by\030\003 \001(\tR\tdeci" +
-      "dedBy\022;\n\013decide_time\030\004 \001(\0132\032.google.prot" +
-      "obuf.TimestampR\ndecideTime\022;\n\013expire_tim" +
-      "e\030\005 \001(\0132\032.google.protobuf.TimestampR\nexp" +
-      "ireTime\0221\n\024approved_fingerprint\030\006 \001(\tR\023a" +
-      "pprovedFingerprint\022\026\n\006reason\030\007 \001(\tR\006reas" +
-      "on\"\313\002\n\016OperationEvent\022\020\n\003seq\030\001 \001(\003R\003seq\022" +
-      "*\n\004type\030\002 \001(\0162\026.opledger.v1.EventTypeR\004t" +
-      "ype\022\024\n\005actor\030\003 \001(\tR\005actor\0221\n\nfrom_state\030" +
-      "\004 \001(\0162\022.opledger.v1.StateR\tfromState\022-\n\010" +
-      "to_state\030\005 \001(\0162\022.opledger.v1.StateR\007toSt" +
-      "ate\022\030\n\007attempt\030\006 \001(\005R\007attempt\022\024\n\005fence\030\007" +
-      " \001(\003R\005fence\022\026\n\006detail\030\010 \001(\tR\006detail\022;\n\013c" +
-      "reate_time\030\t \001(\0132\032.google.protobuf.Times" +
-      "tampR\ncreateTime\"\275\001\n\016PrepareRequest\022\022\n\004t" +
-      "ool\030\001 \001(\tR\004tool\022!\n\014tool_version\030\002 \001(\tR\013t" +
-      "oolVersion\022+\n\004args\030\003 \001(\0132\027.google.protob" +
-      "uf.StructR\004args\022\030\n\007execute\030\004 \001(\010R\007execut" +
-      "e\022-\n\004wait\030\005 \001(\0132\031.google.protobuf.Durati" +
-      "onR\004wait\"\222\001\n\017PrepareResponse\0224\n\toperatio" +
-      "n\030\001 \001(\0132\026.opledger.v1.OperationR\toperati" +
-      "on\022\032\n\010replayed\030\002 \001(\010R\010replayed\022-\n\022execut" +
-      "ion_replayed\030\003 \001(\010R\021executionReplayed\"\240\001" +
-      "\n\016ApproveRequest\022!\n\014operation_id\030\001 \001(\tR\013" +
-      "operationId\022 \n\013fingerprint\030\002 \001(\tR\013finger" +
-      "print\0221\n\010decision\030\003 \001(\0162\025.opledger.v1.De" +
-      "cisionR\010decision\022\026\n\006reason\030\004 \001(\tR\006reason" +
-      "\"c\n\017ApproveResponse\0224\n\toperation\030\001 \001(\0132\026" +
+      "me\022\036\n\nsupersedes\030\023 \001(\tR\nsupersedes\022#\n\rsu" +
+      "perseded_by\030\024 \001(\tR\014supersededBy\022#\n\rpolic" +
+      "y_digest\030\025 \001(\tR\014policyDigest\"\271\003\n\010Approva" +
+      "l\022\032\n\010required\030\001 \001(\010R\010required\0221\n\010decisio" +
+      "n\030\002 \001(\0162\025.opledger.v1.DecisionR\010decision" +
+      "\022\035\n\ndecided_by\030\003 \001(\tR\tdecidedBy\022;\n\013decid" +
+      "e_time\030\004 \001(\0132\032.google.protobuf.Timestamp" +
+      "R\ndecideTime\022;\n\013expire_time\030\005 \001(\0132\032.goog" +
+      "le.protobuf.TimestampR\nexpireTime\0221\n\024app" +
+      "roved_fingerprint\030\006 \001(\tR\023approvedFingerp" +
+      "rint\022\026\n\006reason\030\007 \001(\tR\006reason\022)\n\020approval" +
+      "s_needed\030\010 \001(\005R\017approvalsNeeded\022;\n\tappro" +
+      "vals\030\t \003(\0132\035.opledger.v1.ApprovalDecisio" +
+      "nR\tapprovals\022\022\n\004rule\030\n \001(\tR\004rule\"\253\002\n\020App" +
+      "rovalDecision\022!\n\014principal_id\030\001 \001(\tR\013pri" +
+      "ncipalId\022%\n\016principal_name\030\002 \001(\tR\rprinci" +
+      "palName\0221\n\010decision\030\003 \001(\0162\025.opledger.v1." +
+      "DecisionR\010decision\022;\n\013decide_time\030\004 \001(\0132" +
+      "\032.google.protobuf.TimestampR\ndecideTime\022" +
+      " \n\013fingerprint\030\005 \001(\tR\013fingerprint\022\026\n\006rea" +
+      "son\030\006 \001(\tR\006reason\022#\n\rpolicy_digest\030\007 \001(\t" +
+      "R\014policyDigest\"\313\002\n\016OperationEvent\022\020\n\003seq" +
+      "\030\001 \001(\003R\003seq\022*\n\004type\030\002 \001(\0162\026.opledger.v1." +
+      "EventTypeR\004type\022\024\n\005actor\030\003 \001(\tR\005actor\0221\n" +
+      "\nfrom_state\030\004 \001(\0162\022.opledger.v1.StateR\tf" +
+      "romState\022-\n\010to_state\030\005 \001(\0162\022.opledger.v1" +
+      ".StateR\007toState\022\030\n\007attempt\030\006 \001(\005R\007attemp" +
+      "t\022\024\n\005fence\030\007 \001(\003R\005fence\022\026\n\006detail\030\010 \001(\tR" +
+      "\006detail\022;\n\013create_time\030\t \001(\0132\032.google.pr" +
+      "otobuf.TimestampR\ncreateTime\"\275\001\n\016Prepare" +
+      "Request\022\022\n\004tool\030\001 \001(\tR\004tool\022!\n\014tool_vers" +
+      "ion\030\002 \001(\tR\013toolVersion\022+\n\004args\030\003 \001(\0132\027.g" +
+      "oogle.protobuf.StructR\004args\022\030\n\007execute\030\004" +
+      " \001(\010R\007execute\022-\n\004wait\030\005 \001(\0132\031.google.pro" +
+      "tobuf.DurationR\004wait\"\222\001\n\017PrepareResponse" +
+      "\0224\n\toperation\030\001 \001(\0132\026.opledger.v1.Operat" +
+      "ionR\toperation\022\032\n\010replayed\030\002 \001(\010R\010replay" +
+      "ed\022-\n\022execution_replayed\030\003 \001(\010R\021executio" +
+      "nReplayed\"\332\001\n\016ApproveRequest\022!\n\014operatio" +
+      "n_id\030\001 \001(\tR\013operationId\022 \n\013fingerprint\030\002" +
+      " \001(\tR\013fingerprint\0221\n\010decision\030\003 \001(\0162\025.op" +
+      "ledger.v1.DecisionR\010decision\022\026\n\006reason\030\004" +
+      " \001(\tR\006reason\0228\n\013edited_args\030\005 \001(\0132\027.goog" +
+      "le.protobuf.StructR\neditedArgs\"\223\001\n\017Appro" +
+      "veResponse\0224\n\toperation\030\001 \001(\0132\026.opledger" +
+      ".v1.OperationR\toperation\022\032\n\010replayed\030\002 \001" +
+      "(\010R\010replayed\022.\n\006edited\030\003 \001(\0132\026.opledger." +
+      "v1.OperationR\006edited\"b\n\016ExecuteRequest\022!" +
+      "\n\014operation_id\030\001 \001(\tR\013operationId\022-\n\004wai" +
+      "t\030\002 \001(\0132\031.google.protobuf.DurationR\004wait" +
+      "\"c\n\017ExecuteResponse\0224\n\toperation\030\001 \001(\0132\026" +
       ".opledger.v1.OperationR\toperation\022\032\n\010rep" +
-      "layed\030\002 \001(\010R\010replayed\"b\n\016ExecuteRequest\022" +
-      "!\n\014operation_id\030\001 \001(\tR\013operationId\022-\n\004wa" +
-      "it\030\002 \001(\0132\031.google.protobuf.DurationR\004wai" +
-      "t\"c\n\017ExecuteResponse\0224\n\toperation\030\001 \001(\0132" +
-      "\026.opledger.v1.OperationR\toperation\022\032\n\010re" +
-      "played\030\002 \001(\010R\010replayed\"V\n\nGetRequest\022!\n\014" +
-      "operation_id\030\001 \001(\tR\013operationId\022%\n\016inclu" +
-      "de_events\030\002 \001(\010R\rincludeEvents\"x\n\013GetRes" +
-      "ponse\0224\n\toperation\030\001 \001(\0132\026.opledger.v1.O" +
-      "perationR\toperation\0223\n\006events\030\002 \003(\0132\033.op" +
-      "ledger.v1.OperationEventR\006events\"\207\001\n\nRes" +
-      "olution\022,\n\007outcome\030\001 \001(\0162\022.opledger.v1.S" +
-      "tateR\007outcome\022!\n\014external_ref\030\002 \001(\tR\013ext" +
-      "ernalRef\022\022\n\004note\030\003 \001(\tR\004note\022\024\n\005fence\030\004 " +
-      "\001(\003R\005fence\"n\n\020ReconcileRequest\022!\n\014operat" +
-      "ion_id\030\001 \001(\tR\013operationId\0227\n\nresolution\030" +
-      "\002 \001(\0132\027.opledger.v1.ResolutionR\nresoluti" +
-      "on\"a\n\021ReconcileResponse\0224\n\toperation\030\001 \001" +
-      "(\0132\026.opledger.v1.OperationR\toperation\022\026\n" +
-      "\006detail\030\002 \001(\tR\006detail\"J\n\rCancelRequest\022!" +
-      "\n\014operation_id\030\001 \001(\tR\013operationId\022\026\n\006rea" +
-      "son\030\002 \001(\tR\006reason\"b\n\016CancelResponse\0224\n\to" +
-      "peration\030\001 \001(\0132\026.opledger.v1.OperationR\t" +
-      "operation\022\032\n\010replayed\030\002 \001(\010R\010replayed\"\302\002" +
-      "\n\004Tool\022\022\n\004name\030\001 \001(\tR\004name\022\030\n\007version\030\002 " +
-      "\001(\tR\007version\022 \n\013description\030\003 \001(\tR\013descr" +
-      "iption\022+\n\006effect\030\004 \001(\0162\023.opledger.v1.Eff" +
-      "ectR\006effect\022+\n\021approval_required\030\005 \001(\010R\020" +
-      "approvalRequired\0228\n\013args_schema\030\006 \001(\0132\027." +
-      "google.protobuf.StructR\nargsSchema\022<\n\014ap" +
-      "proval_ttl\030\007 \001(\0132\031.google.protobuf.Durat" +
-      "ionR\013approvalTtl\022\030\n\007current\030\010 \001(\010R\007curre" +
-      "nt\"\022\n\020ListToolsRequest\"<\n\021ListToolsRespo" +
-      "nse\022\'\n\005tools\030\001 \003(\0132\021.opledger.v1.ToolR\005t" +
-      "ools\"\223\001\n\025ListOperationsRequest\022*\n\006states" +
-      "\030\001 \003(\0162\022.opledger.v1.StateR\006states\022\022\n\004to" +
-      "ol\030\002 \001(\tR\004tool\022\033\n\tpage_size\030\003 \001(\005R\010pageS" +
-      "ize\022\035\n\npage_token\030\004 \001(\tR\tpageToken\"x\n\026Li" +
-      "stOperationsResponse\0226\n\noperations\030\001 \003(\013" +
-      "2\026.opledger.v1.OperationR\noperations\022&\n\017" +
-      "next_page_token\030\002 \001(\tR\rnextPageToken*\314\001\n" +
-      "\005State\022\025\n\021STATE_UNSPECIFIED\020\000\022\033\n\027STATE_A" +
-      "WAITING_APPROVAL\020\001\022\017\n\013STATE_READY\020\002\022\023\n\017S" +
-      "TATE_EXECUTING\020\003\022\023\n\017STATE_SUCCEEDED\020\004\022\020\n" +
-      "\014STATE_FAILED\020\005\022\031\n\025STATE_OUTCOME_UNKNOWN" +
-      "\020\006\022\022\n\016STATE_REJECTED\020\007\022\023\n\017STATE_CANCELLE" +
-      "D\020\010*M\n\010Decision\022\030\n\024DECISION_UNSPECIFIED\020" +
-      "\000\022\024\n\020DECISION_APPROVE\020\001\022\021\n\rDECISION_DENY" +
-      "\020\002*\321\t\n\013ErrorReason\022\034\n\030ERROR_REASON_UNSPE" +
-      "CIFIED\020\000\022 \n\034ERROR_REASON_API_KEY_MISSING" +
-      "\020\001\022 \n\034ERROR_REASON_API_KEY_INVALID\020\002\022\036\n\032" +
-      "ERROR_REASON_ROLE_REQUIRED\020\003\022(\n$ERROR_RE" +
-      "ASON_IDEMPOTENCY_KEY_MISSING\020\004\022(\n$ERROR_" +
-      "REASON_IDEMPOTENCY_KEY_INVALID\020\005\022\'\n#ERRO" +
-      "R_REASON_IDEMPOTENCY_KEY_REUSED\020\006\022\035\n\031ERR" +
-      "OR_REASON_TOOL_UNKNOWN\020\007\022%\n!ERROR_REASON" +
-      "_TOOL_VERSION_UNKNOWN\020\010\022\035\n\031ERROR_REASON_" +
-      "ARGS_INVALID\020\t\022\037\n\033ERROR_REASON_ARGS_TOO_" +
-      "LARGE\020\n\022\036\n\032ERROR_REASON_FIELD_INVALID\020\013\022" +
-      "$\n ERROR_REASON_OPERATION_NOT_FOUND\020\014\022\"\n" +
-      "\036ERROR_REASON_APPROVAL_REQUIRED\020\r\022!\n\035ERR" +
-      "OR_REASON_APPROVAL_EXPIRED\020\016\022.\n*ERROR_RE" +
-      "ASON_APPROVAL_FINGERPRINT_MISMATCH\020\017\022\"\n\036" +
-      "ERROR_REASON_APPROVAL_CONFLICT\020\020\022(\n$ERRO" +
-      "R_REASON_SELF_APPROVAL_FORBIDDEN\020\021\022(\n$ER" +
-      "ROR_REASON_APPROVAL_NOT_APPLICABLE\020\022\022#\n\037" +
-      "ERROR_REASON_OPERATION_REJECTED\020\023\022$\n ERR" +
-      "OR_REASON_OPERATION_CANCELLED\020\024\022&\n\"ERROR" +
-      "_REASON_OPERATION_IN_PROGRESS\020\025\022*\n&ERROR" +
-      "_REASON_RESOLUTION_NOT_APPLICABLE\020\026\022#\n\037E" +
-      "RROR_REASON_LEDGER_UNAVAILABLE\020\027\022\031\n\025ERRO" +
-      "R_REASON_INTERNAL\020\030\022\'\n#ERROR_REASON_DOWN" +
-      "STREAM_UNAVAILABLE\020\031\022!\n\035ERROR_REASON_DEA" +
-      "DLINE_INVALID\020\032\022$\n ERROR_REASON_DOWNSTRE" +
-      "AM_REJECTED\020\033\022+\n\'ERROR_REASON_DOWNSTREAM" +
-      "_OUTCOME_UNKNOWN\020\034\022\"\n\036ERROR_REASON_OPERA" +
-      "TOR_REQUIRED\020\035\022\035\n\031ERROR_REASON_RATE_LIMI" +
-      "TED\020\036\022\037\n\033ERROR_REASON_QUOTA_EXCEEDED\020\037\022&" +
-      "\n\"ERROR_REASON_CANCEL_NOT_APPLICABLE\020 *\261" +
-      "\003\n\tEventType\022\032\n\026EVENT_TYPE_UNSPECIFIED\020\000" +
-      "\022\027\n\023EVENT_TYPE_PREPARED\020\001\022\027\n\023EVENT_TYPE_" +
-      "APPROVED\020\002\022\025\n\021EVENT_TYPE_DENIED\020\003\022\026\n\022EVE" +
-      "NT_TYPE_CLAIMED\020\004\022$\n EVENT_TYPE_EXTERNAL" +
-      "_REF_RECORDED\020\005\022\030\n\024EVENT_TYPE_SUCCEEDED\020" +
-      "\006\022\025\n\021EVENT_TYPE_FAILED\020\007\022\036\n\032EVENT_TYPE_O" +
-      "UTCOME_UNKNOWN\020\010\022\027\n\023EVENT_TYPE_RELEASED\020" +
-      "\t\022\037\n\033EVENT_TYPE_LEASE_TAKEN_OVER\020\n\022\031\n\025EV" +
-      "ENT_TYPE_RECONCILED\020\013\022 \n\034EVENT_TYPE_RESO" +
-      "LVED_MANUALLY\020\014\022\030\n\024EVENT_TYPE_CANCELLED\020" +
-      "\r\022\037\n\033EVENT_TYPE_APPROVAL_EXPIRED\020\016*e\n\006Ef" +
-      "fect\022\026\n\022EFFECT_UNSPECIFIED\020\000\022\024\n\020EFFECT_R" +
-      "EAD_ONLY\020\001\022\025\n\021EFFECT_IDEMPOTENT\020\002\022\026\n\022EFF" +
-      "ECT_SIDE_EFFECT\020\0032\364\004\n\rLedgerService\022D\n\007P" +
-      "repare\022\033.opledger.v1.PrepareRequest\032\034.op" +
-      "ledger.v1.PrepareResponse\022I\n\007Approve\022\033.o" +
-      "pledger.v1.ApproveRequest\032\034.opledger.v1." +
-      "ApproveResponse\"\003\220\002\002\022I\n\007Execute\022\033.opledg" +
-      "er.v1.ExecuteRequest\032\034.opledger.v1.Execu" +
-      "teResponse\"\003\220\002\002\022=\n\003Get\022\027.opledger.v1.Get" +
-      "Request\032\030.opledger.v1.GetResponse\"\003\220\002\001\022O" +
-      "\n\tReconcile\022\035.opledger.v1.ReconcileReque" +
-      "st\032\036.opledger.v1.ReconcileResponse\"\003\220\002\002\022" +
-      "F\n\006Cancel\022\032.opledger.v1.CancelRequest\032\033." +
-      "opledger.v1.CancelResponse\"\003\220\002\002\022O\n\tListT" +
-      "ools\022\035.opledger.v1.ListToolsRequest\032\036.op" +
-      "ledger.v1.ListToolsResponse\"\003\220\002\001\022^\n\016List" +
-      "Operations\022\".opledger.v1.ListOperationsR" +
-      "equest\032#.opledger.v1.ListOperationsRespo" +
-      "nse\"\003\220\002\001B\\\n\017dev.opledger.v1B\013LedgerProto" +
-      "P\001Z:github.com/opledger/opledger/gen/go/" +
-      "opledger/v1;opledgerv1b\006proto3"
+      "layed\030\002 \001(\010R\010replayed\"V\n\nGetRequest\022!\n\014o" +
+      "peration_id\030\001 \001(\tR\013operationId\022%\n\016includ" +
+      "e_events\030\002 \001(\010R\rincludeEvents\"x\n\013GetResp" +
+      "onse\0224\n\toperation\030\001 \001(\0132\026.opledger.v1.Op" +
+      "erationR\toperation\0223\n\006events\030\002 \003(\0132\033.opl" +
+      "edger.v1.OperationEventR\006events\"\207\001\n\nReso" +
+      "lution\022,\n\007outcome\030\001 \001(\0162\022.opledger.v1.St" +
+      "ateR\007outcome\022!\n\014external_ref\030\002 \001(\tR\013exte" +
+      "rnalRef\022\022\n\004note\030\003 \001(\tR\004note\022\024\n\005fence\030\004 \001" +
+      "(\003R\005fence\"n\n\020ReconcileRequest\022!\n\014operati" +
+      "on_id\030\001 \001(\tR\013operationId\0227\n\nresolution\030\002" +
+      " \001(\0132\027.opledger.v1.ResolutionR\nresolutio" +
+      "n\"a\n\021ReconcileResponse\0224\n\toperation\030\001 \001(" +
+      "\0132\026.opledger.v1.OperationR\toperation\022\026\n\006" +
+      "detail\030\002 \001(\tR\006detail\"J\n\rCancelRequest\022!\n" +
+      "\014operation_id\030\001 \001(\tR\013operationId\022\026\n\006reas" +
+      "on\030\002 \001(\tR\006reason\"b\n\016CancelResponse\0224\n\top" +
+      "eration\030\001 \001(\0132\026.opledger.v1.OperationR\to" +
+      "peration\022\032\n\010replayed\030\002 \001(\010R\010replayed\"\357\002\n" +
+      "\004Tool\022\022\n\004name\030\001 \001(\tR\004name\022\030\n\007version\030\002 \001" +
+      "(\tR\007version\022 \n\013description\030\003 \001(\tR\013descri" +
+      "ption\022+\n\006effect\030\004 \001(\0162\023.opledger.v1.Effe" +
+      "ctR\006effect\022+\n\021approval_required\030\005 \001(\010R\020a" +
+      "pprovalRequired\0228\n\013args_schema\030\006 \001(\0132\027.g" +
+      "oogle.protobuf.StructR\nargsSchema\022<\n\014app" +
+      "roval_ttl\030\007 \001(\0132\031.google.protobuf.Durati" +
+      "onR\013approvalTtl\022\030\n\007current\030\010 \001(\010R\007curren" +
+      "t\022+\n\006policy\030\t \001(\0132\023.opledger.v1.PolicyR\006" +
+      "policy\"\361\001\n\006Policy\022\026\n\006digest\030\001 \001(\tR\006diges" +
+      "t\022)\n\004deny\030\002 \003(\0132\025.opledger.v1.DenyRuleR\004" +
+      "deny\022+\n\021approval_required\030\003 \001(\010R\020approva" +
+      "lRequired\022#\n\rapproval_when\030\004 \001(\tR\014approv" +
+      "alWhen\022\034\n\tapprovers\030\005 \001(\005R\tapprovers\022\032\n\010" +
+      "editable\030\006 \003(\tR\010editable\022\030\n\007summary\030\007 \001(" +
+      "\tR\007summary\"L\n\010DenyRule\022\022\n\004name\030\001 \001(\tR\004na" +
+      "me\022\022\n\004when\030\002 \001(\tR\004when\022\030\n\007message\030\003 \001(\tR" +
+      "\007message\"\022\n\020ListToolsRequest\"<\n\021ListTool" +
+      "sResponse\022\'\n\005tools\030\001 \003(\0132\021.opledger.v1.T" +
+      "oolR\005tools\"\223\001\n\025ListOperationsRequest\022*\n\006" +
+      "states\030\001 \003(\0162\022.opledger.v1.StateR\006states" +
+      "\022\022\n\004tool\030\002 \001(\tR\004tool\022\033\n\tpage_size\030\003 \001(\005R" +
+      "\010pageSize\022\035\n\npage_token\030\004 \001(\tR\tpageToken" +
+      "\"x\n\026ListOperationsResponse\0226\n\noperations" +
+      "\030\001 \003(\0132\026.opledger.v1.OperationR\noperatio" +
+      "ns\022&\n\017next_page_token\030\002 \001(\tR\rnextPageTok" +
+      "en*\314\001\n\005State\022\025\n\021STATE_UNSPECIFIED\020\000\022\033\n\027S" +
+      "TATE_AWAITING_APPROVAL\020\001\022\017\n\013STATE_READY\020" +
+      "\002\022\023\n\017STATE_EXECUTING\020\003\022\023\n\017STATE_SUCCEEDE" +
+      "D\020\004\022\020\n\014STATE_FAILED\020\005\022\031\n\025STATE_OUTCOME_U" +
+      "NKNOWN\020\006\022\022\n\016STATE_REJECTED\020\007\022\023\n\017STATE_CA" +
+      "NCELLED\020\010*M\n\010Decision\022\030\n\024DECISION_UNSPEC" +
+      "IFIED\020\000\022\024\n\020DECISION_APPROVE\020\001\022\021\n\rDECISIO" +
+      "N_DENY\020\002*\337\n\n\013ErrorReason\022\034\n\030ERROR_REASON" +
+      "_UNSPECIFIED\020\000\022 \n\034ERROR_REASON_API_KEY_M" +
+      "ISSING\020\001\022 \n\034ERROR_REASON_API_KEY_INVALID" +
+      "\020\002\022\036\n\032ERROR_REASON_ROLE_REQUIRED\020\003\022(\n$ER" +
+      "ROR_REASON_IDEMPOTENCY_KEY_MISSING\020\004\022(\n$" +
+      "ERROR_REASON_IDEMPOTENCY_KEY_INVALID\020\005\022\'" +
+      "\n#ERROR_REASON_IDEMPOTENCY_KEY_REUSED\020\006\022" +
+      "\035\n\031ERROR_REASON_TOOL_UNKNOWN\020\007\022%\n!ERROR_" +
+      "REASON_TOOL_VERSION_UNKNOWN\020\010\022\035\n\031ERROR_R" +
+      "EASON_ARGS_INVALID\020\t\022\037\n\033ERROR_REASON_ARG" +
+      "S_TOO_LARGE\020\n\022\036\n\032ERROR_REASON_FIELD_INVA" +
+      "LID\020\013\022$\n ERROR_REASON_OPERATION_NOT_FOUN" +
+      "D\020\014\022\"\n\036ERROR_REASON_APPROVAL_REQUIRED\020\r\022" +
+      "!\n\035ERROR_REASON_APPROVAL_EXPIRED\020\016\022.\n*ER" +
+      "ROR_REASON_APPROVAL_FINGERPRINT_MISMATCH" +
+      "\020\017\022\"\n\036ERROR_REASON_APPROVAL_CONFLICT\020\020\022(" +
+      "\n$ERROR_REASON_SELF_APPROVAL_FORBIDDEN\020\021" +
+      "\022(\n$ERROR_REASON_APPROVAL_NOT_APPLICABLE" +
+      "\020\022\022#\n\037ERROR_REASON_OPERATION_REJECTED\020\023\022" +
+      "$\n ERROR_REASON_OPERATION_CANCELLED\020\024\022&\n" +
+      "\"ERROR_REASON_OPERATION_IN_PROGRESS\020\025\022*\n" +
+      "&ERROR_REASON_RESOLUTION_NOT_APPLICABLE\020" +
+      "\026\022#\n\037ERROR_REASON_LEDGER_UNAVAILABLE\020\027\022\031" +
+      "\n\025ERROR_REASON_INTERNAL\020\030\022\'\n#ERROR_REASO" +
+      "N_DOWNSTREAM_UNAVAILABLE\020\031\022!\n\035ERROR_REAS" +
+      "ON_DEADLINE_INVALID\020\032\022$\n ERROR_REASON_DO" +
+      "WNSTREAM_REJECTED\020\033\022+\n\'ERROR_REASON_DOWN" +
+      "STREAM_OUTCOME_UNKNOWN\020\034\022\"\n\036ERROR_REASON" +
+      "_OPERATOR_REQUIRED\020\035\022\035\n\031ERROR_REASON_RAT" +
+      "E_LIMITED\020\036\022\037\n\033ERROR_REASON_QUOTA_EXCEED" +
+      "ED\020\037\022&\n\"ERROR_REASON_CANCEL_NOT_APPLICAB" +
+      "LE\020 \022\036\n\032ERROR_REASON_POLICY_DENIED\020!\022\037\n\033" +
+      "ERROR_REASON_LIMIT_EXCEEDED\020\"\022$\n ERROR_R" +
+      "EASON_OPERATION_DUPLICATE\020#\022%\n!ERROR_REA" +
+      "SON_OPERATION_SUPERSEDED\020$*\212\004\n\tEventType" +
+      "\022\032\n\026EVENT_TYPE_UNSPECIFIED\020\000\022\027\n\023EVENT_TY" +
+      "PE_PREPARED\020\001\022\027\n\023EVENT_TYPE_APPROVED\020\002\022\025" +
+      "\n\021EVENT_TYPE_DENIED\020\003\022\026\n\022EVENT_TYPE_CLAI" +
+      "MED\020\004\022$\n EVENT_TYPE_EXTERNAL_REF_RECORDE" +
+      "D\020\005\022\030\n\024EVENT_TYPE_SUCCEEDED\020\006\022\025\n\021EVENT_T" +
+      "YPE_FAILED\020\007\022\036\n\032EVENT_TYPE_OUTCOME_UNKNO" +
+      "WN\020\010\022\027\n\023EVENT_TYPE_RELEASED\020\t\022\037\n\033EVENT_T" +
+      "YPE_LEASE_TAKEN_OVER\020\n\022\031\n\025EVENT_TYPE_REC" +
+      "ONCILED\020\013\022 \n\034EVENT_TYPE_RESOLVED_MANUALL" +
+      "Y\020\014\022\030\n\024EVENT_TYPE_CANCELLED\020\r\022\037\n\033EVENT_T" +
+      "YPE_APPROVAL_EXPIRED\020\016\022\035\n\031EVENT_TYPE_POL" +
+      "ICY_CHANGED\020\017\022\035\n\031EVENT_TYPE_POLICY_CHECK" +
+      "ED\020\020\022\031\n\025EVENT_TYPE_SUPERSEDED\020\021*e\n\006Effec" +
+      "t\022\026\n\022EFFECT_UNSPECIFIED\020\000\022\024\n\020EFFECT_READ" +
+      "_ONLY\020\001\022\025\n\021EFFECT_IDEMPOTENT\020\002\022\026\n\022EFFECT" +
+      "_SIDE_EFFECT\020\0032\364\004\n\rLedgerService\022D\n\007Prep" +
+      "are\022\033.opledger.v1.PrepareRequest\032\034.opled" +
+      "ger.v1.PrepareResponse\022I\n\007Approve\022\033.ople" +
+      "dger.v1.ApproveRequest\032\034.opledger.v1.App" +
+      "roveResponse\"\003\220\002\002\022I\n\007Execute\022\033.opledger." +
+      "v1.ExecuteRequest\032\034.opledger.v1.ExecuteR" +
+      "esponse\"\003\220\002\002\022=\n\003Get\022\027.opledger.v1.GetReq" +
+      "uest\032\030.opledger.v1.GetResponse\"\003\220\002\001\022O\n\tR" +
+      "econcile\022\035.opledger.v1.ReconcileRequest\032" +
+      "\036.opledger.v1.ReconcileResponse\"\003\220\002\002\022F\n\006" +
+      "Cancel\022\032.opledger.v1.CancelRequest\032\033.opl" +
+      "edger.v1.CancelResponse\"\003\220\002\002\022O\n\tListTool" +
+      "s\022\035.opledger.v1.ListToolsRequest\032\036.opled" +
+      "ger.v1.ListToolsResponse\"\003\220\002\001\022^\n\016ListOpe" +
+      "rations\022\".opledger.v1.ListOperationsRequ" +
+      "est\032#.opledger.v1.ListOperationsResponse" +
+      "\"\003\220\002\001B\\\n\017dev.opledger.v1B\013LedgerProtoP\001Z" +
+      ":github.com/opledger/opledger/gen/go/opl" +
+      "edger/v1;opledgerv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -318,123 +364,141 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
     internal_static_opledger_v1_Operation_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_Operation_descriptor,
-        new java.lang.String[] { "Id", "Tool", "ToolVersion", "Args", "Fingerprint", "State", "Approval", "Attempts", "Fence", "DownstreamKey", "ExternalRef", "Result", "Error", "CreateTime", "UpdateTime", "Tenant", "PreparedBy", "LeaseExpireTime", });
+        new java.lang.String[] { "Id", "Tool", "ToolVersion", "Args", "Fingerprint", "State", "Approval", "Attempts", "Fence", "DownstreamKey", "ExternalRef", "Result", "Error", "CreateTime", "UpdateTime", "Tenant", "PreparedBy", "LeaseExpireTime", "Supersedes", "SupersededBy", "PolicyDigest", });
     internal_static_opledger_v1_Approval_descriptor =
       getDescriptor().getMessageType(1);
     internal_static_opledger_v1_Approval_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_Approval_descriptor,
-        new java.lang.String[] { "Required", "Decision", "DecidedBy", "DecideTime", "ExpireTime", "ApprovedFingerprint", "Reason", });
-    internal_static_opledger_v1_OperationEvent_descriptor =
+        new java.lang.String[] { "Required", "Decision", "DecidedBy", "DecideTime", "ExpireTime", "ApprovedFingerprint", "Reason", "ApprovalsNeeded", "Approvals", "Rule", });
+    internal_static_opledger_v1_ApprovalDecision_descriptor =
       getDescriptor().getMessageType(2);
+    internal_static_opledger_v1_ApprovalDecision_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_ApprovalDecision_descriptor,
+        new java.lang.String[] { "PrincipalId", "PrincipalName", "Decision", "DecideTime", "Fingerprint", "Reason", "PolicyDigest", });
+    internal_static_opledger_v1_OperationEvent_descriptor =
+      getDescriptor().getMessageType(3);
     internal_static_opledger_v1_OperationEvent_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_OperationEvent_descriptor,
         new java.lang.String[] { "Seq", "Type", "Actor", "FromState", "ToState", "Attempt", "Fence", "Detail", "CreateTime", });
     internal_static_opledger_v1_PrepareRequest_descriptor =
-      getDescriptor().getMessageType(3);
+      getDescriptor().getMessageType(4);
     internal_static_opledger_v1_PrepareRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_PrepareRequest_descriptor,
         new java.lang.String[] { "Tool", "ToolVersion", "Args", "Execute", "Wait", });
     internal_static_opledger_v1_PrepareResponse_descriptor =
-      getDescriptor().getMessageType(4);
+      getDescriptor().getMessageType(5);
     internal_static_opledger_v1_PrepareResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_PrepareResponse_descriptor,
         new java.lang.String[] { "Operation", "Replayed", "ExecutionReplayed", });
     internal_static_opledger_v1_ApproveRequest_descriptor =
-      getDescriptor().getMessageType(5);
+      getDescriptor().getMessageType(6);
     internal_static_opledger_v1_ApproveRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ApproveRequest_descriptor,
-        new java.lang.String[] { "OperationId", "Fingerprint", "Decision", "Reason", });
+        new java.lang.String[] { "OperationId", "Fingerprint", "Decision", "Reason", "EditedArgs", });
     internal_static_opledger_v1_ApproveResponse_descriptor =
-      getDescriptor().getMessageType(6);
+      getDescriptor().getMessageType(7);
     internal_static_opledger_v1_ApproveResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ApproveResponse_descriptor,
-        new java.lang.String[] { "Operation", "Replayed", });
+        new java.lang.String[] { "Operation", "Replayed", "Edited", });
     internal_static_opledger_v1_ExecuteRequest_descriptor =
-      getDescriptor().getMessageType(7);
+      getDescriptor().getMessageType(8);
     internal_static_opledger_v1_ExecuteRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ExecuteRequest_descriptor,
         new java.lang.String[] { "OperationId", "Wait", });
     internal_static_opledger_v1_ExecuteResponse_descriptor =
-      getDescriptor().getMessageType(8);
+      getDescriptor().getMessageType(9);
     internal_static_opledger_v1_ExecuteResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ExecuteResponse_descriptor,
         new java.lang.String[] { "Operation", "Replayed", });
     internal_static_opledger_v1_GetRequest_descriptor =
-      getDescriptor().getMessageType(9);
+      getDescriptor().getMessageType(10);
     internal_static_opledger_v1_GetRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_GetRequest_descriptor,
         new java.lang.String[] { "OperationId", "IncludeEvents", });
     internal_static_opledger_v1_GetResponse_descriptor =
-      getDescriptor().getMessageType(10);
+      getDescriptor().getMessageType(11);
     internal_static_opledger_v1_GetResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_GetResponse_descriptor,
         new java.lang.String[] { "Operation", "Events", });
     internal_static_opledger_v1_Resolution_descriptor =
-      getDescriptor().getMessageType(11);
+      getDescriptor().getMessageType(12);
     internal_static_opledger_v1_Resolution_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_Resolution_descriptor,
         new java.lang.String[] { "Outcome", "ExternalRef", "Note", "Fence", });
     internal_static_opledger_v1_ReconcileRequest_descriptor =
-      getDescriptor().getMessageType(12);
+      getDescriptor().getMessageType(13);
     internal_static_opledger_v1_ReconcileRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ReconcileRequest_descriptor,
         new java.lang.String[] { "OperationId", "Resolution", });
     internal_static_opledger_v1_ReconcileResponse_descriptor =
-      getDescriptor().getMessageType(13);
+      getDescriptor().getMessageType(14);
     internal_static_opledger_v1_ReconcileResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ReconcileResponse_descriptor,
         new java.lang.String[] { "Operation", "Detail", });
     internal_static_opledger_v1_CancelRequest_descriptor =
-      getDescriptor().getMessageType(14);
+      getDescriptor().getMessageType(15);
     internal_static_opledger_v1_CancelRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_CancelRequest_descriptor,
         new java.lang.String[] { "OperationId", "Reason", });
     internal_static_opledger_v1_CancelResponse_descriptor =
-      getDescriptor().getMessageType(15);
+      getDescriptor().getMessageType(16);
     internal_static_opledger_v1_CancelResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_CancelResponse_descriptor,
         new java.lang.String[] { "Operation", "Replayed", });
     internal_static_opledger_v1_Tool_descriptor =
-      getDescriptor().getMessageType(16);
+      getDescriptor().getMessageType(17);
     internal_static_opledger_v1_Tool_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_Tool_descriptor,
-        new java.lang.String[] { "Name", "Version", "Description", "Effect", "ApprovalRequired", "ArgsSchema", "ApprovalTtl", "Current", });
+        new java.lang.String[] { "Name", "Version", "Description", "Effect", "ApprovalRequired", "ArgsSchema", "ApprovalTtl", "Current", "Policy", });
+    internal_static_opledger_v1_Policy_descriptor =
+      getDescriptor().getMessageType(18);
+    internal_static_opledger_v1_Policy_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_Policy_descriptor,
+        new java.lang.String[] { "Digest", "Deny", "ApprovalRequired", "ApprovalWhen", "Approvers", "Editable", "Summary", });
+    internal_static_opledger_v1_DenyRule_descriptor =
+      getDescriptor().getMessageType(19);
+    internal_static_opledger_v1_DenyRule_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_DenyRule_descriptor,
+        new java.lang.String[] { "Name", "When", "Message", });
     internal_static_opledger_v1_ListToolsRequest_descriptor =
-      getDescriptor().getMessageType(17);
+      getDescriptor().getMessageType(20);
     internal_static_opledger_v1_ListToolsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ListToolsRequest_descriptor,
         new java.lang.String[] { });
     internal_static_opledger_v1_ListToolsResponse_descriptor =
-      getDescriptor().getMessageType(18);
+      getDescriptor().getMessageType(21);
     internal_static_opledger_v1_ListToolsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ListToolsResponse_descriptor,
         new java.lang.String[] { "Tools", });
     internal_static_opledger_v1_ListOperationsRequest_descriptor =
-      getDescriptor().getMessageType(19);
+      getDescriptor().getMessageType(22);
     internal_static_opledger_v1_ListOperationsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ListOperationsRequest_descriptor,
         new java.lang.String[] { "States", "Tool", "PageSize", "PageToken", });
     internal_static_opledger_v1_ListOperationsResponse_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(23);
     internal_static_opledger_v1_ListOperationsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ListOperationsResponse_descriptor,

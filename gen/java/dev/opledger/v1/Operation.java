@@ -42,6 +42,9 @@ private static final long serialVersionUID = 0L;
     externalRef_ = "";
     tenant_ = "";
     preparedBy_ = "";
+    supersedes_ = "";
+    supersededBy_ = "";
+    policyDigest_ = "";
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -772,6 +775,153 @@ private static final long serialVersionUID = 0L;
     return leaseExpireTime_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : leaseExpireTime_;
   }
 
+  public static final int SUPERSEDES_FIELD_NUMBER = 19;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object supersedes_ = "";
+  /**
+   * <pre>
+   * The operation this one replaces: an approver approved that one with
+   * edited arguments, which are this one's.
+   * </pre>
+   *
+   * <code>string supersedes = 19 [json_name = "supersedes"];</code>
+   * @return The supersedes.
+   */
+  @java.lang.Override
+  public java.lang.String getSupersedes() {
+    java.lang.Object ref = supersedes_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      supersedes_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * The operation this one replaces: an approver approved that one with
+   * edited arguments, which are this one's.
+   * </pre>
+   *
+   * <code>string supersedes = 19 [json_name = "supersedes"];</code>
+   * @return The bytes for supersedes.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getSupersedesBytes() {
+    java.lang.Object ref = supersedes_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      supersedes_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
+  public static final int SUPERSEDED_BY_FIELD_NUMBER = 20;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object supersededBy_ = "";
+  /**
+   * <pre>
+   * The operation that replaces this one (this one is then REJECTED): an
+   * approver approved it with edited arguments. Execute that one.
+   * </pre>
+   *
+   * <code>string superseded_by = 20 [json_name = "supersededBy"];</code>
+   * @return The supersededBy.
+   */
+  @java.lang.Override
+  public java.lang.String getSupersededBy() {
+    java.lang.Object ref = supersededBy_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      supersededBy_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * The operation that replaces this one (this one is then REJECTED): an
+   * approver approved it with edited arguments. Execute that one.
+   * </pre>
+   *
+   * <code>string superseded_by = 20 [json_name = "supersededBy"];</code>
+   * @return The bytes for supersededBy.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getSupersededByBytes() {
+    java.lang.Object ref = supersededBy_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      supersededBy_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
+  public static final int POLICY_DIGEST_FIELD_NUMBER = 21;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object policyDigest_ = "";
+  /**
+   * <pre>
+   * SHA-256 (hex) of the tool version's policy (deny rules and approval
+   * rule, in canonical form) that the operation was last judged under.
+   * </pre>
+   *
+   * <code>string policy_digest = 21 [json_name = "policyDigest"];</code>
+   * @return The policyDigest.
+   */
+  @java.lang.Override
+  public java.lang.String getPolicyDigest() {
+    java.lang.Object ref = policyDigest_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      policyDigest_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * SHA-256 (hex) of the tool version's policy (deny rules and approval
+   * rule, in canonical form) that the operation was last judged under.
+   * </pre>
+   *
+   * <code>string policy_digest = 21 [json_name = "policyDigest"];</code>
+   * @return The bytes for policyDigest.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getPolicyDigestBytes() {
+    java.lang.Object ref = policyDigest_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      policyDigest_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -840,6 +990,15 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000040) != 0)) {
       output.writeMessage(18, getLeaseExpireTime());
     }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(supersedes_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 19, supersedes_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(supersededBy_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 20, supersededBy_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(policyDigest_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 21, policyDigest_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -907,6 +1066,15 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000040) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(18, getLeaseExpireTime());
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(supersedes_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(19, supersedes_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(supersededBy_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(20, supersededBy_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(policyDigest_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(21, policyDigest_);
     }
     return size;
   }
@@ -988,6 +1156,12 @@ private static final long serialVersionUID = 0L;
       if (!getLeaseExpireTime()
           .equals(other.getLeaseExpireTime())) return false;
     }
+    if (!getSupersedes()
+        .equals(other.getSupersedes())) return false;
+    if (!getSupersededBy()
+        .equals(other.getSupersededBy())) return false;
+    if (!getPolicyDigest()
+        .equals(other.getPolicyDigest())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -1050,6 +1224,12 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + LEASE_EXPIRE_TIME_FIELD_NUMBER;
       hash = (53 * hash) + getLeaseExpireTime().hashCode();
     }
+    hash = (37 * hash) + SUPERSEDES_FIELD_NUMBER;
+    hash = (53 * hash) + getSupersedes().hashCode();
+    hash = (37 * hash) + SUPERSEDED_BY_FIELD_NUMBER;
+    hash = (53 * hash) + getSupersededBy().hashCode();
+    hash = (37 * hash) + POLICY_DIGEST_FIELD_NUMBER;
+    hash = (53 * hash) + getPolicyDigest().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -1244,6 +1424,9 @@ private static final long serialVersionUID = 0L;
         leaseExpireTimeBuilder_.dispose();
         leaseExpireTimeBuilder_ = null;
       }
+      supersedes_ = "";
+      supersededBy_ = "";
+      policyDigest_ = "";
       return this;
     }
 
@@ -1353,6 +1536,15 @@ private static final long serialVersionUID = 0L;
             : leaseExpireTimeBuilder_.build();
         to_bitField0_ |= 0x00000040;
       }
+      if (((from_bitField0_ & 0x00040000) != 0)) {
+        result.supersedes_ = supersedes_;
+      }
+      if (((from_bitField0_ & 0x00080000) != 0)) {
+        result.supersededBy_ = supersededBy_;
+      }
+      if (((from_bitField0_ & 0x00100000) != 0)) {
+        result.policyDigest_ = policyDigest_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -1437,6 +1629,21 @@ private static final long serialVersionUID = 0L;
       }
       if (other.hasLeaseExpireTime()) {
         mergeLeaseExpireTime(other.getLeaseExpireTime());
+      }
+      if (!other.getSupersedes().isEmpty()) {
+        supersedes_ = other.supersedes_;
+        bitField0_ |= 0x00040000;
+        onChanged();
+      }
+      if (!other.getSupersededBy().isEmpty()) {
+        supersededBy_ = other.supersededBy_;
+        bitField0_ |= 0x00080000;
+        onChanged();
+      }
+      if (!other.getPolicyDigest().isEmpty()) {
+        policyDigest_ = other.policyDigest_;
+        bitField0_ |= 0x00100000;
+        onChanged();
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -1568,6 +1775,21 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00020000;
               break;
             } // case 146
+            case 154: {
+              supersedes_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00040000;
+              break;
+            } // case 154
+            case 162: {
+              supersededBy_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00080000;
+              break;
+            } // case 162
+            case 170: {
+              policyDigest_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00100000;
+              break;
+            } // case 170
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -3606,6 +3828,297 @@ private static final long serialVersionUID = 0L;
         leaseExpireTime_ = null;
       }
       return leaseExpireTimeBuilder_;
+    }
+
+    private java.lang.Object supersedes_ = "";
+    /**
+     * <pre>
+     * The operation this one replaces: an approver approved that one with
+     * edited arguments, which are this one's.
+     * </pre>
+     *
+     * <code>string supersedes = 19 [json_name = "supersedes"];</code>
+     * @return The supersedes.
+     */
+    public java.lang.String getSupersedes() {
+      java.lang.Object ref = supersedes_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        supersedes_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The operation this one replaces: an approver approved that one with
+     * edited arguments, which are this one's.
+     * </pre>
+     *
+     * <code>string supersedes = 19 [json_name = "supersedes"];</code>
+     * @return The bytes for supersedes.
+     */
+    public com.google.protobuf.ByteString
+        getSupersedesBytes() {
+      java.lang.Object ref = supersedes_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        supersedes_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The operation this one replaces: an approver approved that one with
+     * edited arguments, which are this one's.
+     * </pre>
+     *
+     * <code>string supersedes = 19 [json_name = "supersedes"];</code>
+     * @param value The supersedes to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSupersedes(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      supersedes_ = value;
+      bitField0_ |= 0x00040000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The operation this one replaces: an approver approved that one with
+     * edited arguments, which are this one's.
+     * </pre>
+     *
+     * <code>string supersedes = 19 [json_name = "supersedes"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSupersedes() {
+      supersedes_ = getDefaultInstance().getSupersedes();
+      bitField0_ = (bitField0_ & ~0x00040000);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The operation this one replaces: an approver approved that one with
+     * edited arguments, which are this one's.
+     * </pre>
+     *
+     * <code>string supersedes = 19 [json_name = "supersedes"];</code>
+     * @param value The bytes for supersedes to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSupersedesBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      supersedes_ = value;
+      bitField0_ |= 0x00040000;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object supersededBy_ = "";
+    /**
+     * <pre>
+     * The operation that replaces this one (this one is then REJECTED): an
+     * approver approved it with edited arguments. Execute that one.
+     * </pre>
+     *
+     * <code>string superseded_by = 20 [json_name = "supersededBy"];</code>
+     * @return The supersededBy.
+     */
+    public java.lang.String getSupersededBy() {
+      java.lang.Object ref = supersededBy_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        supersededBy_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The operation that replaces this one (this one is then REJECTED): an
+     * approver approved it with edited arguments. Execute that one.
+     * </pre>
+     *
+     * <code>string superseded_by = 20 [json_name = "supersededBy"];</code>
+     * @return The bytes for supersededBy.
+     */
+    public com.google.protobuf.ByteString
+        getSupersededByBytes() {
+      java.lang.Object ref = supersededBy_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        supersededBy_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The operation that replaces this one (this one is then REJECTED): an
+     * approver approved it with edited arguments. Execute that one.
+     * </pre>
+     *
+     * <code>string superseded_by = 20 [json_name = "supersededBy"];</code>
+     * @param value The supersededBy to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSupersededBy(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      supersededBy_ = value;
+      bitField0_ |= 0x00080000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The operation that replaces this one (this one is then REJECTED): an
+     * approver approved it with edited arguments. Execute that one.
+     * </pre>
+     *
+     * <code>string superseded_by = 20 [json_name = "supersededBy"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSupersededBy() {
+      supersededBy_ = getDefaultInstance().getSupersededBy();
+      bitField0_ = (bitField0_ & ~0x00080000);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The operation that replaces this one (this one is then REJECTED): an
+     * approver approved it with edited arguments. Execute that one.
+     * </pre>
+     *
+     * <code>string superseded_by = 20 [json_name = "supersededBy"];</code>
+     * @param value The bytes for supersededBy to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSupersededByBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      supersededBy_ = value;
+      bitField0_ |= 0x00080000;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object policyDigest_ = "";
+    /**
+     * <pre>
+     * SHA-256 (hex) of the tool version's policy (deny rules and approval
+     * rule, in canonical form) that the operation was last judged under.
+     * </pre>
+     *
+     * <code>string policy_digest = 21 [json_name = "policyDigest"];</code>
+     * @return The policyDigest.
+     */
+    public java.lang.String getPolicyDigest() {
+      java.lang.Object ref = policyDigest_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        policyDigest_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * SHA-256 (hex) of the tool version's policy (deny rules and approval
+     * rule, in canonical form) that the operation was last judged under.
+     * </pre>
+     *
+     * <code>string policy_digest = 21 [json_name = "policyDigest"];</code>
+     * @return The bytes for policyDigest.
+     */
+    public com.google.protobuf.ByteString
+        getPolicyDigestBytes() {
+      java.lang.Object ref = policyDigest_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        policyDigest_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * SHA-256 (hex) of the tool version's policy (deny rules and approval
+     * rule, in canonical form) that the operation was last judged under.
+     * </pre>
+     *
+     * <code>string policy_digest = 21 [json_name = "policyDigest"];</code>
+     * @param value The policyDigest to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPolicyDigest(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      policyDigest_ = value;
+      bitField0_ |= 0x00100000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * SHA-256 (hex) of the tool version's policy (deny rules and approval
+     * rule, in canonical form) that the operation was last judged under.
+     * </pre>
+     *
+     * <code>string policy_digest = 21 [json_name = "policyDigest"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearPolicyDigest() {
+      policyDigest_ = getDefaultInstance().getPolicyDigest();
+      bitField0_ = (bitField0_ & ~0x00100000);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * SHA-256 (hex) of the tool version's policy (deny rules and approval
+     * rule, in canonical form) that the operation was last judged under.
+     * </pre>
+     *
+     * <code>string policy_digest = 21 [json_name = "policyDigest"];</code>
+     * @param value The bytes for policyDigest to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPolicyDigestBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      policyDigest_ = value;
+      bitField0_ |= 0x00100000;
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:opledger.v1.Operation)

@@ -408,4 +408,70 @@ public interface OperationOrBuilder extends
    * <code>.google.protobuf.Timestamp lease_expire_time = 18 [json_name = "leaseExpireTime"];</code>
    */
   com.google.protobuf.TimestampOrBuilder getLeaseExpireTimeOrBuilder();
+
+  /**
+   * <pre>
+   * The operation this one replaces: an approver approved that one with
+   * edited arguments, which are this one's.
+   * </pre>
+   *
+   * <code>string supersedes = 19 [json_name = "supersedes"];</code>
+   * @return The supersedes.
+   */
+  java.lang.String getSupersedes();
+  /**
+   * <pre>
+   * The operation this one replaces: an approver approved that one with
+   * edited arguments, which are this one's.
+   * </pre>
+   *
+   * <code>string supersedes = 19 [json_name = "supersedes"];</code>
+   * @return The bytes for supersedes.
+   */
+  com.google.protobuf.ByteString
+      getSupersedesBytes();
+
+  /**
+   * <pre>
+   * The operation that replaces this one (this one is then REJECTED): an
+   * approver approved it with edited arguments. Execute that one.
+   * </pre>
+   *
+   * <code>string superseded_by = 20 [json_name = "supersededBy"];</code>
+   * @return The supersededBy.
+   */
+  java.lang.String getSupersededBy();
+  /**
+   * <pre>
+   * The operation that replaces this one (this one is then REJECTED): an
+   * approver approved it with edited arguments. Execute that one.
+   * </pre>
+   *
+   * <code>string superseded_by = 20 [json_name = "supersededBy"];</code>
+   * @return The bytes for supersededBy.
+   */
+  com.google.protobuf.ByteString
+      getSupersededByBytes();
+
+  /**
+   * <pre>
+   * SHA-256 (hex) of the tool version's policy (deny rules and approval
+   * rule, in canonical form) that the operation was last judged under.
+   * </pre>
+   *
+   * <code>string policy_digest = 21 [json_name = "policyDigest"];</code>
+   * @return The policyDigest.
+   */
+  java.lang.String getPolicyDigest();
+  /**
+   * <pre>
+   * SHA-256 (hex) of the tool version's policy (deny rules and approval
+   * rule, in canonical form) that the operation was last judged under.
+   * </pre>
+   *
+   * <code>string policy_digest = 21 [json_name = "policyDigest"];</code>
+   * @return The bytes for policyDigest.
+   */
+  com.google.protobuf.ByteString
+      getPolicyDigestBytes();
 }

@@ -332,6 +332,47 @@ private static final long serialVersionUID = 0L;
     return current_;
   }
 
+  public static final int POLICY_FIELD_NUMBER = 9;
+  private dev.opledger.v1.Policy policy_;
+  /**
+   * <pre>
+   * The tool version's policy, as declared: who must approve what, and what
+   * is refused. Readable by a model and a person.
+   * </pre>
+   *
+   * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+   * @return Whether the policy field is set.
+   */
+  @java.lang.Override
+  public boolean hasPolicy() {
+    return ((bitField0_ & 0x00000004) != 0);
+  }
+  /**
+   * <pre>
+   * The tool version's policy, as declared: who must approve what, and what
+   * is refused. Readable by a model and a person.
+   * </pre>
+   *
+   * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+   * @return The policy.
+   */
+  @java.lang.Override
+  public dev.opledger.v1.Policy getPolicy() {
+    return policy_ == null ? dev.opledger.v1.Policy.getDefaultInstance() : policy_;
+  }
+  /**
+   * <pre>
+   * The tool version's policy, as declared: who must approve what, and what
+   * is refused. Readable by a model and a person.
+   * </pre>
+   *
+   * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+   */
+  @java.lang.Override
+  public dev.opledger.v1.PolicyOrBuilder getPolicyOrBuilder() {
+    return policy_ == null ? dev.opledger.v1.Policy.getDefaultInstance() : policy_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -370,6 +411,9 @@ private static final long serialVersionUID = 0L;
     if (current_ != false) {
       output.writeBool(8, current_);
     }
+    if (((bitField0_ & 0x00000004) != 0)) {
+      output.writeMessage(9, getPolicy());
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -402,6 +446,10 @@ private static final long serialVersionUID = 0L;
     if (current_ != false) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(8, current_);
+    }
+    if (((bitField0_ & 0x00000004) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(9, getPolicy());
     }
     return size;
   }
@@ -448,6 +496,11 @@ private static final long serialVersionUID = 0L;
     }
     if (getCurrent()
         != other.getCurrent()) return false;
+    if (hasPolicy() != other.hasPolicy()) return false;
+    if (hasPolicy()) {
+      if (!getPolicy()
+          .equals(other.getPolicy())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -481,6 +534,10 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + CURRENT_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getCurrent());
+    if (hasPolicy()) {
+      hash = (37 * hash) + POLICY_FIELD_NUMBER;
+      hash = (53 * hash) + getPolicy().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -617,6 +674,7 @@ private static final long serialVersionUID = 0L;
               .alwaysUseFieldBuilders) {
         internalGetArgsSchemaFieldBuilder();
         internalGetApprovalTtlFieldBuilder();
+        internalGetPolicyFieldBuilder();
       }
     }
     @java.lang.Override
@@ -639,6 +697,11 @@ private static final long serialVersionUID = 0L;
         approvalTtlBuilder_ = null;
       }
       current_ = false;
+      policy_ = null;
+      if (policyBuilder_ != null) {
+        policyBuilder_.dispose();
+        policyBuilder_ = null;
+      }
       return this;
     }
 
@@ -703,6 +766,12 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000080) != 0)) {
         result.current_ = current_;
       }
+      if (((from_bitField0_ & 0x00000100) != 0)) {
+        result.policy_ = policyBuilder_ == null
+            ? policy_
+            : policyBuilder_.build();
+        to_bitField0_ |= 0x00000004;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -747,6 +816,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getCurrent() != false) {
         setCurrent(other.getCurrent());
+      }
+      if (other.hasPolicy()) {
+        mergePolicy(other.getPolicy());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -818,6 +890,13 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000080;
               break;
             } // case 64
+            case 74: {
+              input.readMessage(
+                  internalGetPolicyFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000100;
+              break;
+            } // case 74
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1589,6 +1668,172 @@ private static final long serialVersionUID = 0L;
       current_ = false;
       onChanged();
       return this;
+    }
+
+    private dev.opledger.v1.Policy policy_;
+    private com.google.protobuf.SingleFieldBuilder<
+        dev.opledger.v1.Policy, dev.opledger.v1.Policy.Builder, dev.opledger.v1.PolicyOrBuilder> policyBuilder_;
+    /**
+     * <pre>
+     * The tool version's policy, as declared: who must approve what, and what
+     * is refused. Readable by a model and a person.
+     * </pre>
+     *
+     * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+     * @return Whether the policy field is set.
+     */
+    public boolean hasPolicy() {
+      return ((bitField0_ & 0x00000100) != 0);
+    }
+    /**
+     * <pre>
+     * The tool version's policy, as declared: who must approve what, and what
+     * is refused. Readable by a model and a person.
+     * </pre>
+     *
+     * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+     * @return The policy.
+     */
+    public dev.opledger.v1.Policy getPolicy() {
+      if (policyBuilder_ == null) {
+        return policy_ == null ? dev.opledger.v1.Policy.getDefaultInstance() : policy_;
+      } else {
+        return policyBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * The tool version's policy, as declared: who must approve what, and what
+     * is refused. Readable by a model and a person.
+     * </pre>
+     *
+     * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+     */
+    public Builder setPolicy(dev.opledger.v1.Policy value) {
+      if (policyBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        policy_ = value;
+      } else {
+        policyBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The tool version's policy, as declared: who must approve what, and what
+     * is refused. Readable by a model and a person.
+     * </pre>
+     *
+     * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+     */
+    public Builder setPolicy(
+        dev.opledger.v1.Policy.Builder builderForValue) {
+      if (policyBuilder_ == null) {
+        policy_ = builderForValue.build();
+      } else {
+        policyBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The tool version's policy, as declared: who must approve what, and what
+     * is refused. Readable by a model and a person.
+     * </pre>
+     *
+     * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+     */
+    public Builder mergePolicy(dev.opledger.v1.Policy value) {
+      if (policyBuilder_ == null) {
+        if (((bitField0_ & 0x00000100) != 0) &&
+          policy_ != null &&
+          policy_ != dev.opledger.v1.Policy.getDefaultInstance()) {
+          getPolicyBuilder().mergeFrom(value);
+        } else {
+          policy_ = value;
+        }
+      } else {
+        policyBuilder_.mergeFrom(value);
+      }
+      if (policy_ != null) {
+        bitField0_ |= 0x00000100;
+        onChanged();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The tool version's policy, as declared: who must approve what, and what
+     * is refused. Readable by a model and a person.
+     * </pre>
+     *
+     * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+     */
+    public Builder clearPolicy() {
+      bitField0_ = (bitField0_ & ~0x00000100);
+      policy_ = null;
+      if (policyBuilder_ != null) {
+        policyBuilder_.dispose();
+        policyBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The tool version's policy, as declared: who must approve what, and what
+     * is refused. Readable by a model and a person.
+     * </pre>
+     *
+     * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+     */
+    public dev.opledger.v1.Policy.Builder getPolicyBuilder() {
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return internalGetPolicyFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * The tool version's policy, as declared: who must approve what, and what
+     * is refused. Readable by a model and a person.
+     * </pre>
+     *
+     * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+     */
+    public dev.opledger.v1.PolicyOrBuilder getPolicyOrBuilder() {
+      if (policyBuilder_ != null) {
+        return policyBuilder_.getMessageOrBuilder();
+      } else {
+        return policy_ == null ?
+            dev.opledger.v1.Policy.getDefaultInstance() : policy_;
+      }
+    }
+    /**
+     * <pre>
+     * The tool version's policy, as declared: who must approve what, and what
+     * is refused. Readable by a model and a person.
+     * </pre>
+     *
+     * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilder<
+        dev.opledger.v1.Policy, dev.opledger.v1.Policy.Builder, dev.opledger.v1.PolicyOrBuilder> 
+        internalGetPolicyFieldBuilder() {
+      if (policyBuilder_ == null) {
+        policyBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+            dev.opledger.v1.Policy, dev.opledger.v1.Policy.Builder, dev.opledger.v1.PolicyOrBuilder>(
+                getPolicy(),
+                getParentForChildren(),
+                isClean());
+        policy_ = null;
+      }
+      return policyBuilder_;
     }
 
     // @@protoc_insertion_point(builder_scope:opledger.v1.Tool)

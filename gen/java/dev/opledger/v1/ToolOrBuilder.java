@@ -164,4 +164,34 @@ public interface ToolOrBuilder extends
    * @return The current.
    */
   boolean getCurrent();
+
+  /**
+   * <pre>
+   * The tool version's policy, as declared: who must approve what, and what
+   * is refused. Readable by a model and a person.
+   * </pre>
+   *
+   * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+   * @return Whether the policy field is set.
+   */
+  boolean hasPolicy();
+  /**
+   * <pre>
+   * The tool version's policy, as declared: who must approve what, and what
+   * is refused. Readable by a model and a person.
+   * </pre>
+   *
+   * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+   * @return The policy.
+   */
+  dev.opledger.v1.Policy getPolicy();
+  /**
+   * <pre>
+   * The tool version's policy, as declared: who must approve what, and what
+   * is refused. Readable by a model and a person.
+   * </pre>
+   *
+   * <code>.opledger.v1.Policy policy = 9 [json_name = "policy"];</code>
+   */
+  dev.opledger.v1.PolicyOrBuilder getPolicyOrBuilder();
 }
