@@ -53,13 +53,17 @@ type toolDoc struct {
 	Description string       `yaml:"description"`
 	Effect      string       `yaml:"effect"`
 	Approval    *approvalDoc `yaml:"approval"`
+	Deny        []denyDoc    `yaml:"deny"`
 	ArgsSchema  yaml.Node    `yaml:"args_schema"`
 	Executor    *executorDoc `yaml:"executor"`
 }
 
 type approvalDoc struct {
-	Required bool   `yaml:"required"`
-	TTL      string `yaml:"ttl"`
+	Required  bool      `yaml:"required"`
+	When      string    `yaml:"when"`
+	Approvers yaml.Node `yaml:"approvers"`
+	TTL       string    `yaml:"ttl"`
+	Editable  []string  `yaml:"editable"`
 }
 
 type executorDoc struct {
@@ -88,6 +92,7 @@ var yamlTypeNames = strings.NewReplacer(
 	"type tool.fileDoc", "the top level",
 	"type tool.toolDoc", "tool",
 	"type tool.approvalDoc", "approval",
+	"type tool.denyDoc", "deny rule",
 	"type tool.executorDoc", "executor",
 )
 
@@ -185,6 +190,9 @@ func buildTool(td *toolDoc) (*Tool, error) {
 		return nil, err
 	}
 	t.quick = compileQuick(t.schema)
+	if err := buildPolicy(t, td.Deny, td.Approval); err != nil {
+		return nil, err
+	}
 	if td.Executor == nil {
 		return nil, errors.New("executor: missing")
 	}
@@ -199,7 +207,41 @@ func buildApproval(ad *approvalDoc) (Approval, error) {
 	if ad == nil {
 		return Approval{}, nil
 	}
-	a := Approval{Required: ad.Required}
+	a := Approval{Required: ad.Required, When: strings.TrimSpace(ad.When), Approvers: 1, Editable: ad.Editable}
+	if a.Required && a.When != "" {
+		return Approval{}, errors.New("approval: required and when are exclusive (required: true needs approval for every call; when: for the calls it holds for)")
+	}
+	needs := a.Required || a.When != ""
+	if ad.Approvers.Kind != 0 {
+		if !needs {
+			return Approval{}, fmt.Errorf("approval.approvers: %w", errNoApproval)
+		}
+		var n int
+		switch {
+		case ad.Approvers.Kind == yaml.ScalarNode && ad.Approvers.Tag == "!!int":
+			if err := ad.Approvers.Decode(&n); err != nil {
+				return Approval{}, fmt.Errorf("approval.approvers: %w", err)
+			}
+			if n < 1 || n > MaxApprovers {
+				return Approval{}, fmt.Errorf("approval.approvers: %d is not between 1 and %d", n, MaxApprovers)
+			}
+			a.Approvers = n
+		case ad.Approvers.Kind == yaml.ScalarNode && ad.Approvers.Tag == "!!str":
+			// A CEL expression yielding the number (compiled in buildPolicy).
+			a.ApproversExpr = strings.TrimSpace(ad.Approvers.Value)
+			a.Approvers = MaxApprovers
+		default:
+			return Approval{}, fmt.Errorf("approval.approvers (line %d): a number from 1 to %d, or a CEL expression yielding one", ad.Approvers.Line, MaxApprovers)
+		}
+	}
+	if len(a.Editable) > 0 && !needs {
+		return Approval{}, fmt.Errorf("approval.editable: %w", errNoApproval)
+	}
+	for i, f := range a.Editable {
+		if f == "" || slices.Contains(a.Editable[:i], f) {
+			return Approval{}, fmt.Errorf("approval.editable: %q is empty or listed twice", f)
+		}
+	}
 	if ad.TTL != "" {
 		ttl, err := time.ParseDuration(ad.TTL)
 		if err != nil {
@@ -210,11 +252,14 @@ func buildApproval(ad *approvalDoc) (Approval, error) {
 		}
 		a.TTL = ttl
 	}
-	if a.Required && a.TTL == 0 {
-		return Approval{}, errors.New("approval.ttl: required when approval.required is true")
+	if needs && a.TTL == 0 {
+		return Approval{}, errors.New("approval.ttl: required when approval.required is true or approval.when is set")
 	}
-	if !a.Required && a.TTL != 0 {
-		return Approval{}, errors.New("approval.ttl: set but approval.required is false")
+	if !needs && a.TTL != 0 {
+		return Approval{}, errors.New("approval.ttl: set but approval.required is false and approval.when is not set")
+	}
+	if !needs {
+		a.Approvers = 0
 	}
 	return a, nil
 }

@@ -59,7 +59,7 @@ func TestParseDefaultsAndFields(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "Charge.", c.Description)
 	require.Equal(t, EffectSideEffect, c.Effect)
-	require.Equal(t, Approval{Required: true, TTL: 90 * time.Second}, c.Approval)
+	require.Equal(t, Approval{Required: true, Approvers: 1, TTL: 90 * time.Second}, c.Approval)
 	require.JSONEq(t, `{"type":"object","properties":{"n":{"type":"integer"}}}`, string(c.ArgsSchema))
 	require.Equal(t, ExecutorConfig{
 		Tool: "charge", Type: "http", URL: "https://pay.example/charges", LookupURL: "https://pay.example/charges?k={key}",

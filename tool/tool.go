@@ -40,13 +40,31 @@ func (e Effect) Valid() bool {
 	return false
 }
 
-// Approval is a tool's approval policy.
+// Approval is a tool's approval rule (see Policy for the deny rules).
 type Approval struct {
-	// Required means an operation must be approved before it may execute.
+	// Required means every operation must be approved before it may
+	// execute.
 	Required bool
-	// TTL is how long an approval stays valid; > 0 when Required.
+	// When, if set, is a CEL expression: an operation needs approval only
+	// when it holds (exclusive with Required).
+	When string
+	// Approvers is how many distinct approvers must approve (the quorum);
+	// 0 when neither Required nor When is set, else 1 to MaxApprovers. With
+	// ApproversExpr it is the most the expression may yield.
+	Approvers int
+	// ApproversExpr, if set, is a CEL expression yielding the quorum for
+	// one call (e.g. `args.amount_minor > 100000 ? 2 : 1`).
+	ApproversExpr string
+	// TTL is how long an approval stays valid, counted from the last
+	// approval of the quorum; > 0 when Required or When.
 	TTL time.Duration
+	// Editable lists the args fields an approver may change
+	// (ApproveRequest.edited_args).
+	Editable []string
 }
+
+// MayRequire reports whether some call of the tool needs an approval.
+func (a Approval) MayRequire() bool { return a.Required || a.When != "" }
 
 // ExecutorConfig says how a tool is performed: the executor settings the
 // tools file declares (see executor.Settings, which documents each field and
@@ -64,8 +82,10 @@ type Tool struct {
 	Description string
 	// Effect is what a call does to the world.
 	Effect Effect
-	// Approval is the approval policy.
+	// Approval is the approval rule.
 	Approval Approval
+	// Policy is the rest of the tool's rules and its digest.
+	Policy Policy
 	// ArgsSchema is the JSON Schema of the args, as JSON.
 	ArgsSchema json.RawMessage
 	// Executor says how the tool is performed.

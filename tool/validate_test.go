@@ -30,7 +30,7 @@ func TestExamplesFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "1", pay.Version)
 	require.Equal(t, EffectSideEffect, pay.Effect)
-	require.Equal(t, Approval{Required: true, TTL: 15 * time.Minute}, pay.Approval)
+	require.Equal(t, Approval{Required: true, Approvers: 1, TTL: 15 * time.Minute}, pay.Approval)
 	require.Equal(t, ExecutorConfig{
 		Tool: "pay_invoice", Type: "http", URL: "http://127.0.0.1:7070/charges",
 		LookupURL: "http://127.0.0.1:7070/charges?idempotency_key={key}",
