@@ -99,7 +99,9 @@ func operationPB(op ledger.Operation) *opledgerv1.Operation {
 			Required: op.ApprovalRequired, Decision: decisionOf(op.ApprovalDecision), DecidedBy: op.ApprovalDecidedBy,
 			DecideTime: ts(op.ApprovalDecidedAt), ExpireTime: ts(op.ApprovalExpiresAt),
 			ApprovedFingerprint: op.ApprovalFingerprint, Reason: op.ApprovalReason,
+			ApprovalsNeeded: op.ApprovalsNeeded, Approvals: approvalsPB(op.Approvals), Rule: op.ApprovalRule,
 		},
+		Supersedes: op.Supersedes, SupersededBy: op.SupersededBy, PolicyDigest: op.PolicyDigest,
 	}
 	if ledger.State(op.State) == ledger.StateExecuting {
 		out.LeaseExpireTime = ts(op.LeaseExpiresAt)
@@ -109,6 +111,22 @@ func operationPB(op ledger.Operation) *opledgerv1.Operation {
 	raw, out.Result = structField(raw, resultField, op.Result)
 	if len(raw) > 0 {
 		out.ProtoReflect().SetUnknown(raw)
+	}
+	return out
+}
+
+// approvalsPB decodes the stored approvals of the current round; a list that
+// does not decode (none is ever written so) shows as none.
+func approvalsPB(b []byte) []*opledgerv1.ApprovalDecision {
+	entries := ledger.ApprovalsOf(b)
+	if len(entries) == 0 {
+		return nil
+	}
+	out := make([]*opledgerv1.ApprovalDecision, len(entries))
+	for i, e := range entries {
+		out[i] = &opledgerv1.ApprovalDecision{PrincipalId: e.PrincipalID, PrincipalName: e.PrincipalName,
+			Decision: decisionOf(e.Decision), DecideTime: ts(e.DecidedAt), Fingerprint: e.Fingerprint,
+			Reason: e.Reason, PolicyDigest: e.PolicyDigest}
 	}
 	return out
 }

@@ -135,6 +135,16 @@ func literal(a any) (string, error) {
 			return "NULL", nil
 		}
 		return quote(v.String), nil
+	case pgtype.Int4:
+		if !v.Valid {
+			return "NULL", nil
+		}
+		return fmt.Sprint(v.Int32), nil
+	case pgtype.Int8:
+		if !v.Valid {
+			return "NULL", nil
+		}
+		return fmt.Sprint(v.Int64), nil
 	case bool, int32, int64, float64:
 		return fmt.Sprint(v), nil
 	case []string:

@@ -30,7 +30,17 @@ type Operation struct {
 	ApprovalExpiresAt   time.Time
 	ApprovalFingerprint string
 	ApprovalReason      string
-	Attempts            int32
+	// ApprovalsNeeded is the quorum the policy demanded; 0 without approval.
+	ApprovalsNeeded int32
+	// Approvals is the current round's decisions, a JSON array of
+	// ApprovalEntry.
+	Approvals []byte
+	// PolicyDigest is the digest of the policy the operation was last judged
+	// under, ApprovalRule the rule that demanded its approval.
+	PolicyDigest, ApprovalRule string
+	// Supersedes and SupersededBy link an edited operation and its edit.
+	Supersedes, SupersededBy string
+	Attempts                 int32
 	Fence               int64
 	LeaseOwner          string
 	LeaseExpiresAt      time.Time
@@ -107,7 +117,20 @@ func fromDB(r db.Operation) Operation {
 		DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef.String, Result: r.Result, Error: r.Error,
 		ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt.Time,
 		CreatedAt: r.CreatedAt.Time, UpdatedAt: r.UpdatedAt.Time, Events: r.Events,
+		ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule,
+		Supersedes: r.Supersedes.String, SupersededBy: r.SupersededBy.String,
 	}
+}
+
+// ApprovalEntry is one decision of Operation.Approvals, as stored.
+type ApprovalEntry struct {
+	PrincipalID   string    `json:"principal_id"`
+	PrincipalName string    `json:"principal_name"`
+	Decision      string    `json:"decision"`
+	DecidedAt     time.Time `json:"decided_at"`
+	Fingerprint   string    `json:"fingerprint"`
+	Reason        string    `json:"reason"`
+	PolicyDigest  string    `json:"policy_digest"`
 }
 
 // withNow converts a row that carries the database's clock.
@@ -142,6 +165,15 @@ type NewOperation struct {
 	ApprovalRequired                              bool
 	ApprovalTTL                                   time.Duration
 	DownstreamKey                                 string
+	// ApprovalsNeeded, PolicyDigest and ApprovalRule are the policy's
+	// judgement of the new operation.
+	ApprovalsNeeded            int32
+	PolicyDigest, ApprovalRule string
+	// Approvals, when not empty (a JSON array of one ApprovalEntry), is the
+	// approval the operation is born with: an edit's, by its editor, who is
+	// ApprovedBy with ApprovedReason; Supersedes is the edited operation.
+	Approvals                            []byte
+	Supersedes, ApprovedBy, ApprovedReason string
 	// Actor and Detail describe the PREPARED event.
 	Actor, Detail string
 	// Notify queues an approval notification with an operation that
@@ -163,6 +195,8 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		Args: n.Args, Fingerprint: n.Fingerprint, State: n.State, PreparedBy: n.PreparedBy,
 		ApprovalRequired: n.ApprovalRequired, ApprovalTtlMs: n.ApprovalTTL.Milliseconds(),
 		DownstreamKey: n.DownstreamKey, Actor: n.Actor, Detail: n.Detail, Notify: n.Notify,
+		ApprovalsNeeded: n.ApprovalsNeeded, PolicyDigest: n.PolicyDigest, ApprovalRule: n.ApprovalRule,
+		Approvals: n.approvals(), Supersedes: text(n.Supersedes), ApprovedBy: text(n.ApprovedBy), ApprovedReason: text(n.ApprovedReason),
 	}
 	if n.Claim != nil {
 		p.Claim, p.ClaimFrom, p.ClaimTo, p.ClaimEvent = true, n.Claim.From, n.Claim.To, n.Claim.Event
@@ -178,6 +212,13 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 	return n.row(r), true, nil
 }
 
+func (n NewOperation) approvals() []byte {
+	if len(n.Approvals) == 0 {
+		return []byte("[]")
+	}
+	return n.Approvals
+}
+
 // row is the operation OperationInsert stored: what the caller gave it, the
 // statement's constants, and the three columns it returns (finding 31 of
 // docs/performance.md: every column a statement returns costs PostgreSQL a
@@ -191,6 +232,16 @@ func (n NewOperation) row(r db.OperationInsertRow) Operation {
 		Args: r.Args, Fingerprint: n.Fingerprint, State: n.State, PreparedBy: n.PreparedBy,
 		ApprovalRequired: n.ApprovalRequired, ApprovalTTL: time.Duration(n.ApprovalTTL.Milliseconds()) * time.Millisecond,
 		DownstreamKey: n.DownstreamKey, CreatedAt: now, UpdatedAt: now, DBNow: now, Events: 1,
+		ApprovalsNeeded: n.ApprovalsNeeded, PolicyDigest: n.PolicyDigest, ApprovalRule: n.ApprovalRule,
+		Approvals: n.approvals(), Supersedes: n.Supersedes,
+	}
+	if len(n.Approvals) > 0 {
+		// Born approved by its editor: the row as the statement wrote it.
+		op.ApprovalDecision, op.ApprovalDecidedBy, op.ApprovalDecidedAt = "APPROVE", n.ApprovedBy, now
+		op.ApprovalFingerprint, op.ApprovalReason = n.Fingerprint, n.ApprovedReason
+		if n.State == "READY" {
+			op.ApprovalExpiresAt = now.Add(time.Duration(n.ApprovalTTL.Milliseconds()) * time.Millisecond)
+		}
 	}
 	if n.Claim != nil {
 		op.State, op.Events, op.Fence, op.Attempts = n.Claim.To, 2, 1, 1
@@ -223,7 +274,7 @@ func (c *Conn) OperationGet(ctx context.Context, tenant, id string) (Operation, 
 	if err != nil {
 		return Operation{}, interpretError(err)
 	}
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow), nil
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy}, r.DbNow), nil
 }
 
 // OperationGetForUpdate reads and row-locks an operation for the rest of the
@@ -261,6 +312,11 @@ type Lease struct {
 type Claim struct {
 	From, To, Event        string
 	RequireApprovalInForce bool
+	// RequirePolicyCurrent demands that an operation nothing was sent for
+	// was judged under one of PolicyDigests (the policies the caller holds
+	// current).
+	RequirePolicyCurrent bool
+	PolicyDigests        []string
 	// Base is the operation as the caller holds it, if in state From. The
 	// claim then returns only the columns it sets and those that change
 	// without an event (OperationClaimKnown), and Base supplies the rest
@@ -282,6 +338,7 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, 
 	rows, err := c.q.OperationClaim(ctx, c.dbtx, db.OperationClaimParams{
 		ID: id, Tenant: tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
 		FromState: cl.From, ToState: cl.To, EventType: cl.Event, RequireApprovalInForce: cl.RequireApprovalInForce,
+		RequirePolicyCurrent: cl.RequirePolicyCurrent, PolicyDigests: cl.PolicyDigests,
 	})
 	if err != nil {
 		return Operation{}, false, interpretError(err)
@@ -290,7 +347,7 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, 
 		return Operation{}, false, ErrNotFound
 	}
 	r := rows[0]
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow), r.Claimed, nil
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy}, r.DbNow), r.Claimed, nil
 }
 
 // claimReadTimeout bounds the read after a claim whose copy was outdated,
@@ -307,6 +364,7 @@ func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op O
 	rows, err := c.q.OperationClaimKnown(ctx, c.dbtx, db.OperationClaimKnownParams{
 		ID: b.ID, Tenant: b.Tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
 		FromState: cl.From, ToState: cl.To, EventType: cl.Event, RequireApprovalInForce: cl.RequireApprovalInForce,
+		RequirePolicyCurrent: cl.RequirePolicyCurrent, PolicyDigests: cl.PolicyDigests,
 	})
 	if err != nil {
 		return Operation{}, false, interpretError(err)
@@ -472,6 +530,15 @@ type Decision struct {
 	Reason              string
 	Event, Actor        string
 	Detail              string
+	// DecidedByName is the decider's principal name, for the approvals
+	// list.
+	DecidedByName string
+	// ApprovalsNeeded, PolicyDigest, ApprovalRule and ApprovalTTL, when set,
+	// are the current policy's judgement (with the row locked), which the
+	// decision records; otherwise the operation's stay.
+	ApprovalsNeeded            *int32
+	PolicyDigest, ApprovalRule string
+	ApprovalTTL                time.Duration
 	// RequireLapsedUnsent demands that the approval lapsed on the database's
 	// clock and that nothing was sent (an expiry, a renewal of a lapsed
 	// approval, a denial of a READY operation).
@@ -485,12 +552,54 @@ type Decision struct {
 // approval having lapsed with nothing sent). ErrNotFound means a guard
 // failed.
 func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, error) {
-	r, err := c.q.OperationDecide(ctx, c.dbtx, db.OperationDecideParams{
+	p := db.OperationDecideParams{
 		ID: d.ID, Tenant: d.Tenant, FromStates: d.From, ToState: d.To, Decision: text(d.Decision),
 		DecidedBy: text(d.DecidedBy), ApprovedFingerprint: text(d.ApprovedFingerprint), Reason: text(d.Reason),
 		EventType: d.Event, Actor: d.Actor, Detail: d.Detail, RequireLapsedUnsent: d.RequireLapsedUnsent, Notify: d.Notify,
-	})
+		DecidedByName: d.DecidedByName, PolicyDigest: text(d.PolicyDigest), ApprovalRule: text(d.ApprovalRule),
+	}
+	if d.ApprovalsNeeded != nil {
+		p.ApprovalsNeeded = pgtype.Int4{Int32: *d.ApprovalsNeeded, Valid: true}
+	}
+	if d.ApprovalTTL > 0 {
+		p.ApprovalTtlMs = pgtype.Int8{Int64: d.ApprovalTTL.Milliseconds(), Valid: true}
+	}
+	r, err := c.q.OperationDecide(ctx, c.dbtx, p)
 	return wrote(one(r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
+}
+
+// PolicyApply is the policy in force applied to an operation nothing was
+// sent for that was judged under OldDigest (OperationPolicyApply): To with
+// Event, the quorum the policy demands (which only grows), and which side
+// of it the caller found the operation on.
+type PolicyApply struct {
+	Tenant, ID string
+	From       []string
+	To         string
+	OldDigest  string
+	// PolicyDigest, ApprovalsNeeded, ApprovalTTL and ApprovalRule are the
+	// current policy's judgement.
+	PolicyDigest    string
+	ApprovalsNeeded int32
+	ApprovalTTL     time.Duration
+	ApprovalRule    string
+	// RequireShort demands fewer approvals than the quorum; RequireMet at
+	// least as many.
+	RequireShort, RequireMet bool
+	Event, Actor, Detail     string
+	Notify                   bool
+}
+
+// OperationPolicyApply applies p; ErrNotFound means a guard failed (the
+// operation was judged again, sent, or decided meanwhile): read it again.
+func (c *Conn) OperationPolicyApply(ctx context.Context, p PolicyApply) (Operation, error) {
+	r, err := c.q.OperationPolicyApply(ctx, c.dbtx, db.OperationPolicyApplyParams{
+		ID: p.ID, Tenant: p.Tenant, FromStates: p.From, ToState: p.To, OldDigest: p.OldDigest,
+		PolicyDigest: p.PolicyDigest, ApprovalsNeeded: p.ApprovalsNeeded, ApprovalTtlMs: p.ApprovalTTL.Milliseconds(),
+		ApprovalRule: p.ApprovalRule, RequireShort: p.RequireShort, RequireMet: p.RequireMet,
+		EventType: p.Event, Actor: p.Actor, Detail: p.Detail, Notify: p.Notify,
+	})
+	return wrote(one(r, err, func(r db.OperationPolicyApplyRow) db.Operation { return db.Operation(r) }))
 }
 
 // OperationNotify notifies every replica's waiters on the operation when
@@ -519,7 +628,7 @@ func (c *Conn) OperationClaimUnresolved(ctx context.Context, batch int32, base, 
 	}
 	out := make([]Operation, len(rows))
 	for i, r := range rows {
-		out[i] = withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited}, r.DbNow)
+		out[i] = withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy}, r.DbNow)
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -37,8 +38,9 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 	}
 	var out Operation
 	var replayed bool
+	var after error
 	err := l.store.InTx(ctx, func(c *store.Conn) error {
-		replayed = false
+		replayed, after = false, nil
 		op, err := c.OperationGetForUpdate(ctx, a.Tenant, in.OperationID)
 		if errors.Is(err, store.ErrNotFound) {
 			return notFound(in.OperationID)
@@ -46,7 +48,16 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 		if err != nil {
 			return err
 		}
-		d, err := decideApproval(op, a, in)
+		q, refused, err := l.quorum(ctx, c, a, op)
+		if err != nil {
+			return err
+		}
+		if refused != nil {
+			// The rejection commits, then the approver is told.
+			after = refused
+			return nil
+		}
+		d, err := decideApproval(op, a, in, q.needed)
 		if err != nil {
 			return err
 		}
@@ -76,7 +87,9 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 			return err
 		}
 		st.Decision, st.DecidedBy, st.ApprovedFingerprint, st.Reason = in.Decision, a.ID, in.Fingerprint, in.Reason
-		st.Actor, st.Detail = a.Name, d.detail
+		st.Actor, st.Detail, st.DecidedByName = a.Name, d.detail, a.Name
+		needed := max(q.needed, 1)
+		st.ApprovalsNeeded, st.PolicyDigest, st.ApprovalRule, st.ApprovalTTL = &needed, q.digest, q.rule, q.ttl
 		out, err = c.OperationDecide(ctx, st)
 		if errors.Is(err, store.ErrNotFound) && d.onlyIfLapsed != nil {
 			// The approval in force was not lapsed (or the operation was
@@ -91,6 +104,9 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 	})
 	if err != nil {
 		return Operation{}, false, storeErr(err)
+	}
+	if after != nil {
+		return Operation{}, false, after
 	}
 	if !replayed {
 		// Both times the database's: this replica's clock may be off.
@@ -124,10 +140,10 @@ type inForce struct {
 	err    error
 }
 
-// decideApproval is the pure rule book of Approve. It never reads a clock:
-// whether a READY operation's approval has lapsed is for the statement to
-// judge.
-func decideApproval(op Operation, a Actor, in ApproveInput) (approval, error) {
+// decideApproval is the pure rule book of Approve, for an operation whose
+// quorum is needed. It never reads a clock: whether a READY operation's
+// approval has lapsed is for the statement to judge.
+func decideApproval(op Operation, a Actor, in ApproveInput, needed int32) (approval, error) {
 	if op.PreparedBy == a.ID {
 		return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_SELF_APPROVAL_FORBIDDEN,
 			"the principal that prepared an operation cannot approve it")
@@ -159,13 +175,39 @@ func decideApproval(op Operation, a Actor, in ApproveInput) (approval, error) {
 				"when the attempt ends (if it sent nothing, the operation awaits approval again); decide again then",
 			Metadata: map[string]string{"operation_id": op.ID}}
 	}
+	// The current round's approvals: the same approver twice is one
+	// approval (the statement refuses a second entry too).
+	have := int32(0)
+	mine := false
+	for _, e := range ApprovalsOf(op.Approvals) {
+		if e.Decision == DecisionApprove {
+			have++
+			mine = mine || e.PrincipalID == a.ID
+		}
+	}
+	needed = max(needed, 1)
+	progress := func(n int32) (State, string) {
+		if n >= needed {
+			if needed == 1 {
+				return StateReady, "approved"
+			}
+			return StateReady, fmt.Sprintf("approved (%d of %d: the quorum is complete)", n, needed)
+		}
+		return StateAwaitingApproval, fmt.Sprintf("approved (%d of %d)", n, needed)
+	}
 	switch in.Decision {
 	case DecisionApprove:
 		switch {
+		case state == StateAwaitingApproval && mine:
+			// Counted already: the answer says replayed, and the operation
+			// shows the quorum's progress.
+			return approval{replay: true}, nil
 		case state == StateAwaitingApproval:
-			return approval{event: EventApproved, to: StateReady, detail: "approved"}, nil
+			to, detail := progress(have + 1)
+			return approval{event: EventApproved, to: to, detail: detail}, nil
 		case lapsable:
-			return approval{event: EventApproved, to: StateReady, detail: "approved again after the approval expired",
+			to, detail := progress(1)
+			return approval{event: EventApproved, to: to, detail: detail + " again after the approval expired",
 				onlyIfLapsed: &inForce{replay: true}}, nil
 		case state == StateRejected:
 			return approval{}, conflict
@@ -176,6 +218,9 @@ func decideApproval(op Operation, a Actor, in ApproveInput) (approval, error) {
 		}
 	case DecisionDeny:
 		switch {
+		case state == StateAwaitingApproval && mine:
+			return approval{}, refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_CONFLICT,
+				"you approved this operation (%d of %d approvals so far); another approver may deny it", have, needed)
 		case state == StateAwaitingApproval:
 			return approval{event: EventDenied, to: StateRejected, detail: "denied"}, nil
 		case lapsable:
@@ -193,4 +238,49 @@ func decideApproval(op Operation, a Actor, in ApproveInput) (approval, error) {
 	}
 	return approval{}, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: "decision",
 		Message: "decision must be DECISION_APPROVE or DECISION_DENY"}
+}
+
+// quorumOf is what a decision on an operation is judged against: the
+// approvals needed under the policy in force, the digest and rule that
+// say so, and the approval window.
+type quorumOf struct {
+	needed       int32
+	digest, rule string
+	ttl          time.Duration
+}
+
+// quorum judges op, locked in c's transaction, under the policy in force
+// when it awaits a decision and was judged under another: the quorum only
+// grows, and a deny rule now holding rejects it (POLICY_DENIED to the
+// approver). Otherwise the operation's own quorum stands.
+func (l *Ledger) quorum(ctx context.Context, c *store.Conn, a Actor, op Operation) (q quorumOf, refused, err error) {
+	q = quorumOf{needed: op.ApprovalsNeeded, digest: op.PolicyDigest, rule: op.ApprovalRule, ttl: op.ApprovalTTL}
+	undecided := State(op.State) == StateAwaitingApproval || State(op.State) == StateReady && op.FirstSentFence == 0
+	if _, configured := l.bound[op.Tool+"@"+op.ToolVersion]; !configured || !undecided || !op.ApprovalRequired || l.policyCurrent(op) {
+		return q, nil, nil
+	}
+	t, j, err := l.judgeAgain(ctx, c, op)
+	if err != nil {
+		return q, nil, err
+	}
+	if j.Denied != nil && State(op.State) == StateAwaitingApproval {
+		p, err := policyApply(op, EventPolicyChanged, StateRejected, ByApprover)
+		if err != nil {
+			return q, nil, err
+		}
+		p.PolicyDigest, p.Actor = t.Policy.Digest, a.Name
+		p.Detail = fmt.Sprintf("refused by the policy in force (%s, policy %s): %s", j.Denied.Name, short(t.Policy.Digest), j.Denied.Message)
+		if _, err := c.OperationPolicyApply(ctx, p); err != nil {
+			return q, nil, err
+		}
+		le := policyDenied(t, j, nil).(*Error)
+		le.Message += "; the operation is now REJECTED: nothing was sent"
+		le.Metadata["operation_id"] = op.ID
+		return q, le, nil
+	}
+	if int32(j.Needed) > q.needed {
+		q.needed, q.rule, q.ttl = int32(j.Needed), j.Rule, t.Approval.TTL
+	}
+	q.digest = t.Policy.Digest
+	return q, nil, nil
 }

@@ -87,6 +87,7 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 		sub = ch
 	}
 	cl := claim
+	cl.PolicyDigests = l.policyDigests
 	// The copy this process wrote at the Prepare or approval, if any: the
 	// first claim returns only what it changes (store.Claim.Base).
 	cl.Base, _ = l.takeLive(a.Tenant, id)
@@ -143,6 +144,14 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_REQUIRED,
 				"the operation waits for an approver's decision")
 		case StateReady:
+			if op.FirstSentFence == 0 && !l.policyCurrent(op) {
+				// Judged under a policy no longer in force here: judged again
+				// before anything is sent.
+				if err := l.rejudge(ctx, a, op); err != nil {
+					return Operation{}, false, err
+				}
+				continue
+			}
 			// The claim refuses a lapsed approval on the database's clock;
 			// expireApproval's guard uses the same clock, so this process's
 			// clock never decides.

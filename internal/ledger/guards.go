@@ -58,8 +58,23 @@ var claim = func() store.Claim {
 		panic("ledger: the table must have exactly one claim rule")
 	}
 	return store.Claim{From: string(froms[0]), To: string(StateExecuting), Event: string(EventClaimed),
-		RequireApprovalInForce: g.Has(GuardApprovalInForce)}
+		RequireApprovalInForce: g.Has(GuardApprovalInForce), RequirePolicyCurrent: g.Has(GuardPolicyCurrent)}
 }()
+
+// policyApply is the guarded statement applying the policy in force to op,
+// which was judged under another (GuardPolicyStale: the statement checks
+// the digest op was read with, and that nothing was sent).
+func policyApply(op Operation, event Event, to State, by Party) (store.PolicyApply, error) {
+	froms, g, err := Guarded(event, to, by)
+	if err != nil {
+		return store.PolicyApply{}, err
+	}
+	if !g.Has(GuardPolicyStale) {
+		panic("ledger: a policy change's rule must be guarded by the policy it was judged under")
+	}
+	return store.PolicyApply{Tenant: op.Tenant, ID: op.ID, From: names(froms), To: string(to), Event: string(event),
+		OldDigest: op.PolicyDigest}, nil
+}
 
 // takeOver is the guarded takeover of op's expired lease; ahead is how late
 // the resubmission may reach the downstream.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -170,6 +171,10 @@ type Ledger struct {
 
 	// keys derives downstream keys with the configured secret.
 	keys *keyDeriver
+	// policyDigests are the digests of the policies in force on this
+	// server, one per tool version: the claim sends only operations judged
+	// under one of them.
+	policyDigests []string
 
 	// notifyKick wakes the approval notifier; notifyClient sends.
 	notifyKick   chan struct{}
@@ -217,6 +222,7 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 		l.maxLease = max(l.maxLease, l.lease(b))
 	}
 	l.maxLease = max(l.maxLease, cfg.MinLease)
+	l.policyDigests = policyDigests(reg)
 	return l, nil
 }
 
@@ -256,4 +262,20 @@ func (l *Ledger) DatabaseNow(ctx context.Context) (time.Time, error) {
 		return time.Time{}, storeErr(err)
 	}
 	return now, nil
+}
+
+// ApprovalEntry is one decision of an operation's current approval round.
+type ApprovalEntry = store.ApprovalEntry
+
+// ApprovalsOf decodes an operation's stored approvals (Operation.Approvals);
+// a list that does not decode (none is ever written so) reads as none.
+func ApprovalsOf(b []byte) []ApprovalEntry {
+	if len(b) < 3 { // "[]"
+		return nil
+	}
+	var entries []ApprovalEntry
+	if json.Unmarshal(b, &entries) != nil {
+		return nil
+	}
+	return entries
 }

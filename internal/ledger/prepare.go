@@ -114,7 +114,8 @@ func (l *Ledger) namingKeyed(ctx context.Context, a Actor, in PrepareInput, err 
 	}
 	switch le.Reason {
 	case opledgerv1.ErrorReason_ERROR_REASON_TOOL_UNKNOWN, opledgerv1.ErrorReason_ERROR_REASON_TOOL_VERSION_UNKNOWN,
-		opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, opledgerv1.ErrorReason_ERROR_REASON_ARGS_TOO_LARGE:
+		opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, opledgerv1.ErrorReason_ERROR_REASON_ARGS_TOO_LARGE,
+		opledgerv1.ErrorReason_ERROR_REASON_POLICY_DENIED:
 	default:
 		return err
 	}
@@ -187,8 +188,12 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 	if in.KeyDigest == "" {
 		in.KeyDigest = digest(in.IdempotencyKey)
 	}
+	j, err := judge(t, a, in.Args)
+	if err != nil {
+		return Operation{}, false, none, err
+	}
 	state := StateReady
-	if t.Approval.Required {
+	if j.Needed > 0 {
 		state = StateAwaitingApproval
 	}
 	if err := Check("", EventPrepared, state); err != nil {
@@ -198,8 +203,9 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 	n := store.NewOperation{
 		ID: id, Tenant: a.Tenant, Tool: t.Name, ToolVersion: t.Version, IdempotencyKey: in.IdempotencyKey,
 		Args: canonical, Fingerprint: fp, State: string(state), PreparedBy: a.ID,
-		ApprovalRequired: t.Approval.Required, ApprovalTTL: t.Approval.TTL,
+		ApprovalRequired: j.Needed > 0, ApprovalsNeeded: int32(j.Needed), ApprovalRule: j.Rule, PolicyDigest: t.Policy.Digest,
 		DownstreamKey: l.keys.key(a.Tenant, t.Name, in.IdempotencyKey, fp),
+		ApprovalTTL:   approvalTTL(t, j),
 		Actor:         a.Name, Detail: "prepared with key digest " + in.KeyDigest,
 		Notify: l.notifyOn(),
 	}

@@ -49,6 +49,16 @@ const (
 	EventReconciled      Event = "RECONCILED"
 	EventResolved        Event = "RESOLVED_MANUALLY"
 	EventCancelled       Event = "CANCELLED"
+	// EventPolicyChanged: the policy in force demands more than the one the
+	// operation was judged under (back to AWAITING_APPROVAL), or refuses it
+	// (REJECTED).
+	EventPolicyChanged Event = "POLICY_CHANGED"
+	// EventPolicyChecked: judged again under a changed policy that demands
+	// no more than it has.
+	EventPolicyChecked Event = "POLICY_CHECKED"
+	// EventSuperseded: approved with edited arguments; a new operation
+	// carries them.
+	EventSuperseded Event = "SUPERSEDED"
 )
 
 // Party is who takes a transition. The same edge may need different guards
@@ -80,7 +90,7 @@ const (
 
 // Guard is a condition a transition's statement checks in the database,
 // besides the from-state, on the row and on the database's clock.
-type Guard uint8
+type Guard uint16
 
 // The guards.
 const (
@@ -105,6 +115,12 @@ const (
 	// ended other than by a release): only then can the downstream report
 	// an outcome of it. It says nothing about other states.
 	GuardSentBefore
+	// GuardPolicyCurrent: an operation nothing was sent for was judged under
+	// a policy the server holds current.
+	GuardPolicyCurrent
+	// GuardPolicyStale: the operation was judged under the policy the caller
+	// read (not judged again since), and nothing was sent.
+	GuardPolicyStale
 )
 
 // Has reports whether g includes every guard of h.
@@ -141,9 +157,19 @@ var rules = []Rule{
 
 	{StateAwaitingApproval, EventApproved, StateReady, ByApprover, 0},
 	{StateAwaitingApproval, EventDenied, StateRejected, ByApprover, 0},
+	// A quorum: an approval that does not complete it keeps the operation
+	// waiting (the statement counts: READY exactly at the N-th).
+	{StateAwaitingApproval, EventApproved, StateAwaitingApproval, ByApprover, 0},
+	// Approve-with-edit: the original is rejected, a new operation carries
+	// the edit.
+	{StateAwaitingApproval, EventSuperseded, StateRejected, ByApprover, 0},
+	// The policy in force refuses an operation that awaits a decision
+	// (judged by Approve with the row locked).
+	{StateAwaitingApproval, EventPolicyChanged, StateRejected, ByApprover, GuardPolicyStale},
 	// A lapsed approval (nothing sent) may be renewed or denied while the
 	// operation still says READY; one in force is replayed or conflicts.
 	{StateReady, EventApproved, StateReady, ByApprover, GuardLapsedUnsent},
+	{StateReady, EventApproved, StateAwaitingApproval, ByApprover, GuardLapsedUnsent},
 	{StateReady, EventDenied, StateRejected, ByApprover, GuardLapsedUnsent},
 	// Cancel: never once something may have been sent.
 	{StateAwaitingApproval, EventCancelled, StateCancelled, ByAgent, GuardFence | GuardUnsent},
@@ -151,7 +177,13 @@ var rules = []Rule{
 
 	// An approval that lapsed before anything was sent.
 	{StateReady, EventApprovalExpired, StateAwaitingApproval, ByClaimant, GuardLapsedUnsent},
-	{StateReady, EventClaimed, StateExecuting, ByClaimant, GuardApprovalInForce},
+	{StateReady, EventClaimed, StateExecuting, ByClaimant, GuardApprovalInForce | GuardPolicyCurrent},
+	// An operation judged under another policy than the one in force is
+	// judged again before anything is sent: it waits for what the policy in
+	// force demands, is refused, or is judged current.
+	{StateReady, EventPolicyChanged, StateAwaitingApproval, ByClaimant, GuardPolicyStale},
+	{StateReady, EventPolicyChanged, StateRejected, ByClaimant, GuardPolicyStale},
+	{StateReady, EventPolicyChecked, StateReady, ByClaimant, GuardPolicyStale},
 
 	// The holder records what the downstream said. A late but definitive
 	// answer also resolves an OUTCOME_UNKNOWN declared while it held the

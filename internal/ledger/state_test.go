@@ -16,7 +16,7 @@ import (
 // that is missing here, so a new event cannot escape the checks below.
 var allEvents = []Event{EventPrepared, EventApproved, EventDenied, EventApprovalExpired, EventClaimed,
 	EventLeaseTakenOver, EventSucceeded, EventFailed, EventOutcomeUnknown, EventReleased, EventReconciled,
-	EventResolved, EventCancelled}
+	EventResolved, EventCancelled, EventPolicyChanged, EventPolicyChecked, EventSuperseded}
 
 var allParties = []Party{ByAgent, ByApprover, ByClaimant, ByHolder, ByWatcher, ByDownstream, ByOperator}
 
@@ -28,13 +28,14 @@ func stateOf(g Guard) State {
 	switch g {
 	case GuardLeaseExpired:
 		return StateExecuting
-	case GuardApprovalInForce, GuardLapsedUnsent:
+	case GuardApprovalInForce, GuardLapsedUnsent, GuardPolicyCurrent:
 		return StateReady
 	}
 	return ""
 }
 
-var allGuards = []Guard{GuardFence, GuardLeaseExpired, GuardUnsent, GuardFirstSend, GuardKeyWindow, GuardApprovalInForce, GuardLapsedUnsent}
+var allGuards = []Guard{GuardFence, GuardLeaseExpired, GuardUnsent, GuardFirstSend, GuardKeyWindow, GuardApprovalInForce, GuardLapsedUnsent,
+	GuardSentBefore, GuardPolicyCurrent, GuardPolicyStale}
 
 // TestTableShape checks the table's form: known states, events and
 // parties, one rule per (from, event, to, party), only PREPARED creates,
@@ -124,8 +125,13 @@ func TestTableSafety(t *testing.T) {
 		// What undoes an approval (cancel, deny, expiry) never follows a
 		// send: REJECTED or CANCELLED with an effect behind it would be a lie.
 		if (r.To == StateCancelled || r.To == StateRejected || r.To == StateAwaitingApproval) && r.From != "" {
-			unsent := r.Guard.Has(GuardUnsent) || r.Guard.Has(GuardLapsedUnsent) || r.From == StateAwaitingApproval
+			unsent := r.Guard.Has(GuardUnsent) || r.Guard.Has(GuardLapsedUnsent) || r.Guard.Has(GuardPolicyStale) ||
+				r.From == StateAwaitingApproval
 			require.True(t, unsent, "%+v may undo a sent operation", r)
+		}
+		// Nothing is sent that was not judged under a policy in force.
+		if r.Event == EventClaimed {
+			require.True(t, r.Guard.Has(GuardPolicyCurrent), "%+v", r)
 		}
 		// An approval in force is neither renewed over nor denied.
 		if r.From == StateReady && (r.Event == EventApproved || r.Event == EventDenied || r.Event == EventApprovalExpired) {
@@ -186,12 +192,18 @@ func TestStatementsFollowTheTable(t *testing.T) {
 			require.Equal(t, []string{string(StateReady)}, names(froms))
 			require.Equal(t, string(r.From), claim.From)
 			require.Equal(t, g.Has(GuardApprovalInForce), claim.RequireApprovalInForce)
+			require.Equal(t, g.Has(GuardPolicyCurrent), claim.RequirePolicyCurrent)
 		case EventLeaseTakenOver:
 			to := l.takeOver(op, l.bound["pay@1"], time.Minute)
 			require.Equal(t, []string{to.From}, names(froms))
 			require.Equal(t, op.Fence, to.Fence)
 			require.Equal(t, g.Has(GuardKeyWindow), to.KeyWindow == store.KeyWindow{Retention: time.Hour, Ahead: time.Minute})
-		case EventApproved, EventDenied, EventApprovalExpired:
+		case EventPolicyChanged, EventPolicyChecked:
+			p, err := policyApply(op, r.Event, r.To, r.By)
+			require.NoError(t, err)
+			require.ElementsMatch(t, names(froms), p.From)
+			require.True(t, g.Has(GuardPolicyStale), "%+v", r)
+		case EventApproved, EventDenied, EventApprovalExpired, EventSuperseded:
 			d, err := decision(op, r.Event, r.To, r.By)
 			require.NoError(t, err)
 			require.ElementsMatch(t, names(froms), d.From)

@@ -37,7 +37,9 @@
 WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
-                           fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at)
+                           fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
+                           approvals_needed, policy_digest, approval_rule, approvals, supersedes,
+                           approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
     VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(tool_version), sqlc.arg(idempotency_key), sqlc.arg(args), sqlc.arg(fingerprint),
             CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.arg(claim_to)::text ELSE sqlc.arg(state)::text END,
             sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key),
@@ -47,7 +49,19 @@ WITH ins AS (
             CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.narg(lease_owner)::text END,
             CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
             CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
-            CASE WHEN sqlc.arg(claim)::boolean THEN now() END)
+            CASE WHEN sqlc.arg(claim)::boolean THEN now() END,
+            sqlc.arg(approvals_needed)::integer, sqlc.arg(policy_digest)::text, sqlc.arg(approval_rule)::text,
+            sqlc.arg(approvals)::jsonb, sqlc.narg(supersedes)::text,
+            -- An edit's operation is born with its editor's approval
+            -- (approvals holds it): READY and in force for the TTL when it
+            -- completes the quorum.
+            CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 THEN 'APPROVE' END,
+            sqlc.narg(approved_by)::text,
+            CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 THEN now() END,
+            CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 AND sqlc.arg(state)::text = 'READY'
+                 THEN now() + make_interval(secs => sqlc.arg(approval_ttl_ms)::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 THEN sqlc.arg(fingerprint)::text END,
+            sqlc.narg(approved_reason)::text)
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args
 ), ev AS (
@@ -90,7 +104,12 @@ ORDER BY seq;
 -- the database's clock, or consumed by a send (first_sent_fence is set: the
 -- operation may have taken effect, and the next claim resubmits the same key
 -- to learn the outcome); a claim that ends in a release (nothing sent) does
--- not consume the approval. When the operation is not claimable the same
+-- not consume the approval. With require_policy_current, an operation
+-- that nothing was sent for must have been judged under one of
+-- policy_digests, the policies this server holds current: one prepared (or
+-- last judged) under another policy is not sent until it is judged again
+-- (OperationPolicyApply), so a policy change reaches every operation not yet
+-- sent. When the operation is not claimable the same
 -- statement returns it as it is (claimed = false), so a replayed Execute
 -- costs one round trip. That row comes from the statement's snapshot: if a
 -- concurrent claim won, it may still read READY, and the caller simply tries
@@ -111,6 +130,8 @@ WITH upd AS (
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
            OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+      AND (NOT sqlc.arg(require_policy_current)::boolean OR o.first_sent_fence IS NOT NULL
+           OR o.policy_digest = ANY (sqlc.arg(policy_digests)::text[]))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
@@ -146,6 +167,8 @@ WITH upd AS (
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
            OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+      AND (NOT sqlc.arg(require_policy_current)::boolean OR o.first_sent_fence IS NOT NULL
+           OR o.policy_digest = ANY (sqlc.arg(policy_digests)::text[]))
     RETURNING o.id, o.state, o.fence, o.attempts, o.lease_owner, o.lease_expires_at, o.next_reconcile_at,
               o.first_claimed_at, o.waited, o.reconcile_attempts, o.first_sent_fence, o.events, o.updated_at
 ), ev AS (
@@ -265,22 +288,49 @@ SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_
 -- would have judged it still in force. Its event carries the same time (the
 -- column's default since migration 0013), so that the log shows the
 -- approval given when its window began.
+--
+-- A decision is appended to approvals (the current round's decisions; an
+-- expiry, and an approval of a READY operation whose approval lapsed, start
+-- a new round), never twice for the same principal in a round; an approval
+-- makes the operation READY exactly when it completes the quorum
+-- (approvals_needed, as the caller judged it under the current policy with
+-- the row locked): to_state READY with fewer approvals, or
+-- AWAITING_APPROVAL with enough, changes nothing. The approval window
+-- (approval_ttl_ms) runs from the approval that completes the quorum.
 WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
         approval_decision = sqlc.narg(decision)::text,
         approval_decided_by = sqlc.narg(decided_by)::text,
         approval_decided_at = CASE WHEN sqlc.narg(decision)::text IS NULL THEN NULL ELSE statement_timestamp() END,
-        approval_expires_at = CASE WHEN sqlc.narg(decision)::text = 'APPROVE'
-                                   THEN statement_timestamp() + make_interval(secs => o.approval_ttl_ms / 1000.0)
+        approval_expires_at = CASE WHEN sqlc.narg(decision)::text = 'APPROVE' AND sqlc.arg(to_state)::text = 'READY'
+                                   THEN statement_timestamp() + make_interval(secs => COALESCE(sqlc.narg(approval_ttl_ms)::bigint, o.approval_ttl_ms) / 1000.0)
                                    ELSE NULL END,
+        approval_ttl_ms = COALESCE(sqlc.narg(approval_ttl_ms)::bigint, o.approval_ttl_ms),
         approval_fingerprint = sqlc.narg(approved_fingerprint)::text,
         approval_reason = sqlc.narg(reason)::text,
+        approvals_needed = COALESCE(sqlc.narg(approvals_needed)::integer, o.approvals_needed),
+        policy_digest = COALESCE(sqlc.narg(policy_digest)::text, o.policy_digest),
+        approval_rule = COALESCE(sqlc.narg(approval_rule)::text, o.approval_rule),
+        approvals = CASE
+            WHEN sqlc.narg(decision)::text IS NULL THEN '[]'::jsonb
+            ELSE (CASE WHEN o.state = 'READY' THEN '[]'::jsonb ELSE o.approvals END)
+                 || jsonb_build_array(jsonb_build_object(
+                        'principal_id', sqlc.narg(decided_by)::text, 'principal_name', sqlc.arg(decided_by_name)::text,
+                        'decision', sqlc.narg(decision)::text, 'decided_at', statement_timestamp(),
+                        'fingerprint', sqlc.narg(approved_fingerprint)::text, 'reason', COALESCE(sqlc.narg(reason)::text, ''),
+                        'policy_digest', COALESCE(sqlc.narg(policy_digest)::text, o.policy_digest)))
+            END,
         events = o.events + 1,
         updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND (NOT sqlc.arg(require_lapsed_unsent)::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= statement_timestamp() AND o.first_sent_fence IS NULL))
+      AND (sqlc.narg(decision)::text IS NULL OR o.state = 'READY'
+           OR NOT o.approvals @> jsonb_build_array(jsonb_build_object('principal_id', sqlc.narg(decided_by)::text)))
+      AND (sqlc.narg(decision)::text IS DISTINCT FROM 'APPROVE'
+           OR (sqlc.arg(to_state)::text = 'READY') = ((CASE WHEN o.state = 'READY' THEN 0 ELSE jsonb_array_length(o.approvals) END) + 1
+                                                      >= COALESCE(sqlc.narg(approvals_needed)::integer, o.approvals_needed)))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
@@ -290,6 +340,54 @@ WITH upd AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'approval_expired' FROM upd
     WHERE upd.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
+)
+SELECT * FROM upd;
+
+-- name: OperationPolicyApply :one
+-- Applies the policy in force to an operation that nothing was sent for and
+-- that was last judged under another one (old_digest): the policy's
+-- judgement, made by the caller from the operation's arguments (which never
+-- change), is to_state with its event:
+--   REJECTED:          a deny rule holds;
+--   AWAITING_APPROVAL: it demands more approvals (approvals_needed, or the
+--                      quorum the operation had, whichever is more) than
+--                      the operation has (require_short), which it then
+--                      waits for; approvals still in force keep counting;
+--   the same state:    it demands no more than it has (require_met); the
+--                      operation is now judged under policy_digest.
+-- The quorum only grows: a weaker policy never lowers what an operation
+-- already awaits. Guarded by old_digest and by nothing having been sent, on
+-- the row this statement updates, so two servers judging the same change
+-- apply it once. With notify, an operation sent back to AWAITING_APPROVAL
+-- queues its approval notification.
+WITH upd AS (
+    UPDATE operation o SET
+        state = sqlc.arg(to_state)::text,
+        policy_digest = sqlc.arg(policy_digest)::text,
+        approval_required = o.approval_required OR sqlc.arg(approvals_needed)::integer > 0,
+        approval_ttl_ms = CASE WHEN sqlc.arg(approvals_needed)::integer > o.approvals_needed THEN sqlc.arg(approval_ttl_ms)::bigint ELSE o.approval_ttl_ms END,
+        approval_rule = CASE WHEN sqlc.arg(approvals_needed)::integer > o.approvals_needed THEN sqlc.arg(approval_rule)::text ELSE o.approval_rule END,
+        approvals_needed = GREATEST(o.approvals_needed, sqlc.arg(approvals_needed)::integer),
+        approvals = CASE WHEN sqlc.arg(to_state)::text = 'AWAITING_APPROVAL' AND o.approval_expires_at <= statement_timestamp()
+                         THEN '[]'::jsonb ELSE o.approvals END,
+        approval_expires_at = CASE WHEN sqlc.arg(to_state)::text = 'AWAITING_APPROVAL' THEN NULL ELSE o.approval_expires_at END,
+        events = o.events + 1,
+        updated_at = statement_timestamp()
+    WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = ANY (sqlc.arg(from_states)::text[])
+      AND o.policy_digest = sqlc.arg(old_digest)::text AND o.first_sent_fence IS NULL
+      AND (NOT sqlc.arg(require_short)::boolean
+           OR jsonb_array_length(o.approvals) < GREATEST(o.approvals_needed, sqlc.arg(approvals_needed)::integer))
+      AND (NOT sqlc.arg(require_met)::boolean
+           OR jsonb_array_length(o.approvals) >= GREATEST(o.approvals_needed, sqlc.arg(approvals_needed)::integer))
+    RETURNING o.*
+), ev AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail)
+    FROM upd
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT upd.id, upd.events, 'policy_changed' FROM upd
+    WHERE upd.state = 'AWAITING_APPROVAL' AND upd.prev_state <> 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
 SELECT * FROM upd;
 

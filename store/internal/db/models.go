@@ -61,6 +61,12 @@ type Operation struct {
 	FirstSentFence      pgtype.Int8
 	Waited              bool
 	PrevState           pgtype.Text
+	ApprovalsNeeded     int32
+	Approvals           []byte
+	PolicyDigest        string
+	ApprovalRule        string
+	Supersedes          pgtype.Text
+	SupersededBy        pgtype.Text
 }
 
 type OperationEvent struct {

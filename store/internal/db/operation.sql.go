@@ -42,14 +42,16 @@ WITH upd AS (
     WHERE o.id = $4 AND o.tenant IS NOT DISTINCT FROM $5 AND o.state = $6::text
       AND (NOT $7::boolean OR NOT o.approval_required
            OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state
+      AND (NOT $8::boolean OR o.first_sent_fence IS NOT NULL
+           OR o.policy_digest = ANY ($9::text[]))
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $8::text, $9, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
+    SELECT upd.id, upd.events, $10::text, $11, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, true AS claimed, now()::timestamptz AS db_now FROM upd
+SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, upd.approvals_needed, upd.approvals, upd.policy_digest, upd.approval_rule, upd.supersedes, upd.superseded_by, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
-SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, false AS claimed, now()::timestamptz AS db_now FROM operation g
+SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, g.approvals_needed, g.approvals, g.policy_digest, g.approval_rule, g.supersedes, g.superseded_by, false AS claimed, now()::timestamptz AS db_now FROM operation g
 WHERE g.id = $4 AND g.tenant IS NOT DISTINCT FROM $5 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
@@ -61,6 +63,8 @@ type OperationClaimParams struct {
 	Tenant                 string
 	FromState              string
 	RequireApprovalInForce bool
+	RequirePolicyCurrent   bool
+	PolicyDigests          []string
 	EventType              string
 	Actor                  string
 }
@@ -100,6 +104,12 @@ type OperationClaimRow struct {
 	FirstSentFence      pgtype.Int8
 	Waited              bool
 	PrevState           pgtype.Text
+	ApprovalsNeeded     int32
+	Approvals           []byte
+	PolicyDigest        string
+	ApprovalRule        string
+	Supersedes          pgtype.Text
+	SupersededBy        pgtype.Text
 	Claimed             bool
 	DbNow               pgtype.Timestamptz
 }
@@ -111,7 +121,12 @@ type OperationClaimRow struct {
 // the database's clock, or consumed by a send (first_sent_fence is set: the
 // operation may have taken effect, and the next claim resubmits the same key
 // to learn the outcome); a claim that ends in a release (nothing sent) does
-// not consume the approval. When the operation is not claimable the same
+// not consume the approval. With require_policy_current, an operation
+// that nothing was sent for must have been judged under one of
+// policy_digests, the policies this server holds current: one prepared (or
+// last judged) under another policy is not sent until it is judged again
+// (OperationPolicyApply), so a policy change reaches every operation not yet
+// sent. When the operation is not claimable the same
 // statement returns it as it is (claimed = false), so a replayed Execute
 // costs one round trip. That row comes from the statement's snapshot: if a
 // concurrent claim won, it may still read READY, and the caller simply tries
@@ -126,6 +141,8 @@ func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClai
 		arg.Tenant,
 		arg.FromState,
 		arg.RequireApprovalInForce,
+		arg.RequirePolicyCurrent,
+		arg.PolicyDigests,
 		arg.EventType,
 		arg.Actor,
 	)
@@ -171,6 +188,12 @@ func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClai
 			&i.FirstSentFence,
 			&i.Waited,
 			&i.PrevState,
+			&i.ApprovalsNeeded,
+			&i.Approvals,
+			&i.PolicyDigest,
+			&i.ApprovalRule,
+			&i.Supersedes,
+			&i.SupersededBy,
 			&i.Claimed,
 			&i.DbNow,
 		); err != nil {
@@ -200,11 +223,13 @@ WITH upd AS (
     WHERE o.id = $4 AND o.tenant IS NOT DISTINCT FROM $5 AND o.state = $6::text
       AND (NOT $7::boolean OR NOT o.approval_required
            OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+      AND (NOT $8::boolean OR o.first_sent_fence IS NOT NULL
+           OR o.policy_digest = ANY ($9::text[]))
     RETURNING o.id, o.state, o.fence, o.attempts, o.lease_owner, o.lease_expires_at, o.next_reconcile_at,
               o.first_claimed_at, o.waited, o.reconcile_attempts, o.first_sent_fence, o.events, o.updated_at
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $8::text, $9, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
+    SELECT upd.id, upd.events, $10::text, $11, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
 SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, now()::timestamptz AS db_now FROM upd
 `
@@ -217,6 +242,8 @@ type OperationClaimKnownParams struct {
 	Tenant                 string
 	FromState              string
 	RequireApprovalInForce bool
+	RequirePolicyCurrent   bool
+	PolicyDigests          []string
 	EventType              string
 	Actor                  string
 }
@@ -255,6 +282,8 @@ func (q *Queries) OperationClaimKnown(ctx context.Context, db DBTX, arg Operatio
 		arg.Tenant,
 		arg.FromState,
 		arg.RequireApprovalInForce,
+		arg.RequirePolicyCurrent,
+		arg.PolicyDigests,
 		arg.EventType,
 		arg.Actor,
 	)
@@ -306,7 +335,7 @@ UPDATE operation o SET
                                                            $2::float8 * power(2, LEAST(o.reconcile_attempts, 62))))
 FROM due
 WHERE o.id = due.id
-RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, now()::timestamptz AS db_now
+RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, now()::timestamptz AS db_now
 `
 
 type OperationClaimUnresolvedParams struct {
@@ -350,6 +379,12 @@ type OperationClaimUnresolvedRow struct {
 	FirstSentFence      pgtype.Int8
 	Waited              bool
 	PrevState           pgtype.Text
+	ApprovalsNeeded     int32
+	Approvals           []byte
+	PolicyDigest        string
+	ApprovalRule        string
+	Supersedes          pgtype.Text
+	SupersededBy        pgtype.Text
 	DbNow               pgtype.Timestamptz
 }
 
@@ -403,6 +438,12 @@ func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg Ope
 			&i.FirstSentFence,
 			&i.Waited,
 			&i.PrevState,
+			&i.ApprovalsNeeded,
+			&i.Approvals,
+			&i.PolicyDigest,
+			&i.ApprovalRule,
+			&i.Supersedes,
+			&i.SupersededBy,
 			&i.DbNow,
 		); err != nil {
 			return nil, err
@@ -455,35 +496,58 @@ WITH upd AS (
         approval_decision = $2::text,
         approval_decided_by = $3::text,
         approval_decided_at = CASE WHEN $2::text IS NULL THEN NULL ELSE statement_timestamp() END,
-        approval_expires_at = CASE WHEN $2::text = 'APPROVE'
-                                   THEN statement_timestamp() + make_interval(secs => o.approval_ttl_ms / 1000.0)
+        approval_expires_at = CASE WHEN $2::text = 'APPROVE' AND $1::text = 'READY'
+                                   THEN statement_timestamp() + make_interval(secs => COALESCE($4::bigint, o.approval_ttl_ms) / 1000.0)
                                    ELSE NULL END,
-        approval_fingerprint = $4::text,
-        approval_reason = $5::text,
+        approval_ttl_ms = COALESCE($4::bigint, o.approval_ttl_ms),
+        approval_fingerprint = $5::text,
+        approval_reason = $6::text,
+        approvals_needed = COALESCE($7::integer, o.approvals_needed),
+        policy_digest = COALESCE($8::text, o.policy_digest),
+        approval_rule = COALESCE($9::text, o.approval_rule),
+        approvals = CASE
+            WHEN $2::text IS NULL THEN '[]'::jsonb
+            ELSE (CASE WHEN o.state = 'READY' THEN '[]'::jsonb ELSE o.approvals END)
+                 || jsonb_build_array(jsonb_build_object(
+                        'principal_id', $3::text, 'principal_name', $10::text,
+                        'decision', $2::text, 'decided_at', statement_timestamp(),
+                        'fingerprint', $5::text, 'reason', COALESCE($6::text, ''),
+                        'policy_digest', COALESCE($8::text, o.policy_digest)))
+            END,
         events = o.events + 1,
         updated_at = statement_timestamp()
-    WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = ANY ($8::text[])
-      AND (NOT $9::boolean OR o.state <> 'READY'
+    WHERE o.id = $11 AND o.tenant IS NOT DISTINCT FROM $12 AND o.state = ANY ($13::text[])
+      AND (NOT $14::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= statement_timestamp() AND o.first_sent_fence IS NULL))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state
+      AND ($2::text IS NULL OR o.state = 'READY'
+           OR NOT o.approvals @> jsonb_build_array(jsonb_build_object('principal_id', $3::text)))
+      AND ($2::text IS DISTINCT FROM 'APPROVE'
+           OR ($1::text = 'READY') = ((CASE WHEN o.state = 'READY' THEN 0 ELSE jsonb_array_length(o.approvals) END) + 1
+                                                      >= COALESCE($7::integer, o.approvals_needed)))
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $10::text, $11, upd.prev_state, upd.state, upd.attempts, upd.fence, $12
+    SELECT upd.id, upd.events, $15::text, $16, upd.prev_state, upd.state, upd.attempts, upd.fence, $17
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'approval_expired' FROM upd
-    WHERE upd.state = 'AWAITING_APPROVAL' AND $13::boolean
+    WHERE upd.state = 'AWAITING_APPROVAL' AND $18::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM upd
 `
 
 type OperationDecideParams struct {
 	ToState             string
 	Decision            pgtype.Text
 	DecidedBy           pgtype.Text
+	ApprovalTtlMs       pgtype.Int8
 	ApprovedFingerprint pgtype.Text
 	Reason              pgtype.Text
+	ApprovalsNeeded     pgtype.Int4
+	PolicyDigest        pgtype.Text
+	ApprovalRule        pgtype.Text
+	DecidedByName       string
 	ID                  string
 	Tenant              string
 	FromStates          []string
@@ -529,6 +593,12 @@ type OperationDecideRow struct {
 	FirstSentFence      pgtype.Int8
 	Waited              bool
 	PrevState           pgtype.Text
+	ApprovalsNeeded     int32
+	Approvals           []byte
+	PolicyDigest        string
+	ApprovalRule        string
+	Supersedes          pgtype.Text
+	SupersededBy        pgtype.Text
 }
 
 // Records an approver's decision (or an approval's expiry) on an operation
@@ -547,13 +617,27 @@ type OperationDecideRow struct {
 // would have judged it still in force. Its event carries the same time (the
 // column's default since migration 0013), so that the log shows the
 // approval given when its window began.
+//
+// A decision is appended to approvals (the current round's decisions; an
+// expiry, and an approval of a READY operation whose approval lapsed, start
+// a new round), never twice for the same principal in a round; an approval
+// makes the operation READY exactly when it completes the quorum
+// (approvals_needed, as the caller judged it under the current policy with
+// the row locked): to_state READY with fewer approvals, or
+// AWAITING_APPROVAL with enough, changes nothing. The approval window
+// (approval_ttl_ms) runs from the approval that completes the quorum.
 func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDecideParams) (OperationDecideRow, error) {
 	row := db.QueryRow(ctx, operationDecide,
 		arg.ToState,
 		arg.Decision,
 		arg.DecidedBy,
+		arg.ApprovalTtlMs,
 		arg.ApprovedFingerprint,
 		arg.Reason,
+		arg.ApprovalsNeeded,
+		arg.PolicyDigest,
+		arg.ApprovalRule,
+		arg.DecidedByName,
 		arg.ID,
 		arg.Tenant,
 		arg.FromStates,
@@ -599,6 +683,12 @@ func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDec
 		&i.FirstSentFence,
 		&i.Waited,
 		&i.PrevState,
+		&i.ApprovalsNeeded,
+		&i.Approvals,
+		&i.PolicyDigest,
+		&i.ApprovalRule,
+		&i.Supersedes,
+		&i.SupersededBy,
 	)
 	return i, err
 }
@@ -641,7 +731,7 @@ func (q *Queries) OperationEvents(ctx context.Context, db DBTX, operationID stri
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, now()::timestamptz AS db_now FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, now()::timestamptz AS db_now FROM operation
 WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 `
 
@@ -685,6 +775,12 @@ type OperationGetRow struct {
 	FirstSentFence      pgtype.Int8
 	Waited              bool
 	PrevState           pgtype.Text
+	ApprovalsNeeded     int32
+	Approvals           []byte
+	PolicyDigest        string
+	ApprovalRule        string
+	Supersedes          pgtype.Text
+	SupersededBy        pgtype.Text
 	DbNow               pgtype.Timestamptz
 }
 
@@ -728,13 +824,19 @@ func (q *Queries) OperationGet(ctx context.Context, db DBTX, arg OperationGetPar
 		&i.FirstSentFence,
 		&i.Waited,
 		&i.PrevState,
+		&i.ApprovalsNeeded,
+		&i.Approvals,
+		&i.PolicyDigest,
+		&i.ApprovalRule,
+		&i.Supersedes,
+		&i.SupersededBy,
 		&i.DbNow,
 	)
 	return i, err
 }
 
 const operationGetByDownstreamKeyForUpdate = `-- name: OperationGetByDownstreamKeyForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM operation
 WHERE downstream_key = $1
 FOR UPDATE
 `
@@ -777,12 +879,18 @@ func (q *Queries) OperationGetByDownstreamKeyForUpdate(ctx context.Context, db D
 		&i.FirstSentFence,
 		&i.Waited,
 		&i.PrevState,
+		&i.ApprovalsNeeded,
+		&i.Approvals,
+		&i.PolicyDigest,
+		&i.ApprovalRule,
+		&i.Supersedes,
+		&i.SupersededBy,
 	)
 	return i, err
 }
 
 const operationGetByKey = `-- name: OperationGetByKey :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM operation
 WHERE tenant = $1 AND tool = $2 AND idempotency_key = $3
 `
 
@@ -830,12 +938,18 @@ func (q *Queries) OperationGetByKey(ctx context.Context, db DBTX, arg OperationG
 		&i.FirstSentFence,
 		&i.Waited,
 		&i.PrevState,
+		&i.ApprovalsNeeded,
+		&i.Approvals,
+		&i.PolicyDigest,
+		&i.ApprovalRule,
+		&i.Supersedes,
+		&i.SupersededBy,
 	)
 	return i, err
 }
 
 const operationGetForUpdate = `-- name: OperationGetForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM operation
 WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 FOR UPDATE
 `
@@ -883,6 +997,12 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 		&i.FirstSentFence,
 		&i.Waited,
 		&i.PrevState,
+		&i.ApprovalsNeeded,
+		&i.Approvals,
+		&i.PolicyDigest,
+		&i.ApprovalRule,
+		&i.Supersedes,
+		&i.SupersededBy,
 	)
 	return i, err
 }
@@ -892,7 +1012,9 @@ const operationInsert = `-- name: OperationInsert :one
 WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
-                           fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at)
+                           fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
+                           approvals_needed, policy_digest, approval_rule, approvals, supersedes,
+                           approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
     VALUES ($1, $2, $3, $4, $5, $6, $7,
             CASE WHEN $8::boolean THEN $9::text ELSE $10::text END,
             $11, $12, $13, $14,
@@ -902,18 +1024,30 @@ WITH ins AS (
             CASE WHEN $8::boolean THEN $15::text END,
             CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
             CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
-            CASE WHEN $8::boolean THEN now() END)
+            CASE WHEN $8::boolean THEN now() END,
+            $17::integer, $18::text, $19::text,
+            $20::jsonb, $21::text,
+            -- An edit's operation is born with its editor's approval
+            -- (approvals holds it): READY and in force for the TTL when it
+            -- completes the quorum.
+            CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN 'APPROVE' END,
+            $22::text,
+            CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN now() END,
+            CASE WHEN jsonb_array_length($20::jsonb) > 0 AND $10::text = 'READY'
+                 THEN now() + make_interval(secs => $13::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN $7::text END,
+            $23::text)
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 1, 'PREPARED', $17, NULL, $10::text, 0, 0, $18 FROM ins
+    SELECT ins.id, 1, 'PREPARED', $24, NULL, $10::text, 0, 0, $25 FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 2, $19::text, $17, $20::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
+    SELECT ins.id, 2, $26::text, $24, $27::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
-    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $21::boolean
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $28::boolean
 )
 SELECT created_at, lease_expires_at, args FROM ins
 `
@@ -935,6 +1069,13 @@ type OperationInsertParams struct {
 	DownstreamKey    string
 	LeaseOwner       pgtype.Text
 	LeaseSeconds     float64
+	ApprovalsNeeded  int32
+	PolicyDigest     string
+	ApprovalRule     string
+	Approvals        []byte
+	Supersedes       pgtype.Text
+	ApprovedBy       pgtype.Text
+	ApprovedReason   pgtype.Text
 	Actor            string
 	Detail           string
 	ClaimEvent       string
@@ -1000,6 +1141,13 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.DownstreamKey,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
+		arg.ApprovalsNeeded,
+		arg.PolicyDigest,
+		arg.ApprovalRule,
+		arg.Approvals,
+		arg.Supersedes,
+		arg.ApprovedBy,
+		arg.ApprovedReason,
 		arg.Actor,
 		arg.Detail,
 		arg.ClaimEvent,
@@ -1012,9 +1160,9 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 }
 
 const operationList = `-- name: OperationList :many
-SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state FROM unnest($1::text[]) AS s(state)
+SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by FROM unnest($1::text[]) AS s(state)
 CROSS JOIN LATERAL (
-    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence, l.waited, l.prev_state FROM operation l
+    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence, l.waited, l.prev_state, l.approvals_needed, l.approvals, l.policy_digest, l.approval_rule, l.supersedes, l.superseded_by FROM operation l
     WHERE l.tenant = $2 AND l.state = s.state
       AND ($3::text = '' OR l.tool = $3::text)
       AND (l.created_at, l.id) < ($4::timestamptz, $5::text)
@@ -1091,6 +1239,12 @@ func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListP
 			&i.FirstSentFence,
 			&i.Waited,
 			&i.PrevState,
+			&i.ApprovalsNeeded,
+			&i.Approvals,
+			&i.PolicyDigest,
+			&i.ApprovalRule,
+			&i.Supersedes,
+			&i.SupersededBy,
 		); err != nil {
 			return nil, err
 		}
@@ -1103,7 +1257,7 @@ func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListP
 }
 
 const operationListApprovedUnsent = `-- name: OperationListApprovedUnsent :many
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM operation l
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM operation l
 WHERE l.tenant = $1 AND l.state = 'READY' AND l.approval_required AND l.first_sent_fence IS NULL
   AND ($2::text = '' OR l.tool = $2::text)
   AND (l.created_at, l.id) < ($3::timestamptz, $4::text)
@@ -1173,6 +1327,12 @@ func (q *Queries) OperationListApprovedUnsent(ctx context.Context, db DBTX, arg 
 			&i.FirstSentFence,
 			&i.Waited,
 			&i.PrevState,
+			&i.ApprovalsNeeded,
+			&i.Approvals,
+			&i.PolicyDigest,
+			&i.ApprovalRule,
+			&i.Supersedes,
+			&i.SupersededBy,
 		); err != nil {
 			return nil, err
 		}
@@ -1218,6 +1378,182 @@ SELECT pg_notify('opledger_operation', $1::text)
 func (q *Queries) OperationNotify(ctx context.Context, db DBTX, id string) error {
 	_, err := db.Exec(ctx, operationNotify, id)
 	return err
+}
+
+const operationPolicyApply = `-- name: OperationPolicyApply :one
+WITH upd AS (
+    UPDATE operation o SET
+        state = $1::text,
+        policy_digest = $2::text,
+        approval_required = o.approval_required OR $3::integer > 0,
+        approval_ttl_ms = CASE WHEN $3::integer > o.approvals_needed THEN $4::bigint ELSE o.approval_ttl_ms END,
+        approval_rule = CASE WHEN $3::integer > o.approvals_needed THEN $5::text ELSE o.approval_rule END,
+        approvals_needed = GREATEST(o.approvals_needed, $3::integer),
+        approvals = CASE WHEN $1::text = 'AWAITING_APPROVAL' AND o.approval_expires_at <= statement_timestamp()
+                         THEN '[]'::jsonb ELSE o.approvals END,
+        approval_expires_at = CASE WHEN $1::text = 'AWAITING_APPROVAL' THEN NULL ELSE o.approval_expires_at END,
+        events = o.events + 1,
+        updated_at = statement_timestamp()
+    WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = ANY ($8::text[])
+      AND o.policy_digest = $9::text AND o.first_sent_fence IS NULL
+      AND (NOT $10::boolean
+           OR jsonb_array_length(o.approvals) < GREATEST(o.approvals_needed, $3::integer))
+      AND (NOT $11::boolean
+           OR jsonb_array_length(o.approvals) >= GREATEST(o.approvals_needed, $3::integer))
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by
+), ev AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
+    SELECT upd.id, upd.events, $12::text, $13, upd.prev_state, upd.state, upd.attempts, upd.fence, $14
+    FROM upd
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT upd.id, upd.events, 'policy_changed' FROM upd
+    WHERE upd.state = 'AWAITING_APPROVAL' AND upd.prev_state <> 'AWAITING_APPROVAL' AND $15::boolean
+)
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM upd
+`
+
+type OperationPolicyApplyParams struct {
+	ToState         string
+	PolicyDigest    string
+	ApprovalsNeeded int32
+	ApprovalTtlMs   int64
+	ApprovalRule    string
+	ID              string
+	Tenant          string
+	FromStates      []string
+	OldDigest       string
+	RequireShort    bool
+	RequireMet      bool
+	EventType       string
+	Actor           string
+	Detail          string
+	Notify          bool
+}
+
+type OperationPolicyApplyRow struct {
+	ID                  string
+	Tenant              string
+	Tool                string
+	ToolVersion         string
+	IdempotencyKey      string
+	Args                []byte
+	Fingerprint         string
+	State               string
+	PreparedBy          string
+	ApprovalRequired    bool
+	ApprovalTtlMs       int64
+	ApprovalDecision    pgtype.Text
+	ApprovalDecidedBy   pgtype.Text
+	ApprovalDecidedAt   pgtype.Timestamptz
+	ApprovalExpiresAt   pgtype.Timestamptz
+	ApprovalFingerprint pgtype.Text
+	ApprovalReason      pgtype.Text
+	Attempts            int32
+	Fence               int64
+	LeaseOwner          pgtype.Text
+	LeaseExpiresAt      pgtype.Timestamptz
+	FirstClaimedAt      pgtype.Timestamptz
+	DownstreamKey       string
+	ExternalRef         pgtype.Text
+	Result              []byte
+	Error               []byte
+	Events              int32
+	ReconcileAttempts   int32
+	NextReconcileAt     pgtype.Timestamptz
+	CreatedAt           pgtype.Timestamptz
+	UpdatedAt           pgtype.Timestamptz
+	FirstSentFence      pgtype.Int8
+	Waited              bool
+	PrevState           pgtype.Text
+	ApprovalsNeeded     int32
+	Approvals           []byte
+	PolicyDigest        string
+	ApprovalRule        string
+	Supersedes          pgtype.Text
+	SupersededBy        pgtype.Text
+}
+
+// Applies the policy in force to an operation that nothing was sent for and
+// that was last judged under another one (old_digest): the policy's
+// judgement, made by the caller from the operation's arguments (which never
+// change), is to_state with its event:
+//
+//	REJECTED:          a deny rule holds;
+//	AWAITING_APPROVAL: it demands more approvals (approvals_needed, or the
+//	                   quorum the operation had, whichever is more) than
+//	                   the operation has (require_short), which it then
+//	                   waits for; approvals still in force keep counting;
+//	the same state:    it demands no more than it has (require_met); the
+//	                   operation is now judged under policy_digest.
+//
+// The quorum only grows: a weaker policy never lowers what an operation
+// already awaits. Guarded by old_digest and by nothing having been sent, on
+// the row this statement updates, so two servers judging the same change
+// apply it once. With notify, an operation sent back to AWAITING_APPROVAL
+// queues its approval notification.
+func (q *Queries) OperationPolicyApply(ctx context.Context, db DBTX, arg OperationPolicyApplyParams) (OperationPolicyApplyRow, error) {
+	row := db.QueryRow(ctx, operationPolicyApply,
+		arg.ToState,
+		arg.PolicyDigest,
+		arg.ApprovalsNeeded,
+		arg.ApprovalTtlMs,
+		arg.ApprovalRule,
+		arg.ID,
+		arg.Tenant,
+		arg.FromStates,
+		arg.OldDigest,
+		arg.RequireShort,
+		arg.RequireMet,
+		arg.EventType,
+		arg.Actor,
+		arg.Detail,
+		arg.Notify,
+	)
+	var i OperationPolicyApplyRow
+	err := row.Scan(
+		&i.ID,
+		&i.Tenant,
+		&i.Tool,
+		&i.ToolVersion,
+		&i.IdempotencyKey,
+		&i.Args,
+		&i.Fingerprint,
+		&i.State,
+		&i.PreparedBy,
+		&i.ApprovalRequired,
+		&i.ApprovalTtlMs,
+		&i.ApprovalDecision,
+		&i.ApprovalDecidedBy,
+		&i.ApprovalDecidedAt,
+		&i.ApprovalExpiresAt,
+		&i.ApprovalFingerprint,
+		&i.ApprovalReason,
+		&i.Attempts,
+		&i.Fence,
+		&i.LeaseOwner,
+		&i.LeaseExpiresAt,
+		&i.FirstClaimedAt,
+		&i.DownstreamKey,
+		&i.ExternalRef,
+		&i.Result,
+		&i.Error,
+		&i.Events,
+		&i.ReconcileAttempts,
+		&i.NextReconcileAt,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.FirstSentFence,
+		&i.Waited,
+		&i.PrevState,
+		&i.ApprovalsNeeded,
+		&i.Approvals,
+		&i.PolicyDigest,
+		&i.ApprovalRule,
+		&i.Supersedes,
+		&i.SupersededBy,
+	)
+	return i, err
 }
 
 const operationPrune = `-- name: OperationPrune :one
@@ -1270,13 +1606,13 @@ WITH upd AS (
       AND ($7::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => $8::float8)
               < o.first_claimed_at + make_interval(secs => 0.9 * $7::float8))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $9::text, $10, $5::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out' FROM upd
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM upd
 `
 
 type OperationTakeOverParams struct {
@@ -1327,6 +1663,12 @@ type OperationTakeOverRow struct {
 	FirstSentFence      pgtype.Int8
 	Waited              bool
 	PrevState           pgtype.Text
+	ApprovalsNeeded     int32
+	Approvals           []byte
+	PolicyDigest        string
+	ApprovalRule        string
+	Supersedes          pgtype.Text
+	SupersededBy        pgtype.Text
 }
 
 // Takes over an operation in from_state (the state machine's: EXECUTING)
@@ -1386,6 +1728,12 @@ func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationT
 		&i.FirstSentFence,
 		&i.Waited,
 		&i.PrevState,
+		&i.ApprovalsNeeded,
+		&i.Approvals,
+		&i.PolicyDigest,
+		&i.ApprovalRule,
+		&i.Supersedes,
+		&i.SupersededBy,
 	)
 	return i, err
 }
