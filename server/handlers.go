@@ -47,10 +47,19 @@ func (s *Server) advertiseRetention(ctx context.Context) {
 
 // Approve implements LedgerService.Approve.
 func (s *Server) Approve(ctx context.Context, r *opledgerv1.ApproveRequest) (*opledgerv1.ApproveResponse, error) {
-	op, replayed, err := s.ledger.Approve(ctx, actorOf(ctx), ledger.ApproveInput{
+	in := ledger.ApproveInput{
 		OperationID: r.GetOperationId(), Fingerprint: r.GetFingerprint(),
 		Decision: strings.TrimPrefix(r.GetDecision().String(), "DECISION_"), Reason: r.GetReason(),
-	})
+	}
+	if r.EditedArgs != nil {
+		res, err := s.ledger.ApproveEdited(ctx, actorOf(ctx), in, r.GetEditedArgs())
+		if err != nil {
+			return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())
+		}
+		return &opledgerv1.ApproveResponse{Operation: s.operationPB(res.Original), Replayed: res.Replayed,
+			Edited: s.operationPB(res.Edited)}, nil
+	}
+	op, replayed, err := s.ledger.Approve(ctx, actorOf(ctx), in)
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())
 	}

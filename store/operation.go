@@ -539,6 +539,8 @@ type Decision struct {
 	ApprovalsNeeded            *int32
 	PolicyDigest, ApprovalRule string
 	ApprovalTTL                time.Duration
+	// SupersededBy, when set, links the operation to its edit.
+	SupersededBy string
 	// RequireLapsedUnsent demands that the approval lapsed on the database's
 	// clock and that nothing was sent (an expiry, a renewal of a lapsed
 	// approval, a denial of a READY operation).
@@ -557,6 +559,7 @@ func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, erro
 		DecidedBy: text(d.DecidedBy), ApprovedFingerprint: text(d.ApprovedFingerprint), Reason: text(d.Reason),
 		EventType: d.Event, Actor: d.Actor, Detail: d.Detail, RequireLapsedUnsent: d.RequireLapsedUnsent, Notify: d.Notify,
 		DecidedByName: d.DecidedByName, PolicyDigest: text(d.PolicyDigest), ApprovalRule: text(d.ApprovalRule),
+		SupersededBy: text(d.SupersededBy),
 	}
 	if d.ApprovalsNeeded != nil {
 		p.ApprovalsNeeded = pgtype.Int4{Int32: *d.ApprovalsNeeded, Valid: true}

@@ -231,6 +231,12 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 func (l *Ledger) replayFinished(op Operation) (Operation, bool, error) {
 	switch State(op.State) {
 	case StateRejected:
+		if op.SupersededBy != "" {
+			return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_SUPERSEDED,
+				Message: fmt.Sprintf("an approver approved this operation with edited arguments: execute %s, which carries them "+
+					"(Get it to see what will run); this one will never run", op.SupersededBy),
+				Metadata: map[string]string{"superseded_by": op.SupersededBy, "operation_id": op.ID}}
+		}
 		return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_REJECTED,
 			"an approver denied the operation")
 	case StateCancelled:

@@ -318,3 +318,105 @@ func TestPolicyChangeThatDemandsNothingMore(t *testing.T) {
 	_, evs := get(t, c, w.agent, op.GetId())
 	require.Contains(t, eventTypes(evs), opledgerv1.EventType_EVENT_TYPE_POLICY_CHECKED, fmt.Sprint(eventTypes(evs)))
 }
+
+func editArgs(t *testing.T, op *opledgerv1.Operation, amount float64) *structpb.Struct {
+	t.Helper()
+	m := op.GetArgs().AsMap()
+	m["amount_minor"] = amount
+	s, err := structpb.NewStruct(m)
+	require.NoError(t, err)
+	return s
+}
+
+func approveEdit(c opledgerv1.LedgerServiceClient, key string, op *opledgerv1.Operation, edited *structpb.Struct) (*opledgerv1.ApproveResponse, error) {
+	return c.Approve(harness.Ctx(key, ""), &opledgerv1.ApproveRequest{OperationId: op.GetId(), Fingerprint: op.GetFingerprint(),
+		Decision: opledgerv1.Decision_DECISION_APPROVE, Reason: "40 instead of 49", EditedArgs: edited})
+}
+
+// TestApproveWithEdit: "the same, but 40 EUR instead of 60": a new
+// operation with the edited arguments, approved by the editor and linked
+// both ways; the original is REJECTED and its Execute names the new one;
+// the same edit again is a replay, another a conflict; only editable
+// fields may change, never by the preparer; one charge, of the edited
+// amount.
+func TestApproveWithEdit(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: policyTools("", "")})
+	c := w.env.StartServer(harness.ServerOptions{}).Client
+	op := prepare(t, c, w.agent, "refund", refundArgs(t, 6000, "EUR"))
+	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, op.GetState())
+
+	// Bad edits change nothing.
+	bad := op.GetArgs().AsMap()
+	bad["currency"] = "USD"
+	badArgs, _ := structpb.NewStruct(bad)
+	_, err := approveEdit(c, w.approver, op, badArgs)
+	requireStatus(t, err, codes.InvalidArgument, "ARGS_INVALID")
+	require.Contains(t, err.Error(), "lets an approver edit only: amount_minor")
+	_, err = approveEdit(c, w.approver, op, op.GetArgs())
+	requireStatus(t, err, codes.InvalidArgument, "FIELD_INVALID")
+	both := w.env.Key("acme", "agent", "approver")
+	own := prepare(t, c, both, "refund", refundArgs(t, 6000, "EUR"))
+	_, err = approveEdit(c, both, own, editArgs(t, own, 4000))
+	requireStatus(t, err, codes.PermissionDenied, "SELF_APPROVAL_FORBIDDEN")
+	_, err = c.Approve(harness.Ctx(w.approver, ""), &opledgerv1.ApproveRequest{OperationId: op.GetId(), Fingerprint: op.GetFingerprint(),
+		Decision: opledgerv1.Decision_DECISION_DENY, EditedArgs: editArgs(t, op, 4000)})
+	requireStatus(t, err, codes.InvalidArgument, "FIELD_INVALID")
+	got, _ := get(t, c, w.agent, op.GetId())
+	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState())
+
+	resp, err := approveEdit(c, w.approver, op, editArgs(t, op, 4000))
+	require.NoError(t, err)
+	require.False(t, resp.GetReplayed())
+	orig, edited := resp.GetOperation(), resp.GetEdited()
+	require.Equal(t, opledgerv1.State_STATE_REJECTED, orig.GetState())
+	require.Equal(t, edited.GetId(), orig.GetSupersededBy())
+	require.Equal(t, op.GetId(), edited.GetSupersedes())
+	require.Equal(t, opledgerv1.State_STATE_READY, edited.GetState(), "the editor's approval completes a quorum of one")
+	require.EqualValues(t, 4000, edited.GetArgs().AsMap()["amount_minor"])
+	require.NotEqual(t, op.GetFingerprint(), edited.GetFingerprint())
+	require.Len(t, edited.GetApproval().GetApprovals(), 1)
+	require.Equal(t, edited.GetFingerprint(), edited.GetApproval().GetApprovals()[0].GetFingerprint(), "the editor approved what they saw")
+
+	again, err := approveEdit(c, w.approver, op, editArgs(t, op, 4000))
+	require.NoError(t, err)
+	require.True(t, again.GetReplayed())
+	require.Equal(t, edited.GetId(), again.GetEdited().GetId())
+	_, err = approveEdit(c, w.approver, op, editArgs(t, op, 3000))
+	requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_CONFLICT")
+
+	_, err = execute(c, w.agent, op.GetId(), 0)
+	requireStatus(t, err, codes.FailedPrecondition, "OPERATION_SUPERSEDED")
+	require.Equal(t, edited.GetId(), errorInfo(t, err).GetMetadata()["superseded_by"])
+	res, err := execute(c, w.agent, edited.GetId(), 0)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, res.GetOperation().GetState())
+	charges := w.env.Fakepay.Charges()
+	require.Len(t, charges, 1)
+	require.EqualValues(t, 4000, charges[0].AmountMinor)
+}
+
+// TestApproveWithEditJudgedAgain: the edit passes the policy again: an edit
+// into two-approver territory still needs a second approver.
+func TestApproveWithEditJudgedAgain(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: policyTools("", "")})
+	c := w.env.StartServer(harness.ServerOptions{}).Client
+	op := prepare(t, c, w.agent, "refund", refundArgs(t, 6000, "EUR"))
+	resp, err := approveEdit(c, w.approver, op, editArgs(t, op, 150000))
+	require.NoError(t, err)
+	edited := resp.GetEdited()
+	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, edited.GetState())
+	require.EqualValues(t, 2, edited.GetApproval().GetApprovalsNeeded())
+	_, err = execute(c, w.agent, edited.GetId(), 0)
+	requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_REQUIRED")
+	// The editor's second approval is the same approver: it counts once.
+	again := approve(t, c, w.approver, edited)
+	require.True(t, again.GetReplayed())
+	done := approve(t, c, w.env.Key("acme", "approver"), edited)
+	require.Equal(t, opledgerv1.State_STATE_READY, done.GetOperation().GetState())
+	res, err := execute(c, w.agent, edited.GetId(), 0)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, res.GetOperation().GetState())
+	require.EqualValues(t, 150000, w.env.Fakepay.Charges()[0].AmountMinor)
+}

@@ -158,26 +158,9 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 	if in.Args == nil {
 		in.Args = &structpb.Struct{}
 	}
-	canonical, err := fingerprint.Canonicalize(in.Args)
+	canonical, err := l.checkArgs(t, in.Args, "args")
 	if err != nil {
-		return Operation{}, false, none, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args", Message: err.Error()}
-	}
-	if len(canonical) > l.cfg.MaxArgsBytes {
-		return Operation{}, false, none, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_TOO_LARGE, Field: "args",
-			Message: fmt.Sprintf("args are %d bytes in canonical form; at most %d are allowed", len(canonical), l.cfg.MaxArgsBytes)}
-	}
-	if err := t.ValidateArgs(in.Args); err != nil {
-		le := &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: "args",
-			Message: fmt.Sprintf("args do not match the schema of %s@%s", t.Name, t.Version)}
-		var ae *tool.ArgsError
-		if errors.As(err, &ae) {
-			for _, v := range ae.Violations {
-				le.Violations = append(le.Violations, Violation{Field: "args" + v.Field, Description: v.Description})
-			}
-		} else {
-			le.Violations = []Violation{{Field: "args", Description: err.Error()}}
-		}
-		return Operation{}, false, none, le
+		return Operation{}, false, none, err
 	}
 	// The fingerprint covers the canonical bytes just produced: the args are
 	// canonicalised once per Prepare.
@@ -269,6 +252,33 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 			Metadata: map[string]string{"operation_id": existing.ID}}
 	}
 	return existing, true, none, nil
+}
+
+// checkArgs canonicalises args and checks them against t's schema and the
+// size bound; field names them in the refusal ("args", "edited_args").
+func (l *Ledger) checkArgs(t *tool.Tool, args *structpb.Struct, field string) ([]byte, error) {
+	canonical, err := fingerprint.Canonicalize(args)
+	if err != nil {
+		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: field, Message: err.Error()}
+	}
+	if len(canonical) > l.cfg.MaxArgsBytes {
+		return nil, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_TOO_LARGE, Field: field,
+			Message: fmt.Sprintf("%s are %d bytes in canonical form; at most %d are allowed", field, len(canonical), l.cfg.MaxArgsBytes)}
+	}
+	if err := t.ValidateArgs(args); err != nil {
+		le := &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID, Field: field,
+			Message: fmt.Sprintf("%s do not match the schema of %s@%s", field, t.Name, t.Version)}
+		var ae *tool.ArgsError
+		if errors.As(err, &ae) {
+			for _, v := range ae.Violations {
+				le.Violations = append(le.Violations, Violation{Field: field + v.Field, Description: v.Description})
+			}
+		} else {
+			le.Violations = []Violation{{Field: field, Description: err.Error()}}
+		}
+		return nil, le
+	}
+	return canonical, nil
 }
 
 // insert stores a new operation. With a quota it does so in a transaction

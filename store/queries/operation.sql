@@ -312,6 +312,7 @@ WITH upd AS (
         approvals_needed = COALESCE(sqlc.narg(approvals_needed)::integer, o.approvals_needed),
         policy_digest = COALESCE(sqlc.narg(policy_digest)::text, o.policy_digest),
         approval_rule = COALESCE(sqlc.narg(approval_rule)::text, o.approval_rule),
+        superseded_by = COALESCE(sqlc.narg(superseded_by)::text, o.superseded_by),
         approvals = CASE
             WHEN sqlc.narg(decision)::text IS NULL THEN '[]'::jsonb
             ELSE (CASE WHEN o.state = 'READY' THEN '[]'::jsonb ELSE o.approvals END)

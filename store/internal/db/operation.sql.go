@@ -505,19 +505,20 @@ WITH upd AS (
         approvals_needed = COALESCE($7::integer, o.approvals_needed),
         policy_digest = COALESCE($8::text, o.policy_digest),
         approval_rule = COALESCE($9::text, o.approval_rule),
+        superseded_by = COALESCE($10::text, o.superseded_by),
         approvals = CASE
             WHEN $2::text IS NULL THEN '[]'::jsonb
             ELSE (CASE WHEN o.state = 'READY' THEN '[]'::jsonb ELSE o.approvals END)
                  || jsonb_build_array(jsonb_build_object(
-                        'principal_id', $3::text, 'principal_name', $10::text,
+                        'principal_id', $3::text, 'principal_name', $11::text,
                         'decision', $2::text, 'decided_at', statement_timestamp(),
                         'fingerprint', $5::text, 'reason', COALESCE($6::text, ''),
                         'policy_digest', COALESCE($8::text, o.policy_digest)))
             END,
         events = o.events + 1,
         updated_at = statement_timestamp()
-    WHERE o.id = $11 AND o.tenant IS NOT DISTINCT FROM $12 AND o.state = ANY ($13::text[])
-      AND (NOT $14::boolean OR o.state <> 'READY'
+    WHERE o.id = $12 AND o.tenant IS NOT DISTINCT FROM $13 AND o.state = ANY ($14::text[])
+      AND (NOT $15::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= statement_timestamp() AND o.first_sent_fence IS NULL))
       AND ($2::text IS NULL OR o.state = 'READY'
            OR NOT o.approvals @> jsonb_build_array(jsonb_build_object('principal_id', $3::text)))
@@ -527,12 +528,12 @@ WITH upd AS (
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $15::text, $16, upd.prev_state, upd.state, upd.attempts, upd.fence, $17
+    SELECT upd.id, upd.events, $16::text, $17, upd.prev_state, upd.state, upd.attempts, upd.fence, $18
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'approval_expired' FROM upd
-    WHERE upd.state = 'AWAITING_APPROVAL' AND $18::boolean
+    WHERE upd.state = 'AWAITING_APPROVAL' AND $19::boolean
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM upd
 `
@@ -547,6 +548,7 @@ type OperationDecideParams struct {
 	ApprovalsNeeded     pgtype.Int4
 	PolicyDigest        pgtype.Text
 	ApprovalRule        pgtype.Text
+	SupersededBy        pgtype.Text
 	DecidedByName       string
 	ID                  string
 	Tenant              string
@@ -637,6 +639,7 @@ func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDec
 		arg.ApprovalsNeeded,
 		arg.PolicyDigest,
 		arg.ApprovalRule,
+		arg.SupersededBy,
 		arg.DecidedByName,
 		arg.ID,
 		arg.Tenant,
