@@ -41,10 +41,10 @@ type Operation struct {
 	// Supersedes and SupersededBy link an edited operation and its edit.
 	Supersedes, SupersededBy string
 	Attempts                 int32
-	Fence               int64
-	LeaseOwner          string
-	LeaseExpiresAt      time.Time
-	FirstClaimedAt      time.Time
+	Fence                    int64
+	LeaseOwner               string
+	LeaseExpiresAt           time.Time
+	FirstClaimedAt           time.Time
 	// FirstSentFence is the fence of the first attempt that may have reached
 	// the downstream; 0 while nothing may have been sent.
 	FirstSentFence int64
@@ -172,7 +172,7 @@ type NewOperation struct {
 	// Approvals, when not empty (a JSON array of one ApprovalEntry), is the
 	// approval the operation is born with: an edit's, by its editor, who is
 	// ApprovedBy with ApprovedReason; Supersedes is the edited operation.
-	Approvals                            []byte
+	Approvals                              []byte
 	Supersedes, ApprovedBy, ApprovedReason string
 	// Actor and Detail describe the PREPARED event.
 	Actor, Detail string
