@@ -15,6 +15,7 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/tool"
 	"github.com/opledger/opledger/internal/reason"
 )
 
@@ -164,4 +165,18 @@ func eventPB(e ledger.OperationEvent) *opledgerv1.OperationEvent {
 		FromState: stateOf(e.FromState), ToState: stateOf(e.ToState), Attempt: e.Attempt, Fence: e.Fence,
 		Detail: e.Detail, CreateTime: ts(e.CreatedAt),
 	}
+}
+
+// policyPB is a tool version's rules as ListTools serves them.
+func policyPB(t *tool.Tool) *opledgerv1.Policy {
+	p := &opledgerv1.Policy{Digest: t.Policy.Digest, ApprovalRequired: t.Approval.Required, ApprovalWhen: t.Approval.When,
+		Approvers: int32(t.Approval.Approvers), Editable: t.Approval.Editable, Summary: t.Summary()}
+	if t.Approval.ApproversExpr != "" {
+		p.Approvers = 0
+		p.ApproversExpr = t.Approval.ApproversExpr
+	}
+	for _, d := range t.Policy.Deny {
+		p.Deny = append(p.Deny, &opledgerv1.DenyRule{Name: d.Name, When: d.When, Message: d.Message})
+	}
+	return p
 }

@@ -121,9 +121,10 @@ func (s *Server) ListTools(context.Context, *opledgerv1.ListToolsRequest) (*ople
 			pb := &opledgerv1.Tool{
 				Name: t.Name, Version: t.Version, Description: t.Description,
 				Effect:           opledgerv1.Effect(opledgerv1.Effect_value["EFFECT_"+strings.ToUpper(string(t.Effect))]),
-				ApprovalRequired: t.Approval.Required, ArgsSchema: structOf(t.ArgsSchema), Current: s.ledger.IsCurrent(t),
+				ApprovalRequired: t.Approval.MayRequire(), ArgsSchema: structOf(t.ArgsSchema), Current: s.ledger.IsCurrent(t),
+				Policy: policyPB(t),
 			}
-			if t.Approval.Required {
+			if t.Approval.MayRequire() {
 				pb.ApprovalTtl = durationpb.New(t.Approval.TTL)
 			}
 			out.Tools = append(out.Tools, pb)

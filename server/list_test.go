@@ -267,3 +267,44 @@ func TestListOperationsPageSize(t *testing.T) {
 		require.Equal(t, []string{tc.field}, badRequestFields(st))
 	}
 }
+
+// TestListToolsServesThePolicy: each tool's rules are served as declared,
+// with a summary a model and a person can read and the digest operations
+// record.
+func TestListToolsServesThePolicy(t *testing.T) {
+	t.Parallel()
+	env := harness.New(t, harness.Options{ToolsYAML: []byte(`tools:
+  - name: refund
+    version: "1"
+    effect: side_effect
+    deny:
+      - {name: eur_only, when: 'args.currency != "EUR"', message: refunds are paid in EUR only}
+    approval:
+      when: args.amount_minor >= 5000
+      approvers: "args.amount_minor > 100000 ? 2 : 1"
+      ttl: 15m
+      editable: [amount_minor]
+    args_schema:
+      type: object
+      properties: {amount_minor: {type: integer}, currency: {type: string}}
+    executor: {type: http, url: "${OPLEDGER_FAKEPAY_URL}/charges"}
+`)})
+	c := env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
+	resp, err := c.ListTools(harness.Ctx(env.Key("acme", "agent"), ""), &opledgerv1.ListToolsRequest{})
+	require.NoError(t, err)
+	rt := resp.GetTools()[0]
+	require.True(t, rt.GetApprovalRequired(), "some calls need an approval")
+	require.Equal(t, 15*time.Minute, rt.GetApprovalTtl().AsDuration())
+	p := rt.GetPolicy()
+	require.Len(t, p.GetDigest(), 64)
+	require.Len(t, p.GetDeny(), 1)
+	require.Equal(t, "eur_only", p.GetDeny()[0].GetName())
+	require.Equal(t, `args.currency != "EUR"`, p.GetDeny()[0].GetWhen())
+	require.Equal(t, "refunds are paid in EUR only", p.GetDeny()[0].GetMessage())
+	require.Equal(t, "args.amount_minor >= 5000", p.GetApprovalWhen())
+	require.Equal(t, "args.amount_minor > 100000 ? 2 : 1", p.GetApproversExpr())
+	require.Equal(t, []string{"amount_minor"}, p.GetEditable())
+	require.Equal(t, `refused when args.currency != "EUR" (eur_only: refunds are paid in EUR only); `+
+		`needs as many distinct approvers as args.amount_minor > 100000 ? 2 : 1 when args.amount_minor >= 5000; `+
+		`an approver may edit amount_minor`, p.GetSummary())
+}

@@ -2115,12 +2115,15 @@ type Policy struct {
 	// Approval is required when this CEL expression holds (empty: see
 	// approval_required).
 	ApprovalWhen string `protobuf:"bytes,4,opt,name=approval_when,json=approvalWhen,proto3" json:"approval_when,omitempty"`
-	// How many distinct approvers must approve.
+	// How many distinct approvers must approve; 0 when approvers_expr decides.
 	Approvers int32 `protobuf:"varint,5,opt,name=approvers,proto3" json:"approvers,omitempty"`
 	// The argument fields an approver may edit.
 	Editable []string `protobuf:"bytes,6,rep,name=editable,proto3" json:"editable,omitempty"`
 	// A plain-language summary of the rules, for a model's tool description.
-	Summary       string `protobuf:"bytes,7,opt,name=summary,proto3" json:"summary,omitempty"`
+	Summary string `protobuf:"bytes,7,opt,name=summary,proto3" json:"summary,omitempty"`
+	// A CEL expression yielding the number of approvers for one call, when
+	// the quorum depends on the arguments.
+	ApproversExpr string `protobuf:"bytes,8,opt,name=approvers_expr,json=approversExpr,proto3" json:"approvers_expr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2200,6 +2203,13 @@ func (x *Policy) GetEditable() []string {
 func (x *Policy) GetSummary() string {
 	if x != nil {
 		return x.Summary
+	}
+	return ""
+}
+
+func (x *Policy) GetApproversExpr() string {
+	if x != nil {
+		return x.ApproversExpr
 	}
 	return ""
 }
@@ -2613,7 +2623,7 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"argsSchema\x12<\n" +
 	"\fapproval_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\vapprovalTtl\x12\x18\n" +
 	"\acurrent\x18\b \x01(\bR\acurrent\x12+\n" +
-	"\x06policy\x18\t \x01(\v2\x13.opledger.v1.PolicyR\x06policy\"\xf1\x01\n" +
+	"\x06policy\x18\t \x01(\v2\x13.opledger.v1.PolicyR\x06policy\"\x98\x02\n" +
 	"\x06Policy\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12)\n" +
 	"\x04deny\x18\x02 \x03(\v2\x15.opledger.v1.DenyRuleR\x04deny\x12+\n" +
@@ -2621,7 +2631,8 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\rapproval_when\x18\x04 \x01(\tR\fapprovalWhen\x12\x1c\n" +
 	"\tapprovers\x18\x05 \x01(\x05R\tapprovers\x12\x1a\n" +
 	"\beditable\x18\x06 \x03(\tR\beditable\x12\x18\n" +
-	"\asummary\x18\a \x01(\tR\asummary\"L\n" +
+	"\asummary\x18\a \x01(\tR\asummary\x12%\n" +
+	"\x0eapprovers_expr\x18\b \x01(\tR\rapproversExpr\"L\n" +
 	"\bDenyRule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04when\x18\x02 \x01(\tR\x04when\x12\x18\n" +

@@ -427,7 +427,7 @@ class Tool(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., effect: _Optional[_Union[Effect, str]] = ..., approval_required: _Optional[bool] = ..., args_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., approval_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., current: _Optional[bool] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ...) -> None: ...
 
 class Policy(_message.Message):
-    __slots__ = ("digest", "deny", "approval_required", "approval_when", "approvers", "editable", "summary")
+    __slots__ = ("digest", "deny", "approval_required", "approval_when", "approvers", "editable", "summary", "approvers_expr")
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     DENY_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_REQUIRED_FIELD_NUMBER: _ClassVar[int]
@@ -435,6 +435,7 @@ class Policy(_message.Message):
     APPROVERS_FIELD_NUMBER: _ClassVar[int]
     EDITABLE_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    APPROVERS_EXPR_FIELD_NUMBER: _ClassVar[int]
     digest: str
     deny: _containers.RepeatedCompositeFieldContainer[DenyRule]
     approval_required: bool
@@ -442,7 +443,8 @@ class Policy(_message.Message):
     approvers: int
     editable: _containers.RepeatedScalarFieldContainer[str]
     summary: str
-    def __init__(self, digest: _Optional[str] = ..., deny: _Optional[_Iterable[_Union[DenyRule, _Mapping]]] = ..., approval_required: _Optional[bool] = ..., approval_when: _Optional[str] = ..., approvers: _Optional[int] = ..., editable: _Optional[_Iterable[str]] = ..., summary: _Optional[str] = ...) -> None: ...
+    approvers_expr: str
+    def __init__(self, digest: _Optional[str] = ..., deny: _Optional[_Iterable[_Union[DenyRule, _Mapping]]] = ..., approval_required: _Optional[bool] = ..., approval_when: _Optional[str] = ..., approvers: _Optional[int] = ..., editable: _Optional[_Iterable[str]] = ..., summary: _Optional[str] = ..., approvers_expr: _Optional[str] = ...) -> None: ...
 
 class DenyRule(_message.Message):
     __slots__ = ("name", "when", "message")

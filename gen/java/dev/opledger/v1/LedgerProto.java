@@ -257,99 +257,100 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       "roval_ttl\030\007 \001(\0132\031.google.protobuf.Durati" +
       "onR\013approvalTtl\022\030\n\007current\030\010 \001(\010R\007curren" +
       "t\022+\n\006policy\030\t \001(\0132\023.opledger.v1.PolicyR\006" +
-      "policy\"\361\001\n\006Policy\022\026\n\006digest\030\001 \001(\tR\006diges" +
+      "policy\"\230\002\n\006Policy\022\026\n\006digest\030\001 \001(\tR\006diges" +
       "t\022)\n\004deny\030\002 \003(\0132\025.opledger.v1.DenyRuleR\004" +
       "deny\022+\n\021approval_required\030\003 \001(\010R\020approva" +
       "lRequired\022#\n\rapproval_when\030\004 \001(\tR\014approv" +
       "alWhen\022\034\n\tapprovers\030\005 \001(\005R\tapprovers\022\032\n\010" +
       "editable\030\006 \003(\tR\010editable\022\030\n\007summary\030\007 \001(" +
-      "\tR\007summary\"L\n\010DenyRule\022\022\n\004name\030\001 \001(\tR\004na" +
-      "me\022\022\n\004when\030\002 \001(\tR\004when\022\030\n\007message\030\003 \001(\tR" +
-      "\007message\"\022\n\020ListToolsRequest\"<\n\021ListTool" +
-      "sResponse\022\'\n\005tools\030\001 \003(\0132\021.opledger.v1.T" +
-      "oolR\005tools\"\223\001\n\025ListOperationsRequest\022*\n\006" +
-      "states\030\001 \003(\0162\022.opledger.v1.StateR\006states" +
-      "\022\022\n\004tool\030\002 \001(\tR\004tool\022\033\n\tpage_size\030\003 \001(\005R" +
-      "\010pageSize\022\035\n\npage_token\030\004 \001(\tR\tpageToken" +
-      "\"x\n\026ListOperationsResponse\0226\n\noperations" +
-      "\030\001 \003(\0132\026.opledger.v1.OperationR\noperatio" +
-      "ns\022&\n\017next_page_token\030\002 \001(\tR\rnextPageTok" +
-      "en*\314\001\n\005State\022\025\n\021STATE_UNSPECIFIED\020\000\022\033\n\027S" +
-      "TATE_AWAITING_APPROVAL\020\001\022\017\n\013STATE_READY\020" +
-      "\002\022\023\n\017STATE_EXECUTING\020\003\022\023\n\017STATE_SUCCEEDE" +
-      "D\020\004\022\020\n\014STATE_FAILED\020\005\022\031\n\025STATE_OUTCOME_U" +
-      "NKNOWN\020\006\022\022\n\016STATE_REJECTED\020\007\022\023\n\017STATE_CA" +
-      "NCELLED\020\010*M\n\010Decision\022\030\n\024DECISION_UNSPEC" +
-      "IFIED\020\000\022\024\n\020DECISION_APPROVE\020\001\022\021\n\rDECISIO" +
-      "N_DENY\020\002*\337\n\n\013ErrorReason\022\034\n\030ERROR_REASON" +
-      "_UNSPECIFIED\020\000\022 \n\034ERROR_REASON_API_KEY_M" +
-      "ISSING\020\001\022 \n\034ERROR_REASON_API_KEY_INVALID" +
-      "\020\002\022\036\n\032ERROR_REASON_ROLE_REQUIRED\020\003\022(\n$ER" +
-      "ROR_REASON_IDEMPOTENCY_KEY_MISSING\020\004\022(\n$" +
-      "ERROR_REASON_IDEMPOTENCY_KEY_INVALID\020\005\022\'" +
-      "\n#ERROR_REASON_IDEMPOTENCY_KEY_REUSED\020\006\022" +
-      "\035\n\031ERROR_REASON_TOOL_UNKNOWN\020\007\022%\n!ERROR_" +
-      "REASON_TOOL_VERSION_UNKNOWN\020\010\022\035\n\031ERROR_R" +
-      "EASON_ARGS_INVALID\020\t\022\037\n\033ERROR_REASON_ARG" +
-      "S_TOO_LARGE\020\n\022\036\n\032ERROR_REASON_FIELD_INVA" +
-      "LID\020\013\022$\n ERROR_REASON_OPERATION_NOT_FOUN" +
-      "D\020\014\022\"\n\036ERROR_REASON_APPROVAL_REQUIRED\020\r\022" +
-      "!\n\035ERROR_REASON_APPROVAL_EXPIRED\020\016\022.\n*ER" +
-      "ROR_REASON_APPROVAL_FINGERPRINT_MISMATCH" +
-      "\020\017\022\"\n\036ERROR_REASON_APPROVAL_CONFLICT\020\020\022(" +
-      "\n$ERROR_REASON_SELF_APPROVAL_FORBIDDEN\020\021" +
-      "\022(\n$ERROR_REASON_APPROVAL_NOT_APPLICABLE" +
-      "\020\022\022#\n\037ERROR_REASON_OPERATION_REJECTED\020\023\022" +
-      "$\n ERROR_REASON_OPERATION_CANCELLED\020\024\022&\n" +
-      "\"ERROR_REASON_OPERATION_IN_PROGRESS\020\025\022*\n" +
-      "&ERROR_REASON_RESOLUTION_NOT_APPLICABLE\020" +
-      "\026\022#\n\037ERROR_REASON_LEDGER_UNAVAILABLE\020\027\022\031" +
-      "\n\025ERROR_REASON_INTERNAL\020\030\022\'\n#ERROR_REASO" +
-      "N_DOWNSTREAM_UNAVAILABLE\020\031\022!\n\035ERROR_REAS" +
-      "ON_DEADLINE_INVALID\020\032\022$\n ERROR_REASON_DO" +
-      "WNSTREAM_REJECTED\020\033\022+\n\'ERROR_REASON_DOWN" +
-      "STREAM_OUTCOME_UNKNOWN\020\034\022\"\n\036ERROR_REASON" +
-      "_OPERATOR_REQUIRED\020\035\022\035\n\031ERROR_REASON_RAT" +
-      "E_LIMITED\020\036\022\037\n\033ERROR_REASON_QUOTA_EXCEED" +
-      "ED\020\037\022&\n\"ERROR_REASON_CANCEL_NOT_APPLICAB" +
-      "LE\020 \022\036\n\032ERROR_REASON_POLICY_DENIED\020!\022\037\n\033" +
-      "ERROR_REASON_LIMIT_EXCEEDED\020\"\022$\n ERROR_R" +
-      "EASON_OPERATION_DUPLICATE\020#\022%\n!ERROR_REA" +
-      "SON_OPERATION_SUPERSEDED\020$*\212\004\n\tEventType" +
-      "\022\032\n\026EVENT_TYPE_UNSPECIFIED\020\000\022\027\n\023EVENT_TY" +
-      "PE_PREPARED\020\001\022\027\n\023EVENT_TYPE_APPROVED\020\002\022\025" +
-      "\n\021EVENT_TYPE_DENIED\020\003\022\026\n\022EVENT_TYPE_CLAI" +
-      "MED\020\004\022$\n EVENT_TYPE_EXTERNAL_REF_RECORDE" +
-      "D\020\005\022\030\n\024EVENT_TYPE_SUCCEEDED\020\006\022\025\n\021EVENT_T" +
-      "YPE_FAILED\020\007\022\036\n\032EVENT_TYPE_OUTCOME_UNKNO" +
-      "WN\020\010\022\027\n\023EVENT_TYPE_RELEASED\020\t\022\037\n\033EVENT_T" +
-      "YPE_LEASE_TAKEN_OVER\020\n\022\031\n\025EVENT_TYPE_REC" +
-      "ONCILED\020\013\022 \n\034EVENT_TYPE_RESOLVED_MANUALL" +
-      "Y\020\014\022\030\n\024EVENT_TYPE_CANCELLED\020\r\022\037\n\033EVENT_T" +
-      "YPE_APPROVAL_EXPIRED\020\016\022\035\n\031EVENT_TYPE_POL" +
-      "ICY_CHANGED\020\017\022\035\n\031EVENT_TYPE_POLICY_CHECK" +
-      "ED\020\020\022\031\n\025EVENT_TYPE_SUPERSEDED\020\021*e\n\006Effec" +
-      "t\022\026\n\022EFFECT_UNSPECIFIED\020\000\022\024\n\020EFFECT_READ" +
-      "_ONLY\020\001\022\025\n\021EFFECT_IDEMPOTENT\020\002\022\026\n\022EFFECT" +
-      "_SIDE_EFFECT\020\0032\364\004\n\rLedgerService\022D\n\007Prep" +
-      "are\022\033.opledger.v1.PrepareRequest\032\034.opled" +
-      "ger.v1.PrepareResponse\022I\n\007Approve\022\033.ople" +
-      "dger.v1.ApproveRequest\032\034.opledger.v1.App" +
-      "roveResponse\"\003\220\002\002\022I\n\007Execute\022\033.opledger." +
-      "v1.ExecuteRequest\032\034.opledger.v1.ExecuteR" +
-      "esponse\"\003\220\002\002\022=\n\003Get\022\027.opledger.v1.GetReq" +
-      "uest\032\030.opledger.v1.GetResponse\"\003\220\002\001\022O\n\tR" +
-      "econcile\022\035.opledger.v1.ReconcileRequest\032" +
-      "\036.opledger.v1.ReconcileResponse\"\003\220\002\002\022F\n\006" +
-      "Cancel\022\032.opledger.v1.CancelRequest\032\033.opl" +
-      "edger.v1.CancelResponse\"\003\220\002\002\022O\n\tListTool" +
-      "s\022\035.opledger.v1.ListToolsRequest\032\036.opled" +
-      "ger.v1.ListToolsResponse\"\003\220\002\001\022^\n\016ListOpe" +
-      "rations\022\".opledger.v1.ListOperationsRequ" +
-      "est\032#.opledger.v1.ListOperationsResponse" +
-      "\"\003\220\002\001B\\\n\017dev.opledger.v1B\013LedgerProtoP\001Z" +
-      ":github.com/opledger/opledger/gen/go/opl" +
-      "edger/v1;opledgerv1b\006proto3"
+      "\tR\007summary\022%\n\016approvers_expr\030\010 \001(\tR\rappr" +
+      "oversExpr\"L\n\010DenyRule\022\022\n\004name\030\001 \001(\tR\004nam" +
+      "e\022\022\n\004when\030\002 \001(\tR\004when\022\030\n\007message\030\003 \001(\tR\007" +
+      "message\"\022\n\020ListToolsRequest\"<\n\021ListTools" +
+      "Response\022\'\n\005tools\030\001 \003(\0132\021.opledger.v1.To" +
+      "olR\005tools\"\223\001\n\025ListOperationsRequest\022*\n\006s" +
+      "tates\030\001 \003(\0162\022.opledger.v1.StateR\006states\022" +
+      "\022\n\004tool\030\002 \001(\tR\004tool\022\033\n\tpage_size\030\003 \001(\005R\010" +
+      "pageSize\022\035\n\npage_token\030\004 \001(\tR\tpageToken\"" +
+      "x\n\026ListOperationsResponse\0226\n\noperations\030" +
+      "\001 \003(\0132\026.opledger.v1.OperationR\noperation" +
+      "s\022&\n\017next_page_token\030\002 \001(\tR\rnextPageToke" +
+      "n*\314\001\n\005State\022\025\n\021STATE_UNSPECIFIED\020\000\022\033\n\027ST" +
+      "ATE_AWAITING_APPROVAL\020\001\022\017\n\013STATE_READY\020\002" +
+      "\022\023\n\017STATE_EXECUTING\020\003\022\023\n\017STATE_SUCCEEDED" +
+      "\020\004\022\020\n\014STATE_FAILED\020\005\022\031\n\025STATE_OUTCOME_UN" +
+      "KNOWN\020\006\022\022\n\016STATE_REJECTED\020\007\022\023\n\017STATE_CAN" +
+      "CELLED\020\010*M\n\010Decision\022\030\n\024DECISION_UNSPECI" +
+      "FIED\020\000\022\024\n\020DECISION_APPROVE\020\001\022\021\n\rDECISION" +
+      "_DENY\020\002*\337\n\n\013ErrorReason\022\034\n\030ERROR_REASON_" +
+      "UNSPECIFIED\020\000\022 \n\034ERROR_REASON_API_KEY_MI" +
+      "SSING\020\001\022 \n\034ERROR_REASON_API_KEY_INVALID\020" +
+      "\002\022\036\n\032ERROR_REASON_ROLE_REQUIRED\020\003\022(\n$ERR" +
+      "OR_REASON_IDEMPOTENCY_KEY_MISSING\020\004\022(\n$E" +
+      "RROR_REASON_IDEMPOTENCY_KEY_INVALID\020\005\022\'\n" +
+      "#ERROR_REASON_IDEMPOTENCY_KEY_REUSED\020\006\022\035" +
+      "\n\031ERROR_REASON_TOOL_UNKNOWN\020\007\022%\n!ERROR_R" +
+      "EASON_TOOL_VERSION_UNKNOWN\020\010\022\035\n\031ERROR_RE" +
+      "ASON_ARGS_INVALID\020\t\022\037\n\033ERROR_REASON_ARGS" +
+      "_TOO_LARGE\020\n\022\036\n\032ERROR_REASON_FIELD_INVAL" +
+      "ID\020\013\022$\n ERROR_REASON_OPERATION_NOT_FOUND" +
+      "\020\014\022\"\n\036ERROR_REASON_APPROVAL_REQUIRED\020\r\022!" +
+      "\n\035ERROR_REASON_APPROVAL_EXPIRED\020\016\022.\n*ERR" +
+      "OR_REASON_APPROVAL_FINGERPRINT_MISMATCH\020" +
+      "\017\022\"\n\036ERROR_REASON_APPROVAL_CONFLICT\020\020\022(\n" +
+      "$ERROR_REASON_SELF_APPROVAL_FORBIDDEN\020\021\022" +
+      "(\n$ERROR_REASON_APPROVAL_NOT_APPLICABLE\020" +
+      "\022\022#\n\037ERROR_REASON_OPERATION_REJECTED\020\023\022$" +
+      "\n ERROR_REASON_OPERATION_CANCELLED\020\024\022&\n\"" +
+      "ERROR_REASON_OPERATION_IN_PROGRESS\020\025\022*\n&" +
+      "ERROR_REASON_RESOLUTION_NOT_APPLICABLE\020\026" +
+      "\022#\n\037ERROR_REASON_LEDGER_UNAVAILABLE\020\027\022\031\n" +
+      "\025ERROR_REASON_INTERNAL\020\030\022\'\n#ERROR_REASON" +
+      "_DOWNSTREAM_UNAVAILABLE\020\031\022!\n\035ERROR_REASO" +
+      "N_DEADLINE_INVALID\020\032\022$\n ERROR_REASON_DOW" +
+      "NSTREAM_REJECTED\020\033\022+\n\'ERROR_REASON_DOWNS" +
+      "TREAM_OUTCOME_UNKNOWN\020\034\022\"\n\036ERROR_REASON_" +
+      "OPERATOR_REQUIRED\020\035\022\035\n\031ERROR_REASON_RATE" +
+      "_LIMITED\020\036\022\037\n\033ERROR_REASON_QUOTA_EXCEEDE" +
+      "D\020\037\022&\n\"ERROR_REASON_CANCEL_NOT_APPLICABL" +
+      "E\020 \022\036\n\032ERROR_REASON_POLICY_DENIED\020!\022\037\n\033E" +
+      "RROR_REASON_LIMIT_EXCEEDED\020\"\022$\n ERROR_RE" +
+      "ASON_OPERATION_DUPLICATE\020#\022%\n!ERROR_REAS" +
+      "ON_OPERATION_SUPERSEDED\020$*\212\004\n\tEventType\022" +
+      "\032\n\026EVENT_TYPE_UNSPECIFIED\020\000\022\027\n\023EVENT_TYP" +
+      "E_PREPARED\020\001\022\027\n\023EVENT_TYPE_APPROVED\020\002\022\025\n" +
+      "\021EVENT_TYPE_DENIED\020\003\022\026\n\022EVENT_TYPE_CLAIM" +
+      "ED\020\004\022$\n EVENT_TYPE_EXTERNAL_REF_RECORDED" +
+      "\020\005\022\030\n\024EVENT_TYPE_SUCCEEDED\020\006\022\025\n\021EVENT_TY" +
+      "PE_FAILED\020\007\022\036\n\032EVENT_TYPE_OUTCOME_UNKNOW" +
+      "N\020\010\022\027\n\023EVENT_TYPE_RELEASED\020\t\022\037\n\033EVENT_TY" +
+      "PE_LEASE_TAKEN_OVER\020\n\022\031\n\025EVENT_TYPE_RECO" +
+      "NCILED\020\013\022 \n\034EVENT_TYPE_RESOLVED_MANUALLY" +
+      "\020\014\022\030\n\024EVENT_TYPE_CANCELLED\020\r\022\037\n\033EVENT_TY" +
+      "PE_APPROVAL_EXPIRED\020\016\022\035\n\031EVENT_TYPE_POLI" +
+      "CY_CHANGED\020\017\022\035\n\031EVENT_TYPE_POLICY_CHECKE" +
+      "D\020\020\022\031\n\025EVENT_TYPE_SUPERSEDED\020\021*e\n\006Effect" +
+      "\022\026\n\022EFFECT_UNSPECIFIED\020\000\022\024\n\020EFFECT_READ_" +
+      "ONLY\020\001\022\025\n\021EFFECT_IDEMPOTENT\020\002\022\026\n\022EFFECT_" +
+      "SIDE_EFFECT\020\0032\364\004\n\rLedgerService\022D\n\007Prepa" +
+      "re\022\033.opledger.v1.PrepareRequest\032\034.opledg" +
+      "er.v1.PrepareResponse\022I\n\007Approve\022\033.opled" +
+      "ger.v1.ApproveRequest\032\034.opledger.v1.Appr" +
+      "oveResponse\"\003\220\002\002\022I\n\007Execute\022\033.opledger.v" +
+      "1.ExecuteRequest\032\034.opledger.v1.ExecuteRe" +
+      "sponse\"\003\220\002\002\022=\n\003Get\022\027.opledger.v1.GetRequ" +
+      "est\032\030.opledger.v1.GetResponse\"\003\220\002\001\022O\n\tRe" +
+      "concile\022\035.opledger.v1.ReconcileRequest\032\036" +
+      ".opledger.v1.ReconcileResponse\"\003\220\002\002\022F\n\006C" +
+      "ancel\022\032.opledger.v1.CancelRequest\032\033.ople" +
+      "dger.v1.CancelResponse\"\003\220\002\002\022O\n\tListTools" +
+      "\022\035.opledger.v1.ListToolsRequest\032\036.opledg" +
+      "er.v1.ListToolsResponse\"\003\220\002\001\022^\n\016ListOper" +
+      "ations\022\".opledger.v1.ListOperationsReque" +
+      "st\032#.opledger.v1.ListOperationsResponse\"" +
+      "\003\220\002\001B\\\n\017dev.opledger.v1B\013LedgerProtoP\001Z:" +
+      "github.com/opledger/opledger/gen/go/ople" +
+      "dger/v1;opledgerv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -472,7 +473,7 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
     internal_static_opledger_v1_Policy_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_Policy_descriptor,
-        new java.lang.String[] { "Digest", "Deny", "ApprovalRequired", "ApprovalWhen", "Approvers", "Editable", "Summary", });
+        new java.lang.String[] { "Digest", "Deny", "ApprovalRequired", "ApprovalWhen", "Approvers", "Editable", "Summary", "ApproversExpr", });
     internal_static_opledger_v1_DenyRule_descriptor =
       getDescriptor().getMessageType(19);
     internal_static_opledger_v1_DenyRule_fieldAccessorTable = new

@@ -38,6 +38,7 @@ private static final long serialVersionUID = 0L;
     editable_ =
         com.google.protobuf.LazyStringArrayList.emptyList();
     summary_ = "";
+    approversExpr_ = "";
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -234,7 +235,7 @@ private static final long serialVersionUID = 0L;
   private int approvers_ = 0;
   /**
    * <pre>
-   * How many distinct approvers must approve.
+   * How many distinct approvers must approve; 0 when approvers_expr decides.
    * </pre>
    *
    * <code>int32 approvers = 5 [json_name = "approvers"];</code>
@@ -345,6 +346,55 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int APPROVERS_EXPR_FIELD_NUMBER = 8;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object approversExpr_ = "";
+  /**
+   * <pre>
+   * A CEL expression yielding the number of approvers for one call, when
+   * the quorum depends on the arguments.
+   * </pre>
+   *
+   * <code>string approvers_expr = 8 [json_name = "approversExpr"];</code>
+   * @return The approversExpr.
+   */
+  @java.lang.Override
+  public java.lang.String getApproversExpr() {
+    java.lang.Object ref = approversExpr_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      approversExpr_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * A CEL expression yielding the number of approvers for one call, when
+   * the quorum depends on the arguments.
+   * </pre>
+   *
+   * <code>string approvers_expr = 8 [json_name = "approversExpr"];</code>
+   * @return The bytes for approversExpr.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getApproversExprBytes() {
+    java.lang.Object ref = approversExpr_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      approversExpr_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -379,6 +429,9 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(summary_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 7, summary_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(approversExpr_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 8, approversExpr_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -418,6 +471,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(summary_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(7, summary_);
     }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(approversExpr_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(8, approversExpr_);
+    }
     return size;
   }
   @java.lang.Override
@@ -456,6 +512,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getEditableList())) return false;
     if (!getSummary()
         .equals(other.getSummary())) return false;
+    if (!getApproversExpr()
+        .equals(other.getApproversExpr())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -486,6 +544,8 @@ private static final long serialVersionUID = 0L;
     }
     hash = (37 * hash) + SUMMARY_FIELD_NUMBER;
     hash = (53 * hash) + getSummary().hashCode();
+    hash = (37 * hash) + APPROVERS_EXPR_FIELD_NUMBER;
+    hash = (53 * hash) + getApproversExpr().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -635,6 +695,7 @@ private static final long serialVersionUID = 0L;
       editable_ =
           com.google.protobuf.LazyStringArrayList.emptyList();
       summary_ = "";
+      approversExpr_ = "";
       return this;
     }
 
@@ -699,6 +760,9 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000040) != 0)) {
         result.summary_ = summary_;
+      }
+      if (((from_bitField0_ & 0x00000080) != 0)) {
+        result.approversExpr_ = approversExpr_;
       }
     }
 
@@ -771,6 +835,11 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000040;
         onChanged();
       }
+      if (!other.getApproversExpr().isEmpty()) {
+        approversExpr_ = other.approversExpr_;
+        bitField0_ |= 0x00000080;
+        onChanged();
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -840,6 +909,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000040;
               break;
             } // case 58
+            case 66: {
+              approversExpr_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000080;
+              break;
+            } // case 66
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1405,7 +1479,7 @@ private static final long serialVersionUID = 0L;
     private int approvers_ ;
     /**
      * <pre>
-     * How many distinct approvers must approve.
+     * How many distinct approvers must approve; 0 when approvers_expr decides.
      * </pre>
      *
      * <code>int32 approvers = 5 [json_name = "approvers"];</code>
@@ -1417,7 +1491,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * How many distinct approvers must approve.
+     * How many distinct approvers must approve; 0 when approvers_expr decides.
      * </pre>
      *
      * <code>int32 approvers = 5 [json_name = "approvers"];</code>
@@ -1433,7 +1507,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * How many distinct approvers must approve.
+     * How many distinct approvers must approve; 0 when approvers_expr decides.
      * </pre>
      *
      * <code>int32 approvers = 5 [json_name = "approvers"];</code>
@@ -1681,6 +1755,103 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       summary_ = value;
       bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object approversExpr_ = "";
+    /**
+     * <pre>
+     * A CEL expression yielding the number of approvers for one call, when
+     * the quorum depends on the arguments.
+     * </pre>
+     *
+     * <code>string approvers_expr = 8 [json_name = "approversExpr"];</code>
+     * @return The approversExpr.
+     */
+    public java.lang.String getApproversExpr() {
+      java.lang.Object ref = approversExpr_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        approversExpr_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * A CEL expression yielding the number of approvers for one call, when
+     * the quorum depends on the arguments.
+     * </pre>
+     *
+     * <code>string approvers_expr = 8 [json_name = "approversExpr"];</code>
+     * @return The bytes for approversExpr.
+     */
+    public com.google.protobuf.ByteString
+        getApproversExprBytes() {
+      java.lang.Object ref = approversExpr_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        approversExpr_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * A CEL expression yielding the number of approvers for one call, when
+     * the quorum depends on the arguments.
+     * </pre>
+     *
+     * <code>string approvers_expr = 8 [json_name = "approversExpr"];</code>
+     * @param value The approversExpr to set.
+     * @return This builder for chaining.
+     */
+    public Builder setApproversExpr(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      approversExpr_ = value;
+      bitField0_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A CEL expression yielding the number of approvers for one call, when
+     * the quorum depends on the arguments.
+     * </pre>
+     *
+     * <code>string approvers_expr = 8 [json_name = "approversExpr"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearApproversExpr() {
+      approversExpr_ = getDefaultInstance().getApproversExpr();
+      bitField0_ = (bitField0_ & ~0x00000080);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A CEL expression yielding the number of approvers for one call, when
+     * the quorum depends on the arguments.
+     * </pre>
+     *
+     * <code>string approvers_expr = 8 [json_name = "approversExpr"];</code>
+     * @param value The bytes for approversExpr to set.
+     * @return This builder for chaining.
+     */
+    public Builder setApproversExprBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      approversExpr_ = value;
+      bitField0_ |= 0x00000080;
       onChanged();
       return this;
     }

@@ -108,7 +108,7 @@ public interface PolicyOrBuilder extends
 
   /**
    * <pre>
-   * How many distinct approvers must approve.
+   * How many distinct approvers must approve; 0 when approvers_expr decides.
    * </pre>
    *
    * <code>int32 approvers = 5 [json_name = "approvers"];</code>
@@ -176,4 +176,26 @@ public interface PolicyOrBuilder extends
    */
   com.google.protobuf.ByteString
       getSummaryBytes();
+
+  /**
+   * <pre>
+   * A CEL expression yielding the number of approvers for one call, when
+   * the quorum depends on the arguments.
+   * </pre>
+   *
+   * <code>string approvers_expr = 8 [json_name = "approversExpr"];</code>
+   * @return The approversExpr.
+   */
+  java.lang.String getApproversExpr();
+  /**
+   * <pre>
+   * A CEL expression yielding the number of approvers for one call, when
+   * the quorum depends on the arguments.
+   * </pre>
+   *
+   * <code>string approvers_expr = 8 [json_name = "approversExpr"];</code>
+   * @return The bytes for approversExpr.
+   */
+  com.google.protobuf.ByteString
+      getApproversExprBytes();
 }
