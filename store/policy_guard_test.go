@@ -1,0 +1,163 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/opledger/opledger/store"
+)
+
+// policyRow is a READY operation judged under digest, needing needed
+// approvals, with approvals already given by the principals named.
+func (g *guardDB) policyRow(t *testing.T, s shape, digest string, needed int32, approvers ...string) string {
+	t.Helper()
+	id := g.row(t, s)
+	list := `[]`
+	if len(approvers) > 0 {
+		list = `[`
+		for i, p := range approvers {
+			if i > 0 {
+				list += `,`
+			}
+			list += `{"principal_id":"` + p + `","decision":"APPROVE"}`
+		}
+		list += `]`
+	}
+	_, err := g.pool.Exec(t.Context(), `UPDATE operation SET policy_digest = $2, approvals_needed = $3, approvals = $4::jsonb WHERE id = $1`,
+		id, digest, needed, list)
+	require.NoError(t, err)
+	return id
+}
+
+// TestClaimRequiresThePolicyInForce: the claim sends an operation nothing
+// was sent for only if it was judged under one of the digests the caller
+// holds current; one sent before is driven to its outcome whatever its
+// digest.
+func TestClaimRequiresThePolicyInForce(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	lease := store.Lease{Owner: "srv", Duration: time.Minute, Actor: "test"}
+	cl := store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED", RequirePolicyCurrent: true, PolicyDigests: []string{"new", "other"}}
+	for _, c := range []struct {
+		name      string
+		digest    string
+		firstSent int64
+		claims    bool
+	}{
+		{"judged under the policy in force", "new", 0, true},
+		{"judged under another tool's current policy", "other", 0, true},
+		{"judged under an older policy", "old", 0, false},
+		{"from before policies", "", 0, false},
+		{"sent before, under an older policy", "old", 1, true},
+	} {
+		id := g.policyRow(t, shape{state: "READY", fence: 1, firstSent: c.firstSent}, c.digest, 0)
+		_, claimed, err := g.st.OperationClaim(t.Context(), "acme", id, cl, lease)
+		require.NoError(t, err, c.name)
+		require.Equal(t, c.claims, claimed, c.name)
+		// Without the guard every one of them is claimed (the control).
+		if !c.claims {
+			off := cl
+			off.RequirePolicyCurrent = false
+			_, claimed, err := g.st.OperationClaim(t.Context(), "acme", id, off, lease)
+			require.NoError(t, err)
+			require.True(t, claimed, c.name)
+		}
+	}
+}
+
+// TestPolicyApplyGuards: the judgement of a policy change applies once, to
+// the digest it was read with, never after a send, and only on the side of
+// the quorum the caller found.
+func TestPolicyApplyGuards(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	apply := func(id string, mod func(*store.PolicyApply)) (store.Operation, error) {
+		p := store.PolicyApply{Tenant: "acme", ID: id, From: []string{"READY"}, To: "AWAITING_APPROVAL", OldDigest: "old",
+			PolicyDigest: "new", ApprovalsNeeded: 2, ApprovalTTL: time.Minute, ApprovalRule: "approval.required",
+			RequireShort: true, Event: "POLICY_CHANGED", Actor: "test"}
+		if mod != nil {
+			mod(&p)
+		}
+		return g.st.OperationPolicyApply(t.Context(), p)
+	}
+	t.Run("short of a raised quorum", func(t *testing.T) {
+		id := g.policyRow(t, shape{state: "READY", fence: 0, approval: true, approvalEnds: d(time.Minute)}, "old", 1, "pr_b")
+		op, err := apply(id, nil)
+		require.NoError(t, err)
+		require.Equal(t, "AWAITING_APPROVAL", op.State)
+		require.EqualValues(t, 2, op.ApprovalsNeeded)
+		require.Equal(t, "new", op.PolicyDigest)
+		require.JSONEq(t, `[{"principal_id":"pr_b","decision":"APPROVE"}]`, string(op.Approvals), "an approval in force keeps counting")
+		require.True(t, op.ApprovalExpiresAt.IsZero())
+		_, err = apply(id, nil)
+		require.ErrorIs(t, err, store.ErrNotFound, "applied once: the digest moved on")
+	})
+	t.Run("a lapsed approval does not count", func(t *testing.T) {
+		id := g.policyRow(t, shape{state: "READY", fence: 0, approval: true, approvalEnds: d(-time.Second)}, "old", 1, "pr_b")
+		op, err := apply(id, nil)
+		require.NoError(t, err)
+		require.JSONEq(t, `[]`, string(op.Approvals))
+	})
+	t.Run("another digest", func(t *testing.T) {
+		id := g.policyRow(t, shape{state: "READY", fence: 0}, "older", 0)
+		_, err := apply(id, nil)
+		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+	t.Run("sent before", func(t *testing.T) {
+		id := g.policyRow(t, shape{state: "READY", fence: 1, firstSent: 1}, "old", 0)
+		_, err := apply(id, nil)
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = apply(id, func(p *store.PolicyApply) { p.To, p.Event, p.RequireShort = "REJECTED", "POLICY_CHANGED", false })
+		require.ErrorIs(t, err, store.ErrNotFound, "never rejected after a send")
+	})
+	t.Run("the quorum's side", func(t *testing.T) {
+		met := g.policyRow(t, shape{state: "READY", fence: 0, approval: true, approvalEnds: d(time.Minute)}, "old", 2, "pr_b", "pr_c")
+		_, err := apply(met, nil)
+		require.ErrorIs(t, err, store.ErrNotFound, "not short: two of two")
+		op, err := apply(met, func(p *store.PolicyApply) { p.To, p.Event, p.RequireShort, p.RequireMet = "READY", "POLICY_CHECKED", false, true })
+		require.NoError(t, err)
+		require.Equal(t, "READY", op.State)
+		short := g.policyRow(t, shape{state: "READY", fence: 0}, "old", 0)
+		_, err = apply(short, func(p *store.PolicyApply) { p.To, p.Event, p.RequireShort, p.RequireMet = "READY", "POLICY_CHECKED", false, true })
+		require.ErrorIs(t, err, store.ErrNotFound, "not met: none of two")
+	})
+	t.Run("the quorum only grows", func(t *testing.T) {
+		id := g.policyRow(t, shape{state: "READY", fence: 0, approval: true, approvalEnds: d(time.Minute)}, "old", 3, "pr_b")
+		op, err := apply(id, func(p *store.PolicyApply) { p.ApprovalsNeeded = 1 })
+		require.NoError(t, err)
+		require.EqualValues(t, 3, op.ApprovalsNeeded)
+	})
+}
+
+// TestDecideCountsTheQuorum: an approval makes the operation READY exactly
+// at the quorum, and a principal is counted once per round.
+func TestDecideCountsTheQuorum(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	two := int32(2)
+	dec := func(id, by, to string) (store.Operation, error) {
+		return g.st.OperationDecide(t.Context(), store.Decision{Tenant: "acme", ID: id, From: []string{"AWAITING_APPROVAL"}, To: to,
+			Decision: "APPROVE", DecidedBy: by, DecidedByName: by, ApprovedFingerprint: "v1:x", Event: "APPROVED", Actor: by,
+			ApprovalsNeeded: &two})
+	}
+	id := g.policyRow(t, shape{state: "AWAITING_APPROVAL", fence: 0, approval: true}, "d", 2)
+	_, err := dec(id, "pr_b", "READY")
+	require.ErrorIs(t, err, store.ErrNotFound, "READY at the first of two")
+	op, err := dec(id, "pr_b", "AWAITING_APPROVAL")
+	require.NoError(t, err)
+	_, err = dec(id, "pr_b", "AWAITING_APPROVAL")
+	require.ErrorIs(t, err, store.ErrNotFound, "the same principal twice")
+	_, err = dec(id, "pr_b", "READY")
+	require.ErrorIs(t, err, store.ErrNotFound, "the same principal twice")
+	_, err = dec(id, "pr_c", "AWAITING_APPROVAL")
+	require.ErrorIs(t, err, store.ErrNotFound, "still waiting at the second of two")
+	op, err = dec(id, "pr_c", "READY")
+	require.NoError(t, err)
+	require.Equal(t, "READY", op.State)
+	require.False(t, op.ApprovalExpiresAt.IsZero(), "the window runs from the approval that completes the quorum")
+	var n int
+	require.NoError(t, g.pool.QueryRow(t.Context(), `SELECT jsonb_array_length(approvals) FROM operation WHERE id = $1`, id).Scan(&n))
+	require.Equal(t, 2, n)
+}
