@@ -40,11 +40,16 @@ type Operation struct {
 	PolicyDigest, ApprovalRule string
 	// Supersedes and SupersededBy link an edited operation and its edit.
 	Supersedes, SupersededBy string
-	Attempts                 int32
-	Fence                    int64
-	LeaseOwner               string
-	LeaseExpiresAt           time.Time
-	FirstClaimedAt           time.Time
+	// BudgetNames and BudgetScopes (parallel) are the budgets the
+	// operation counts against; Identity its business identity, if its
+	// tool declares one.
+	BudgetNames, BudgetScopes []string
+	Identity                  string
+	Attempts                  int32
+	Fence                     int64
+	LeaseOwner                string
+	LeaseExpiresAt            time.Time
+	FirstClaimedAt            time.Time
 	// FirstSentFence is the fence of the first attempt that may have reached
 	// the downstream; 0 while nothing may have been sent.
 	FirstSentFence int64
@@ -119,6 +124,7 @@ func fromDB(r db.Operation) Operation {
 		CreatedAt: r.CreatedAt.Time, UpdatedAt: r.UpdatedAt.Time, Events: r.Events,
 		ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule,
 		Supersedes: r.Supersedes.String, SupersededBy: r.SupersededBy.String,
+		BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity.String,
 	}
 }
 
@@ -174,6 +180,10 @@ type NewOperation struct {
 	// ApprovedBy with ApprovedReason; Supersedes is the edited operation.
 	Approvals                              []byte
 	Supersedes, ApprovedBy, ApprovedReason string
+	// BudgetNames, BudgetScopes and Identity are what the operation
+	// reserved (BudgetReserve, IdentityReserve) in the same transaction.
+	BudgetNames, BudgetScopes []string
+	Identity                  string
 	// Actor and Detail describe the PREPARED event.
 	Actor, Detail string
 	// Notify queues an approval notification with an operation that
@@ -197,6 +207,7 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		DownstreamKey: n.DownstreamKey, Actor: n.Actor, Detail: n.Detail, Notify: n.Notify,
 		ApprovalsNeeded: n.ApprovalsNeeded, PolicyDigest: n.PolicyDigest, ApprovalRule: n.ApprovalRule,
 		Approvals: n.approvals(), Supersedes: text(n.Supersedes), ApprovedBy: text(n.ApprovedBy), ApprovedReason: text(n.ApprovedReason),
+		BudgetNames: n.BudgetNames, BudgetScopes: n.BudgetScopes, Identity: text(n.Identity),
 	}
 	if n.Claim != nil {
 		p.Claim, p.ClaimFrom, p.ClaimTo, p.ClaimEvent = true, n.Claim.From, n.Claim.To, n.Claim.Event
@@ -234,6 +245,7 @@ func (n NewOperation) row(r db.OperationInsertRow) Operation {
 		DownstreamKey: n.DownstreamKey, CreatedAt: now, UpdatedAt: now, DBNow: now, Events: 1,
 		ApprovalsNeeded: n.ApprovalsNeeded, PolicyDigest: n.PolicyDigest, ApprovalRule: n.ApprovalRule,
 		Approvals: n.approvals(), Supersedes: n.Supersedes,
+		BudgetNames: n.BudgetNames, BudgetScopes: n.BudgetScopes, Identity: n.Identity,
 	}
 	if len(n.Approvals) > 0 {
 		// Born approved by its editor: the row as the statement wrote it.
@@ -274,7 +286,7 @@ func (c *Conn) OperationGet(ctx context.Context, tenant, id string) (Operation, 
 	if err != nil {
 		return Operation{}, interpretError(err)
 	}
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy}, r.DbNow), nil
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy, BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity}, r.DbNow), nil
 }
 
 // OperationGetForUpdate reads and row-locks an operation for the rest of the
@@ -347,7 +359,7 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, 
 		return Operation{}, false, ErrNotFound
 	}
 	r := rows[0]
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy}, r.DbNow), r.Claimed, nil
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy, BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity}, r.DbNow), r.Claimed, nil
 }
 
 // claimReadTimeout bounds the read after a claim whose copy was outdated,
@@ -631,7 +643,7 @@ func (c *Conn) OperationClaimUnresolved(ctx context.Context, batch int32, base, 
 	}
 	out := make([]Operation, len(rows))
 	for i, r := range rows {
-		out[i] = withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy}, r.DbNow)
+		out[i] = withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy, BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity}, r.DbNow)
 	}
 	return out, nil
 }

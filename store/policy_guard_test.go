@@ -116,11 +116,15 @@ func TestPolicyApplyGuards(t *testing.T) {
 		met := g.policyRow(t, shape{state: "READY", fence: 0, approval: true, approvalEnds: d(time.Minute)}, "old", 2, "pr_b", "pr_c")
 		_, err := apply(met, nil)
 		require.ErrorIs(t, err, store.ErrNotFound, "not short: two of two")
-		op, err := apply(met, func(p *store.PolicyApply) { p.To, p.Event, p.RequireShort, p.RequireMet = "READY", "POLICY_CHECKED", false, true })
+		op, err := apply(met, func(p *store.PolicyApply) {
+			p.To, p.Event, p.RequireShort, p.RequireMet = "READY", "POLICY_CHECKED", false, true
+		})
 		require.NoError(t, err)
 		require.Equal(t, "READY", op.State)
 		short := g.policyRow(t, shape{state: "READY", fence: 0}, "old", 0)
-		_, err = apply(short, func(p *store.PolicyApply) { p.To, p.Event, p.RequireShort, p.RequireMet = "READY", "POLICY_CHECKED", false, true })
+		_, err = apply(short, func(p *store.PolicyApply) {
+			p.To, p.Event, p.RequireShort, p.RequireMet = "READY", "POLICY_CHECKED", false, true
+		})
 		require.ErrorIs(t, err, store.ErrNotFound, "not met: none of two")
 	})
 	t.Run("the quorum only grows", func(t *testing.T) {

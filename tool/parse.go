@@ -44,7 +44,8 @@ var reservedHeaders = map[string]bool{
 }
 
 type fileDoc struct {
-	Tools []toolDoc `yaml:"tools"`
+	Tools  []toolDoc  `yaml:"tools"`
+	Limits []limitDoc `yaml:"limits"`
 }
 
 type toolDoc struct {
@@ -54,6 +55,7 @@ type toolDoc struct {
 	Effect      string       `yaml:"effect"`
 	Approval    *approvalDoc `yaml:"approval"`
 	Deny        []denyDoc    `yaml:"deny"`
+	Identity    *identityDoc `yaml:"identity"`
 	ArgsSchema  yaml.Node    `yaml:"args_schema"`
 	Executor    *executorDoc `yaml:"executor"`
 }
@@ -93,6 +95,8 @@ var yamlTypeNames = strings.NewReplacer(
 	"type tool.toolDoc", "tool",
 	"type tool.approvalDoc", "approval",
 	"type tool.denyDoc", "deny rule",
+	"type tool.limitDoc", "limit",
+	"type tool.identityDoc", "identity",
 	"type tool.executorDoc", "executor",
 )
 
@@ -152,6 +156,17 @@ func Parse(data []byte, getenv func(string) string) (*Registry, error) {
 		r.byName[t.Name] = append(r.byName[t.Name], t)
 		r.list = append(r.list, t)
 	}
+	if err := buildLimits(r, doc.Limits); err != nil {
+		return nil, err
+	}
+	for i := range doc.Tools {
+		td := &doc.Tools[i]
+		t, _ := r.Lookup(td.Name, td.Version)
+		if t.Approval.TTL != 0 && !t.Approval.MayRequire() && !slices.ContainsFunc(t.Limits, func(l *Limit) bool { return l.Over == OverApprove }) {
+			return nil, fmt.Errorf("tools[%d] %s: approval.ttl: set but approval.required is false, approval.when is not set, "+
+				"and no limit with over: approve counts this tool", i, describe(td))
+		}
+	}
 	slices.SortFunc(r.list, func(a, b *Tool) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Version, b.Version))
 	})
@@ -191,6 +206,9 @@ func buildTool(td *toolDoc) (*Tool, error) {
 	}
 	t.quick = compileQuick(t.schema)
 	if err := buildPolicy(t, td.Deny, td.Approval); err != nil {
+		return nil, err
+	}
+	if err := buildIdentity(t, td.Identity); err != nil {
 		return nil, err
 	}
 	if td.Executor == nil {
@@ -255,9 +273,8 @@ func buildApproval(ad *approvalDoc) (Approval, error) {
 	if needs && a.TTL == 0 {
 		return Approval{}, errors.New("approval.ttl: required when approval.required is true or approval.when is set")
 	}
-	if !needs && a.TTL != 0 {
-		return Approval{}, errors.New("approval.ttl: set but approval.required is false and approval.when is not set")
-	}
+	// A ttl alone is how long an approval that a limit with `over: approve`
+	// demands lasts.
 	if !needs {
 		a.Approvers = 0
 	}

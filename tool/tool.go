@@ -86,6 +86,11 @@ type Tool struct {
 	Approval Approval
 	// Policy is the rest of the tool's rules and its digest.
 	Policy Policy
+	// Identity, if set, is the tool's business identity.
+	Identity *Identity
+	// Limits are the tools file's limits this tool's operations count
+	// against, in declaration order.
+	Limits []*Limit
 	// ArgsSchema is the JSON Schema of the args, as JSON.
 	ArgsSchema json.RawMessage
 	// Executor says how the tool is performed.
@@ -111,6 +116,7 @@ type Registry struct {
 	// the current one.
 	byName map[string][]*Tool
 	list   []*Tool
+	limits []*Limit
 }
 
 // Lookup returns the tool with the given name and version; version ""

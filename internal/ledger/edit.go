@@ -140,13 +140,8 @@ func (l *Ledger) ApproveEdited(ctx context.Context, a Actor, in ApproveInput, ed
 		if err := Check("", EventPrepared, state); err != nil {
 			return err
 		}
-		newOp, inserted, err := c.OperationInsert(ctx, n)
-		if err != nil {
-			return err
-		}
-		if !inserted {
-			return fmt.Errorf("ledger: the edit of %s conflicts with an operation already stored", op.ID)
-		}
+		// The original first: rejecting it releases its budget shares and its
+		// business identity, which the edit then reserves for itself.
 		st, err := decision(op, EventSuperseded, StateRejected, ByApprover)
 		if err != nil {
 			return err
@@ -157,6 +152,21 @@ func (l *Ledger) ApproveEdited(ctx context.Context, a Actor, in ApproveInput, ed
 		orig, err := c.OperationDecide(ctx, st)
 		if err != nil {
 			return err
+		}
+		if needsIdentityOrBudget(t) {
+			adm, err := l.admit(ctx, c, t, preparer, edited, id, key)
+			if err != nil {
+				return err
+			}
+			n.BudgetNames, n.BudgetScopes, n.Identity = adm.names, adm.scopes, adm.identity
+			// Past an `over: approve` limit the edit needs the approval it has.
+		}
+		newOp, inserted, err := c.OperationInsert(ctx, n)
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			return fmt.Errorf("ledger: the edit of %s conflicts with an operation already stored", op.ID)
 		}
 		res.Original, res.Edited = orig, newOp
 		return nil

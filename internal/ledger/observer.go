@@ -50,6 +50,11 @@ type Observer interface {
 	Reconciled(tool, result string)
 	// Decided: an approver decided, after waiting d since Prepare.
 	Decided(tool, decision string, d time.Duration)
+	// LimitUsed: an operation took a share of the limit's budget.
+	LimitUsed(limit string)
+	// LimitRefused: a Prepare was refused by the limit (or, for
+	// "identity:<tool>", by a business identity).
+	LimitRefused(limit string)
 }
 
 type nopObserver struct{}
@@ -59,6 +64,8 @@ func (nopObserver) DuplicatePrevented(string, string, bool)        {}
 func (nopObserver) DownstreamCalled(string, string, time.Duration) {}
 func (nopObserver) Reconciled(string, string)                      {}
 func (nopObserver) Decided(string, string, time.Duration)          {}
+func (nopObserver) LimitUsed(string)                               {}
+func (nopObserver) LimitRefused(string)                            {}
 
 // SetObserver installs o; call before serving.
 func (l *Ledger) SetObserver(o Observer) {

@@ -209,17 +209,24 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 				return Operation{}, false, none, err
 			}
 		}
-		op, inserted, err := l.insert(insCtx, a.Tenant, n)
+		op, inserted, err := l.insert(insCtx, a, t, in.Args, &n)
 		cancel()
 		if n.Claim != nil && store.MayHaveCommitted(err) {
 			l.recoverClaim(a.Tenant, id, n.Lease.Owner)
+		}
+		if err != nil && admissionRefusal(err) {
+			// A budget or an identity refuses a new operation: if the key
+			// already names one, this is its replay, which they never refuse.
+			if _, gerr := l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey); gerr == nil {
+				err, inserted = nil, false
+			}
 		}
 		if err != nil {
 			return Operation{}, false, none, storeErr(err)
 		}
 		if inserted {
 			failpoint.Inject(failpoint.AfterPrepare)
-			if state == StateAwaitingApproval && l.notifyOn() {
+			if State(op.State) == StateAwaitingApproval && l.notifyOn() {
 				l.kickNotifier()
 			}
 			l.holdLive(op)
@@ -281,22 +288,54 @@ func (l *Ledger) checkArgs(t *tool.Tool, args *structpb.Struct, field string) ([
 	return canonical, nil
 }
 
-// insert stores a new operation. With a quota it does so in a transaction
-// that also counts the tenant's operations this minute, so an operation over
-// the quota is rolled back and nothing is stored.
-func (l *Ledger) insert(ctx context.Context, tenant string, n store.NewOperation) (Operation, bool, error) {
-	if l.cfg.OpsPerMinute <= 0 {
-		return l.store.OperationInsert(ctx, n)
+// errKeyTaken rolls back a Prepare's reservations when its insert found the
+// key taken: the caller reads the operation that has it.
+var errKeyTaken = errors.New("ledger: the idempotency key is taken")
+
+// admissionRefusal reports a refusal by a budget or a business identity.
+func admissionRefusal(err error) bool {
+	var le *Error
+	return errors.As(err, &le) && (le.Reason == opledgerv1.ErrorReason_ERROR_REASON_LIMIT_EXCEEDED ||
+		le.Reason == opledgerv1.ErrorReason_ERROR_REASON_OPERATION_DUPLICATE)
+}
+
+// insert stores a new operation of t prepared by a. With a quota, limits
+// or a business identity it does so in a transaction that also reserves
+// them (admit) and counts the tenant's operations this minute, so an
+// operation refused by any of them is rolled back and nothing is stored. A
+// limit with `over: approve` that the call goes past makes n await approval
+// (and not be claimed).
+func (l *Ledger) insert(ctx context.Context, a Actor, t *tool.Tool, args *structpb.Struct, n *store.NewOperation) (Operation, bool, error) {
+	if l.cfg.OpsPerMinute <= 0 && !needsIdentityOrBudget(t) {
+		return l.store.OperationInsert(ctx, *n)
 	}
 	var op Operation
 	var inserted bool
 	err := l.store.InTx(ctx, func(c *store.Conn) error {
 		var err error
-		op, inserted, err = c.OperationInsert(ctx, n)
-		if err != nil || !inserted {
+		if needsIdentityOrBudget(t) {
+			adm, err := l.admit(ctx, c, t, a, args, n.ID, n.IdempotencyKey)
+			if err != nil {
+				return err
+			}
+			n.BudgetNames, n.BudgetScopes, n.Identity = adm.names, adm.scopes, adm.identity
+			if adm.over != nil && n.State == string(StateReady) {
+				n.State, n.Claim = string(StateAwaitingApproval), nil
+				n.ApprovalRequired, n.ApprovalsNeeded = true, int32(max(t.Approval.Approvers, 1))
+				n.ApprovalRule, n.ApprovalTTL = "limits."+adm.over.Name, t.Approval.TTL
+			}
+		}
+		op, inserted, err = c.OperationInsert(ctx, *n)
+		if err != nil {
 			return err
 		}
-		count, err := c.TenantUsageBump(ctx, tenant)
+		if !inserted {
+			return errKeyTaken
+		}
+		if l.cfg.OpsPerMinute <= 0 {
+			return nil
+		}
+		count, err := c.TenantUsageBump(ctx, a.Tenant)
 		if err != nil {
 			return err
 		}
@@ -307,5 +346,8 @@ func (l *Ledger) insert(ctx context.Context, tenant string, n store.NewOperation
 		}
 		return nil
 	})
+	if errors.Is(err, errKeyTaken) {
+		return Operation{}, false, nil
+	}
 	return op, inserted, err
 }

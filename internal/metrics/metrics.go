@@ -35,6 +35,8 @@ type Metrics struct {
 	downstream  *prometheus.HistogramVec
 	reconciles  *prometheus.CounterVec
 	approvals   *prometheus.HistogramVec
+	limitUsed   *prometheus.CounterVec
+	limitRefuse *prometheus.CounterVec
 	openCounter func(ctx context.Context) (map[string]int64, error)
 
 	// A new tool call's series, looked up once per tool (and outcome) and
@@ -78,9 +80,14 @@ func New(countOpen func(ctx context.Context) (map[string]int64, error)) *Metrics
 		approvals: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "approval_latency_seconds",
 			Help: "Time from Prepare to an approver's decision, by tool and decision.", Buckets: prometheus.ExponentialBuckets(1, 3, 10)},
 			[]string{"tool", "decision"}),
+		limitUsed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "limit_reservations_total",
+			Help: "Operations that took a share of a budget (a tools-file limit), by limit."}, []string{"limit"}),
+		limitRefuse: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "limit_refusals_total",
+			Help: "Prepares refused by a limit (LIMIT_EXCEEDED), or by a business identity (limit \"identity:<tool>\", OPERATION_DUPLICATE)."}, []string{"limit"}),
 		openCounter: countOpen,
 	}
 	m.Registry.MustRegister(m.GRPC, m.executions, m.duplicates, m.replays, m.outcomes, m.unknown, m.downstream, m.reconciles, m.approvals,
+		m.limitUsed, m.limitRefuse,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if countOpen != nil {
 		m.Registry.MustRegister(&openCollector{m: m})
@@ -131,6 +138,12 @@ func (m *Metrics) DownstreamCalled(tool, outcome string, d time.Duration) {
 
 // Reconciled implements ledger.Observer.
 func (m *Metrics) Reconciled(tool, result string) { m.reconciles.WithLabelValues(tool, result).Inc() }
+
+// LimitUsed implements ledger.Observer.
+func (m *Metrics) LimitUsed(limit string) { m.limitUsed.WithLabelValues(limit).Inc() }
+
+// LimitRefused implements ledger.Observer.
+func (m *Metrics) LimitRefused(limit string) { m.limitRefuse.WithLabelValues(limit).Inc() }
 
 // Decided implements ledger.Observer.
 func (m *Metrics) Decided(tool, decision string, d time.Duration) {

@@ -39,6 +39,7 @@ WITH ins AS (
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
                            fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
+                           budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
     VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(tool_version), sqlc.arg(idempotency_key), sqlc.arg(args), sqlc.arg(fingerprint),
             CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.arg(claim_to)::text ELSE sqlc.arg(state)::text END,
@@ -52,6 +53,7 @@ WITH ins AS (
             CASE WHEN sqlc.arg(claim)::boolean THEN now() END,
             sqlc.arg(approvals_needed)::integer, sqlc.arg(policy_digest)::text, sqlc.arg(approval_rule)::text,
             sqlc.arg(approvals)::jsonb, sqlc.narg(supersedes)::text,
+            sqlc.narg(budget_names)::text[], sqlc.narg(budget_scopes)::text[], sqlc.narg(identity)::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
@@ -533,3 +535,69 @@ LIMIT sqlc.arg(page_limit);
 -- locked, in Approve). statement_timestamp(), not now(): in a transaction
 -- that waited for a row lock, now() is the time before that wait.
 SELECT statement_timestamp()::timestamptz AS now;
+
+-- name: BudgetReserve :one
+-- Reserves an operation's share of one budget (a limit of the tenant, for
+-- one `per` key) if it fits: at most max_count operations (0: no bound) and
+-- at most max_sum in total (with has_sum) within the window counted back
+-- from the database's clock, and at most max_uses entries. With force (a
+-- limit whose `over` is approve) the share is taken whether it fits or not.
+-- No row: it does not fit, nothing changed. The row lock that ON CONFLICT
+-- takes orders concurrent reservations, and its WHERE is judged on the
+-- row's newest version, so reservations never together exceed the limit
+-- (the caller commits the reservation with the operation it is for, in one
+-- transaction). fits says whether the share fitted (always true without
+-- force). Expired entries are dropped as the row is rewritten.
+INSERT INTO budget AS b (tenant, name, scope, uses)
+SELECT sqlc.arg(tenant)::text, sqlc.arg(name)::text, sqlc.arg(scope)::text,
+       jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text, 'at', extract(epoch FROM statement_timestamp())::float8,
+                                            'amount', sqlc.arg(amount)::float8))
+WHERE sqlc.arg(force)::boolean
+   OR (sqlc.arg(max_count)::integer <> 0 OR sqlc.arg(has_sum)::boolean)
+      AND (NOT sqlc.arg(has_sum)::boolean OR sqlc.arg(amount)::float8 <= sqlc.arg(max_sum)::float8)
+ON CONFLICT (tenant, name, scope) DO UPDATE SET
+    uses = COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
+                     WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8), '[]'::jsonb)
+           || EXCLUDED.uses
+WHERE (SELECT count(*) FROM jsonb_array_elements(b.uses) e
+       WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8) < sqlc.arg(max_uses)::integer
+  AND (sqlc.arg(force)::boolean
+   OR (sqlc.arg(max_count)::integer = 0
+       OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
+           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8) + 1 <= sqlc.arg(max_count)::integer)
+      AND (NOT sqlc.arg(has_sum)::boolean
+       OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e
+           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8)
+          + sqlc.arg(amount)::float8 <= sqlc.arg(max_sum)::float8))
+RETURNING ((sqlc.arg(max_count)::integer = 0 OR jsonb_array_length(b.uses) <= sqlc.arg(max_count)::integer)
+           AND (NOT sqlc.arg(has_sum)::boolean
+                OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e) <= sqlc.arg(max_sum)::float8))::boolean AS fits;
+
+-- name: BudgetGet :one
+-- A budget's entries within the window, oldest first, and the database's
+-- clock (epoch seconds) they were judged on: what is used, and when room
+-- frees up. Read only; it decides nothing.
+SELECT COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
+                 WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8), '[]'::jsonb)::jsonb AS uses,
+       extract(epoch FROM statement_timestamp())::float8 AS now
+FROM (SELECT sqlc.arg(tenant)::text AS tenant) t
+LEFT JOIN budget b ON b.tenant = t.tenant AND b.name = sqlc.arg(name)::text AND b.scope = sqlc.arg(scope)::text;
+
+-- name: IdentityReserve :one
+-- Takes a business identity of a tool for an operation, unless another
+-- holds it: one live, or one that took effect less than its window ago. No
+-- row: it is held (IdentityHolder says by which operation). The row lock
+-- orders concurrent Prepares of one identity, and the WHERE is judged on
+-- its newest version; the caller commits it with the operation.
+INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, window_seconds, free_at)
+VALUES (sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(identity), sqlc.arg(operation_id), sqlc.arg(window_seconds), 'infinity')
+ON CONFLICT (tenant, tool, identity) DO UPDATE SET
+    operation_id = EXCLUDED.operation_id, window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
+WHERE i.free_at <= statement_timestamp()
+RETURNING i.operation_id;
+
+-- name: IdentityHolder :one
+-- The operation holding a business identity, and its idempotency key.
+SELECT i.operation_id, COALESCE(o.idempotency_key, '')::text AS idempotency_key
+FROM operation_identity i LEFT JOIN operation o ON o.id = i.operation_id
+WHERE i.tenant = sqlc.arg(tenant) AND i.tool = sqlc.arg(tool) AND i.identity = sqlc.arg(identity);

@@ -18,6 +18,13 @@ type ApprovalNotification struct {
 	CreatedAt     pgtype.Timestamptz
 }
 
+type Budget struct {
+	Tenant string
+	Name   string
+	Scope  string
+	Uses   []byte
+}
+
 type ConsoleSession struct {
 	IDHash      []byte
 	PrincipalID string
@@ -67,6 +74,9 @@ type Operation struct {
 	ApprovalRule        string
 	Supersedes          pgtype.Text
 	SupersededBy        pgtype.Text
+	BudgetNames         []string
+	BudgetScopes        []string
+	Identity            pgtype.Text
 }
 
 type OperationEvent struct {
@@ -80,6 +90,15 @@ type OperationEvent struct {
 	Fence       int64
 	Detail      string
 	CreatedAt   pgtype.Timestamptz
+}
+
+type OperationIdentity struct {
+	Tenant        string
+	Tool          string
+	Identity      string
+	OperationID   string
+	WindowSeconds float64
+	FreeAt        pgtype.Timestamptz
 }
 
 type Principal struct {

@@ -11,6 +11,112 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const budgetGet = `-- name: BudgetGet :one
+SELECT COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
+                 WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $1::float8), '[]'::jsonb)::jsonb AS uses,
+       extract(epoch FROM statement_timestamp())::float8 AS now
+FROM (SELECT $2::text AS tenant) t
+LEFT JOIN budget b ON b.tenant = t.tenant AND b.name = $3::text AND b.scope = $4::text
+`
+
+type BudgetGetParams struct {
+	WindowSeconds float64
+	Tenant        string
+	Name          string
+	Scope         string
+}
+
+type BudgetGetRow struct {
+	Uses []byte
+	Now  float64
+}
+
+// A budget's entries within the window, oldest first, and the database's
+// clock (epoch seconds) they were judged on: what is used, and when room
+// frees up. Read only; it decides nothing.
+func (q *Queries) BudgetGet(ctx context.Context, db DBTX, arg BudgetGetParams) (BudgetGetRow, error) {
+	row := db.QueryRow(ctx, budgetGet,
+		arg.WindowSeconds,
+		arg.Tenant,
+		arg.Name,
+		arg.Scope,
+	)
+	var i BudgetGetRow
+	err := row.Scan(&i.Uses, &i.Now)
+	return i, err
+}
+
+const budgetReserve = `-- name: BudgetReserve :one
+INSERT INTO budget AS b (tenant, name, scope, uses)
+SELECT $1::text, $2::text, $3::text,
+       jsonb_build_array(jsonb_build_object('op', $4::text, 'at', extract(epoch FROM statement_timestamp())::float8,
+                                            'amount', $5::float8))
+WHERE $6::boolean
+   OR ($7::integer <> 0 OR $8::boolean)
+      AND (NOT $8::boolean OR $5::float8 <= $9::float8)
+ON CONFLICT (tenant, name, scope) DO UPDATE SET
+    uses = COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
+                     WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8), '[]'::jsonb)
+           || EXCLUDED.uses
+WHERE (SELECT count(*) FROM jsonb_array_elements(b.uses) e
+       WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8) < $11::integer
+  AND ($6::boolean
+   OR ($7::integer = 0
+       OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
+           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8) + 1 <= $7::integer)
+      AND (NOT $8::boolean
+       OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e
+           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8)
+          + $5::float8 <= $9::float8))
+RETURNING (($7::integer = 0 OR jsonb_array_length(b.uses) <= $7::integer)
+           AND (NOT $8::boolean
+                OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e) <= $9::float8))::boolean AS fits
+`
+
+type BudgetReserveParams struct {
+	Tenant        string
+	Name          string
+	Scope         string
+	OpID          string
+	Amount        float64
+	Force         bool
+	MaxCount      int32
+	HasSum        bool
+	MaxSum        float64
+	WindowSeconds float64
+	MaxUses       int32
+}
+
+// Reserves an operation's share of one budget (a limit of the tenant, for
+// one `per` key) if it fits: at most max_count operations (0: no bound) and
+// at most max_sum in total (with has_sum) within the window counted back
+// from the database's clock, and at most max_uses entries. With force (a
+// limit whose `over` is approve) the share is taken whether it fits or not.
+// No row: it does not fit, nothing changed. The row lock that ON CONFLICT
+// takes orders concurrent reservations, and its WHERE is judged on the
+// row's newest version, so reservations never together exceed the limit
+// (the caller commits the reservation with the operation it is for, in one
+// transaction). fits says whether the share fitted (always true without
+// force). Expired entries are dropped as the row is rewritten.
+func (q *Queries) BudgetReserve(ctx context.Context, db DBTX, arg BudgetReserveParams) (bool, error) {
+	row := db.QueryRow(ctx, budgetReserve,
+		arg.Tenant,
+		arg.Name,
+		arg.Scope,
+		arg.OpID,
+		arg.Amount,
+		arg.Force,
+		arg.MaxCount,
+		arg.HasSum,
+		arg.MaxSum,
+		arg.WindowSeconds,
+		arg.MaxUses,
+	)
+	var fits bool
+	err := row.Scan(&fits)
+	return fits, err
+}
+
 const clockNow = `-- name: ClockNow :one
 SELECT statement_timestamp()::timestamptz AS now
 `
@@ -24,6 +130,66 @@ func (q *Queries) ClockNow(ctx context.Context, db DBTX) (pgtype.Timestamptz, er
 	var now pgtype.Timestamptz
 	err := row.Scan(&now)
 	return now, err
+}
+
+const identityHolder = `-- name: IdentityHolder :one
+SELECT i.operation_id, COALESCE(o.idempotency_key, '')::text AS idempotency_key
+FROM operation_identity i LEFT JOIN operation o ON o.id = i.operation_id
+WHERE i.tenant = $1 AND i.tool = $2 AND i.identity = $3
+`
+
+type IdentityHolderParams struct {
+	Tenant   string
+	Tool     string
+	Identity string
+}
+
+type IdentityHolderRow struct {
+	OperationID    string
+	IdempotencyKey string
+}
+
+// The operation holding a business identity, and its idempotency key.
+func (q *Queries) IdentityHolder(ctx context.Context, db DBTX, arg IdentityHolderParams) (IdentityHolderRow, error) {
+	row := db.QueryRow(ctx, identityHolder, arg.Tenant, arg.Tool, arg.Identity)
+	var i IdentityHolderRow
+	err := row.Scan(&i.OperationID, &i.IdempotencyKey)
+	return i, err
+}
+
+const identityReserve = `-- name: IdentityReserve :one
+INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, window_seconds, free_at)
+VALUES ($1, $2, $3, $4, $5, 'infinity')
+ON CONFLICT (tenant, tool, identity) DO UPDATE SET
+    operation_id = EXCLUDED.operation_id, window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
+WHERE i.free_at <= statement_timestamp()
+RETURNING i.operation_id
+`
+
+type IdentityReserveParams struct {
+	Tenant        string
+	Tool          string
+	Identity      string
+	OperationID   string
+	WindowSeconds float64
+}
+
+// Takes a business identity of a tool for an operation, unless another
+// holds it: one live, or one that took effect less than its window ago. No
+// row: it is held (IdentityHolder says by which operation). The row lock
+// orders concurrent Prepares of one identity, and the WHERE is judged on
+// its newest version; the caller commits it with the operation.
+func (q *Queries) IdentityReserve(ctx context.Context, db DBTX, arg IdentityReserveParams) (string, error) {
+	row := db.QueryRow(ctx, identityReserve,
+		arg.Tenant,
+		arg.Tool,
+		arg.Identity,
+		arg.OperationID,
+		arg.WindowSeconds,
+	)
+	var operation_id string
+	err := row.Scan(&operation_id)
+	return operation_id, err
 }
 
 const operationClaim = `-- name: OperationClaim :many
@@ -44,14 +210,14 @@ WITH upd AS (
            OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
       AND (NOT $8::boolean OR o.first_sent_fence IS NOT NULL
            OR o.policy_digest = ANY ($9::text[]))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $10::text, $11, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, upd.approvals_needed, upd.approvals, upd.policy_digest, upd.approval_rule, upd.supersedes, upd.superseded_by, true AS claimed, now()::timestamptz AS db_now FROM upd
+SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, upd.approvals_needed, upd.approvals, upd.policy_digest, upd.approval_rule, upd.supersedes, upd.superseded_by, upd.budget_names, upd.budget_scopes, upd.identity, true AS claimed, now()::timestamptz AS db_now FROM upd
 UNION ALL
-SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, g.approvals_needed, g.approvals, g.policy_digest, g.approval_rule, g.supersedes, g.superseded_by, false AS claimed, now()::timestamptz AS db_now FROM operation g
+SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, g.approvals_needed, g.approvals, g.policy_digest, g.approval_rule, g.supersedes, g.superseded_by, g.budget_names, g.budget_scopes, g.identity, false AS claimed, now()::timestamptz AS db_now FROM operation g
 WHERE g.id = $4 AND g.tenant IS NOT DISTINCT FROM $5 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
@@ -110,6 +276,9 @@ type OperationClaimRow struct {
 	ApprovalRule        string
 	Supersedes          pgtype.Text
 	SupersededBy        pgtype.Text
+	BudgetNames         []string
+	BudgetScopes        []string
+	Identity            pgtype.Text
 	Claimed             bool
 	DbNow               pgtype.Timestamptz
 }
@@ -194,6 +363,9 @@ func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClai
 			&i.ApprovalRule,
 			&i.Supersedes,
 			&i.SupersededBy,
+			&i.BudgetNames,
+			&i.BudgetScopes,
+			&i.Identity,
 			&i.Claimed,
 			&i.DbNow,
 		); err != nil {
@@ -335,7 +507,7 @@ UPDATE operation o SET
                                                            $2::float8 * power(2, LEAST(o.reconcile_attempts, 62))))
 FROM due
 WHERE o.id = due.id
-RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, now()::timestamptz AS db_now
+RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, now()::timestamptz AS db_now
 `
 
 type OperationClaimUnresolvedParams struct {
@@ -385,6 +557,9 @@ type OperationClaimUnresolvedRow struct {
 	ApprovalRule        string
 	Supersedes          pgtype.Text
 	SupersededBy        pgtype.Text
+	BudgetNames         []string
+	BudgetScopes        []string
+	Identity            pgtype.Text
 	DbNow               pgtype.Timestamptz
 }
 
@@ -444,6 +619,9 @@ func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg Ope
 			&i.ApprovalRule,
 			&i.Supersedes,
 			&i.SupersededBy,
+			&i.BudgetNames,
+			&i.BudgetScopes,
+			&i.Identity,
 			&i.DbNow,
 		); err != nil {
 			return nil, err
@@ -525,7 +703,7 @@ WITH upd AS (
       AND ($2::text IS DISTINCT FROM 'APPROVE'
            OR ($1::text = 'READY') = ((CASE WHEN o.state = 'READY' THEN 0 ELSE jsonb_array_length(o.approvals) END) + 1
                                                       >= COALESCE($7::integer, o.approvals_needed)))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $16::text, $17, upd.prev_state, upd.state, upd.attempts, upd.fence, $18
@@ -535,7 +713,7 @@ WITH upd AS (
     SELECT upd.id, upd.events, 'approval_expired' FROM upd
     WHERE upd.state = 'AWAITING_APPROVAL' AND $19::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM upd
 `
 
 type OperationDecideParams struct {
@@ -601,6 +779,9 @@ type OperationDecideRow struct {
 	ApprovalRule        string
 	Supersedes          pgtype.Text
 	SupersededBy        pgtype.Text
+	BudgetNames         []string
+	BudgetScopes        []string
+	Identity            pgtype.Text
 }
 
 // Records an approver's decision (or an approval's expiry) on an operation
@@ -692,6 +873,9 @@ func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDec
 		&i.ApprovalRule,
 		&i.Supersedes,
 		&i.SupersededBy,
+		&i.BudgetNames,
+		&i.BudgetScopes,
+		&i.Identity,
 	)
 	return i, err
 }
@@ -734,7 +918,7 @@ func (q *Queries) OperationEvents(ctx context.Context, db DBTX, operationID stri
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, now()::timestamptz AS db_now FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, now()::timestamptz AS db_now FROM operation
 WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 `
 
@@ -784,6 +968,9 @@ type OperationGetRow struct {
 	ApprovalRule        string
 	Supersedes          pgtype.Text
 	SupersededBy        pgtype.Text
+	BudgetNames         []string
+	BudgetScopes        []string
+	Identity            pgtype.Text
 	DbNow               pgtype.Timestamptz
 }
 
@@ -833,13 +1020,16 @@ func (q *Queries) OperationGet(ctx context.Context, db DBTX, arg OperationGetPar
 		&i.ApprovalRule,
 		&i.Supersedes,
 		&i.SupersededBy,
+		&i.BudgetNames,
+		&i.BudgetScopes,
+		&i.Identity,
 		&i.DbNow,
 	)
 	return i, err
 }
 
 const operationGetByDownstreamKeyForUpdate = `-- name: OperationGetByDownstreamKeyForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM operation
 WHERE downstream_key = $1
 FOR UPDATE
 `
@@ -888,12 +1078,15 @@ func (q *Queries) OperationGetByDownstreamKeyForUpdate(ctx context.Context, db D
 		&i.ApprovalRule,
 		&i.Supersedes,
 		&i.SupersededBy,
+		&i.BudgetNames,
+		&i.BudgetScopes,
+		&i.Identity,
 	)
 	return i, err
 }
 
 const operationGetByKey = `-- name: OperationGetByKey :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM operation
 WHERE tenant = $1 AND tool = $2 AND idempotency_key = $3
 `
 
@@ -947,12 +1140,15 @@ func (q *Queries) OperationGetByKey(ctx context.Context, db DBTX, arg OperationG
 		&i.ApprovalRule,
 		&i.Supersedes,
 		&i.SupersededBy,
+		&i.BudgetNames,
+		&i.BudgetScopes,
+		&i.Identity,
 	)
 	return i, err
 }
 
 const operationGetForUpdate = `-- name: OperationGetForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM operation
 WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 FOR UPDATE
 `
@@ -1006,6 +1202,9 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 		&i.ApprovalRule,
 		&i.Supersedes,
 		&i.SupersededBy,
+		&i.BudgetNames,
+		&i.BudgetScopes,
+		&i.Identity,
 	)
 	return i, err
 }
@@ -1017,6 +1216,7 @@ WITH ins AS (
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
                            fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
+                           budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
     VALUES ($1, $2, $3, $4, $5, $6, $7,
             CASE WHEN $8::boolean THEN $9::text ELSE $10::text END,
@@ -1030,27 +1230,28 @@ WITH ins AS (
             CASE WHEN $8::boolean THEN now() END,
             $17::integer, $18::text, $19::text,
             $20::jsonb, $21::text,
+            $22::text[], $23::text[], $24::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
             CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN 'APPROVE' END,
-            $22::text,
+            $25::text,
             CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN now() END,
             CASE WHEN jsonb_array_length($20::jsonb) > 0 AND $10::text = 'READY'
                  THEN now() + make_interval(secs => $13::bigint / 1000.0) END,
             CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN $7::text END,
-            $23::text)
+            $26::text)
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 1, 'PREPARED', $24, NULL, $10::text, 0, 0, $25 FROM ins
+    SELECT ins.id, 1, 'PREPARED', $27, NULL, $10::text, 0, 0, $28 FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 2, $26::text, $24, $27::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
+    SELECT ins.id, 2, $29::text, $27, $30::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
-    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $28::boolean
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $31::boolean
 )
 SELECT created_at, lease_expires_at, args FROM ins
 `
@@ -1077,6 +1278,9 @@ type OperationInsertParams struct {
 	ApprovalRule     string
 	Approvals        []byte
 	Supersedes       pgtype.Text
+	BudgetNames      []string
+	BudgetScopes     []string
+	Identity         pgtype.Text
 	ApprovedBy       pgtype.Text
 	ApprovedReason   pgtype.Text
 	Actor            string
@@ -1149,6 +1353,9 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.ApprovalRule,
 		arg.Approvals,
 		arg.Supersedes,
+		arg.BudgetNames,
+		arg.BudgetScopes,
+		arg.Identity,
 		arg.ApprovedBy,
 		arg.ApprovedReason,
 		arg.Actor,
@@ -1163,9 +1370,9 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 }
 
 const operationList = `-- name: OperationList :many
-SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by FROM unnest($1::text[]) AS s(state)
+SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity FROM unnest($1::text[]) AS s(state)
 CROSS JOIN LATERAL (
-    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence, l.waited, l.prev_state, l.approvals_needed, l.approvals, l.policy_digest, l.approval_rule, l.supersedes, l.superseded_by FROM operation l
+    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence, l.waited, l.prev_state, l.approvals_needed, l.approvals, l.policy_digest, l.approval_rule, l.supersedes, l.superseded_by, l.budget_names, l.budget_scopes, l.identity FROM operation l
     WHERE l.tenant = $2 AND l.state = s.state
       AND ($3::text = '' OR l.tool = $3::text)
       AND (l.created_at, l.id) < ($4::timestamptz, $5::text)
@@ -1248,6 +1455,9 @@ func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListP
 			&i.ApprovalRule,
 			&i.Supersedes,
 			&i.SupersededBy,
+			&i.BudgetNames,
+			&i.BudgetScopes,
+			&i.Identity,
 		); err != nil {
 			return nil, err
 		}
@@ -1260,7 +1470,7 @@ func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListP
 }
 
 const operationListApprovedUnsent = `-- name: OperationListApprovedUnsent :many
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM operation l
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM operation l
 WHERE l.tenant = $1 AND l.state = 'READY' AND l.approval_required AND l.first_sent_fence IS NULL
   AND ($2::text = '' OR l.tool = $2::text)
   AND (l.created_at, l.id) < ($3::timestamptz, $4::text)
@@ -1336,6 +1546,9 @@ func (q *Queries) OperationListApprovedUnsent(ctx context.Context, db DBTX, arg 
 			&i.ApprovalRule,
 			&i.Supersedes,
 			&i.SupersededBy,
+			&i.BudgetNames,
+			&i.BudgetScopes,
+			&i.Identity,
 		); err != nil {
 			return nil, err
 		}
@@ -1403,7 +1616,7 @@ WITH upd AS (
            OR jsonb_array_length(o.approvals) < GREATEST(o.approvals_needed, $3::integer))
       AND (NOT $11::boolean
            OR jsonb_array_length(o.approvals) >= GREATEST(o.approvals_needed, $3::integer))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $12::text, $13, upd.prev_state, upd.state, upd.attempts, upd.fence, $14
@@ -1413,7 +1626,7 @@ WITH upd AS (
     SELECT upd.id, upd.events, 'policy_changed' FROM upd
     WHERE upd.state = 'AWAITING_APPROVAL' AND upd.prev_state <> 'AWAITING_APPROVAL' AND $15::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM upd
 `
 
 type OperationPolicyApplyParams struct {
@@ -1475,6 +1688,9 @@ type OperationPolicyApplyRow struct {
 	ApprovalRule        string
 	Supersedes          pgtype.Text
 	SupersededBy        pgtype.Text
+	BudgetNames         []string
+	BudgetScopes        []string
+	Identity            pgtype.Text
 }
 
 // Applies the policy in force to an operation that nothing was sent for and
@@ -1555,6 +1771,9 @@ func (q *Queries) OperationPolicyApply(ctx context.Context, db DBTX, arg Operati
 		&i.ApprovalRule,
 		&i.Supersedes,
 		&i.SupersededBy,
+		&i.BudgetNames,
+		&i.BudgetScopes,
+		&i.Identity,
 	)
 	return i, err
 }
@@ -1609,13 +1828,13 @@ WITH upd AS (
       AND ($7::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => $8::float8)
               < o.first_claimed_at + make_interval(secs => 0.9 * $7::float8))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $9::text, $10, $5::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out' FROM upd
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM upd
 `
 
 type OperationTakeOverParams struct {
@@ -1672,6 +1891,9 @@ type OperationTakeOverRow struct {
 	ApprovalRule        string
 	Supersedes          pgtype.Text
 	SupersededBy        pgtype.Text
+	BudgetNames         []string
+	BudgetScopes        []string
+	Identity            pgtype.Text
 }
 
 // Takes over an operation in from_state (the state machine's: EXECUTING)
@@ -1737,6 +1959,9 @@ func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationT
 		&i.ApprovalRule,
 		&i.Supersedes,
 		&i.SupersededBy,
+		&i.BudgetNames,
+		&i.BudgetScopes,
+		&i.Identity,
 	)
 	return i, err
 }
