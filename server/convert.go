@@ -15,8 +15,8 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/internal/ledger"
-	"github.com/opledger/opledger/tool"
 	"github.com/opledger/opledger/internal/reason"
+	"github.com/opledger/opledger/tool"
 )
 
 func ts(t time.Time) *timestamppb.Timestamp {
