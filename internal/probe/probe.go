@@ -11,6 +11,7 @@
 package probe
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -255,10 +256,13 @@ func newRun(opts Options) (*run, error) {
 			return nil, err
 		}
 	}
-	opts.Lookups = cmpOr(opts.Lookups, DefaultLookups)
-	opts.Twins = cmpOr(opts.Twins, DefaultTwins)
-	opts.LookupWait = cmpOr(opts.LookupWait, DefaultLookupWait)
-	opts.RetentionWait = cmpOr(opts.RetentionWait, DefaultRetentionWait)
+	opts.Lookups = cmp.Or(opts.Lookups, DefaultLookups)
+	opts.Twins = cmp.Or(opts.Twins, DefaultTwins)
+	opts.LookupWait = cmp.Or(opts.LookupWait, DefaultLookupWait)
+	opts.RetentionWait = cmp.Or(opts.RetentionWait, DefaultRetentionWait)
+	if opts.Lookups < 1 {
+		return nil, inputErr("lookups: %d; at least 1", opts.Lookups)
+	}
 	if opts.Twins < 2 {
 		return nil, inputErr("twins: %d; at least 2 make a race", opts.Twins)
 	}
@@ -274,14 +278,6 @@ func newRun(opts Options) (*run, error) {
 	return &run{opts: opts, t: t, cfg: t.Executor.WithDefaults(), x: x,
 		rep:     &Report{Tool: t.Name, Version: t.Version, URL: t.Executor.URL, LookupURL: t.Executor.LookupURL, Run: runID, Checks: []Check{}, Effects: []Effect{}},
 		effects: map[string][]string{}, statuses: map[int]int{}, firstSent: map[string]time.Time{}}, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 func checkObject(name string, b json.RawMessage) error {

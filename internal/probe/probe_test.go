@@ -368,6 +368,7 @@ func TestBadInput(t *testing.T) {
 		{"args the schema refuses", probe.Options{Tool: pay, Args: json.RawMessage(`{"invoice_id":"x"}`)}, "args_schema refuses"},
 		{"invalid args not an object", probe.Options{Tool: pay, Args: json.RawMessage(payArgs), InvalidArgs: json.RawMessage(`"x"`)}, "--invalid-args: not a JSON object"},
 		{"one twin", probe.Options{Tool: pay, Args: json.RawMessage(payArgs), Twins: 1}, "at least 2"},
+		{"no lookups", probe.Options{Tool: pay, Args: json.RawMessage(payArgs), Lookups: -1}, "at least 1"},
 	} {
 		_, err := probe.Run(t.Context(), tc.opts)
 		var ie *probe.InputError
@@ -379,4 +380,20 @@ func TestBadInput(t *testing.T) {
 	_, err := probe.Run(t.Context(), probe.Options{Tool: &custom, Args: json.RawMessage(payArgs)})
 	require.ErrorContains(t, err, "http executor only")
 	require.Empty(t, srv.Charges(), "nothing was sent")
+}
+
+// TestArgsTheDownstreamRefuses: --args the schema allows and the processor
+// refuses (an amount of -1, which this tool's schema does not bound): no
+// verdict, and nothing was made.
+func TestArgsTheDownstreamRefuses(t *testing.T) {
+	t.Parallel()
+	srv, url := processor(t, fakepay.Faults{})
+	tl := chargeTool(t, url, withLookup(url, "      dedupes_keys: true\n      lookup_consistent: true\n"))
+	rep, err := probe.Run(t.Context(), probe.Options{Tool: tl, Args: json.RawMessage(invalidArgs)})
+	require.ErrorContains(t, err, "the downstream did not take --args")
+	require.ErrorContains(t, err, "→ 400")
+	require.Equal(t, err.Error(), rep.Error)
+	require.Empty(t, rep.Checks)
+	require.Empty(t, rep.Effects)
+	require.Empty(t, srv.Charges())
 }
