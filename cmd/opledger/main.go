@@ -432,7 +432,8 @@ func cmdFakepay(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 Runs the fake payment processor of the demo and the tests, in memory:
 POST /charges with a Stripe-like Idempotency-Key contract (the same key and
 body replay the first answer; the same key with another body is refused
-422; while the first request is in flight, 409), GET
+422; while the first request is in flight, 409; an amount_minor that is not a
+positive integer, 400), GET
 /charges?idempotency_key=K (lookup by key), GET /charges and /charges/{id},
 POST and GET /emails (no deduplication), and /admin/faults to inject faults.
 Everything is lost when it stops.`)

@@ -91,7 +91,7 @@ Exit status: 0 nothing contradicted, 1 something CONTRADICTED, 2 no verdict
 	opts.Tool = t
 	if !yes {
 		return noVerdict(fmt.Errorf("refusing to start without --yes: the probe sends real requests to POST %s and makes real effects there "+
-			"(at least two, with --args); run it against a sandbox or test mode", t.Executor.URL))
+			"(at least two, with --args); run it against a sandbox or test mode", probe.ShownURL(t.Executor.URL)))
 	}
 	rep, err := probe.Run(ctx, opts)
 	if rep == nil {

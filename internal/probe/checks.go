@@ -215,7 +215,7 @@ func (r *run) checkNeverUsed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c := Check{Declaration: "lookup_url", Declared: r.cfg.LookupURL, Case: "a key never used answers 404 (not found)", Evidence: []Exchange{x}}
+	c := Check{Declaration: "lookup_url", Declared: ShownURL(r.cfg.LookupURL), Case: "a key never used answers 404 (not found)", Evidence: []Exchange{x}}
 	switch {
 	case x.Status == http.StatusNotFound:
 		c.Verdict, c.Detail = OK, x.String()

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -276,8 +277,32 @@ func newRun(opts Options) (*run, error) {
 	}
 	runID := strings.ToLower(rand.Text()[:16])
 	return &run{opts: opts, t: t, cfg: t.Executor.WithDefaults(), x: x,
-		rep:     &Report{Tool: t.Name, Version: t.Version, URL: t.Executor.URL, LookupURL: t.Executor.LookupURL, Run: runID, Checks: []Check{}, Effects: []Effect{}},
+		rep: &Report{Tool: t.Name, Version: t.Version, URL: ShownURL(t.Executor.URL), LookupURL: ShownURL(t.Executor.LookupURL),
+			Run: runID, Checks: []Check{}, Effects: []Effect{}},
 		effects: map[string][]string{}, statuses: map[int]int{}, firstSent: map[string]time.Time{}}, nil
+}
+
+// ShownURL is a tools file's URL as the report shows it: a URL may carry credentials (a user and
+// password, a token in the query), which the executor never logs either, so the user
+// information and every query value but the {key} placeholder become "…".
+func ShownURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if u.User != nil {
+		u.User = url.User("…")
+	}
+	if u.RawQuery != "" {
+		parts := strings.Split(u.RawQuery, "&")
+		for i, p := range parts {
+			if name, value, ok := strings.Cut(p, "="); ok && value != "{key}" {
+				parts[i] = name + "=…"
+			}
+		}
+		u.RawQuery = strings.Join(parts, "&")
+	}
+	return u.String()
 }
 
 func checkObject(name string, b json.RawMessage) error {
@@ -321,7 +346,7 @@ func (r *run) send(ctx context.Context, key string, args json.RawMessage) (Excha
 		Detail: res.Detail, Millis: time.Since(start).Milliseconds()}
 	r.note(x, time.Since(start), res.Attempts > 0)
 	if res.Outcome == executor.OutcomeNotSubmitted {
-		return x, res, &errDown{what: "POST " + r.cfg.URL, detail: res.Detail}
+		return x, res, &errDown{what: "POST " + ShownURL(r.cfg.URL), detail: res.Detail}
 	}
 	if res.Outcome == executor.OutcomeSucceeded {
 		r.effect(key, res.ExternalRef)
@@ -341,7 +366,7 @@ func (r *run) lookup(ctx context.Context, key string) (Exchange, executor.Lookup
 	}
 	r.note(x, time.Since(start), true)
 	if lr.HTTPStatus == 0 {
-		return x, lr, &errDown{what: "the lookup " + r.cfg.LookupURL, detail: lr.Detail}
+		return x, lr, &errDown{what: "the lookup " + ShownURL(r.cfg.LookupURL), detail: lr.Detail}
 	}
 	if foundSucceeded(lr) {
 		r.effect(key, lr.Result.ExternalRef)
@@ -522,7 +547,7 @@ func (r *run) checkLookups(ctx context.Context, k1 string, sent Exchange, ref st
 		effect += " (the lookup names " + ref + ")"
 	}
 
-	c := Check{Declaration: "lookup_url", Declared: r.cfg.LookupURL, Case: "a lookup right after the effect finds it"}
+	c := Check{Declaration: "lookup_url", Declared: ShownURL(r.cfg.LookupURL), Case: "a lookup right after the effect finds it"}
 	switch {
 	case len(wrongRef) > 0:
 		c.Verdict = Contradicted

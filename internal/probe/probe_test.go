@@ -397,3 +397,13 @@ func TestArgsTheDownstreamRefuses(t *testing.T) {
 	require.Empty(t, rep.Effects)
 	require.Empty(t, srv.Charges())
 }
+
+// TestShownURL: credentials in a URL never reach the report; the lookup's
+// {key} placeholder does.
+func TestShownURL(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "http://127.0.0.1:7070/charges?idempotency_key={key}", probe.ShownURL("http://127.0.0.1:7070/charges?idempotency_key={key}"))
+	shown := probe.ShownURL("https://u:hunter2@pay.example/charges?api_key=hunter2&k={key}")
+	require.NotContains(t, shown, "hunter2")
+	require.Contains(t, shown, "pay.example/charges?api_key=…&k={key}")
+}
