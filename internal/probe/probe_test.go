@@ -407,3 +407,32 @@ func TestShownURL(t *testing.T) {
 	require.NotContains(t, shown, "hunter2")
 	require.Contains(t, shown, "pay.example/charges?api_key=…&k={key}")
 }
+
+// TestFaultsTheLedgerSurvives: a processor that answers an effect with a
+// 500, a reset, a redirect, or holds requests in flight (twins get 409) does
+// what the declarations say: nothing is contradicted, the effect is found
+// by the lookup and counted.
+func TestFaultsTheLedgerSurvives(t *testing.T) {
+	t.Parallel()
+	for name, f := range map[string]fakepay.Faults{
+		"fail_after_commit":     {FailAfterCommit: fakepay.Trigger{Next: 1}},
+		"drop_after_commit":     {DropAfterCommit: fakepay.Trigger{Next: 1}},
+		"redirect_after_commit": {RedirectAfterCommit: fakepay.Trigger{Next: 1}},
+		"delay":                 {Delay: 100 * time.Millisecond},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv, url := processor(t, f)
+			rep := run(t, demoTool(t, url, "pay_invoice"), probe.Options{InvalidArgs: json.RawMessage(invalidArgs)})
+			require.Empty(t, contradicted(rep))
+			require.Equal(t, probe.OK, verdicts(rep)[twins])
+			requireEffectsCounted(t, srv, rep)
+		})
+	}
+	// A 500 before anything was stored: the lookup finds nothing, so the
+	// probe has no effect to check and gives no verdict.
+	_, url := processor(t, fakepay.Faults{FailBeforeCommit: fakepay.Trigger{Next: 1}})
+	_, err := probe.Run(t.Context(), probe.Options{Tool: demoTool(t, url, "pay_invoice"), Args: json.RawMessage(payArgs)})
+	require.ErrorContains(t, err, "the downstream did not take --args: POST")
+	require.ErrorContains(t, err, "→ 500")
+}
