@@ -137,6 +137,10 @@ type LookupResult struct {
 	Result Result
 	// Detail is a human-readable reason, free of secrets and keys.
 	Detail string
+	// HTTPStatus is the status of the lookup's answer; 0 when none came (or the executor is not
+	// HTTP). What a status proves is in Status: this is for diagnosis and for `opledger probe`,
+	// which checks what the downstream answers against what its tool declares.
+	HTTPStatus int
 }
 
 // Looker is the optional capability of looking a call up by its downstream key, used to

@@ -344,6 +344,13 @@ func (h *HTTP) lookup(ctx context.Context, c Call) LookupResult {
 		return LookupResult{Status: LookupInconclusive, Detail: "lookup failed: " + describeErr(err, h.cfg.Timeout)}
 	}
 	defer closeBody(resp.Body)
+	lr := h.lookupAnswer(resp)
+	lr.HTTPStatus = resp.StatusCode
+	return lr
+}
+
+// lookupAnswer classifies a lookup's answer.
+func (h *HTTP) lookupAnswer(resp *http.Response) LookupResult {
 	ans, readErr := readBody(resp.Body, h.cfg.MaxBodyBytes)
 	switch resp.StatusCode {
 	case http.StatusOK:

@@ -729,6 +729,7 @@ func TestLookupAnswers(t *testing.T) {
 		require.Equal(t, tc.want, lr.Status, "%d %s", tc.status, tc.body)
 		require.Equal(t, tc.outcome, lr.Result.Outcome)
 		require.Equal(t, tc.ref, lr.Result.ExternalRef)
+		require.Equal(t, tc.status, lr.HTTPStatus, "the answer's status is kept, whatever it proves")
 		require.Equal(t, http.MethodGet, s.req(0).Method)
 		require.Equal(t, "/lookup/a+b%2Fc%26d", s.req(0).URL.EscapedPath())
 		require.Equal(t, "x=1", s.req(0).URL.RawQuery)
@@ -774,6 +775,7 @@ func TestLookupTimeoutIsInconclusive(t *testing.T) {
 	lr := h.Lookup(t.Context(), call("k", `{}`))
 	require.Equal(t, LookupInconclusive, lr.Status)
 	require.Contains(t, lr.Detail, "timed out")
+	require.Zero(t, lr.HTTPStatus, "no answer came")
 }
 
 func TestNewHTTPValidates(t *testing.T) {

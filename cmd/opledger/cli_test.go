@@ -103,6 +103,7 @@ func TestHelpOnEveryCommand(t *testing.T) {
 		{[]string{"keys", "list"}, "Lists a tenant's principals"},
 		{[]string{"keys", "revoke"}, "Revokes a principal's API key"},
 		{[]string{"fakepay"}, "Runs the fake payment processor"},
+		{[]string{"probe"}, "Checks what the tools file declares"},
 		{[]string{"chaos"}, "Runs the fault-injection suite"},
 		{[]string{"bench"}, "Measures opledger's throughput"},
 		{[]string{"mcp"}, "Runs the MCP gateway"},

@@ -1,7 +1,8 @@
 // Command opledger is the execution ledger for AI agents' side-effecting
 // tool calls: `serve` runs the gRPC service, `dev` a self-contained local
-// setup, `migrate` applies the schema, `keys create` issues API keys and
-// `fakepay` runs the fake payment processor.
+// setup, `migrate` applies the schema, `keys create` issues API keys,
+// `fakepay` runs the fake payment processor and `probe` checks a tool's
+// declarations against its downstream.
 package main
 
 import (
@@ -42,6 +43,7 @@ commands:
   keys list    list a tenant's principals (never their keys): --tenant T
   keys revoke  revoke an API key: --tenant T --name N | --id ID
   fakepay      run the fake payment processor (--listen HOST:PORT)
+  probe        check a tool's declarations against its real downstream (--tools FILE --tool NAME --args FILE --yes)
   mcp          the MCP gateway: the ledger's tools for MCP clients (stdio, or --listen HOST:PORT)
   chaos        run the fault-injection suite and check every effect (--duration D)
   bench        measure throughput and latency against baselines (--quick)
@@ -67,9 +69,24 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv); err != nil {
 		fmt.Fprintln(os.Stderr, "opledger:", err)
-		os.Exit(1)
+		code := 1
+		if ee, ok := errors.AsType[*exitError](err); ok {
+			code = ee.code
+		}
+		os.Exit(code)
 	}
 }
+
+// exitError is an error that ends the process with its own exit status
+// rather than 1: probe tells a contradiction (1) from no verdict (2).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func (e *exitError) Unwrap() error { return e.err }
 
 // run runs the command in args. A help request (-h, --help, help) is
 // answered on stdout and is a success.
@@ -116,6 +133,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return fmt.Errorf("keys: unknown subcommand %q", sub)
 	case "fakepay":
 		return cmdFakepay(ctx, args[1:], stdout, stderr, getenv)
+	case "probe":
+		return cmdProbe(ctx, args[1:], stdout, stderr, getenv)
 	case "mcp":
 		return cmdMCP(ctx, args[1:], stdout, stderr, getenv)
 	case "chaos":
@@ -413,7 +432,8 @@ func cmdFakepay(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 Runs the fake payment processor of the demo and the tests, in memory:
 POST /charges with a Stripe-like Idempotency-Key contract (the same key and
 body replay the first answer; the same key with another body is refused
-422; while the first request is in flight, 409), GET
+422; while the first request is in flight, 409; an amount_minor that is not a
+positive integer, 400), GET
 /charges?idempotency_key=K (lookup by key), GET /charges and /charges/{id},
 POST and GET /emails (no deduplication), and /admin/faults to inject faults.
 Everything is lost when it stops.`)

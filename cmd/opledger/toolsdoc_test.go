@@ -39,7 +39,7 @@ func docBlock(t *testing.T, doc, heading, lang string) string {
 // served by a real `opledger serve`. One approved refund is made once, a
 // repeated Execute replays it, and the service keeps the contract the page
 // describes (the first answer for a retry, a refusal for another body,
-// lookup by key).
+// lookup by key), which `opledger probe` confirms.
 func TestToolsDocWorkedExample(t *testing.T) {
 	t.Parallel()
 	_, file, _, _ := runtime.Caller(0)
@@ -124,4 +124,14 @@ func TestToolsDocWorkedExample(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, code)
 	code, _ = call(http.MethodPost, "/refunds", "wrong", "k2", `{"amount_minor":500,"charge_id":"ch_2"}`)
 	require.Equal(t, http.StatusUnauthorized, code)
+
+	// The page's service keeps what its tool declares: `opledger probe` contradicts nothing.
+	for name, body := range map[string]string{"refunds.yaml": toolsYAML, "args.json": `{"charge_id":"ch_9","amount_minor":500}`,
+		"invalid.json": `{"charge_id":"ch_9","amount_minor":0}`} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600))
+	}
+	r := runCLI(t, []string{"REFUNDS_URL=" + base, "REFUNDS_TOKEN=s3cr3t"}, "probe", "--tools", filepath.Join(dir, "refunds.yaml"),
+		"--tool", "refund_charge", "--args", filepath.Join(dir, "args.json"), "--invalid-args", filepath.Join(dir, "invalid.json"), "--yes")
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "summary: 10 ok, 0 CONTRADICTED, 3 not verifiable here, 0 not declared")
 }

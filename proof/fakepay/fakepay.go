@@ -20,7 +20,8 @@
 // one while the first is still in flight gets 409 (type idempotency_conflict); once the first has
 // committed, a request with the same key and the same body (compared as canonical JSON) gets the
 // stored status and body again with header Idempotent-Replayed: true, and one with another body
-// gets 422 (type idempotency_error). A request refused by validation (400) stores nothing, and
+// gets 422 (type idempotency_error). A request refused by validation (400: a body that is not a
+// JSON object, or an amount_minor that is there and is not a positive integer) stores nothing, and
 // neither does one failed by a before-commit fault. Errors look like
 // {"error": {"type": "...", "message": "..."}}.
 //
@@ -130,6 +131,7 @@ const (
 	AnswerFailedAfterCommit  = "failed_after_commit"  // 500 after the effect
 	AnswerDropped            = "dropped"              // connection reset after the effect
 	AnswerRedirected         = "redirected"           // 303 after the effect
+	AnswerRefusedAfterCommit = "refused_after_commit" // 402 after the effect (RefuseAfterCommit)
 )
 
 // Server is the fake processor, an http.Handler. It is safe for concurrent use.
@@ -343,6 +345,11 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
+	if err := validCharge(obj); err != nil {
+		s.answered(sent, http.StatusBadRequest, AnswerInvalid)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
 	key := r.Header.Get("Idempotency-Key")
 	log := s.log.With("path", "/charges", "key", KeyDigest(key))
 
@@ -377,6 +384,13 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 				writeRaw(w, status, body)
 			}
 			return
+		}
+		if race := s.faults.KeyRace; race > 0 {
+			// The fault: the key was looked for, and is reserved only later; a twin arriving
+			// in between finds it free too.
+			s.mu.Unlock()
+			time.Sleep(race)
+			s.mu.Lock()
 		}
 		entry = &keyEntry{canon: string(canon), created: s.now()}
 		s.keys[key] = entry
@@ -431,7 +445,8 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	failAfter := s.fireLocked(&s.faults.FailAfterCommit)
 	drop := !failAfter && s.fireLocked(&s.faults.DropAfterCommit)
 	redirect := !failAfter && !drop && s.fireLocked(&s.faults.RedirectAfterCommit)
-	status, answer := afterCommitAnswer(failAfter, drop, redirect)
+	refuse := !failAfter && !drop && !redirect && s.fireLocked(&s.faults.RefuseAfterCommit)
+	status, answer := afterCommitAnswer(failAfter, drop, redirect, refuse)
 	s.answeredLocked(sent, status, answer)
 	hook := s.webhook
 	s.mu.Unlock()
@@ -449,6 +464,9 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		log.Info("fakepay: charge committed; fault redirect_after_commit")
 		w.Header().Set("Location", "/charges/"+c.ID)
 		w.WriteHeader(http.StatusSeeOther)
+	case refuse:
+		log.Info("fakepay: charge committed; fault refuse_after_commit")
+		writeError(w, http.StatusPaymentRequired, "card_error", "injected decline after the charge was made")
 	default:
 		log.Debug("fakepay: charge committed")
 		writeRaw(w, http.StatusOK, body)
@@ -456,8 +474,10 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 }
 
 // afterCommitAnswer is how a request that made its effect is answered, for the record.
-func afterCommitAnswer(failAfter, drop, redirect bool) (int, string) {
+func afterCommitAnswer(failAfter, drop, redirect, refuse bool) (int, string) {
 	switch {
+	case refuse:
+		return http.StatusPaymentRequired, AnswerRefusedAfterCommit
 	case failAfter:
 		return http.StatusInternalServerError, AnswerFailedAfterCommit
 	case drop:
@@ -506,7 +526,7 @@ func (s *Server) chargeByKey(w http.ResponseWriter, key string) {
 	var body []byte
 	if key != "" && !s.faults.NoKeySupport {
 		if e := s.liveKeyLocked(key); e != nil && e.done && e.charge != nil &&
-			s.now().Sub(e.charge.at) >= s.faults.LookupLag {
+			s.now().Sub(e.charge.at) >= s.faults.LookupLag && !s.fireLocked(&s.faults.LookupMiss) {
 			body = e.charge.json
 		}
 	}
@@ -566,7 +586,8 @@ func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 	failAfter := s.fireLocked(&s.faults.FailAfterCommit)
 	drop := !failAfter && s.fireLocked(&s.faults.DropAfterCommit)
 	redirect := !failAfter && !drop && s.fireLocked(&s.faults.RedirectAfterCommit)
-	status, answer := afterCommitAnswer(failAfter, drop, redirect)
+	refuse := !failAfter && !drop && !redirect && s.fireLocked(&s.faults.RefuseAfterCommit)
+	status, answer := afterCommitAnswer(failAfter, drop, redirect, refuse)
 	s.answeredLocked(rec, status, answer)
 	s.mu.Unlock()
 
@@ -582,6 +603,9 @@ func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 		log.Info("fakepay: e-mail sent; fault redirect_after_commit")
 		w.Header().Set("Location", "/emails/"+e.ID)
 		w.WriteHeader(http.StatusSeeOther)
+	case refuse:
+		log.Info("fakepay: e-mail sent; fault refuse_after_commit")
+		writeError(w, http.StatusPaymentRequired, "card_error", "injected refusal after the e-mail was sent")
 	default:
 		log.Debug("fakepay: e-mail sent")
 		writeJSON(w, http.StatusOK, e)
@@ -674,6 +698,16 @@ func readObject(w http.ResponseWriter, r *http.Request) (json.RawMessage, map[st
 		return nil, nil, errors.New("body must be a single JSON object")
 	}
 	return json.RawMessage(raw), obj, nil
+}
+
+// validCharge is the processor's validation of a charge: an amount_minor, when there is one, is
+// a positive integer. What it refuses is refused before anything is stored (400), so a request
+// that must be refused (`opledger probe --invalid-args`) has one to aim at.
+func validCharge(obj map[string]any) error {
+	if _, ok := obj["amount_minor"]; ok && intField(obj, "amount_minor") <= 0 {
+		return errors.New("amount_minor must be a positive integer")
+	}
+	return nil
 }
 
 func stringField(obj map[string]any, name string) string {

@@ -500,7 +500,12 @@ func TestFaultsJSON(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"delay":"200ms","fail_before_commit":{"next":0,"rate":0},"fail_after_commit":{"next":0,"rate":0},
 		"drop_after_commit":{"next":0,"rate":0},"no_key_support":false,"key_retention":"0s","lookup_lag":"0s",
-		"redirect_after_commit":{"next":0,"rate":0},"refuse_replay":{"next":0,"rate":0}}`, string(b))
+		"redirect_after_commit":{"next":0,"rate":0},"refuse_replay":{"next":0,"rate":0},"key_race":"0s",
+		"lookup_miss":{"next":0,"rate":0},"refuse_after_commit":{"next":0,"rate":0}}`, string(b))
+	require.NoError(t, json.Unmarshal([]byte(`{"key_race":"50ms","lookup_miss":{"rate":0.5},"refuse_after_commit":{"next":1}}`), &fl))
+	require.Equal(t, Faults{KeyRace: 50 * time.Millisecond, LookupMiss: Trigger{Rate: 0.5}, RefuseAfterCommit: Trigger{Next: 1}}, fl)
+	require.Error(t, Faults{KeyRace: -1}.Validate())
+	require.Error(t, Faults{LookupMiss: Trigger{Rate: 2}}.Validate())
 }
 
 // TestRedirectAndRefusedReplay: the two faults that make a downstream's
@@ -741,4 +746,95 @@ func TestRecordRequestsInFlight(t *testing.T) {
 	got := srv.Requests()
 	require.Equal(t, AnswerCreated, got[0].Answer)
 	require.Equal(t, AnswerInProgress, got[1].Answer)
+}
+
+// TestValidationRefusesAmount: an amount_minor that is not a positive
+// integer is refused 400 before anything is stored, key included; a charge
+// without one is still made (the fake processor checks what it is given).
+func TestValidationRefusesAmount(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, body := range []string{`{"amount_minor":0}`, `{"amount_minor":-5,"currency":"EUR"}`, `{"amount_minor":49.5}`, `{"amount_minor":"x"}`} {
+		a := f.mustPost(t, "/charges", "k1", body)
+		require.Equal(t, http.StatusBadRequest, a.status, body)
+		require.Equal(t, "invalid_request_error", errorType(t, a.body))
+	}
+	require.Empty(t, f.srv.Charges())
+	require.Equal(t, http.StatusNotFound, f.get(t, "/charges?idempotency_key=k1").status)
+	a := f.mustPost(t, "/charges", "k1", invoiceBody)
+	require.Equal(t, http.StatusOK, a.status)
+	require.False(t, a.replayed, "the refused requests left no key behind")
+	require.Equal(t, http.StatusOK, f.mustPost(t, "/charges", "k2", `{"other":true}`).status)
+}
+
+// TestKeyRace: with the read-then-insert race, twins with one key that
+// arrive within the window each make a charge; one after the other, the
+// key still replays. Without the fault the same twins make one charge
+// (TestConcurrentSameKeyMakesOneCharge).
+func TestKeyRace(t *testing.T) {
+	t.Parallel()
+	srv := New(Options{Seed: 42, RecordRequests: true})
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	f := &fixture{srv: srv, url: ts.URL, hc: ts.Client()}
+	srv.SetFaults(Faults{KeyRace: time.Second})
+	first := make(chan answer, 1)
+	go func() {
+		a, _ := f.post(t, "/charges", "k1", invoiceBody)
+		first <- a
+	}()
+	require.Eventually(t, func() bool { return len(srv.Requests()) == 1 }, 10*time.Second, time.Millisecond)
+	second := f.mustPost(t, "/charges", "k1", invoiceBody)
+	a := <-first
+	require.Equal(t, http.StatusOK, a.status)
+	require.Equal(t, http.StatusOK, second.status)
+	require.False(t, second.replayed)
+	require.NotEqual(t, decodeCharge(t, a.body).ID, decodeCharge(t, second.body).ID, "two charges under one key")
+	require.Len(t, srv.Charges(), 2)
+	third := f.mustPost(t, "/charges", "k1", invoiceBody)
+	require.True(t, third.replayed, "a request after the window replays")
+	require.Len(t, srv.Charges(), 2)
+}
+
+// TestLookupMiss: a lookup by key that fires answers 404 for a charge the
+// server holds; the others find it, and POST still replays.
+func TestLookupMiss(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	c := decodeCharge(t, f.mustPost(t, "/charges", "k1", invoiceBody).body)
+	f.srv.SetFaults(Faults{LookupMiss: Trigger{Next: 2}})
+	require.Equal(t, http.StatusNotFound, f.get(t, "/charges?idempotency_key=k1").status)
+	require.Equal(t, http.StatusNotFound, f.get(t, "/charges?idempotency_key=k1").status)
+	a := f.get(t, "/charges?idempotency_key=k1")
+	require.Equal(t, http.StatusOK, a.status)
+	require.Equal(t, c.ID, decodeCharge(t, a.body).ID)
+	// A lookup that would find nothing does not consume a firing.
+	f.srv.SetFaults(Faults{LookupMiss: Trigger{Next: 1}})
+	require.Equal(t, http.StatusNotFound, f.get(t, "/charges?idempotency_key=never").status)
+	require.Equal(t, 1, f.srv.Faults().LookupMiss.Next)
+	f.srv.SetFaults(Faults{LookupMiss: Trigger{Rate: 1}})
+	require.Equal(t, http.StatusNotFound, f.get(t, "/charges?idempotency_key=k1").status)
+	require.True(t, f.mustPost(t, "/charges", "k1", invoiceBody).replayed, "POST still knows the key")
+}
+
+// TestRefuseAfterCommit: the charge is made and its key stored, and the
+// answer is a 402; a retry replays the 200, a lookup finds the charge.
+func TestRefuseAfterCommit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.srv.SetFaults(Faults{RefuseAfterCommit: Trigger{Next: 1}})
+	a := f.mustPost(t, "/charges", "k1", invoiceBody)
+	require.Equal(t, http.StatusPaymentRequired, a.status)
+	require.Equal(t, "card_error", errorType(t, a.body))
+	charges := f.srv.Charges()
+	require.Len(t, charges, 1, "the charge was made before the refusal")
+	lookup := f.get(t, "/charges?idempotency_key=k1")
+	require.Equal(t, http.StatusOK, lookup.status)
+	require.Equal(t, charges[0].ID, decodeCharge(t, lookup.body).ID)
+	retry := f.mustPost(t, "/charges", "k1", invoiceBody)
+	require.Equal(t, http.StatusOK, retry.status)
+	require.True(t, retry.replayed)
+	f.srv.SetFaults(Faults{RefuseAfterCommit: Trigger{Next: 1}})
+	require.Equal(t, http.StatusPaymentRequired, f.mustPost(t, "/emails", "", `{"to":"x"}`).status)
+	require.Len(t, f.srv.Emails(), 1, "the e-mail was sent before the refusal")
 }

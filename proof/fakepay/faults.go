@@ -11,7 +11,8 @@ import (
 
 // Faults are the failures the server injects. The zero value injects nothing. Triggers apply to
 // POST /charges and POST /emails requests that execute (a replayed or refused request never fires
-// one); the other fields are described one by one.
+// one), but for LookupMiss, which applies to lookups by key; the other fields are described one by
+// one.
 //
 // In JSON the durations are Go duration strings ("200ms", "1m"); a plain number is read as
 // nanoseconds for convenience.
@@ -45,6 +46,20 @@ type Faults struct {
 	// of replaying the stored answer: a refusal that follows an effect, which proves nothing
 	// about it.
 	RefuseReplay Trigger
+	// KeyRace checks keys with a read-then-insert race: a POST /charges whose key is new is
+	// reserved only this long after it was looked for, so that twins arriving within it each find
+	// the key free and each make a charge (a processor whose "SELECT, then INSERT" has no unique
+	// constraint behind it). Requests one after the other still replay. 0 is no race.
+	KeyRace time.Duration
+	// LookupMiss makes a lookup by key that fires answer 404 for a charge the server holds under
+	// that key: with a rate below 1, a lookup served by replicas of which some are behind (an
+	// eventually consistent read that a repeated lookup catches); with rate 1, a lookup that does
+	// not know what POST /charges knows (a 404 for a known key).
+	LookupMiss Trigger
+	// RefuseAfterCommit commits the charge (or sends the e-mail) and stores the key with its 200
+	// result, then answers 402 (type card_error): a refusal the default classification reads as
+	// definitive, following an effect. A retry with the same key replays the 200.
+	RefuseAfterCommit Trigger
 }
 
 // Trigger decides whether a fault fires: on each of the next Next matching requests, and after
@@ -61,7 +76,7 @@ func (f Faults) Validate() error {
 	durations := []struct {
 		name string
 		d    time.Duration
-	}{{"delay", f.Delay}, {"key_retention", f.KeyRetention}, {"lookup_lag", f.LookupLag}}
+	}{{"delay", f.Delay}, {"key_retention", f.KeyRetention}, {"lookup_lag", f.LookupLag}, {"key_race", f.KeyRace}}
 	for _, x := range durations {
 		if x.d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative", x.name))
@@ -71,7 +86,8 @@ func (f Faults) Validate() error {
 		name string
 		t    Trigger
 	}{{"fail_before_commit", f.FailBeforeCommit}, {"fail_after_commit", f.FailAfterCommit}, {"drop_after_commit", f.DropAfterCommit},
-		{"redirect_after_commit", f.RedirectAfterCommit}, {"refuse_replay", f.RefuseReplay}}
+		{"redirect_after_commit", f.RedirectAfterCommit}, {"refuse_replay", f.RefuseReplay},
+		{"lookup_miss", f.LookupMiss}, {"refuse_after_commit", f.RefuseAfterCommit}}
 	for _, x := range triggers {
 		if x.t.Next < 0 {
 			errs = append(errs, fmt.Errorf("%s.next must not be negative", x.name))
@@ -95,6 +111,9 @@ type faultsJSON struct {
 	LookupLag        jsonDuration `json:"lookup_lag"`
 	RedirectAfter    Trigger      `json:"redirect_after_commit"`
 	RefuseReplay     Trigger      `json:"refuse_replay"`
+	KeyRace          jsonDuration `json:"key_race"`
+	LookupMiss       Trigger      `json:"lookup_miss"`
+	RefuseAfter      Trigger      `json:"refuse_after_commit"`
 }
 
 // MarshalJSON encodes f with Go duration strings.
@@ -109,6 +128,9 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 		LookupLag:        jsonDuration(f.LookupLag),
 		RedirectAfter:    f.RedirectAfterCommit,
 		RefuseReplay:     f.RefuseReplay,
+		KeyRace:          jsonDuration(f.KeyRace),
+		LookupMiss:       f.LookupMiss,
+		RefuseAfter:      f.RefuseAfterCommit,
 	})
 }
 
@@ -131,6 +153,9 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 		LookupLag:           time.Duration(w.LookupLag),
 		RedirectAfterCommit: w.RedirectAfter,
 		RefuseReplay:        w.RefuseReplay,
+		KeyRace:             time.Duration(w.KeyRace),
+		LookupMiss:          w.LookupMiss,
+		RefuseAfterCommit:   w.RefuseAfter,
 	}
 	return nil
 }

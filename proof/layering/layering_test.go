@@ -105,6 +105,10 @@ func TestImportRules(t *testing.T) {
 			forbidden(dir, module+"server", module+"interceptors")
 		case under(dir, "server"):
 			forbidden(dir, module+"service")
+		case under(dir, "internal/probe"):
+			// The probe talks to a downstream, through the executor, and to
+			// nothing of the ledger's.
+			forbidden(dir, module+"server", module+"store", module+"internal/ledger", module+"interceptors", module+"service")
 		case under(dir, "internal/console"):
 			// The console is an edge beside server: it goes through the
 			// ledger's functions, never around them.
