@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -102,7 +103,14 @@ func operationPB(op ledger.Operation) *opledgerv1.Operation {
 			ApprovedFingerprint: op.ApprovalFingerprint, Reason: op.ApprovalReason,
 			ApprovalsNeeded: op.ApprovalsNeeded, Approvals: approvalsPB(op.Approvals), Rule: op.ApprovalRule,
 		},
-		Supersedes: op.Supersedes, SupersededBy: op.SupersededBy, PolicyDigest: op.PolicyDigest,
+		Supersedes: op.Supersedes, SupersededBy: op.SupersededBy, PolicyDigest: op.PolicyDigest, Identity: op.Identity,
+	}
+	for i, name := range op.BudgetNames {
+		b := &opledgerv1.Budget{Limit: name}
+		if i < len(op.BudgetScopes) {
+			b.Scope = op.BudgetScopes[i]
+		}
+		out.Budgets = append(out.Budgets, b)
 	}
 	if ledger.State(op.State) == ledger.StateExecuting {
 		out.LeaseExpireTime = ts(op.LeaseExpiresAt)
@@ -179,4 +187,18 @@ func policyPB(t *tool.Tool) *opledgerv1.Policy {
 		p.Deny = append(p.Deny, &opledgerv1.DenyRule{Name: d.Name, When: d.When, Message: d.Message})
 	}
 	return p
+}
+
+// budgetsPB is how much of each budget an operation counts against is used.
+func budgetsPB(states []ledger.BudgetState) []*opledgerv1.Budget {
+	out := make([]*opledgerv1.Budget, len(states))
+	for i, s := range states {
+		l := s.Limit
+		out[i] = &opledgerv1.Budget{Limit: l.Name, Scope: s.Scope, Window: durationpb.New(l.Window), Count: int64(s.Count),
+			MaxCount: int64(l.Count), Sum: l.Sum, Total: s.Sum, MaxTotal: l.Max, Over: string(l.Over)}
+		if !s.FreesAt.IsZero() {
+			out[i].FreesTime = timestamppb.New(s.FreesAt)
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -83,6 +84,17 @@ func (s *Server) Get(ctx context.Context, r *opledgerv1.GetRequest) (*opledgerv1
 		return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())
 	}
 	out := &opledgerv1.GetResponse{Operation: s.operationPB(op)}
+	if len(op.BudgetNames) > 0 {
+		// How much of each budget is used now. The encoding may be the
+		// cached one other answers share: the room goes on a copy.
+		states, err := s.ledger.Budgets(ctx, op)
+		if err != nil {
+			return nil, toStatus(ctx, s, err, "operations/"+r.GetOperationId())
+		}
+		pb := proto.CloneOf(out.Operation)
+		pb.Budgets = budgetsPB(states)
+		out.Operation = pb
+	}
 	for _, e := range evs {
 		out.Events = append(out.Events, eventPB(e))
 	}

@@ -84,6 +84,8 @@ func (*decisions) DuplicatePrevented(string, string, bool)        {}
 func (*decisions) DownstreamCalled(string, string, time.Duration) {}
 func (*decisions) Reconciled(string, string)                      {}
 func (d *decisions) Decided(_, _ string, took time.Duration)      { d.seen = append(d.seen, took) }
+func (*decisions) LimitUsed(string)                               {}
+func (*decisions) LimitRefused(string)                            {}
 
 // TestDecisionLatencyOnTheDatabasesClock: how long an operation waited for
 // its decision is measured between two of the database's timestamps, not

@@ -618,7 +618,13 @@ type Operation struct {
 	SupersededBy string `protobuf:"bytes,20,opt,name=superseded_by,json=supersededBy,proto3" json:"superseded_by,omitempty"`
 	// SHA-256 (hex) of the tool version's policy (deny rules and approval
 	// rule, in canonical form) that the operation was last judged under.
-	PolicyDigest  string `protobuf:"bytes,21,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	PolicyDigest string `protobuf:"bytes,21,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	// The budgets (tools-file limits) the operation counts against. Get fills
+	// in how much of each is used now; other answers name them only.
+	Budgets []*Budget `protobuf:"bytes,22,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	// The operation's business identity (its tool's identity key, e.g. the
+	// invoice id), if its tool declares one.
+	Identity      string `protobuf:"bytes,23,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -800,6 +806,147 @@ func (x *Operation) GetPolicyDigest() string {
 	return ""
 }
 
+func (x *Operation) GetBudgets() []*Budget {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+func (x *Operation) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// Budget is one limit an operation counts against (docs/policy.md).
+type Budget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limit's name in the tools file.
+	Limit string `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The value of the limit's `per` key for this operation ("" without one).
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The sliding window.
+	Window *durationpb.Duration `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`
+	// Operations counted in the window now (Get only).
+	Count int64 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// At most this many (0: no count bound).
+	MaxCount int64 `protobuf:"varint,5,opt,name=max_count,json=maxCount,proto3" json:"max_count,omitempty"`
+	// The limit's sum expression ("" without one).
+	Sum string `protobuf:"bytes,6,opt,name=sum,proto3" json:"sum,omitempty"`
+	// The total counted in the window now (Get only).
+	Total float64 `protobuf:"fixed64,7,opt,name=total,proto3" json:"total,omitempty"`
+	// At most this total (with sum).
+	MaxTotal float64 `protobuf:"fixed64,8,opt,name=max_total,json=maxTotal,proto3" json:"max_total,omitempty"`
+	// When the oldest counted operation leaves the window (Get only).
+	FreesTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=frees_time,json=freesTime,proto3" json:"frees_time,omitempty"`
+	// What a call past the limit gets: "refuse" or "approve".
+	Over          string `protobuf:"bytes,10,opt,name=over,proto3" json:"over,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Budget) Reset() {
+	*x = Budget{}
+	mi := &file_opledger_v1_ledger_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Budget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Budget) ProtoMessage() {}
+
+func (x *Budget) ProtoReflect() protoreflect.Message {
+	mi := &file_opledger_v1_ledger_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Budget.ProtoReflect.Descriptor instead.
+func (*Budget) Descriptor() ([]byte, []int) {
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Budget) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+func (x *Budget) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *Budget) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *Budget) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *Budget) GetMaxCount() int64 {
+	if x != nil {
+		return x.MaxCount
+	}
+	return 0
+}
+
+func (x *Budget) GetSum() string {
+	if x != nil {
+		return x.Sum
+	}
+	return ""
+}
+
+func (x *Budget) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *Budget) GetMaxTotal() float64 {
+	if x != nil {
+		return x.MaxTotal
+	}
+	return 0
+}
+
+func (x *Budget) GetFreesTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FreesTime
+	}
+	return nil
+}
+
+func (x *Budget) GetOver() string {
+	if x != nil {
+		return x.Over
+	}
+	return ""
+}
+
 // Approval is an operation's approval policy and the decision taken on it.
 type Approval struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -832,7 +979,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[1]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +991,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[1]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +1004,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{1}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Approval) GetRequired() bool {
@@ -953,7 +1100,7 @@ type ApprovalDecision struct {
 
 func (x *ApprovalDecision) Reset() {
 	*x = ApprovalDecision{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[2]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1112,7 @@ func (x *ApprovalDecision) String() string {
 func (*ApprovalDecision) ProtoMessage() {}
 
 func (x *ApprovalDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[2]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1125,7 @@ func (x *ApprovalDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalDecision.ProtoReflect.Descriptor instead.
 func (*ApprovalDecision) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{2}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ApprovalDecision) GetPrincipalId() string {
@@ -1057,7 +1204,7 @@ type OperationEvent struct {
 
 func (x *OperationEvent) Reset() {
 	*x = OperationEvent{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[3]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1216,7 @@ func (x *OperationEvent) String() string {
 func (*OperationEvent) ProtoMessage() {}
 
 func (x *OperationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[3]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1229,7 @@ func (x *OperationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationEvent.ProtoReflect.Descriptor instead.
 func (*OperationEvent) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{3}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *OperationEvent) GetSeq() int64 {
@@ -1176,7 +1323,7 @@ type PrepareRequest struct {
 
 func (x *PrepareRequest) Reset() {
 	*x = PrepareRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[4]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1335,7 @@ func (x *PrepareRequest) String() string {
 func (*PrepareRequest) ProtoMessage() {}
 
 func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[4]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1348,7 @@ func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareRequest.ProtoReflect.Descriptor instead.
 func (*PrepareRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{4}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PrepareRequest) GetTool() string {
@@ -1256,7 +1403,7 @@ type PrepareResponse struct {
 
 func (x *PrepareResponse) Reset() {
 	*x = PrepareResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[5]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1415,7 @@ func (x *PrepareResponse) String() string {
 func (*PrepareResponse) ProtoMessage() {}
 
 func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[5]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1428,7 @@ func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareResponse.ProtoReflect.Descriptor instead.
 func (*PrepareResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{5}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PrepareResponse) GetOperation() *Operation {
@@ -1329,7 +1476,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[6]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1488,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[6]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1501,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{6}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ApproveRequest) GetOperationId() string {
@@ -1409,7 +1556,7 @@ type ApproveResponse struct {
 
 func (x *ApproveResponse) Reset() {
 	*x = ApproveResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[7]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1568,7 @@ func (x *ApproveResponse) String() string {
 func (*ApproveResponse) ProtoMessage() {}
 
 func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[7]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1581,7 @@ func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveResponse.ProtoReflect.Descriptor instead.
 func (*ApproveResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{7}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApproveResponse) GetOperation() *Operation {
@@ -1472,7 +1619,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[8]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1631,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[8]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1644,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{8}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExecuteRequest) GetOperationId() string {
@@ -1529,7 +1676,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[9]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1688,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[9]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1701,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{9}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExecuteResponse) GetOperation() *Operation {
@@ -1584,7 +1731,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[10]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1743,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[10]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1756,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{10}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRequest) GetOperationId() string {
@@ -1639,7 +1786,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[11]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1798,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[11]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1811,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{11}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetResponse) GetOperation() *Operation {
@@ -1704,7 +1851,7 @@ type Resolution struct {
 
 func (x *Resolution) Reset() {
 	*x = Resolution{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[12]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1863,7 @@ func (x *Resolution) String() string {
 func (*Resolution) ProtoMessage() {}
 
 func (x *Resolution) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[12]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1876,7 @@ func (x *Resolution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolution.ProtoReflect.Descriptor instead.
 func (*Resolution) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{12}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Resolution) GetOutcome() State {
@@ -1774,7 +1921,7 @@ type ReconcileRequest struct {
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[13]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1933,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[13]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1946,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{13}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReconcileRequest) GetOperationId() string {
@@ -1830,7 +1977,7 @@ type ReconcileResponse struct {
 
 func (x *ReconcileResponse) Reset() {
 	*x = ReconcileResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[14]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +1989,7 @@ func (x *ReconcileResponse) String() string {
 func (*ReconcileResponse) ProtoMessage() {}
 
 func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[14]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +2002,7 @@ func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{14}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReconcileResponse) GetOperation() *Operation {
@@ -1885,7 +2032,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[15]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +2044,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[15]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2057,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{15}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelRequest) GetOperationId() string {
@@ -1940,7 +2087,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[16]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2099,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[16]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2112,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{16}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelResponse) GetOperation() *Operation {
@@ -2012,7 +2159,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[17]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2171,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[17]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2184,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{17}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Tool) GetName() string {
@@ -2130,7 +2277,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[18]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +2289,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[18]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +2302,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{18}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Policy) GetDigest() string {
@@ -2229,7 +2376,7 @@ type DenyRule struct {
 
 func (x *DenyRule) Reset() {
 	*x = DenyRule{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[19]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2388,7 @@ func (x *DenyRule) String() string {
 func (*DenyRule) ProtoMessage() {}
 
 func (x *DenyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[19]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2401,7 @@ func (x *DenyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyRule.ProtoReflect.Descriptor instead.
 func (*DenyRule) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{19}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DenyRule) GetName() string {
@@ -2287,7 +2434,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[20]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2446,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[20]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2459,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{20}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{21}
 }
 
 // ListToolsResponse carries the configured tools.
@@ -2326,7 +2473,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[21]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2485,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[21]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2498,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{21}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -2379,7 +2526,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[22]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2538,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[22]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2551,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{22}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListOperationsRequest) GetStates() []State {
@@ -2448,7 +2595,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_opledger_v1_ledger_proto_msgTypes[23]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2607,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opledger_v1_ledger_proto_msgTypes[23]
+	mi := &file_opledger_v1_ledger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2620,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{23}
+	return file_opledger_v1_ledger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -2494,7 +2641,7 @@ var File_opledger_v1_ledger_proto protoreflect.FileDescriptor
 
 const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"\n" +
-	"\x18opledger/v1/ledger.proto\x12\vopledger.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xba\x06\n" +
+	"\x18opledger/v1/ledger.proto\x12\vopledger.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\x85\a\n" +
 	"\tOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12!\n" +
@@ -2522,7 +2669,22 @@ const file_opledger_v1_ledger_proto_rawDesc = "" +
 	"supersedes\x18\x13 \x01(\tR\n" +
 	"supersedes\x12#\n" +
 	"\rsuperseded_by\x18\x14 \x01(\tR\fsupersededBy\x12#\n" +
-	"\rpolicy_digest\x18\x15 \x01(\tR\fpolicyDigest\"\xb9\x03\n" +
+	"\rpolicy_digest\x18\x15 \x01(\tR\fpolicyDigest\x12-\n" +
+	"\abudgets\x18\x16 \x03(\v2\x13.opledger.v1.BudgetR\abudgets\x12\x1a\n" +
+	"\bidentity\x18\x17 \x01(\tR\bidentity\"\xae\x02\n" +
+	"\x06Budget\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x121\n" +
+	"\x06window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\x12\x1b\n" +
+	"\tmax_count\x18\x05 \x01(\x03R\bmaxCount\x12\x10\n" +
+	"\x03sum\x18\x06 \x01(\tR\x03sum\x12\x14\n" +
+	"\x05total\x18\a \x01(\x01R\x05total\x12\x1b\n" +
+	"\tmax_total\x18\b \x01(\x01R\bmaxTotal\x129\n" +
+	"\n" +
+	"frees_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tfreesTime\x12\x12\n" +
+	"\x04over\x18\n" +
+	" \x01(\tR\x04over\"\xb9\x03\n" +
 	"\bApproval\x12\x1a\n" +
 	"\brequired\x18\x01 \x01(\bR\brequired\x121\n" +
 	"\bdecision\x18\x02 \x01(\x0e2\x15.opledger.v1.DecisionR\bdecision\x12\x1d\n" +
@@ -2754,7 +2916,7 @@ func file_opledger_v1_ledger_proto_rawDescGZIP() []byte {
 }
 
 var file_opledger_v1_ledger_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_opledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_opledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_opledger_v1_ledger_proto_goTypes = []any{
 	(State)(0),                     // 0: opledger.v1.State
 	(Decision)(0),                  // 1: opledger.v1.Decision
@@ -2762,97 +2924,101 @@ var file_opledger_v1_ledger_proto_goTypes = []any{
 	(EventType)(0),                 // 3: opledger.v1.EventType
 	(Effect)(0),                    // 4: opledger.v1.Effect
 	(*Operation)(nil),              // 5: opledger.v1.Operation
-	(*Approval)(nil),               // 6: opledger.v1.Approval
-	(*ApprovalDecision)(nil),       // 7: opledger.v1.ApprovalDecision
-	(*OperationEvent)(nil),         // 8: opledger.v1.OperationEvent
-	(*PrepareRequest)(nil),         // 9: opledger.v1.PrepareRequest
-	(*PrepareResponse)(nil),        // 10: opledger.v1.PrepareResponse
-	(*ApproveRequest)(nil),         // 11: opledger.v1.ApproveRequest
-	(*ApproveResponse)(nil),        // 12: opledger.v1.ApproveResponse
-	(*ExecuteRequest)(nil),         // 13: opledger.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),        // 14: opledger.v1.ExecuteResponse
-	(*GetRequest)(nil),             // 15: opledger.v1.GetRequest
-	(*GetResponse)(nil),            // 16: opledger.v1.GetResponse
-	(*Resolution)(nil),             // 17: opledger.v1.Resolution
-	(*ReconcileRequest)(nil),       // 18: opledger.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),      // 19: opledger.v1.ReconcileResponse
-	(*CancelRequest)(nil),          // 20: opledger.v1.CancelRequest
-	(*CancelResponse)(nil),         // 21: opledger.v1.CancelResponse
-	(*Tool)(nil),                   // 22: opledger.v1.Tool
-	(*Policy)(nil),                 // 23: opledger.v1.Policy
-	(*DenyRule)(nil),               // 24: opledger.v1.DenyRule
-	(*ListToolsRequest)(nil),       // 25: opledger.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),      // 26: opledger.v1.ListToolsResponse
-	(*ListOperationsRequest)(nil),  // 27: opledger.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil), // 28: opledger.v1.ListOperationsResponse
-	(*structpb.Struct)(nil),        // 29: google.protobuf.Struct
-	(*status.Status)(nil),          // 30: google.rpc.Status
-	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 32: google.protobuf.Duration
+	(*Budget)(nil),                 // 6: opledger.v1.Budget
+	(*Approval)(nil),               // 7: opledger.v1.Approval
+	(*ApprovalDecision)(nil),       // 8: opledger.v1.ApprovalDecision
+	(*OperationEvent)(nil),         // 9: opledger.v1.OperationEvent
+	(*PrepareRequest)(nil),         // 10: opledger.v1.PrepareRequest
+	(*PrepareResponse)(nil),        // 11: opledger.v1.PrepareResponse
+	(*ApproveRequest)(nil),         // 12: opledger.v1.ApproveRequest
+	(*ApproveResponse)(nil),        // 13: opledger.v1.ApproveResponse
+	(*ExecuteRequest)(nil),         // 14: opledger.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),        // 15: opledger.v1.ExecuteResponse
+	(*GetRequest)(nil),             // 16: opledger.v1.GetRequest
+	(*GetResponse)(nil),            // 17: opledger.v1.GetResponse
+	(*Resolution)(nil),             // 18: opledger.v1.Resolution
+	(*ReconcileRequest)(nil),       // 19: opledger.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),      // 20: opledger.v1.ReconcileResponse
+	(*CancelRequest)(nil),          // 21: opledger.v1.CancelRequest
+	(*CancelResponse)(nil),         // 22: opledger.v1.CancelResponse
+	(*Tool)(nil),                   // 23: opledger.v1.Tool
+	(*Policy)(nil),                 // 24: opledger.v1.Policy
+	(*DenyRule)(nil),               // 25: opledger.v1.DenyRule
+	(*ListToolsRequest)(nil),       // 26: opledger.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),      // 27: opledger.v1.ListToolsResponse
+	(*ListOperationsRequest)(nil),  // 28: opledger.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil), // 29: opledger.v1.ListOperationsResponse
+	(*structpb.Struct)(nil),        // 30: google.protobuf.Struct
+	(*status.Status)(nil),          // 31: google.rpc.Status
+	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 33: google.protobuf.Duration
 }
 var file_opledger_v1_ledger_proto_depIdxs = []int32{
-	29, // 0: opledger.v1.Operation.args:type_name -> google.protobuf.Struct
+	30, // 0: opledger.v1.Operation.args:type_name -> google.protobuf.Struct
 	0,  // 1: opledger.v1.Operation.state:type_name -> opledger.v1.State
-	6,  // 2: opledger.v1.Operation.approval:type_name -> opledger.v1.Approval
-	29, // 3: opledger.v1.Operation.result:type_name -> google.protobuf.Struct
-	30, // 4: opledger.v1.Operation.error:type_name -> google.rpc.Status
-	31, // 5: opledger.v1.Operation.create_time:type_name -> google.protobuf.Timestamp
-	31, // 6: opledger.v1.Operation.update_time:type_name -> google.protobuf.Timestamp
-	31, // 7: opledger.v1.Operation.lease_expire_time:type_name -> google.protobuf.Timestamp
-	1,  // 8: opledger.v1.Approval.decision:type_name -> opledger.v1.Decision
-	31, // 9: opledger.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
-	31, // 10: opledger.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	7,  // 11: opledger.v1.Approval.approvals:type_name -> opledger.v1.ApprovalDecision
-	1,  // 12: opledger.v1.ApprovalDecision.decision:type_name -> opledger.v1.Decision
-	31, // 13: opledger.v1.ApprovalDecision.decide_time:type_name -> google.protobuf.Timestamp
-	3,  // 14: opledger.v1.OperationEvent.type:type_name -> opledger.v1.EventType
-	0,  // 15: opledger.v1.OperationEvent.from_state:type_name -> opledger.v1.State
-	0,  // 16: opledger.v1.OperationEvent.to_state:type_name -> opledger.v1.State
-	31, // 17: opledger.v1.OperationEvent.create_time:type_name -> google.protobuf.Timestamp
-	29, // 18: opledger.v1.PrepareRequest.args:type_name -> google.protobuf.Struct
-	32, // 19: opledger.v1.PrepareRequest.wait:type_name -> google.protobuf.Duration
-	5,  // 20: opledger.v1.PrepareResponse.operation:type_name -> opledger.v1.Operation
-	1,  // 21: opledger.v1.ApproveRequest.decision:type_name -> opledger.v1.Decision
-	29, // 22: opledger.v1.ApproveRequest.edited_args:type_name -> google.protobuf.Struct
-	5,  // 23: opledger.v1.ApproveResponse.operation:type_name -> opledger.v1.Operation
-	5,  // 24: opledger.v1.ApproveResponse.edited:type_name -> opledger.v1.Operation
-	32, // 25: opledger.v1.ExecuteRequest.wait:type_name -> google.protobuf.Duration
-	5,  // 26: opledger.v1.ExecuteResponse.operation:type_name -> opledger.v1.Operation
-	5,  // 27: opledger.v1.GetResponse.operation:type_name -> opledger.v1.Operation
-	8,  // 28: opledger.v1.GetResponse.events:type_name -> opledger.v1.OperationEvent
-	0,  // 29: opledger.v1.Resolution.outcome:type_name -> opledger.v1.State
-	17, // 30: opledger.v1.ReconcileRequest.resolution:type_name -> opledger.v1.Resolution
-	5,  // 31: opledger.v1.ReconcileResponse.operation:type_name -> opledger.v1.Operation
-	5,  // 32: opledger.v1.CancelResponse.operation:type_name -> opledger.v1.Operation
-	4,  // 33: opledger.v1.Tool.effect:type_name -> opledger.v1.Effect
-	29, // 34: opledger.v1.Tool.args_schema:type_name -> google.protobuf.Struct
-	32, // 35: opledger.v1.Tool.approval_ttl:type_name -> google.protobuf.Duration
-	23, // 36: opledger.v1.Tool.policy:type_name -> opledger.v1.Policy
-	24, // 37: opledger.v1.Policy.deny:type_name -> opledger.v1.DenyRule
-	22, // 38: opledger.v1.ListToolsResponse.tools:type_name -> opledger.v1.Tool
-	0,  // 39: opledger.v1.ListOperationsRequest.states:type_name -> opledger.v1.State
-	5,  // 40: opledger.v1.ListOperationsResponse.operations:type_name -> opledger.v1.Operation
-	9,  // 41: opledger.v1.LedgerService.Prepare:input_type -> opledger.v1.PrepareRequest
-	11, // 42: opledger.v1.LedgerService.Approve:input_type -> opledger.v1.ApproveRequest
-	13, // 43: opledger.v1.LedgerService.Execute:input_type -> opledger.v1.ExecuteRequest
-	15, // 44: opledger.v1.LedgerService.Get:input_type -> opledger.v1.GetRequest
-	18, // 45: opledger.v1.LedgerService.Reconcile:input_type -> opledger.v1.ReconcileRequest
-	20, // 46: opledger.v1.LedgerService.Cancel:input_type -> opledger.v1.CancelRequest
-	25, // 47: opledger.v1.LedgerService.ListTools:input_type -> opledger.v1.ListToolsRequest
-	27, // 48: opledger.v1.LedgerService.ListOperations:input_type -> opledger.v1.ListOperationsRequest
-	10, // 49: opledger.v1.LedgerService.Prepare:output_type -> opledger.v1.PrepareResponse
-	12, // 50: opledger.v1.LedgerService.Approve:output_type -> opledger.v1.ApproveResponse
-	14, // 51: opledger.v1.LedgerService.Execute:output_type -> opledger.v1.ExecuteResponse
-	16, // 52: opledger.v1.LedgerService.Get:output_type -> opledger.v1.GetResponse
-	19, // 53: opledger.v1.LedgerService.Reconcile:output_type -> opledger.v1.ReconcileResponse
-	21, // 54: opledger.v1.LedgerService.Cancel:output_type -> opledger.v1.CancelResponse
-	26, // 55: opledger.v1.LedgerService.ListTools:output_type -> opledger.v1.ListToolsResponse
-	28, // 56: opledger.v1.LedgerService.ListOperations:output_type -> opledger.v1.ListOperationsResponse
-	49, // [49:57] is the sub-list for method output_type
-	41, // [41:49] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	7,  // 2: opledger.v1.Operation.approval:type_name -> opledger.v1.Approval
+	30, // 3: opledger.v1.Operation.result:type_name -> google.protobuf.Struct
+	31, // 4: opledger.v1.Operation.error:type_name -> google.rpc.Status
+	32, // 5: opledger.v1.Operation.create_time:type_name -> google.protobuf.Timestamp
+	32, // 6: opledger.v1.Operation.update_time:type_name -> google.protobuf.Timestamp
+	32, // 7: opledger.v1.Operation.lease_expire_time:type_name -> google.protobuf.Timestamp
+	6,  // 8: opledger.v1.Operation.budgets:type_name -> opledger.v1.Budget
+	33, // 9: opledger.v1.Budget.window:type_name -> google.protobuf.Duration
+	32, // 10: opledger.v1.Budget.frees_time:type_name -> google.protobuf.Timestamp
+	1,  // 11: opledger.v1.Approval.decision:type_name -> opledger.v1.Decision
+	32, // 12: opledger.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
+	32, // 13: opledger.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	8,  // 14: opledger.v1.Approval.approvals:type_name -> opledger.v1.ApprovalDecision
+	1,  // 15: opledger.v1.ApprovalDecision.decision:type_name -> opledger.v1.Decision
+	32, // 16: opledger.v1.ApprovalDecision.decide_time:type_name -> google.protobuf.Timestamp
+	3,  // 17: opledger.v1.OperationEvent.type:type_name -> opledger.v1.EventType
+	0,  // 18: opledger.v1.OperationEvent.from_state:type_name -> opledger.v1.State
+	0,  // 19: opledger.v1.OperationEvent.to_state:type_name -> opledger.v1.State
+	32, // 20: opledger.v1.OperationEvent.create_time:type_name -> google.protobuf.Timestamp
+	30, // 21: opledger.v1.PrepareRequest.args:type_name -> google.protobuf.Struct
+	33, // 22: opledger.v1.PrepareRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 23: opledger.v1.PrepareResponse.operation:type_name -> opledger.v1.Operation
+	1,  // 24: opledger.v1.ApproveRequest.decision:type_name -> opledger.v1.Decision
+	30, // 25: opledger.v1.ApproveRequest.edited_args:type_name -> google.protobuf.Struct
+	5,  // 26: opledger.v1.ApproveResponse.operation:type_name -> opledger.v1.Operation
+	5,  // 27: opledger.v1.ApproveResponse.edited:type_name -> opledger.v1.Operation
+	33, // 28: opledger.v1.ExecuteRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 29: opledger.v1.ExecuteResponse.operation:type_name -> opledger.v1.Operation
+	5,  // 30: opledger.v1.GetResponse.operation:type_name -> opledger.v1.Operation
+	9,  // 31: opledger.v1.GetResponse.events:type_name -> opledger.v1.OperationEvent
+	0,  // 32: opledger.v1.Resolution.outcome:type_name -> opledger.v1.State
+	18, // 33: opledger.v1.ReconcileRequest.resolution:type_name -> opledger.v1.Resolution
+	5,  // 34: opledger.v1.ReconcileResponse.operation:type_name -> opledger.v1.Operation
+	5,  // 35: opledger.v1.CancelResponse.operation:type_name -> opledger.v1.Operation
+	4,  // 36: opledger.v1.Tool.effect:type_name -> opledger.v1.Effect
+	30, // 37: opledger.v1.Tool.args_schema:type_name -> google.protobuf.Struct
+	33, // 38: opledger.v1.Tool.approval_ttl:type_name -> google.protobuf.Duration
+	24, // 39: opledger.v1.Tool.policy:type_name -> opledger.v1.Policy
+	25, // 40: opledger.v1.Policy.deny:type_name -> opledger.v1.DenyRule
+	23, // 41: opledger.v1.ListToolsResponse.tools:type_name -> opledger.v1.Tool
+	0,  // 42: opledger.v1.ListOperationsRequest.states:type_name -> opledger.v1.State
+	5,  // 43: opledger.v1.ListOperationsResponse.operations:type_name -> opledger.v1.Operation
+	10, // 44: opledger.v1.LedgerService.Prepare:input_type -> opledger.v1.PrepareRequest
+	12, // 45: opledger.v1.LedgerService.Approve:input_type -> opledger.v1.ApproveRequest
+	14, // 46: opledger.v1.LedgerService.Execute:input_type -> opledger.v1.ExecuteRequest
+	16, // 47: opledger.v1.LedgerService.Get:input_type -> opledger.v1.GetRequest
+	19, // 48: opledger.v1.LedgerService.Reconcile:input_type -> opledger.v1.ReconcileRequest
+	21, // 49: opledger.v1.LedgerService.Cancel:input_type -> opledger.v1.CancelRequest
+	26, // 50: opledger.v1.LedgerService.ListTools:input_type -> opledger.v1.ListToolsRequest
+	28, // 51: opledger.v1.LedgerService.ListOperations:input_type -> opledger.v1.ListOperationsRequest
+	11, // 52: opledger.v1.LedgerService.Prepare:output_type -> opledger.v1.PrepareResponse
+	13, // 53: opledger.v1.LedgerService.Approve:output_type -> opledger.v1.ApproveResponse
+	15, // 54: opledger.v1.LedgerService.Execute:output_type -> opledger.v1.ExecuteResponse
+	17, // 55: opledger.v1.LedgerService.Get:output_type -> opledger.v1.GetResponse
+	20, // 56: opledger.v1.LedgerService.Reconcile:output_type -> opledger.v1.ReconcileResponse
+	22, // 57: opledger.v1.LedgerService.Cancel:output_type -> opledger.v1.CancelResponse
+	27, // 58: opledger.v1.LedgerService.ListTools:output_type -> opledger.v1.ListToolsResponse
+	29, // 59: opledger.v1.LedgerService.ListOperations:output_type -> opledger.v1.ListOperationsResponse
+	52, // [52:60] is the sub-list for method output_type
+	44, // [44:52] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_opledger_v1_ledger_proto_init() }
@@ -2866,7 +3032,7 @@ func file_opledger_v1_ledger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opledger_v1_ledger_proto_rawDesc), len(file_opledger_v1_ledger_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

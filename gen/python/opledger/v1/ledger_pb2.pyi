@@ -171,7 +171,7 @@ EFFECT_IDEMPOTENT: Effect
 EFFECT_SIDE_EFFECT: Effect
 
 class Operation(_message.Message):
-    __slots__ = ("id", "tool", "tool_version", "args", "fingerprint", "state", "approval", "attempts", "fence", "downstream_key", "external_ref", "result", "error", "create_time", "update_time", "tenant", "prepared_by", "lease_expire_time", "supersedes", "superseded_by", "policy_digest")
+    __slots__ = ("id", "tool", "tool_version", "args", "fingerprint", "state", "approval", "attempts", "fence", "downstream_key", "external_ref", "result", "error", "create_time", "update_time", "tenant", "prepared_by", "lease_expire_time", "supersedes", "superseded_by", "policy_digest", "budgets", "identity")
     ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +193,8 @@ class Operation(_message.Message):
     SUPERSEDES_FIELD_NUMBER: _ClassVar[int]
     SUPERSEDED_BY_FIELD_NUMBER: _ClassVar[int]
     POLICY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
     id: str
     tool: str
     tool_version: str
@@ -214,7 +216,33 @@ class Operation(_message.Message):
     supersedes: str
     superseded_by: str
     policy_digest: str
-    def __init__(self, id: _Optional[str] = ..., tool: _Optional[str] = ..., tool_version: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., fingerprint: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., attempts: _Optional[int] = ..., fence: _Optional[int] = ..., downstream_key: _Optional[str] = ..., external_ref: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., prepared_by: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., supersedes: _Optional[str] = ..., superseded_by: _Optional[str] = ..., policy_digest: _Optional[str] = ...) -> None: ...
+    budgets: _containers.RepeatedCompositeFieldContainer[Budget]
+    identity: str
+    def __init__(self, id: _Optional[str] = ..., tool: _Optional[str] = ..., tool_version: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., fingerprint: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., attempts: _Optional[int] = ..., fence: _Optional[int] = ..., downstream_key: _Optional[str] = ..., external_ref: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., prepared_by: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., supersedes: _Optional[str] = ..., superseded_by: _Optional[str] = ..., policy_digest: _Optional[str] = ..., budgets: _Optional[_Iterable[_Union[Budget, _Mapping]]] = ..., identity: _Optional[str] = ...) -> None: ...
+
+class Budget(_message.Message):
+    __slots__ = ("limit", "scope", "window", "count", "max_count", "sum", "total", "max_total", "frees_time", "over")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUM_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FREES_TIME_FIELD_NUMBER: _ClassVar[int]
+    OVER_FIELD_NUMBER: _ClassVar[int]
+    limit: str
+    scope: str
+    window: _duration_pb2.Duration
+    count: int
+    max_count: int
+    sum: str
+    total: float
+    max_total: float
+    frees_time: _timestamp_pb2.Timestamp
+    over: str
+    def __init__(self, limit: _Optional[str] = ..., scope: _Optional[str] = ..., window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., count: _Optional[int] = ..., max_count: _Optional[int] = ..., sum: _Optional[str] = ..., total: _Optional[float] = ..., max_total: _Optional[float] = ..., frees_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., over: _Optional[str] = ...) -> None: ...
 
 class Approval(_message.Message):
     __slots__ = ("required", "decision", "decided_by", "decide_time", "expire_time", "approved_fingerprint", "reason", "approvals_needed", "approvals", "rule")

@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file opledger/v1/ledger.proto.
  */
 export const file_opledger_v1_ledger: GenFile = /*@__PURE__*/
-  fileDesc("ChhvcGxlZGdlci92MS9sZWRnZXIucHJvdG8SC29wbGVkZ2VyLnYxIt4ECglPcGVyYXRpb24SCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIUCgx0b29sX3ZlcnNpb24YAyABKAkSJQoEYXJncxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLZmluZ2VycHJpbnQYBSABKAkSIQoFc3RhdGUYBiABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRInCghhcHByb3ZhbBgHIAEoCzIVLm9wbGVkZ2VyLnYxLkFwcHJvdmFsEhAKCGF0dGVtcHRzGAggASgFEg0KBWZlbmNlGAkgASgDEhYKDmRvd25zdHJlYW1fa2V5GAogASgJEhQKDGV4dGVybmFsX3JlZhgLIAEoCRInCgZyZXN1bHQYDCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiEKBWVycm9yGA0gASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXMSLwoLY3JlYXRlX3RpbWUYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZ0ZW5hbnQYECABKAkSEwoLcHJlcGFyZWRfYnkYESABKAkSNQoRbGVhc2VfZXhwaXJlX3RpbWUYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnN1cGVyc2VkZXMYEyABKAkSFQoNc3VwZXJzZWRlZF9ieRgUIAEoCRIVCg1wb2xpY3lfZGlnZXN0GBUgASgJIsMCCghBcHByb3ZhbBIQCghyZXF1aXJlZBgBIAEoCBInCghkZWNpc2lvbhgCIAEoDjIVLm9wbGVkZ2VyLnYxLkRlY2lzaW9uEhIKCmRlY2lkZWRfYnkYAyABKAkSLwoLZGVjaWRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2V4cGlyZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcChRhcHByb3ZlZF9maW5nZXJwcmludBgGIAEoCRIOCgZyZWFzb24YByABKAkSGAoQYXBwcm92YWxzX25lZWRlZBgIIAEoBRIwCglhcHByb3ZhbHMYCSADKAsyHS5vcGxlZGdlci52MS5BcHByb3ZhbERlY2lzaW9uEgwKBHJ1bGUYCiABKAki1gEKEEFwcHJvdmFsRGVjaXNpb24SFAoMcHJpbmNpcGFsX2lkGAEgASgJEhYKDnByaW5jaXBhbF9uYW1lGAIgASgJEicKCGRlY2lzaW9uGAMgASgOMhUub3BsZWRnZXIudjEuRGVjaXNpb24SLwoLZGVjaWRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2ZpbmdlcnByaW50GAUgASgJEg4KBnJlYXNvbhgGIAEoCRIVCg1wb2xpY3lfZGlnZXN0GAcgASgJIoECCg5PcGVyYXRpb25FdmVudBILCgNzZXEYASABKAMSJAoEdHlwZRgCIAEoDjIWLm9wbGVkZ2VyLnYxLkV2ZW50VHlwZRINCgVhY3RvchgDIAEoCRImCgpmcm9tX3N0YXRlGAQgASgOMhIub3BsZWRnZXIudjEuU3RhdGUSJAoIdG9fc3RhdGUYBSABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRIPCgdhdHRlbXB0GAYgASgFEg0KBWZlbmNlGAcgASgDEg4KBmRldGFpbBgIIAEoCRIvCgtjcmVhdGVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAilQEKDlByZXBhcmVSZXF1ZXN0EgwKBHRvb2wYASABKAkSFAoMdG9vbF92ZXJzaW9uGAIgASgJEiUKBGFyZ3MYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KB2V4ZWN1dGUYBCABKAgSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJqCg9QcmVwYXJlUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEhAKCHJlcGxheWVkGAIgASgIEhoKEmV4ZWN1dGlvbl9yZXBsYXllZBgDIAEoCCKiAQoOQXBwcm92ZVJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEhMKC2ZpbmdlcnByaW50GAIgASgJEicKCGRlY2lzaW9uGAMgASgOMhUub3BsZWRnZXIudjEuRGVjaXNpb24SDgoGcmVhc29uGAQgASgJEiwKC2VkaXRlZF9hcmdzGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJ2Cg9BcHByb3ZlUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEhAKCHJlcGxheWVkGAIgASgIEiYKBmVkaXRlZBgDIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbiJPCg5FeGVjdXRlUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSJwoEd2FpdBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJOCg9FeGVjdXRlUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEhAKCHJlcGxheWVkGAIgASgIIjoKCkdldFJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEhYKDmluY2x1ZGVfZXZlbnRzGAIgASgIImUKC0dldFJlc3BvbnNlEikKCW9wZXJhdGlvbhgBIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIrCgZldmVudHMYAiADKAsyGy5vcGxlZGdlci52MS5PcGVyYXRpb25FdmVudCJkCgpSZXNvbHV0aW9uEiMKB291dGNvbWUYASABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRIUCgxleHRlcm5hbF9yZWYYAiABKAkSDAoEbm90ZRgDIAEoCRINCgVmZW5jZRgEIAEoAyJVChBSZWNvbmNpbGVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIrCgpyZXNvbHV0aW9uGAIgASgLMhcub3BsZWRnZXIudjEuUmVzb2x1dGlvbiJOChFSZWNvbmNpbGVSZXNwb25zZRIpCglvcGVyYXRpb24YASABKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SDgoGZGV0YWlsGAIgASgJIjUKDUNhbmNlbFJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJNCg5DYW5jZWxSZXNwb25zZRIpCglvcGVyYXRpb24YASABKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SEAoIcmVwbGF5ZWQYAiABKAgijwIKBFRvb2wSDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJEiMKBmVmZmVjdBgEIAEoDjITLm9wbGVkZ2VyLnYxLkVmZmVjdBIZChFhcHByb3ZhbF9yZXF1aXJlZBgFIAEoCBIsCgthcmdzX3NjaGVtYRgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLwoMYXBwcm92YWxfdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg8KB2N1cnJlbnQYCCABKAgSIwoGcG9saWN5GAkgASgLMhMub3BsZWRnZXIudjEuUG9saWN5Ir0BCgZQb2xpY3kSDgoGZGlnZXN0GAEgASgJEiMKBGRlbnkYAiADKAsyFS5vcGxlZGdlci52MS5EZW55UnVsZRIZChFhcHByb3ZhbF9yZXF1aXJlZBgDIAEoCBIVCg1hcHByb3ZhbF93aGVuGAQgASgJEhEKCWFwcHJvdmVycxgFIAEoBRIQCghlZGl0YWJsZRgGIAMoCRIPCgdzdW1tYXJ5GAcgASgJEhYKDmFwcHJvdmVyc19leHByGAggASgJIjcKCERlbnlSdWxlEgwKBG5hbWUYASABKAkSDAoEd2hlbhgCIAEoCRIPCgdtZXNzYWdlGAMgASgJIhIKEExpc3RUb29sc1JlcXVlc3QiNQoRTGlzdFRvb2xzUmVzcG9uc2USIAoFdG9vbHMYASADKAsyES5vcGxlZGdlci52MS5Ub29sInAKFUxpc3RPcGVyYXRpb25zUmVxdWVzdBIiCgZzdGF0ZXMYASADKA4yEi5vcGxlZGdlci52MS5TdGF0ZRIMCgR0b29sGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIl0KFkxpc3RPcGVyYXRpb25zUmVzcG9uc2USKgoKb3BlcmF0aW9ucxgBIAMoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkqzAEKBVN0YXRlEhUKEVNUQVRFX1VOU1BFQ0lGSUVEEAASGwoXU1RBVEVfQVdBSVRJTkdfQVBQUk9WQUwQARIPCgtTVEFURV9SRUFEWRACEhMKD1NUQVRFX0VYRUNVVElORxADEhMKD1NUQVRFX1NVQ0NFRURFRBAEEhAKDFNUQVRFX0ZBSUxFRBAFEhkKFVNUQVRFX09VVENPTUVfVU5LTk9XThAGEhIKDlNUQVRFX1JFSkVDVEVEEAcSEwoPU1RBVEVfQ0FOQ0VMTEVEEAgqTQoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABIUChBERUNJU0lPTl9BUFBST1ZFEAESEQoNREVDSVNJT05fREVOWRACKt8KCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIgChxFUlJPUl9SRUFTT05fQVBJX0tFWV9NSVNTSU5HEAESIAocRVJST1JfUkVBU09OX0FQSV9LRVlfSU5WQUxJRBACEh4KGkVSUk9SX1JFQVNPTl9ST0xFX1JFUVVJUkVEEAMSKAokRVJST1JfUkVBU09OX0lERU1QT1RFTkNZX0tFWV9NSVNTSU5HEAQSKAokRVJST1JfUkVBU09OX0lERU1QT1RFTkNZX0tFWV9JTlZBTElEEAUSJwojRVJST1JfUkVBU09OX0lERU1QT1RFTkNZX0tFWV9SRVVTRUQQBhIdChlFUlJPUl9SRUFTT05fVE9PTF9VTktOT1dOEAcSJQohRVJST1JfUkVBU09OX1RPT0xfVkVSU0lPTl9VTktOT1dOEAgSHQoZRVJST1JfUkVBU09OX0FSR1NfSU5WQUxJRBAJEh8KG0VSUk9SX1JFQVNPTl9BUkdTX1RPT19MQVJHRRAKEh4KGkVSUk9SX1JFQVNPTl9GSUVMRF9JTlZBTElEEAsSJAogRVJST1JfUkVBU09OX09QRVJBVElPTl9OT1RfRk9VTkQQDBIiCh5FUlJPUl9SRUFTT05fQVBQUk9WQUxfUkVRVUlSRUQQDRIhCh1FUlJPUl9SRUFTT05fQVBQUk9WQUxfRVhQSVJFRBAOEi4KKkVSUk9SX1JFQVNPTl9BUFBST1ZBTF9GSU5HRVJQUklOVF9NSVNNQVRDSBAPEiIKHkVSUk9SX1JFQVNPTl9BUFBST1ZBTF9DT05GTElDVBAQEigKJEVSUk9SX1JFQVNPTl9TRUxGX0FQUFJPVkFMX0ZPUkJJRERFThAREigKJEVSUk9SX1JFQVNPTl9BUFBST1ZBTF9OT1RfQVBQTElDQUJMRRASEiMKH0VSUk9SX1JFQVNPTl9PUEVSQVRJT05fUkVKRUNURUQQExIkCiBFUlJPUl9SRUFTT05fT1BFUkFUSU9OX0NBTkNFTExFRBAUEiYKIkVSUk9SX1JFQVNPTl9PUEVSQVRJT05fSU5fUFJPR1JFU1MQFRIqCiZFUlJPUl9SRUFTT05fUkVTT0xVVElPTl9OT1RfQVBQTElDQUJMRRAWEiMKH0VSUk9SX1JFQVNPTl9MRURHRVJfVU5BVkFJTEFCTEUQFxIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQGBInCiNFUlJPUl9SRUFTT05fRE9XTlNUUkVBTV9VTkFWQUlMQUJMRRAZEiEKHUVSUk9SX1JFQVNPTl9ERUFETElORV9JTlZBTElEEBoSJAogRVJST1JfUkVBU09OX0RPV05TVFJFQU1fUkVKRUNURUQQGxIrCidFUlJPUl9SRUFTT05fRE9XTlNUUkVBTV9PVVRDT01FX1VOS05PV04QHBIiCh5FUlJPUl9SRUFTT05fT1BFUkFUT1JfUkVRVUlSRUQQHRIdChlFUlJPUl9SRUFTT05fUkFURV9MSU1JVEVEEB4SHwobRVJST1JfUkVBU09OX1FVT1RBX0VYQ0VFREVEEB8SJgoiRVJST1JfUkVBU09OX0NBTkNFTF9OT1RfQVBQTElDQUJMRRAgEh4KGkVSUk9SX1JFQVNPTl9QT0xJQ1lfREVOSUVEECESHwobRVJST1JfUkVBU09OX0xJTUlUX0VYQ0VFREVEECISJAogRVJST1JfUkVBU09OX09QRVJBVElPTl9EVVBMSUNBVEUQIxIlCiFFUlJPUl9SRUFTT05fT1BFUkFUSU9OX1NVUEVSU0VERUQQJCqKBAoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIXChNFVkVOVF9UWVBFX1BSRVBBUkVEEAESFwoTRVZFTlRfVFlQRV9BUFBST1ZFRBACEhUKEUVWRU5UX1RZUEVfREVOSUVEEAMSFgoSRVZFTlRfVFlQRV9DTEFJTUVEEAQSJAogRVZFTlRfVFlQRV9FWFRFUk5BTF9SRUZfUkVDT1JERUQQBRIYChRFVkVOVF9UWVBFX1NVQ0NFRURFRBAGEhUKEUVWRU5UX1RZUEVfRkFJTEVEEAcSHgoaRVZFTlRfVFlQRV9PVVRDT01FX1VOS05PV04QCBIXChNFVkVOVF9UWVBFX1JFTEVBU0VEEAkSHwobRVZFTlRfVFlQRV9MRUFTRV9UQUtFTl9PVkVSEAoSGQoVRVZFTlRfVFlQRV9SRUNPTkNJTEVEEAsSIAocRVZFTlRfVFlQRV9SRVNPTFZFRF9NQU5VQUxMWRAMEhgKFEVWRU5UX1RZUEVfQ0FOQ0VMTEVEEA0SHwobRVZFTlRfVFlQRV9BUFBST1ZBTF9FWFBJUkVEEA4SHQoZRVZFTlRfVFlQRV9QT0xJQ1lfQ0hBTkdFRBAPEh0KGUVWRU5UX1RZUEVfUE9MSUNZX0NIRUNLRUQQEBIZChVFVkVOVF9UWVBFX1NVUEVSU0VERUQQESplCgZFZmZlY3QSFgoSRUZGRUNUX1VOU1BFQ0lGSUVEEAASFAoQRUZGRUNUX1JFQURfT05MWRABEhUKEUVGRkVDVF9JREVNUE9URU5UEAISFgoSRUZGRUNUX1NJREVfRUZGRUNUEAMy9AQKDUxlZGdlclNlcnZpY2USRAoHUHJlcGFyZRIbLm9wbGVkZ2VyLnYxLlByZXBhcmVSZXF1ZXN0Ghwub3BsZWRnZXIudjEuUHJlcGFyZVJlc3BvbnNlEkkKB0FwcHJvdmUSGy5vcGxlZGdlci52MS5BcHByb3ZlUmVxdWVzdBocLm9wbGVkZ2VyLnYxLkFwcHJvdmVSZXNwb25zZSIDkAICEkkKB0V4ZWN1dGUSGy5vcGxlZGdlci52MS5FeGVjdXRlUmVxdWVzdBocLm9wbGVkZ2VyLnYxLkV4ZWN1dGVSZXNwb25zZSIDkAICEj0KA0dldBIXLm9wbGVkZ2VyLnYxLkdldFJlcXVlc3QaGC5vcGxlZGdlci52MS5HZXRSZXNwb25zZSIDkAIBEk8KCVJlY29uY2lsZRIdLm9wbGVkZ2VyLnYxLlJlY29uY2lsZVJlcXVlc3QaHi5vcGxlZGdlci52MS5SZWNvbmNpbGVSZXNwb25zZSIDkAICEkYKBkNhbmNlbBIaLm9wbGVkZ2VyLnYxLkNhbmNlbFJlcXVlc3QaGy5vcGxlZGdlci52MS5DYW5jZWxSZXNwb25zZSIDkAICEk8KCUxpc3RUb29scxIdLm9wbGVkZ2VyLnYxLkxpc3RUb29sc1JlcXVlc3QaHi5vcGxlZGdlci52MS5MaXN0VG9vbHNSZXNwb25zZSIDkAIBEl4KDkxpc3RPcGVyYXRpb25zEiIub3BsZWRnZXIudjEuTGlzdE9wZXJhdGlvbnNSZXF1ZXN0GiMub3BsZWRnZXIudjEuTGlzdE9wZXJhdGlvbnNSZXNwb25zZSIDkAIBQlwKD2Rldi5vcGxlZGdlci52MUILTGVkZ2VyUHJvdG9QAVo6Z2l0aHViLmNvbS9vcGxlZGdlci9vcGxlZGdlci9nZW4vZ28vb3BsZWRnZXIvdjE7b3BsZWRnZXJ2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("ChhvcGxlZGdlci92MS9sZWRnZXIucHJvdG8SC29wbGVkZ2VyLnYxIpYFCglPcGVyYXRpb24SCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIUCgx0b29sX3ZlcnNpb24YAyABKAkSJQoEYXJncxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLZmluZ2VycHJpbnQYBSABKAkSIQoFc3RhdGUYBiABKA4yEi5vcGxlZGdlci52MS5TdGF0ZRInCghhcHByb3ZhbBgHIAEoCzIVLm9wbGVkZ2VyLnYxLkFwcHJvdmFsEhAKCGF0dGVtcHRzGAggASgFEg0KBWZlbmNlGAkgASgDEhYKDmRvd25zdHJlYW1fa2V5GAogASgJEhQKDGV4dGVybmFsX3JlZhgLIAEoCRInCgZyZXN1bHQYDCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiEKBWVycm9yGA0gASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXMSLwoLY3JlYXRlX3RpbWUYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZ0ZW5hbnQYECABKAkSEwoLcHJlcGFyZWRfYnkYESABKAkSNQoRbGVhc2VfZXhwaXJlX3RpbWUYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnN1cGVyc2VkZXMYEyABKAkSFQoNc3VwZXJzZWRlZF9ieRgUIAEoCRIVCg1wb2xpY3lfZGlnZXN0GBUgASgJEiQKB2J1ZGdldHMYFiADKAsyEy5vcGxlZGdlci52MS5CdWRnZXQSEAoIaWRlbnRpdHkYFyABKAki4AEKBkJ1ZGdldBINCgVsaW1pdBgBIAEoCRINCgVzY29wZRgCIAEoCRIpCgZ3aW5kb3cYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFY291bnQYBCABKAMSEQoJbWF4X2NvdW50GAUgASgDEgsKA3N1bRgGIAEoCRINCgV0b3RhbBgHIAEoARIRCgltYXhfdG90YWwYCCABKAESLgoKZnJlZXNfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEb3ZlchgKIAEoCSLDAgoIQXBwcm92YWwSEAoIcmVxdWlyZWQYASABKAgSJwoIZGVjaXNpb24YAiABKA4yFS5vcGxlZGdlci52MS5EZWNpc2lvbhISCgpkZWNpZGVkX2J5GAMgASgJEi8KC2RlY2lkZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtleHBpcmVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHAoUYXBwcm92ZWRfZmluZ2VycHJpbnQYBiABKAkSDgoGcmVhc29uGAcgASgJEhgKEGFwcHJvdmFsc19uZWVkZWQYCCABKAUSMAoJYXBwcm92YWxzGAkgAygLMh0ub3BsZWRnZXIudjEuQXBwcm92YWxEZWNpc2lvbhIMCgRydWxlGAogASgJItYBChBBcHByb3ZhbERlY2lzaW9uEhQKDHByaW5jaXBhbF9pZBgBIAEoCRIWCg5wcmluY2lwYWxfbmFtZRgCIAEoCRInCghkZWNpc2lvbhgDIAEoDjIVLm9wbGVkZ2VyLnYxLkRlY2lzaW9uEi8KC2RlY2lkZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtmaW5nZXJwcmludBgFIAEoCRIOCgZyZWFzb24YBiABKAkSFQoNcG9saWN5X2RpZ2VzdBgHIAEoCSKBAgoOT3BlcmF0aW9uRXZlbnQSCwoDc2VxGAEgASgDEiQKBHR5cGUYAiABKA4yFi5vcGxlZGdlci52MS5FdmVudFR5cGUSDQoFYWN0b3IYAyABKAkSJgoKZnJvbV9zdGF0ZRgEIAEoDjISLm9wbGVkZ2VyLnYxLlN0YXRlEiQKCHRvX3N0YXRlGAUgASgOMhIub3BsZWRnZXIudjEuU3RhdGUSDwoHYXR0ZW1wdBgGIAEoBRINCgVmZW5jZRgHIAEoAxIOCgZkZXRhaWwYCCABKAkSLwoLY3JlYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpUBCg5QcmVwYXJlUmVxdWVzdBIMCgR0b29sGAEgASgJEhQKDHRvb2xfdmVyc2lvbhgCIAEoCRIlCgRhcmdzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIPCgdleGVjdXRlGAQgASgIEicKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iagoPUHJlcGFyZVJlc3BvbnNlEikKCW9wZXJhdGlvbhgBIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIQCghyZXBsYXllZBgCIAEoCBIaChJleGVjdXRpb25fcmVwbGF5ZWQYAyABKAgiogEKDkFwcHJvdmVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRITCgtmaW5nZXJwcmludBgCIAEoCRInCghkZWNpc2lvbhgDIAEoDjIVLm9wbGVkZ2VyLnYxLkRlY2lzaW9uEg4KBnJlYXNvbhgEIAEoCRIsCgtlZGl0ZWRfYXJncxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QidgoPQXBwcm92ZVJlc3BvbnNlEikKCW9wZXJhdGlvbhgBIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIQCghyZXBsYXllZBgCIAEoCBImCgZlZGl0ZWQYAyABKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24iTwoORXhlY3V0ZVJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEicKBHdhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iTgoPRXhlY3V0ZVJlc3BvbnNlEikKCW9wZXJhdGlvbhgBIAEoCzIWLm9wbGVkZ2VyLnYxLk9wZXJhdGlvbhIQCghyZXBsYXllZBgCIAEoCCI6CgpHZXRSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIWCg5pbmNsdWRlX2V2ZW50cxgCIAEoCCJlCgtHZXRSZXNwb25zZRIpCglvcGVyYXRpb24YASABKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SKwoGZXZlbnRzGAIgAygLMhsub3BsZWRnZXIudjEuT3BlcmF0aW9uRXZlbnQiZAoKUmVzb2x1dGlvbhIjCgdvdXRjb21lGAEgASgOMhIub3BsZWRnZXIudjEuU3RhdGUSFAoMZXh0ZXJuYWxfcmVmGAIgASgJEgwKBG5vdGUYAyABKAkSDQoFZmVuY2UYBCABKAMiVQoQUmVjb25jaWxlUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSKwoKcmVzb2x1dGlvbhgCIAEoCzIXLm9wbGVkZ2VyLnYxLlJlc29sdXRpb24iTgoRUmVjb25jaWxlUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEg4KBmRldGFpbBgCIAEoCSI1Cg1DYW5jZWxSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiTQoOQ2FuY2VsUmVzcG9uc2USKQoJb3BlcmF0aW9uGAEgASgLMhYub3BsZWRnZXIudjEuT3BlcmF0aW9uEhAKCHJlcGxheWVkGAIgASgIIo8CCgRUb29sEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIjCgZlZmZlY3QYBCABKA4yEy5vcGxlZGdlci52MS5FZmZlY3QSGQoRYXBwcm92YWxfcmVxdWlyZWQYBSABKAgSLAoLYXJnc19zY2hlbWEYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei8KDGFwcHJvdmFsX3R0bBgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdjdXJyZW50GAggASgIEiMKBnBvbGljeRgJIAEoCzITLm9wbGVkZ2VyLnYxLlBvbGljeSK9AQoGUG9saWN5Eg4KBmRpZ2VzdBgBIAEoCRIjCgRkZW55GAIgAygLMhUub3BsZWRnZXIudjEuRGVueVJ1bGUSGQoRYXBwcm92YWxfcmVxdWlyZWQYAyABKAgSFQoNYXBwcm92YWxfd2hlbhgEIAEoCRIRCglhcHByb3ZlcnMYBSABKAUSEAoIZWRpdGFibGUYBiADKAkSDwoHc3VtbWFyeRgHIAEoCRIWCg5hcHByb3ZlcnNfZXhwchgIIAEoCSI3CghEZW55UnVsZRIMCgRuYW1lGAEgASgJEgwKBHdoZW4YAiABKAkSDwoHbWVzc2FnZRgDIAEoCSISChBMaXN0VG9vbHNSZXF1ZXN0IjUKEUxpc3RUb29sc1Jlc3BvbnNlEiAKBXRvb2xzGAEgAygLMhEub3BsZWRnZXIudjEuVG9vbCJwChVMaXN0T3BlcmF0aW9uc1JlcXVlc3QSIgoGc3RhdGVzGAEgAygOMhIub3BsZWRnZXIudjEuU3RhdGUSDAoEdG9vbBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJdChZMaXN0T3BlcmF0aW9uc1Jlc3BvbnNlEioKCm9wZXJhdGlvbnMYASADKAsyFi5vcGxlZGdlci52MS5PcGVyYXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJKswBCgVTdGF0ZRIVChFTVEFURV9VTlNQRUNJRklFRBAAEhsKF1NUQVRFX0FXQUlUSU5HX0FQUFJPVkFMEAESDwoLU1RBVEVfUkVBRFkQAhITCg9TVEFURV9FWEVDVVRJTkcQAxITCg9TVEFURV9TVUNDRUVERUQQBBIQCgxTVEFURV9GQUlMRUQQBRIZChVTVEFURV9PVVRDT01FX1VOS05PV04QBhISCg5TVEFURV9SRUpFQ1RFRBAHEhMKD1NUQVRFX0NBTkNFTExFRBAIKk0KCERlY2lzaW9uEhgKFERFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASFAoQREVDSVNJT05fQVBQUk9WRRABEhEKDURFQ0lTSU9OX0RFTlkQAirfCgoLRXJyb3JSZWFzb24SHAoYRVJST1JfUkVBU09OX1VOU1BFQ0lGSUVEEAASIAocRVJST1JfUkVBU09OX0FQSV9LRVlfTUlTU0lORxABEiAKHEVSUk9SX1JFQVNPTl9BUElfS0VZX0lOVkFMSUQQAhIeChpFUlJPUl9SRUFTT05fUk9MRV9SRVFVSVJFRBADEigKJEVSUk9SX1JFQVNPTl9JREVNUE9URU5DWV9LRVlfTUlTU0lORxAEEigKJEVSUk9SX1JFQVNPTl9JREVNUE9URU5DWV9LRVlfSU5WQUxJRBAFEicKI0VSUk9SX1JFQVNPTl9JREVNUE9URU5DWV9LRVlfUkVVU0VEEAYSHQoZRVJST1JfUkVBU09OX1RPT0xfVU5LTk9XThAHEiUKIUVSUk9SX1JFQVNPTl9UT09MX1ZFUlNJT05fVU5LTk9XThAIEh0KGUVSUk9SX1JFQVNPTl9BUkdTX0lOVkFMSUQQCRIfChtFUlJPUl9SRUFTT05fQVJHU19UT09fTEFSR0UQChIeChpFUlJPUl9SRUFTT05fRklFTERfSU5WQUxJRBALEiQKIEVSUk9SX1JFQVNPTl9PUEVSQVRJT05fTk9UX0ZPVU5EEAwSIgoeRVJST1JfUkVBU09OX0FQUFJPVkFMX1JFUVVJUkVEEA0SIQodRVJST1JfUkVBU09OX0FQUFJPVkFMX0VYUElSRUQQDhIuCipFUlJPUl9SRUFTT05fQVBQUk9WQUxfRklOR0VSUFJJTlRfTUlTTUFUQ0gQDxIiCh5FUlJPUl9SRUFTT05fQVBQUk9WQUxfQ09ORkxJQ1QQEBIoCiRFUlJPUl9SRUFTT05fU0VMRl9BUFBST1ZBTF9GT1JCSURERU4QERIoCiRFUlJPUl9SRUFTT05fQVBQUk9WQUxfTk9UX0FQUExJQ0FCTEUQEhIjCh9FUlJPUl9SRUFTT05fT1BFUkFUSU9OX1JFSkVDVEVEEBMSJAogRVJST1JfUkVBU09OX09QRVJBVElPTl9DQU5DRUxMRUQQFBImCiJFUlJPUl9SRUFTT05fT1BFUkFUSU9OX0lOX1BST0dSRVNTEBUSKgomRVJST1JfUkVBU09OX1JFU09MVVRJT05fTk9UX0FQUExJQ0FCTEUQFhIjCh9FUlJPUl9SRUFTT05fTEVER0VSX1VOQVZBSUxBQkxFEBcSGQoVRVJST1JfUkVBU09OX0lOVEVSTkFMEBgSJwojRVJST1JfUkVBU09OX0RPV05TVFJFQU1fVU5BVkFJTEFCTEUQGRIhCh1FUlJPUl9SRUFTT05fREVBRExJTkVfSU5WQUxJRBAaEiQKIEVSUk9SX1JFQVNPTl9ET1dOU1RSRUFNX1JFSkVDVEVEEBsSKwonRVJST1JfUkVBU09OX0RPV05TVFJFQU1fT1VUQ09NRV9VTktOT1dOEBwSIgoeRVJST1JfUkVBU09OX09QRVJBVE9SX1JFUVVJUkVEEB0SHQoZRVJST1JfUkVBU09OX1JBVEVfTElNSVRFRBAeEh8KG0VSUk9SX1JFQVNPTl9RVU9UQV9FWENFRURFRBAfEiYKIkVSUk9SX1JFQVNPTl9DQU5DRUxfTk9UX0FQUExJQ0FCTEUQIBIeChpFUlJPUl9SRUFTT05fUE9MSUNZX0RFTklFRBAhEh8KG0VSUk9SX1JFQVNPTl9MSU1JVF9FWENFRURFRBAiEiQKIEVSUk9SX1JFQVNPTl9PUEVSQVRJT05fRFVQTElDQVRFECMSJQohRVJST1JfUkVBU09OX09QRVJBVElPTl9TVVBFUlNFREVEECQqigQKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfVFlQRV9QUkVQQVJFRBABEhcKE0VWRU5UX1RZUEVfQVBQUk9WRUQQAhIVChFFVkVOVF9UWVBFX0RFTklFRBADEhYKEkVWRU5UX1RZUEVfQ0xBSU1FRBAEEiQKIEVWRU5UX1RZUEVfRVhURVJOQUxfUkVGX1JFQ09SREVEEAUSGAoURVZFTlRfVFlQRV9TVUNDRUVERUQQBhIVChFFVkVOVF9UWVBFX0ZBSUxFRBAHEh4KGkVWRU5UX1RZUEVfT1VUQ09NRV9VTktOT1dOEAgSFwoTRVZFTlRfVFlQRV9SRUxFQVNFRBAJEh8KG0VWRU5UX1RZUEVfTEVBU0VfVEFLRU5fT1ZFUhAKEhkKFUVWRU5UX1RZUEVfUkVDT05DSUxFRBALEiAKHEVWRU5UX1RZUEVfUkVTT0xWRURfTUFOVUFMTFkQDBIYChRFVkVOVF9UWVBFX0NBTkNFTExFRBANEh8KG0VWRU5UX1RZUEVfQVBQUk9WQUxfRVhQSVJFRBAOEh0KGUVWRU5UX1RZUEVfUE9MSUNZX0NIQU5HRUQQDxIdChlFVkVOVF9UWVBFX1BPTElDWV9DSEVDS0VEEBASGQoVRVZFTlRfVFlQRV9TVVBFUlNFREVEEBEqZQoGRWZmZWN0EhYKEkVGRkVDVF9VTlNQRUNJRklFRBAAEhQKEEVGRkVDVF9SRUFEX09OTFkQARIVChFFRkZFQ1RfSURFTVBPVEVOVBACEhYKEkVGRkVDVF9TSURFX0VGRkVDVBADMvQECg1MZWRnZXJTZXJ2aWNlEkQKB1ByZXBhcmUSGy5vcGxlZGdlci52MS5QcmVwYXJlUmVxdWVzdBocLm9wbGVkZ2VyLnYxLlByZXBhcmVSZXNwb25zZRJJCgdBcHByb3ZlEhsub3BsZWRnZXIudjEuQXBwcm92ZVJlcXVlc3QaHC5vcGxlZGdlci52MS5BcHByb3ZlUmVzcG9uc2UiA5ACAhJJCgdFeGVjdXRlEhsub3BsZWRnZXIudjEuRXhlY3V0ZVJlcXVlc3QaHC5vcGxlZGdlci52MS5FeGVjdXRlUmVzcG9uc2UiA5ACAhI9CgNHZXQSFy5vcGxlZGdlci52MS5HZXRSZXF1ZXN0Ghgub3BsZWRnZXIudjEuR2V0UmVzcG9uc2UiA5ACARJPCglSZWNvbmNpbGUSHS5vcGxlZGdlci52MS5SZWNvbmNpbGVSZXF1ZXN0Gh4ub3BsZWRnZXIudjEuUmVjb25jaWxlUmVzcG9uc2UiA5ACAhJGCgZDYW5jZWwSGi5vcGxlZGdlci52MS5DYW5jZWxSZXF1ZXN0Ghsub3BsZWRnZXIudjEuQ2FuY2VsUmVzcG9uc2UiA5ACAhJPCglMaXN0VG9vbHMSHS5vcGxlZGdlci52MS5MaXN0VG9vbHNSZXF1ZXN0Gh4ub3BsZWRnZXIudjEuTGlzdFRvb2xzUmVzcG9uc2UiA5ACARJeCg5MaXN0T3BlcmF0aW9ucxIiLm9wbGVkZ2VyLnYxLkxpc3RPcGVyYXRpb25zUmVxdWVzdBojLm9wbGVkZ2VyLnYxLkxpc3RPcGVyYXRpb25zUmVzcG9uc2UiA5ACAUJcCg9kZXYub3BsZWRnZXIudjFCC0xlZGdlclByb3RvUAFaOmdpdGh1Yi5jb20vb3BsZWRnZXIvb3BsZWRnZXIvZ2VuL2dvL29wbGVkZ2VyL3YxO29wbGVkZ2VydjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Operation is one proposed tool call and everything the ledger knows about
@@ -178,6 +178,22 @@ export type Operation = Message<"opledger.v1.Operation"> & {
    * @generated from field: string policy_digest = 21;
    */
   policyDigest: string;
+
+  /**
+   * The budgets (tools-file limits) the operation counts against. Get fills
+   * in how much of each is used now; other answers name them only.
+   *
+   * @generated from field: repeated opledger.v1.Budget budgets = 22;
+   */
+  budgets: Budget[];
+
+  /**
+   * The operation's business identity (its tool's identity key, e.g. the
+   * invoice id), if its tool declares one.
+   *
+   * @generated from field: string identity = 23;
+   */
+  identity: string;
 };
 
 /**
@@ -186,6 +202,90 @@ export type Operation = Message<"opledger.v1.Operation"> & {
  */
 export const OperationSchema: GenMessage<Operation> = /*@__PURE__*/
   messageDesc(file_opledger_v1_ledger, 0);
+
+/**
+ * Budget is one limit an operation counts against (docs/policy.md).
+ *
+ * @generated from message opledger.v1.Budget
+ */
+export type Budget = Message<"opledger.v1.Budget"> & {
+  /**
+   * The limit's name in the tools file.
+   *
+   * @generated from field: string limit = 1;
+   */
+  limit: string;
+
+  /**
+   * The value of the limit's `per` key for this operation ("" without one).
+   *
+   * @generated from field: string scope = 2;
+   */
+  scope: string;
+
+  /**
+   * The sliding window.
+   *
+   * @generated from field: google.protobuf.Duration window = 3;
+   */
+  window?: Duration | undefined;
+
+  /**
+   * Operations counted in the window now (Get only).
+   *
+   * @generated from field: int64 count = 4;
+   */
+  count: bigint;
+
+  /**
+   * At most this many (0: no count bound).
+   *
+   * @generated from field: int64 max_count = 5;
+   */
+  maxCount: bigint;
+
+  /**
+   * The limit's sum expression ("" without one).
+   *
+   * @generated from field: string sum = 6;
+   */
+  sum: string;
+
+  /**
+   * The total counted in the window now (Get only).
+   *
+   * @generated from field: double total = 7;
+   */
+  total: number;
+
+  /**
+   * At most this total (with sum).
+   *
+   * @generated from field: double max_total = 8;
+   */
+  maxTotal: number;
+
+  /**
+   * When the oldest counted operation leaves the window (Get only).
+   *
+   * @generated from field: google.protobuf.Timestamp frees_time = 9;
+   */
+  freesTime?: Timestamp | undefined;
+
+  /**
+   * What a call past the limit gets: "refuse" or "approve".
+   *
+   * @generated from field: string over = 10;
+   */
+  over: string;
+};
+
+/**
+ * Describes the message opledger.v1.Budget.
+ * Use `create(BudgetSchema)` to create a new message.
+ */
+export const BudgetSchema: GenMessage<Budget> = /*@__PURE__*/
+  messageDesc(file_opledger_v1_ledger, 1);
 
 /**
  * Approval is an operation's approval policy and the decision taken on it.
@@ -272,7 +372,7 @@ export type Approval = Message<"opledger.v1.Approval"> & {
  * Use `create(ApprovalSchema)` to create a new message.
  */
 export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 1);
+  messageDesc(file_opledger_v1_ledger, 2);
 
 /**
  * ApprovalDecision is one approver's decision on an operation.
@@ -335,7 +435,7 @@ export type ApprovalDecision = Message<"opledger.v1.ApprovalDecision"> & {
  * Use `create(ApprovalDecisionSchema)` to create a new message.
  */
 export const ApprovalDecisionSchema: GenMessage<ApprovalDecision> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 2);
+  messageDesc(file_opledger_v1_ledger, 3);
 
 /**
  * OperationEvent is one entry of an operation's append-only event log.
@@ -412,7 +512,7 @@ export type OperationEvent = Message<"opledger.v1.OperationEvent"> & {
  * Use `create(OperationEventSchema)` to create a new message.
  */
 export const OperationEventSchema: GenMessage<OperationEvent> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 3);
+  messageDesc(file_opledger_v1_ledger, 4);
 
 /**
  * PrepareRequest proposes a tool call. The `idempotency-key` metadata is
@@ -470,7 +570,7 @@ export type PrepareRequest = Message<"opledger.v1.PrepareRequest"> & {
  * Use `create(PrepareRequestSchema)` to create a new message.
  */
 export const PrepareRequestSchema: GenMessage<PrepareRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 4);
+  messageDesc(file_opledger_v1_ledger, 5);
 
 /**
  * PrepareResponse carries the operation.
@@ -507,7 +607,7 @@ export type PrepareResponse = Message<"opledger.v1.PrepareResponse"> & {
  * Use `create(PrepareResponseSchema)` to create a new message.
  */
 export const PrepareResponseSchema: GenMessage<PrepareResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 5);
+  messageDesc(file_opledger_v1_ledger, 6);
 
 /**
  * ApproveRequest records a decision on one operation.
@@ -561,7 +661,7 @@ export type ApproveRequest = Message<"opledger.v1.ApproveRequest"> & {
  * Use `create(ApproveRequestSchema)` to create a new message.
  */
 export const ApproveRequestSchema: GenMessage<ApproveRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 6);
+  messageDesc(file_opledger_v1_ledger, 7);
 
 /**
  * ApproveResponse carries the operation after the decision.
@@ -598,7 +698,7 @@ export type ApproveResponse = Message<"opledger.v1.ApproveResponse"> & {
  * Use `create(ApproveResponseSchema)` to create a new message.
  */
 export const ApproveResponseSchema: GenMessage<ApproveResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 7);
+  messageDesc(file_opledger_v1_ledger, 8);
 
 /**
  * ExecuteRequest asks for an operation's effect.
@@ -627,7 +727,7 @@ export type ExecuteRequest = Message<"opledger.v1.ExecuteRequest"> & {
  * Use `create(ExecuteRequestSchema)` to create a new message.
  */
 export const ExecuteRequestSchema: GenMessage<ExecuteRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 8);
+  messageDesc(file_opledger_v1_ledger, 9);
 
 /**
  * ExecuteResponse carries the operation after the call.
@@ -657,7 +757,7 @@ export type ExecuteResponse = Message<"opledger.v1.ExecuteResponse"> & {
  * Use `create(ExecuteResponseSchema)` to create a new message.
  */
 export const ExecuteResponseSchema: GenMessage<ExecuteResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 9);
+  messageDesc(file_opledger_v1_ledger, 10);
 
 /**
  * GetRequest reads an operation.
@@ -685,7 +785,7 @@ export type GetRequest = Message<"opledger.v1.GetRequest"> & {
  * Use `create(GetRequestSchema)` to create a new message.
  */
 export const GetRequestSchema: GenMessage<GetRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 10);
+  messageDesc(file_opledger_v1_ledger, 11);
 
 /**
  * GetResponse carries the operation and, when asked, its events.
@@ -713,7 +813,7 @@ export type GetResponse = Message<"opledger.v1.GetResponse"> & {
  * Use `create(GetResponseSchema)` to create a new message.
  */
 export const GetResponseSchema: GenMessage<GetResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 11);
+  messageDesc(file_opledger_v1_ledger, 12);
 
 /**
  * Resolution is an operator's manual verdict on an unresolved operation,
@@ -761,7 +861,7 @@ export type Resolution = Message<"opledger.v1.Resolution"> & {
  * Use `create(ResolutionSchema)` to create a new message.
  */
 export const ResolutionSchema: GenMessage<Resolution> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 12);
+  messageDesc(file_opledger_v1_ledger, 13);
 
 /**
  * ReconcileRequest asks for an unresolved operation to be resolved.
@@ -790,7 +890,7 @@ export type ReconcileRequest = Message<"opledger.v1.ReconcileRequest"> & {
  * Use `create(ReconcileRequestSchema)` to create a new message.
  */
 export const ReconcileRequestSchema: GenMessage<ReconcileRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 13);
+  messageDesc(file_opledger_v1_ledger, 14);
 
 /**
  * ReconcileResponse carries the operation after reconciliation.
@@ -819,7 +919,7 @@ export type ReconcileResponse = Message<"opledger.v1.ReconcileResponse"> & {
  * Use `create(ReconcileResponseSchema)` to create a new message.
  */
 export const ReconcileResponseSchema: GenMessage<ReconcileResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 14);
+  messageDesc(file_opledger_v1_ledger, 15);
 
 /**
  * CancelRequest withdraws an operation before execution.
@@ -847,7 +947,7 @@ export type CancelRequest = Message<"opledger.v1.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 15);
+  messageDesc(file_opledger_v1_ledger, 16);
 
 /**
  * CancelResponse carries the operation after the cancellation.
@@ -875,7 +975,7 @@ export type CancelResponse = Message<"opledger.v1.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 16);
+  messageDesc(file_opledger_v1_ledger, 17);
 
 /**
  * Tool is one version of a configured tool, as declared in the tools file.
@@ -955,7 +1055,7 @@ export type Tool = Message<"opledger.v1.Tool"> & {
  * Use `create(ToolSchema)` to create a new message.
  */
 export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 17);
+  messageDesc(file_opledger_v1_ledger, 18);
 
 /**
  * Policy is a tool version's rules (docs/policy.md), written in CEL.
@@ -1027,7 +1127,7 @@ export type Policy = Message<"opledger.v1.Policy"> & {
  * Use `create(PolicySchema)` to create a new message.
  */
 export const PolicySchema: GenMessage<Policy> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 18);
+  messageDesc(file_opledger_v1_ledger, 19);
 
 /**
  * DenyRule refuses a call when its CEL expression holds.
@@ -1062,7 +1162,7 @@ export type DenyRule = Message<"opledger.v1.DenyRule"> & {
  * Use `create(DenyRuleSchema)` to create a new message.
  */
 export const DenyRuleSchema: GenMessage<DenyRule> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 19);
+  messageDesc(file_opledger_v1_ledger, 20);
 
 /**
  * ListToolsRequest asks for the configured tools.
@@ -1077,7 +1177,7 @@ export type ListToolsRequest = Message<"opledger.v1.ListToolsRequest"> & {
  * Use `create(ListToolsRequestSchema)` to create a new message.
  */
 export const ListToolsRequestSchema: GenMessage<ListToolsRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 20);
+  messageDesc(file_opledger_v1_ledger, 21);
 
 /**
  * ListToolsResponse carries the configured tools.
@@ -1098,7 +1198,7 @@ export type ListToolsResponse = Message<"opledger.v1.ListToolsResponse"> & {
  * Use `create(ListToolsResponseSchema)` to create a new message.
  */
 export const ListToolsResponseSchema: GenMessage<ListToolsResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 21);
+  messageDesc(file_opledger_v1_ledger, 22);
 
 /**
  * ListOperationsRequest asks for a page of the tenant's operations.
@@ -1141,7 +1241,7 @@ export type ListOperationsRequest = Message<"opledger.v1.ListOperationsRequest">
  * Use `create(ListOperationsRequestSchema)` to create a new message.
  */
 export const ListOperationsRequestSchema: GenMessage<ListOperationsRequest> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 22);
+  messageDesc(file_opledger_v1_ledger, 23);
 
 /**
  * ListOperationsResponse carries one page of operations.
@@ -1169,7 +1269,7 @@ export type ListOperationsResponse = Message<"opledger.v1.ListOperationsResponse
  * Use `create(ListOperationsResponseSchema)` to create a new message.
  */
 export const ListOperationsResponseSchema: GenMessage<ListOperationsResponse> = /*@__PURE__*/
-  messageDesc(file_opledger_v1_ledger, 23);
+  messageDesc(file_opledger_v1_ledger, 24);
 
 /**
  * State is where an operation is in its life. SUCCEEDED, FAILED, REJECTED

@@ -32,6 +32,11 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_opledger_v1_Operation_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_opledger_v1_Budget_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_opledger_v1_Budget_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_opledger_v1_Approval_descriptor;
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -159,7 +164,7 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       "\036google/protobuf/duration.proto\032\034google/" +
       "protobuf/struct.proto\032\037google/protobuf/t" +
       "imestamp.proto\032\027google/rpc/status.proto\"" +
-      "\272\006\n\tOperation\022\016\n\002id\030\001 \001(\tR\002id\022\022\n\004tool\030\002 " +
+      "\205\007\n\tOperation\022\016\n\002id\030\001 \001(\tR\002id\022\022\n\004tool\030\002 " +
       "\001(\tR\004tool\022!\n\014tool_version\030\003 \001(\tR\013toolVer" +
       "sion\022+\n\004args\030\004 \001(\0132\027.google.protobuf.Str" +
       "uctR\004args\022 \n\013fingerprint\030\005 \001(\tR\013fingerpr" +
@@ -179,178 +184,188 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
       "google.protobuf.TimestampR\017leaseExpireTi" +
       "me\022\036\n\nsupersedes\030\023 \001(\tR\nsupersedes\022#\n\rsu" +
       "perseded_by\030\024 \001(\tR\014supersededBy\022#\n\rpolic" +
-      "y_digest\030\025 \001(\tR\014policyDigest\"\271\003\n\010Approva" +
-      "l\022\032\n\010required\030\001 \001(\010R\010required\0221\n\010decisio" +
-      "n\030\002 \001(\0162\025.opledger.v1.DecisionR\010decision" +
-      "\022\035\n\ndecided_by\030\003 \001(\tR\tdecidedBy\022;\n\013decid" +
-      "e_time\030\004 \001(\0132\032.google.protobuf.Timestamp" +
-      "R\ndecideTime\022;\n\013expire_time\030\005 \001(\0132\032.goog" +
-      "le.protobuf.TimestampR\nexpireTime\0221\n\024app" +
-      "roved_fingerprint\030\006 \001(\tR\023approvedFingerp" +
-      "rint\022\026\n\006reason\030\007 \001(\tR\006reason\022)\n\020approval" +
-      "s_needed\030\010 \001(\005R\017approvalsNeeded\022;\n\tappro" +
-      "vals\030\t \003(\0132\035.opledger.v1.ApprovalDecisio" +
-      "nR\tapprovals\022\022\n\004rule\030\n \001(\tR\004rule\"\253\002\n\020App" +
-      "rovalDecision\022!\n\014principal_id\030\001 \001(\tR\013pri" +
-      "ncipalId\022%\n\016principal_name\030\002 \001(\tR\rprinci" +
-      "palName\0221\n\010decision\030\003 \001(\0162\025.opledger.v1." +
-      "DecisionR\010decision\022;\n\013decide_time\030\004 \001(\0132" +
-      "\032.google.protobuf.TimestampR\ndecideTime\022" +
-      " \n\013fingerprint\030\005 \001(\tR\013fingerprint\022\026\n\006rea" +
-      "son\030\006 \001(\tR\006reason\022#\n\rpolicy_digest\030\007 \001(\t" +
-      "R\014policyDigest\"\313\002\n\016OperationEvent\022\020\n\003seq" +
-      "\030\001 \001(\003R\003seq\022*\n\004type\030\002 \001(\0162\026.opledger.v1." +
-      "EventTypeR\004type\022\024\n\005actor\030\003 \001(\tR\005actor\0221\n" +
-      "\nfrom_state\030\004 \001(\0162\022.opledger.v1.StateR\tf" +
-      "romState\022-\n\010to_state\030\005 \001(\0162\022.opledger.v1" +
-      ".StateR\007toState\022\030\n\007attempt\030\006 \001(\005R\007attemp" +
-      "t\022\024\n\005fence\030\007 \001(\003R\005fence\022\026\n\006detail\030\010 \001(\tR" +
-      "\006detail\022;\n\013create_time\030\t \001(\0132\032.google.pr" +
-      "otobuf.TimestampR\ncreateTime\"\275\001\n\016Prepare" +
-      "Request\022\022\n\004tool\030\001 \001(\tR\004tool\022!\n\014tool_vers" +
-      "ion\030\002 \001(\tR\013toolVersion\022+\n\004args\030\003 \001(\0132\027.g" +
-      "oogle.protobuf.StructR\004args\022\030\n\007execute\030\004" +
-      " \001(\010R\007execute\022-\n\004wait\030\005 \001(\0132\031.google.pro" +
-      "tobuf.DurationR\004wait\"\222\001\n\017PrepareResponse" +
-      "\0224\n\toperation\030\001 \001(\0132\026.opledger.v1.Operat" +
-      "ionR\toperation\022\032\n\010replayed\030\002 \001(\010R\010replay" +
-      "ed\022-\n\022execution_replayed\030\003 \001(\010R\021executio" +
-      "nReplayed\"\332\001\n\016ApproveRequest\022!\n\014operatio" +
-      "n_id\030\001 \001(\tR\013operationId\022 \n\013fingerprint\030\002" +
-      " \001(\tR\013fingerprint\0221\n\010decision\030\003 \001(\0162\025.op" +
-      "ledger.v1.DecisionR\010decision\022\026\n\006reason\030\004" +
-      " \001(\tR\006reason\0228\n\013edited_args\030\005 \001(\0132\027.goog" +
-      "le.protobuf.StructR\neditedArgs\"\223\001\n\017Appro" +
-      "veResponse\0224\n\toperation\030\001 \001(\0132\026.opledger" +
-      ".v1.OperationR\toperation\022\032\n\010replayed\030\002 \001" +
-      "(\010R\010replayed\022.\n\006edited\030\003 \001(\0132\026.opledger." +
-      "v1.OperationR\006edited\"b\n\016ExecuteRequest\022!" +
-      "\n\014operation_id\030\001 \001(\tR\013operationId\022-\n\004wai" +
-      "t\030\002 \001(\0132\031.google.protobuf.DurationR\004wait" +
-      "\"c\n\017ExecuteResponse\0224\n\toperation\030\001 \001(\0132\026" +
-      ".opledger.v1.OperationR\toperation\022\032\n\010rep" +
-      "layed\030\002 \001(\010R\010replayed\"V\n\nGetRequest\022!\n\014o" +
-      "peration_id\030\001 \001(\tR\013operationId\022%\n\016includ" +
-      "e_events\030\002 \001(\010R\rincludeEvents\"x\n\013GetResp" +
-      "onse\0224\n\toperation\030\001 \001(\0132\026.opledger.v1.Op" +
-      "erationR\toperation\0223\n\006events\030\002 \003(\0132\033.opl" +
-      "edger.v1.OperationEventR\006events\"\207\001\n\nReso" +
-      "lution\022,\n\007outcome\030\001 \001(\0162\022.opledger.v1.St" +
-      "ateR\007outcome\022!\n\014external_ref\030\002 \001(\tR\013exte" +
-      "rnalRef\022\022\n\004note\030\003 \001(\tR\004note\022\024\n\005fence\030\004 \001" +
-      "(\003R\005fence\"n\n\020ReconcileRequest\022!\n\014operati" +
-      "on_id\030\001 \001(\tR\013operationId\0227\n\nresolution\030\002" +
-      " \001(\0132\027.opledger.v1.ResolutionR\nresolutio" +
-      "n\"a\n\021ReconcileResponse\0224\n\toperation\030\001 \001(" +
-      "\0132\026.opledger.v1.OperationR\toperation\022\026\n\006" +
-      "detail\030\002 \001(\tR\006detail\"J\n\rCancelRequest\022!\n" +
-      "\014operation_id\030\001 \001(\tR\013operationId\022\026\n\006reas" +
-      "on\030\002 \001(\tR\006reason\"b\n\016CancelResponse\0224\n\top" +
-      "eration\030\001 \001(\0132\026.opledger.v1.OperationR\to" +
-      "peration\022\032\n\010replayed\030\002 \001(\010R\010replayed\"\357\002\n" +
-      "\004Tool\022\022\n\004name\030\001 \001(\tR\004name\022\030\n\007version\030\002 \001" +
-      "(\tR\007version\022 \n\013description\030\003 \001(\tR\013descri" +
-      "ption\022+\n\006effect\030\004 \001(\0162\023.opledger.v1.Effe" +
-      "ctR\006effect\022+\n\021approval_required\030\005 \001(\010R\020a" +
-      "pprovalRequired\0228\n\013args_schema\030\006 \001(\0132\027.g" +
-      "oogle.protobuf.StructR\nargsSchema\022<\n\014app" +
-      "roval_ttl\030\007 \001(\0132\031.google.protobuf.Durati" +
-      "onR\013approvalTtl\022\030\n\007current\030\010 \001(\010R\007curren" +
-      "t\022+\n\006policy\030\t \001(\0132\023.opledger.v1.PolicyR\006" +
-      "policy\"\230\002\n\006Policy\022\026\n\006digest\030\001 \001(\tR\006diges" +
-      "t\022)\n\004deny\030\002 \003(\0132\025.opledger.v1.DenyRuleR\004" +
-      "deny\022+\n\021approval_required\030\003 \001(\010R\020approva" +
-      "lRequired\022#\n\rapproval_when\030\004 \001(\tR\014approv" +
-      "alWhen\022\034\n\tapprovers\030\005 \001(\005R\tapprovers\022\032\n\010" +
-      "editable\030\006 \003(\tR\010editable\022\030\n\007summary\030\007 \001(" +
-      "\tR\007summary\022%\n\016approvers_expr\030\010 \001(\tR\rappr" +
-      "oversExpr\"L\n\010DenyRule\022\022\n\004name\030\001 \001(\tR\004nam" +
-      "e\022\022\n\004when\030\002 \001(\tR\004when\022\030\n\007message\030\003 \001(\tR\007" +
-      "message\"\022\n\020ListToolsRequest\"<\n\021ListTools" +
-      "Response\022\'\n\005tools\030\001 \003(\0132\021.opledger.v1.To" +
-      "olR\005tools\"\223\001\n\025ListOperationsRequest\022*\n\006s" +
-      "tates\030\001 \003(\0162\022.opledger.v1.StateR\006states\022" +
-      "\022\n\004tool\030\002 \001(\tR\004tool\022\033\n\tpage_size\030\003 \001(\005R\010" +
-      "pageSize\022\035\n\npage_token\030\004 \001(\tR\tpageToken\"" +
-      "x\n\026ListOperationsResponse\0226\n\noperations\030" +
-      "\001 \003(\0132\026.opledger.v1.OperationR\noperation" +
-      "s\022&\n\017next_page_token\030\002 \001(\tR\rnextPageToke" +
-      "n*\314\001\n\005State\022\025\n\021STATE_UNSPECIFIED\020\000\022\033\n\027ST" +
-      "ATE_AWAITING_APPROVAL\020\001\022\017\n\013STATE_READY\020\002" +
-      "\022\023\n\017STATE_EXECUTING\020\003\022\023\n\017STATE_SUCCEEDED" +
-      "\020\004\022\020\n\014STATE_FAILED\020\005\022\031\n\025STATE_OUTCOME_UN" +
-      "KNOWN\020\006\022\022\n\016STATE_REJECTED\020\007\022\023\n\017STATE_CAN" +
-      "CELLED\020\010*M\n\010Decision\022\030\n\024DECISION_UNSPECI" +
-      "FIED\020\000\022\024\n\020DECISION_APPROVE\020\001\022\021\n\rDECISION" +
-      "_DENY\020\002*\337\n\n\013ErrorReason\022\034\n\030ERROR_REASON_" +
-      "UNSPECIFIED\020\000\022 \n\034ERROR_REASON_API_KEY_MI" +
-      "SSING\020\001\022 \n\034ERROR_REASON_API_KEY_INVALID\020" +
-      "\002\022\036\n\032ERROR_REASON_ROLE_REQUIRED\020\003\022(\n$ERR" +
-      "OR_REASON_IDEMPOTENCY_KEY_MISSING\020\004\022(\n$E" +
-      "RROR_REASON_IDEMPOTENCY_KEY_INVALID\020\005\022\'\n" +
-      "#ERROR_REASON_IDEMPOTENCY_KEY_REUSED\020\006\022\035" +
-      "\n\031ERROR_REASON_TOOL_UNKNOWN\020\007\022%\n!ERROR_R" +
-      "EASON_TOOL_VERSION_UNKNOWN\020\010\022\035\n\031ERROR_RE" +
-      "ASON_ARGS_INVALID\020\t\022\037\n\033ERROR_REASON_ARGS" +
-      "_TOO_LARGE\020\n\022\036\n\032ERROR_REASON_FIELD_INVAL" +
-      "ID\020\013\022$\n ERROR_REASON_OPERATION_NOT_FOUND" +
-      "\020\014\022\"\n\036ERROR_REASON_APPROVAL_REQUIRED\020\r\022!" +
-      "\n\035ERROR_REASON_APPROVAL_EXPIRED\020\016\022.\n*ERR" +
-      "OR_REASON_APPROVAL_FINGERPRINT_MISMATCH\020" +
-      "\017\022\"\n\036ERROR_REASON_APPROVAL_CONFLICT\020\020\022(\n" +
-      "$ERROR_REASON_SELF_APPROVAL_FORBIDDEN\020\021\022" +
-      "(\n$ERROR_REASON_APPROVAL_NOT_APPLICABLE\020" +
-      "\022\022#\n\037ERROR_REASON_OPERATION_REJECTED\020\023\022$" +
-      "\n ERROR_REASON_OPERATION_CANCELLED\020\024\022&\n\"" +
-      "ERROR_REASON_OPERATION_IN_PROGRESS\020\025\022*\n&" +
-      "ERROR_REASON_RESOLUTION_NOT_APPLICABLE\020\026" +
-      "\022#\n\037ERROR_REASON_LEDGER_UNAVAILABLE\020\027\022\031\n" +
-      "\025ERROR_REASON_INTERNAL\020\030\022\'\n#ERROR_REASON" +
-      "_DOWNSTREAM_UNAVAILABLE\020\031\022!\n\035ERROR_REASO" +
-      "N_DEADLINE_INVALID\020\032\022$\n ERROR_REASON_DOW" +
-      "NSTREAM_REJECTED\020\033\022+\n\'ERROR_REASON_DOWNS" +
-      "TREAM_OUTCOME_UNKNOWN\020\034\022\"\n\036ERROR_REASON_" +
-      "OPERATOR_REQUIRED\020\035\022\035\n\031ERROR_REASON_RATE" +
-      "_LIMITED\020\036\022\037\n\033ERROR_REASON_QUOTA_EXCEEDE" +
-      "D\020\037\022&\n\"ERROR_REASON_CANCEL_NOT_APPLICABL" +
-      "E\020 \022\036\n\032ERROR_REASON_POLICY_DENIED\020!\022\037\n\033E" +
-      "RROR_REASON_LIMIT_EXCEEDED\020\"\022$\n ERROR_RE" +
-      "ASON_OPERATION_DUPLICATE\020#\022%\n!ERROR_REAS" +
-      "ON_OPERATION_SUPERSEDED\020$*\212\004\n\tEventType\022" +
-      "\032\n\026EVENT_TYPE_UNSPECIFIED\020\000\022\027\n\023EVENT_TYP" +
-      "E_PREPARED\020\001\022\027\n\023EVENT_TYPE_APPROVED\020\002\022\025\n" +
-      "\021EVENT_TYPE_DENIED\020\003\022\026\n\022EVENT_TYPE_CLAIM" +
-      "ED\020\004\022$\n EVENT_TYPE_EXTERNAL_REF_RECORDED" +
-      "\020\005\022\030\n\024EVENT_TYPE_SUCCEEDED\020\006\022\025\n\021EVENT_TY" +
-      "PE_FAILED\020\007\022\036\n\032EVENT_TYPE_OUTCOME_UNKNOW" +
-      "N\020\010\022\027\n\023EVENT_TYPE_RELEASED\020\t\022\037\n\033EVENT_TY" +
-      "PE_LEASE_TAKEN_OVER\020\n\022\031\n\025EVENT_TYPE_RECO" +
-      "NCILED\020\013\022 \n\034EVENT_TYPE_RESOLVED_MANUALLY" +
-      "\020\014\022\030\n\024EVENT_TYPE_CANCELLED\020\r\022\037\n\033EVENT_TY" +
-      "PE_APPROVAL_EXPIRED\020\016\022\035\n\031EVENT_TYPE_POLI" +
-      "CY_CHANGED\020\017\022\035\n\031EVENT_TYPE_POLICY_CHECKE" +
-      "D\020\020\022\031\n\025EVENT_TYPE_SUPERSEDED\020\021*e\n\006Effect" +
-      "\022\026\n\022EFFECT_UNSPECIFIED\020\000\022\024\n\020EFFECT_READ_" +
-      "ONLY\020\001\022\025\n\021EFFECT_IDEMPOTENT\020\002\022\026\n\022EFFECT_" +
-      "SIDE_EFFECT\020\0032\364\004\n\rLedgerService\022D\n\007Prepa" +
-      "re\022\033.opledger.v1.PrepareRequest\032\034.opledg" +
-      "er.v1.PrepareResponse\022I\n\007Approve\022\033.opled" +
-      "ger.v1.ApproveRequest\032\034.opledger.v1.Appr" +
-      "oveResponse\"\003\220\002\002\022I\n\007Execute\022\033.opledger.v" +
-      "1.ExecuteRequest\032\034.opledger.v1.ExecuteRe" +
-      "sponse\"\003\220\002\002\022=\n\003Get\022\027.opledger.v1.GetRequ" +
-      "est\032\030.opledger.v1.GetResponse\"\003\220\002\001\022O\n\tRe" +
-      "concile\022\035.opledger.v1.ReconcileRequest\032\036" +
-      ".opledger.v1.ReconcileResponse\"\003\220\002\002\022F\n\006C" +
-      "ancel\022\032.opledger.v1.CancelRequest\032\033.ople" +
-      "dger.v1.CancelResponse\"\003\220\002\002\022O\n\tListTools" +
-      "\022\035.opledger.v1.ListToolsRequest\032\036.opledg" +
-      "er.v1.ListToolsResponse\"\003\220\002\001\022^\n\016ListOper" +
-      "ations\022\".opledger.v1.ListOperationsReque" +
-      "st\032#.opledger.v1.ListOperationsResponse\"" +
-      "\003\220\002\001B\\\n\017dev.opledger.v1B\013LedgerProtoP\001Z:" +
-      "github.com/opledger/opledger/gen/go/ople" +
-      "dger/v1;opledgerv1b\006proto3"
+      "y_digest\030\025 \001(\tR\014policyDigest\022-\n\007budgets\030" +
+      "\026 \003(\0132\023.opledger.v1.BudgetR\007budgets\022\032\n\010i" +
+      "dentity\030\027 \001(\tR\010identity\"\256\002\n\006Budget\022\024\n\005li" +
+      "mit\030\001 \001(\tR\005limit\022\024\n\005scope\030\002 \001(\tR\005scope\0221" +
+      "\n\006window\030\003 \001(\0132\031.google.protobuf.Duratio" +
+      "nR\006window\022\024\n\005count\030\004 \001(\003R\005count\022\033\n\tmax_c" +
+      "ount\030\005 \001(\003R\010maxCount\022\020\n\003sum\030\006 \001(\tR\003sum\022\024" +
+      "\n\005total\030\007 \001(\001R\005total\022\033\n\tmax_total\030\010 \001(\001R" +
+      "\010maxTotal\0229\n\nfrees_time\030\t \001(\0132\032.google.p" +
+      "rotobuf.TimestampR\tfreesTime\022\022\n\004over\030\n \001" +
+      "(\tR\004over\"\271\003\n\010Approval\022\032\n\010required\030\001 \001(\010R" +
+      "\010required\0221\n\010decision\030\002 \001(\0162\025.opledger.v" +
+      "1.DecisionR\010decision\022\035\n\ndecided_by\030\003 \001(\t" +
+      "R\tdecidedBy\022;\n\013decide_time\030\004 \001(\0132\032.googl" +
+      "e.protobuf.TimestampR\ndecideTime\022;\n\013expi" +
+      "re_time\030\005 \001(\0132\032.google.protobuf.Timestam" +
+      "pR\nexpireTime\0221\n\024approved_fingerprint\030\006 " +
+      "\001(\tR\023approvedFingerprint\022\026\n\006reason\030\007 \001(\t" +
+      "R\006reason\022)\n\020approvals_needed\030\010 \001(\005R\017appr" +
+      "ovalsNeeded\022;\n\tapprovals\030\t \003(\0132\035.opledge" +
+      "r.v1.ApprovalDecisionR\tapprovals\022\022\n\004rule" +
+      "\030\n \001(\tR\004rule\"\253\002\n\020ApprovalDecision\022!\n\014pri" +
+      "ncipal_id\030\001 \001(\tR\013principalId\022%\n\016principa" +
+      "l_name\030\002 \001(\tR\rprincipalName\0221\n\010decision\030" +
+      "\003 \001(\0162\025.opledger.v1.DecisionR\010decision\022;" +
+      "\n\013decide_time\030\004 \001(\0132\032.google.protobuf.Ti" +
+      "mestampR\ndecideTime\022 \n\013fingerprint\030\005 \001(\t" +
+      "R\013fingerprint\022\026\n\006reason\030\006 \001(\tR\006reason\022#\n" +
+      "\rpolicy_digest\030\007 \001(\tR\014policyDigest\"\313\002\n\016O" +
+      "perationEvent\022\020\n\003seq\030\001 \001(\003R\003seq\022*\n\004type\030" +
+      "\002 \001(\0162\026.opledger.v1.EventTypeR\004type\022\024\n\005a" +
+      "ctor\030\003 \001(\tR\005actor\0221\n\nfrom_state\030\004 \001(\0162\022." +
+      "opledger.v1.StateR\tfromState\022-\n\010to_state" +
+      "\030\005 \001(\0162\022.opledger.v1.StateR\007toState\022\030\n\007a" +
+      "ttempt\030\006 \001(\005R\007attempt\022\024\n\005fence\030\007 \001(\003R\005fe" +
+      "nce\022\026\n\006detail\030\010 \001(\tR\006detail\022;\n\013create_ti" +
+      "me\030\t \001(\0132\032.google.protobuf.TimestampR\ncr" +
+      "eateTime\"\275\001\n\016PrepareRequest\022\022\n\004tool\030\001 \001(" +
+      "\tR\004tool\022!\n\014tool_version\030\002 \001(\tR\013toolVersi" +
+      "on\022+\n\004args\030\003 \001(\0132\027.google.protobuf.Struc" +
+      "tR\004args\022\030\n\007execute\030\004 \001(\010R\007execute\022-\n\004wai" +
+      "t\030\005 \001(\0132\031.google.protobuf.DurationR\004wait" +
+      "\"\222\001\n\017PrepareResponse\0224\n\toperation\030\001 \001(\0132" +
+      "\026.opledger.v1.OperationR\toperation\022\032\n\010re" +
+      "played\030\002 \001(\010R\010replayed\022-\n\022execution_repl" +
+      "ayed\030\003 \001(\010R\021executionReplayed\"\332\001\n\016Approv" +
+      "eRequest\022!\n\014operation_id\030\001 \001(\tR\013operatio" +
+      "nId\022 \n\013fingerprint\030\002 \001(\tR\013fingerprint\0221\n" +
+      "\010decision\030\003 \001(\0162\025.opledger.v1.DecisionR\010" +
+      "decision\022\026\n\006reason\030\004 \001(\tR\006reason\0228\n\013edit" +
+      "ed_args\030\005 \001(\0132\027.google.protobuf.StructR\n" +
+      "editedArgs\"\223\001\n\017ApproveResponse\0224\n\toperat" +
+      "ion\030\001 \001(\0132\026.opledger.v1.OperationR\topera" +
+      "tion\022\032\n\010replayed\030\002 \001(\010R\010replayed\022.\n\006edit" +
+      "ed\030\003 \001(\0132\026.opledger.v1.OperationR\006edited" +
+      "\"b\n\016ExecuteRequest\022!\n\014operation_id\030\001 \001(\t" +
+      "R\013operationId\022-\n\004wait\030\002 \001(\0132\031.google.pro" +
+      "tobuf.DurationR\004wait\"c\n\017ExecuteResponse\022" +
+      "4\n\toperation\030\001 \001(\0132\026.opledger.v1.Operati" +
+      "onR\toperation\022\032\n\010replayed\030\002 \001(\010R\010replaye" +
+      "d\"V\n\nGetRequest\022!\n\014operation_id\030\001 \001(\tR\013o" +
+      "perationId\022%\n\016include_events\030\002 \001(\010R\rincl" +
+      "udeEvents\"x\n\013GetResponse\0224\n\toperation\030\001 " +
+      "\001(\0132\026.opledger.v1.OperationR\toperation\0223" +
+      "\n\006events\030\002 \003(\0132\033.opledger.v1.OperationEv" +
+      "entR\006events\"\207\001\n\nResolution\022,\n\007outcome\030\001 " +
+      "\001(\0162\022.opledger.v1.StateR\007outcome\022!\n\014exte" +
+      "rnal_ref\030\002 \001(\tR\013externalRef\022\022\n\004note\030\003 \001(" +
+      "\tR\004note\022\024\n\005fence\030\004 \001(\003R\005fence\"n\n\020Reconci" +
+      "leRequest\022!\n\014operation_id\030\001 \001(\tR\013operati" +
+      "onId\0227\n\nresolution\030\002 \001(\0132\027.opledger.v1.R" +
+      "esolutionR\nresolution\"a\n\021ReconcileRespon" +
+      "se\0224\n\toperation\030\001 \001(\0132\026.opledger.v1.Oper" +
+      "ationR\toperation\022\026\n\006detail\030\002 \001(\tR\006detail" +
+      "\"J\n\rCancelRequest\022!\n\014operation_id\030\001 \001(\tR" +
+      "\013operationId\022\026\n\006reason\030\002 \001(\tR\006reason\"b\n\016" +
+      "CancelResponse\0224\n\toperation\030\001 \001(\0132\026.ople" +
+      "dger.v1.OperationR\toperation\022\032\n\010replayed" +
+      "\030\002 \001(\010R\010replayed\"\357\002\n\004Tool\022\022\n\004name\030\001 \001(\tR" +
+      "\004name\022\030\n\007version\030\002 \001(\tR\007version\022 \n\013descr" +
+      "iption\030\003 \001(\tR\013description\022+\n\006effect\030\004 \001(" +
+      "\0162\023.opledger.v1.EffectR\006effect\022+\n\021approv" +
+      "al_required\030\005 \001(\010R\020approvalRequired\0228\n\013a" +
+      "rgs_schema\030\006 \001(\0132\027.google.protobuf.Struc" +
+      "tR\nargsSchema\022<\n\014approval_ttl\030\007 \001(\0132\031.go" +
+      "ogle.protobuf.DurationR\013approvalTtl\022\030\n\007c" +
+      "urrent\030\010 \001(\010R\007current\022+\n\006policy\030\t \001(\0132\023." +
+      "opledger.v1.PolicyR\006policy\"\230\002\n\006Policy\022\026\n" +
+      "\006digest\030\001 \001(\tR\006digest\022)\n\004deny\030\002 \003(\0132\025.op" +
+      "ledger.v1.DenyRuleR\004deny\022+\n\021approval_req" +
+      "uired\030\003 \001(\010R\020approvalRequired\022#\n\rapprova" +
+      "l_when\030\004 \001(\tR\014approvalWhen\022\034\n\tapprovers\030" +
+      "\005 \001(\005R\tapprovers\022\032\n\010editable\030\006 \003(\tR\010edit" +
+      "able\022\030\n\007summary\030\007 \001(\tR\007summary\022%\n\016approv" +
+      "ers_expr\030\010 \001(\tR\rapproversExpr\"L\n\010DenyRul" +
+      "e\022\022\n\004name\030\001 \001(\tR\004name\022\022\n\004when\030\002 \001(\tR\004whe" +
+      "n\022\030\n\007message\030\003 \001(\tR\007message\"\022\n\020ListTools" +
+      "Request\"<\n\021ListToolsResponse\022\'\n\005tools\030\001 " +
+      "\003(\0132\021.opledger.v1.ToolR\005tools\"\223\001\n\025ListOp" +
+      "erationsRequest\022*\n\006states\030\001 \003(\0162\022.opledg" +
+      "er.v1.StateR\006states\022\022\n\004tool\030\002 \001(\tR\004tool\022" +
+      "\033\n\tpage_size\030\003 \001(\005R\010pageSize\022\035\n\npage_tok" +
+      "en\030\004 \001(\tR\tpageToken\"x\n\026ListOperationsRes" +
+      "ponse\0226\n\noperations\030\001 \003(\0132\026.opledger.v1." +
+      "OperationR\noperations\022&\n\017next_page_token" +
+      "\030\002 \001(\tR\rnextPageToken*\314\001\n\005State\022\025\n\021STATE" +
+      "_UNSPECIFIED\020\000\022\033\n\027STATE_AWAITING_APPROVA" +
+      "L\020\001\022\017\n\013STATE_READY\020\002\022\023\n\017STATE_EXECUTING\020" +
+      "\003\022\023\n\017STATE_SUCCEEDED\020\004\022\020\n\014STATE_FAILED\020\005" +
+      "\022\031\n\025STATE_OUTCOME_UNKNOWN\020\006\022\022\n\016STATE_REJ" +
+      "ECTED\020\007\022\023\n\017STATE_CANCELLED\020\010*M\n\010Decision" +
+      "\022\030\n\024DECISION_UNSPECIFIED\020\000\022\024\n\020DECISION_A" +
+      "PPROVE\020\001\022\021\n\rDECISION_DENY\020\002*\337\n\n\013ErrorRea" +
+      "son\022\034\n\030ERROR_REASON_UNSPECIFIED\020\000\022 \n\034ERR" +
+      "OR_REASON_API_KEY_MISSING\020\001\022 \n\034ERROR_REA" +
+      "SON_API_KEY_INVALID\020\002\022\036\n\032ERROR_REASON_RO" +
+      "LE_REQUIRED\020\003\022(\n$ERROR_REASON_IDEMPOTENC" +
+      "Y_KEY_MISSING\020\004\022(\n$ERROR_REASON_IDEMPOTE" +
+      "NCY_KEY_INVALID\020\005\022\'\n#ERROR_REASON_IDEMPO" +
+      "TENCY_KEY_REUSED\020\006\022\035\n\031ERROR_REASON_TOOL_" +
+      "UNKNOWN\020\007\022%\n!ERROR_REASON_TOOL_VERSION_U" +
+      "NKNOWN\020\010\022\035\n\031ERROR_REASON_ARGS_INVALID\020\t\022" +
+      "\037\n\033ERROR_REASON_ARGS_TOO_LARGE\020\n\022\036\n\032ERRO" +
+      "R_REASON_FIELD_INVALID\020\013\022$\n ERROR_REASON" +
+      "_OPERATION_NOT_FOUND\020\014\022\"\n\036ERROR_REASON_A" +
+      "PPROVAL_REQUIRED\020\r\022!\n\035ERROR_REASON_APPRO" +
+      "VAL_EXPIRED\020\016\022.\n*ERROR_REASON_APPROVAL_F" +
+      "INGERPRINT_MISMATCH\020\017\022\"\n\036ERROR_REASON_AP" +
+      "PROVAL_CONFLICT\020\020\022(\n$ERROR_REASON_SELF_A" +
+      "PPROVAL_FORBIDDEN\020\021\022(\n$ERROR_REASON_APPR" +
+      "OVAL_NOT_APPLICABLE\020\022\022#\n\037ERROR_REASON_OP" +
+      "ERATION_REJECTED\020\023\022$\n ERROR_REASON_OPERA" +
+      "TION_CANCELLED\020\024\022&\n\"ERROR_REASON_OPERATI" +
+      "ON_IN_PROGRESS\020\025\022*\n&ERROR_REASON_RESOLUT" +
+      "ION_NOT_APPLICABLE\020\026\022#\n\037ERROR_REASON_LED" +
+      "GER_UNAVAILABLE\020\027\022\031\n\025ERROR_REASON_INTERN" +
+      "AL\020\030\022\'\n#ERROR_REASON_DOWNSTREAM_UNAVAILA" +
+      "BLE\020\031\022!\n\035ERROR_REASON_DEADLINE_INVALID\020\032" +
+      "\022$\n ERROR_REASON_DOWNSTREAM_REJECTED\020\033\022+" +
+      "\n\'ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOW" +
+      "N\020\034\022\"\n\036ERROR_REASON_OPERATOR_REQUIRED\020\035\022" +
+      "\035\n\031ERROR_REASON_RATE_LIMITED\020\036\022\037\n\033ERROR_" +
+      "REASON_QUOTA_EXCEEDED\020\037\022&\n\"ERROR_REASON_" +
+      "CANCEL_NOT_APPLICABLE\020 \022\036\n\032ERROR_REASON_" +
+      "POLICY_DENIED\020!\022\037\n\033ERROR_REASON_LIMIT_EX" +
+      "CEEDED\020\"\022$\n ERROR_REASON_OPERATION_DUPLI" +
+      "CATE\020#\022%\n!ERROR_REASON_OPERATION_SUPERSE" +
+      "DED\020$*\212\004\n\tEventType\022\032\n\026EVENT_TYPE_UNSPEC" +
+      "IFIED\020\000\022\027\n\023EVENT_TYPE_PREPARED\020\001\022\027\n\023EVEN" +
+      "T_TYPE_APPROVED\020\002\022\025\n\021EVENT_TYPE_DENIED\020\003" +
+      "\022\026\n\022EVENT_TYPE_CLAIMED\020\004\022$\n EVENT_TYPE_E" +
+      "XTERNAL_REF_RECORDED\020\005\022\030\n\024EVENT_TYPE_SUC" +
+      "CEEDED\020\006\022\025\n\021EVENT_TYPE_FAILED\020\007\022\036\n\032EVENT" +
+      "_TYPE_OUTCOME_UNKNOWN\020\010\022\027\n\023EVENT_TYPE_RE" +
+      "LEASED\020\t\022\037\n\033EVENT_TYPE_LEASE_TAKEN_OVER\020" +
+      "\n\022\031\n\025EVENT_TYPE_RECONCILED\020\013\022 \n\034EVENT_TY" +
+      "PE_RESOLVED_MANUALLY\020\014\022\030\n\024EVENT_TYPE_CAN" +
+      "CELLED\020\r\022\037\n\033EVENT_TYPE_APPROVAL_EXPIRED\020" +
+      "\016\022\035\n\031EVENT_TYPE_POLICY_CHANGED\020\017\022\035\n\031EVEN" +
+      "T_TYPE_POLICY_CHECKED\020\020\022\031\n\025EVENT_TYPE_SU" +
+      "PERSEDED\020\021*e\n\006Effect\022\026\n\022EFFECT_UNSPECIFI" +
+      "ED\020\000\022\024\n\020EFFECT_READ_ONLY\020\001\022\025\n\021EFFECT_IDE" +
+      "MPOTENT\020\002\022\026\n\022EFFECT_SIDE_EFFECT\020\0032\364\004\n\rLe" +
+      "dgerService\022D\n\007Prepare\022\033.opledger.v1.Pre" +
+      "pareRequest\032\034.opledger.v1.PrepareRespons" +
+      "e\022I\n\007Approve\022\033.opledger.v1.ApproveReques" +
+      "t\032\034.opledger.v1.ApproveResponse\"\003\220\002\002\022I\n\007" +
+      "Execute\022\033.opledger.v1.ExecuteRequest\032\034.o" +
+      "pledger.v1.ExecuteResponse\"\003\220\002\002\022=\n\003Get\022\027" +
+      ".opledger.v1.GetRequest\032\030.opledger.v1.Ge" +
+      "tResponse\"\003\220\002\001\022O\n\tReconcile\022\035.opledger.v" +
+      "1.ReconcileRequest\032\036.opledger.v1.Reconci" +
+      "leResponse\"\003\220\002\002\022F\n\006Cancel\022\032.opledger.v1." +
+      "CancelRequest\032\033.opledger.v1.CancelRespon" +
+      "se\"\003\220\002\002\022O\n\tListTools\022\035.opledger.v1.ListT" +
+      "oolsRequest\032\036.opledger.v1.ListToolsRespo" +
+      "nse\"\003\220\002\001\022^\n\016ListOperations\022\".opledger.v1" +
+      ".ListOperationsRequest\032#.opledger.v1.Lis" +
+      "tOperationsResponse\"\003\220\002\001B\\\n\017dev.opledger" +
+      ".v1B\013LedgerProtoP\001Z:github.com/opledger/" +
+      "opledger/gen/go/opledger/v1;opledgerv1b\006" +
+      "proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -365,141 +380,147 @@ public final class LedgerProto extends com.google.protobuf.GeneratedFile {
     internal_static_opledger_v1_Operation_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_Operation_descriptor,
-        new java.lang.String[] { "Id", "Tool", "ToolVersion", "Args", "Fingerprint", "State", "Approval", "Attempts", "Fence", "DownstreamKey", "ExternalRef", "Result", "Error", "CreateTime", "UpdateTime", "Tenant", "PreparedBy", "LeaseExpireTime", "Supersedes", "SupersededBy", "PolicyDigest", });
-    internal_static_opledger_v1_Approval_descriptor =
+        new java.lang.String[] { "Id", "Tool", "ToolVersion", "Args", "Fingerprint", "State", "Approval", "Attempts", "Fence", "DownstreamKey", "ExternalRef", "Result", "Error", "CreateTime", "UpdateTime", "Tenant", "PreparedBy", "LeaseExpireTime", "Supersedes", "SupersededBy", "PolicyDigest", "Budgets", "Identity", });
+    internal_static_opledger_v1_Budget_descriptor =
       getDescriptor().getMessageType(1);
+    internal_static_opledger_v1_Budget_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_opledger_v1_Budget_descriptor,
+        new java.lang.String[] { "Limit", "Scope", "Window", "Count", "MaxCount", "Sum", "Total", "MaxTotal", "FreesTime", "Over", });
+    internal_static_opledger_v1_Approval_descriptor =
+      getDescriptor().getMessageType(2);
     internal_static_opledger_v1_Approval_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_Approval_descriptor,
         new java.lang.String[] { "Required", "Decision", "DecidedBy", "DecideTime", "ExpireTime", "ApprovedFingerprint", "Reason", "ApprovalsNeeded", "Approvals", "Rule", });
     internal_static_opledger_v1_ApprovalDecision_descriptor =
-      getDescriptor().getMessageType(2);
+      getDescriptor().getMessageType(3);
     internal_static_opledger_v1_ApprovalDecision_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ApprovalDecision_descriptor,
         new java.lang.String[] { "PrincipalId", "PrincipalName", "Decision", "DecideTime", "Fingerprint", "Reason", "PolicyDigest", });
     internal_static_opledger_v1_OperationEvent_descriptor =
-      getDescriptor().getMessageType(3);
+      getDescriptor().getMessageType(4);
     internal_static_opledger_v1_OperationEvent_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_OperationEvent_descriptor,
         new java.lang.String[] { "Seq", "Type", "Actor", "FromState", "ToState", "Attempt", "Fence", "Detail", "CreateTime", });
     internal_static_opledger_v1_PrepareRequest_descriptor =
-      getDescriptor().getMessageType(4);
+      getDescriptor().getMessageType(5);
     internal_static_opledger_v1_PrepareRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_PrepareRequest_descriptor,
         new java.lang.String[] { "Tool", "ToolVersion", "Args", "Execute", "Wait", });
     internal_static_opledger_v1_PrepareResponse_descriptor =
-      getDescriptor().getMessageType(5);
+      getDescriptor().getMessageType(6);
     internal_static_opledger_v1_PrepareResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_PrepareResponse_descriptor,
         new java.lang.String[] { "Operation", "Replayed", "ExecutionReplayed", });
     internal_static_opledger_v1_ApproveRequest_descriptor =
-      getDescriptor().getMessageType(6);
+      getDescriptor().getMessageType(7);
     internal_static_opledger_v1_ApproveRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ApproveRequest_descriptor,
         new java.lang.String[] { "OperationId", "Fingerprint", "Decision", "Reason", "EditedArgs", });
     internal_static_opledger_v1_ApproveResponse_descriptor =
-      getDescriptor().getMessageType(7);
+      getDescriptor().getMessageType(8);
     internal_static_opledger_v1_ApproveResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ApproveResponse_descriptor,
         new java.lang.String[] { "Operation", "Replayed", "Edited", });
     internal_static_opledger_v1_ExecuteRequest_descriptor =
-      getDescriptor().getMessageType(8);
+      getDescriptor().getMessageType(9);
     internal_static_opledger_v1_ExecuteRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ExecuteRequest_descriptor,
         new java.lang.String[] { "OperationId", "Wait", });
     internal_static_opledger_v1_ExecuteResponse_descriptor =
-      getDescriptor().getMessageType(9);
+      getDescriptor().getMessageType(10);
     internal_static_opledger_v1_ExecuteResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ExecuteResponse_descriptor,
         new java.lang.String[] { "Operation", "Replayed", });
     internal_static_opledger_v1_GetRequest_descriptor =
-      getDescriptor().getMessageType(10);
+      getDescriptor().getMessageType(11);
     internal_static_opledger_v1_GetRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_GetRequest_descriptor,
         new java.lang.String[] { "OperationId", "IncludeEvents", });
     internal_static_opledger_v1_GetResponse_descriptor =
-      getDescriptor().getMessageType(11);
+      getDescriptor().getMessageType(12);
     internal_static_opledger_v1_GetResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_GetResponse_descriptor,
         new java.lang.String[] { "Operation", "Events", });
     internal_static_opledger_v1_Resolution_descriptor =
-      getDescriptor().getMessageType(12);
+      getDescriptor().getMessageType(13);
     internal_static_opledger_v1_Resolution_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_Resolution_descriptor,
         new java.lang.String[] { "Outcome", "ExternalRef", "Note", "Fence", });
     internal_static_opledger_v1_ReconcileRequest_descriptor =
-      getDescriptor().getMessageType(13);
+      getDescriptor().getMessageType(14);
     internal_static_opledger_v1_ReconcileRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ReconcileRequest_descriptor,
         new java.lang.String[] { "OperationId", "Resolution", });
     internal_static_opledger_v1_ReconcileResponse_descriptor =
-      getDescriptor().getMessageType(14);
+      getDescriptor().getMessageType(15);
     internal_static_opledger_v1_ReconcileResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ReconcileResponse_descriptor,
         new java.lang.String[] { "Operation", "Detail", });
     internal_static_opledger_v1_CancelRequest_descriptor =
-      getDescriptor().getMessageType(15);
+      getDescriptor().getMessageType(16);
     internal_static_opledger_v1_CancelRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_CancelRequest_descriptor,
         new java.lang.String[] { "OperationId", "Reason", });
     internal_static_opledger_v1_CancelResponse_descriptor =
-      getDescriptor().getMessageType(16);
+      getDescriptor().getMessageType(17);
     internal_static_opledger_v1_CancelResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_CancelResponse_descriptor,
         new java.lang.String[] { "Operation", "Replayed", });
     internal_static_opledger_v1_Tool_descriptor =
-      getDescriptor().getMessageType(17);
+      getDescriptor().getMessageType(18);
     internal_static_opledger_v1_Tool_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_Tool_descriptor,
         new java.lang.String[] { "Name", "Version", "Description", "Effect", "ApprovalRequired", "ArgsSchema", "ApprovalTtl", "Current", "Policy", });
     internal_static_opledger_v1_Policy_descriptor =
-      getDescriptor().getMessageType(18);
+      getDescriptor().getMessageType(19);
     internal_static_opledger_v1_Policy_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_Policy_descriptor,
         new java.lang.String[] { "Digest", "Deny", "ApprovalRequired", "ApprovalWhen", "Approvers", "Editable", "Summary", "ApproversExpr", });
     internal_static_opledger_v1_DenyRule_descriptor =
-      getDescriptor().getMessageType(19);
+      getDescriptor().getMessageType(20);
     internal_static_opledger_v1_DenyRule_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_DenyRule_descriptor,
         new java.lang.String[] { "Name", "When", "Message", });
     internal_static_opledger_v1_ListToolsRequest_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(21);
     internal_static_opledger_v1_ListToolsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ListToolsRequest_descriptor,
         new java.lang.String[] { });
     internal_static_opledger_v1_ListToolsResponse_descriptor =
-      getDescriptor().getMessageType(21);
+      getDescriptor().getMessageType(22);
     internal_static_opledger_v1_ListToolsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ListToolsResponse_descriptor,
         new java.lang.String[] { "Tools", });
     internal_static_opledger_v1_ListOperationsRequest_descriptor =
-      getDescriptor().getMessageType(22);
+      getDescriptor().getMessageType(23);
     internal_static_opledger_v1_ListOperationsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ListOperationsRequest_descriptor,
         new java.lang.String[] { "States", "Tool", "PageSize", "PageToken", });
     internal_static_opledger_v1_ListOperationsResponse_descriptor =
-      getDescriptor().getMessageType(23);
+      getDescriptor().getMessageType(24);
     internal_static_opledger_v1_ListOperationsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_opledger_v1_ListOperationsResponse_descriptor,

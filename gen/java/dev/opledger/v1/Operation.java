@@ -45,6 +45,8 @@ private static final long serialVersionUID = 0L;
     supersedes_ = "";
     supersededBy_ = "";
     policyDigest_ = "";
+    budgets_ = java.util.Collections.emptyList();
+    identity_ = "";
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -922,6 +924,121 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int BUDGETS_FIELD_NUMBER = 22;
+  @SuppressWarnings("serial")
+  private java.util.List<dev.opledger.v1.Budget> budgets_;
+  /**
+   * <pre>
+   * The budgets (tools-file limits) the operation counts against. Get fills
+   * in how much of each is used now; other answers name them only.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<dev.opledger.v1.Budget> getBudgetsList() {
+    return budgets_;
+  }
+  /**
+   * <pre>
+   * The budgets (tools-file limits) the operation counts against. Get fills
+   * in how much of each is used now; other answers name them only.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<? extends dev.opledger.v1.BudgetOrBuilder> 
+      getBudgetsOrBuilderList() {
+    return budgets_;
+  }
+  /**
+   * <pre>
+   * The budgets (tools-file limits) the operation counts against. Get fills
+   * in how much of each is used now; other answers name them only.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+   */
+  @java.lang.Override
+  public int getBudgetsCount() {
+    return budgets_.size();
+  }
+  /**
+   * <pre>
+   * The budgets (tools-file limits) the operation counts against. Get fills
+   * in how much of each is used now; other answers name them only.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+   */
+  @java.lang.Override
+  public dev.opledger.v1.Budget getBudgets(int index) {
+    return budgets_.get(index);
+  }
+  /**
+   * <pre>
+   * The budgets (tools-file limits) the operation counts against. Get fills
+   * in how much of each is used now; other answers name them only.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+   */
+  @java.lang.Override
+  public dev.opledger.v1.BudgetOrBuilder getBudgetsOrBuilder(
+      int index) {
+    return budgets_.get(index);
+  }
+
+  public static final int IDENTITY_FIELD_NUMBER = 23;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object identity_ = "";
+  /**
+   * <pre>
+   * The operation's business identity (its tool's identity key, e.g. the
+   * invoice id), if its tool declares one.
+   * </pre>
+   *
+   * <code>string identity = 23 [json_name = "identity"];</code>
+   * @return The identity.
+   */
+  @java.lang.Override
+  public java.lang.String getIdentity() {
+    java.lang.Object ref = identity_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      identity_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * The operation's business identity (its tool's identity key, e.g. the
+   * invoice id), if its tool declares one.
+   * </pre>
+   *
+   * <code>string identity = 23 [json_name = "identity"];</code>
+   * @return The bytes for identity.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getIdentityBytes() {
+    java.lang.Object ref = identity_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      identity_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -999,6 +1116,12 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(policyDigest_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 21, policyDigest_);
     }
+    for (int i = 0; i < budgets_.size(); i++) {
+      output.writeMessage(22, budgets_.get(i));
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(identity_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 23, identity_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -1075,6 +1198,18 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(policyDigest_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(21, policyDigest_);
+    }
+
+        {
+          final int count = budgets_.size();
+          for (int i = 0; i < count; i++) {
+            size += com.google.protobuf.CodedOutputStream
+              .computeMessageSizeNoTag(budgets_.get(i));
+          }
+          size += 2 * count;
+        }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(identity_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(23, identity_);
     }
     return size;
   }
@@ -1162,6 +1297,10 @@ private static final long serialVersionUID = 0L;
         .equals(other.getSupersededBy())) return false;
     if (!getPolicyDigest()
         .equals(other.getPolicyDigest())) return false;
+    if (!getBudgetsList()
+        .equals(other.getBudgetsList())) return false;
+    if (!getIdentity()
+        .equals(other.getIdentity())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -1230,6 +1369,12 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getSupersededBy().hashCode();
     hash = (37 * hash) + POLICY_DIGEST_FIELD_NUMBER;
     hash = (53 * hash) + getPolicyDigest().hashCode();
+    if (getBudgetsCount() > 0) {
+      hash = (37 * hash) + BUDGETS_FIELD_NUMBER;
+      hash = (53 * hash) + getBudgetsList().hashCode();
+    }
+    hash = (37 * hash) + IDENTITY_FIELD_NUMBER;
+    hash = (53 * hash) + getIdentity().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -1372,6 +1517,7 @@ private static final long serialVersionUID = 0L;
         internalGetCreateTimeFieldBuilder();
         internalGetUpdateTimeFieldBuilder();
         internalGetLeaseExpireTimeFieldBuilder();
+        internalGetBudgetsFieldBuilder();
       }
     }
     @java.lang.Override
@@ -1427,6 +1573,14 @@ private static final long serialVersionUID = 0L;
       supersedes_ = "";
       supersededBy_ = "";
       policyDigest_ = "";
+      if (budgetsBuilder_ == null) {
+        budgets_ = java.util.Collections.emptyList();
+      } else {
+        budgets_ = null;
+        budgetsBuilder_.clear();
+      }
+      bitField0_ = (bitField0_ & ~0x00200000);
+      identity_ = "";
       return this;
     }
 
@@ -1453,9 +1607,22 @@ private static final long serialVersionUID = 0L;
     @java.lang.Override
     public dev.opledger.v1.Operation buildPartial() {
       dev.opledger.v1.Operation result = new dev.opledger.v1.Operation(this);
+      buildPartialRepeatedFields(result);
       if (bitField0_ != 0) { buildPartial0(result); }
       onBuilt();
       return result;
+    }
+
+    private void buildPartialRepeatedFields(dev.opledger.v1.Operation result) {
+      if (budgetsBuilder_ == null) {
+        if (((bitField0_ & 0x00200000) != 0)) {
+          budgets_ = java.util.Collections.unmodifiableList(budgets_);
+          bitField0_ = (bitField0_ & ~0x00200000);
+        }
+        result.budgets_ = budgets_;
+      } else {
+        result.budgets_ = budgetsBuilder_.build();
+      }
     }
 
     private void buildPartial0(dev.opledger.v1.Operation result) {
@@ -1544,6 +1711,9 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00100000) != 0)) {
         result.policyDigest_ = policyDigest_;
+      }
+      if (((from_bitField0_ & 0x00400000) != 0)) {
+        result.identity_ = identity_;
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -1643,6 +1813,37 @@ private static final long serialVersionUID = 0L;
       if (!other.getPolicyDigest().isEmpty()) {
         policyDigest_ = other.policyDigest_;
         bitField0_ |= 0x00100000;
+        onChanged();
+      }
+      if (budgetsBuilder_ == null) {
+        if (!other.budgets_.isEmpty()) {
+          if (budgets_.isEmpty()) {
+            budgets_ = other.budgets_;
+            bitField0_ = (bitField0_ & ~0x00200000);
+          } else {
+            ensureBudgetsIsMutable();
+            budgets_.addAll(other.budgets_);
+          }
+          onChanged();
+        }
+      } else {
+        if (!other.budgets_.isEmpty()) {
+          if (budgetsBuilder_.isEmpty()) {
+            budgetsBuilder_.dispose();
+            budgetsBuilder_ = null;
+            budgets_ = other.budgets_;
+            bitField0_ = (bitField0_ & ~0x00200000);
+            budgetsBuilder_ = 
+              com.google.protobuf.GeneratedMessage.alwaysUseFieldBuilders ?
+                 internalGetBudgetsFieldBuilder() : null;
+          } else {
+            budgetsBuilder_.addAllMessages(other.budgets_);
+          }
+        }
+      }
+      if (!other.getIdentity().isEmpty()) {
+        identity_ = other.identity_;
+        bitField0_ |= 0x00400000;
         onChanged();
       }
       this.mergeUnknownFields(other.getUnknownFields());
@@ -1790,6 +1991,24 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00100000;
               break;
             } // case 170
+            case 178: {
+              dev.opledger.v1.Budget m =
+                  input.readMessage(
+                      dev.opledger.v1.Budget.parser(),
+                      extensionRegistry);
+              if (budgetsBuilder_ == null) {
+                ensureBudgetsIsMutable();
+                budgets_.add(m);
+              } else {
+                budgetsBuilder_.addMessage(m);
+              }
+              break;
+            } // case 178
+            case 186: {
+              identity_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00400000;
+              break;
+            } // case 186
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -4117,6 +4336,433 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       policyDigest_ = value;
       bitField0_ |= 0x00100000;
+      onChanged();
+      return this;
+    }
+
+    private java.util.List<dev.opledger.v1.Budget> budgets_ =
+      java.util.Collections.emptyList();
+    private void ensureBudgetsIsMutable() {
+      if (!((bitField0_ & 0x00200000) != 0)) {
+        budgets_ = new java.util.ArrayList<dev.opledger.v1.Budget>(budgets_);
+        bitField0_ |= 0x00200000;
+       }
+    }
+
+    private com.google.protobuf.RepeatedFieldBuilder<
+        dev.opledger.v1.Budget, dev.opledger.v1.Budget.Builder, dev.opledger.v1.BudgetOrBuilder> budgetsBuilder_;
+
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public java.util.List<dev.opledger.v1.Budget> getBudgetsList() {
+      if (budgetsBuilder_ == null) {
+        return java.util.Collections.unmodifiableList(budgets_);
+      } else {
+        return budgetsBuilder_.getMessageList();
+      }
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public int getBudgetsCount() {
+      if (budgetsBuilder_ == null) {
+        return budgets_.size();
+      } else {
+        return budgetsBuilder_.getCount();
+      }
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public dev.opledger.v1.Budget getBudgets(int index) {
+      if (budgetsBuilder_ == null) {
+        return budgets_.get(index);
+      } else {
+        return budgetsBuilder_.getMessage(index);
+      }
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public Builder setBudgets(
+        int index, dev.opledger.v1.Budget value) {
+      if (budgetsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureBudgetsIsMutable();
+        budgets_.set(index, value);
+        onChanged();
+      } else {
+        budgetsBuilder_.setMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public Builder setBudgets(
+        int index, dev.opledger.v1.Budget.Builder builderForValue) {
+      if (budgetsBuilder_ == null) {
+        ensureBudgetsIsMutable();
+        budgets_.set(index, builderForValue.build());
+        onChanged();
+      } else {
+        budgetsBuilder_.setMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public Builder addBudgets(dev.opledger.v1.Budget value) {
+      if (budgetsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureBudgetsIsMutable();
+        budgets_.add(value);
+        onChanged();
+      } else {
+        budgetsBuilder_.addMessage(value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public Builder addBudgets(
+        int index, dev.opledger.v1.Budget value) {
+      if (budgetsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureBudgetsIsMutable();
+        budgets_.add(index, value);
+        onChanged();
+      } else {
+        budgetsBuilder_.addMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public Builder addBudgets(
+        dev.opledger.v1.Budget.Builder builderForValue) {
+      if (budgetsBuilder_ == null) {
+        ensureBudgetsIsMutable();
+        budgets_.add(builderForValue.build());
+        onChanged();
+      } else {
+        budgetsBuilder_.addMessage(builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public Builder addBudgets(
+        int index, dev.opledger.v1.Budget.Builder builderForValue) {
+      if (budgetsBuilder_ == null) {
+        ensureBudgetsIsMutable();
+        budgets_.add(index, builderForValue.build());
+        onChanged();
+      } else {
+        budgetsBuilder_.addMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public Builder addAllBudgets(
+        java.lang.Iterable<? extends dev.opledger.v1.Budget> values) {
+      if (budgetsBuilder_ == null) {
+        ensureBudgetsIsMutable();
+        com.google.protobuf.AbstractMessageLite.Builder.addAll(
+            values, budgets_);
+        onChanged();
+      } else {
+        budgetsBuilder_.addAllMessages(values);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public Builder clearBudgets() {
+      if (budgetsBuilder_ == null) {
+        budgets_ = java.util.Collections.emptyList();
+        bitField0_ = (bitField0_ & ~0x00200000);
+        onChanged();
+      } else {
+        budgetsBuilder_.clear();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public Builder removeBudgets(int index) {
+      if (budgetsBuilder_ == null) {
+        ensureBudgetsIsMutable();
+        budgets_.remove(index);
+        onChanged();
+      } else {
+        budgetsBuilder_.remove(index);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public dev.opledger.v1.Budget.Builder getBudgetsBuilder(
+        int index) {
+      return internalGetBudgetsFieldBuilder().getBuilder(index);
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public dev.opledger.v1.BudgetOrBuilder getBudgetsOrBuilder(
+        int index) {
+      if (budgetsBuilder_ == null) {
+        return budgets_.get(index);  } else {
+        return budgetsBuilder_.getMessageOrBuilder(index);
+      }
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public java.util.List<? extends dev.opledger.v1.BudgetOrBuilder> 
+         getBudgetsOrBuilderList() {
+      if (budgetsBuilder_ != null) {
+        return budgetsBuilder_.getMessageOrBuilderList();
+      } else {
+        return java.util.Collections.unmodifiableList(budgets_);
+      }
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public dev.opledger.v1.Budget.Builder addBudgetsBuilder() {
+      return internalGetBudgetsFieldBuilder().addBuilder(
+          dev.opledger.v1.Budget.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public dev.opledger.v1.Budget.Builder addBudgetsBuilder(
+        int index) {
+      return internalGetBudgetsFieldBuilder().addBuilder(
+          index, dev.opledger.v1.Budget.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * The budgets (tools-file limits) the operation counts against. Get fills
+     * in how much of each is used now; other answers name them only.
+     * </pre>
+     *
+     * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+     */
+    public java.util.List<dev.opledger.v1.Budget.Builder> 
+         getBudgetsBuilderList() {
+      return internalGetBudgetsFieldBuilder().getBuilderList();
+    }
+    private com.google.protobuf.RepeatedFieldBuilder<
+        dev.opledger.v1.Budget, dev.opledger.v1.Budget.Builder, dev.opledger.v1.BudgetOrBuilder> 
+        internalGetBudgetsFieldBuilder() {
+      if (budgetsBuilder_ == null) {
+        budgetsBuilder_ = new com.google.protobuf.RepeatedFieldBuilder<
+            dev.opledger.v1.Budget, dev.opledger.v1.Budget.Builder, dev.opledger.v1.BudgetOrBuilder>(
+                budgets_,
+                ((bitField0_ & 0x00200000) != 0),
+                getParentForChildren(),
+                isClean());
+        budgets_ = null;
+      }
+      return budgetsBuilder_;
+    }
+
+    private java.lang.Object identity_ = "";
+    /**
+     * <pre>
+     * The operation's business identity (its tool's identity key, e.g. the
+     * invoice id), if its tool declares one.
+     * </pre>
+     *
+     * <code>string identity = 23 [json_name = "identity"];</code>
+     * @return The identity.
+     */
+    public java.lang.String getIdentity() {
+      java.lang.Object ref = identity_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        identity_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The operation's business identity (its tool's identity key, e.g. the
+     * invoice id), if its tool declares one.
+     * </pre>
+     *
+     * <code>string identity = 23 [json_name = "identity"];</code>
+     * @return The bytes for identity.
+     */
+    public com.google.protobuf.ByteString
+        getIdentityBytes() {
+      java.lang.Object ref = identity_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        identity_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The operation's business identity (its tool's identity key, e.g. the
+     * invoice id), if its tool declares one.
+     * </pre>
+     *
+     * <code>string identity = 23 [json_name = "identity"];</code>
+     * @param value The identity to set.
+     * @return This builder for chaining.
+     */
+    public Builder setIdentity(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      identity_ = value;
+      bitField0_ |= 0x00400000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The operation's business identity (its tool's identity key, e.g. the
+     * invoice id), if its tool declares one.
+     * </pre>
+     *
+     * <code>string identity = 23 [json_name = "identity"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearIdentity() {
+      identity_ = getDefaultInstance().getIdentity();
+      bitField0_ = (bitField0_ & ~0x00400000);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The operation's business identity (its tool's identity key, e.g. the
+     * invoice id), if its tool declares one.
+     * </pre>
+     *
+     * <code>string identity = 23 [json_name = "identity"];</code>
+     * @param value The bytes for identity to set.
+     * @return This builder for chaining.
+     */
+    public Builder setIdentityBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      identity_ = value;
+      bitField0_ |= 0x00400000;
       onChanged();
       return this;
     }

@@ -474,4 +474,75 @@ public interface OperationOrBuilder extends
    */
   com.google.protobuf.ByteString
       getPolicyDigestBytes();
+
+  /**
+   * <pre>
+   * The budgets (tools-file limits) the operation counts against. Get fills
+   * in how much of each is used now; other answers name them only.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+   */
+  java.util.List<dev.opledger.v1.Budget> 
+      getBudgetsList();
+  /**
+   * <pre>
+   * The budgets (tools-file limits) the operation counts against. Get fills
+   * in how much of each is used now; other answers name them only.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+   */
+  dev.opledger.v1.Budget getBudgets(int index);
+  /**
+   * <pre>
+   * The budgets (tools-file limits) the operation counts against. Get fills
+   * in how much of each is used now; other answers name them only.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+   */
+  int getBudgetsCount();
+  /**
+   * <pre>
+   * The budgets (tools-file limits) the operation counts against. Get fills
+   * in how much of each is used now; other answers name them only.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+   */
+  java.util.List<? extends dev.opledger.v1.BudgetOrBuilder> 
+      getBudgetsOrBuilderList();
+  /**
+   * <pre>
+   * The budgets (tools-file limits) the operation counts against. Get fills
+   * in how much of each is used now; other answers name them only.
+   * </pre>
+   *
+   * <code>repeated .opledger.v1.Budget budgets = 22 [json_name = "budgets"];</code>
+   */
+  dev.opledger.v1.BudgetOrBuilder getBudgetsOrBuilder(
+      int index);
+
+  /**
+   * <pre>
+   * The operation's business identity (its tool's identity key, e.g. the
+   * invoice id), if its tool declares one.
+   * </pre>
+   *
+   * <code>string identity = 23 [json_name = "identity"];</code>
+   * @return The identity.
+   */
+  java.lang.String getIdentity();
+  /**
+   * <pre>
+   * The operation's business identity (its tool's identity key, e.g. the
+   * invoice id), if its tool declares one.
+   * </pre>
+   *
+   * <code>string identity = 23 [json_name = "identity"];</code>
+   * @return The bytes for identity.
+   */
+  com.google.protobuf.ByteString
+      getIdentityBytes();
 }

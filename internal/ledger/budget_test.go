@@ -1,0 +1,397 @@
+package ledger_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/proof/fakepay"
+	"github.com/opledger/opledger/proof/harness"
+)
+
+// budgetTools declares a charge tool whose invoice is its business
+// identity, a refund tool counted by limitsYAML, and an approval-required
+// payout for the release tests.
+func budgetTools(limitsYAML string) []byte {
+	refundApproval := ""
+	if strings.Contains(limitsYAML, "over: approve") {
+		refundApproval = "    approval: {ttl: 15m}\n"
+	}
+	return []byte(`tools:
+  - name: pay
+    version: "1"
+    effect: side_effect
+    identity: {key: args.invoice_id, window: 720h}
+    args_schema:
+      type: object
+      properties:
+        invoice_id: {type: string}
+        amount_minor: {type: integer}
+        currency: {type: string}
+      required: [invoice_id, amount_minor, currency]
+    executor:
+      type: http
+      url: ${OPLEDGER_FAKEPAY_URL}/charges
+      dedupes_keys: true
+      lookup_url: ${OPLEDGER_FAKEPAY_URL}/charges?idempotency_key={key}
+      lookup_consistent: true
+      external_ref_field: id
+  - name: refund
+    version: "1"
+    effect: side_effect
+` + refundApproval + `    args_schema:
+      type: object
+      properties:
+        invoice_id: {type: string}
+        customer_id: {type: string}
+        amount_minor: {type: integer}
+        currency: {type: string}
+      required: [invoice_id, customer_id, amount_minor, currency]
+    executor:
+      type: http
+      url: ${OPLEDGER_FAKEPAY_URL}/charges
+      dedupes_keys: true
+      lookup_url: ${OPLEDGER_FAKEPAY_URL}/charges?idempotency_key={key}
+      lookup_consistent: true
+      external_ref_field: id
+  - name: payout
+    version: "1"
+    effect: side_effect
+    approval: {required: true, ttl: 15m}
+    args_schema:
+      type: object
+      properties:
+        invoice_id: {type: string}
+        customer_id: {type: string}
+        amount_minor: {type: integer}
+        currency: {type: string}
+    executor:
+      type: http
+      url: ${OPLEDGER_FAKEPAY_URL}/charges
+      dedupes_keys: true
+      external_ref_field: id
+limits:
+` + limitsYAML)
+}
+
+func refundFor(t *testing.T, customer string, amount int) *structpb.Struct {
+	t.Helper()
+	s, err := structpb.NewStruct(map[string]any{"invoice_id": harness.Unique("INV"), "customer_id": customer,
+		"amount_minor": float64(amount), "currency": "EUR"})
+	require.NoError(t, err)
+	return s
+}
+
+func oneCall(c opledgerv1.LedgerServiceClient, key, tool string, args *structpb.Struct) (*opledgerv1.PrepareResponse, error) {
+	return c.Prepare(harness.Ctx(key, harness.Unique("idem")), &opledgerv1.PrepareRequest{Tool: tool, Args: args, Execute: true})
+}
+
+func retryInfo(t *testing.T, err error) *errdetails.RetryInfo {
+	t.Helper()
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			return r
+		}
+	}
+	return nil
+}
+
+// threeReplicas starts three servers on one database.
+func threeReplicas(w *world) []opledgerv1.LedgerServiceClient {
+	var out []opledgerv1.LedgerServiceClient
+	for range 3 {
+		out = append(out, w.env.StartServer(harness.ServerOptions{}).Client)
+	}
+	return out
+}
+
+// TestLimitCountAcrossReplicas: 64 concurrent one-call Prepares on three
+// replicas against `count: 10`: exactly 10 are sent, 54 refused with
+// LIMIT_EXCEEDED and a RetryInfo, none INTERNAL.
+func TestLimitCountAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: ten_per_hour, tools: [refund], window: 1h, count: 10}
+`)})
+	cs := threeReplicas(w)
+	var mu sync.Mutex
+	sent, refused := 0, 0
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := oneCall(cs[i%3], w.agent, "refund", refundFor(t, "c-1", 100))
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
+				require.Equal(t, []string{"ten_per_hour"}, budgetNames(resp.GetOperation()))
+				sent++
+				return
+			}
+			requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+			info := errorInfo(t, err)
+			require.Equal(t, "ten_per_hour", info.GetMetadata()["limit"])
+			require.Equal(t, "1h0m0s", info.GetMetadata()["window"])
+			ri := retryInfo(t, err)
+			require.NotNil(t, ri, "when room frees up")
+			require.Greater(t, ri.GetRetryDelay().AsDuration().Minutes(), 55.0)
+			refused++
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 10, sent)
+	require.Equal(t, 54, refused)
+	require.Len(t, w.env.Fakepay.Charges(), 10)
+}
+
+func budgetNames(op *opledgerv1.Operation) []string {
+	var out []string
+	for _, b := range op.GetBudgets() {
+		out = append(out, b.GetLimit())
+	}
+	return out
+}
+
+// TestLimitSumIsExact: concurrent random amounts against a sum limit: the
+// admitted sum stays within max, and a further amount that fits is admitted
+// (the limit is exact, not conservative).
+func TestLimitSumIsExact(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: daily_total, tools: [refund], window: 24h, sum: args.amount_minor, max: 100000}
+`)})
+	cs := threeReplicas(w)
+	var mu sync.Mutex
+	admitted := 0
+	var wg sync.WaitGroup
+	for i := range 48 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			amount := 1000 + rand.IntN(9000)
+			_, err := oneCall(cs[i%3], w.agent, "refund", refundFor(t, "c-1", amount))
+			if err != nil {
+				requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+				return
+			}
+			mu.Lock()
+			admitted += amount
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	require.LessOrEqual(t, admitted, 100000)
+	total := 0
+	for _, c := range w.env.Fakepay.Charges() {
+		total += int(c.AmountMinor)
+	}
+	require.Equal(t, admitted, total)
+	room := 100000 - admitted
+	if room > 0 {
+		_, err := oneCall(cs[0], w.agent, "refund", refundFor(t, "c-1", room))
+		require.NoError(t, err, "exactly the room left fits")
+	}
+	_, err := oneCall(cs[1], w.agent, "refund", refundFor(t, "c-1", 1))
+	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+	_, err = oneCall(cs[1], w.agent, "refund", refundFor(t, "c-1", 100001))
+	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+	require.Contains(t, err.Error(), "this call alone is more than that")
+}
+
+// TestLimitPerKey: a `per` key gives each customer a budget of its own.
+func TestLimitPerKey(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: two_per_customer, tools: [refund], per: args.customer_id, window: 1h, count: 2}
+`)})
+	c := w.env.StartServer(harness.ServerOptions{}).Client
+	for range 2 {
+		_, err := oneCall(c, w.agent, "refund", refundFor(t, "ada", 100))
+		require.NoError(t, err)
+	}
+	_, err := oneCall(c, w.agent, "refund", refundFor(t, "ada", 100))
+	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+	require.Equal(t, "ada", errorInfo(t, err).GetMetadata()["scope"])
+	_, err = oneCall(c, w.agent, "refund", refundFor(t, "grace", 100))
+	require.NoError(t, err, "another customer's budget")
+	// A replay of a counted operation is never refused by its limit.
+	key := harness.Unique("idem")
+	args := refundFor(t, "linus", 100)
+	for range 2 {
+		_, err := c.Prepare(harness.Ctx(w.agent, key), &opledgerv1.PrepareRequest{Tool: "refund", Args: args})
+		require.NoError(t, err)
+	}
+	_, err = oneCall(c, w.agent, "refund", refundFor(t, "linus", 100))
+	require.NoError(t, err)
+	resp, err := c.Prepare(harness.Ctx(w.agent, key), &opledgerv1.PrepareRequest{Tool: "refund", Args: args})
+	require.NoError(t, err, "the budget is full, and a replay is still a replay")
+	require.True(t, resp.GetReplayed())
+	got, _ := get(t, c, w.agent, resp.GetOperation().GetId())
+	require.Len(t, got.GetBudgets(), 1)
+	b := got.GetBudgets()[0]
+	require.Equal(t, "two_per_customer", b.GetLimit())
+	require.Equal(t, "linus", b.GetScope())
+	require.EqualValues(t, 2, b.GetCount())
+	require.EqualValues(t, 2, b.GetMaxCount())
+}
+
+// TestLimitReleases: an operation that ends without effect frees its share
+// (denied, cancelled, failed, resolved as failed); one whose outcome is
+// unknown keeps it.
+func TestLimitReleases(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: one_payout, tools: [payout], window: 1h, count: 1}
+`)})
+	c := w.env.StartServer(harness.ServerOptions{}).Client
+	full := func() {
+		t.Helper()
+		_, err := c.Prepare(harness.Ctx(w.agent, harness.Unique("idem")), &opledgerv1.PrepareRequest{Tool: "payout", Args: refundFor(t, "c", 100)})
+		requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+	}
+	// Denied.
+	op := prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
+	full()
+	_, err := decide(c, w.approver, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_DENY)
+	require.NoError(t, err)
+	// Cancelled.
+	op = prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
+	full()
+	_, err = c.Cancel(harness.Ctx(w.agent, ""), &opledgerv1.CancelRequest{OperationId: op.GetId()})
+	require.NoError(t, err)
+	// Failed: the processor refuses it definitively.
+	bad := refundFor(t, "c", 100)
+	bad.Fields["amount_minor"] = structpb.NewNumberValue(-5)
+	op = prepare(t, c, w.agent, "payout", bad)
+	full()
+	approve(t, c, w.approver, op)
+	resp, err := execute(c, w.agent, op.GetId(), 0)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_FAILED, resp.GetOperation().GetState())
+	// Succeeded: it stays counted.
+	op = prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
+	approve(t, c, w.approver, op)
+	resp, err = execute(c, w.agent, op.GetId(), 0)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
+	full()
+}
+
+// TestLimitOutcomeUnknownHoldsItsShare: an unknown outcome is spent until
+// an operator proves nothing happened.
+func TestLimitOutcomeUnknownHoldsItsShare(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: []byte(strings.Replace(string(budgetTools(`  - {name: one_mail, tools: [mail], window: 1h, count: 1}
+`)), "  - name: payout", `  - name: mail
+    version: "1"
+    effect: side_effect
+    args_schema: {type: object}
+    executor: {type: http, url: "${OPLEDGER_FAKEPAY_URL}/emails", timeout: 200ms}
+  - name: payout`, 1))})
+	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
+	w.env.Fakepay.SetFaults(fakepay.Faults{Delay: 2 * time.Second})
+	resp, err := oneCall(c, w.agent, "mail", &structpb.Struct{})
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, resp.GetOperation().GetState())
+	w.env.Fakepay.SetFaults(fakepay.Faults{})
+	_, err = oneCall(c, w.agent, "mail", &structpb.Struct{})
+	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+	_, err = c.Reconcile(harness.Ctx(w.operator, ""), &opledgerv1.ReconcileRequest{OperationId: resp.GetOperation().GetId(),
+		Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State_STATE_FAILED, Note: "the mail service has no record of it",
+			Fence: resp.GetOperation().GetFence()}})
+	require.NoError(t, err)
+	_, err = oneCall(c, w.agent, "mail", &structpb.Struct{})
+	require.NoError(t, err, "released once proven not to have happened")
+}
+
+// TestLimitOverApprove: past an `over: approve` limit the operation is
+// recorded and needs an approval it would not otherwise need.
+func TestLimitOverApprove(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: big_day, tools: [refund], window: 24h, sum: args.amount_minor, max: 1000, over: approve}
+`)})
+	c := w.env.StartServer(harness.ServerOptions{}).Client
+	resp, err := oneCall(c, w.agent, "refund", refundFor(t, "c", 800))
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
+	resp, err = oneCall(c, w.agent, "refund", refundFor(t, "c", 800))
+	require.NoError(t, err)
+	op := resp.GetOperation()
+	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, op.GetState())
+	require.Equal(t, "limits.big_day", op.GetApproval().GetRule())
+	approve(t, c, w.approver, op)
+	done, err := execute(c, w.agent, op.GetId(), 0)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, done.GetOperation().GetState())
+}
+
+// TestIdentityRace: 20 keys racing for one invoice make one operation; the
+// others are told which, and nothing of theirs is stored.
+func TestIdentityRace(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: budgetTools("")})
+	cs := threeReplicas(w)
+	args := payArgs(t, "INV-2048")
+	var mu sync.Mutex
+	var winners []string
+	dups := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := oneCall(cs[i%3], w.agent, "pay", args)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				winners = append(winners, resp.GetOperation().GetId())
+				return
+			}
+			requireStatus(t, err, codes.AlreadyExists, "OPERATION_DUPLICATE")
+			dups[errorInfo(t, err).GetMetadata()["operation_id"]]++
+		}()
+	}
+	wg.Wait()
+	require.Len(t, winners, 1)
+	require.Equal(t, map[string]int{winners[0]: 19}, dups)
+	require.Len(t, w.env.Fakepay.Charges(), 1)
+	list, err := cs[0].ListOperations(harness.Ctx(w.approver, ""), &opledgerv1.ListOperationsRequest{Tool: "pay"})
+	require.NoError(t, err)
+	require.Len(t, list.GetOperations(), 1, "nothing of the refused Prepares was stored")
+}
+
+// TestIdentityFreedWithoutEffect: after FAILED, REJECTED or CANCELLED a new
+// key may try the same invoice again; after SUCCEEDED it may not.
+func TestIdentityFreedWithoutEffect(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: []byte(strings.Replace(string(budgetTools("")),
+		"    approval: {required: true, ttl: 15m}\n", "    approval: {required: true, ttl: 15m}\n    identity: {key: args.invoice_id, window: 1h}\n", 1))})
+	c := w.env.StartServer(harness.ServerOptions{}).Client
+	inv := refundFor(t, "c", 100)
+	op := prepare(t, c, w.agent, "payout", inv)
+	_, err := c.Prepare(harness.Ctx(w.agent, harness.Unique("idem")), &opledgerv1.PrepareRequest{Tool: "payout", Args: inv})
+	requireStatus(t, err, codes.AlreadyExists, "OPERATION_DUPLICATE")
+	require.Contains(t, err.Error(), op.GetId())
+	_, err = decide(c, w.approver, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_DENY)
+	require.NoError(t, err)
+	op = prepare(t, c, w.agent, "payout", inv) // free after REJECTED
+	_, err = c.Cancel(harness.Ctx(w.agent, ""), &opledgerv1.CancelRequest{OperationId: op.GetId()})
+	require.NoError(t, err)
+	op = prepare(t, c, w.agent, "payout", inv) // free after CANCELLED
+	approve(t, c, w.approver, op)
+	resp, err := execute(c, w.agent, op.GetId(), 0)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
+	_, err = c.Prepare(harness.Ctx(w.agent, harness.Unique("idem")), &opledgerv1.PrepareRequest{Tool: "payout", Args: inv})
+	requireStatus(t, err, codes.AlreadyExists, "OPERATION_DUPLICATE")
+	require.Contains(t, err.Error(), fmt.Sprintf("operation %s", op.GetId()))
+}
