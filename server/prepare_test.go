@@ -139,7 +139,7 @@ func TestPrepareRefusals(t *testing.T) {
 	// requireNothingReserved proves the refusal stored nothing under idem.
 	requireNothingReserved := func(t *testing.T, idem string) {
 		t.Helper()
-		r := prepare(t, c, key, idem, "pay_invoice", invoiceArgs(t, 4900))
+		r := prepare(t, c, key, idem, "pay_invoice", mustStruct(t, map[string]any{"invoice_id": harness.Unique("INV"), "amount_minor": 4900, "currency": "EUR"}))
 		require.False(t, r.GetReplayed(), "the refused request must not have reserved the key")
 	}
 	without := func(m map[string]any, k string) map[string]any {

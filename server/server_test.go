@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -50,10 +51,12 @@ func badRequestFields(st *status.Status) []string {
 	return fields
 }
 
-// invoiceArgs are pay_invoice arguments; the demo invoice of the docs.
+// invoiceArgs are pay_invoice arguments for an invoice of that amount:
+// pay_invoice's invoice is its business identity, so operations of
+// different amounts (under different keys) are different invoices.
 func invoiceArgs(t testing.TB, amount int) *structpb.Struct {
 	t.Helper()
-	return mustStruct(t, map[string]any{"invoice_id": "INV-2048", "amount_minor": amount, "currency": "EUR"})
+	return mustStruct(t, map[string]any{"invoice_id": fmt.Sprintf("INV-%d", amount), "amount_minor": amount, "currency": "EUR"})
 }
 
 // emailArgs are send_email arguments with the given body.

@@ -73,21 +73,17 @@ func epoch(s float64) time.Time {
 
 // IdentityReserve takes a tool's business identity for operationID unless
 // another operation holds it; held reports that one does.
-func (c *Conn) IdentityReserve(ctx context.Context, tenant, tool, identity, operationID string, window time.Duration) (held bool, err error) {
+func (c *Conn) IdentityReserve(ctx context.Context, tenant, tool, identity, operationID, key string, window time.Duration) (held bool, err error) {
 	_, err = c.q.IdentityReserve(ctx, c.dbtx, db.IdentityReserveParams{Tenant: tenant, Tool: tool, Identity: identity,
-		OperationID: operationID, WindowSeconds: window.Seconds()})
+		OperationID: operationID, IdempotencyKey: key, WindowSeconds: window.Seconds()})
 	if err = interpretError(err); errors.Is(err, ErrNotFound) {
 		return true, nil
 	}
 	return false, err
 }
 
-// IdentityHolder returns the operation holding a business identity and its
-// idempotency key ("" if it was pruned).
-func (c *Conn) IdentityHolder(ctx context.Context, tenant, tool, identity string) (id, key string, err error) {
-	r, err := c.q.IdentityHolder(ctx, c.dbtx, db.IdentityHolderParams{Tenant: tenant, Tool: tool, Identity: identity})
-	if err != nil {
-		return "", "", interpretError(err)
-	}
-	return r.OperationID, r.IdempotencyKey, nil
+// IdentityHolder returns the operation holding a business identity.
+func (c *Conn) IdentityHolder(ctx context.Context, tenant, tool, identity string) (string, error) {
+	id, err := c.q.IdentityHolder(ctx, c.dbtx, db.IdentityHolderParams{Tenant: tenant, Tool: tool, Identity: identity})
+	return id, interpretError(err)
 }

@@ -58,27 +58,22 @@ func (l *Ledger) admit(ctx context.Context, c *store.Conn, t *tool.Tool, who Act
 		if err != nil {
 			return adm, ruleRefusal(t, err)
 		}
-		held, err := c.IdentityReserve(ctx, who.Tenant, t.Name, v, id, t.Identity.Window)
+		held, err := c.IdentityReserve(ctx, who.Tenant, t.Name, v, id, key, t.Identity.Window)
 		if err != nil {
 			return adm, err
 		}
 		if held {
-			holder, holderKey, err := c.IdentityHolder(ctx, who.Tenant, t.Name, v)
+			holder, err := c.IdentityHolder(ctx, who.Tenant, t.Name, v)
 			if err != nil {
 				return adm, err
 			}
-			if holderKey != key {
-				l.obs.LimitRefused("identity:" + t.Name)
-				return adm, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_DUPLICATE,
-					Message: fmt.Sprintf("%s for %s %q is already being done or done (operation %s, under another idempotency key); "+
-						"nothing was stored: Get %s for its outcome instead of trying again", t.Name, t.Identity.Key, v, holder, holder),
-					Metadata: map[string]string{"operation_id": holder, "identity": v}}
-			}
-			// The same key holds it: this is its replay (or its twin), which
-			// the insert answers.
-		} else {
-			adm.identity = v
+			l.obs.LimitRefused("identity:" + t.Name)
+			return adm, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_DUPLICATE,
+				Message: fmt.Sprintf("%s for %s %q is already being done or done (operation %s, under another idempotency key); "+
+					"nothing was stored: Get %s for its outcome instead of trying again", t.Name, t.Identity.Key, v, holder, holder),
+				Metadata: map[string]string{"operation_id": holder, "identity": v}}
 		}
+		adm.identity = v
 	}
 	// One lock order for every statement: by limit name.
 	limits := slices.Clone(t.Limits)

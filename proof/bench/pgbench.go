@@ -79,8 +79,18 @@ func pgbInsert(claim bool) map[string]bind {
 		"downstream_key": pgbDownKey, "lease_owner": owner, "lease_seconds": val("31"), "actor": val("bench"),
 		"detail": val("prepared with key digest 0123456789abcdef"), "claim_event": val("CLAIMED"), "claim_from": val("READY"),
 		"notify": val("false"),
+		// The policy's judgement of the bench's tool (no rules: no approval),
+		// and nothing an edit or a budget would add.
+		"approvals_needed": val("0"), "policy_digest": val(pgbPolicyDigest), "approval_rule": expr("''"), "approvals": val("[]"),
+		"supersedes": pgbNull, "approved_by": pgbNull, "approved_reason": pgbNull,
+		"budget_names": pgbNull, "budget_scopes": pgbNull, "identity": pgbNull,
 	}
 }
+
+// pgbPolicyDigest stands for the bench tool's policy digest, which the
+// claim requires to be current.
+const pgbPolicyDigest = "0000000000000000000000000000000000000000000000000000000000000000"
+
 
 // pgbClaim binds OperationClaim or OperationClaimKnown as Execute binds
 // them, on operation id.
@@ -89,6 +99,7 @@ func pgbClaim(id bind) map[string]bind {
 		"id": id, "tenant": val(tenant), "lease_owner": val("bench-pgbench"), "lease_seconds": val("31"),
 		"to_state": val("EXECUTING"), "from_state": val("READY"), "require_approval_in_force": val("true"),
 		"event_type": val("CLAIMED"), "actor": val("bench"),
+		"require_policy_current": val("true"), "policy_digests": val("{" + pgbPolicyDigest + "}"),
 	}
 }
 

@@ -22,12 +22,17 @@ CREATE TABLE budget (
 -- for the operation that has it: free_at is 'infinity' while the operation
 -- is live, the time it took effect plus the window once it SUCCEEDED, and
 -- '-infinity' once it ended without effect. A Prepare takes it with one
--- INSERT … ON CONFLICT DO UPDATE … WHERE free_at <= now (IdentityReserve).
+-- INSERT … ON CONFLICT DO UPDATE … WHERE free_at <= now (IdentityReserve),
+-- or when it comes with the holder's own idempotency key (its replay or
+-- twin, which the operation's insert then answers; or the same call after
+-- the holder's row was pruned, which gets the same downstream key).
+
 CREATE TABLE operation_identity (
     tenant         text NOT NULL,
     tool           text NOT NULL,
     identity       text NOT NULL,
     operation_id   text NOT NULL,
+    idempotency_key text NOT NULL,
     window_seconds float8 NOT NULL,
     free_at        timestamptz NOT NULL,
     PRIMARY KEY (tenant, tool, identity)

@@ -585,19 +585,22 @@ LEFT JOIN budget b ON b.tenant = t.tenant AND b.name = sqlc.arg(name)::text AND 
 
 -- name: IdentityReserve :one
 -- Takes a business identity of a tool for an operation, unless another
--- holds it: one live, or one that took effect less than its window ago. No
--- row: it is held (IdentityHolder says by which operation). The row lock
--- orders concurrent Prepares of one identity, and the WHERE is judged on
--- its newest version; the caller commits it with the operation.
-INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, window_seconds, free_at)
-VALUES (sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(identity), sqlc.arg(operation_id), sqlc.arg(window_seconds), 'infinity')
+-- operation under another idempotency key holds it: one live, or one that
+-- took effect less than its window ago. The holder's own key takes it over
+-- (a replay or twin, whose insert then conflicts and rolls this back; or
+-- the same call after the holder's row was pruned). No row: it is held
+-- (IdentityHolder says by which operation). The row lock orders concurrent
+-- Prepares of one identity, and the WHERE is judged on its newest version;
+-- the caller commits it with the operation.
+INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
+VALUES (sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(identity), sqlc.arg(operation_id), sqlc.arg(idempotency_key), sqlc.arg(window_seconds), 'infinity')
 ON CONFLICT (tenant, tool, identity) DO UPDATE SET
-    operation_id = EXCLUDED.operation_id, window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
-WHERE i.free_at <= statement_timestamp()
+    operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
+    window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
+WHERE i.free_at <= statement_timestamp() OR i.idempotency_key = EXCLUDED.idempotency_key
 RETURNING i.operation_id;
 
 -- name: IdentityHolder :one
--- The operation holding a business identity, and its idempotency key.
-SELECT i.operation_id, COALESCE(o.idempotency_key, '')::text AS idempotency_key
-FROM operation_identity i LEFT JOIN operation o ON o.id = i.operation_id
+-- The operation holding a business identity.
+SELECT i.operation_id FROM operation_identity i
 WHERE i.tenant = sqlc.arg(tenant) AND i.tool = sqlc.arg(tool) AND i.identity = sqlc.arg(identity);

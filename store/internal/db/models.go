@@ -93,12 +93,13 @@ type OperationEvent struct {
 }
 
 type OperationIdentity struct {
-	Tenant        string
-	Tool          string
-	Identity      string
-	OperationID   string
-	WindowSeconds float64
-	FreeAt        pgtype.Timestamptz
+	Tenant         string
+	Tool           string
+	Identity       string
+	OperationID    string
+	IdempotencyKey string
+	WindowSeconds  float64
+	FreeAt         pgtype.Timestamptz
 }
 
 type Principal struct {

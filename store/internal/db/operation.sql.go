@@ -133,8 +133,7 @@ func (q *Queries) ClockNow(ctx context.Context, db DBTX) (pgtype.Timestamptz, er
 }
 
 const identityHolder = `-- name: IdentityHolder :one
-SELECT i.operation_id, COALESCE(o.idempotency_key, '')::text AS idempotency_key
-FROM operation_identity i LEFT JOIN operation o ON o.id = i.operation_id
+SELECT i.operation_id FROM operation_identity i
 WHERE i.tenant = $1 AND i.tool = $2 AND i.identity = $3
 `
 
@@ -144,47 +143,48 @@ type IdentityHolderParams struct {
 	Identity string
 }
 
-type IdentityHolderRow struct {
-	OperationID    string
-	IdempotencyKey string
-}
-
-// The operation holding a business identity, and its idempotency key.
-func (q *Queries) IdentityHolder(ctx context.Context, db DBTX, arg IdentityHolderParams) (IdentityHolderRow, error) {
+// The operation holding a business identity.
+func (q *Queries) IdentityHolder(ctx context.Context, db DBTX, arg IdentityHolderParams) (string, error) {
 	row := db.QueryRow(ctx, identityHolder, arg.Tenant, arg.Tool, arg.Identity)
-	var i IdentityHolderRow
-	err := row.Scan(&i.OperationID, &i.IdempotencyKey)
-	return i, err
+	var operation_id string
+	err := row.Scan(&operation_id)
+	return operation_id, err
 }
 
 const identityReserve = `-- name: IdentityReserve :one
-INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, window_seconds, free_at)
-VALUES ($1, $2, $3, $4, $5, 'infinity')
+INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'infinity')
 ON CONFLICT (tenant, tool, identity) DO UPDATE SET
-    operation_id = EXCLUDED.operation_id, window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
-WHERE i.free_at <= statement_timestamp()
+    operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
+    window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
+WHERE i.free_at <= statement_timestamp() OR i.idempotency_key = EXCLUDED.idempotency_key
 RETURNING i.operation_id
 `
 
 type IdentityReserveParams struct {
-	Tenant        string
-	Tool          string
-	Identity      string
-	OperationID   string
-	WindowSeconds float64
+	Tenant         string
+	Tool           string
+	Identity       string
+	OperationID    string
+	IdempotencyKey string
+	WindowSeconds  float64
 }
 
 // Takes a business identity of a tool for an operation, unless another
-// holds it: one live, or one that took effect less than its window ago. No
-// row: it is held (IdentityHolder says by which operation). The row lock
-// orders concurrent Prepares of one identity, and the WHERE is judged on
-// its newest version; the caller commits it with the operation.
+// operation under another idempotency key holds it: one live, or one that
+// took effect less than its window ago. The holder's own key takes it over
+// (a replay or twin, whose insert then conflicts and rolls this back; or
+// the same call after the holder's row was pruned). No row: it is held
+// (IdentityHolder says by which operation). The row lock orders concurrent
+// Prepares of one identity, and the WHERE is judged on its newest version;
+// the caller commits it with the operation.
 func (q *Queries) IdentityReserve(ctx context.Context, db DBTX, arg IdentityReserveParams) (string, error) {
 	row := db.QueryRow(ctx, identityReserve,
 		arg.Tenant,
 		arg.Tool,
 		arg.Identity,
 		arg.OperationID,
+		arg.IdempotencyKey,
 		arg.WindowSeconds,
 	)
 	var operation_id string
