@@ -91,7 +91,6 @@ func pgbInsert(claim bool) map[string]bind {
 // claim requires to be current.
 const pgbPolicyDigest = "0000000000000000000000000000000000000000000000000000000000000000"
 
-
 // pgbClaim binds OperationClaim or OperationClaimKnown as Execute binds
 // them, on operation id.
 func pgbClaim(id bind) map[string]bind {
