@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/internal/ledger"
 	"github.com/opledger/opledger/proof/harness"
 )
 
@@ -228,4 +229,102 @@ func (w *world) requireKeyNotIn(t *testing.T, ctx context.Context) {
 	require.NoError(t, chromedp.Run(ctx, chromedp.OuterHTML(`html`, &html, chromedp.ByQuery), chromedp.Location(&loc)))
 	require.NotContains(t, html, w.approver)
 	require.NotContains(t, loc, w.approver)
+}
+
+// TestBrowserQuorumAndEdit drives the policy parts of the console in
+// headless Chromium: a refund that needs two approvers shows "1 of 2"
+// after the first approval (and "1/2" in the list); another refund is
+// approved with an edited amount through the edit form, which lands on the
+// new operation showing the edited amount and the link to the original,
+// whose page links back; the agent's Execute charges the edited amount once.
+func TestBrowserQuorumAndEdit(t *testing.T) {
+	t.Parallel()
+	ctx := newBrowser(t)
+	w := newWorld(t, harness.Options{ToolsYAML: refundTools})
+	big := w.refund(t, "INV-4096", 250000)
+	small := w.refund(t, "INV-4097", 6000)
+	bob := namedKey(t, w.env, "bob", ledger.RoleApprover)
+	_, err := w.srv.Client.Approve(harness.Ctx(bob, ""), &opledgerv1.ApproveRequest{OperationId: big.GetId(),
+		Fingerprint: big.GetFingerprint(), Decision: opledgerv1.Decision_DECISION_APPROVE, Reason: "first of two"})
+	require.NoError(t, err)
+
+	var list string
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(w.url+"/"),
+		chromedp.WaitVisible(`#key`, chromedp.ByQuery),
+		chromedp.SendKeys(`#key`, w.approver, chromedp.ByQuery),
+		chromedp.Submit(`#key`, chromedp.ByQuery),
+		chromedp.WaitVisible(`table.ops`, chromedp.ByQuery),
+		chromedp.Text(`main`, &list, chromedp.ByQuery),
+	))
+	require.Contains(t, list, "1/2 approvals")
+	shoot(t, ctx, "list-quorum.png")
+
+	// The two-approver refund: one of two, and why.
+	var quorum, rule, digest string
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Click(fmt.Sprintf(`a[href="/operations/%s"]`, big.GetId()), chromedp.ByQuery),
+		chromedp.WaitVisible(`#quorum`, chromedp.ByQuery),
+		chromedp.Text(`#quorum`, &quorum, chromedp.ByQuery),
+		chromedp.Text(`#rule`, &rule, chromedp.ByQuery),
+		chromedp.AttributeValue(`#policy summary code`, "title", &digest, nil, chromedp.ByQuery),
+	))
+	require.Contains(t, quorum, "1 of 2 approvals")
+	require.Contains(t, quorum, "bob")
+	require.Contains(t, quorum, "first of two")
+	require.Contains(t, rule, "args.amount_minor >= 5000")
+	require.Equal(t, big.GetPolicyDigest(), digest)
+	shoot(t, ctx, "quorum.png")
+
+	// The edit form: the amount only, prefilled; 40 EUR instead of 60.
+	var value, flash, main string
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(w.url+"/operations/"+small.GetId()),
+		chromedp.WaitVisible(`form.edit`, chromedp.ByQuery),
+		chromedp.Value(`form.edit input[name="arg:amount_minor"]`, &value, chromedp.ByQuery),
+	))
+	require.Equal(t, "6000", value)
+	var inputs int
+	require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(`document.querySelectorAll('form.edit [name^="arg:"]').length`, &inputs)))
+	require.Equal(t, 1, inputs, "only the editable amount")
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.SetValue(`form.edit input[name="arg:amount_minor"]`, "4000", chromedp.ByQuery),
+		chromedp.SendKeys(`#edit-reason`, "40 EUR, as agreed", chromedp.ByQuery),
+	))
+	shoot(t, ctx, "edit.png")
+	var loc string
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Click(`form.edit button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#supersedes`, chromedp.ByQuery),
+		chromedp.Text(`.flash`, &flash, chromedp.ByQuery),
+		chromedp.Text(`main`, &main, chromedp.ByQuery),
+		chromedp.Location(&loc),
+	))
+	require.True(t, strings.HasSuffix(loc, "?done=edited"), loc)
+	newID := strings.TrimSuffix(strings.TrimPrefix(loc, w.url+"/operations/"), "?done=edited")
+	require.NotEqual(t, small.GetId(), newID)
+	require.Contains(t, flash, "Approved with your edits")
+	require.Contains(t, main, "minor units: EUR 40.00")
+	require.Contains(t, main, "An edit of "+small.GetId())
+	shoot(t, ctx, "edited.png")
+
+	// The link to the original, which links back.
+	var back string
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Click(`#supersedes a`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#superseded-by`, chromedp.ByQuery),
+		chromedp.Text(`#superseded-by`, &back, chromedp.ByQuery),
+		chromedp.Location(&loc),
+	))
+	require.Equal(t, w.url+"/operations/"+small.GetId(), loc)
+	require.Contains(t, back, "Superseded by "+newID)
+	shoot(t, ctx, "superseded.png")
+	w.requireKeyNotIn(t, ctx)
+
+	res, err := w.srv.Client.Execute(harness.Ctx(w.agent, ""), &opledgerv1.ExecuteRequest{OperationId: newID})
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, res.GetOperation().GetState())
+	require.Equal(t, 1, w.charges("INV-4097"))
+	require.EqualValues(t, 4000, w.env.Fakepay.Charges()[0].AmountMinor)
+	w.requireLogsClean(t)
 }

@@ -109,6 +109,7 @@ func New(l *ledger.Ledger, opts Options) *Console {
 	c.mux.HandleFunc("GET /{$}", c.withSession(c.list))
 	c.mux.HandleFunc("GET /operations/{id}", c.withSession(c.operation))
 	c.mux.HandleFunc("POST /operations/{id}/decision", c.withSession(c.decide))
+	c.mux.HandleFunc("POST /operations/{id}/edit", c.withSession(c.edit))
 	c.mux.HandleFunc("POST /operations/{id}/resolution", c.withSession(c.resolve))
 	c.mux.HandleFunc("POST /operations/{id}/reconcile", c.withSession(c.reconcile))
 	return c
@@ -309,6 +310,22 @@ func explain(err error) (int, problem) {
 		p.Detail = "There is no such operation in your tenant."
 	case opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, opledgerv1.ErrorReason_ERROR_REASON_OPERATOR_REQUIRED:
 		status, p.Title = http.StatusBadRequest, "The form was not accepted"
+	case opledgerv1.ErrorReason_ERROR_REASON_ARGS_INVALID:
+		status, p.Title = http.StatusBadRequest, "The edited arguments were not accepted"
+		p.Detail = strings.ReplaceAll(p.Detail, "edited_args", "the edited arguments")
+		for _, v := range le.Violations {
+			p.Detail += "; " + strings.TrimPrefix(v.Field, "edited_args/") + ": " + v.Description
+		}
+		p.Detail += ". Nothing changed."
+	case opledgerv1.ErrorReason_ERROR_REASON_POLICY_DENIED:
+		status, p.Title = http.StatusForbidden, "The tool's policy refuses it"
+		p.Detail = le.Message + "."
+		if !strings.Contains(le.Message, "REJECTED") {
+			p.Detail += " Nothing changed."
+		}
+	case opledgerv1.ErrorReason_ERROR_REASON_TOOL_VERSION_UNKNOWN:
+		p.Title = "The tool version is no longer configured"
+		p.Detail = le.Message + ". Nothing changed."
 	case opledgerv1.ErrorReason_ERROR_REASON_LEDGER_UNAVAILABLE:
 		status, p.Title = http.StatusServiceUnavailable, "The ledger is unavailable"
 		p.Detail = "The database could not be reached; try again in a moment."
@@ -435,6 +452,11 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, s session) {
 	}
 	var sections []section
 	q := r.URL.Query()
+	view := func(op ledger.Operation) opView {
+		v := viewOf(op, now)
+		v.Quorum = quorumOf(op, s.actor.ID)
+		return v
+	}
 	if s.approver() {
 		pending, next, err := c.l.ListOperations(r.Context(), s.actor, ledger.ListInput{
 			States: []ledger.State{ledger.StateAwaitingApproval}, PageSize: pageSize, PageToken: q.Get("pending")})
@@ -444,7 +466,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, s session) {
 		}
 		sec := section{Title: "Awaiting approval", Empty: "Nothing awaits approval."}
 		for _, op := range pending {
-			sec.Ops = append(sec.Ops, viewOf(op, now))
+			sec.Ops = append(sec.Ops, view(op))
 		}
 		if next != "" {
 			sec.Next = "/?pending=" + url.QueryEscape(next)
@@ -460,7 +482,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, s session) {
 			approved.Next = "/?ready=" + url.QueryEscape(nextReady)
 		}
 		for _, op := range ready {
-			v := viewOf(op, now)
+			v := view(op)
 			if v.Decidable { // the approval lapsed: it needs a decision again
 				sec.Ops = append(sec.Ops, v)
 			} else {
@@ -478,7 +500,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, s session) {
 		}
 		sec := section{Title: "Outcome unknown", Empty: "No operation has an unknown outcome."}
 		for _, op := range unknown {
-			sec.Ops = append(sec.Ops, viewOf(op, now))
+			sec.Ops = append(sec.Ops, view(op))
 		}
 		if next != "" {
 			sec.Next = "/?unknown=" + url.QueryEscape(next)
@@ -504,8 +526,14 @@ type detail struct {
 	TTL        string
 	Expires    string
 	// PreparedBy names the principal that prepared it (the PREPARED
-	// event's actor).
+	// event's actor; for an edit, the first original's).
 	PreparedBy string
+	// Policy is why it needs approval and the policy it was judged under.
+	Policy policyView
+	// Links are the supersede links of an approve-with-edit.
+	Links linksView
+	// Edit is the approve-with-edit form, when the reader may use it.
+	Edit *editView
 }
 
 // flashes are what the page says after a decision or a resolution, and the
@@ -519,6 +547,9 @@ var flashes = map[string]struct {
 	event ledger.Event
 }{
 	"approved": {"Approved. The agent may now execute it, until the approval expires.", ledger.EventApproved},
+	// "edited" is said on the new operation, whose PREPARED event names
+	// its editor.
+	"edited":   {"Approved with your edits: this is the new operation, with the arguments you entered. The original was superseded: it is rejected and will never run.", ledger.EventPrepared},
 	"denied":   {"Denied. The operation is rejected and will never run.", ledger.EventDenied},
 	"resolved": {"Resolved. The outcome is recorded in the event log.", ledger.EventResolved},
 }
@@ -541,27 +572,50 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 		return
 	}
 	v := viewOf(op, op.DBNow) // the database's clock when it was read, as its times are
+	v.Quorum = quorumOf(op, s.actor.ID)
 	d := detail{Op: v, Events: evs, SelfMade: op.PreparedBy == s.actor.ID}
-	for _, e := range evs {
-		if e.Type == string(ledger.EventPrepared) {
-			d.PreparedBy = e.Actor
-		}
+	d.Links, d.PreparedBy, err = c.links(r, s, op, evs, v.Fields)
+	if err != nil {
+		c.failed(w, r, err)
+		return
 	}
-	if f, ok := flashes[r.URL.Query().Get("done")]; ok && flash == "" && p == nil {
-		for i := len(evs) - 1; i >= 0; i-- {
-			e := evs[i]
-			switch ledger.Event(e.Type) {
-			case ledger.EventApproved, ledger.EventDenied, ledger.EventApprovalExpired, ledger.EventResolved:
-				if e.Type == string(f.event) && e.Actor == s.actor.Name {
-					flash = f.text
-				}
-			default:
-				continue
+	t, _ := c.l.ResolveTool(op.Tool, op.ToolVersion) // nil: no longer configured here
+	d.Policy = policyOf(op, t)
+	done := r.URL.Query().Get("done")
+	if f, ok := flashes[done]; ok && flash == "" && p == nil {
+		if done == "edited" {
+			if op.Supersedes != "" && d.Links.EditedBy == s.actor.Name {
+				flash = f.text
 			}
-			break
+		} else {
+			for i := len(evs) - 1; i >= 0; i-- {
+				e := evs[i]
+				switch ledger.Event(e.Type) {
+				case ledger.EventApproved, ledger.EventDenied, ledger.EventApprovalExpired, ledger.EventResolved:
+					if e.Type == string(f.event) && e.Actor == s.actor.Name {
+						flash = f.text
+					}
+				default:
+					continue
+				}
+				break
+			}
+		}
+		// With a quorum, an approval may leave it awaiting others.
+		switch awaiting := ledger.State(op.State) == ledger.StateAwaitingApproval; {
+		case flash == "" || done != "approved" && done != "edited":
+		case awaiting && done == "approved":
+			flash = "Approved: your approval is recorded. " + v.Quorum.Remaining()
+		case awaiting:
+			flash += " " + v.Quorum.Remaining()
+		case done == "edited":
+			flash += " The agent may now execute it, until the approval expires."
 		}
 	}
-	d.CanDecide = v.Decidable && s.approver() && !d.SelfMade
+	d.CanDecide = v.Decidable && s.approver() && !d.SelfMade && !v.Quorum.Mine
+	if d.CanDecide && ledger.State(op.State) == ledger.StateAwaitingApproval {
+		d.Edit = editFormOf(op, t, v.Fields)
+	}
 	d.CanResolve = v.Resolvable && s.operator()
 	if op.ApprovalRequired {
 		d.TTL = span(op.ApprovalTTL)

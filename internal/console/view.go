@@ -69,20 +69,7 @@ func flatten(path string, hid bool, v any, out *[]Field, parent map[string]any, 
 			return
 		}
 		for k, e := range x {
-			var p string
-			var h bool
-			switch {
-			case !plainKey(k):
-				// "a.b", "lines[0]", "", " ": written as a quoted segment,
-				// so that {"a.b":1} and {"a":{"b":1}} never look alike.
-				p, h = visible(jsonQuoted(k))
-				p = path + "[" + p + "]"
-			case path != "":
-				p, h = visible(k)
-				p = path + "." + p
-			default:
-				p, h = visible(k)
-			}
+			p, h := segment(path, k)
 			flatten(p, hid || h, e, out, x, k)
 		}
 	case []any:
@@ -107,6 +94,22 @@ func flatten(path string, hid bool, v any, out *[]Field, parent map[string]any, 
 	case nil:
 		*out = append(*out, Field{Path: path, Value: "null", Kind: "null", Hidden: hid, parent: parent, key: key})
 	}
+}
+
+// segment is the path of key k in the object at path, as the page shows
+// it, and whether k holds characters a person cannot see.
+func segment(path, k string) (string, bool) {
+	switch {
+	case !plainKey(k):
+		// "a.b", "lines[0]", "", " ": written as a quoted segment, so
+		// that {"a.b":1} and {"a":{"b":1}} never look alike.
+		p, h := visible(jsonQuoted(k))
+		return path + "[" + p + "]", h
+	case path != "":
+		p, h := visible(k)
+		return path + "." + p, h
+	}
+	return visible(k)
 }
 
 // plainKey reports whether key k can be shown bare in a path: not empty,
@@ -321,6 +324,9 @@ type opView struct {
 	Resolvable bool
 	Result     string
 	Error      string
+	// Quorum is the current round's decisions and the number needed, as
+	// the reader sees them (set by the page, which knows the reader).
+	Quorum quorumView
 }
 
 func viewOf(op ledger.Operation, now time.Time) opView {
