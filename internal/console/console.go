@@ -581,36 +581,8 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 	}
 	t, _ := c.l.ResolveTool(op.Tool, op.ToolVersion) // nil: no longer configured here
 	d.Policy = policyOf(op, t)
-	done := r.URL.Query().Get("done")
-	if f, ok := flashes[done]; ok && flash == "" && p == nil {
-		if done == "edited" {
-			if op.Supersedes != "" && d.Links.EditedBy == s.actor.Name {
-				flash = f.text
-			}
-		} else {
-			for i := len(evs) - 1; i >= 0; i-- {
-				e := evs[i]
-				switch ledger.Event(e.Type) {
-				case ledger.EventApproved, ledger.EventDenied, ledger.EventApprovalExpired, ledger.EventResolved:
-					if e.Type == string(f.event) && e.Actor == s.actor.Name {
-						flash = f.text
-					}
-				default:
-					continue
-				}
-				break
-			}
-		}
-		// With a quorum, an approval may leave it awaiting others.
-		switch awaiting := ledger.State(op.State) == ledger.StateAwaitingApproval; {
-		case flash == "" || done != "approved" && done != "edited":
-		case awaiting && done == "approved":
-			flash = "Approved: your approval is recorded. " + v.Quorum.Remaining()
-		case awaiting:
-			flash += " " + v.Quorum.Remaining()
-		case done == "edited":
-			flash += " The agent may now execute it, until the approval expires."
-		}
+	if flash == "" && p == nil {
+		flash = doneFlash(r.URL.Query().Get("done"), op, evs, s.actor, d.Links, v.Quorum)
 	}
 	d.CanDecide = v.Decidable && s.approver() && !d.SelfMade && !v.Quorum.Mine
 	if d.CanDecide && ledger.State(op.State) == ledger.StateAwaitingApproval {
@@ -625,6 +597,47 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 	}
 	c.render(w, r, status, "operation", page{Title: op.Tool + " " + op.ID, Actor: s.actor, CSRF: s.csrf, SignedIn: true,
 		Flash: flash, Problem: p, Data: d})
+}
+
+// doneFlash is what the page says after the reader's decision (the
+// redirect's done), if the operation shows that the reader took it: the
+// last decision event for a decision or a resolution, the edit's own
+// PREPARED event for an approve-with-edit. With a quorum, an approval may
+// leave the operation awaiting others, and the flash says so.
+func doneFlash(done string, op ledger.Operation, evs []ledger.OperationEvent, a ledger.Actor, l linksView, q quorumView) string {
+	f, ok := flashes[done]
+	if !ok {
+		return ""
+	}
+	flash := ""
+	if done == "edited" {
+		if op.Supersedes != "" && l.EditedBy == a.Name {
+			flash = f.text
+		}
+	} else {
+		for i := len(evs) - 1; i >= 0; i-- {
+			e := evs[i]
+			switch ledger.Event(e.Type) {
+			case ledger.EventApproved, ledger.EventDenied, ledger.EventApprovalExpired, ledger.EventResolved:
+				if e.Type == string(f.event) && e.Actor == a.Name {
+					flash = f.text
+				}
+			default:
+				continue
+			}
+			break
+		}
+	}
+	switch awaiting := ledger.State(op.State) == ledger.StateAwaitingApproval; {
+	case flash == "" || done != "approved" && done != "edited":
+	case awaiting && done == "approved":
+		flash = "Approved: your approval is recorded. " + q.Remaining()
+	case awaiting:
+		flash += " " + q.Remaining()
+	case done == "edited":
+		flash += " The agent may now execute it, until the approval expires."
+	}
+	return flash
 }
 
 // decide applies an approver's decision, bound to the fingerprint the page
