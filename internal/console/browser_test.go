@@ -20,10 +20,11 @@ import (
 	"github.com/opledger/opledger/proof/harness"
 )
 
-// screenshots, when set, is where TestBrowserApprovesOnce saves its
-// screenshots of the list and the detail view (docs/console.md):
+// screenshots, when set, is where the browser tests save the screenshots
+// of docs/console.md (the list, the detail view, a quorum, the edit form and
+// an edited operation):
 //
-//	go test ./console -run TestBrowserApprovesOnce -screenshots ../docs/console
+//	go test ./internal/console -run TestBrowser -screenshots "$PWD/docs/console"
 var screenshots = flag.String("screenshots", "", "directory for the console's screenshots (empty: none)")
 
 // chromium finds a Chromium binary: $OPLEDGER_CHROMIUM, /usr/bin/chromium
@@ -258,7 +259,6 @@ func TestBrowserQuorumAndEdit(t *testing.T) {
 		chromedp.Text(`main`, &list, chromedp.ByQuery),
 	))
 	require.Contains(t, list, "1/2 approvals")
-	shoot(t, ctx, "list-quorum.png")
 
 	// The two-approver refund: one of two, and why.
 	var quorum, rule, digest string
@@ -318,7 +318,6 @@ func TestBrowserQuorumAndEdit(t *testing.T) {
 	))
 	require.Equal(t, w.url+"/operations/"+small.GetId(), loc)
 	require.Contains(t, back, "Superseded by "+newID)
-	shoot(t, ctx, "superseded.png")
 	w.requireKeyNotIn(t, ctx)
 
 	res, err := w.srv.Client.Execute(harness.Ctx(w.agent, ""), &opledgerv1.ExecuteRequest{OperationId: newID})
