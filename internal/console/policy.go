@@ -82,6 +82,9 @@ func policyOf(op ledger.Operation, t *tool.Tool) policyView {
 		p.Why = "an approver edited the arguments: their approval is recorded, though the policy asks for none for these arguments"
 	default:
 		p.Why = "a rule of the tool's policy"
+		if name, ok := strings.CutPrefix(op.ApprovalRule, "limits."); ok {
+			p.Why = "the call goes past the budget " + name + ", whose over: approve asks for an approval then"
+		}
 	}
 	if n := op.ApprovalsNeeded; n > 0 {
 		p.Quorum = "1 approver, not the one that prepared it"
