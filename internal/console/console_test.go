@@ -387,7 +387,7 @@ func TestDecisions(t *testing.T) {
 		form := b.decisionForm(op.GetId())
 		form.Set("decision", "approve")
 		for _, id := range []string{"op_%00", "%FF", "op_" + strings.Repeat("z", 5000)} {
-			for _, action := range []string{"decision", "resolution", "reconcile"} {
+			for _, action := range []string{"decision", "edit", "resolution", "reconcile"} {
 				status, page := b.post("/operations/"+id+"/"+action, form)
 				require.Equal(t, http.StatusNotFound, status, "%s %s", id, action)
 				require.Less(t, len(page), 20000, "the page does not echo the whole id")
