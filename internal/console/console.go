@@ -525,15 +525,17 @@ type detail struct {
 	CanResolve bool
 	TTL        string
 	Expires    string
-	// PreparedBy names the principal that prepared it (the PREPARED
-	// event's actor; for an edit, the first original's).
-	PreparedBy string
 	// Policy is why it needs approval and the policy it was judged under.
 	Policy policyView
-	// Links are the supersede links of an approve-with-edit.
+	// Links are the supersede links of an approve-with-edit (an edit's
+	// PreparedBy is its first original's preparer: its own PREPARED event
+	// names its editor).
 	Links linksView
 	// Edit is the approve-with-edit form, when the reader may use it.
 	Edit *editView
+	// PreparedBy names the principal that prepared it (the PREPARED
+	// event's actor).
+	PreparedBy string
 }
 
 // flashes are what the page says after a decision or a resolution, and the
@@ -574,10 +576,19 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 	v := viewOf(op, op.DBNow) // the database's clock when it was read, as its times are
 	v.Quorum = quorumOf(op, s.actor.ID)
 	d := detail{Op: v, Events: evs, SelfMade: op.PreparedBy == s.actor.ID}
-	d.Links, d.PreparedBy, err = c.links(r, s, op, evs, v.Fields)
+	for _, e := range evs {
+		if e.Type == string(ledger.EventPrepared) {
+			d.PreparedBy = e.Actor
+		}
+	}
+	var preparedBy string
+	d.Links, preparedBy, err = c.links(r, s, op, evs, v.Fields)
 	if err != nil {
 		c.failed(w, r, err)
 		return
+	}
+	if op.Supersedes != "" {
+		d.PreparedBy = preparedBy
 	}
 	t, _ := c.l.ResolveTool(op.Tool, op.ToolVersion) // nil: no longer configured here
 	d.Policy = policyOf(op, t)

@@ -418,15 +418,15 @@ const maxEditChain = 5
 
 // links reads what op's supersede links say: the original of an edit (its
 // arguments, and who prepared the chain's first operation: an edit's own
-// PREPARED event names its editor) and who superseded it. preparedBy is
-// the name of the principal that prepared the first operation, or "".
+// PREPARED event names its editor) and who superseded it. preparedBy is,
+// for an edit, the name of the principal that prepared the first
+// operation, or "" when it is not known.
 func (c *Console) links(r *http.Request, s session, op ledger.Operation, evs []ledger.OperationEvent, fields []Field) (l linksView, preparedBy string, err error) {
 	for _, e := range evs {
 		switch ledger.Event(e.Type) {
 		case ledger.EventPrepared:
-			preparedBy = e.Actor
 			if op.Supersedes != "" {
-				l.EditedBy, preparedBy = e.Actor, ""
+				l.EditedBy = e.Actor
 			}
 		case ledger.EventSuperseded:
 			l.By, l.At = e.Actor, stamp(e.CreatedAt)
