@@ -91,6 +91,17 @@ func newBrowser(t *testing.T) context.Context {
 	return ctx
 }
 
+// signIn signs in at the console at base with key and waits for the list.
+func signIn(base, key string) chromedp.Tasks {
+	return chromedp.Tasks{
+		chromedp.Navigate(base + "/"),
+		chromedp.WaitVisible(`#key`, chromedp.ByQuery),
+		chromedp.SendKeys(`#key`, key, chromedp.ByQuery),
+		chromedp.Submit(`#key`, chromedp.ByQuery),
+		chromedp.WaitVisible(`table.ops`, chromedp.ByQuery),
+	}
+}
+
 func shoot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	if *screenshots == "" {
@@ -117,11 +128,7 @@ func TestBrowserApprovesOnce(t *testing.T) {
 	// Sign in.
 	var loc string
 	require.NoError(t, chromedp.Run(ctx,
-		chromedp.Navigate(w.url+"/"),
-		chromedp.WaitVisible(`#key`, chromedp.ByQuery),
-		chromedp.SendKeys(`#key`, w.approver, chromedp.ByQuery),
-		chromedp.Submit(`#key`, chromedp.ByQuery),
-		chromedp.WaitVisible(`table.ops`, chromedp.ByQuery),
+		signIn(w.url, w.approver),
 		chromedp.Location(&loc),
 	))
 	require.Equal(t, w.url+"/", loc)
@@ -251,11 +258,7 @@ func TestBrowserQuorumAndEdit(t *testing.T) {
 
 	var list string
 	require.NoError(t, chromedp.Run(ctx,
-		chromedp.Navigate(w.url+"/"),
-		chromedp.WaitVisible(`#key`, chromedp.ByQuery),
-		chromedp.SendKeys(`#key`, w.approver, chromedp.ByQuery),
-		chromedp.Submit(`#key`, chromedp.ByQuery),
-		chromedp.WaitVisible(`table.ops`, chromedp.ByQuery),
+		signIn(w.url, w.approver),
 		chromedp.Text(`main`, &list, chromedp.ByQuery),
 	))
 	require.Contains(t, list, "1/2 approvals")
