@@ -17,6 +17,7 @@ import (
 	"embed"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -536,6 +537,33 @@ type detail struct {
 	// PreparedBy names the principal that prepared it (the PREPARED
 	// event's actor).
 	PreparedBy string
+	// Budgets are the limits it counts against, as used now.
+	Budgets []budgetView
+}
+
+// budgetView is one budget an operation counts against, for people.
+type budgetView struct {
+	Name, Scope, Used, Window, Frees, Over string
+}
+
+// budgetsOf says how much of each budget is used, in words.
+func budgetsOf(states []ledger.BudgetState, now time.Time) []budgetView {
+	out := make([]budgetView, len(states))
+	for i, s := range states {
+		l := s.Limit
+		var used []string
+		if l.Count > 0 {
+			used = append(used, fmt.Sprintf("%d of %d operations", s.Count, l.Count))
+		}
+		if l.Sum != "" {
+			used = append(used, fmt.Sprintf("%s of %s (%s)", strconv.FormatFloat(s.Sum, 'f', -1, 64), strconv.FormatFloat(l.Max, 'f', -1, 64), l.Sum))
+		}
+		out[i] = budgetView{Name: l.Name, Scope: s.Scope, Used: strings.Join(used, "; "), Window: span(l.Window), Over: string(l.Over)}
+		if !s.FreesAt.IsZero() {
+			out[i].Frees = "the oldest leaves the window in " + span(s.FreesAt.Sub(now))
+		}
+	}
+	return out
 }
 
 // flashes are what the page says after a decision or a resolution, and the
@@ -592,6 +620,14 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 	}
 	t, _ := c.l.ResolveTool(op.Tool, op.ToolVersion) // nil: no longer configured here
 	d.Policy = policyOf(op, t)
+	if len(op.BudgetNames) > 0 {
+		states, err := c.l.Budgets(r.Context(), op)
+		if err != nil {
+			c.failed(w, r, err)
+			return
+		}
+		d.Budgets = budgetsOf(states, op.DBNow)
+	}
 	if flash == "" && p == nil {
 		flash = doneFlash(r.URL.Query().Get("done"), op, evs, s.actor, d.Links, v.Quorum)
 	}

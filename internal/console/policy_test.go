@@ -335,3 +335,22 @@ func TestEditedArgsKeepUnchangedValues(t *testing.T) {
 	require.EqualValues(t, 6000, edited["amount_minor"])
 	require.Equal(t, map[string]any{"k": "v"}, edited["meta"])
 }
+
+// TestBudgetsShown: the operation page says which limits an operation
+// counts against and how much of each is used, and its business identity.
+func TestBudgetsShown(t *testing.T) {
+	t.Parallel()
+	tools := strings.Replace(string(refundTools), "    args_schema:", "    identity: {key: args.invoice_id, window: 720h}\n    args_schema:", 1) +
+		"limits:\n  - {name: refunds_per_invoice, tools: [refund], per: args.invoice_id, window: 1h, count: 3}\n" +
+		"  - {name: daily_total, tools: [refund], window: 24h, sum: args.amount_minor, max: 100000}\n"
+	w := newWorld(t, harness.Options{ToolsYAML: []byte(tools)})
+	op := w.refund(t, "INV-budget", 6000)
+	alice := w.browser(t)
+	alice.signIn(w.approver)
+	status, page := alice.get("/operations/" + op.GetId())
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, "<b>daily_total</b>: 6000 of 100000 (args.amount_minor) within 24 h 0 min")
+	require.Contains(t, page, "<b>refunds_per_invoice</b> for <code>INV-budget</code>: 1 of 3 operations within 1 h 0 min")
+	require.Contains(t, page, "the oldest leaves the window in")
+	require.Contains(t, page, `<dd id="identity"><code>INV-budget</code>`)
+}
