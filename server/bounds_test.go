@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/proof/fakepay"
@@ -63,4 +64,31 @@ func TestHostileWebhookLeavesTheOperationReadable(t *testing.T) {
 	list, err := srv.Client.ListOperations(harness.Ctx(agent, ""), &opledgerv1.ListOperationsRequest{})
 	require.NoError(t, err, "ListOperations")
 	require.Len(t, list.GetOperations(), 1)
+}
+
+// TestHostileFailedWebhookIsBounded: a signed "failed" webhook's data, kept
+// as the stored error's body, is bounded as a succeeded one's result is.
+func TestHostileFailedWebhookIsBounded(t *testing.T) {
+	t.Parallel()
+	env, srv, hooks := webhookServer(t)
+	agent := env.Key("acme", "agent")
+	op := unknownOutcome(t, env, srv.Client, agent, "hook-huge-2", "pay_hook")
+	charge := env.Fakepay.Charges()[0]
+	body, err := json.Marshal(fakepay.WebhookEvent{ID: "evt_huge_failed", Type: "failed",
+		IdempotencyKey: charge.IdempotencyKey, Data: hugeData(520_000)})
+	require.NoError(t, err)
+	answer := postHook(t, hooks.URL+"/webhooks/pay_hook", fakepay.SignWebhook(hookSecret, time.Now(), body), body, http.StatusOK)
+	require.Contains(t, answer, "FAILED")
+
+	got, err := srv.Client.Get(harness.Ctx(agent, ""), &opledgerv1.GetRequest{OperationId: op.GetId(), IncludeEvents: true})
+	require.NoError(t, err, "Get")
+	require.Equal(t, opledgerv1.State_STATE_FAILED, got.GetOperation().GetState())
+	var cut bool
+	for _, d := range got.GetOperation().GetError().GetDetails() {
+		var s structpb.Struct
+		if d.UnmarshalTo(&s) == nil {
+			cut = s.AsMap()["truncated"] == true
+		}
+	}
+	require.True(t, cut, "the error's body is the truncation shape: %v", got.GetOperation().GetError())
 }
