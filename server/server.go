@@ -73,6 +73,12 @@ type Options struct {
 	// provider). Off, the stats handler is not installed at all: even a
 	// no-op provider costs on every call.
 	Tracing bool
+	// HeaderTimeout bounds a connection's setup (the TLS handshake and
+	// HTTP/2's preface and settings; grpc.ConnectionTimeout), and
+	// BodyTimeout a call's request message, from the call's headers
+	// (interceptors.Config.BodyTimeout); zero leaves each to grpc-go
+	// (120 s, and none).
+	HeaderTimeout, BodyTimeout time.Duration
 }
 
 // Server serves LedgerService over gRPC.
@@ -170,6 +176,7 @@ func New(l *ledger.Ledger, opts Options) *Server {
 		Validate:      validate,
 		RateLimit:     opts.RateLimit,
 		MaxDeadline:   opts.MaxDeadline,
+		BodyTimeout:   opts.BodyTimeout,
 	}
 	if opts.Metrics != nil {
 		chain.Metrics = opts.Metrics.GRPC
@@ -177,6 +184,9 @@ func New(l *ledger.Ledger, opts Options) *Server {
 	sopts := append(interceptors.ServerOptions(chain), TransportOptions()...)
 	if opts.TLS != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
+	if opts.HeaderTimeout > 0 {
+		sopts = append(sopts, grpc.ConnectionTimeout(opts.HeaderTimeout))
 	}
 	if opts.Tracing {
 		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(
