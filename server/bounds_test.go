@@ -2,12 +2,15 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -91,4 +94,31 @@ func TestHostileFailedWebhookIsBounded(t *testing.T) {
 		}
 	}
 	require.True(t, cut, "the error's body is the truncation shape: %v", got.GetOperation().GetError())
+}
+
+// TestRowStoredBeforeTheBoundIsReadable: an operation whose result was
+// stored whole before the bound (the 520,000 numbers of issue 39's
+// webhook, a reference of 1 MB) is served as the bound would have stored
+// it, its row unchanged: Get, an Execute replay and ListOperations answer.
+func TestRowStoredBeforeTheBoundIsReadable(t *testing.T) {
+	t.Parallel()
+	env, srv, _ := webhookServer(t)
+	agent := env.Key("acme", "agent")
+	op := unknownOutcome(t, env, srv.Client, agent, "hook-legacy-1", "pay_hook")
+	conn, err := pgx.Connect(t.Context(), env.DBURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(t.Context(), `UPDATE operation SET state = 'SUCCEEDED', error = NULL, result = $2::text::jsonb, external_ref = $3,
+		lease_owner = NULL, lease_expires_at = NULL WHERE id = $1`, op.GetId(), string(hugeData(520_000)), strings.Repeat("r", 1<<20))
+	require.NoError(t, err)
+
+	got, err := srv.Client.Get(harness.Ctx(agent, ""), &opledgerv1.GetRequest{OperationId: op.GetId()})
+	require.NoError(t, err, "Get")
+	require.Equal(t, true, got.GetOperation().GetResult().AsMap()["truncated"])
+	require.True(t, strings.HasSuffix(got.GetOperation().GetExternalRef(), "…[truncated]"))
+	_, err = srv.Client.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: op.GetId()})
+	require.NoError(t, err, "Execute replay")
+	list, err := srv.Client.ListOperations(harness.Ctx(agent, ""), &opledgerv1.ListOperationsRequest{})
+	require.NoError(t, err, "ListOperations")
+	require.Len(t, list.GetOperations(), 1)
 }
