@@ -165,7 +165,7 @@ func approvalsPB(b []byte) []*opledgerv1.ApprovalDecision {
 	for i, e := range entries {
 		out[i] = &opledgerv1.ApprovalDecision{PrincipalId: e.PrincipalID, PrincipalName: e.PrincipalName,
 			Decision: decisionOf(e.Decision), DecideTime: ts(e.DecidedAt), Fingerprint: e.Fingerprint,
-			Reason: e.Reason, PolicyDigest: e.PolicyDigest}
+			Reason: readBoundText(e.Reason), PolicyDigest: e.PolicyDigest}
 	}
 	return out
 }
