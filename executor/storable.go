@@ -292,3 +292,69 @@ func numericHolds(tok []byte) bool {
 	}
 	return exp-lead <= numericMaxBefore
 }
+
+// The bounds on what the ledger stores from outside it. Every stored value
+// is returned in Get, Execute, Reconcile and ListOperations, and one that
+// could be any size would make its operation, and every page of its
+// tenant's list that holds it, unreadable to a client with gRPC's default
+// 4 MiB receive limit, until retention pruned it.
+const (
+	// MaxStoredBytes bounds each JSON object stored from outside: a
+	// downstream's answer kept as an operation's result or error body, from
+	// an executor, a lookup or a webhook, as stored (compact, after
+	// Storable). A JSON value costs at most about 5.5 times its text as a
+	// google.protobuf.Struct (a small number: 2 bytes of text, 11 on the
+	// wire), so an object at the bound is at most about 360 KiB on the wire.
+	MaxStoredBytes = DefaultMaxBodyBytes
+	// MaxStoredText bounds each text stored from outside, in bytes: an
+	// external reference, an executor's or a lookup's detail, an approval's
+	// or a cancellation's reason, an operator's note. 1,000 characters of
+	// any script fit.
+	MaxStoredText = 4 << 10
+)
+
+// truncatedText ends a text Bound cut short.
+const truncatedText = "…[truncated]"
+
+// Bound is the one rule by which whatever comes from outside the ledger
+// (an executor's or a lookup's answer, a webhook's data, reference and
+// detail) becomes what is stored: the body made a JSON object (Object) that
+// PostgreSQL can hold (Storable) and at most MaxStoredBytes long, else
+// stored as {"raw": "<its first 8 KiB>", "truncated": true}, the shape the
+// HTTP executor gives an answer longer than it reads; the reference and the
+// detail made text PostgreSQL can hold (StorableText) and at most
+// MaxStoredText bytes long, else cut at a character boundary and ended with
+// "…[truncated]". A value within the bounds is kept as it is.
+func Bound(r Result) Result {
+	r.Body = boundObject(Storable(Object(r.Body)))
+	r.ExternalRef = BoundText(r.ExternalRef)
+	r.Detail = BoundText(r.Detail)
+	return r
+}
+
+// boundObject is Bound's rule for a storable JSON object b.
+func boundObject(b json.RawMessage) json.RawMessage {
+	if len(b) <= MaxStoredBytes {
+		return b
+	}
+	// wrapRaw keeps at most maxRawBytes of text, which JSON's escapes
+	// (at most 6 bytes for one) and Storable's replacements keep far below
+	// MaxStoredBytes.
+	return Storable(wrapRaw(b, true))
+}
+
+// BoundText is Bound's rule for one text: s as PostgreSQL's text can hold
+// it (StorableText), at most MaxStoredText bytes long. A caller's text
+// that BoundText would change is refused rather than stored changed (the
+// ledger's FIELD_INVALID), so only what a downstream said is ever cut.
+func BoundText(s string) string {
+	s = StorableText(s)
+	if len(s) <= MaxStoredText {
+		return s
+	}
+	cut := MaxStoredText - len(truncatedText)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + truncatedText
+}

@@ -48,6 +48,10 @@ type Config struct {
 	RateLimit RateLimit
 	// MaxDeadline caps every unary call's deadline; zero leaves them alone.
 	MaxDeadline time.Duration
+	// BodyTimeout bounds how long a call's request message may take to
+	// arrive from the call's headers (a stream's first message); zero
+	// leaves it unbounded.
+	BodyTimeout time.Duration
 }
 
 // link is one element of the chain in both its forms.
@@ -93,10 +97,16 @@ func Names(c Config) []string {
 }
 
 // ServerOptions returns the chain as grpc.ServerOptions, the same list for
-// unary and streaming calls, and the codec that lets the validation link
-// refuse a request that does not decode (requestCodec).
+// unary and streaming calls, the codec that lets the validation link
+// refuse a request that does not decode (requestCodec), and the bound on
+// a request message's arrival (bodyTap).
 func ServerOptions(c Config) []grpc.ServerOption {
-	return append(options(chain(c)), grpc.ForceServerCodecV2(newRequestCodec()))
+	opts := append(options(chain(c)), grpc.ForceServerCodecV2(newRequestCodec()))
+	if c.BodyTimeout > 0 {
+		// The deadline link ends the bound once the message is in.
+		opts = append(opts, grpc.InTapHandle(bodyTap(c.BodyTimeout)))
+	}
+	return opts
 }
 
 func options(links []link) []grpc.ServerOption {

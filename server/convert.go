@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/internal/ledger"
 	"github.com/opledger/opledger/internal/reason"
@@ -56,8 +57,9 @@ func statusOf(b []byte) *status.Status {
 	}
 	var se ledger.StoredError
 	if err := json.Unmarshal(b, &se); err != nil {
-		return &status.Status{Code: 2, Message: string(b)}
+		return &status.Status{Code: 2, Message: readBoundText(string(b))}
 	}
+	se.Body, se.Message = readBound(se.Body), readBoundText(se.Message)
 	st := &status.Status{Code: int32(reason.Code(reason.Parse(se.Reason))), Message: se.Message}
 	info := &errdetails.ErrorInfo{Reason: se.Reason, Domain: reason.Domain}
 	if se.HTTPStatus != 0 {
@@ -91,7 +93,35 @@ func (s *Server) operationPB(op ledger.Operation) *opledgerv1.Operation {
 	return operationPB(op)
 }
 
+// Rows written before every stored value was bounded (issue 39) may hold
+// more than any answer can carry: such a value is served as the bound
+// would have stored it (executor.Bound), the row unchanged. The thresholds
+// leave room for what the database adds when it prints a JSON object it
+// holds (a space after each comma and colon: at most half again) and for a
+// text's prefix, so that no value bounded when written is cut when read.
+const (
+	maxReadBytes = 2 * executor.MaxStoredBytes
+	maxReadText  = 2 * executor.MaxStoredText
+)
+
+// readBound is a stored JSON object as served (see maxReadBytes).
+func readBound(b []byte) []byte {
+	if len(b) <= maxReadBytes {
+		return b
+	}
+	return executor.Bound(executor.Result{Body: b}).Body
+}
+
+// readBoundText is a stored text as served (see maxReadText).
+func readBoundText(s string) string {
+	if len(s) <= maxReadText {
+		return s
+	}
+	return executor.BoundText(s)
+}
+
 func operationPB(op ledger.Operation) *opledgerv1.Operation {
+	op.Result, op.ExternalRef, op.ApprovalReason = readBound(op.Result), readBoundText(op.ExternalRef), readBoundText(op.ApprovalReason)
 	out := &opledgerv1.Operation{
 		Id: op.ID, Tool: op.Tool, ToolVersion: op.ToolVersion, Fingerprint: op.Fingerprint,
 		State: stateOf(op.State), Attempts: op.Attempts, Fence: op.Fence, DownstreamKey: op.DownstreamKey,
@@ -135,7 +165,7 @@ func approvalsPB(b []byte) []*opledgerv1.ApprovalDecision {
 	for i, e := range entries {
 		out[i] = &opledgerv1.ApprovalDecision{PrincipalId: e.PrincipalID, PrincipalName: e.PrincipalName,
 			Decision: decisionOf(e.Decision), DecideTime: ts(e.DecidedAt), Fingerprint: e.Fingerprint,
-			Reason: e.Reason, PolicyDigest: e.PolicyDigest}
+			Reason: readBoundText(e.Reason), PolicyDigest: e.PolicyDigest}
 	}
 	return out
 }
@@ -171,7 +201,7 @@ func eventPB(e ledger.OperationEvent) *opledgerv1.OperationEvent {
 	return &opledgerv1.OperationEvent{
 		Seq: int64(e.Seq), Type: opledgerv1.EventType(opledgerv1.EventType_value["EVENT_TYPE_"+e.Type]), Actor: e.Actor,
 		FromState: stateOf(e.FromState), ToState: stateOf(e.ToState), Attempt: e.Attempt, Fence: e.Fence,
-		Detail: e.Detail, CreateTime: ts(e.CreatedAt),
+		Detail: readBoundText(e.Detail), CreateTime: ts(e.CreatedAt),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -156,9 +157,19 @@ func (s *Server) ListOperations(ctx context.Context, r *opledgerv1.ListOperation
 	if err != nil {
 		return nil, toStatus(ctx, s, err, "")
 	}
-	out := &opledgerv1.ListOperationsResponse{Operations: make([]*opledgerv1.Operation, len(ops)), NextPageToken: next}
+	out := &opledgerv1.ListOperationsResponse{Operations: make([]*opledgerv1.Operation, 0, len(ops)), NextPageToken: next}
+	size := 0
 	for i, op := range ops {
-		out.Operations[i] = operationPB(op)
+		pb := operationPB(op)
+		n := protowire.SizeTag(1) + protowire.SizeBytes(proto.Size(pb))
+		if i > 0 && size+n > MaxPageBytes {
+			// The rest would not fit in the message a client receives:
+			// a shorter page, and the next starts after the last one here.
+			out.NextPageToken = s.ledger.PageTokenAfter(actorOf(ctx), in, ops[i-1])
+			break
+		}
+		size += n
+		out.Operations = append(out.Operations, pb)
 	}
 	return out, nil
 }

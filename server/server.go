@@ -38,6 +38,19 @@ import (
 // a tighter, reasoned limit of their own (ledger.Config.MaxArgsBytes).
 const MaxMessageBytes = 1 << 20
 
+// MaxAnswerBytes is the largest answer every client receives: gRPC's
+// default receive limit (4 MiB) in grpc-go, grpc-java, Python's and
+// Node's clients. Every stored value is bounded (args at Prepare, what
+// comes from outside by executor.Bound), so one operation is at most about
+// 1.2 MiB as served; a ListOperations page is cut to MaxPageBytes.
+const MaxAnswerBytes = 4 << 20
+
+// MaxPageBytes bounds the operations of one ListOperations answer: a page
+// whose operations would be more is answered shorter, with a
+// next_page_token, whatever page_size asked for. The rest of MaxAnswerBytes
+// is room for the token (at most 256 bytes) and the framing.
+const MaxPageBytes = MaxAnswerBytes - 4<<10
+
 // Options configures the gRPC server.
 type Options struct {
 	// Reflection serves grpc.reflection so grpcurl works without protos.
@@ -60,6 +73,12 @@ type Options struct {
 	// provider). Off, the stats handler is not installed at all: even a
 	// no-op provider costs on every call.
 	Tracing bool
+	// HeaderTimeout bounds a connection's setup (the TLS handshake and
+	// HTTP/2's preface and settings; grpc.ConnectionTimeout), and
+	// BodyTimeout a call's request message, from the call's headers
+	// (interceptors.Config.BodyTimeout); zero leaves each to grpc-go
+	// (120 s, and none).
+	HeaderTimeout, BodyTimeout time.Duration
 }
 
 // Server serves LedgerService over gRPC.
@@ -108,7 +127,7 @@ var Roles = map[string][]string{
 func TransportOptions() []grpc.ServerOption {
 	return append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
-		grpc.MaxSendMsgSize(4 * MaxMessageBytes),
+		grpc.MaxSendMsgSize(MaxAnswerBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Reused worker goroutines keep the stack that the interceptor chain
@@ -157,6 +176,7 @@ func New(l *ledger.Ledger, opts Options) *Server {
 		Validate:      validate,
 		RateLimit:     opts.RateLimit,
 		MaxDeadline:   opts.MaxDeadline,
+		BodyTimeout:   opts.BodyTimeout,
 	}
 	if opts.Metrics != nil {
 		chain.Metrics = opts.Metrics.GRPC
@@ -164,6 +184,9 @@ func New(l *ledger.Ledger, opts Options) *Server {
 	sopts := append(interceptors.ServerOptions(chain), TransportOptions()...)
 	if opts.TLS != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
+	if opts.HeaderTimeout > 0 {
+		sopts = append(sopts, grpc.ConnectionTimeout(opts.HeaderTimeout))
 	}
 	if opts.Tracing {
 		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(
@@ -274,9 +297,6 @@ func validate(_ context.Context, _ string, req any) error {
 		if r.GetDecision() == opledgerv1.Decision_DECISION_UNSPECIFIED {
 			return invalid("decision", "must be DECISION_APPROVE or DECISION_DENY")
 		}
-		if len(r.GetReason()) > 1000 {
-			return invalid("reason", "is longer than 1000 characters")
-		}
 	case *opledgerv1.ExecuteRequest:
 		if err := checkID(r.GetOperationId()); err != nil {
 			return err
@@ -290,15 +310,9 @@ func validate(_ context.Context, _ string, req any) error {
 		if err := checkID(r.GetOperationId()); err != nil {
 			return err
 		}
-		if len(r.GetReason()) > 1000 {
-			return invalid("reason", "is longer than 1000 characters")
-		}
 	case *opledgerv1.ReconcileRequest:
 		if err := checkID(r.GetOperationId()); err != nil {
 			return err
-		}
-		if res := r.GetResolution(); res != nil && len(res.GetNote()) > 1000 {
-			return invalid("resolution.note", "is longer than 1000 characters")
 		}
 	case *opledgerv1.ListOperationsRequest:
 		for _, st := range r.GetStates() {

@@ -116,4 +116,41 @@ type Config struct {
 	// doubling up to 5 minutes (--approval-webhook-backoff,
 	// OPLEDGER_APPROVAL_WEBHOOK_BACKOFF).
 	ApprovalWebhookBackoff time.Duration
+	// Timeouts bound how long a client of any listener (gRPC, webhooks,
+	// console, metrics) may take to send a request (--header-timeout,
+	// --body-timeout, OPLEDGER_HEADER_TIMEOUT, OPLEDGER_BODY_TIMEOUT); a
+	// zero field is its default.
+	Timeouts
+}
+
+// Defaults of Timeouts.
+const (
+	DefaultHeaderTimeout = 5 * time.Second
+	DefaultBodyTimeout   = 30 * time.Second
+)
+
+// Timeouts bound how long a client may take to send a request, so that a
+// client trickling one cannot hold a connection (and what it holds) open
+// indefinitely. Every listener of opledger serve and of opledger mcp --listen
+// applies them.
+type Timeouts struct {
+	// Header bounds an HTTP request's line and headers, and how long an
+	// idle keep-alive connection is kept; on gRPC, a connection's setup
+	// (the TLS handshake and HTTP/2's preface and settings).
+	Header time.Duration
+	// Body bounds an HTTP request's body, counted from the end of its
+	// headers; on gRPC, a unary call's request message (and a stream's
+	// first), counted from the call's headers.
+	Body time.Duration
+}
+
+// WithDefaults returns t with each zero field replaced by its default.
+func (t Timeouts) WithDefaults() Timeouts {
+	if t.Header == 0 {
+		t.Header = DefaultHeaderTimeout
+	}
+	if t.Body == 0 {
+		t.Body = DefaultBodyTimeout
+	}
+	return t
 }

@@ -139,9 +139,11 @@ func New(ctx context.Context, cfg Config, o Options) (*Service, error) {
 			return nil, err
 		}
 	}
+	timeouts := cfg.Timeouts.WithDefaults()
 	srv := server.New(l, server.Options{Reflection: cfg.Reflection, Logger: log, Metrics: m, TLS: tlsCfg,
 		RateLimit:   interceptors.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst},
-		MaxDeadline: cfg.MaxDeadline, Retention: l.Retention(), Tracing: o.Tracing})
+		MaxDeadline: cfg.MaxDeadline, Retention: l.Retention(), Tracing: o.Tracing,
+		HeaderTimeout: timeouts.Header, BodyTimeout: timeouts.Body})
 	return &Service{Config: cfg, Store: st, Listener: listener, Ledger: l, Server: srv, Metrics: m, opts: o, log: log}, nil
 }
 
@@ -150,6 +152,9 @@ type Ready struct {
 	// Addr is the gRPC listener's address; ConsoleURL the approval
 	// console's, empty when it is off.
 	Addr, ConsoleURL string
+	// MetricsAddr and WebhookAddr are those listeners' addresses, empty
+	// when they are off.
+	MetricsAddr, WebhookAddr string
 }
 
 // Run serves gRPC on lis, runs the background workers and the side
@@ -172,12 +177,14 @@ func (s *Service) Run(ctx context.Context, lis net.Listener, ready func(Ready)) 
 			_ = h.Close()
 		}
 	}()
-	serveSide := func(name, addr string, h http.Handler) error {
+	r := Ready{Addr: lis.Addr().String()}
+	serveSide := func(name, addr string, h http.Handler, at *string) error {
 		hl, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("%s listener: %w", name, err)
 		}
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		*at = hl.Addr().String()
+		hs := HTTPServer(h, cfg.Timeouts, s.log)
 		side = append(side, hs)
 		go func() { _ = hs.Serve(hl) }()
 		s.log.Info("serving "+name, "listen", hl.Addr().String())
@@ -186,16 +193,15 @@ func (s *Service) Run(ctx context.Context, lis net.Listener, ready func(Ready)) 
 	if cfg.MetricsListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", s.Metrics.Handler())
-		if err := serveSide("metrics", cfg.MetricsListen, mux); err != nil {
+		if err := serveSide("metrics", cfg.MetricsListen, mux, &r.MetricsAddr); err != nil {
 			return err
 		}
 	}
 	if cfg.WebhookListen != "" {
-		if err := serveSide("webhooks", cfg.WebhookListen, server.WebhookHandler(l, s.log)); err != nil {
+		if err := serveSide("webhooks", cfg.WebhookListen, server.WebhookHandler(l, s.log), &r.WebhookAddr); err != nil {
 			return err
 		}
 	}
-	r := Ready{Addr: lis.Addr().String()}
 	if cfg.ConsoleListen != "" {
 		csrv, url, err := startConsole(cfg, s.Ledger, s.log)
 		if err != nil {
@@ -305,11 +311,8 @@ func startConsole(cfg Config, l *ledger.Ledger, logger *slog.Logger) (*http.Serv
 	if err != nil {
 		return nil, "", fmt.Errorf("console listener: %w (choose another address with --console-listen HOST:PORT; an empty one turns the console off)", err)
 	}
-	srv := &http.Server{
-		Handler:           console.New(l, console.Options{Logger: logger.With("component", "console"), Secure: secure}),
-		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	srv := HTTPServer(console.New(l, console.Options{Logger: logger.With("component", "console"), Secure: secure}), cfg.Timeouts, logger)
+	srv.WriteTimeout = 30 * time.Second // a page is answered at once: a client that reads it slowly is cut off too
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {

@@ -54,6 +54,7 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	e.duration(&cfg.Retention, "retention", "OPLEDGER_RETENTION", 720*time.Hour, "keep finished operations this long")
 	e.integer(&cfg.FinishedCache, "finished-cache", "OPLEDGER_FINISHED_CACHE", 16384, "finished operations kept in memory for replays (0: off, and the READY copies kept for the next Execute too)")
 	e.integer(&cfg.GCPercent, "gc-percent", "OPLEDGER_GC_PERCENT", defaultGCPercent, "Go garbage collector target `percent` for this process; the GOGC variable, when set, wins")
+	bindTimeouts(e, &cfg.Timeouts, "every listener")
 	e.duration(&cfg.AuthCacheTTL, "auth-cache-ttl", "OPLEDGER_AUTH_CACHE_TTL", ledger.DefaultAuthCacheTTL,
 		"how long an authenticated API key is remembered; bounds how long a revoked key keeps working")
 	return func() error {
@@ -74,6 +75,7 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 				errs = append(errs, fmt.Errorf("--%s: %s is negative", d.name, d.v))
 			}
 		}
+		errs = append(errs, checkTimeouts(cfg.Timeouts))
 		if cfg.GCPercent <= 0 {
 			errs = append(errs, fmt.Errorf("--gc-percent: %d is not positive (GOGC=off turns the collector off)", cfg.GCPercent))
 		}
@@ -129,4 +131,27 @@ func everyInterface(listen string) bool {
 func httpURL(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// bindTimeouts registers the listeners' timeouts (service.Timeouts), for
+// serve and for mcp --listen alike.
+func bindTimeouts(e *envFlags, t *service.Timeouts, which string) {
+	e.duration(&t.Header, "header-timeout", "OPLEDGER_HEADER_TIMEOUT", service.DefaultHeaderTimeout,
+		"how long a client of "+which+" may take to send a request's headers (gRPC: to set a connection up); also how long an idle HTTP connection is kept")
+	e.duration(&t.Body, "body-timeout", "OPLEDGER_BODY_TIMEOUT", service.DefaultBodyTimeout,
+		"how long a client of "+which+" may take to send a request's body once its headers are in (gRPC: a call's request message)")
+}
+
+// checkTimeouts refuses a timeout that is not positive.
+func checkTimeouts(t service.Timeouts) error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"header-timeout", t.Header}, {"body-timeout", t.Body}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("--%s: %s is not positive", d.name, d.v))
+		}
+	}
+	return errors.Join(errs...)
 }

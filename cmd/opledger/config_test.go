@@ -199,3 +199,17 @@ func TestConsoleOnEveryInterfaceNeedsItsURLForLinks(t *testing.T) {
 	_, err := parseConfig(t, append([]string{"--console-listen", "127.0.0.1:8081"}, hook...), nil)
 	require.NoError(t, err)
 }
+
+// TestTimeoutFlags: the listeners' timeouts come from their flags or
+// variables, default to service's defaults, and must be positive.
+func TestTimeoutFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(t, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, service.Timeouts{Header: service.DefaultHeaderTimeout, Body: service.DefaultBodyTimeout}, cfg.Timeouts)
+	cfg, err = parseConfig(t, []string{"--header-timeout", "2s"}, map[string]string{"OPLEDGER_BODY_TIMEOUT": "1m", "OPLEDGER_HEADER_TIMEOUT": "9s"})
+	require.NoError(t, err)
+	require.Equal(t, service.Timeouts{Header: 2 * time.Second, Body: time.Minute}, cfg.Timeouts)
+	_, err = parseConfig(t, []string{"--body-timeout", "0s"}, nil)
+	require.ErrorContains(t, err, "--body-timeout: 0s is not positive")
+}

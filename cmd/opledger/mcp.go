@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/internal/mcpgateway"
+	"github.com/opledger/opledger/service"
 )
 
 // MCPConfig is every setting of `opledger mcp`. Each field is set by a flag
@@ -39,6 +40,10 @@ type MCPConfig struct {
 	// LogLevel is debug, info, warn or error (--log-level,
 	// OPLEDGER_LOG_LEVEL); logs go to standard error.
 	LogLevel string
+	// Timeouts bound how long an HTTP client may take to send a request
+	// (--header-timeout, --body-timeout, OPLEDGER_HEADER_TIMEOUT,
+	// OPLEDGER_BODY_TIMEOUT), as serve's listeners do.
+	Timeouts service.Timeouts
 }
 
 func cmdMCP(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
@@ -68,6 +73,7 @@ every HTTP request must carry it as a bearer token. See docs/mcp.md.`)
 	e.duration(&cfg.SessionTimeout, "session-timeout", "OPLEDGER_MCP_SESSION_TIMEOUT", mcpgateway.DefaultSessionTimeout, "close an HTTP session idle this long (its derived keys go with it)")
 	e.duration(&cfg.StartTimeout, "start-timeout", "OPLEDGER_MCP_START_TIMEOUT", 30*time.Second, "bound on reaching the ledger at start")
 	e.str(&cfg.LogLevel, "log-level", "OPLEDGER_LOG_LEVEL", "info", "`level` of the JSON logs on standard error: debug, info, warn or error")
+	bindTimeouts(e, &cfg.Timeouts, "the --listen HTTP listener")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -75,6 +81,9 @@ every HTTP request must carry it as a bearer token. See docs/mcp.md.`)
 		return err
 	}
 	if err := checkLogLevel(cfg.LogLevel); err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	if err := checkTimeouts(cfg.Timeouts); err != nil {
 		return fmt.Errorf("mcp: %w", err)
 	}
 	cfg.Conn.APIKey = getenv("OPLEDGER_API_KEY")
@@ -125,7 +134,7 @@ func runMCP(ctx context.Context, cfg MCPConfig, stderr io.Writer, ready func(add
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", gw.HTTPHandler(cfg.Token))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := service.HTTPServer(mux, cfg.Timeouts, logger)
 	logger.Info("serving MCP over streamable HTTP", "url", "http://"+lis.Addr().String()+"/mcp", "target", cfg.Conn.Target,
 		"plaintext", plain, "token_required", cfg.Token != "", "tools", names)
 	if ready != nil {

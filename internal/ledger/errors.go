@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
 )
@@ -92,13 +93,20 @@ func retryableStoreErr(err error) bool {
 }
 
 // storable refuses a text a caller gives the ledger to keep (a reason, a
-// note, a reference) when PostgreSQL cannot store it: a text value is UTF-8
-// and never holds the NUL character (U+0000). gRPC's strings are UTF-8
-// already; the console's forms need not be. It runs before anything is read
-// or written, so a refused call changes nothing.
+// note, a reference) that the stored bound would change
+// (executor.BoundText): one PostgreSQL cannot store (a text value is UTF-8
+// and never holds the NUL character, U+0000; gRPC's strings are UTF-8
+// already, the console's forms need not be), or one longer than
+// executor.MaxStoredText bytes, which every read of the operation would
+// carry. A caller's words are refused, never stored cut. It runs before
+// anything is read or written, so a refused call changes nothing.
 func storable(field, s string) error {
-	if strings.IndexByte(s, 0) < 0 && utf8.ValidString(s) {
+	if executor.BoundText(s) == s {
 		return nil
+	}
+	if len(s) > executor.MaxStoredText && strings.IndexByte(s, 0) < 0 && utf8.ValidString(s) {
+		return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: field,
+			Message: fmt.Sprintf("%s must be at most %d bytes (it has %d)", field, executor.MaxStoredText, len(s))}
 	}
 	return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_FIELD_INVALID, Field: field,
 		Message: field + " must be UTF-8 text without the NUL character (U+0000)"}

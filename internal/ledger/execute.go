@@ -33,19 +33,6 @@ func storedError(reason opledgerv1.ErrorReason, res executor.Result) []byte {
 	return b
 }
 
-// storableResult is res as PostgreSQL can store it: an answer made a JSON
-// object (executor.Object) and then storable (executor.Storable), a
-// reference and a detail storable as text. Whatever a downstream (or a
-// registered executor) answered must never keep its outcome from being
-// recorded: the outcome statement would fail on every attempt, and the
-// operation would never be resolved.
-func storableResult(res executor.Result) executor.Result {
-	res.Body = executor.Storable(executor.Object(res.Body))
-	res.ExternalRef = executor.StorableText(res.ExternalRef)
-	res.Detail = executor.StorableText(res.Detail)
-	return res
-}
-
 // errReleasedUnsent is run's report that its attempt sent nothing, for a
 // reason of the claim's own (the approval ended first, or the lease was
 // spent waiting for the row lock), and that it released the operation:
@@ -494,7 +481,11 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, to
 // outcome is the guarded transition that records what the downstream said
 // about the attempt holding op's fence.
 func (l *Ledger) outcome(op Operation, res executor.Result) (store.Transition, error) {
-	res = storableResult(res)
+	// What a downstream (or a registered executor) answered, as it is
+	// stored (executor.Bound): it must never keep its outcome from being
+	// recorded (the statement would fail on every attempt), nor make the
+	// operation too large to read.
+	res = executor.Bound(res)
 	var event Event
 	var to State
 	var stored []byte

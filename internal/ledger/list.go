@@ -83,10 +83,17 @@ func (l *Ledger) ListOperations(ctx context.Context, a Actor, in ListInput) ([]O
 	next := ""
 	if len(ops) > size {
 		ops = ops[:size]
-		last := ops[size-1]
-		next = l.pageToken(last.CreatedAt, last.ID, a.Tenant, states, in)
+		next = l.PageTokenAfter(a, in, ops[size-1])
 	}
 	return ops, next, nil
+}
+
+// PageTokenAfter is the token of the page that follows op in the listing in
+// selects, for a caller that answers fewer of a page's operations than
+// ListOperations returned (the server, when they would not fit in one
+// message): the next page then starts after the last one it answered.
+func (l *Ledger) PageTokenAfter(a Actor, in ListInput, op Operation) string {
+	return l.pageToken(op.CreatedAt, op.ID, a.Tenant, normalizeStates(in.States), in)
 }
 
 // normalizeStates sorts and deduplicates states; none means all of them.

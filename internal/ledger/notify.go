@@ -215,7 +215,7 @@ func (l *Ledger) notifyOne(ctx context.Context, n store.Notification) {
 	}
 	if err := l.deliver(ctx, n, body); err != nil {
 		delay := notifyBackoff(w.Backoff, w.MaxBackoff, int(n.Attempts))
-		if err := l.store.ApprovalNotificationRetry(ctx, n, delay, executor.StorableText(err.Error())); err != nil {
+		if err := l.store.ApprovalNotificationRetry(ctx, n, delay, executor.BoundText(err.Error())); err != nil {
 			log.Warn("notifier: could not schedule the retry", "error", err)
 		}
 		log.Warn("notifier: delivery failed; will retry", "error", err, "retry_in", delay.String())

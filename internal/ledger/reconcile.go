@@ -221,7 +221,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	defer cancel()
 	lr := looker.Lookup(callCtx, executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args})
-	lr.Result, lr.Detail = storableResult(lr.Result), executor.StorableText(lr.Detail)
+	lr.Result, lr.Detail = executor.Bound(lr.Result), executor.BoundText(lr.Detail)
 	if lr.Status == executor.LookupFound && lr.Result.Outcome != executor.OutcomeSucceeded && lr.Result.Outcome != executor.OutcomeFailed {
 		// Found, but with no outcome (a request the downstream still
 		// processes; a custom lookup outside its contract): it settles

@@ -139,11 +139,15 @@ func (l *Ledger) WebhookSigned(ctx context.Context, tool string, versions []stri
 			return err
 		}
 		t.Actor, t.Detail, t.SetError = "webhook:"+tool, "webhook event "+ev.ID, true
+		// The event's data and reference as they are stored: bounded like
+		// any downstream's answer (executor.Bound), whatever the body
+		// limit let through.
+		res := executor.Bound(executor.Result{ExternalRef: ev.ExternalRef, Body: ev.Data,
+			Detail: "the downstream reported failure by webhook"})
 		if to == StateSucceeded {
-			t.ExternalRef, t.Result, t.Error = executor.StorableText(ev.ExternalRef), executor.Storable(executor.Object(ev.Data)), nil
+			t.ExternalRef, t.Result, t.Error = res.ExternalRef, res.Body, nil
 		} else {
-			t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED,
-				storableResult(executor.Result{Detail: "the downstream reported failure by webhook", Body: ev.Data}))
+			t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, res)
 		}
 		if _, err := c.OperationTransition(ctx, t); err != nil {
 			return err
