@@ -3,8 +3,9 @@
 #
 # It builds bin/opledger, runs `opledger dev` in the background (a private PostgreSQL, the fake
 # payment processor and the gRPC server, each on a free 127.0.0.1 port, everything in a fresh
-# temporary directory), waits until the gRPC port answers, creates an agent key for a second
-# tenant ("other") and writes ENVFILE, to be sourced by the suites:
+# temporary directory; the demo tools and clients/testdata/policy_tools.yaml's refund tool),
+# waits until the gRPC port answers, creates an agent key for a second tenant ("other") and
+# writes ENVFILE, to be sourced by the suites:
 #
 #   OPLEDGER_ADDR  AGENT_KEY  APPROVER_KEY  OPERATOR_KEY  OTHER_AGENT_KEY  FAKEPAY_URL
 #   OPLEDGER_DEV_PID  OPLEDGER_DEV_DIR  DATABASE_URL
@@ -32,10 +33,17 @@ grpc_port=$(free_port)
 fakepay_port=$(free_port)
 while [[ $fakepay_port == "$grpc_port" ]]; do fakepay_port=$(free_port); done
 
+# The tools: the demo tools with clients/testdata/policy_tools.yaml's entries appended to their
+# list (a tool with a policy, for the policy tests), which works while `tools` is the demo file's
+# last top-level key.
+last_key=$(grep -E '^[a-z_]+:' "$root/examples/tools.yaml" | tail -n 1)
+[[ $last_key == tools:* ]] || { echo "run-server.sh: examples/tools.yaml no longer ends with its tools list (last key: $last_key); merge clients/testdata/policy_tools.yaml another way" >&2; exit 1; }
+cat "$root/examples/tools.yaml" "$root/clients/testdata/policy_tools.yaml" >"$dir/tools.yaml"
+
 # setsid: the server gets its own process group, so a Ctrl-C aimed at the test runner does not
 # tear it down half-way; stop-server.sh stops it deliberately.
 setsid "$bin" dev --dir "$dir/dev" --pg-port 0 \
-  --listen "127.0.0.1:$grpc_port" --fakepay-listen "127.0.0.1:$fakepay_port" --console-listen "" \
+  --listen "127.0.0.1:$grpc_port" --tools "$dir/tools.yaml" --fakepay-listen "127.0.0.1:$fakepay_port" --console-listen "" \
   </dev/null >"$dir/server.log" 2>&1 &
 pid=$!
 

@@ -137,7 +137,8 @@ func CheckOperationModelTool() ModelTool {
 }
 
 // ModelTools returns the tools the server enforces, current versions only,
-// in the server's order, then CheckOperationModelTool. A server tool named
+// in the server's order, then CheckOperationModelTool. A tool's description
+// carries its policy's summary (ModelDescription). A server tool named
 // check_operation is an error: rename it in the tools file.
 func (r *ToolRunner) ModelTools(ctx context.Context) ([]ModelTool, error) {
 	resp, err := r.c.ListTools(ctx)
@@ -154,7 +155,7 @@ func (r *ToolRunner) ModelTools(ctx context.Context) ([]ModelTool, error) {
 		}
 		out = append(out, ModelTool{
 			Name:             t.GetName(),
-			Description:      t.GetDescription(),
+			Description:      ModelDescription(t.GetDescription(), t.GetPolicy().GetSummary()),
 			ArgsSchema:       t.GetArgsSchema().AsMap(),
 			Version:          t.GetVersion(),
 			ApprovalRequired: t.GetApprovalRequired(),
@@ -188,6 +189,10 @@ type Outcome interface {
 	// JSON with a "status" of succeeded, failed, outcome_unknown or
 	// awaiting_approval, byte for byte the same in every opledger client.
 	ForModel() string
+	// Edited is the approver's edit when the operation is not the one the
+	// agent prepared (approve-with-edit: the runner followed the link and
+	// ran the edited one), else nil.
+	Edited() *Edit
 	outcome()
 }
 
@@ -196,12 +201,18 @@ type Succeeded struct {
 	Operation *opledgerv1.Operation
 	// Result is the downstream's answer (Operation.result) as JSON values.
 	Result map[string]any
+	// Edit, when set, says that an approver changed the arguments: what ran
+	// is Edit.Args.
+	Edit *Edit
 }
 
 // Failed is a call that definitively did not happen: the downstream refused
 // it (DOWNSTREAM_REJECTED), a person denied it (OPERATION_REJECTED), it was
-// cancelled, or the ledger refused the request itself (ARGS_INVALID,
-// TOOL_UNKNOWN, IDEMPOTENCY_KEY_REUSED …). Nothing was done, so the agent
+// cancelled, the tool's policy or a budget refused it (POLICY_DENIED,
+// LIMIT_EXCEEDED: the same call is refused again, RefusalMessage), the same
+// action is recorded under another key (OPERATION_DUPLICATE: Operation is
+// that call, MessageOperationDuplicate), or the ledger refused the request
+// itself (ARGS_INVALID, TOOL_UNKNOWN, IDEMPOTENCY_KEY_REUSED …). Nothing was done, so the agent
 // may correct the call and make it under a new key, except when a refusal
 // of the request carries an Operation: then its key already names an
 // earlier call, which may have taken effect (MessageKeyNamesEarlierCall),
@@ -213,6 +224,9 @@ type Failed struct {
 	Operation *opledgerv1.Operation
 	Reason    Reason
 	Message   string
+	// Edit, when set, says that an approver changed the arguments of the
+	// call that failed (Operation's).
+	Edit *Edit
 }
 
 // OutcomeUnknown is a call that may or may not have taken effect: the
@@ -224,6 +238,9 @@ type OutcomeUnknown struct {
 	Operation *opledgerv1.Operation
 	// Pending is true when the operation is still EXECUTING.
 	Pending bool
+	// Edit, when set, says that an approver changed the arguments of the
+	// call that was sent.
+	Edit *Edit
 }
 
 // AwaitingApproval is a call that waits for a person's decision, also when
@@ -232,6 +249,9 @@ type OutcomeUnknown struct {
 // (same key) later to continue it.
 type AwaitingApproval struct {
 	Operation *opledgerv1.Operation
+	// Edit, when set, says that an approver changed the arguments, and the
+	// edited call awaits another approval (a quorum).
+	Edit *Edit
 }
 
 func (o *Succeeded) OperationID() string        { return o.Operation.GetId() }
@@ -239,41 +259,55 @@ func (o *Failed) OperationID() string           { return o.Operation.GetId() }
 func (o *OutcomeUnknown) OperationID() string   { return o.Operation.GetId() }
 func (o *AwaitingApproval) OperationID() string { return o.Operation.GetId() }
 
+func (o *Succeeded) Edited() *Edit        { return o.Edit }
+func (o *Failed) Edited() *Edit           { return o.Edit }
+func (o *OutcomeUnknown) Edited() *Edit   { return o.Edit }
+func (o *AwaitingApproval) Edited() *Edit { return o.Edit }
+
 func (*Succeeded) outcome()        {}
 func (*Failed) outcome()           {}
 func (*OutcomeUnknown) outcome()   {}
 func (*AwaitingApproval) outcome() {}
 
-// ForModel: {"operation_id", "result", "status":"succeeded"}.
+// ForModel: {"edited" (with an Edit), "operation_id", "result",
+// "status":"succeeded"}.
 func (o *Succeeded) ForModel() string {
 	result := o.Result
 	if result == nil {
 		result = map[string]any{}
 	}
-	return forModel(map[string]any{"status": "succeeded", "operation_id": o.OperationID(), "result": result})
+	return forModel(map[string]any{"status": "succeeded", "operation_id": o.OperationID(), "result": result}, o.Edit)
 }
 
-// ForModel: {"message", "operation_id" (when there is one), "reason",
-// "status":"failed"}.
+// ForModel: {"edited" (with an Edit), "message", "operation_id" (when there
+// is one), "reason", "status":"failed"}.
 func (o *Failed) ForModel() string {
 	m := map[string]any{"status": "failed", "reason": string(o.Reason), "message": o.Message}
 	if id := o.OperationID(); id != "" {
 		m["operation_id"] = id
 	}
-	return forModel(m)
+	return forModel(m, o.Edit)
 }
 
-// ForModel: {"message", "operation_id", "status":"outcome_unknown"}.
+// ForModel: {"edited" (with an Edit), "message", "operation_id",
+// "status":"outcome_unknown"}.
 func (o *OutcomeUnknown) ForModel() string {
-	return forModel(map[string]any{"status": "outcome_unknown", "operation_id": o.OperationID(), "message": MessageOutcomeUnknown})
+	return forModel(map[string]any{"status": "outcome_unknown", "operation_id": o.OperationID(), "message": MessageOutcomeUnknown}, o.Edit)
 }
 
-// ForModel: {"message", "operation_id", "status":"awaiting_approval"}.
+// ForModel: {"edited" (with an Edit), "message", "operation_id",
+// "status":"awaiting_approval"}.
 func (o *AwaitingApproval) ForModel() string {
-	return forModel(map[string]any{"status": "awaiting_approval", "operation_id": o.OperationID(), "message": MessageAwaitingApproval})
+	return forModel(map[string]any{"status": "awaiting_approval", "operation_id": o.OperationID(), "message": MessageAwaitingApproval}, o.Edit)
 }
 
-func forModel(m map[string]any) string {
+// forModel renders m, with an edit as its "edited" member: {"args",
+// "changes": [{"field", "from", "to"}], "message" (MessageEdited),
+// "supersedes"}.
+func forModel(m map[string]any, edit *Edit) string {
+	if edit != nil {
+		m["edited"] = edit.forModel(m["status"].(string), m["operation_id"].(string))
+	}
 	b, err := fingerprint.Canonicalize(m)
 	if err != nil { // only strings and a Struct's values: cannot happen
 		return fmt.Sprintf(`{"status":"failed","message":%q}`, err.Error())
@@ -313,6 +347,13 @@ func (r *ToolRunner) Run(ctx context.Context, tool string, args any, idempotency
 		// operation back to AWAITING_APPROVAL and asked its approvers
 		// again. It is the same call waiting for a new decision.
 		if op, err = r.reawaiting(ctx, err, nil); err != nil {
+			return nil, err
+		}
+	case supersededBy(err) != "":
+		// The key names a call an approver approved with edits (the
+		// one-call path's Execute of it answered OPERATION_SUPERSEDED):
+		// the edited operation is the one to run.
+		if op, err = r.successor(ctx, supersededBy(err), 0); err != nil {
 			return nil, err
 		}
 	default:
@@ -376,54 +417,90 @@ func operationIDArg(args any) string {
 
 // carryOn takes an operation Prepare (or Get, for Check) returned to its
 // answer: it waits for a decision, executes a READY one (and, for a check,
-// waits for an EXECUTING one), and answers a settled one as it is.
+// waits for an EXECUTING one), and answers a settled one as it is. An
+// operation an approver approved with edits (REJECTED, superseded_by, or an
+// Execute answered OPERATION_SUPERSEDED) is followed to the edited one,
+// which is run (it may still await another approver), and the answer says
+// what the approver changed (Edit).
 func (r *ToolRunner) carryOn(ctx context.Context, op *opledgerv1.Operation, check bool) (Outcome, error) {
-	var err error
-	switch op.GetState() {
-	case opledgerv1.State_STATE_AWAITING_APPROVAL:
-		if op, err = r.awaitDecision(ctx, op); err != nil {
-			return nil, err
-		}
-		if op.GetState() == opledgerv1.State_STATE_AWAITING_APPROVAL {
-			return &AwaitingApproval{Operation: op}, nil
-		}
-	case opledgerv1.State_STATE_READY:
-		// Not executed by the Prepare (a server without the one-call
-		// path), or approved since a check's earlier call: Execute below.
-	case opledgerv1.State_STATE_REJECTED, opledgerv1.State_STATE_CANCELLED:
-		// Execute answers it as a refusal (a *Failed with the operation).
-	case opledgerv1.State_STATE_EXECUTING:
-		if !check {
-			return final(op) // pending; a check waits for its outcome
-		}
-	default:
-		return final(op)
-	}
-	// Execute answers every other state: it runs a READY operation, waits
-	// for an EXECUTING one, replays a finished one and refuses a rejected,
-	// cancelled or expired one.
-	ex, err := r.c.Execute(ctx, op.GetId(), WithWait(r.opts.ExecuteWait))
+	out, err := r.settle(ctx, op, check)
 	if err != nil {
-		if errors.Is(err, ReasonApprovalRequired) {
-			return &AwaitingApproval{Operation: op}, nil
-		}
-		if errors.Is(err, ReasonApprovalExpired) {
-			if op, err = r.reawaiting(ctx, err, op); err != nil {
+		return nil, err
+	}
+	return r.withEdit(ctx, out)
+}
+
+func (r *ToolRunner) settle(ctx context.Context, op *opledgerv1.Operation, check bool) (Outcome, error) {
+	var err error
+	for hops := 0; ; hops++ {
+		if next := op.GetSupersededBy(); next != "" && op.GetState() == opledgerv1.State_STATE_REJECTED {
+			if op, err = r.successor(ctx, next, hops); err != nil {
 				return nil, err
 			}
-			return &AwaitingApproval{Operation: op}, nil
+			continue
 		}
-		out, rerr := r.refused(ctx, err, op)
-		if f, ok := out.(*Failed); ok && rerr == nil &&
-			f.Reason != ReasonOperationRejected && f.Reason != ReasonOperationCancelled {
-			// An Execute refused for another reason (a replica
-			// without the tool's version, say): the operation is not
-			// settled, and "failed" would say nothing happened.
-			return &OutcomeUnknown{Operation: op, Pending: true}, nil
+		switch op.GetState() {
+		case opledgerv1.State_STATE_AWAITING_APPROVAL:
+			if op, err = r.awaitDecision(ctx, op); err != nil {
+				return nil, err
+			}
+			if op.GetState() == opledgerv1.State_STATE_REJECTED && op.GetSupersededBy() != "" {
+				continue // approved with edits meanwhile: follow the link
+			}
+			if op.GetState() == opledgerv1.State_STATE_AWAITING_APPROVAL {
+				return &AwaitingApproval{Operation: op}, nil
+			}
+		case opledgerv1.State_STATE_READY:
+			// Not executed by the Prepare (a server without the one-call
+			// path), or approved since a check's earlier call: Execute below.
+		case opledgerv1.State_STATE_REJECTED, opledgerv1.State_STATE_CANCELLED:
+			// Execute answers it as a refusal (a *Failed with the operation).
+		case opledgerv1.State_STATE_EXECUTING:
+			if !check {
+				return final(op) // pending; a check waits for its outcome
+			}
+		default:
+			return final(op)
 		}
-		return out, rerr
+		// Execute answers every other state: it runs a READY operation, waits
+		// for an EXECUTING one, replays a finished one and refuses a rejected,
+		// cancelled or expired one.
+		ex, err := r.c.Execute(ctx, op.GetId(), WithWait(r.opts.ExecuteWait))
+		if err != nil {
+			if next := supersededBy(err); next != "" {
+				// Approved with edits between our read and the Execute.
+				if op, err = r.successor(ctx, next, hops); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if errors.Is(err, ReasonApprovalRequired) {
+				return &AwaitingApproval{Operation: op}, nil
+			}
+			if errors.Is(err, ReasonApprovalExpired) {
+				if op, err = r.reawaiting(ctx, err, op); err != nil {
+					return nil, err
+				}
+				return &AwaitingApproval{Operation: op}, nil
+			}
+			out, rerr := r.refused(ctx, err, op)
+			if f, ok := out.(*Failed); ok && rerr == nil && !settledRefusal(f.Reason) {
+				// An Execute refused for another reason (a replica
+				// without the tool's version, say): the operation is not
+				// settled, and "failed" would say nothing happened.
+				return &OutcomeUnknown{Operation: op, Pending: true}, nil
+			}
+			return out, rerr
+		}
+		return final(ex.GetOperation())
 	}
-	return final(ex.GetOperation())
+}
+
+// settledRefusal reports a refusal of an Execute that settles the
+// operation: a person denied it, it was cancelled, or the policy in force
+// at its claim refused it (POLICY_DENIED: now REJECTED).
+func settledRefusal(r Reason) bool {
+	return r == ReasonOperationRejected || r == ReasonOperationCancelled || r == ReasonPolicyDenied
 }
 
 // reawaiting reads the operation an APPROVAL_EXPIRED refusal is about (the
@@ -460,15 +537,25 @@ func (r *ToolRunner) refused(ctx context.Context, err error, op *opledgerv1.Oper
 	}
 	var e *Error
 	if f.Operation == nil && errors.As(err, &e) && e.Metadata["operation_id"] != "" {
+		// A refusal that names another call than this one (its key's
+		// earlier call; the same action under another key) says so: that
+		// call may have taken effect.
+		names := KeyedRefusal(f.Reason) || f.Reason == ReasonPolicyDenied || f.Reason == ReasonOperationDuplicate
 		got, gerr := r.c.Get(ctx, e.Metadata["operation_id"])
 		switch {
 		case gerr == nil:
 			f.Operation = got.GetOperation()
-			if KeyedRefusal(f.Reason) {
-				f.Message = KeyNamesEarlierCall(f.Operation.GetState())
+			state := f.Operation.GetState()
+			switch {
+			case f.Reason == ReasonOperationDuplicate:
+				f.Message = fmt.Sprintf(MessageOperationDuplicate, StateWords(state))
+			case KeyedRefusal(f.Reason) || (f.Reason == ReasonPolicyDenied && state != opledgerv1.State_STATE_REJECTED):
+				// (A POLICY_DENIED naming a REJECTED operation is this
+				// call's own, refused at its claim.)
+				f.Message = KeyNamesEarlierCall(state)
 			}
-		case KeyedRefusal(f.Reason):
-			// The earlier call cannot be read now: not a final answer.
+		case names:
+			// The other call cannot be read now: not a final answer.
 			return nil, err
 		}
 	}
@@ -517,8 +604,9 @@ func refusal(err error, op *opledgerv1.Operation) *Failed {
 	}
 	switch e.Reason {
 	case ReasonArgsInvalid, ReasonArgsTooLarge, ReasonToolUnknown, ReasonToolVersionUnknown,
-		ReasonIdempotencyKeyReused, ReasonOperationRejected, ReasonOperationCancelled:
-		return &Failed{Operation: op, Reason: e.Reason, Message: e.Message}
+		ReasonIdempotencyKeyReused, ReasonOperationRejected, ReasonOperationCancelled,
+		ReasonPolicyDenied, ReasonLimitExceeded, ReasonOperationDuplicate:
+		return &Failed{Operation: op, Reason: e.Reason, Message: RefusalMessage(e.Reason, e.Message)}
 	}
 	return nil
 }

@@ -40,7 +40,23 @@ func TestToolOutcomeVectors(t *testing.T) {
 			Message     string         `json:"message"`
 			Result      map[string]any `json:"result"`
 			ForModel    string         `json:"for_model"`
+			Edit        *struct {
+				Supersedes   string         `json:"supersedes"`
+				OriginalArgs map[string]any `json:"original_args"`
+				Args         map[string]any `json:"args"`
+			} `json:"edit"`
 		} `json:"vectors"`
+		RefusalMessages []struct {
+			Reason, Message string
+			ForModel        string `json:"for_model_message"`
+		} `json:"refusal_messages"`
+		OperationDuplicate []struct {
+			State, Message string
+		} `json:"operation_duplicate"`
+		ModelDescriptions []struct {
+			Description, Summary string
+			Want                 string `json:"model_description"`
+		} `json:"model_descriptions"`
 		KeyNamesEarlierCall []struct {
 			State   string `json:"state"`
 			Message string `json:"message"`
@@ -63,21 +79,37 @@ func TestToolOutcomeVectors(t *testing.T) {
 		if v.OperationID != "" {
 			op = &opledgerv1.Operation{Id: v.OperationID}
 		}
+		var edit *client.Edit
+		if v.Edit != nil {
+			edit = client.NewEdit(v.Edit.Supersedes, v.Edit.OriginalArgs, v.Edit.Args)
+		}
 		var o client.Outcome
 		switch v.Status {
 		case "succeeded":
-			o = &client.Succeeded{Operation: op, Result: v.Result}
+			o = &client.Succeeded{Operation: op, Result: v.Result, Edit: edit}
 		case "failed":
-			o = &client.Failed{Operation: op, Reason: client.Reason(v.Reason), Message: v.Message}
+			o = &client.Failed{Operation: op, Reason: client.Reason(v.Reason), Message: v.Message, Edit: edit}
 		case "outcome_unknown":
-			o = &client.OutcomeUnknown{Operation: op}
+			o = &client.OutcomeUnknown{Operation: op, Edit: edit}
 		case "awaiting_approval":
-			o = &client.AwaitingApproval{Operation: op}
+			o = &client.AwaitingApproval{Operation: op, Edit: edit}
 		default:
 			t.Fatalf("%s: unknown status %q", v.Name, v.Status)
 		}
 		require.Equal(t, v.ForModel, o.ForModel(), v.Name)
 		require.Equal(t, v.OperationID, o.OperationID(), v.Name)
+	}
+	require.NotEmpty(t, file.RefusalMessages)
+	for _, v := range file.RefusalMessages {
+		require.Equal(t, v.ForModel, client.RefusalMessage(client.Reason(v.Reason), v.Message), v.Reason)
+	}
+	require.NotEmpty(t, file.OperationDuplicate)
+	for _, v := range file.OperationDuplicate {
+		require.Equal(t, v.Message, fmt.Sprintf(client.MessageOperationDuplicate, client.StateWords(opledgerv1.State(opledgerv1.State_value[v.State]))), v.State)
+	}
+	require.NotEmpty(t, file.ModelDescriptions)
+	for _, v := range file.ModelDescriptions {
+		require.Equal(t, v.Want, client.ModelDescription(v.Description, v.Summary), v.Description)
 	}
 }
 

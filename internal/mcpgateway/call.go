@@ -57,6 +57,11 @@ type Answer struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 	// Error explains a refusal, a failure or an unknown outcome.
 	Error *AnswerError `json:"error,omitempty"`
+	// Edited says that an approver changed the call's arguments before
+	// approving it (approve-with-edit): the answer is about the edited
+	// operation, which is what ran (or awaits approval), never the call as
+	// made.
+	Edited *AnswerEdit `json:"edited,omitempty"`
 	// Next says what to do now, for the model.
 	Next string `json:"next"`
 }
@@ -72,6 +77,25 @@ type AnswerError struct {
 	Message string `json:"message"`
 	// Violations lists the arguments that do not match the tool's schema.
 	Violations []Violation `json:"violations,omitempty"`
+}
+
+// AnswerEdit is an approver's edit of a call (Answer.Edited).
+type AnswerEdit struct {
+	// Supersedes is the operation the call recorded, as it was made: it is
+	// REJECTED and never runs.
+	Supersedes string `json:"supersedes"`
+	// Args are the arguments of the answer's operation: what ran.
+	Args map[string]any `json:"args"`
+	// Changes are the arguments the approver changed.
+	Changes []AnswerChange `json:"changes"`
+}
+
+// AnswerChange is one argument an approver changed; From is absent for an
+// argument the approver added, To for one removed.
+type AnswerChange struct {
+	Field string `json:"field"`
+	From  any    `json:"from,omitempty"`
+	To    any    `json:"to,omitempty"`
 }
 
 // Violation is one field of a google.rpc.BadRequest.
@@ -161,7 +185,26 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 				log.Info("prepare refused", "reason", client.ReasonOf(err), "code", status.Code(err).String())
 				return errorResult(err, nil, explicit), nil
 			}
-			if client.KeyedRefusal(client.ReasonOf(err)) {
+			switch client.ReasonOf(err) {
+			case client.ReasonOperationDuplicate:
+				// The same action under another key: the answer names
+				// that call, which may have taken effect.
+				op := &opledgerv1.Operation{Id: id}
+				if got, gerr := g.ledger.Get(ctx, id); gerr == nil {
+					op = got.GetOperation()
+				}
+				log.Info("prepare refused as a duplicate", "operation_id", id, "state", op.GetState().String())
+				return errorResult(err, op, explicit), nil
+			case client.ReasonPolicyDenied:
+				// Refused by the policy: at the one-call path's claim (the
+				// operation is now REJECTED), or as a request under a key
+				// that names an earlier call (answered below as such).
+				if got, gerr := g.ledger.Get(ctx, id); gerr == nil && got.GetOperation().GetState() == opledgerv1.State_STATE_REJECTED {
+					log.Info("tools/call", "operation_id", id, "status", StatusError, "reason", client.ReasonOf(err))
+					return errorResult(err, got.GetOperation(), explicit), nil
+				}
+			}
+			if client.KeyedRefusal(client.ReasonOf(err)) || client.ReasonOf(err) == client.ReasonPolicyDenied {
 				// Refused as a request, under a key that already names an
 				// earlier call (the host's key reused with other arguments,
 				// a tool version that moved on): that call may have taken
@@ -191,7 +234,15 @@ func (g *Gateway) toolHandler(t *opledgerv1.Tool) mcp.ToolHandler {
 			if got, gerr := g.ledger.Get(ctx, id); gerr == nil {
 				op = got.GetOperation()
 			}
-			res, a := g.executeError(op, err)
+			var res *mcp.CallToolResult
+			var a Answer
+			if supersededBy(err) != "" || op.GetSupersededBy() != "" {
+				// The key names a call an approver approved with edits:
+				// the edited operation is the one to run.
+				res, a = g.drive(ctx, op, true, false)
+			} else {
+				res, a = g.executeError(op, err)
+			}
 			log.Info("tools/call", "operation_id", id, "status", a.Status, "reason", client.ReasonOf(err))
 			return res, nil
 		}
@@ -260,28 +311,139 @@ func (g *Gateway) checkOperation(ctx context.Context, req *mcp.CallToolRequest) 
 // call: it executes a READY (or EXECUTING) one with a bounded wait, asks for
 // reconciliation of an unknown outcome found on a repeated call, and
 // otherwise reports the recorded state. seen says the operation existed
-// before this call.
+// before this call. An operation an approver approved with edits (REJECTED
+// with superseded_by, or an Execute answered OPERATION_SUPERSEDED) is
+// followed to the edited one, which is driven instead, and the answer says
+// what the approver changed.
 func (g *Gateway) drive(ctx context.Context, op *opledgerv1.Operation, seen, check bool) (*mcp.CallToolResult, Answer) {
-	if op.GetState() == opledgerv1.State_STATE_OUTCOME_UNKNOWN && seen {
-		// A repeat or a check_operation: the ledger may know more now. A
-		// Reconcile only looks the downstream up, or makes the operation
-		// READY when the downstream trustworthily says nothing arrived.
-		if rec, err := g.ledger.Reconcile(ctx, op.GetId()); err == nil {
-			op = rec.GetOperation()
-		} else {
-			g.log.Info("reconcile refused", "operation_id", op.GetId(), "reason", client.ReasonOf(err))
+	for hops := 0; ; hops++ {
+		if next := op.GetSupersededBy(); next != "" && op.GetState() == opledgerv1.State_STATE_REJECTED {
+			nop, res, a := g.successor(ctx, op, next, hops)
+			if nop == nil {
+				return res, a
+			}
+			op, seen = nop, true
+			continue
+		}
+		if op.GetState() == opledgerv1.State_STATE_OUTCOME_UNKNOWN && seen {
+			// A repeat or a check_operation: the ledger may know more now. A
+			// Reconcile only looks the downstream up, or makes the operation
+			// READY when the downstream trustworthily says nothing arrived.
+			if rec, err := g.ledger.Reconcile(ctx, op.GetId()); err == nil {
+				op = rec.GetOperation()
+			} else {
+				g.log.Info("reconcile refused", "operation_id", op.GetId(), "reason", client.ReasonOf(err))
+			}
+		}
+		switch op.GetState() {
+		case opledgerv1.State_STATE_READY, opledgerv1.State_STATE_EXECUTING:
+			resp, err := g.ledger.Execute(ctx, op.GetId(), client.WithWait(g.opts.Wait))
+			if next := supersededBy(err); next != "" {
+				nop, res, a := g.successor(ctx, op, next, hops)
+				if nop == nil {
+					return res, a
+				}
+				op, seen = nop, true
+				continue
+			}
+			if err != nil {
+				res, a := g.executeError(op, err)
+				return g.withEdit(ctx, op, res, a)
+			}
+			res, a := render(resp.GetOperation(), resp.GetReplayed(), "")
+			return g.withEdit(ctx, resp.GetOperation(), res, a)
+		default:
+			res, a := render(op, seen, "")
+			return g.withEdit(ctx, op, res, a)
 		}
 	}
-	switch op.GetState() {
-	case opledgerv1.State_STATE_READY, opledgerv1.State_STATE_EXECUTING:
-		resp, err := g.ledger.Execute(ctx, op.GetId(), client.WithWait(g.opts.Wait))
-		if err != nil {
-			return g.executeError(op, err)
-		}
-		return render(resp.GetOperation(), resp.GetReplayed(), "")
-	default:
-		return render(op, seen, "")
+}
+
+// maxEdits bounds the supersede links a call follows (an edit of an
+// edited operation, …), and the way back to the call as made.
+const maxEdits = 8
+
+// supersededBy is the operation an OPERATION_SUPERSEDED refusal names, or
+// "".
+func supersededBy(err error) string {
+	var e *client.Error
+	if errors.As(err, &e) && e.Reason == client.ReasonOperationSuperseded {
+		return e.Metadata["superseded_by"]
 	}
+	return ""
+}
+
+// successor reads the operation next that supersedes op. When it cannot,
+// the answer (pending: the edited operation exists and runs when checked)
+// comes back instead.
+func (g *Gateway) successor(ctx context.Context, op *opledgerv1.Operation, next string, hops int) (*opledgerv1.Operation, *mcp.CallToolResult, Answer) {
+	if hops < maxEdits {
+		got, err := g.ledger.Get(ctx, next)
+		if err == nil {
+			g.log.Info("following an approver's edit", "operation_id", op.GetId(), "superseded_by", next)
+			return got.GetOperation(), nil, Answer{}
+		}
+		g.log.Info("edited operation unreadable", "operation_id", op.GetId(), "superseded_by", next, "reason", client.ReasonOf(err))
+	}
+	a := baseAnswer(&opledgerv1.Operation{Id: next, Tool: op.GetTool(), ToolVersion: op.GetToolVersion()}, false)
+	a.Status = StatusPending
+	a.Next = fmt.Sprintf("Do not call %s again for this action. Call check_operation with operation_id %s in a moment.", op.GetTool(), next)
+	text := fmt.Sprintf("Pending: an approver approved %s (operation %s) with edited arguments, as operation %s, which could not be read now. Operation %s will not run. %s",
+		op.GetTool(), op.GetId(), next, op.GetId(), a.Next)
+	return nil, result(text, a, false), a
+}
+
+// withEdit adds to the answer about op, when op supersedes another (an
+// approver's edit), what the approver changed: Answer.Edited, and the
+// client's MessageEdited sentence in front of the text.
+func (g *Gateway) withEdit(ctx context.Context, op *opledgerv1.Operation, res *mcp.CallToolResult, a Answer) (*mcp.CallToolResult, Answer) {
+	if op.GetSupersedes() == "" || a.OperationID != op.GetId() {
+		return res, a
+	}
+	root := op
+	for i := 0; root.GetSupersedes() != ""; i++ {
+		got, err := g.ledger.Get(ctx, root.GetSupersedes())
+		if i >= maxEdits || err != nil {
+			// The call as made cannot be read now: say what ran.
+			args, _ := json.Marshal(op.GetArgs().AsMap())
+			return prepend(res, a, fmt.Sprintf("An approver edited the arguments of this call before approving it (operation %s replaces %s, which will not run); its arguments are: %s.",
+				op.GetId(), op.GetSupersedes(), args))
+		}
+		root = got.GetOperation()
+	}
+	e := client.NewEdit(root.GetId(), root.GetArgs().AsMap(), op.GetArgs().AsMap())
+	a.Edited = &AnswerEdit{Supersedes: e.Supersedes, Args: e.Args, Changes: []AnswerChange{}}
+	for _, c := range e.Changes {
+		a.Edited.Changes = append(a.Edited.Changes, AnswerChange{Field: c.Field, From: c.From, To: c.To})
+	}
+	return prepend(res, a, e.Message(editStatus(a.Status), op.GetId()))
+}
+
+// editStatus is the runners' outcome status (client.Edit.Message) of an
+// answer's status.
+func editStatus(s string) string {
+	switch s {
+	case StatusSucceeded, StatusAwaitingApproval:
+		return s
+	case StatusFailed, StatusRejected, StatusCancelled, StatusError:
+		return "failed"
+	}
+	return "outcome_unknown"
+}
+
+// prepend puts sentence in front of an answer's text.
+func prepend(res *mcp.CallToolResult, a Answer, sentence string) (*mcp.CallToolResult, Answer) {
+	return result(sentence+"\n"+text(res), a, res.IsError), a
+}
+
+func text(res *mcp.CallToolResult) string {
+	if len(res.Content) == 0 {
+		return ""
+	}
+	if t, ok := res.Content[0].(*mcp.TextContent); ok {
+		return t.Text
+	}
+	return ""
 }
 
 // executeError answers an Execute that did not return the operation. A
@@ -301,6 +463,9 @@ func (g *Gateway) executeError(op *opledgerv1.Operation, err error) (*mcp.CallTo
 		return render(withState(op, opledgerv1.State_STATE_CANCELLED), true, "")
 	case client.ReasonDownstreamUnavailable:
 		return errorResult(err, op, false), Answer{}
+	case client.ReasonPolicyDenied:
+		// The policy in force at the claim refused it: REJECTED now.
+		return errorResult(err, withState(op, opledgerv1.State_STATE_REJECTED), false), Answer{}
 	}
 	switch op.GetState() {
 	case opledgerv1.State_STATE_EXECUTING, opledgerv1.State_STATE_OUTCOME_UNKNOWN:
@@ -519,6 +684,21 @@ func hint(r client.Reason, op *opledgerv1.Operation, explicit bool) string {
 			return nothing + fmt.Sprintf(" Wait a while, then call check_operation with operation_id %s again.", op.GetId())
 		}
 		return "Nothing was recorded. Wait a while, then call again with the same arguments."
+	case client.ReasonPolicyDenied:
+		// The error's message names the rule and says its message.
+		refused := "Calling this tool again with the same arguments will be refused again: tell the user, and do not try to get around the rule."
+		if op != nil {
+			return fmt.Sprintf("Operation %s did not run and never will: the tool's policy refuses it. %s", op.GetId(), refused)
+		}
+		return "Nothing was recorded: the tool's policy refuses this call. " + refused
+	case client.ReasonLimitExceeded:
+		return "Nothing was recorded: a budget of the tools file refuses this call for now. The same call may be accepted once the limit's window has room again " +
+			"(the error says which limit), but do not split or change it to get around the limit: tell the user."
+	case client.ReasonOperationDuplicate:
+		if op != nil {
+			return fmt.Sprintf("This call was not made: the same action is already recorded as another call, operation %s, which is %s. "+
+				"Do not make it again, with these or other arguments; call check_operation with operation_id %s to learn its outcome.", op.GetId(), client.StateWords(op.GetState()), op.GetId())
+		}
 	case client.ReasonOperationNotFound:
 		return "No operation with this id exists for this agent; use the operation_id of an earlier answer."
 	case client.ReasonDownstreamUnavailable:

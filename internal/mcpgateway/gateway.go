@@ -75,6 +75,7 @@ Every answer has a "status" in its structured content:
 - "failed": the downstream refused; nothing happened.
 - "rejected" / "cancelled": a person denied or withdrew it; nothing happened.
 - "error": opledger refused the call; nothing happened unless an operation_id is given.
+An answer with "edited": an approver changed the arguments before approving. "edited.args" is what ran (or awaits approval), as the answer's operation_id; the call as you made it never runs. Report that, not the arguments you sent.
 Repeating a call with the same arguments in this session returns the same operation, never a second effect.`
 
 // New lists the ledger's tools (ListTools, with the agent key) and builds
@@ -169,7 +170,8 @@ func (g *Gateway) HTTPHandler(token string) http.Handler {
 }
 
 // mcpTool describes a ledger tool to MCP clients: its JSON Schema as the
-// input schema, and annotations from its effect.
+// input schema, annotations from its effect, and its policy's summary in
+// the description (client.ModelDescription).
 func mcpTool(t *opledgerv1.Tool) (*mcp.Tool, error) {
 	schema := t.GetArgsSchema().AsMap()
 	if typ := schema["type"]; typ != "object" {
@@ -177,7 +179,9 @@ func mcpTool(t *opledgerv1.Tool) (*mcp.Tool, error) {
 		// would make the go-sdk panic.
 		return nil, fmt.Errorf("tool %q: its args schema has type %v; MCP tools take an object", t.GetName(), typ)
 	}
-	desc := strings.TrimSpace(t.GetDescription())
+	// The policy's summary, when short: what is refused and who must
+	// approve, before the model calls.
+	desc := client.ModelDescription(strings.TrimSpace(t.GetDescription()), t.GetPolicy().GetSummary())
 	if t.GetApprovalRequired() {
 		desc += "\n\nRequires a person's approval: the first call answers \"awaiting_approval\" with an operation_id and does nothing; once a person approved it, call check_operation with that operation_id to run it."
 	}
@@ -190,6 +194,7 @@ func mcpTool(t *opledgerv1.Tool) (*mcp.Tool, error) {
 			"opledger/tool_version":      t.GetVersion(),
 			"opledger/effect":            effectName(t.GetEffect()),
 			"opledger/approval_required": t.GetApprovalRequired(),
+			"opledger/policy_digest":     t.GetPolicy().GetDigest(),
 		},
 	}, nil
 }

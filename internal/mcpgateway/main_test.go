@@ -29,6 +29,7 @@ type world struct {
 	srv      *harness.Server
 	agent    string
 	approver string
+	tenant   string
 }
 
 func newWorld(t *testing.T, toolsYAML []byte) *world {
@@ -36,7 +37,7 @@ func newWorld(t *testing.T, toolsYAML []byte) *world {
 	env := harness.New(t, harness.Options{ToolsYAML: toolsYAML})
 	srv := env.StartServer(harness.ServerOptions{})
 	tenant := harness.Unique("mcp")
-	return &world{t: t, env: env, srv: srv, agent: env.Key(tenant, "agent"), approver: env.Key(tenant, "approver")}
+	return &world{t: t, env: env, srv: srv, agent: env.Key(tenant, "agent"), approver: env.Key(tenant, "approver"), tenant: tenant}
 }
 
 // gateway builds an in-process gateway with the agent key, over real gRPC.

@@ -207,6 +207,11 @@ func appendMembers(b []byte, members []member, depth int) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// CompareUTF16 orders two valid UTF-8 strings as RFC 8785 orders object
+// member names (see compareUTF16), for callers that list names in the
+// order canonical JSON gives them.
+func CompareUTF16(a, b string) int { return compareUTF16(a, b) }
+
 // compareUTF16 orders two valid UTF-8 strings by their UTF-16 code units, as
 // RFC 8785 §3.2.3 sorts names. That is Go's byte (= code point) order but
 // for a character above U+FFFF against one in U+E000..U+FFFF: the first's

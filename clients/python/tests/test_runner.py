@@ -26,14 +26,16 @@ OUTCOME_VECTORS = _TESTDATA["vectors"]
 def outcome_of(vec):
     op = ledger_pb2.Operation(id=vec["operation_id"]) if "operation_id" in vec else None
     status = vec["status"]
+    e = vec.get("edit")
+    edit = opledger.Edit.of(e["supersedes"], e["original_args"], e["args"]) if e else None
     if status == "succeeded":
-        return opledger.Succeeded(operation=op, result=vec.get("result", {}))
+        return opledger.Succeeded(operation=op, result=vec.get("result", {}), edit=edit)
     if status == "failed":
-        return opledger.Failed(reason=vec["reason"], message=vec["message"], operation=op)
+        return opledger.Failed(reason=vec["reason"], message=vec["message"], operation=op, edit=edit)
     if status == "outcome_unknown":
-        return opledger.OutcomeUnknown(operation=op)
+        return opledger.OutcomeUnknown(operation=op, edit=edit)
     if status == "awaiting_approval":
-        return opledger.AwaitingApproval(operation=op)
+        return opledger.AwaitingApproval(operation=op, edit=edit)
     raise AssertionError(status)
 
 
@@ -42,6 +44,22 @@ def test_for_model_vectors(vec):
     out = outcome_of(vec)
     assert out.for_model() == vec["for_model"]
     assert out.operation_id == vec.get("operation_id", "")
+
+
+@pytest.mark.parametrize("vec", _TESTDATA["refusal_messages"], ids=[v["reason"] for v in _TESTDATA["refusal_messages"]])
+def test_refusal_message_vectors(vec):
+    assert opledger.refusal_message(vec["reason"], vec["message"]) == vec["for_model_message"]
+
+
+@pytest.mark.parametrize("vec", _TESTDATA["operation_duplicate"], ids=[v["state"] for v in _TESTDATA["operation_duplicate"]])
+def test_operation_duplicate_vectors(vec):
+    state = opledger.state_words(ledger_pb2.State.Value(vec["state"]))
+    assert opledger.MESSAGE_OPERATION_DUPLICATE.format(state=state) == vec["message"]
+
+
+@pytest.mark.parametrize("vec", _TESTDATA["model_descriptions"], ids=[v["description"] for v in _TESTDATA["model_descriptions"]])
+def test_model_description_vectors(vec):
+    assert opledger.model_description(vec["description"], vec["summary"]) == vec["model_description"]
 
 
 def test_outcome_unknown_is_not_a_failure():

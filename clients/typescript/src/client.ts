@@ -194,6 +194,24 @@ export class OpledgerClient {
     return this.call((o) => this.rpc.approve(req, o), {}, opts.timeoutMs ?? this.timeoutMs, opts.signal);
   }
 
+  /** approveEdited approves the operation "the same, but with these arguments" (approve-with-edit,
+   * docs/policy.md): editedArgs may differ from the operation's only in the fields its tool's policy
+   * lists as editable. The ledger records a new operation with them, which this approval approves
+   * (it may still need another approver) and the policy judges again, and rejects the original
+   * (Operation.supersededBy): the answer's edited is the new one, its operation the original.
+   * fingerprint is the original's, as the approver was shown it. The same edit again is replayed;
+   * another edit of the same operation is APPROVAL_CONFLICT. */
+  approveEdited(
+    operationId: string,
+    fingerprint: string,
+    editedArgs: JsonObject,
+    reason = "",
+    opts: CallOptions = {},
+  ): Promise<ApproveResponse> {
+    const req = { operationId, fingerprint, decision: Decision.APPROVE, reason, editedArgs };
+    return this.call((o) => this.rpc.approve(req, o), {}, opts.timeoutMs ?? this.timeoutMs, opts.signal);
+  }
+
   /** execute performs the operation's effect at most once; a repeat returns the stored outcome
    * with replayed = true. Check
    * operation.state: SUCCEEDED, FAILED, OUTCOME_UNKNOWN (reconcile, never re-execute) or

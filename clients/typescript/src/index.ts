@@ -56,6 +56,17 @@ export {
   operationErrorReason,
 } from "./runner";
 export type { ToolOutcome, ToolRunnerOptions, ModelTool } from "./runner";
+export {
+  Edit,
+  MESSAGE_EDITED,
+  MESSAGE_LIMIT_EXCEEDED,
+  MESSAGE_OPERATION_DUPLICATE,
+  MESSAGE_POLICY_DENIED,
+  MAX_POLICY_SUMMARY,
+  modelDescription,
+  refusalMessage,
+} from "./edit";
+export type { Change } from "./edit";
 // The generated messages, enums and service descriptor (from gen/ts).
 export * from "./gen/opledger/v1/ledger_pb";
 export { Code } from "@connectrpc/connect";

@@ -25,6 +25,7 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { OpledgerClient } from "./client";
 import { decodeErrorInfo, ERROR_DOMAIN, isOpledgerError, type OpledgerError, type Reason } from "./errors";
+import { Edit, MESSAGE_OPERATION_DUPLICATE, modelDescription, refusalMessage } from "./edit";
 import { canonicalize } from "./fingerprint";
 import { Effect, State, type Operation } from "./gen/opledger/v1/ledger_pb";
 import { checkNumbers, duplicateMember, hasLoneSurrogate } from "./numbers";
@@ -77,6 +78,21 @@ const KEYED: ReadonlySet<Reason> = new Set<Reason>([
   "ARGS_TOO_LARGE",
 ]);
 
+/** The refusals that name another call than this one when they carry an operation_id: the key's
+ * earlier call (KEYED; POLICY_DENIED unless it names this call, refused at its claim), or the same
+ * action under another key (OPERATION_DUPLICATE). That call may have taken effect. */
+const NAMES_OTHER: ReadonlySet<Reason> = new Set<Reason>([...KEYED, "POLICY_DENIED", "OPERATION_DUPLICATE"]);
+
+/** MAX_EDITS bounds the supersede links a run follows (an edit of an edited operation, …), and the
+ * way back to the call as made. */
+const MAX_EDITS = 8;
+
+/** render is an outcome's forModel text, with an approver's edit as its "edited" member. */
+function render(obj: JsonObject, edit: Edit | undefined): string {
+  if (edit) obj["edited"] = edit.forModel(obj["status"] as string, obj["operation_id"] as string);
+  return canonicalize(obj);
+}
+
 /** Succeeded is a call whose effect happened once. */
 export class Succeeded {
   readonly kind = "succeeded" as const;
@@ -84,13 +100,16 @@ export class Succeeded {
     readonly operation: Operation,
     /** result is the downstream's answer (Operation.result). */
     readonly result: JsonObject = {},
+    /** edit, when set, says that an approver changed the arguments: what ran is edit.args. */
+    readonly edit?: Edit,
   ) {}
   get operationId(): string {
     return this.operation.id;
   }
-  /** forModel: {"operation_id", "result", "status": "succeeded"} (RFC 8785 JSON). */
+  /** forModel: {"edited" (with an edit), "operation_id", "result", "status": "succeeded"} (RFC 8785
+   * JSON). */
   forModel(): string {
-    return canonicalize({ status: this.kind, operation_id: this.operationId, result: this.result });
+    return render({ status: this.kind, operation_id: this.operationId, result: this.result }, this.edit);
   }
 }
 
@@ -103,15 +122,18 @@ export class Failed {
     readonly reason: string,
     readonly message: string,
     readonly operation?: Operation,
+    /** edit, when set, says that an approver changed the arguments of the call that failed. */
+    readonly edit?: Edit,
   ) {}
   get operationId(): string {
     return this.operation?.id ?? "";
   }
-  /** forModel: {"message", "operation_id" (when there is one), "reason", "status": "failed"}. */
+  /** forModel: {"edited" (with an edit), "message", "operation_id" (when there is one), "reason",
+   * "status": "failed"}. */
   forModel(): string {
     const obj: JsonObject = { status: this.kind, reason: this.reason, message: this.message };
     if (this.operationId) obj["operation_id"] = this.operationId;
-    return canonicalize(obj);
+    return render(obj, this.edit);
   }
 }
 
@@ -122,26 +144,33 @@ export class OutcomeUnknown {
   constructor(
     readonly operation: Operation,
     readonly pending = false,
+    /** edit, when set, says that an approver changed the arguments of the call that was sent. */
+    readonly edit?: Edit,
   ) {}
   get operationId(): string {
     return this.operation.id;
   }
-  /** forModel: {"message", "operation_id", "status": "outcome_unknown"}. */
+  /** forModel: {"edited" (with an edit), "message", "operation_id", "status": "outcome_unknown"}. */
   forModel(): string {
-    return canonicalize({ status: this.kind, operation_id: this.operationId, message: MESSAGE_OUTCOME_UNKNOWN });
+    return render({ status: this.kind, operation_id: this.operationId, message: MESSAGE_OUTCOME_UNKNOWN }, this.edit);
   }
 }
 
 /** AwaitingApproval is a call that waits for a person's decision; run it again later. */
 export class AwaitingApproval {
   readonly kind = "awaiting_approval" as const;
-  constructor(readonly operation: Operation) {}
+  constructor(
+    readonly operation: Operation,
+    /** edit, when set, says that an approver changed the arguments, and the edited call awaits
+     * another approval (a quorum). */
+    readonly edit?: Edit,
+  ) {}
   get operationId(): string {
     return this.operation.id;
   }
-  /** forModel: {"message", "operation_id", "status": "awaiting_approval"}. */
+  /** forModel: {"edited" (with an edit), "message", "operation_id", "status": "awaiting_approval"}. */
   forModel(): string {
-    return canonicalize({ status: this.kind, operation_id: this.operationId, message: MESSAGE_AWAITING_APPROVAL });
+    return render({ status: this.kind, operation_id: this.operationId, message: MESSAGE_AWAITING_APPROVAL }, this.edit);
   }
 }
 
@@ -214,6 +243,9 @@ const REFUSALS: ReadonlySet<Reason> = new Set<Reason>([
   "IDEMPOTENCY_KEY_REUSED",
   "OPERATION_REJECTED",
   "OPERATION_CANCELLED",
+  "POLICY_DENIED",
+  "LIMIT_EXCEEDED",
+  "OPERATION_DUPLICATE",
 ]);
 
 const EFFECTS: Partial<Record<Effect, ModelTool["effect"]>> = {
@@ -235,8 +267,9 @@ export class ToolRunner {
   }
 
   /** modelTools returns the tools the ledger enforces, current versions only, then
-   * checkOperationModelTool(). A ledger tool named check_operation is an error: rename it in the
-   * tools file. */
+   * checkOperationModelTool(). A tool's description carries its policy's summary
+   * (modelDescription). A ledger tool named check_operation is an error: rename it in the tools
+   * file. */
   async modelTools(): Promise<ModelTool[]> {
     const resp = await this.client.listTools();
     const current = resp.tools.filter((t) => t.current);
@@ -246,7 +279,7 @@ export class ToolRunner {
     return current
       .map((t): ModelTool => ({
         name: t.name,
-        description: t.description,
+        description: modelDescription(t.description, t.policy?.summary),
         argsSchema: t.argsSchema ?? {},
         version: t.version,
         approvalRequired: t.approvalRequired,
@@ -274,12 +307,17 @@ export class ToolRunner {
       });
       op = prepared.operation!;
     } catch (err) {
-      if (!isOpledgerError(err, "APPROVAL_EXPIRED")) {
+      const next = supersededBy(err);
+      if (next) {
+        // The key names a call an approver approved with edits: the edited one is the one to run.
+        op = (await this.client.get(next)).operation!;
+      } else if (!isOpledgerError(err, "APPROVAL_EXPIRED")) {
         return this.refused(err, undefined);
+      } else {
+        // The approval lapsed before the call ran: the ledger put the operation back to
+        // AWAITING_APPROVAL and asked its approvers again. The same call waits for a new decision.
+        op = await this.reawaiting(err, undefined);
       }
-      // The approval lapsed before the call ran: the ledger put the operation back to
-      // AWAITING_APPROVAL and asked its approvers again. The same call waits for a new decision.
-      op = await this.reawaiting(err, undefined);
     }
     return this.carryOn(op, false);
   }
@@ -308,36 +346,66 @@ export class ToolRunner {
     return this.carryOn(op, true);
   }
 
+  /** carryOn takes the operation to its answer; one an approver approved with edits (REJECTED
+   * with supersededBy, or an Execute answered OPERATION_SUPERSEDED) is followed to the edited one,
+   * which is run (it may still await another approver), and the answer says what the approver
+   * changed (edit). */
   private async carryOn(op: Operation, check: boolean): Promise<ToolOutcome> {
-    if (op.state === State.AWAITING_APPROVAL) {
-      op = await this.awaitDecision(op);
-      if (op.state === State.AWAITING_APPROVAL) {
-        return new AwaitingApproval(op);
-      }
-    } else if (op.state === State.EXECUTING && check) {
-      // a check waits for its outcome
-    } else if (op.state === State.REJECTED || op.state === State.CANCELLED) {
-      // Execute answers it as a refusal (a Failed with the operation)
-    } else if (op.state !== State.READY) {
-      return final(op); // READY: not executed (a server without the one-call path)
+    const out = await this.settle(op, check);
+    const last = out.operation;
+    if (!last?.supersedes) return out;
+    let root = last;
+    for (let i = 0; root.supersedes; i++) {
+      if (i >= MAX_EDITS) throw new Error(`opledger: more than ${MAX_EDITS} approver edits in a row before ${last.id}`);
+      root = (await this.client.get(root.supersedes)).operation!;
     }
-    try {
-      const done = await this.client.execute(op.id, { waitMs: this.opts.executeWaitMs });
-      return final(done.operation!);
-    } catch (err) {
-      if (isOpledgerError(err, "APPROVAL_REQUIRED")) {
-        return new AwaitingApproval(op);
+    return withEdit(out, Edit.of(root.id, root.args ?? {}, last.args ?? {}));
+  }
+
+  private async settle(op: Operation, check: boolean): Promise<ToolOutcome> {
+    for (let hops = 0; ; hops++) {
+      if (hops > MAX_EDITS) throw new Error(`opledger: more than ${MAX_EDITS} approver edits in a row; stopped at ${op.id}`);
+      if (followed(op)) {
+        op = (await this.client.get(op.supersededBy)).operation!;
+        continue;
       }
-      if (isOpledgerError(err, "APPROVAL_EXPIRED")) {
-        return new AwaitingApproval(await this.reawaiting(err, op));
+      if (op.state === State.AWAITING_APPROVAL) {
+        op = await this.awaitDecision(op);
+        if (followed(op)) continue; // approved with edits meanwhile: follow the link
+        if (op.state === State.AWAITING_APPROVAL) {
+          return new AwaitingApproval(op);
+        }
+      } else if (op.state === State.EXECUTING && check) {
+        // a check waits for its outcome
+      } else if (op.state === State.REJECTED || op.state === State.CANCELLED) {
+        // Execute answers it as a refusal (a Failed with the operation)
+      } else if (op.state !== State.READY) {
+        return final(op); // READY: not executed (a server without the one-call path)
       }
-      const refused = await this.refused(err, op);
-      if (refused.reason !== "OPERATION_REJECTED" && refused.reason !== "OPERATION_CANCELLED") {
-        // An Execute refused for another reason (a replica without the tool's version,
-        // say): the operation is not settled, and "failed" would say nothing happened.
-        return new OutcomeUnknown(op, true);
+      try {
+        const done = await this.client.execute(op.id, { waitMs: this.opts.executeWaitMs });
+        return final(done.operation!);
+      } catch (err) {
+        const next = supersededBy(err);
+        if (next) {
+          op = (await this.client.get(next)).operation!;
+          continue;
+        }
+        if (isOpledgerError(err, "APPROVAL_REQUIRED")) {
+          return new AwaitingApproval(op);
+        }
+        if (isOpledgerError(err, "APPROVAL_EXPIRED")) {
+          return new AwaitingApproval(await this.reawaiting(err, op));
+        }
+        const refused = await this.refused(err, op);
+        if (!["OPERATION_REJECTED", "OPERATION_CANCELLED", "POLICY_DENIED"].includes(refused.reason)) {
+          // An Execute refused for another reason (a replica without the tool's version,
+          // say): the operation is not settled, and "failed" would say nothing happened. (A
+          // POLICY_DENIED here is the policy in force at its claim: it is REJECTED now.)
+          return new OutcomeUnknown(op, true);
+        }
+        return refused;
       }
-      return refused;
     }
   }
 
@@ -359,15 +427,19 @@ export class ToolRunner {
     const failed = refusal(err, op);
     const id = (err as OpledgerError).metadata?.["operation_id"];
     if (!failed.operation && id) {
-      const keyed = KEYED.has(failed.reason as Reason);
       let named: Operation | undefined;
       try {
         named = (await this.client.get(id)).operation;
       } catch (getErr) {
-        if (keyed) throw err; // the earlier call cannot be read now: not a final answer
+        if (NAMES_OTHER.has(failed.reason as Reason)) throw err; // the other call cannot be read now: not a final answer
       }
       if (named) {
-        const message = keyed ? keyNamesEarlierCall(named.state) : failed.message;
+        let message = failed.message;
+        if (failed.reason === "OPERATION_DUPLICATE") {
+          message = MESSAGE_OPERATION_DUPLICATE.replace("{state}", stateWords(named.state));
+        } else if (KEYED.has(failed.reason as Reason) || (failed.reason === "POLICY_DENIED" && named.state !== State.REJECTED)) {
+          message = keyNamesEarlierCall(named.state);
+        }
         return new Failed(failed.reason, message, named);
       }
     }
@@ -428,9 +500,33 @@ function parseArgs(args: JsonObject | string | undefined): JsonObject | undefine
 /** refusal turns a refusal of the call itself into a Failed and rethrows anything else. */
 function refusal(err: unknown, op: Operation | undefined): Failed {
   if (isOpledgerError(err) && err.reason !== undefined && REFUSALS.has(err.reason)) {
-    return new Failed(err.reason, (err as OpledgerError).rawMessage, op);
+    return new Failed(err.reason, refusalMessage(err.reason, (err as OpledgerError).rawMessage), op);
   }
   throw err;
+}
+
+/** supersededBy is the operation an OPERATION_SUPERSEDED refusal names, or "". */
+function supersededBy(err: unknown): string {
+  return isOpledgerError(err, "OPERATION_SUPERSEDED") ? (err.metadata?.["superseded_by"] ?? "") : "";
+}
+
+/** followed: an approver approved op with edits; the edited operation is the one to run. */
+function followed(op: Operation): boolean {
+  return op.state === State.REJECTED && op.supersededBy !== "";
+}
+
+/** withEdit is the outcome with an approver's edit. */
+function withEdit(out: ToolOutcome, edit: Edit): ToolOutcome {
+  switch (out.kind) {
+    case "succeeded":
+      return new Succeeded(out.operation, out.result, edit);
+    case "failed":
+      return new Failed(out.reason, out.message, out.operation, edit);
+    case "outcome_unknown":
+      return new OutcomeUnknown(out.operation, out.pending, edit);
+    case "awaiting_approval":
+      return new AwaitingApproval(out.operation, edit);
+  }
 }
 
 /** operationErrorReason returns the reason stored in a FAILED or OUTCOME_UNKNOWN operation's

@@ -27,7 +27,11 @@ import {
   Succeeded,
   ToolRunner,
   deriveKey,
+  Edit,
   inexactNumber,
+  MESSAGE_OPERATION_DUPLICATE,
+  modelDescription,
+  refusalMessage,
   operationFingerprint,
   stateWords,
   type Operation,
@@ -42,13 +46,31 @@ interface OutcomeVector {
   reason?: string;
   message?: string;
   result?: JsonObject;
+  edit?: { supersedes: string; original_args: JsonObject; args: JsonObject };
   for_model: string;
 }
 
 const testdata = JSON.parse(readFileSync(resolve(REPO, "clients", "testdata", "tool_outcomes.json"), "utf8")) as {
   vectors: OutcomeVector[];
   key_names_earlier_call: { state: string; message: string }[];
+  refusal_messages: { reason: string; message: string; for_model_message: string }[];
+  operation_duplicate: { state: string; message: string }[];
+  model_descriptions: { description: string; summary: string; model_description: string }[];
 };
+
+test("the policy texts are every client's", () => {
+  assert.ok(testdata.refusal_messages.length > 0 && testdata.operation_duplicate.length > 0 && testdata.model_descriptions.length > 0);
+  for (const v of testdata.refusal_messages) {
+    assert.equal(refusalMessage(v.reason, v.message), v.for_model_message, v.reason);
+  }
+  for (const v of testdata.operation_duplicate) {
+    const state = State[v.state.replace(/^STATE_/, "") as keyof typeof State] as State;
+    assert.equal(MESSAGE_OPERATION_DUPLICATE.replace("{state}", stateWords(state)), v.message, v.state);
+  }
+  for (const v of testdata.model_descriptions) {
+    assert.equal(modelDescription(v.description, v.summary), v.model_description, v.description);
+  }
+});
 const vectors = testdata.vectors;
 
 test("the message for a refusal under a used key is every client's", () => {
@@ -66,19 +88,20 @@ function op(id: string, state: State = State.UNSPECIFIED, extra: MessageInitShap
 for (const v of vectors) {
   test(`forModel vector ${v.name}`, () => {
     const o = v.operation_id === undefined ? undefined : op(v.operation_id);
+    const edit = v.edit && Edit.of(v.edit.supersedes, v.edit.original_args, v.edit.args);
     let out: ToolOutcome;
     switch (v.status) {
       case "succeeded":
-        out = new Succeeded(o!, v.result ?? {});
+        out = new Succeeded(o!, v.result ?? {}, edit);
         break;
       case "failed":
-        out = new Failed(v.reason!, v.message!, o);
+        out = new Failed(v.reason!, v.message!, o, edit);
         break;
       case "outcome_unknown":
-        out = new OutcomeUnknown(o!);
+        out = new OutcomeUnknown(o!, false, edit);
         break;
       case "awaiting_approval":
-        out = new AwaitingApproval(o!);
+        out = new AwaitingApproval(o!, edit);
         break;
       default:
         throw new Error(v.status);

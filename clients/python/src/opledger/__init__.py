@@ -20,6 +20,17 @@ from .fingerprint import (
     preimage,
     struct_to_dict,
 )
+from .edit import (
+    MAX_POLICY_SUMMARY,
+    MESSAGE_EDITED,
+    MESSAGE_LIMIT_EXCEEDED,
+    MESSAGE_OPERATION_DUPLICATE,
+    MESSAGE_POLICY_DENIED,
+    Change,
+    Edit,
+    model_description,
+    refusal_message,
+)
 from .keys import KEY_PREFIX, derive_key, key_preimage
 from .retry import NO_RETRY, RetryPolicy, call_with_retry, call_with_retry_async, is_retryable
 from .runner import (
@@ -49,17 +60,24 @@ __all__ = [
     "AsyncClient",
     "AsyncToolRunner",
     "AwaitingApproval",
+    "Change",
     "Client",
     "DEFAULT_TIMEOUT",
+    "Edit",
     "FINGERPRINT_PREFIX",
     "Failed",
     "KEY_PREFIX",
+    "MAX_POLICY_SUMMARY",
     "CHECK_OPERATION_TOOL",
     "MESSAGE_AWAITING_APPROVAL",
     "MESSAGE_CHECK_UNKNOWN_OPERATION",
+    "MESSAGE_EDITED",
     "MESSAGE_KEY_NAMES_EARLIER_CALL",
     "MESSAGE_KEY_NAMES_UNDONE_CALL",
+    "MESSAGE_LIMIT_EXCEEDED",
+    "MESSAGE_OPERATION_DUPLICATE",
     "MESSAGE_OUTCOME_UNKNOWN",
+    "MESSAGE_POLICY_DENIED",
     "ModelTool",
     "NO_RETRY",
     "OutcomeUnknown",
@@ -80,6 +98,8 @@ __all__ = [
     "preimage",
     "struct_to_dict",
     "key_names_earlier_call",
+    "model_description",
+    "refusal_message",
     "state_words",
 ]
 __all__ += errors.__all__

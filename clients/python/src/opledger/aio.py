@@ -23,6 +23,7 @@ from .client import (
     _channel_options,
     _credentials,
     _duration,
+    approve_edited_request,
     approve_request,
     list_operations_request,
     prepare_request,
@@ -140,6 +141,19 @@ class AsyncClient:
     ) -> ledger_pb2.ApproveResponse:
         """approve: see Client.approve."""
         req = approve_request(operation_id, fingerprint, decision, reason)
+        return await self._call(self._stub.Approve, req, ledger_pb2.ApproveResponse, timeout)
+
+    async def approve_edited(
+        self,
+        operation_id: str,
+        fingerprint: str,
+        edited_args: Args,
+        reason: str = "",
+        *,
+        timeout: Optional[float] = None,
+    ) -> ledger_pb2.ApproveResponse:
+        """approve_edited: see Client.approve_edited."""
+        req = approve_edited_request(operation_id, fingerprint, edited_args, reason)
         return await self._call(self._stub.Approve, req, ledger_pb2.ApproveResponse, timeout)
 
     async def execute(

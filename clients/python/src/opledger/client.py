@@ -134,6 +134,20 @@ def approve_request(
     )
 
 
+def approve_edited_request(
+    operation_id: str, fingerprint: str, edited_args: Args, reason: str
+) -> ledger_pb2.ApproveRequest:
+    """approve_edited_request builds an approve-with-edit ApproveRequest (DECISION_APPROVE with
+    edited_args)."""
+    return ledger_pb2.ApproveRequest(
+        operation_id=operation_id,
+        fingerprint=fingerprint,
+        decision=ledger_pb2.DECISION_APPROVE,
+        reason=reason,
+        edited_args=_struct(edited_args),
+    )
+
+
 def list_operations_request(
     states: Sequence[State], tool: str, page_size: int, page_token: str
 ) -> ledger_pb2.ListOperationsRequest:
@@ -267,6 +281,26 @@ class Client:
         """approve records an approver's decision ("approve" or "deny", or a ledger_pb2.Decision)
         on the operation whose fingerprint the approver was shown."""
         req = approve_request(operation_id, fingerprint, decision, reason)
+        return self._call(self._stub.Approve, req, ledger_pb2.ApproveResponse, timeout)
+
+    def approve_edited(
+        self,
+        operation_id: str,
+        fingerprint: str,
+        edited_args: Args,
+        reason: str = "",
+        *,
+        timeout: Optional[float] = None,
+    ) -> ledger_pb2.ApproveResponse:
+        """approve_edited approves the operation "the same, but with these arguments"
+        (approve-with-edit, docs/policy.md): edited_args may differ from the operation's only in
+        the fields its tool's policy lists as editable. The ledger records a new operation with
+        them, which this approval approves (it may still need another approver) and the policy
+        judges again, and rejects the original (Operation.superseded_by): the answer's ``edited``
+        is the new one, its ``operation`` the original. fingerprint is the original's, as the
+        approver was shown it. The same edit again is ``replayed``; another edit of the same
+        operation is ApprovalConflict."""
+        req = approve_edited_request(operation_id, fingerprint, edited_args, reason)
         return self._call(self._stub.Approve, req, ledger_pb2.ApproveResponse, timeout)
 
     def execute(

@@ -47,15 +47,20 @@ from .errors import (
     ArgsTooLarge,
     FieldInvalid,
     IdempotencyKeyReused,
+    LimitExceeded,
     OpledgerError,
     OperationCancelled,
+    OperationDuplicate,
     OperationNotFound,
     OperationRejected,
+    OperationSuperseded,
+    PolicyDenied,
     ToolUnknown,
     ToolVersionUnknown,
     operation_error_reason,
 )
 from . import _numbers
+from .edit import MESSAGE_OPERATION_DUPLICATE, Edit, model_description, refusal_message
 from .fingerprint import canonicalize, struct_to_dict
 
 #: MESSAGE_AWAITING_APPROVAL is what for_model tells the model about a call that waits for a person.
@@ -129,13 +134,28 @@ _REFUSALS = (
     IdempotencyKeyReused,
     OperationRejected,
     OperationCancelled,
+    PolicyDenied,
+    LimitExceeded,
+    OperationDuplicate,
 )
+
+# The refusals that name another call than this one when they carry an operation_id: the key's
+# earlier call (_KEYED; POLICY_DENIED unless it names this call, refused at its claim), or the same
+# action under another key (OPERATION_DUPLICATE). That call may have taken effect.
+_NAMES_OTHER = _KEYED + (PolicyDenied, OperationDuplicate)
+
+# MAX_EDITS bounds the supersede links a run follows (an edit of an edited operation, …), and the
+# way back to the call as made.
+_MAX_EDITS = 8
 
 ToolArgs = Union[Mapping[str, Any], struct_pb2.Struct, str, None]
 """ToolArgs are a tool call's arguments: a dict, a Struct, or the model's JSON text."""
 
 
-def _for_model(obj: Dict[str, Any]) -> str:
+def _for_model(obj: Dict[str, Any], edit: Optional[Edit] = None) -> str:
+    """_for_model renders obj, with an approver's edit as its "edited" member (Edit.for_model)."""
+    if edit is not None:
+        obj["edited"] = edit.for_model(obj["status"], obj["operation_id"])
     return canonicalize(obj)
 
 
@@ -146,14 +166,17 @@ class Succeeded:
     operation: ledger_pb2.Operation
     #: result is the downstream's answer (Operation.result) as a dict.
     result: Dict[str, Any] = field(default_factory=dict)
+    #: edit, when set, says that an approver changed the arguments: what ran is edit.args.
+    edit: Optional[Edit] = None
 
     @property
     def operation_id(self) -> str:
         return self.operation.id
 
     def for_model(self) -> str:
-        """for_model: {"operation_id", "result", "status": "succeeded"} (RFC 8785 JSON)."""
-        return _for_model({"status": "succeeded", "operation_id": self.operation_id, "result": self.result})
+        """for_model: {"edited" (with an edit), "operation_id", "result", "status": "succeeded"}
+        (RFC 8785 JSON)."""
+        return _for_model({"status": "succeeded", "operation_id": self.operation_id, "result": self.result}, self.edit)
 
 
 @dataclass(frozen=True)
@@ -165,17 +188,20 @@ class Failed:
     reason: str
     message: str
     operation: Optional[ledger_pb2.Operation] = None
+    #: edit, when set, says that an approver changed the arguments of the call that failed.
+    edit: Optional[Edit] = None
 
     @property
     def operation_id(self) -> str:
         return self.operation.id if self.operation is not None else ""
 
     def for_model(self) -> str:
-        """for_model: {"message", "operation_id" (when there is one), "reason", "status": "failed"}."""
+        """for_model: {"edited" (with an edit), "message", "operation_id" (when there is one),
+        "reason", "status": "failed"}."""
         obj: Dict[str, Any] = {"status": "failed", "reason": self.reason, "message": self.message}
         if self.operation_id:
             obj["operation_id"] = self.operation_id
-        return _for_model(obj)
+        return _for_model(obj, self.edit)
 
 
 @dataclass(frozen=True)
@@ -185,15 +211,18 @@ class OutcomeUnknown:
 
     operation: ledger_pb2.Operation
     pending: bool = False
+    #: edit, when set, says that an approver changed the arguments of the call that was sent.
+    edit: Optional[Edit] = None
 
     @property
     def operation_id(self) -> str:
         return self.operation.id
 
     def for_model(self) -> str:
-        """for_model: {"message", "operation_id", "status": "outcome_unknown"}."""
+        """for_model: {"edited" (with an edit), "message", "operation_id", "status": "outcome_unknown"}."""
         return _for_model(
-            {"status": "outcome_unknown", "operation_id": self.operation_id, "message": MESSAGE_OUTCOME_UNKNOWN}
+            {"status": "outcome_unknown", "operation_id": self.operation_id, "message": MESSAGE_OUTCOME_UNKNOWN},
+            self.edit,
         )
 
 
@@ -202,15 +231,19 @@ class AwaitingApproval:
     """AwaitingApproval is a call that waits for a person's decision; run it again later."""
 
     operation: ledger_pb2.Operation
+    #: edit, when set, says that an approver changed the arguments, and the edited call awaits
+    #: another approval (a quorum).
+    edit: Optional[Edit] = None
 
     @property
     def operation_id(self) -> str:
         return self.operation.id
 
     def for_model(self) -> str:
-        """for_model: {"message", "operation_id", "status": "awaiting_approval"}."""
+        """for_model: {"edited" (with an edit), "message", "operation_id", "status": "awaiting_approval"}."""
         return _for_model(
-            {"status": "awaiting_approval", "operation_id": self.operation_id, "message": MESSAGE_AWAITING_APPROVAL}
+            {"status": "awaiting_approval", "operation_id": self.operation_id, "message": MESSAGE_AWAITING_APPROVAL},
+            self.edit,
         )
 
 
@@ -264,8 +297,9 @@ def check_operation_model_tool() -> ModelTool:
 
 def model_tools_of(resp: ledger_pb2.ListToolsResponse) -> List[ModelTool]:
     """model_tools_of keeps the current version of each tool of a ListTools answer, then adds
-    check_operation_model_tool(). A ledger tool named check_operation is a ValueError: rename it in the
-    tools file."""
+    check_operation_model_tool(). A tool's description carries its policy's summary
+    (model_description). A ledger tool named check_operation is a ValueError: rename it in the tools
+    file."""
     if any(t.current and t.name == CHECK_OPERATION_TOOL for t in resp.tools):
         raise ValueError(
             f"the ledger has a tool named {CHECK_OPERATION_TOOL!r}, which is the runner's own tool; rename it in the tools file"
@@ -273,7 +307,7 @@ def model_tools_of(resp: ledger_pb2.ListToolsResponse) -> List[ModelTool]:
     return [
         ModelTool(
             name=t.name,
-            description=t.description,
+            description=model_description(t.description, t.policy.summary),
             args_schema=struct_to_dict(t.args_schema),
             version=t.version,
             approval_required=t.approval_required,
@@ -332,26 +366,56 @@ def _names_operation(err: OpledgerError) -> bool:
 
 
 def _with_operation(refused: Failed, err: OpledgerError, op: ledger_pb2.Operation) -> Failed:
-    """_with_operation: the refusal with the operation it names; a _KEYED one says that the key's
-    earlier call may have taken effect."""
-    if isinstance(err, _KEYED):
+    """_with_operation: the refusal with the operation it names; a _KEYED one (and a POLICY_DENIED
+    naming another call than this one, which its claim REJECTED) says that the key's earlier call
+    may have taken effect, an OPERATION_DUPLICATE that the same action is recorded under another
+    key."""
+    if isinstance(err, OperationDuplicate):
+        return replace(refused, operation=op, message=MESSAGE_OPERATION_DUPLICATE.format(state=state_words(op.state)))
+    if isinstance(err, _KEYED) or (isinstance(err, PolicyDenied) and op.state != ledger_pb2.STATE_REJECTED):
         return replace(refused, operation=op, message=key_names_earlier_call(op.state))
     return replace(refused, operation=op)
 
 
 def _unsettled(refused: Failed, op: ledger_pb2.Operation) -> ToolOutcome:
-    """_unsettled: an Execute of a recorded operation refused for a reason other than a denial or a
-    cancellation (a replica without the tool's version, say) leaves the operation unsettled, and
-    "failed" would say nothing happened: pending (run's, after an approval, and check's alike)."""
-    if refused.reason not in ("OPERATION_REJECTED", "OPERATION_CANCELLED"):
+    """_unsettled: an Execute of a recorded operation refused for a reason other than a denial, a
+    cancellation or the policy in force at its claim (POLICY_DENIED: now REJECTED) (a replica
+    without the tool's version, say) leaves the operation unsettled, and "failed" would say nothing
+    happened: pending (run's, after an approval, and check's alike)."""
+    if refused.reason not in ("OPERATION_REJECTED", "OPERATION_CANCELLED", "POLICY_DENIED"):
         return OutcomeUnknown(operation=op, pending=True)
     return refused
 
 
 def _refusal(err: OpledgerError, op: Optional[ledger_pb2.Operation]) -> Optional[Failed]:
     if isinstance(err, _REFUSALS):
-        return Failed(reason=err.reason or "", message=err.message, operation=op)
+        return Failed(reason=err.reason or "", message=refusal_message(err.reason or "", err.message), operation=op)
     return None
+
+
+def _superseded_by(err: OpledgerError) -> str:
+    """_superseded_by is the operation an OPERATION_SUPERSEDED refusal names, or ""."""
+    return err.metadata.get("superseded_by", "") if isinstance(err, OperationSuperseded) else ""
+
+
+def _followed(op: ledger_pb2.Operation) -> bool:
+    """_followed: an approver approved op with edits; the edited operation is the one to run."""
+    return op.state == ledger_pb2.STATE_REJECTED and bool(op.superseded_by)
+
+
+def _edited(out: ToolOutcome, chain: List[ledger_pb2.Operation]) -> ToolOutcome:
+    """_edited: the outcome with the approver's edit from the call as made (chain[-1], the root)
+    to the outcome's operation."""
+    op, root = out.operation, chain[-1]
+    if op is None or root.id == op.id:
+        return out
+    return replace(out, edit=Edit.of(root.id, struct_to_dict(root.args), struct_to_dict(op.args)))
+
+
+def _hops(hops: int, operation_id: str) -> int:
+    if hops >= _MAX_EDITS:
+        raise RuntimeError(f"opledger: more than {_MAX_EDITS} approver edits in a row; stopped at {operation_id}")
+    return hops + 1
 
 
 class ToolRunner:
@@ -406,6 +470,11 @@ class ToolRunner:
             # The approval lapsed before the call ran: the ledger put the operation back to
             # AWAITING_APPROVAL and asked its approvers again. The same call waits for a new decision.
             op = self._reawaiting(err, None)
+        except OperationSuperseded as err:
+            # The key names a call an approver approved with edits: the edited one is the one to run.
+            if not _superseded_by(err):
+                raise
+            op = self._client.get(_superseded_by(err)).operation
         except OpledgerError as err:
             return self._refused(err, None)
         return self._carry_on(op, check=False)
@@ -427,25 +496,53 @@ class ToolRunner:
         return self._carry_on(op, check=True)
 
     def _carry_on(self, op: ledger_pb2.Operation, *, check: bool) -> ToolOutcome:
-        if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
-            op = self._await_decision(op)
+        """_carry_on takes the operation to its answer; one an approver approved with edits
+        (REJECTED with superseded_by, or an Execute answered OPERATION_SUPERSEDED) is followed to
+        the edited one, which is run (it may still await another approver), and the answer says
+        what the approver changed (edit)."""
+        out = self._settle(op, check=check)
+        if out.operation is None or not out.operation.supersedes:
+            return out
+        chain = [out.operation]
+        while chain[-1].supersedes:
+            _hops(len(chain) - 1, out.operation.id)
+            chain.append(self._client.get(chain[-1].supersedes).operation)
+        return _edited(out, chain)
+
+    def _settle(self, op: ledger_pb2.Operation, *, check: bool) -> ToolOutcome:
+        hops = 0
+        while True:
+            if _followed(op):
+                hops = _hops(hops, op.superseded_by)
+                op = self._client.get(op.superseded_by).operation
+                continue
             if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
+                op = self._await_decision(op)
+                if _followed(op):
+                    continue  # approved with edits meanwhile: follow the link
+                if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
+                    return AwaitingApproval(operation=op)
+            elif op.state == ledger_pb2.STATE_EXECUTING and check:
+                pass  # a check waits for its outcome
+            elif op.state in (ledger_pb2.STATE_REJECTED, ledger_pb2.STATE_CANCELLED):
+                pass  # Execute answers it as a refusal (a Failed with the operation)
+            elif op.state != ledger_pb2.STATE_READY:  # READY: not executed (a server without the one-call path)
+                return final(op)
+            try:
+                done = self._client.execute(op.id, wait=self._execute_wait)
+            except ApprovalRequired:
                 return AwaitingApproval(operation=op)
-        elif op.state == ledger_pb2.STATE_EXECUTING and check:
-            pass  # a check waits for its outcome
-        elif op.state in (ledger_pb2.STATE_REJECTED, ledger_pb2.STATE_CANCELLED):
-            pass  # Execute answers it as a refusal (a Failed with the operation)
-        elif op.state != ledger_pb2.STATE_READY:  # READY: not executed (a server without the one-call path)
-            return final(op)
-        try:
-            done = self._client.execute(op.id, wait=self._execute_wait)
-        except ApprovalRequired:
-            return AwaitingApproval(operation=op)
-        except ApprovalExpired as err:
-            return AwaitingApproval(operation=self._reawaiting(err, op))
-        except OpledgerError as err:
-            return _unsettled(self._refused(err, op), op)
-        return final(done.operation)
+            except ApprovalExpired as err:
+                return AwaitingApproval(operation=self._reawaiting(err, op))
+            except OperationSuperseded as err:
+                if not _superseded_by(err):
+                    raise
+                hops = _hops(hops, _superseded_by(err))
+                op = self._client.get(_superseded_by(err)).operation
+                continue
+            except OpledgerError as err:
+                return _unsettled(self._refused(err, op), op)
+            return final(done.operation)
 
     def _reawaiting(self, err: ApprovalExpired, op: Optional[ledger_pb2.Operation]) -> ledger_pb2.Operation:
         """_reawaiting reads the operation an APPROVAL_EXPIRED refusal is about as it stands now (back
@@ -464,8 +561,8 @@ class ToolRunner:
             try:
                 refused = _with_operation(refused, err, self._client.get(err.metadata["operation_id"]).operation)
             except OpledgerError:
-                if isinstance(err, _KEYED):
-                    raise err  # the earlier call cannot be read now: not a final answer
+                if isinstance(err, _NAMES_OTHER):
+                    raise err  # the other call cannot be read now: not a final answer
         return refused
 
     def _await_decision(self, op: ledger_pb2.Operation) -> ledger_pb2.Operation:
@@ -517,6 +614,10 @@ class AsyncToolRunner:
             )
         except ApprovalExpired as err:
             op = await self._reawaiting(err, None)  # see ToolRunner.run
+        except OperationSuperseded as err:
+            if not _superseded_by(err):
+                raise
+            op = (await self._client.get(_superseded_by(err))).operation  # see ToolRunner.run
         except OpledgerError as err:
             return await self._refused(err, None)
         else:
@@ -537,25 +638,50 @@ class AsyncToolRunner:
         return await self._carry_on(op, check=True)
 
     async def _carry_on(self, op: ledger_pb2.Operation, *, check: bool) -> ToolOutcome:
-        if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
-            op = await self._await_decision(op)
+        """_carry_on: see ToolRunner._carry_on."""
+        out = await self._settle(op, check=check)
+        if out.operation is None or not out.operation.supersedes:
+            return out
+        chain = [out.operation]
+        while chain[-1].supersedes:
+            _hops(len(chain) - 1, out.operation.id)
+            chain.append((await self._client.get(chain[-1].supersedes)).operation)
+        return _edited(out, chain)
+
+    async def _settle(self, op: ledger_pb2.Operation, *, check: bool) -> ToolOutcome:
+        hops = 0
+        while True:
+            if _followed(op):
+                hops = _hops(hops, op.superseded_by)
+                op = (await self._client.get(op.superseded_by)).operation
+                continue
             if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
+                op = await self._await_decision(op)
+                if _followed(op):
+                    continue
+                if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
+                    return AwaitingApproval(operation=op)
+            elif op.state == ledger_pb2.STATE_EXECUTING and check:
+                pass  # a check waits for its outcome
+            elif op.state in (ledger_pb2.STATE_REJECTED, ledger_pb2.STATE_CANCELLED):
+                pass  # Execute answers it as a refusal (a Failed with the operation)
+            elif op.state != ledger_pb2.STATE_READY:
+                return final(op)
+            try:
+                done = await self._client.execute(op.id, wait=self._execute_wait)
+            except ApprovalRequired:
                 return AwaitingApproval(operation=op)
-        elif op.state == ledger_pb2.STATE_EXECUTING and check:
-            pass  # a check waits for its outcome
-        elif op.state in (ledger_pb2.STATE_REJECTED, ledger_pb2.STATE_CANCELLED):
-            pass  # Execute answers it as a refusal (a Failed with the operation)
-        elif op.state != ledger_pb2.STATE_READY:
-            return final(op)
-        try:
-            done = await self._client.execute(op.id, wait=self._execute_wait)
-        except ApprovalRequired:
-            return AwaitingApproval(operation=op)
-        except ApprovalExpired as err:
-            return AwaitingApproval(operation=await self._reawaiting(err, op))
-        except OpledgerError as err:
-            return _unsettled(await self._refused(err, op), op)
-        return final(done.operation)
+            except ApprovalExpired as err:
+                return AwaitingApproval(operation=await self._reawaiting(err, op))
+            except OperationSuperseded as err:
+                if not _superseded_by(err):
+                    raise
+                hops = _hops(hops, _superseded_by(err))
+                op = (await self._client.get(_superseded_by(err))).operation
+                continue
+            except OpledgerError as err:
+                return _unsettled(await self._refused(err, op), op)
+            return final(done.operation)
 
     async def _reawaiting(self, err: ApprovalExpired, op: Optional[ledger_pb2.Operation]) -> ledger_pb2.Operation:
         """_reawaiting: see ToolRunner._reawaiting."""
@@ -573,8 +699,8 @@ class AsyncToolRunner:
                 got = await self._client.get(err.metadata["operation_id"])
                 refused = _with_operation(refused, err, got.operation)
             except OpledgerError:
-                if isinstance(err, _KEYED):
-                    raise err  # the earlier call cannot be read now: not a final answer
+                if isinstance(err, _NAMES_OTHER):
+                    raise err  # the other call cannot be read now: not a final answer
         return refused
 
     async def _await_decision(self, op: ledger_pb2.Operation) -> ledger_pb2.Operation:

@@ -22,6 +22,30 @@ public record ModelTool(
     boolean approvalRequired,
     String effect) {
 
+  /**
+   * MAX_POLICY_SUMMARY is the longest Policy.summary (in characters: code points) {@link
+   * #describe} adds to a tool's description; a longer one is left to ListTools.
+   */
+  public static final int MAX_POLICY_SUMMARY = 300;
+
+  /**
+   * Describe is a tool's description for a model: the tools file's description, then the policy's
+   * plain-words summary (Policy.summary) when there is one of at most MAX_POLICY_SUMMARY
+   * characters, as "\n\nPolicy: &lt;summary&gt;.", so that the model knows before calling what is
+   * refused and what a person must approve.
+   */
+  public static String describe(String description, String summary) {
+    if (summary == null
+        || summary.isEmpty()
+        || summary.codePointCount(0, summary.length()) > MAX_POLICY_SUMMARY) {
+      return description;
+    }
+    if (description == null || description.isEmpty()) {
+      return "Policy: " + summary + ".";
+    }
+    return description + "\n\nPolicy: " + summary + ".";
+  }
+
   /** ArgsSchemaJson is the JSON Schema as JSON text. */
   public String argsSchemaJson() {
     return Args.toJson(argsSchema);

@@ -226,6 +226,28 @@ public final class OpledgerClient implements AutoCloseable {
   }
 
   /**
+   * ApproveEdited approves the operation "the same, but with these arguments" (approve-with-edit,
+   * docs/policy.md): editedArgs may differ from the operation's only in the fields its tool's
+   * policy lists as editable. The ledger records a new operation with them, which this approval
+   * approves (it may still need another approver) and the policy judges again, and rejects the
+   * original (Operation.superseded_by): the answer's edited is the new one, its operation the
+   * original. fingerprint is the original's, as the approver was shown it. The same edit again is
+   * replayed; another edit of the same operation is APPROVAL_CONFLICT.
+   */
+  public ApproveResponse approveEdited(
+      String operationId, String fingerprint, Struct editedArgs, String reason) {
+    ApproveRequest req =
+        ApproveRequest.newBuilder()
+            .setOperationId(operationId)
+            .setFingerprint(fingerprint)
+            .setDecision(Decision.DECISION_APPROVE)
+            .setReason(reason == null ? "" : reason)
+            .setEditedArgs(editedArgs == null ? Struct.getDefaultInstance() : editedArgs)
+            .build();
+    return call(null, Duration.ZERO, s -> s.approve(req));
+  }
+
+  /**
    * Execute performs the operation's effect at most once; a repeat returns the stored outcome with
    * {@code replayed = true}. Check the operation's state: SUCCEEDED, FAILED, OUTCOME_UNKNOWN (call
    * reconcile; never prepare again) or EXECUTING (pending).

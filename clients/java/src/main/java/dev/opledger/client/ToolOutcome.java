@@ -72,8 +72,64 @@ public sealed interface ToolOutcome
         undone ? MESSAGE_KEY_NAMES_UNDONE_CALL : MESSAGE_KEY_NAMES_EARLIER_CALL, stateWords(state));
   }
 
+  /**
+   * MESSAGE_EDITED (formatted with the changes, the verb of the outcome's status, the arguments that
+   * ran, the edited operation and the original) tells the model that an approver changed the call's
+   * arguments before approving it: what ran is not what the model asked for, and the call as made
+   * never runs ({@link Edit#message}).
+   */
+  String MESSAGE_EDITED =
+      "An approver changed %s; %s: %s. Operation %s replaces %s, the call as it was made, which will"
+          + " not run.";
+
+  /**
+   * MESSAGE_POLICY_DENIED (formatted with the ledger's refusal, which names the rule and says its
+   * message) tells the model that the tool's policy refuses the call and that the same call is
+   * refused again.
+   */
+  String MESSAGE_POLICY_DENIED =
+      "The tool's policy refuses this call: %s. Calling the tool again with the same arguments will"
+          + " be refused again: tell the user, and do not try to get around the rule.";
+
+  /** MESSAGE_LIMIT_EXCEEDED (formatted with the ledger's refusal): a budget refused the call. */
+  String MESSAGE_LIMIT_EXCEEDED =
+      "This call was not made: %s. Nothing was recorded; the same call may be accepted once the"
+          + " limit's window has room again, but do not split or change it to get around the limit:"
+          + " tell the user.";
+
+  /**
+   * MESSAGE_OPERATION_DUPLICATE (formatted with the other call's state, as {@link #stateWords}
+   * gives it) tells the model that the same action (the tool's business identity) is already
+   * recorded under another key.
+   */
+  String MESSAGE_OPERATION_DUPLICATE =
+      "This call was not made: the same action is already recorded as another call, operation_id,"
+          + " which is %s. Do not make it again, under this key or another; call check_operation with"
+          + " that operation_id to learn its outcome.";
+
+  /**
+   * RefusalMessage is what a runner tells the model about a refusal of the call with that reason
+   * and ledger message: the message itself, or for POLICY_DENIED and LIMIT_EXCEEDED the message
+   * with what it means for the model.
+   */
+  static String refusalMessage(String reason, String message) {
+    if (Reason.POLICY_DENIED.name().equals(reason)) {
+      return String.format(MESSAGE_POLICY_DENIED, message);
+    }
+    if (Reason.LIMIT_EXCEEDED.name().equals(reason)) {
+      return String.format(MESSAGE_LIMIT_EXCEEDED, message);
+    }
+    return message;
+  }
+
   /** OperationId is the ledger's operation, or "" when the call was refused before one existed. */
   String operationId();
+
+  /**
+   * Edit is the approver's edit when the operation is not the one the agent prepared
+   * (approve-with-edit: the runner followed the link and ran the edited one), else null.
+   */
+  Edit edit();
 
   /**
    * ForModel is the answer for the model: RFC 8785 JSON with a "status" of succeeded, failed,
@@ -83,9 +139,14 @@ public sealed interface ToolOutcome
 
   /**
    * Succeeded is a call whose effect happened once; result is the downstream's answer
-   * (Operation.result).
+   * (Operation.result); edit, when set, says that an approver changed the arguments (what ran is
+   * edit.args).
    */
-  record Succeeded(Operation operation, Struct result) implements ToolOutcome {
+  record Succeeded(Operation operation, Struct result, Edit edit) implements ToolOutcome {
+    public Succeeded(Operation operation, Struct result) {
+      this(operation, result, null);
+    }
+
     @Override
     public String operationId() {
       return operation.getId();
@@ -97,8 +158,16 @@ public sealed interface ToolOutcome
       m.put("status", "succeeded");
       m.put("operation_id", operationId());
       m.put("result", result == null ? Struct.getDefaultInstance() : result);
-      return Jcs.canonicalize(m);
+      return render(m, edit);
     }
+  }
+
+  /** Render is an outcome's forModel text, with an approver's edit as its "edited" member. */
+  private static String render(Map<String, Object> m, Edit edit) {
+    if (edit != null) {
+      m.put("edited", edit.forModel((String) m.get("status"), (String) m.get("operation_id")));
+    }
+    return Jcs.canonicalize(m);
   }
 
   /**
@@ -109,7 +178,11 @@ public sealed interface ToolOutcome
    * effect, and the message says so, {@link #MESSAGE_KEY_NAMES_EARLIER_CALL}). An approval that
    * expired is not a Failed: see {@link AwaitingApproval}.
    */
-  record Failed(String reason, String message, Operation operation) implements ToolOutcome {
+  record Failed(String reason, String message, Operation operation, Edit edit) implements ToolOutcome {
+    public Failed(String reason, String message, Operation operation) {
+      this(reason, message, operation, null);
+    }
+
     /** ReasonCode is the reason as a {@link Reason}. */
     public Reason reasonCode() {
       return Reason.of(reason);
@@ -129,7 +202,7 @@ public sealed interface ToolOutcome
       if (!operationId().isEmpty()) {
         m.put("operation_id", operationId());
       }
-      return Jcs.canonicalize(m);
+      return render(m, edit);
     }
   }
 
@@ -138,7 +211,11 @@ public sealed interface ToolOutcome
    * EXECUTING by another caller: pending). Never make it again under a new key; run the same call
    * later to learn the outcome.
    */
-  record OutcomeUnknown(Operation operation, boolean pending) implements ToolOutcome {
+  record OutcomeUnknown(Operation operation, boolean pending, Edit edit) implements ToolOutcome {
+    public OutcomeUnknown(Operation operation, boolean pending) {
+      this(operation, pending, null);
+    }
+
     @Override
     public String operationId() {
       return operation.getId();
@@ -150,7 +227,7 @@ public sealed interface ToolOutcome
       m.put("status", "outcome_unknown");
       m.put("operation_id", operationId());
       m.put("message", MESSAGE_OUTCOME_UNKNOWN);
-      return Jcs.canonicalize(m);
+      return render(m, edit);
     }
   }
 
@@ -159,7 +236,11 @@ public sealed interface ToolOutcome
    * earlier expired before the call ran (APPROVAL_EXPIRED: the ledger put it back before its
    * approvers); run the same call (same key) again later, never under a new key.
    */
-  record AwaitingApproval(Operation operation) implements ToolOutcome {
+  record AwaitingApproval(Operation operation, Edit edit) implements ToolOutcome {
+    public AwaitingApproval(Operation operation) {
+      this(operation, null);
+    }
+
     @Override
     public String operationId() {
       return operation.getId();
@@ -171,7 +252,7 @@ public sealed interface ToolOutcome
       m.put("status", "awaiting_approval");
       m.put("operation_id", operationId());
       m.put("message", MESSAGE_AWAITING_APPROVAL);
-      return Jcs.canonicalize(m);
+      return render(m, edit);
     }
   }
 }

@@ -41,7 +41,23 @@ public final class ToolRunner {
           Reason.TOOL_VERSION_UNKNOWN,
           Reason.IDEMPOTENCY_KEY_REUSED,
           Reason.OPERATION_REJECTED,
-          Reason.OPERATION_CANCELLED);
+          Reason.OPERATION_CANCELLED,
+          Reason.POLICY_DENIED,
+          Reason.LIMIT_EXCEEDED,
+          Reason.OPERATION_DUPLICATE);
+
+  /**
+   * The refusals of an Execute that settle the operation: a person denied it, it was cancelled, or
+   * the policy in force at its claim refused it (POLICY_DENIED: now REJECTED).
+   */
+  private static final Set<Reason> SETTLED =
+      EnumSet.of(Reason.OPERATION_REJECTED, Reason.OPERATION_CANCELLED, Reason.POLICY_DENIED);
+
+  /**
+   * MAX_EDITS bounds the supersede links a run follows (an edit of an edited operation, …), and the
+   * way back to the call as made.
+   */
+  private static final int MAX_EDITS = 8;
 
   /**
    * The refusals of the request itself, before anything was recorded: under a key that already
@@ -54,6 +70,21 @@ public final class ToolRunner {
           Reason.TOOL_VERSION_UNKNOWN,
           Reason.ARGS_INVALID,
           Reason.ARGS_TOO_LARGE);
+
+  /**
+   * The refusals that name another call than this one when they carry an operation_id: the key's
+   * earlier call (KEYED; POLICY_DENIED unless it names this call, refused at its claim), or the same
+   * action under another key (OPERATION_DUPLICATE). That call may have taken effect.
+   */
+  private static final Set<Reason> NAMES_OTHER =
+      EnumSet.of(
+          Reason.IDEMPOTENCY_KEY_REUSED,
+          Reason.TOOL_UNKNOWN,
+          Reason.TOOL_VERSION_UNKNOWN,
+          Reason.ARGS_INVALID,
+          Reason.ARGS_TOO_LARGE,
+          Reason.POLICY_DENIED,
+          Reason.OPERATION_DUPLICATE);
 
   private final OpledgerClient client;
   private final Duration approvalWait;
@@ -157,7 +188,8 @@ public final class ToolRunner {
 
   /**
    * ModelTools returns the tools the ledger enforces, current versions only, then {@link
-   * #checkOperationModelTool()}. A ledger tool named check_operation is an IllegalStateException:
+   * #checkOperationModelTool()}. A tool's description carries its policy's summary ({@link
+   * ModelTool#describe}). A ledger tool named check_operation is an IllegalStateException:
    * rename it in the tools file.
    */
   public List<ModelTool> modelTools() {
@@ -174,7 +206,7 @@ public final class ToolRunner {
       out.add(
           new ModelTool(
               t.getName(),
-              t.getDescription(),
+              ModelTool.describe(t.getDescription(), t.getPolicy().getSummary()),
               t.getArgsSchema(),
               t.getVersion(),
               t.getApprovalRequired(),
@@ -226,6 +258,11 @@ public final class ToolRunner {
       // The one-call path: Prepare also executes a call that needs no approval.
       op = client.prepareAndExecute(tool, args, idempotencyKey, toolVersion, executeWait).getOperation();
     } catch (OpledgerException e) {
+      String next = supersededBy(e);
+      if (!next.isEmpty()) {
+        // The key names a call an approver approved with edits: the edited one is the one to run.
+        return carryOn(client.get(next).getOperation(), false);
+      }
       if (!e.is(Reason.APPROVAL_EXPIRED)) {
         return refused(e, null);
       }
@@ -264,40 +301,120 @@ public final class ToolRunner {
     return carryOn(op, true);
   }
 
+  /**
+   * CarryOn takes the operation to its answer; one an approver approved with edits (REJECTED with
+   * superseded_by, or an Execute answered OPERATION_SUPERSEDED) is followed to the edited one, which
+   * is run (it may still await another approver), and the answer says what the approver changed
+   * ({@link ToolOutcome#edit()}).
+   */
   private ToolOutcome carryOn(Operation op, boolean check) {
-    if (op.getState() == State.STATE_AWAITING_APPROVAL) {
-      op = awaitDecision(op);
+    ToolOutcome out = settle(op, check);
+    Operation last = operationOf(out);
+    if (last == null || last.getSupersedes().isEmpty()) {
+      return out;
+    }
+    Operation root = last;
+    for (int i = 0; !root.getSupersedes().isEmpty(); i++) {
+      if (i >= MAX_EDITS) {
+        throw new IllegalStateException(
+            "opledger: more than " + MAX_EDITS + " approver edits in a row before " + last.getId());
+      }
+      root = client.get(root.getSupersedes()).getOperation();
+    }
+    return withEdit(out, Edit.of(root.getId(), root.getArgs(), last.getArgs()));
+  }
+
+  private ToolOutcome settle(Operation op, boolean check) {
+    for (int hops = 0; ; hops++) {
+      if (hops > MAX_EDITS) {
+        throw new IllegalStateException(
+            "opledger: more than " + MAX_EDITS + " approver edits in a row; stopped at " + op.getId());
+      }
+      if (followed(op)) {
+        op = client.get(op.getSupersededBy()).getOperation();
+        continue;
+      }
       if (op.getState() == State.STATE_AWAITING_APPROVAL) {
-        return new ToolOutcome.AwaitingApproval(op);
+        op = awaitDecision(op);
+        if (followed(op)) {
+          continue; // approved with edits meanwhile: follow the link
+        }
+        if (op.getState() == State.STATE_AWAITING_APPROVAL) {
+          return new ToolOutcome.AwaitingApproval(op);
+        }
+      } else if (op.getState() == State.STATE_EXECUTING && check) {
+        // a check waits for its outcome
+      } else if (op.getState() == State.STATE_REJECTED || op.getState() == State.STATE_CANCELLED) {
+        // Execute answers it as a refusal (a Failed with the operation)
+      } else if (op.getState() != State.STATE_READY) {
+        return outcomeOf(op); // READY: not executed (a server without the one-call path)
       }
-    } else if (op.getState() == State.STATE_EXECUTING && check) {
-      // a check waits for its outcome
-    } else if (op.getState() == State.STATE_REJECTED || op.getState() == State.STATE_CANCELLED) {
-      // Execute answers it as a refusal (a Failed with the operation)
-    } else if (op.getState() != State.STATE_READY) {
-      return outcomeOf(op); // READY: not executed (a server without the one-call path)
+      ExecuteResponse done;
+      try {
+        done = client.execute(op.getId(), executeWait);
+      } catch (OpledgerException e) {
+        String next = supersededBy(e);
+        if (!next.isEmpty()) {
+          op = client.get(next).getOperation();
+          continue;
+        }
+        if (e.is(Reason.APPROVAL_REQUIRED)) {
+          return new ToolOutcome.AwaitingApproval(op);
+        }
+        if (e.is(Reason.APPROVAL_EXPIRED)) {
+          return new ToolOutcome.AwaitingApproval(reawaiting(e, op));
+        }
+        ToolOutcome refused = refused(e, op);
+        if (refused instanceof ToolOutcome.Failed f && !SETTLED.contains(Reason.of(f.reason()))) {
+          // An Execute refused for another reason (a replica without the tool's version,
+          // say): the operation is not settled, and "failed" would say nothing happened.
+          return new ToolOutcome.OutcomeUnknown(op, true);
+        }
+        return refused;
+      }
+      return outcomeOf(done.getOperation());
     }
-    ExecuteResponse done;
-    try {
-      done = client.execute(op.getId(), executeWait);
-    } catch (OpledgerException e) {
-      if (e.is(Reason.APPROVAL_REQUIRED)) {
-        return new ToolOutcome.AwaitingApproval(op);
-      }
-      if (e.is(Reason.APPROVAL_EXPIRED)) {
-        return new ToolOutcome.AwaitingApproval(reawaiting(e, op));
-      }
-      ToolOutcome refused = refused(e, op);
-      if (refused instanceof ToolOutcome.Failed f
-          && !f.reason().equals(Reason.OPERATION_REJECTED.name())
-          && !f.reason().equals(Reason.OPERATION_CANCELLED.name())) {
-        // An Execute refused for another reason (a replica without the tool's version,
-        // say): the operation is not settled, and "failed" would say nothing happened.
-        return new ToolOutcome.OutcomeUnknown(op, true);
-      }
-      return refused;
+  }
+
+  /** Followed: an approver approved op with edits; the edited operation is the one to run. */
+  private static boolean followed(Operation op) {
+    return op.getState() == State.STATE_REJECTED && !op.getSupersededBy().isEmpty();
+  }
+
+  /** SupersededBy is the operation an OPERATION_SUPERSEDED refusal names, or "". */
+  private static String supersededBy(OpledgerException e) {
+    if (!e.is(Reason.OPERATION_SUPERSEDED)) {
+      return "";
     }
-    return outcomeOf(done.getOperation());
+    String id = e.getMetadata().get("superseded_by");
+    return id == null ? "" : id;
+  }
+
+  private static Operation operationOf(ToolOutcome out) {
+    if (out instanceof ToolOutcome.Succeeded s) {
+      return s.operation();
+    }
+    if (out instanceof ToolOutcome.Failed f) {
+      return f.operation();
+    }
+    if (out instanceof ToolOutcome.OutcomeUnknown u) {
+      return u.operation();
+    }
+    return ((ToolOutcome.AwaitingApproval) out).operation();
+  }
+
+  /** WithEdit is the outcome with an approver's edit. */
+  private static ToolOutcome withEdit(ToolOutcome out, Edit edit) {
+    if (out instanceof ToolOutcome.Succeeded s) {
+      return new ToolOutcome.Succeeded(s.operation(), s.result(), edit);
+    }
+    if (out instanceof ToolOutcome.Failed f) {
+      return new ToolOutcome.Failed(f.reason(), f.message(), f.operation(), edit);
+    }
+    if (out instanceof ToolOutcome.OutcomeUnknown u) {
+      return new ToolOutcome.OutcomeUnknown(u.operation(), u.pending(), edit);
+    }
+    return new ToolOutcome.AwaitingApproval(((ToolOutcome.AwaitingApproval) out).operation(), edit);
   }
 
   /** OutcomeOf maps the operation an Execute answered with to a ToolOutcome. */
@@ -341,18 +458,22 @@ public final class ToolRunner {
     if (!REFUSALS.contains(e.getReason())) {
       throw e;
     }
-    String message = e.getStatusMessage();
+    String message = ToolOutcome.refusalMessage(e.getReasonName(), e.getStatusMessage());
     String id = e.getMetadata().get("operation_id");
     if (op == null && id != null && !id.isEmpty()) {
-      boolean keyed = KEYED.contains(e.getReason());
       try {
         op = client.get(id).getOperation();
-        if (keyed) {
+        if (e.is(Reason.OPERATION_DUPLICATE)) {
+          message =
+              String.format(ToolOutcome.MESSAGE_OPERATION_DUPLICATE, ToolOutcome.stateWords(op.getState()));
+        } else if (KEYED.contains(e.getReason())
+            || (e.is(Reason.POLICY_DENIED) && op.getState() != State.STATE_REJECTED)) {
+          // (A POLICY_DENIED naming a REJECTED operation is this call's own, refused at its claim.)
           message = ToolOutcome.keyNamesEarlierCall(op.getState());
         }
       } catch (OpledgerException ignored) {
-        if (keyed) {
-          throw e; // the earlier call cannot be read now: not a final answer
+        if (NAMES_OTHER.contains(e.getReason())) {
+          throw e; // the other call cannot be read now: not a final answer
         }
       }
     }

@@ -423,4 +423,121 @@ class ServerFlowTest {
     }
     return n;
   }
+
+  // The policy flows, on the refund tool clients/run-server.sh adds
+  // (clients/testdata/policy_tools.yaml): EUR only, every call approved, two approvers above
+  // 1,000.00, amount_minor editable by an approver.
+
+  private static String refundKey(String invoiceId) {
+    return IdempotencyKeys.derive(
+        KeyParts.builder().conversation("java-" + invoiceId).round(1).toolCall("call_1").tool("refund").build());
+  }
+
+  /** Amounts lists the fake processor's charges of one invoice by amount. */
+  static List<Long> amounts(String invoiceId) throws IOException, InterruptedException {
+    HttpResponse<String> resp =
+        HttpClient.newHttpClient()
+            .send(
+                HttpRequest.newBuilder(URI.create(fakepay + "/charges")).GET().build(),
+                HttpResponse.BodyHandlers.ofString());
+    assertEquals(200, resp.statusCode());
+    List<Long> out = new ArrayList<>();
+    for (Value c : Args.fromJson(resp.body()).getFieldsOrThrow("data").getListValue().getValuesList()) {
+      Struct ch = c.getStructValue();
+      if (invoiceId.equals(ch.getFieldsOrThrow("invoice_id").getStringValue())) {
+        out.add((long) ch.getFieldsOrThrow("amount_minor").getNumberValue());
+      }
+    }
+    return out;
+  }
+
+  /**
+   * EditingApprover approves the call as made with amount_minor changed, as a person at a prompt
+   * would, and leaves an edited operation alone.
+   */
+  private static java.util.function.Consumer<Operation> editingApprover(long amount) {
+    return op -> {
+      if (!op.getSupersedes().isEmpty()) {
+        return;
+      }
+      Struct edited = op.getArgs().toBuilder().putFields("amount_minor", Args.value(amount)).build();
+      ApproveResponse resp = approver.approveEdited(op.getId(), op.getFingerprint(), edited, "less is enough");
+      assertEquals(State.STATE_REJECTED, resp.getOperation().getState());
+      assertEquals(resp.getEdited().getId(), resp.getOperation().getSupersededBy());
+    };
+  }
+
+  /**
+   * The runner follows an approver's edit ("the same, but 40.00 instead of 49.00") to the edited
+   * operation, runs it once, and tells the model what ran, never the original; the same call again
+   * and a check of the original's id answer the same.
+   */
+  @Test
+  void toolRunnerFollowsAnApproverEdit() throws Exception {
+    String inv = invoiceId();
+    String key = refundKey(inv);
+    ToolRunner runner =
+        ToolRunner.builder(agent).approvalWait(Duration.ofSeconds(30)).onApprovalRequired(editingApprover(4000)).build();
+    ToolOutcome out = runner.run("refund", invoice(inv, 4900), key);
+    ToolOutcome.Succeeded done = assertInstanceOf(ToolOutcome.Succeeded.class, out, out.forModel());
+    Edit edit = done.edit();
+    assertTrue(edit != null);
+    assertFalse(edit.supersedes().equals(done.operationId()), "the answer is the edited operation's");
+    assertEquals(edit.supersedes(), done.operation().getSupersedes());
+    assertEquals(4000.0, edit.args().getFieldsOrThrow("amount_minor").getNumberValue());
+    assertEquals(1, edit.changes().size());
+    assertEquals("amount_minor", edit.changes().get(0).field());
+    assertEquals(List.of(4000L), amounts(inv), "the edited amount ran, once");
+    Struct text = Args.fromJson(out.forModel());
+    assertEquals(done.operationId(), text.getFieldsOrThrow("operation_id").getStringValue());
+    String message =
+        text.getFieldsOrThrow("edited").getStructValue().getFieldsOrThrow("message").getStringValue();
+    assertTrue(message.startsWith("An approver changed amount_minor from 4900 to 4000; this ran: {"), message);
+
+    // The same call again (the ledger replays the original, whose Execute answers
+    // OPERATION_SUPERSEDED), and a check of the original's id: the same answer, no second charge.
+    assertEquals(out.forModel(), runner.run("refund", invoice(inv, 4900), key).forModel());
+    assertEquals(out.forModel(), runner.check(edit.supersedes()).forModel());
+    assertEquals(List.of(4000L), amounts(inv));
+    OpledgerException e = assertThrows(OpledgerException.class, () -> agent.execute(edit.supersedes()));
+    assertTrue(e.is(Reason.OPERATION_SUPERSEDED));
+    assertEquals(done.operationId(), e.getMetadata().get("superseded_by"));
+  }
+
+  /** An edit into a quorum is approved by the editor and still awaits a second approver. */
+  @Test
+  void toolRunnerEditIntoAQuorumAwaitsTheSecondApprover() throws Exception {
+    String inv = invoiceId();
+    ToolRunner runner =
+        ToolRunner.builder(agent).approvalWait(Duration.ofSeconds(1)).onApprovalRequired(editingApprover(150000)).build();
+    ToolOutcome out = runner.run("refund", invoice(inv, 4900), refundKey(inv));
+    ToolOutcome.AwaitingApproval waiting = assertInstanceOf(ToolOutcome.AwaitingApproval.class, out, out.forModel());
+    assertTrue(waiting.edit() != null);
+    assertEquals(waiting.edit().supersedes(), waiting.operation().getSupersedes());
+    assertEquals(2, waiting.operation().getApproval().getApprovalsNeeded());
+    assertEquals(1, waiting.operation().getApproval().getApprovalsCount(), "the editor's approval counts");
+    assertTrue(out.forModel().contains("An approver changed amount_minor from 4900 to 150000; this awaits approval: {"));
+    assertEquals(List.of(), amounts(inv));
+  }
+
+  /** A deny rule's refusal says its message and that the same call is refused again. */
+  @Test
+  void toolRunnerPolicyDeniedSaysItWillBeRefusedAgain() throws Exception {
+    String inv = invoiceId();
+    Struct args = Args.of(Map.of("invoice_id", inv, "amount_minor", 4900L, "currency", "USD"));
+    ToolRunner runner = ToolRunner.builder(agent).build();
+    for (int i = 0; i < 2; i++) {
+      ToolOutcome out = runner.run("refund", args, refundKey(inv));
+      ToolOutcome.Failed failed = assertInstanceOf(ToolOutcome.Failed.class, out, out.forModel());
+      assertEquals("POLICY_DENIED", failed.reason());
+      assertEquals(null, failed.operation(), "nothing was recorded");
+      assertTrue(failed.message().contains("refunds are paid in EUR only"), failed.message());
+      assertTrue(failed.message().contains("will be refused again"), failed.message());
+    }
+    ModelTool refund =
+        runner.modelTools().stream().filter(t -> t.name().equals("refund")).findFirst().orElseThrow();
+    assertTrue(refund.description().contains("\n\nPolicy: refused when"), refund.description());
+    assertTrue(refund.description().contains("an approver may edit amount_minor"));
+    assertEquals(List.of(), amounts(inv));
+  }
 }

@@ -56,17 +56,27 @@ class ToolRunnerTest {
                           f.containsFields("operation_id")
                               ? Operation.newBuilder().setId(TestData.str(v, "operation_id")).build()
                               : null;
+                      Edit edit = null;
+                      if (f.containsFields("edit")) {
+                        Struct e = f.getFieldsOrThrow("edit").getStructValue();
+                        edit =
+                            Edit.of(
+                                e.getFieldsOrThrow("supersedes").getStringValue(),
+                                e.getFieldsOrThrow("original_args").getStructValue(),
+                                e.getFieldsOrThrow("args").getStructValue());
+                      }
                       ToolOutcome out =
                           switch (TestData.str(v, "status")) {
                             case "succeeded" -> new ToolOutcome.Succeeded(
                                 op,
                                 f.containsFields("result")
                                     ? f.getFieldsOrThrow("result").getStructValue()
-                                    : Struct.getDefaultInstance());
+                                    : Struct.getDefaultInstance(),
+                                edit);
                             case "failed" -> new ToolOutcome.Failed(
-                                TestData.str(v, "reason"), TestData.str(v, "message"), op);
-                            case "outcome_unknown" -> new ToolOutcome.OutcomeUnknown(op, false);
-                            case "awaiting_approval" -> new ToolOutcome.AwaitingApproval(op);
+                                TestData.str(v, "reason"), TestData.str(v, "message"), op, edit);
+                            case "outcome_unknown" -> new ToolOutcome.OutcomeUnknown(op, false, edit);
+                            case "awaiting_approval" -> new ToolOutcome.AwaitingApproval(op, edit);
                             default -> throw new IllegalStateException(TestData.str(v, "status"));
                           };
                       assertEquals(TestData.str(v, "for_model"), out.forModel());
@@ -224,6 +234,34 @@ class ToolRunnerTest {
       String name = TestData.str(v, "state");
       State state = name.matches("\\d+") ? State.UNRECOGNIZED : State.valueOf(name);
       assertEquals(TestData.str(v, "message"), ToolOutcome.keyNamesEarlierCall(state));
+    }
+  }
+
+  /** The policy texts are every client's (the shared vectors). */
+  @Test
+  void policyTextVectors() throws IOException {
+    Struct root = TestData.shared("tool_outcomes.json");
+    List<Value> refusals = root.getFieldsOrThrow("refusal_messages").getListValue().getValuesList();
+    assertTrue(refusals.size() > 0);
+    for (Value v : refusals) {
+      assertEquals(
+          TestData.str(v, "for_model_message"),
+          ToolOutcome.refusalMessage(TestData.str(v, "reason"), TestData.str(v, "message")));
+    }
+    List<Value> dups = root.getFieldsOrThrow("operation_duplicate").getListValue().getValuesList();
+    assertTrue(dups.size() > 0);
+    for (Value v : dups) {
+      State state = State.valueOf(TestData.str(v, "state"));
+      assertEquals(
+          TestData.str(v, "message"),
+          String.format(ToolOutcome.MESSAGE_OPERATION_DUPLICATE, ToolOutcome.stateWords(state)));
+    }
+    List<Value> descs = root.getFieldsOrThrow("model_descriptions").getListValue().getValuesList();
+    assertTrue(descs.size() > 0);
+    for (Value v : descs) {
+      assertEquals(
+          TestData.str(v, "model_description"),
+          ModelTool.describe(TestData.str(v, "description"), TestData.str(v, "summary")));
     }
   }
 
