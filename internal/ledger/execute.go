@@ -224,6 +224,13 @@ func (l *Ledger) replayFinished(op Operation) (Operation, bool, error) {
 					"(Get it to see what will run); this one will never run", op.SupersededBy),
 				Metadata: map[string]string{"superseded_by": op.SupersededBy, "operation_id": op.ID}}
 		}
+		if op.ApprovalDecision != DecisionDeny {
+			// Rejected by a changed policy before anything was sent
+			// (OperationPolicyApply records no decision).
+			return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_POLICY_DENIED,
+				Message:  "the policy in force refused the operation before anything was sent (its event log names the rule); it will never run",
+				Metadata: map[string]string{"operation_id": op.ID}}
+		}
 		return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_REJECTED,
 			"an approver denied the operation")
 	case StateCancelled:

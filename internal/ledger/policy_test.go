@@ -234,7 +234,8 @@ func TestPolicyDenyAddedReachesPreparedOperation(t *testing.T) {
 	require.Equal(t, opledgerv1.EventType_EVENT_TYPE_POLICY_CHANGED, evs[len(evs)-1].GetType())
 	// Its replay says the same.
 	_, err = execute(c, w.agent, op.GetId(), 0)
-	requireStatus(t, err, codes.FailedPrecondition, "OPERATION_REJECTED")
+	requireStatus(t, err, codes.FailedPrecondition, "POLICY_DENIED")
+	require.Contains(t, err.Error(), "the policy in force refused the operation before anything was sent")
 
 	// An approver deciding on an operation the policy in force refuses is
 	// told so, and the operation is rejected.
@@ -419,4 +420,31 @@ func TestApproveWithEditJudgedAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, res.GetOperation().GetState())
 	require.EqualValues(t, 150000, w.env.Fakepay.Charges()[0].AmountMinor)
+}
+
+// TestPolicyDenyKeepsReplays: a repeated Prepare of a call recorded before
+// a deny rule was added is its replay, not a refusal; a new key is refused.
+func TestPolicyDenyKeepsReplays(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: policyTools("", "")})
+	old := w.env.StartServer(harness.ServerOptions{})
+	key, args := harness.Unique("idem"), emailArgs(t)
+	first, err := old.Client.Prepare(harness.Ctx(w.agent, key), &opledgerv1.PrepareRequest{Tool: "mail", Args: args, Execute: true})
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, first.GetOperation().GetState())
+	old.Stop()
+
+	w.env.ToolsYAML = policyTools("", `    deny:
+      - name: no_mail
+        when: "true"
+`)
+	c := w.env.StartServer(harness.ServerOptions{}).Client
+	again, err := c.Prepare(harness.Ctx(w.agent, key), &opledgerv1.PrepareRequest{Tool: "mail", Args: args, Execute: true})
+	require.NoError(t, err)
+	require.True(t, again.GetReplayed())
+	require.Equal(t, first.GetOperation().GetId(), again.GetOperation().GetId())
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, again.GetOperation().GetState())
+	_, err = c.Prepare(harness.Ctx(w.agent, harness.Unique("idem")), &opledgerv1.PrepareRequest{Tool: "mail", Args: args})
+	requireStatus(t, err, codes.FailedPrecondition, "POLICY_DENIED")
+	require.Len(t, w.env.Fakepay.Emails(), 1)
 }

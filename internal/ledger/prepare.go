@@ -173,6 +173,13 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 	}
 	j, err := judge(t, a, in.Args)
 	if err != nil {
+		// The policy refuses a new operation; a key that already names one
+		// (prepared before the policy changed) gets its replay, as ever.
+		asked := time.Now()
+		if existing, gerr := l.store.OperationGetByKey(ctx, a.Tenant, t.Name, in.IdempotencyKey); gerr == nil {
+			op, err := l.keyed(existing, fp, t.Name, asked)
+			return op, err == nil, none, err
+		}
 		return Operation{}, false, none, err
 	}
 	state := StateReady
@@ -249,16 +256,21 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 			return Operation{}, false, none, storeErr(err)
 		}
 	}
-	if existing.Fingerprint == fp {
-		l.obs.DuplicatePrevented("Prepare", t.Name, true)
-		l.remember(existing, asked)
-	}
+	op, err = l.keyed(existing, fp, t.Name, asked)
+	return op, err == nil, none, err
+}
+
+// keyed answers a Prepare whose key names existing: its replay when the
+// fingerprints match, else the key's reuse. asked is when existing was read.
+func (l *Ledger) keyed(existing Operation, fp, toolName string, asked time.Time) (Operation, error) {
 	if existing.Fingerprint != fp {
-		return Operation{}, false, none, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED,
+		return Operation{}, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED,
 			Message:  "this idempotency key was already used for a different request (args, tool version or method differ); use a new key for a new operation",
 			Metadata: map[string]string{"operation_id": existing.ID}}
 	}
-	return existing, true, none, nil
+	l.obs.DuplicatePrevented("Prepare", toolName, true)
+	l.remember(existing, asked)
+	return existing, nil
 }
 
 // checkArgs canonicalises args and checks them against t's schema and the
