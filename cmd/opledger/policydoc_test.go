@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -98,4 +99,59 @@ func TestPolicyDocWorkedExample(t *testing.T) {
 	charges := env.Fakepay.Charges()
 	require.Len(t, charges, 4)
 	require.EqualValues(t, 90000, charges[3].AmountMinor)
+}
+
+// TestBudgetDocWorkedExample runs docs/policy.md's budget example as
+// written: its tools file served by a real `opledger serve`, and each row of
+// its table of calls.
+func TestBudgetDocWorkedExample(t *testing.T) {
+	t.Parallel()
+	_, file, _, _ := runtime.Caller(0)
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "docs", "policy.md"))
+	require.NoError(t, err)
+	toolsYAML := docBlock(t, string(raw), "## Worked example: a refund budget", "yaml")
+
+	env := harness.New(t, harness.Options{ToolsYAML: []byte(toolsYAML)})
+	c := env.StartProcess(harness.ProcessOptions{}).Client
+	agent := env.Key("acme", "agent")
+	refund := func(order, customer string, amount float64) (*opledgerv1.PrepareResponse, error) {
+		args, err := structpb.NewStruct(map[string]any{"order_id": order, "customer_id": customer, "amount_minor": amount, "currency": "EUR"})
+		require.NoError(t, err)
+		return c.Prepare(harness.Ctx(agent, harness.Unique("refund")), &opledgerv1.PrepareRequest{Tool: "refund_order", Args: args, Execute: true})
+	}
+	refused := func(err error, code codes.Code, reason string) *errdetails.ErrorInfo {
+		t.Helper()
+		st, _ := status.FromError(err)
+		require.Equal(t, code, st.Code(), "%v", err)
+		for _, d := range st.Details() {
+			if i, ok := d.(*errdetails.ErrorInfo); ok {
+				require.Equal(t, reason, i.GetReason())
+				return i
+			}
+		}
+		t.Fatalf("no ErrorInfo in %v", err)
+		return nil
+	}
+	var first string
+	for i := 1; i <= 3; i++ {
+		resp, err := refund(fmt.Sprintf("order-%d", i), "c-1", 10000)
+		require.NoError(t, err)
+		require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
+		if i == 1 {
+			first = resp.GetOperation().GetId()
+		}
+	}
+	_, err = refund("order-4", "c-1", 10000)
+	info := refused(err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+	require.Equal(t, map[string]string{"limit": "refunds_per_customer", "scope": "c-1", "window": "1h0m0s"}, info.GetMetadata())
+	_, err = refund("order-1", "c-2", 10000)
+	info = refused(err, codes.AlreadyExists, "OPERATION_DUPLICATE")
+	require.Equal(t, first, info.GetMetadata()["operation_id"])
+	_, err = refund("order-5", "c-2", 25000)
+	info = refused(err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+	require.Equal(t, "daily_refund_total", info.GetMetadata()["limit"])
+	resp, err := refund("order-6", "c-2", 20000)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
+	require.Len(t, env.Fakepay.Charges(), 4)
 }

@@ -395,3 +395,23 @@ func TestIdentityFreedWithoutEffect(t *testing.T) {
 	requireStatus(t, err, codes.AlreadyExists, "OPERATION_DUPLICATE")
 	require.Contains(t, err.Error(), fmt.Sprintf("operation %s", op.GetId()))
 }
+
+// TestIdentityThatCannotBeEvaluated: a call whose identity expression fails
+// (a missing field) is refused ARGS_INVALID naming the rule, nothing stored.
+func TestIdentityThatCannotBeEvaluated(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: []byte(strings.Replace(string(budgetTools("")),
+		"    approval: {required: true, ttl: 15m}\n", "    approval: {required: true, ttl: 15m}\n    identity: {key: args.invoice_id, window: 1h}\n", 1))})
+	c := w.env.StartServer(harness.ServerOptions{}).Client
+	key := harness.Unique("idem")
+	args, err := structpb.NewStruct(map[string]any{"customer_id": "c", "amount_minor": 100.0, "currency": "EUR"})
+	require.NoError(t, err)
+	_, err = c.Prepare(harness.Ctx(w.agent, key), &opledgerv1.PrepareRequest{Tool: "payout", Args: args})
+	requireStatus(t, err, codes.InvalidArgument, "ARGS_INVALID")
+	require.Equal(t, "identity.key", errorInfo(t, err).GetMetadata()["rule"])
+	// Nothing was stored under the key.
+	args.Fields["invoice_id"] = structpb.NewStringValue(harness.Unique("INV"))
+	resp, err := c.Prepare(harness.Ctx(w.agent, key), &opledgerv1.PrepareRequest{Tool: "payout", Args: args})
+	require.NoError(t, err)
+	require.False(t, resp.GetReplayed())
+}
