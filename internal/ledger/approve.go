@@ -91,6 +91,10 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 		needed := max(q.needed, 1)
 		st.ApprovalsNeeded, st.PolicyDigest, st.ApprovalRule, st.ApprovalTTL = &needed, q.digest, q.rule, q.ttl
 		out, err = c.OperationDecide(ctx, st)
+		if err == nil && d.to == StateReady {
+			// A lapsed approval released the operation's budget shares.
+			err = l.reserveAgain(ctx, c, out)
+		}
 		if errors.Is(err, store.ErrNotFound) && d.onlyIfLapsed != nil {
 			// The approval in force was not lapsed (or the operation was
 			// sent): the rule for an approval in force applies.

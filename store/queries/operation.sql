@@ -547,7 +547,9 @@ SELECT statement_timestamp()::timestamptz AS now;
 -- row's newest version, so reservations never together exceed the limit
 -- (the caller commits the reservation with the operation it is for, in one
 -- transaction). fits says whether the share fitted (always true without
--- force). Expired entries are dropped as the row is rewritten.
+-- force). Expired entries are dropped as the row is rewritten. An
+-- operation that holds a share already (an approval renewing one whose
+-- share was never released) changes nothing and is admitted.
 INSERT INTO budget AS b (tenant, name, scope, uses)
 SELECT sqlc.arg(tenant)::text, sqlc.arg(name)::text, sqlc.arg(scope)::text,
        jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text, 'at', extract(epoch FROM statement_timestamp())::float8,
@@ -556,10 +558,12 @@ WHERE sqlc.arg(force)::boolean
    OR (sqlc.arg(max_count)::integer <> 0 OR sqlc.arg(has_sum)::boolean)
       AND (NOT sqlc.arg(has_sum)::boolean OR sqlc.arg(amount)::float8 <= sqlc.arg(max_sum)::float8)
 ON CONFLICT (tenant, name, scope) DO UPDATE SET
-    uses = COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
-                     WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8), '[]'::jsonb)
-           || EXCLUDED.uses
-WHERE (SELECT count(*) FROM jsonb_array_elements(b.uses) e
+    uses = CASE WHEN b.uses @> jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text)) THEN b.uses
+           ELSE COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
+                          WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8), '[]'::jsonb)
+                || EXCLUDED.uses END
+WHERE b.uses @> jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text))
+   OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
        WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8) < sqlc.arg(max_uses)::integer
   AND (sqlc.arg(force)::boolean
    OR (sqlc.arg(max_count)::integer = 0

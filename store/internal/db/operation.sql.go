@@ -55,10 +55,12 @@ WHERE $6::boolean
    OR ($7::integer <> 0 OR $8::boolean)
       AND (NOT $8::boolean OR $5::float8 <= $9::float8)
 ON CONFLICT (tenant, name, scope) DO UPDATE SET
-    uses = COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
-                     WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8), '[]'::jsonb)
-           || EXCLUDED.uses
-WHERE (SELECT count(*) FROM jsonb_array_elements(b.uses) e
+    uses = CASE WHEN b.uses @> jsonb_build_array(jsonb_build_object('op', $4::text)) THEN b.uses
+           ELSE COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
+                          WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8), '[]'::jsonb)
+                || EXCLUDED.uses END
+WHERE b.uses @> jsonb_build_array(jsonb_build_object('op', $4::text))
+   OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
        WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8) < $11::integer
   AND ($6::boolean
    OR ($7::integer = 0
@@ -97,7 +99,9 @@ type BudgetReserveParams struct {
 // row's newest version, so reservations never together exceed the limit
 // (the caller commits the reservation with the operation it is for, in one
 // transaction). fits says whether the share fitted (always true without
-// force). Expired entries are dropped as the row is rewritten.
+// force). Expired entries are dropped as the row is rewritten. An
+// operation that holds a share already (an approval renewing one whose
+// share was never released) changes nothing and is admitted.
 func (q *Queries) BudgetReserve(ctx context.Context, db DBTX, arg BudgetReserveParams) (bool, error) {
 	row := db.QueryRow(ctx, budgetReserve,
 		arg.Tenant,
