@@ -15,6 +15,9 @@ CREATE TABLE budget (
     name   text NOT NULL,
     scope  text NOT NULL,
     uses   jsonb NOT NULL,
+    -- The limit's window when last reserved: the pruner deletes a budget
+    -- none of whose entries is within it.
+    window_seconds float8 NOT NULL,
     PRIMARY KEY (tenant, name, scope)
 );
 

@@ -550,10 +550,11 @@ SELECT statement_timestamp()::timestamptz AS now;
 -- force). Expired entries are dropped as the row is rewritten. An
 -- operation that holds a share already (an approval renewing one whose
 -- share was never released) changes nothing and is admitted.
-INSERT INTO budget AS b (tenant, name, scope, uses)
+INSERT INTO budget AS b (tenant, name, scope, uses, window_seconds)
 SELECT sqlc.arg(tenant)::text, sqlc.arg(name)::text, sqlc.arg(scope)::text,
        jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text, 'at', extract(epoch FROM statement_timestamp())::float8,
-                                            'amount', sqlc.arg(amount)::float8))
+                                            'amount', sqlc.arg(amount)::float8)),
+       sqlc.arg(window_seconds)::float8
 WHERE sqlc.arg(force)::boolean
    OR (sqlc.arg(max_count)::integer <> 0 OR sqlc.arg(has_sum)::boolean)
       AND (NOT sqlc.arg(has_sum)::boolean OR sqlc.arg(amount)::float8 <= sqlc.arg(max_sum)::float8)
@@ -561,7 +562,8 @@ ON CONFLICT (tenant, name, scope) DO UPDATE SET
     uses = CASE WHEN b.uses @> jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text)) THEN b.uses
            ELSE COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
                           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8), '[]'::jsonb)
-                || EXCLUDED.uses END
+                || EXCLUDED.uses END,
+    window_seconds = EXCLUDED.window_seconds
 WHERE b.uses @> jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text))
    OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
        WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8) < sqlc.arg(max_uses)::integer
@@ -608,3 +610,29 @@ RETURNING i.operation_id;
 -- The operation holding a business identity.
 SELECT i.operation_id FROM operation_identity i
 WHERE i.tenant = sqlc.arg(tenant) AND i.tool = sqlc.arg(tool) AND i.identity = sqlc.arg(identity);
+
+-- name: BudgetPrune :execrows
+-- Deletes up to batch_size budgets none of whose entries is within its
+-- window any more (nothing they hold counts), and emptied ones. SKIP
+-- LOCKED leaves a budget a reservation holds; a reservation after the
+-- delete starts the budget afresh, which holds the same (nothing).
+DELETE FROM budget
+WHERE (tenant, name, scope) IN (
+    SELECT p.tenant, p.name, p.scope FROM budget p
+    WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p.uses) e
+                      WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - p.window_seconds)
+    LIMIT sqlc.arg(batch_size)
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: IdentityPrune :execrows
+-- Deletes up to batch_size business identities that are free (their
+-- operation ended without effect, or took effect longer than the window
+-- ago): a Prepare of one starts it afresh, as it would take it over.
+DELETE FROM operation_identity
+WHERE (tenant, tool, identity) IN (
+    SELECT p.tenant, p.tool, p.identity FROM operation_identity p
+    WHERE p.free_at < statement_timestamp()
+    LIMIT sqlc.arg(batch_size)
+    FOR UPDATE SKIP LOCKED
+);

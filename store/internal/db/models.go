@@ -19,10 +19,11 @@ type ApprovalNotification struct {
 }
 
 type Budget struct {
-	Tenant string
-	Name   string
-	Scope  string
-	Uses   []byte
+	Tenant        string
+	Name          string
+	Scope         string
+	Uses          []byte
+	WindowSeconds float64
 }
 
 type ConsoleSession struct {

@@ -46,33 +46,58 @@ func (q *Queries) BudgetGet(ctx context.Context, db DBTX, arg BudgetGetParams) (
 	return i, err
 }
 
+const budgetPrune = `-- name: BudgetPrune :execrows
+DELETE FROM budget
+WHERE (tenant, name, scope) IN (
+    SELECT p.tenant, p.name, p.scope FROM budget p
+    WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p.uses) e
+                      WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - p.window_seconds)
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+// Deletes up to batch_size budgets none of whose entries is within its
+// window any more (nothing they hold counts), and emptied ones. SKIP
+// LOCKED leaves a budget a reservation holds; a reservation after the
+// delete starts the budget afresh, which holds the same (nothing).
+func (q *Queries) BudgetPrune(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
+	result, err := db.Exec(ctx, budgetPrune, batchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const budgetReserve = `-- name: BudgetReserve :one
-INSERT INTO budget AS b (tenant, name, scope, uses)
+INSERT INTO budget AS b (tenant, name, scope, uses, window_seconds)
 SELECT $1::text, $2::text, $3::text,
        jsonb_build_array(jsonb_build_object('op', $4::text, 'at', extract(epoch FROM statement_timestamp())::float8,
-                                            'amount', $5::float8))
-WHERE $6::boolean
-   OR ($7::integer <> 0 OR $8::boolean)
-      AND (NOT $8::boolean OR $5::float8 <= $9::float8)
+                                            'amount', $5::float8)),
+       $6::float8
+WHERE $7::boolean
+   OR ($8::integer <> 0 OR $9::boolean)
+      AND (NOT $9::boolean OR $5::float8 <= $10::float8)
 ON CONFLICT (tenant, name, scope) DO UPDATE SET
     uses = CASE WHEN b.uses @> jsonb_build_array(jsonb_build_object('op', $4::text)) THEN b.uses
            ELSE COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
-                          WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8), '[]'::jsonb)
-                || EXCLUDED.uses END
+                          WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8), '[]'::jsonb)
+                || EXCLUDED.uses END,
+    window_seconds = EXCLUDED.window_seconds
 WHERE b.uses @> jsonb_build_array(jsonb_build_object('op', $4::text))
    OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
-       WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8) < $11::integer
-  AND ($6::boolean
-   OR ($7::integer = 0
+       WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8) < $11::integer
+  AND ($7::boolean
+   OR ($8::integer = 0
        OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
-           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8) + 1 <= $7::integer)
-      AND (NOT $8::boolean
+           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8) + 1 <= $8::integer)
+      AND (NOT $9::boolean
        OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e
-           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8)
-          + $5::float8 <= $9::float8))
-RETURNING (($7::integer = 0 OR jsonb_array_length(b.uses) <= $7::integer)
-           AND (NOT $8::boolean
-                OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e) <= $9::float8))::boolean AS fits
+           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8)
+          + $5::float8 <= $10::float8))
+RETURNING (($8::integer = 0 OR jsonb_array_length(b.uses) <= $8::integer)
+           AND (NOT $9::boolean
+                OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e) <= $10::float8))::boolean AS fits
 `
 
 type BudgetReserveParams struct {
@@ -81,11 +106,11 @@ type BudgetReserveParams struct {
 	Scope         string
 	OpID          string
 	Amount        float64
+	WindowSeconds float64
 	Force         bool
 	MaxCount      int32
 	HasSum        bool
 	MaxSum        float64
-	WindowSeconds float64
 	MaxUses       int32
 }
 
@@ -109,11 +134,11 @@ func (q *Queries) BudgetReserve(ctx context.Context, db DBTX, arg BudgetReserveP
 		arg.Scope,
 		arg.OpID,
 		arg.Amount,
+		arg.WindowSeconds,
 		arg.Force,
 		arg.MaxCount,
 		arg.HasSum,
 		arg.MaxSum,
-		arg.WindowSeconds,
 		arg.MaxUses,
 	)
 	var fits bool
@@ -153,6 +178,27 @@ func (q *Queries) IdentityHolder(ctx context.Context, db DBTX, arg IdentityHolde
 	var operation_id string
 	err := row.Scan(&operation_id)
 	return operation_id, err
+}
+
+const identityPrune = `-- name: IdentityPrune :execrows
+DELETE FROM operation_identity
+WHERE (tenant, tool, identity) IN (
+    SELECT p.tenant, p.tool, p.identity FROM operation_identity p
+    WHERE p.free_at < statement_timestamp()
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+// Deletes up to batch_size business identities that are free (their
+// operation ended without effect, or took effect longer than the window
+// ago): a Prepare of one starts it afresh, as it would take it over.
+func (q *Queries) IdentityPrune(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
+	result, err := db.Exec(ctx, identityPrune, batchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const identityReserve = `-- name: IdentityReserve :one
