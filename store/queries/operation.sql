@@ -116,22 +116,26 @@ ORDER BY seq;
 -- costs one round trip. That row comes from the statement's snapshot: if a
 -- concurrent claim won, it may still read READY, and the caller simply tries
 -- again. db_now is the database's clock, against which the caller judges the
--- lease and the approval it reads.
+-- lease and the approval it reads. Its clock is statement_timestamp(), as
+-- its event's is: with the extended protocol a transaction (now()) starts
+-- at the Bind, before the Execute, so a clock that steps between the two
+-- would judge the approval at one instant and log the claim at another
+-- (the chaos suite's database clock step found it).
 WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
         fence = o.fence + 1,
         attempts = o.attempts + 1,
         lease_owner = sqlc.arg(lease_owner),
-        lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
-        next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
-        first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        lease_expires_at = statement_timestamp() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        next_reconcile_at = statement_timestamp() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
-           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+           OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
       AND (NOT sqlc.arg(require_policy_current)::boolean OR o.first_sent_fence IS NOT NULL
            OR o.policy_digest = ANY (sqlc.arg(policy_digests)::text[]))
     RETURNING o.*
@@ -139,9 +143,9 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT upd.*, true AS claimed, now()::timestamptz AS db_now FROM upd
+SELECT upd.*, true AS claimed, statement_timestamp()::timestamptz AS db_now FROM upd
 UNION ALL
-SELECT g.*, false AS claimed, now()::timestamptz AS db_now FROM operation g
+SELECT g.*, false AS claimed, statement_timestamp()::timestamptz AS db_now FROM operation g
 WHERE g.id = sqlc.arg(id) AND g.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
 
 -- name: OperationClaimKnown :many
@@ -160,15 +164,15 @@ WITH upd AS (
         fence = o.fence + 1,
         attempts = o.attempts + 1,
         lease_owner = sqlc.arg(lease_owner),
-        lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
-        next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
-        first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        lease_expires_at = statement_timestamp() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        next_reconcile_at = statement_timestamp() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
-           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+           OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
       AND (NOT sqlc.arg(require_policy_current)::boolean OR o.first_sent_fence IS NOT NULL
            OR o.policy_digest = ANY (sqlc.arg(policy_digests)::text[]))
     RETURNING o.id, o.state, o.fence, o.attempts, o.lease_owner, o.lease_expires_at, o.next_reconcile_at,
@@ -177,7 +181,7 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, now()::timestamptz AS db_now FROM upd;
+SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, statement_timestamp()::timestamptz AS db_now FROM upd;
 
 -- name: OperationTakeOver :one
 -- Takes over an operation in from_state (the state machine's: EXECUTING)

@@ -249,15 +249,15 @@ WITH upd AS (
         fence = o.fence + 1,
         attempts = o.attempts + 1,
         lease_owner = $2,
-        lease_expires_at = now() + make_interval(secs => $3::float8),
-        next_reconcile_at = now() + make_interval(secs => $3::float8),
-        first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        lease_expires_at = statement_timestamp() + make_interval(secs => $3::float8),
+        next_reconcile_at = statement_timestamp() + make_interval(secs => $3::float8),
+        first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = $4 AND o.tenant IS NOT DISTINCT FROM $5 AND o.state = $6::text
       AND (NOT $7::boolean OR NOT o.approval_required
-           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+           OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
       AND (NOT $8::boolean OR o.first_sent_fence IS NOT NULL
            OR o.policy_digest = ANY ($9::text[]))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity
@@ -265,9 +265,9 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $10::text, $11, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, upd.approvals_needed, upd.approvals, upd.policy_digest, upd.approval_rule, upd.supersedes, upd.superseded_by, upd.budget_names, upd.budget_scopes, upd.identity, true AS claimed, now()::timestamptz AS db_now FROM upd
+SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, upd.approvals_needed, upd.approvals, upd.policy_digest, upd.approval_rule, upd.supersedes, upd.superseded_by, upd.budget_names, upd.budget_scopes, upd.identity, true AS claimed, statement_timestamp()::timestamptz AS db_now FROM upd
 UNION ALL
-SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, g.approvals_needed, g.approvals, g.policy_digest, g.approval_rule, g.supersedes, g.superseded_by, g.budget_names, g.budget_scopes, g.identity, false AS claimed, now()::timestamptz AS db_now FROM operation g
+SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, g.approvals_needed, g.approvals, g.policy_digest, g.approval_rule, g.supersedes, g.superseded_by, g.budget_names, g.budget_scopes, g.identity, false AS claimed, statement_timestamp()::timestamptz AS db_now FROM operation g
 WHERE g.id = $4 AND g.tenant IS NOT DISTINCT FROM $5 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
@@ -350,7 +350,11 @@ type OperationClaimRow struct {
 // costs one round trip. That row comes from the statement's snapshot: if a
 // concurrent claim won, it may still read READY, and the caller simply tries
 // again. db_now is the database's clock, against which the caller judges the
-// lease and the approval it reads.
+// lease and the approval it reads. Its clock is statement_timestamp(), as
+// its event's is: with the extended protocol a transaction (now()) starts
+// at the Bind, before the Execute, so a clock that steps between the two
+// would judge the approval at one instant and log the claim at another
+// (the chaos suite's database clock step found it).
 func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClaimParams) ([]OperationClaimRow, error) {
 	rows, err := db.Query(ctx, operationClaim,
 		arg.ToState,
@@ -436,15 +440,15 @@ WITH upd AS (
         fence = o.fence + 1,
         attempts = o.attempts + 1,
         lease_owner = $2,
-        lease_expires_at = now() + make_interval(secs => $3::float8),
-        next_reconcile_at = now() + make_interval(secs => $3::float8),
-        first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        lease_expires_at = statement_timestamp() + make_interval(secs => $3::float8),
+        next_reconcile_at = statement_timestamp() + make_interval(secs => $3::float8),
+        first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = $4 AND o.tenant IS NOT DISTINCT FROM $5 AND o.state = $6::text
       AND (NOT $7::boolean OR NOT o.approval_required
-           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+           OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
       AND (NOT $8::boolean OR o.first_sent_fence IS NOT NULL
            OR o.policy_digest = ANY ($9::text[]))
     RETURNING o.id, o.state, o.fence, o.attempts, o.lease_owner, o.lease_expires_at, o.next_reconcile_at,
@@ -453,7 +457,7 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT upd.id, upd.events, $10::text, $11, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
 )
-SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, now()::timestamptz AS db_now FROM upd
+SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, statement_timestamp()::timestamptz AS db_now FROM upd
 `
 
 type OperationClaimKnownParams struct {
