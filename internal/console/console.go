@@ -506,6 +506,10 @@ type detail struct {
 	// PreparedBy names the principal that prepared it (the PREPARED
 	// event's actor).
 	PreparedBy string
+	// DecidedBy names the principal of the operation's decision (the
+	// last APPROVED or DENIED event's actor): the operation carries only
+	// its id, which people do not read.
+	DecidedBy string
 }
 
 // flashes are what the page says after a decision or a resolution, and the
@@ -543,8 +547,11 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 	v := viewOf(op, op.DBNow) // the database's clock when it was read, as its times are
 	d := detail{Op: v, Events: evs, SelfMade: op.PreparedBy == s.actor.ID}
 	for _, e := range evs {
-		if e.Type == string(ledger.EventPrepared) {
+		switch ledger.Event(e.Type) {
+		case ledger.EventPrepared:
 			d.PreparedBy = e.Actor
+		case ledger.EventApproved, ledger.EventDenied:
+			d.DecidedBy = e.Actor
 		}
 	}
 	if f, ok := flashes[r.URL.Query().Get("done")]; ok && flash == "" && p == nil {
