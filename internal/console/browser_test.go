@@ -22,7 +22,7 @@ import (
 // screenshots, when set, is where TestBrowserApprovesOnce saves its
 // screenshots of the list and the detail view (docs/console.md):
 //
-//	go test ./console -run TestBrowserApprovesOnce -screenshots ../docs/console
+//	go test ./internal/console -run TestBrowserApprovesOnce -screenshots "$PWD/docs/console"
 var screenshots = flag.String("screenshots", "", "directory for the console's screenshots (empty: none)")
 
 // chromium finds a Chromium binary: $OPLEDGER_CHROMIUM, /usr/bin/chromium
