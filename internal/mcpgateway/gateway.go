@@ -51,7 +51,9 @@ type Options struct {
 	// Version is reported as the MCP server's version.
 	Version string
 	// Logger receives JSON logs (never arguments or raw keys); stdio mode
-	// must not log to standard output.
+	// must not log to standard output. The gateway adds "component" to
+	// every line ("mcp" for its own, "go-sdk" for the SDK's), so Logger
+	// must not carry one (slog would write the key twice).
 	Logger *slog.Logger
 }
 
@@ -60,7 +62,8 @@ type Options struct {
 type Gateway struct {
 	ledger   *client.Client
 	opts     Options
-	log      *slog.Logger
+	log      *slog.Logger // the gateway's own lines: component "mcp"
+	sdkLog   *slog.Logger // the go-sdk's lines: component "go-sdk"
 	server   *mcp.Server
 	sessions *sessionKeys
 	tools    []*opledgerv1.Tool
@@ -102,9 +105,10 @@ func New(ctx context.Context, ledger *client.Client, opts Options) (*Gateway, er
 	if err != nil {
 		return nil, fmt.Errorf("listing the ledger's tools: %w", err)
 	}
-	g := &Gateway{ledger: ledger, opts: opts, log: log, sessions: newSessionKeys()}
+	g := &Gateway{ledger: ledger, opts: opts, log: log.With("component", "mcp"), sdkLog: log.With("component", "go-sdk"),
+		sessions: newSessionKeys()}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "opledger", Title: "opledger MCP gateway", Version: opts.Version},
-		&mcp.ServerOptions{Instructions: instructions, Logger: log.With("component", "go-sdk")})
+		&mcp.ServerOptions{Instructions: instructions, Logger: g.sdkLog})
 	for _, t := range resp.GetTools() {
 		if !t.GetCurrent() {
 			continue
@@ -150,7 +154,7 @@ func (g *Gateway) HTTPHandler(token string) http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, &mcp.StreamableHTTPOptions{
 		SessionTimeout: g.opts.SessionTimeout,
 		EventStore:     mcp.NewMemoryEventStore(nil),
-		Logger:         g.log.With("component", "go-sdk"),
+		Logger:         g.sdkLog,
 	})
 	var next http.Handler = h
 	if token != "" {
