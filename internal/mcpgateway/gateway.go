@@ -9,6 +9,7 @@
 package mcpgateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -156,7 +157,8 @@ func (g *Gateway) HTTPHandler(token string) http.Handler {
 		EventStore:     mcp.NewMemoryEventStore(nil),
 		Logger:         g.sdkLog,
 	})
-	var next http.Handler = h
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(unnamedPrime{w}, r) })
+	var next http.Handler = inner
 	if token != "" {
 		want := []byte("Bearer " + token)
 		next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -166,11 +168,40 @@ func (g *Gateway) HTTPHandler(token string) http.Handler {
 				http.Error(w, "unauthorized: send Authorization: Bearer <token>", http.StatusUnauthorized)
 				return
 			}
-			h.ServeHTTP(w, r)
+			inner.ServeHTTP(w, r)
 		})
 	}
 	return http.NewCrossOriginProtection().Handler(next)
 }
+
+// primeName is how the go-sdk (v1.8, and its main branch) begins the
+// priming event it sends first on a response stream under protocol
+// 2025-11-25 (SEP-1699): an event id with empty data, so that a client that
+// loses the stream can resume it from there.
+var primeName = []byte("event: prime\n")
+
+// unnamedPrime writes the go-sdk's priming event without its name, as the
+// specification describes it ("an event ID and an empty data field",
+// 2025-11-25, transports §2.1.6), so it is an ordinary "message" event. The
+// Python mcp client (2.3) reads only "message" events: it logged "Unknown
+// SSE event: prime" for every request and dropped the event's id. The go-sdk
+// client skips any event with empty data, named or not. Every other write
+// (the go-sdk writes one event per Write) passes unchanged; Unwrap keeps
+// flushing working (http.ResponseController).
+type unnamedPrime struct{ http.ResponseWriter }
+
+func (w unnamedPrime) Write(p []byte) (int, error) {
+	if rest, ok := bytes.CutPrefix(p, primeName); ok && bytes.HasSuffix(rest, []byte("data: \n\n")) {
+		if _, err := w.ResponseWriter.Write(rest); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap is the writer underneath, for http.ResponseController.
+func (w unnamedPrime) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // mcpTool describes a ledger tool to MCP clients: its JSON Schema as the
 // input schema, and annotations from its effect.
