@@ -60,9 +60,10 @@ bin/mcp-venv/.installed: internal/mcpgateway/testdata/requirements.txt
 test-clients:
 	clients/test.sh
 
-## test-outside: each client installed the way docs/clients/*.md says, in a scratch project
-## outside the repository, running its quick start against a real server (one charge, one typed
-## error); CI runs it after `make test` (clients/outside-test.sh).
+## test-outside: each client installed the way docs/clients/*.md says, and each framework adapter
+## the way docs/integrations/*.md says, in a scratch project outside the repository, running its
+## quick start against a real server (one charge, and one typed error or the model's answer); CI
+## runs it after `make test` (clients/outside-test.sh).
 test-outside:
 	clients/outside-test.sh
 
