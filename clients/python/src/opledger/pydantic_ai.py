@@ -45,6 +45,7 @@ from .runner import (
     ModelTool,
     ToolOutcome,
     ToolRunner,
+    decision_message,
     model_tools_of,
 )
 
@@ -121,20 +122,6 @@ def tools(client: Client, *, key: Optional[KeyFunc] = None, execute_wait: float 
     """tools is every current tool of the ledger (ListTools), and check_operation, as Pydantic AI
     tools. With an AsyncClient, build the list with ``tool()`` over ``await AsyncToolRunner(c).model_tools()``."""
     return [tool(client, t, key=key, execute_wait=execute_wait) for t in model_tools_of(client.list_tools())]
-
-
-def decision_message(op: ledger_pb2.Operation) -> Optional[str]:
-    """decision_message is what the model is told about a call nobody will run: a denial (with the
-    approver's reason) or a cancellation; None for any other state."""
-    if op.state == ledger_pb2.STATE_REJECTED:
-        reason = op.approval.reason
-        return (
-            f"An approver denied {op.tool} (operation {op.id})" + (f": {reason}" if reason else "")
-            + ". Nothing happened. Tell the user; do not try to get around the decision."
-        )
-    if op.state == ledger_pb2.STATE_CANCELLED:
-        return f"{op.tool} (operation {op.id}) was cancelled before it ran. Nothing happened. Tell the user."
-    return None
 
 
 def _decision(op: Optional[ledger_pb2.Operation]) -> Union[ToolApproved, ToolDenied, None]:
