@@ -56,6 +56,8 @@ export {
   operationErrorReason,
 } from "./runner";
 export type { ToolOutcome, ToolRunnerOptions, ModelTool } from "./runner";
+export { decisionMessage, decisionOf, callKey, recordedCall, toldModel } from "./adapters";
+export type { LedgerDecision } from "./adapters";
 // The generated messages, enums and service descriptor (from gen/ts).
 export * from "./gen/opledger/v1/ledger_pb";
 export { Code } from "@connectrpc/connect";
