@@ -93,6 +93,34 @@ def charges():
     return count
 
 
+@pytest.fixture()
+def amounts(fakepay_url):
+    """amounts(invoice_id) lists the fake processor's charges of one invoice by amount."""
+
+    def of(invoice_id: str) -> list:
+        with urllib.request.urlopen(fakepay_url + "/charges", timeout=10) as resp:
+            data = json.load(resp)["data"]
+        return [ch["amount_minor"] for ch in data if ch.get("invoice_id") == invoice_id]
+
+    return of
+
+
+@pytest.fixture()
+def edit(approver):
+    """edit(operation_id, amount_minor) approves the operation with amount_minor changed, as a person
+    at the console would (the approver's key; the refund tool of clients/testdata/policy_tools.yaml
+    lets an approver edit amount_minor), and returns the edited operation."""
+
+    def approve_edited(operation_id: str, amount_minor: int):
+        op = approver.get(operation_id).operation
+        edited = {**opledger.struct_to_dict(op.args), "amount_minor": amount_minor}
+        resp = approver.approve_edited(op.id, op.fingerprint, edited, "less is enough")
+        assert resp.operation.superseded_by == resp.edited.id
+        return resp.edited
+
+    return approve_edited
+
+
 @pytest.fixture(scope="session")
 def vectors():
     path = Path(os.environ.get("OPLEDGER_VECTORS", REPO / "clients" / "go" / "fingerprint" / "testdata" / "vectors.json"))

@@ -129,3 +129,56 @@ def test_a_run_without_a_thread_fails_loudly(agent, emails):
     with pytest.raises(ValueError, match="thread_id"):
         g.compile().invoke({"messages": [("user", "Mail them.")]})
     assert emails(to) == 0
+
+
+def test_approved_with_edit_runs_the_edited_call_and_tells_the_model(agent, edit, amounts):
+    args = {"invoice_id": "INV-lg-" + uuid.uuid4().hex[:8], "amount_minor": 4900, "currency": "EUR"}
+    graph = _graph(agent, "refund", args)
+    config = {"configurable": {"thread_id": "thread-" + uuid.uuid4().hex[:8]}}
+    first = graph.invoke({"messages": [("user", "Refund the invoice.")]}, config)
+    op_id = first["__interrupt__"][0].value["operation_id"]
+    interrupted = graph.get_state(config)
+    edited = edit(op_id, 4000)  # "the same, but 40.00": the call as made is REJECTED, superseded
+
+    done = graph.invoke(Command(resume=True), config)
+    answer = json.loads(_told(done))
+    assert answer["status"] == "succeeded" and answer["operation_id"] == edited.id, _told(done)
+    assert answer["edited"]["supersedes"] == op_id and answer["edited"]["args"]["amount_minor"] == 4000
+    assert answer["edited"]["message"].startswith("An approver changed amount_minor from 4900 to 4000; this ran: {")
+    assert _told(done) == opledger.ToolRunner(agent).check(op_id).for_model(), "the runner's words"
+    assert amounts(args["invoice_id"]) == [4000], "the edited amount, once"
+    again = graph.invoke(Command(resume=True), interrupted.config)  # a retried worker
+    assert json.loads(_told(again)) == answer
+    assert amounts(args["invoice_id"]) == [4000]
+
+
+def test_edit_into_a_quorum_interrupts_for_the_second_approver(agent, edit, amounts):
+    args = {"invoice_id": "INV-lg-" + uuid.uuid4().hex[:8], "amount_minor": 4900, "currency": "EUR"}
+    graph = _graph(agent, "refund", args)
+    config = {"configurable": {"thread_id": "thread-" + uuid.uuid4().hex[:8]}}
+    first = graph.invoke({"messages": [("user", "Refund the invoice.")]}, config)
+    edited = edit(first["__interrupt__"][0].value["operation_id"], 150000)  # above 1,000.00: two approvers
+
+    again = graph.invoke(Command(resume=True), config)
+    info = again["__interrupt__"][0].value
+    assert info["operation_id"] == edited.id and info["args"]["amount_minor"] == 150000
+    assert amounts(args["invoice_id"]) == []
+
+
+def test_an_edited_call_cancelled_says_both(agent, edit, amounts):
+    """The edited call, awaiting its second approver, is withdrawn: the model reads the cancellation in
+    the adapter's words and still the approver's edit (what would have run, and that the call as made
+    never runs)."""
+    args = {"invoice_id": "INV-lg-" + uuid.uuid4().hex[:8], "amount_minor": 4900, "currency": "EUR"}
+    graph = _graph(agent, "refund", args)
+    config = {"configurable": {"thread_id": "thread-" + uuid.uuid4().hex[:8]}}
+    first = graph.invoke({"messages": [("user", "Refund the invoice.")]}, config)
+    op_id = first["__interrupt__"][0].value["operation_id"]
+    edited = edit(op_id, 150000)
+    agent.cancel(edited.id, "the customer withdrew it")
+
+    told = json.loads(_told(graph.invoke(Command(resume=True), config)))
+    assert told["status"] == "failed" and told["operation_id"] == edited.id, told
+    assert told["message"].startswith(f"refund (operation {edited.id}) was cancelled before it ran. Nothing happened.")
+    assert told["edited"]["supersedes"] == op_id and told["edited"]["args"]["amount_minor"] == 150000
+    assert amounts(args["invoice_id"]) == []

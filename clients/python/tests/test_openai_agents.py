@@ -44,8 +44,8 @@ def _invoice() -> dict[str, Any]:
     return {"invoice_id": "INV-oai-" + uuid.uuid4().hex[:8], "amount_minor": 4900, "currency": "EUR"}
 
 
-def _agent(client: opledger.Client, args: dict[str, Any], seen: Seen) -> Agent[Any]:
-    model = ScriptedModel([[function_call("pay_invoice", args, call_id="call_pay_1")]] + [ModelStep.respond(seen.respond)] * 6)
+def _agent(client: opledger.Client, args: dict[str, Any], seen: Seen, tool: str = "pay_invoice") -> Agent[Any]:
+    model = ScriptedModel([[function_call(tool, args, call_id="call_pay_1")]] + [ModelStep.respond(seen.respond)] * 6)
     return Agent(name="payer", model=model, tools=opl.tools(client))
 
 
@@ -130,3 +130,56 @@ def test_a_run_without_a_conversation_fails_loudly(agent, emails):
     with pytest.raises(Exception, match="conversation_id"):
         Runner.run_sync(Agent(name="mailer", model=model, tools=opl.tools(agent)), "Mail them.")
     assert emails(to) == 0
+
+
+def _refund() -> dict[str, Any]:
+    return {"invoice_id": "INV-oai-" + uuid.uuid4().hex[:8], "amount_minor": 4900, "currency": "EUR"}
+
+
+def _recorded(approver: opledger.Client, args: dict[str, Any]) -> ledger_pb2.Operation:
+    """_recorded is the refund the agent prepared for args' invoice (the call as made)."""
+    (op,) = [o for o in approver.list_operations(tool="refund", page_size=200).operations
+             if opledger.struct_to_dict(o.args)["invoice_id"] == args["invoice_id"] and not o.supersedes]
+    return op
+
+
+def test_approved_with_edit_runs_the_edited_call_and_tells_the_model(agent, approver, edit, amounts):
+    args, seen = _refund(), Seen()
+    bot = _agent(agent, args, seen, tool="refund")
+    context = {"conversation_id": "conv-" + uuid.uuid4().hex[:8]}
+    first = Runner.run_sync(bot, "Refund the invoice.", context=context)
+    assert [i.tool_name for i in first.interruptions] == ["refund"]
+    saved = first.to_state().to_string()
+    op = _recorded(approver, args)
+    edited = edit(op.id, 4000)  # "the same, but 40.00": the call as made is REJECTED, superseded
+
+    for attempt in range(2):  # the resume, then the same resume again from the same saved state
+        state = asyncio.run(RunState.from_string(bot, saved))
+        assert asyncio.run(opl.decide(agent, state)) == []
+        Runner.run_sync(bot, state)
+        answer = json.loads(seen.outputs[-1])
+        assert answer["status"] == "succeeded" and answer["operation_id"] == edited.id, (attempt, seen.outputs[-1])
+        assert answer["edited"]["supersedes"] == op.id and answer["edited"]["args"]["amount_minor"] == 4000
+        assert answer["edited"]["message"].startswith("An approver changed amount_minor from 4900 to 4000; this ran: {")
+        assert seen.outputs[-1] == opledger.ToolRunner(agent).check(op.id).for_model(), "the runner's words"
+        assert amounts(args["invoice_id"]) == [4000], "the edited amount, once"
+
+    # A retried run (the same model answer, the same context): not interrupted, the same answer.
+    retried = Runner.run_sync(_agent(agent, args, seen, tool="refund"), "Refund the invoice.", context=context)
+    assert retried.interruptions == []
+    assert json.loads(seen.outputs[-1]) == answer
+    assert amounts(args["invoice_id"]) == [4000]
+
+
+def test_edit_into_a_quorum_awaits_the_second_approver(agent, approver, edit, amounts):
+    args, seen = _refund(), Seen()
+    bot = _agent(agent, args, seen, tool="refund")
+    context = {"conversation_id": "conv-" + uuid.uuid4().hex[:8]}
+    first = Runner.run_sync(bot, "Refund the invoice.", context=context)
+    edit(_recorded(approver, args).id, 150000)  # above 1,000.00: two approvers
+
+    state = first.to_state()
+    assert [i.tool_name for i in asyncio.run(opl.decide(agent, state))] == ["refund"], "undecided, not denied"
+    retried = Runner.run_sync(_agent(agent, args, seen, tool="refund"), "Refund the invoice.", context=context)
+    assert [i.tool_name for i in retried.interruptions] == ["refund"], "interrupted again for the second approver"
+    assert amounts(args["invoice_id"]) == []

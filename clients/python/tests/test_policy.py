@@ -5,7 +5,6 @@ it adds (clients/testdata/policy_tools.yaml): EUR only, every call approved, two
 import asyncio
 import json
 import os
-import urllib.request
 import uuid
 
 import pytest
@@ -18,19 +17,6 @@ def refund_args(currency="EUR"):
     invoice = "INV-PY-" + uuid.uuid4().hex[:12]
     key = opledger.derive_key(conversation="test-" + invoice, round=1, tool_call="call_1", tool="refund")
     return invoice, {"invoice_id": invoice, "amount_minor": 4900, "currency": currency}, key
-
-
-@pytest.fixture()
-def amounts():
-    """amounts(invoice_id) lists the fake processor's charges of one invoice by amount."""
-    url = os.environ["FAKEPAY_URL"].rstrip("/") + "/charges"
-
-    def of(invoice_id):
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            data = json.load(resp)["data"]
-        return [ch["amount_minor"] for ch in data if ch.get("invoice_id") == invoice_id]
-
-    return of
 
 
 def editing_approver(approver, amount):

@@ -18,7 +18,7 @@ pydantic_ai = pytest.importorskip("pydantic_ai")
 from pydantic_ai import Agent  # noqa: E402
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
-from pydantic_ai.tools import DeferredToolRequests  # noqa: E402
+from pydantic_ai.tools import DeferredToolRequests, ToolApproved  # noqa: E402
 
 import opledger  # noqa: E402
 import opledger.pydantic_ai as opl  # noqa: E402
@@ -26,12 +26,13 @@ from opledger.v1 import ledger_pb2  # noqa: E402
 
 
 class Model:
-    """Model is a scripted model: its first answer calls pay_invoice with ``args`` under the tool call
-    id ``call_pay_1``; any later answer repeats, as text, the tool results it was given, which
-    ``seen`` records."""
+    """Model is a scripted model: its first answer calls ``tool`` (pay_invoice) with ``args`` under the
+    tool call id ``call_pay_1``; any later answer repeats, as text, the tool results it was given,
+    which ``seen`` records."""
 
-    def __init__(self, args: dict[str, Any]) -> None:
+    def __init__(self, args: dict[str, Any], tool: str = "pay_invoice") -> None:
         self.args = args
+        self.tool = tool
         self.seen: List[str] = []
         self.calls = 0
 
@@ -42,7 +43,7 @@ class Model:
         ]
         if not returns:
             assert {t.name for t in info.function_tools} >= {"pay_invoice", "send_email", "check_operation"}
-            return ModelResponse(parts=[ToolCallPart("pay_invoice", dict(self.args), tool_call_id="call_pay_1")])
+            return ModelResponse(parts=[ToolCallPart(self.tool, dict(self.args), tool_call_id="call_pay_1")])
         text = str(returns[-1].content)
         self.seen.append(text)
         return ModelResponse(parts=[TextPart("the tool said: " + text)])
@@ -155,3 +156,58 @@ async def _async_client(addr: str, charges: Any) -> None:
             await bot.run(message_history=first.all_messages(), deferred_tool_results=await opl.aresults(agent, first.output))
             assert json.loads(model.seen[-1])["status"] == "succeeded"
     assert charges(args["invoice_id"]) == 1
+
+
+def _refund() -> dict[str, Any]:
+    return {"invoice_id": "INV-pyd-" + uuid.uuid4().hex[:8], "amount_minor": 4900, "currency": "EUR"}
+
+
+def test_approved_with_edit_runs_the_edited_call_and_tells_the_model(agent, edit, amounts):
+    args = _refund()
+    model = Model(args, tool="refund")
+    bot = Agent(FunctionModel(model), tools=opl.tools(agent), output_type=[str, DeferredToolRequests])
+    first = bot.run_sync("Refund the invoice.")
+    requests = first.output
+    assert isinstance(requests, DeferredToolRequests), first.output
+    op_id = requests.metadata["call_pay_1"]["operation_id"]
+
+    # The approver approves "the same, but 40.00": the call as made is REJECTED, superseded.
+    edited = edit(op_id, 4000)
+    decided = opl.results(agent, requests)
+    assert isinstance(decided.approvals.get("call_pay_1"), ToolApproved), decided.approvals
+    history = first.all_messages()
+    bot.run_sync(message_history=history, deferred_tool_results=decided)
+    answer = json.loads(model.seen[-1])
+    assert answer["status"] == "succeeded" and answer["operation_id"] == edited.id, model.seen[-1]
+    assert answer["edited"]["supersedes"] == op_id and answer["edited"]["args"]["amount_minor"] == 4000
+    assert answer["edited"]["message"].startswith("An approver changed amount_minor from 4900 to 4000; this ran: {")
+    assert model.seen[-1] == opledger.ToolRunner(agent).check(op_id).for_model(), "the runner's words"
+    assert amounts(args["invoice_id"]) == [4000], "the edited amount, once"
+
+    # The resume again, and a bare approval that runs the call by its key: the same answer, no new charge.
+    bot.run_sync(message_history=history, deferred_tool_results=opl.results(agent, requests))
+    assert json.loads(model.seen[-1]) == answer
+    bot.run_sync(message_history=history, deferred_tool_results=requests.build_results(approvals={"call_pay_1": True}))
+    assert json.loads(model.seen[-1]) == answer
+    assert amounts(args["invoice_id"]) == [4000]
+
+
+def test_edit_into_a_quorum_awaits_the_second_approver(agent, edit, amounts):
+    args = _refund()
+    model = Model(args, tool="refund")
+    bot = Agent(FunctionModel(model), tools=opl.tools(agent), output_type=[str, DeferredToolRequests])
+    first = bot.run_sync("Refund the invoice.")
+    requests = first.output
+    assert isinstance(requests, DeferredToolRequests), first.output
+    edited = edit(requests.metadata["call_pay_1"]["operation_id"], 150000)  # above 1,000.00: two approvers
+
+    decided = opl.results(agent, requests)
+    assert decided.approvals == {}, "neither approved nor denied: the edited call awaits a second approver"
+    assert requests.remaining(decided) is not None
+    # Resumed by key all the same: deferred again, now for the edited operation.
+    again = bot.run_sync(
+        message_history=first.all_messages(), deferred_tool_results=requests.build_results(approvals={"call_pay_1": True})
+    )
+    assert isinstance(again.output, DeferredToolRequests), again.output
+    assert again.output.metadata["call_pay_1"]["operation_id"] == edited.id
+    assert amounts(args["invoice_id"]) == []

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from langchain_core.tools import StructuredTool
@@ -81,7 +82,7 @@ def _told(outcome: ToolOutcome) -> str:
     if isinstance(outcome, Failed) and outcome.operation is not None:
         words = decision_message(outcome.operation)
         if words is not None:
-            return Failed(reason=outcome.reason, message=words, operation=outcome.operation).for_model()
+            return replace(outcome, message=words).for_model()  # an edit the approver made stays told
     return outcome.for_model()
 
 

@@ -11,7 +11,10 @@ human-in-the-loop: ``needs_approval``, a run interrupted with ``ToolApprovalItem
   retried run), it is not. A person decides in opledger (the approval console, or ``Approve`` with an
   approver's key); ``decide(client, state)`` reads each interrupted call's decision from the ledger and
   applies it to the ``RunState``: ``approve`` for an approved one, ``reject`` with a message that says
-  nothing happened for a denied or cancelled one, nothing for one still undecided. ``Runner.run(agent,
+  nothing happened for a denied or cancelled one, nothing for one still undecided. A call an approver
+  approved with edits is judged by its edited operation: approved once that one is (the resumed call
+  runs the edited arguments, and the tool's output says what ran in its ``edited`` member), undecided
+  while it awaits a second approver. ``Runner.run(agent,
   state)`` then runs the approved call: Prepare under the same key answers with the recorded
   operation (``replayed``), which is executed once; a resume run again replays its outcome.
 - The idempotency key is ``derive_key(conversation=C, round=0, tool_call=call_id, tool=name)``: the
@@ -98,12 +101,16 @@ class _Ledger:
         return await self._do(lambda: self._sync().check(op_id), lambda: self._async().check(op_id))
 
     async def prepared(self, tool: str, args: Dict[str, Any], key: str) -> ledger_pb2.Operation:
-        """prepared is the operation the ledger records under key: Prepare without execute, which
-        answers with the recorded operation when there is one (replayed)."""
+        """prepared is the operation in force for the call under key: Prepare without execute, which
+        answers with the recorded operation when there is one (replayed), followed to the edited
+        operation when an approver approved it with edits (the runner's current)."""
         client = self.client
         if isinstance(client, AsyncClient):
-            return (await client.prepare(tool, args, key, tool_version=self.version)).operation
-        return await asyncio.to_thread(lambda: client.prepare(tool, args, key, tool_version=self.version).operation)
+            op = (await client.prepare(tool, args, key, tool_version=self.version)).operation
+            return await self._async().current(op)
+        return await asyncio.to_thread(
+            lambda: self._sync().current(client.prepare(tool, args, key, tool_version=self.version).operation)
+        )
 
     def _sync(self) -> ToolRunner:
         assert self.runner is not None

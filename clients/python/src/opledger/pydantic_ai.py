@@ -25,7 +25,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ApprovalRequired
@@ -133,12 +133,18 @@ def _decision(op: Optional[ledger_pb2.Operation]) -> Union[ToolApproved, ToolDen
     return ToolApproved()  # approved: the resumed call executes it, or reports what it did
 
 
-def _results(requests: DeferredToolRequests, ops: Dict[str, Optional[ledger_pb2.Operation]]) -> DeferredToolResults:
+def _results(ops: Dict[str, Optional[Tuple[ledger_pb2.Operation, ledger_pb2.Operation]]]) -> DeferredToolResults:
+    """_results: each call's decision, from the operation in force for it (the edited one when an
+    approver approved it with edits); the resumed call gets the call's own operation_id, whose
+    check follows the edit again and tells the model what ran."""
     approvals: Dict[str, Union[bool, ToolApproved, ToolDenied]] = {}
     metadata: Dict[str, Dict[str, Any]] = {}
-    for call_id, op in ops.items():
-        decided = _decision(op)
-        if decided is not None and op is not None:
+    for call_id, pair in ops.items():
+        if pair is None:
+            continue
+        op, in_force = pair
+        decided = _decision(in_force)
+        if decided is not None:
             approvals[call_id] = decided
             metadata[call_id] = {"operation_id": op.id}
     return DeferredToolResults(approvals=approvals, metadata=metadata)
@@ -159,23 +165,30 @@ def results(client: Client, requests: DeferredToolRequests) -> DeferredToolResul
     approved ones become ToolApproved (with their operation_id, so the resumed call executes exactly
     that operation), denied or cancelled ones ToolDenied with decision_message, and undecided ones are
     left out (``requests.remaining(results)`` lists them; resume later). An operation the ledger no
-    longer knows is left out too."""
-    ops: Dict[str, Optional[ledger_pb2.Operation]] = {}
+    longer knows is left out too. A call an approver approved with edits is decided by its edited
+    operation (the runner's ``current``): ToolApproved once that one is approved (the resumed call
+    runs the edited arguments and the model is told the edit), left out while it awaits a second
+    approver."""
+    runner = ToolRunner(client)
+    ops: Dict[str, Optional[Tuple[ledger_pb2.Operation, ledger_pb2.Operation]]] = {}
     for call_id, op_id in _pending(requests).items():
         try:
-            ops[call_id] = client.get(op_id).operation
+            op = client.get(op_id).operation
+            ops[call_id] = (op, runner.current(op))
         except OperationNotFound:
             ops[call_id] = None
-    return _results(requests, ops)
+    return _results(ops)
 
 
 async def aresults(client: AsyncClient, requests: DeferredToolRequests) -> DeferredToolResults:
     """aresults is results for an AsyncClient."""
-    ops: Dict[str, Optional[ledger_pb2.Operation]] = {}
+    runner = AsyncToolRunner(client)
+    ops: Dict[str, Optional[Tuple[ledger_pb2.Operation, ledger_pb2.Operation]]] = {}
     for call_id, op_id in _pending(requests).items():
         try:
-            ops[call_id] = (await client.get(op_id)).operation
+            op = (await client.get(op_id)).operation
+            ops[call_id] = (op, await runner.current(op))
         except OperationNotFound:
             ops[call_id] = None
-    return _results(requests, ops)
+    return _results(ops)
 

@@ -32,7 +32,7 @@ import asyncio
 import inspect
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from google.protobuf import struct_pb2
 
@@ -525,13 +525,24 @@ class ToolRunner:
             chain.append(self._client.get(chain[-1].supersedes).operation)
         return _edited(out, chain)
 
+    def current(self, op: ledger_pb2.Operation) -> ledger_pb2.Operation:
+        """current is the operation in force for the recorded call op: op itself, or, when an
+        approver approved it with edits (REJECTED with superseded_by), the edited operation the
+        link leads to (followed again while that one was edited too, at most _MAX_EDITS links). It
+        runs nothing. The framework adapters read an approver's decision through it, so an edit is
+        an approval of the edited call, never a denial."""
+        return self._follow(op, 0)[0]
+
+    def _follow(self, op: ledger_pb2.Operation, hops: int) -> Tuple[ledger_pb2.Operation, int]:
+        while _followed(op):
+            hops = _hops(hops, op.superseded_by)
+            op = self._client.get(op.superseded_by).operation
+        return op, hops
+
     def _settle(self, op: ledger_pb2.Operation, *, check: bool) -> ToolOutcome:
         hops = 0
         while True:
-            if _followed(op):
-                hops = _hops(hops, op.superseded_by)
-                op = self._client.get(op.superseded_by).operation
-                continue
+            op, hops = self._follow(op, hops)
             if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
                 op = self._await_decision(op)
                 if _followed(op):
@@ -664,13 +675,20 @@ class AsyncToolRunner:
             chain.append((await self._client.get(chain[-1].supersedes)).operation)
         return _edited(out, chain)
 
+    async def current(self, op: ledger_pb2.Operation) -> ledger_pb2.Operation:
+        """current: see ToolRunner.current."""
+        return (await self._follow(op, 0))[0]
+
+    async def _follow(self, op: ledger_pb2.Operation, hops: int) -> Tuple[ledger_pb2.Operation, int]:
+        while _followed(op):
+            hops = _hops(hops, op.superseded_by)
+            op = (await self._client.get(op.superseded_by)).operation
+        return op, hops
+
     async def _settle(self, op: ledger_pb2.Operation, *, check: bool) -> ToolOutcome:
         hops = 0
         while True:
-            if _followed(op):
-                hops = _hops(hops, op.superseded_by)
-                op = (await self._client.get(op.superseded_by)).operation
-                continue
+            op, hops = await self._follow(op, hops)
             if op.state == ledger_pb2.STATE_AWAITING_APPROVAL:
                 op = await self._await_decision(op)
                 if _followed(op):
