@@ -7,7 +7,7 @@ import type { OpledgerClient } from "./client";
 import { isOpledgerError } from "./errors";
 import { State, type Operation } from "./gen/opledger/v1/ledger_pb";
 import { deriveKey } from "./keys";
-import { Failed, type ToolOutcome } from "./runner";
+import { Failed, ToolRunner, type ToolOutcome } from "./runner";
 
 /** decisionMessage is what an adapter tells the model about a call that a person's denial (with the
  * approver's reason) or a cancellation ended before it ran; undefined for any other state. The same
@@ -40,15 +40,19 @@ export type LedgerDecision =
   | { kind: "approved"; operation: Operation }
   | { kind: "denied"; operation: Operation; message: string };
 
-/** recordedCall is the operation the ledger records under key: Prepare without execute, which answers
- * with the recorded operation when there is one (replayed) and records it awaiting approval when
- * there is none; it never runs anything. */
+/** recordedCall is the operation in force for the call under key: Prepare without execute, which
+ * answers with the recorded operation when there is one (replayed) and records it awaiting approval
+ * when there is none, followed to the edited operation when an approver approved it with edits
+ * (ToolRunner.current); it never runs anything. */
 export async function recordedCall(client: OpledgerClient, tool: string, args: JsonObject, key: string, toolVersion?: string): Promise<Operation> {
-  return (await client.prepare(tool, args, { idempotencyKey: key, toolVersion })).operation!;
+  const op = (await client.prepare(tool, args, { idempotencyKey: key, toolVersion })).operation!;
+  return new ToolRunner(client).current(op);
 }
 
 /** decisionOf reads the ledger's decision on the call under key (see recordedCall). An approval that
- * lapsed is undecided again: the ledger asks its approvers again. */
+ * lapsed is undecided again: the ledger asks its approvers again. A call an approver approved with
+ * edits is decided by its edited operation: approved once that one is (the tool's call then runs the
+ * edited arguments and tells the model the edit), undecided while it awaits a second approver. */
 export async function decisionOf(client: OpledgerClient, tool: string, args: JsonObject, key: string, toolVersion?: string): Promise<LedgerDecision> {
   let op: Operation;
   try {
@@ -68,7 +72,7 @@ export async function decisionOf(client: OpledgerClient, tool: string, args: Jso
 export function toldModel(outcome: ToolOutcome): string {
   if (outcome instanceof Failed && outcome.operation) {
     const words = decisionMessage(outcome.operation);
-    if (words !== undefined) return new Failed(outcome.reason, words, outcome.operation).forModel();
+    if (words !== undefined) return new Failed(outcome.reason, words, outcome.operation, outcome.edit).forModel(); // an edit stays told
   }
   return outcome.forModel();
 }

@@ -362,13 +362,23 @@ export class ToolRunner {
     return withEdit(out, Edit.of(root.id, root.args ?? {}, last.args ?? {}));
   }
 
+  /** current is the operation in force for the recorded call op: op itself, or, when an approver
+   * approved it with edits (REJECTED with supersededBy), the edited operation the link leads to
+   * (followed again while that one was edited too, at most MAX_EDITS links). It runs nothing. The
+   * framework adapters read an approver's decision through it, so an edit is an approval of the
+   * edited call, never a denial. */
+  async current(op: Operation): Promise<Operation> {
+    for (let hops = 0; followed(op); hops++) {
+      if (hops >= MAX_EDITS) throw new Error(`opledger: more than ${MAX_EDITS} approver edits in a row; stopped at ${op.id}`);
+      op = (await this.client.get(op.supersededBy)).operation!;
+    }
+    return op;
+  }
+
   private async settle(op: Operation, check: boolean): Promise<ToolOutcome> {
     for (let hops = 0; ; hops++) {
       if (hops > MAX_EDITS) throw new Error(`opledger: more than ${MAX_EDITS} approver edits in a row; stopped at ${op.id}`);
-      if (followed(op)) {
-        op = (await this.client.get(op.supersededBy)).operation!;
-        continue;
-      }
+      op = await this.current(op);
       if (op.state === State.AWAITING_APPROVAL) {
         op = await this.awaitDecision(op);
         if (followed(op)) continue; // approved with edits meanwhile: follow the link

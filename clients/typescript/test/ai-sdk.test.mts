@@ -10,9 +10,9 @@ import { randomUUID } from "node:crypto";
 import { after, describe, test } from "node:test";
 import { generateText, stepCountIs, type ModelMessage } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
-import { OpledgerClient, State, operationFingerprint, type Operation } from "../src/index.js";
+import { OpledgerClient, ToolRunner, operationFingerprint } from "../src/index.js";
 import { opledgerTools } from "../src/ai-sdk.mjs";
-import { serverEnv } from "./helpers.js";
+import { amounts, approveWithEdit, awaitingCall, serverEnv } from "./helpers.js";
 
 const env = serverEnv();
 if (!env && process.env.OPLEDGER_REQUIRE_SERVER === "1") {
@@ -57,12 +57,7 @@ describe("the AI SDK adapter against a real server", { skip: env ? false : "OPLE
     return body.data.filter((c) => c.invoice_id === invoice).length;
   }
 
-  async function awaiting(invoice: string): Promise<Operation> {
-    const page = await approver.listOperations({ states: [State.AWAITING_APPROVAL], tool: "pay_invoice", pageSize: 200 });
-    const ops = page.operations.filter((o) => o.args?.["invoice_id"] === invoice);
-    assert.equal(ops.length, 1, "one operation awaits approval for " + invoice);
-    return ops[0]!;
-  }
+  const awaiting = (invoice: string, tool = "pay_invoice") => awaitingCall(approver, tool, invoice);
 
   /** toolResult is what the model was last given for its call. */
   function toolResult(seen: string[]): { type: string; output: { type: string; value?: string; reason?: string } } {
@@ -143,5 +138,46 @@ describe("the AI SDK adapter against a real server", { skip: env ? false : "OPLE
     const ledger = await opledgerTools(agent, { conversation: "conv-" + randomUUID().slice(0, 8) });
     await generateText({ model, tools: ledger.tools, toolApproval: ledger.toolApproval, prompt: "Mail them.", stopWhen: stepCountIs(5) });
     assert.equal(JSON.parse(toolResult(seen).output.value!).status, "succeeded");
+  });
+  test("approved with an edit: the edited call runs once, and the model is told what ran", async () => {
+    const invoice = "INV-ai-" + randomUUID().slice(0, 8);
+    const args = { invoice_id: invoice, amount_minor: 4900, currency: "EUR" };
+    const { model, seen } = scripted("refund", args);
+    const ledger = await opledgerTools(agent, { conversation: "conv-" + randomUUID().slice(0, 8) });
+    const call = (messages: ModelMessage[]) =>
+      generateText({ model, tools: ledger.tools, toolApproval: ledger.toolApproval, messages, stopWhen: stepCountIs(5) });
+    const messages: ModelMessage[] = [{ role: "user", content: "Refund the invoice." }];
+    const first = await call(messages);
+    assert.equal(first.content.filter((p) => p.type === "tool-approval-request").length, 1);
+    messages.push(...first.responseMessages);
+    const op = await awaiting(invoice, "refund");
+    const edited = await approveWithEdit(approver, op, 4000); // "the same, but 40.00": op is REJECTED, superseded
+
+    const responses = await ledger.approvalResponses(first.content);
+    assert.deepEqual(responses.map((r) => r.approved), [true], "an edit is an approval of the edited call");
+    for (let i = 0; i < 2; i++) {
+      // The continuation, then the same continuation again (a retried request handler).
+      await call([...messages, { role: "tool", content: responses }]);
+      const told = toolResult(seen);
+      assert.equal(told.output.type, "text", JSON.stringify(told));
+      const answer = JSON.parse(told.output.value!);
+      assert.equal(answer.status, "succeeded", told.output.value);
+      assert.equal(answer.operation_id, edited.id);
+      assert.equal(answer.edited.supersedes, op.id);
+      assert.equal(answer.edited.args.amount_minor, 4000);
+      assert.ok(answer.edited.message.startsWith("An approver changed amount_minor from 4900 to 4000; this ran: {"), answer.edited.message);
+      assert.equal(told.output.value, (await new ToolRunner(agent).check(op.id)).forModel(), "the runner's words");
+      assert.deepEqual(await amounts(env!.fakepayUrl, invoice), [4000], "the edited amount, once");
+    }
+  });
+
+  test("an edit into a quorum is left undecided for the second approver", async () => {
+    const invoice = "INV-ai-" + randomUUID().slice(0, 8);
+    const { model } = scripted("refund", { invoice_id: invoice, amount_minor: 4900, currency: "EUR" });
+    const ledger = await opledgerTools(agent, { conversation: "conv-" + randomUUID().slice(0, 8) });
+    const first = await generateText({ model, tools: ledger.tools, toolApproval: ledger.toolApproval, prompt: "Refund the invoice.", stopWhen: stepCountIs(5) });
+    await approveWithEdit(approver, await awaiting(invoice, "refund"), 150000); // above 1,000.00: two approvers
+    assert.deepEqual(await ledger.approvalResponses(first.content), [], "neither approved nor denied");
+    assert.deepEqual(await amounts(env!.fakepayUrl, invoice), []);
   });
 });

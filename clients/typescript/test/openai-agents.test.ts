@@ -9,9 +9,9 @@ import { randomUUID } from "node:crypto";
 import { after, describe, test } from "node:test";
 import { Agent, RunState, run, setTracingDisabled } from "@openai/agents";
 import { ScriptedModel, assistantMessage, functionCall, modelResponder, type RecordedModelCall } from "@openai/agents/testing";
-import { OpledgerClient, State, operationFingerprint, type Operation } from "../src/index";
+import { OpledgerClient, ToolRunner, operationFingerprint } from "../src/index";
 import { agentsTools, decide } from "../src/openai-agents";
-import { serverEnv } from "./helpers";
+import { amounts, approveWithEdit, awaitingCall, serverEnv } from "./helpers";
 
 setTracingDisabled(true); // no trace export: the tests use no network
 const env = serverEnv();
@@ -46,12 +46,7 @@ describe("the Agents SDK (JS) adapter against a real server", { skip: env ? fals
     return body.data.filter((c) => c.invoice_id === invoice).length;
   }
 
-  async function awaiting(invoice: string): Promise<Operation> {
-    const page = await approver.listOperations({ states: [State.AWAITING_APPROVAL], tool: "pay_invoice", pageSize: 200 });
-    const ops = page.operations.filter((o) => o.args?.["invoice_id"] === invoice);
-    assert.equal(ops.length, 1);
-    return ops[0]!;
-  }
+  const awaiting = (invoice: string, tool = "pay_invoice") => awaitingCall(approver, tool, invoice);
 
   test("interrupted, a person approves, resumed twice and retried: one charge", async () => {
     const invoice = "INV-oaijs-" + randomUUID().slice(0, 8);
@@ -120,5 +115,71 @@ describe("the Agents SDK (JS) adapter against a real server", { skip: env ? fals
     const { model } = scripted("send_email", { to, subject: "s", body: "b" });
     const tools = await agentsTools(agent);
     await assert.rejects(run(new Agent({ name: "mailer", model, tools }), "Mail them."), /conversationId/);
+  });
+  test("approved with an edit: the edited call runs once, and the model is told what ran", async () => {
+    const invoice = "INV-oaijs-" + randomUUID().slice(0, 8);
+    const args = { invoice_id: invoice, amount_minor: 4900, currency: "EUR" };
+    const { model, seen } = scripted("refund", args);
+    const bot = new Agent({ name: "refunder", model, tools: await agentsTools(agent) });
+    const context = { conversationId: "conv-" + randomUUID().slice(0, 8) };
+    const first = await run(bot, "Refund the invoice.", { context });
+    assert.deepEqual(first.interruptions.map((i) => i.toolName), ["refund"]);
+    const saved = first.state.toString();
+    const op = await awaiting(invoice, "refund");
+    const edited = await approveWithEdit(approver, op, 4000); // "the same, but 40.00": op is REJECTED, superseded
+
+    let answer: any;
+    for (let i = 0; i < 2; i++) {
+      // The resume, then the same resume again from the same saved state.
+      const state = await RunState.fromString(bot, saved);
+      assert.deepEqual(await decide(agent, state), []);
+      await run(bot, state);
+      answer = JSON.parse(seen[seen.length - 1]!);
+      assert.equal(answer.status, "succeeded", seen[seen.length - 1]);
+      assert.equal(answer.operation_id, edited.id);
+      assert.equal(answer.edited.supersedes, op.id);
+      assert.equal(answer.edited.args.amount_minor, 4000);
+      assert.ok(answer.edited.message.startsWith("An approver changed amount_minor from 4900 to 4000; this ran: {"), answer.edited.message);
+      assert.equal(seen[seen.length - 1], (await new ToolRunner(agent).check(op.id)).forModel(), "the runner's words");
+      assert.deepEqual(await amounts(env!.fakepayUrl, invoice), [4000], "the edited amount, once");
+    }
+    // A retried run (the same model answer, the same context): not interrupted, the same answer.
+    const again = scripted("refund", args);
+    const retried = await run(new Agent({ name: "refunder", model: again.model, tools: await agentsTools(agent) }), "Refund the invoice.", { context });
+    assert.equal(retried.interruptions.length, 0);
+    assert.deepEqual(JSON.parse(again.seen[again.seen.length - 1]!), answer);
+    assert.deepEqual(await amounts(env!.fakepayUrl, invoice), [4000]);
+  });
+
+  test("an edit into a quorum stays undecided; withdrawn, the model reads the cancellation and the edit", async () => {
+    const invoice = "INV-oaijs-" + randomUUID().slice(0, 8);
+    const args = { invoice_id: invoice, amount_minor: 4900, currency: "EUR" };
+    const { model, seen } = scripted("refund", args);
+    const bot = new Agent({ name: "refunder", model, tools: await agentsTools(agent) });
+    const context = { conversationId: "conv-" + randomUUID().slice(0, 8) };
+    const first = await run(bot, "Refund the invoice.", { context });
+    const saved = first.state.toString();
+    const op = await awaiting(invoice, "refund");
+    const edited = await approveWithEdit(approver, op, 150000); // above 1,000.00: two approvers
+
+    const state = await RunState.fromString(bot, saved);
+    assert.deepEqual((await decide(agent, state)).map((i) => i.toolName), ["refund"], "undecided, not denied");
+    const again = scripted("refund", args);
+    const retried = await run(new Agent({ name: "refunder", model: again.model, tools: await agentsTools(agent) }), "Refund the invoice.", { context });
+    assert.deepEqual(retried.interruptions.map((i) => i.toolName), ["refund"], "interrupted again for the second approver");
+
+    // The edited call withdrawn, and approved in the SDK alone: the tool's answer is the cancellation,
+    // in the adapter's words, with the approver's edit.
+    await agent.cancel(edited.id, "the customer withdrew it");
+    const forced = await RunState.fromString(bot, saved);
+    for (const item of forced.getInterruptions()) forced.approve(item);
+    await run(bot, forced);
+    const told = JSON.parse(seen[seen.length - 1]!);
+    assert.equal(told.status, "failed", seen[seen.length - 1]);
+    assert.equal(told.operation_id, edited.id);
+    assert.ok(told.message.startsWith(`refund (operation ${edited.id}) was cancelled before it ran. Nothing happened.`), told.message);
+    assert.equal(told.edited.supersedes, op.id);
+    assert.equal(told.edited.args.amount_minor, 150000);
+    assert.deepEqual(await amounts(env!.fakepayUrl, invoice), []);
   });
 });

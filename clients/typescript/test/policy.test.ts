@@ -5,8 +5,8 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, describe, test } from "node:test";
-import { AwaitingApproval, Failed, OpledgerClient, State, Succeeded, ToolRunner, deriveKey, isOpledgerError, type Operation } from "../src/index";
-import { serverEnv } from "./helpers";
+import { AwaitingApproval, Failed, OpledgerClient, Succeeded, ToolRunner, deriveKey, isOpledgerError, type Operation } from "../src/index";
+import { amounts as charged, approveWithEdit, serverEnv } from "./helpers";
 
 const env = serverEnv();
 
@@ -15,12 +15,7 @@ describe("policies against a real server", { skip: env ? false : "OPLEDGER_ADDR 
   const approver = agent.withApiKey(env?.approverKey ?? "-");
   after(() => agent.close());
 
-  async function amounts(invoice: string): Promise<number[]> {
-    const body = (await (await fetch(env!.fakepayUrl.replace(/\/$/, "") + "/charges")).json()) as {
-      data: { invoice_id: string; amount_minor: number }[];
-    };
-    return body.data.filter((c) => c.invoice_id === invoice).map((c) => c.amount_minor);
-  }
+  const amounts = (invoice: string) => charged(env!.fakepayUrl, invoice);
   function refund(currency = "EUR") {
     const invoice = "INV-TSP-" + randomUUID().slice(0, 12);
     const key = deriveKey({ conversation: "test-" + invoice, round: 1, toolCall: "call_1", tool: "refund" });
@@ -29,10 +24,7 @@ describe("policies against a real server", { skip: env ? false : "OPLEDGER_ADDR 
   /** editingApprover approves the call as made with amount_minor changed, as a person at a prompt
    * would, and leaves an edited operation alone. */
   const editingApprover = (amount: number) => async (o: Operation) => {
-    if (o.supersedes) return;
-    const resp = await approver.approveEdited(o.id, o.fingerprint, { ...o.args, amount_minor: amount }, "less is enough");
-    assert.equal(resp.operation!.state, State.REJECTED);
-    assert.equal(resp.operation!.supersededBy, resp.edited!.id);
+    if (!o.supersedes) await approveWithEdit(approver, o, amount);
   };
 
   test("the runner follows an approver's edit and tells the model what ran", async () => {
