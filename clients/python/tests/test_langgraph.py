@@ -2,7 +2,8 @@
 LangGraph graph with a checkpointer (no network): the tool interrupts the graph for approval, a person
 approves in the ledger (the approver's key), the thread resumed runs the tool again from its start and
 executes the approved operation, a second run from the interrupted checkpoint (a retried worker, time
-travel) replays it, and the fake processor holds one charge; a denial reaches the model as such."""
+travel) replays it, and the fake processor holds one charge; a denial reaches the model as such; an approval with edits runs
+the edited call once and the model is told what ran."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 ScriptedModel (agents.testing; no network): the run is interrupted for approval, its RunState is
 persisted, a person approves in the ledger (the approver's key), the state restored and resumed
 executes the call, a second resume from the same persisted state and a retried run replay it, and the
-fake processor holds one charge; a denial reaches the model as the SDK's rejection."""
+fake processor holds one charge; a denial reaches the model as the SDK's rejection; an
+approval with edits runs the edited call once and the model is told what ran."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """opledger.pydantic_ai against the server of clients/test.sh, with Pydantic AI's own FunctionModel
 (no network): a call is deferred for approval, a person approves it in the ledger (the approver's
 key), the run resumed with the ledger's decisions executes it, a second resume and a retry of the
-resume replay it, and the fake processor holds one charge; a denial reaches the model as such."""
+resume replay it, and the fake processor holds one charge; a denial reaches the model as such; an approval with edits
+runs the edited call once and the model is told what ran."""
 
 from __future__ import annotations
 

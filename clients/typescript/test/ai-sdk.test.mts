@@ -3,7 +3,8 @@
 // nothing charged, a person approves in the ledger (the approver's key), the next generateText with
 // the ledger's approval responses runs it, the same continuation again and a retried conversation
 // replay it, and the fake processor holds one charge; a denial reaches the model as the SDK's
-// execution-denied result.
+// execution-denied result; an approval with edits runs the edited call once and the model is told
+// what ran.
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";

@@ -2,7 +2,8 @@
 // ScriptedModel (@openai/agents/testing; no network): the run is interrupted for approval, its
 // RunState persisted as a string, a person approves in the ledger (the approver's key), the restored
 // state resumed executes the call, the same saved state resumed again and a retried run replay it,
-// and the fake processor holds one charge; a denial reaches the model as the SDK's rejection.
+// and the fake processor holds one charge; a denial reaches the model as the SDK's rejection; an
+// approval with edits runs the edited call once and the model is told what ran.
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";

@@ -10,7 +10,9 @@
   with ``Command(resume=…)`` (the value is not read: the decision is the ledger's). LangGraph runs the
   tool again from its start on a resume, so the tool prepares the same call under the same key, which
   the ledger answers with the recorded operation (``replayed``): an approved one is executed once, a
-  denied one is told to the model as such, and one still undecided interrupts again. A resume or a
+  denied one is told to the model as such, and one still undecided interrupts again. One an approver
+  approved with edits is followed to the edited operation, which runs (or interrupts again for a second
+  approver), and the model reads which arguments ran (``"edited"``). A resume or a
   replay from the same checkpoint again (a retried worker, ``get_state_history`` time travel) replays
   the recorded outcome.
 - The idempotency key is ``derive_key(conversation=thread_id, round=0, tool_call=tool_call_id,

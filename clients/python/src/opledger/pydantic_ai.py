@@ -10,7 +10,9 @@
   decides in opledger (the approval console, or ``Approve`` with an approver's key), and
   ``results(client, requests)`` reads the ledger's decisions into ``DeferredToolResults``: approved
   calls as ``ToolApproved`` with their ``operation_id``, denied or cancelled ones as ``ToolDenied``
-  with a message that says nothing happened, undecided ones left out. The run resumed with them
+  with a message that says nothing happened, undecided ones left out. A call an approver approved with
+  edits is decided by its edited operation (``ToolRunner.current``): approved, or undecided while it
+  awaits a second approver; the resumed call runs the edited arguments and the model reads ``"edited"``. The run resumed with them
   (``agent.run(message_history=…, deferred_tool_results=…)``) executes the approved operation by its
   id (``check``: it never prepares anything), and a resume run again, or a retry of it, replays the
   recorded outcome.
