@@ -561,19 +561,7 @@ func (r *CheckResult) checkApproval(op FinalOp, pol ToolPolicy, sent []Send, pre
 	if op.Decision == "APPROVE" && op.ApprovedFingerprint != op.Fingerprint {
 		out = append(out, fmt.Sprintf("%s is approved for fingerprint %s, not its own %s", op.Tool, op.ApprovedFingerprint, op.Fingerprint))
 	}
-	released := map[int64]bool{}
-	for _, e := range op.Events {
-		if e.Type == "RELEASED" {
-			released[e.Fence] = true
-		}
-	}
-	var first *OpEvent
-	for i, e := range op.Events {
-		if e.Type == "CLAIMED" && !released[e.Fence] {
-			first = &op.Events[i]
-			break
-		}
-	}
+	first, released := firstSendingClaim(op.Events)
 	if first == nil {
 		if len(sent) > 0 {
 			out = append(out, fmt.Sprintf("%s: the processor received %d request(s), first at %s from server %d, but the ledger released every attempt (nothing sent)",
@@ -651,7 +639,6 @@ func (r *CheckResult) checkApproval(op FinalOp, pol ToolPolicy, sent []Send, pre
 func (r *CheckResult) checkPolicy(op FinalOp, sent []Send, prep PreparedOp, in CheckInput) []string {
 	pc := in.PolicyChange
 	var claims, takeovers int
-	released := map[int64]bool{}
 	for _, e := range op.Events {
 		switch e.Type {
 		case "POLICY_CHANGED":
@@ -662,20 +649,12 @@ func (r *CheckResult) checkPolicy(op FinalOp, sent []Send, prep PreparedOp, in C
 			claims++
 		case "LEASE_TAKEN_OVER":
 			takeovers++
-		case "RELEASED":
-			released[e.Fence] = true
 		}
 	}
 	if len(sent) == 0 {
 		return nil
 	}
-	var first *OpEvent
-	for i, e := range op.Events {
-		if e.Type == "CLAIMED" && !released[e.Fence] {
-			first = &op.Events[i]
-			break
-		}
-	}
+	first, _ := firstSendingClaim(op.Events)
 	if first == nil {
 		return nil // every attempt released: the approval rules' domain
 	}
@@ -755,6 +734,25 @@ func (tl Timeline) offsetsAt(db, near time.Time) (lo, hi time.Duration) {
 		widen(st.Offset)
 	}
 	return lo, hi
+}
+
+// firstSendingClaim returns the claim of the attempt that could have made
+// an operation's first send: its first CLAIMED event whose attempt the
+// ledger did not release (RELEASED promises that nothing was sent), nil if
+// it released every one; and the fences it released.
+func firstSendingClaim(evs []OpEvent) (*OpEvent, map[int64]bool) {
+	released := map[int64]bool{}
+	for _, e := range evs {
+		if e.Type == "RELEASED" {
+			released[e.Fence] = true
+		}
+	}
+	for i, e := range evs {
+		if e.Type == "CLAIMED" && !released[e.Fence] {
+			return &evs[i], released
+		}
+	}
+	return nil, released
 }
 
 // hasEarlier reports an event of type typ before seq.
