@@ -185,16 +185,17 @@ type mop struct {
 	state ledger.State
 	// The policy's view: approval required (it only ever becomes true),
 	// the approvals needed (it only grows), the approvers of the current
-	// round, the digest of the policy it was last judged under, and the
-	// edit that superseded it.
-	required      bool
-	needed        int
-	approvers     []int
-	judged        string
-	supersededBy  *mop
-	fence         int64
-	approvedUntil time.Duration // on the model's clock, while an approval is in force
-	leaseUntil    time.Duration
+	// round, the digest of the policy it was last judged under, the edit
+	// that superseded it, and whether a changed policy rejected it.
+	required       bool
+	needed         int
+	approvers      []int
+	judged         string
+	supersededBy   *mop
+	policyRejected bool
+	fence          int64
+	approvedUntil  time.Duration // on the model's clock, while an approval is in force
+	leaseUntil     time.Duration
 	// reached: a request of the operation may have reached the downstream.
 	reached bool
 	// sentBefore: while EXECUTING, an attempt before the current one may
@@ -437,12 +438,13 @@ func (m *model) prepare(t *rapid.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The policy in force on the server judges the call before anything is
-	// stored or replayed: a deny rule refuses it, whatever the key names.
+	// The policy in force on the server judges a new operation: a deny rule
+	// refuses it, and nothing is stored. A key that names an operation
+	// already (prepared before the policy changed) is answered as ever.
 	denied, needed := tl.judge(m.w.policy[srv], modelArgs(args))
 	resp, err := m.client(srv).Prepare(harness.Ctx(m.keys[who], key), &opledgerv1.PrepareRequest{Tool: tl.name, Args: pb})
 	switch {
-	case denied:
+	case denied && op == nil:
 		code, reason := statusReason(err)
 		if code != codes.FailedPrecondition || reason != "POLICY_DENIED" {
 			t.Fatalf("Prepare of %s/%s/%d under the %s policy: the ledger answered %v %s (%v, %s); the model says POLICY_DENIED",
@@ -546,7 +548,7 @@ func (m *model) decide(op *mop, deny, right bool, who, srv int) want {
 		denied, n := op.tool.judge(m.w.policy[srv], op.body)
 		if denied {
 			m.w.stats.add("judged again at Approve: rejected from "+string(op.state), 1)
-			op.state, op.judged = ledger.StateRejected, m.digest(op.tool, srv)
+			op.state, op.judged, op.policyRejected = ledger.StateRejected, m.digest(op.tool, srv), true
 			return want{code: codes.FailedPrecondition, reason: "POLICY_DENIED"}
 		}
 		needed, judged = max(needed, n), m.digest(op.tool, srv)
@@ -868,7 +870,7 @@ func (m *model) predictExecute(op *mop, srv int) (want, *call) {
 			denied, n := op.tool.judge(m.w.policy[srv], op.body)
 			op.judged = m.digest(op.tool, srv)
 			if denied {
-				op.state = ledger.StateRejected
+				op.state, op.policyRejected = ledger.StateRejected, true
 				m.w.stats.add("judged again at Execute: rejected", 1)
 				return want{code: codes.FailedPrecondition, reason: "POLICY_DENIED"}, nil
 			}
@@ -911,6 +913,9 @@ func (m *model) predictExecute(op *mop, srv int) (want, *call) {
 	case ledger.StateRejected:
 		if op.supersededBy != nil {
 			return want{code: codes.FailedPrecondition, reason: "OPERATION_SUPERSEDED"}, nil
+		}
+		if op.policyRejected {
+			return want{code: codes.FailedPrecondition, reason: "POLICY_DENIED"}, nil
 		}
 		return want{code: codes.FailedPrecondition, reason: "OPERATION_REJECTED"}, nil
 	case ledger.StateCancelled:
