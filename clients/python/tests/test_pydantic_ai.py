@@ -159,17 +159,19 @@ async def _async_client(addr: str, charges: Any) -> None:
     assert charges(args["invoice_id"]) == 1
 
 
-def _refund() -> dict[str, Any]:
-    return {"invoice_id": "INV-pyd-" + uuid.uuid4().hex[:8], "amount_minor": 4900, "currency": "EUR"}
-
-
-def test_approved_with_edit_runs_the_edited_call_and_tells_the_model(agent, edit, amounts):
-    args = _refund()
+def _deferred_refund(agent: opledger.Client) -> tuple[dict[str, Any], Model, Agent, Any, DeferredToolRequests]:
+    """_deferred_refund is a run whose model called refund (call_pay_1), deferred for approval: the
+    call's args, the model, the agent, the run and its requests."""
+    args = {"invoice_id": "INV-pyd-" + uuid.uuid4().hex[:8], "amount_minor": 4900, "currency": "EUR"}
     model = Model(args, tool="refund")
     bot = Agent(FunctionModel(model), tools=opl.tools(agent), output_type=[str, DeferredToolRequests])
     first = bot.run_sync("Refund the invoice.")
-    requests = first.output
-    assert isinstance(requests, DeferredToolRequests), first.output
+    assert isinstance(first.output, DeferredToolRequests), first.output
+    return args, model, bot, first, first.output
+
+
+def test_approved_with_edit_runs_the_edited_call_and_tells_the_model(agent, edit, amounts):
+    args, model, bot, first, requests = _deferred_refund(agent)
     op_id = requests.metadata["call_pay_1"]["operation_id"]
 
     # The approver approves "the same, but 40.00": the call as made is REJECTED, superseded.
@@ -194,12 +196,7 @@ def test_approved_with_edit_runs_the_edited_call_and_tells_the_model(agent, edit
 
 
 def test_edit_into_a_quorum_awaits_the_second_approver(agent, edit, amounts):
-    args = _refund()
-    model = Model(args, tool="refund")
-    bot = Agent(FunctionModel(model), tools=opl.tools(agent), output_type=[str, DeferredToolRequests])
-    first = bot.run_sync("Refund the invoice.")
-    requests = first.output
-    assert isinstance(requests, DeferredToolRequests), first.output
+    args, model, bot, first, requests = _deferred_refund(agent)
     edited = edit(requests.metadata["call_pay_1"]["operation_id"], 150000)  # above 1,000.00: two approvers
 
     decided = opl.results(agent, requests)

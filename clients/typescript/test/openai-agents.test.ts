@@ -49,17 +49,22 @@ describe("the Agents SDK (JS) adapter against a real server", { skip: env ? fals
 
   const awaiting = (invoice: string, tool = "pay_invoice") => awaitingCall(approver, tool, invoice);
 
-  test("interrupted, a person approves, resumed twice and retried: one charge", async () => {
+  /** interrupted runs a fresh conversation whose model calls tool for a new invoice (4900 EUR): the
+   * run, interrupted for approval, and what the tests read of it. */
+  async function interrupted(tool: string) {
     const invoice = "INV-oaijs-" + randomUUID().slice(0, 8);
     const args = { invoice_id: invoice, amount_minor: 4900, currency: "EUR" };
-    const { model, seen } = scripted("pay_invoice", args);
+    const { model, seen } = scripted(tool, args);
     const bot = new Agent({ name: "payer", model, tools: await agentsTools(agent) });
     const context = { conversationId: "conv-" + randomUUID().slice(0, 8) };
-
     const first = await run(bot, "Pay the invoice.", { context });
-    assert.deepEqual(first.interruptions.map((i) => i.toolName), ["pay_invoice"]);
+    assert.deepEqual(first.interruptions.map((i) => i.toolName), [tool]);
+    return { invoice, args, seen, bot, context, first, saved: first.state.toString() };
+  }
+
+  test("interrupted, a person approves, resumed twice and retried: one charge", async () => {
+    const { invoice, args, seen, bot, context, saved } = await interrupted("pay_invoice");
     assert.equal(await charges(invoice), 0, "nothing is charged before a person decides");
-    const saved = first.state.toString();
 
     const early = await RunState.fromString(bot, saved);
     assert.equal((await decide(agent, early)).length, 1, "undecided before the person decides");
@@ -118,14 +123,7 @@ describe("the Agents SDK (JS) adapter against a real server", { skip: env ? fals
     await assert.rejects(run(new Agent({ name: "mailer", model, tools }), "Mail them."), /conversationId/);
   });
   test("approved with an edit: the edited call runs once, and the model is told what ran", async () => {
-    const invoice = "INV-oaijs-" + randomUUID().slice(0, 8);
-    const args = { invoice_id: invoice, amount_minor: 4900, currency: "EUR" };
-    const { model, seen } = scripted("refund", args);
-    const bot = new Agent({ name: "refunder", model, tools: await agentsTools(agent) });
-    const context = { conversationId: "conv-" + randomUUID().slice(0, 8) };
-    const first = await run(bot, "Refund the invoice.", { context });
-    assert.deepEqual(first.interruptions.map((i) => i.toolName), ["refund"]);
-    const saved = first.state.toString();
+    const { invoice, args, seen, bot, context, saved } = await interrupted("refund");
     const op = await awaiting(invoice, "refund");
     const edited = await approveWithEdit(approver, op, 4000); // "the same, but 40.00": op is REJECTED, superseded
 
@@ -153,13 +151,7 @@ describe("the Agents SDK (JS) adapter against a real server", { skip: env ? fals
   });
 
   test("an edit into a quorum stays undecided; withdrawn, the model reads the cancellation and the edit", async () => {
-    const invoice = "INV-oaijs-" + randomUUID().slice(0, 8);
-    const args = { invoice_id: invoice, amount_minor: 4900, currency: "EUR" };
-    const { model, seen } = scripted("refund", args);
-    const bot = new Agent({ name: "refunder", model, tools: await agentsTools(agent) });
-    const context = { conversationId: "conv-" + randomUUID().slice(0, 8) };
-    const first = await run(bot, "Refund the invoice.", { context });
-    const saved = first.state.toString();
+    const { invoice, args, seen, bot, context, saved } = await interrupted("refund");
     const op = await awaiting(invoice, "refund");
     const edited = await approveWithEdit(approver, op, 150000); // above 1,000.00: two approvers
 
