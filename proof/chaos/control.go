@@ -124,6 +124,21 @@ var Controls = map[string]Control{
 		Expect: ViolationUnapprovedByPolicy,
 		What:   "the claim ignoring the policy digest (the policy decided at Prepare only)",
 	},
+	failpoint.DefectBudgetRead: {
+		// The workload's bursts stage it: several concurrent Prepares for
+		// one new customer (pay_capped) or on the tenant's budget
+		// (pay_metered) that all read room before any of them commits.
+		Name: failpoint.DefectBudgetRead, Defect: failpoint.DefectBudgetRead,
+		Expect: ViolationOverspent,
+		What:   "the budget's reservation done as a read in Go before the insert (its uses read, the decision made in Go, the share appended unconditionally)",
+	},
+	failpoint.DefectIdentitySelect: {
+		// The workload's pay_once bursts stage it: agents paying one
+		// invoice at once under their own keys, who all find it free.
+		Name: failpoint.DefectIdentitySelect, Defect: failpoint.DefectIdentitySelect,
+		Expect: ViolationDuplicateIntent,
+		What:   "the business identity checked by a SELECT, then taken unconditionally",
+	},
 }
 
 // DefaultControl is the control a bare --control runs.
