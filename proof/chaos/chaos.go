@@ -439,12 +439,12 @@ type Runner struct {
 	servers  []*server
 	nem      *nemesis
 
-	opSeq     atomic.Int64
+	opSeq atomic.Int64
 	// limitRefused and identityRefused count the refusals by a budget and
 	// by a business identity the workload saw.
 	limitRefused, identityRefused atomic.Int64
-	trackedMu sync.Mutex
-	tracked   map[string]*trackedOp // by idempotency key
+	trackedMu                     sync.Mutex
+	tracked                       map[string]*trackedOp // by idempotency key
 
 	switchMu sync.Mutex
 	switches []PolicySwitch // the rolling policy change, as it went

@@ -848,7 +848,9 @@ func budgetWorld(n int, took func(tool string, i int) bool) CheckInput {
 // operations beyond them, one effect per identity: nothing flagged.
 func TestCheckerBudgetsClean(t *testing.T) {
 	t.Parallel()
-	r := Check(budgetWorld(5, func(tool string, i int) bool { return tool == ToolPayCapped && i < customerCount || tool == ToolPayOnce && i == 3 || tool == ToolPayMetered }))
+	r := Check(budgetWorld(5, func(tool string, i int) bool {
+		return tool == ToolPayCapped && i < customerCount || tool == ToolPayOnce && i == 3 || tool == ToolPayMetered
+	}))
 	require.True(t, r.OK(), "%+v", r.Violations)
 	require.Zero(t, r.Overspent+r.DuplicateIntent)
 }
