@@ -98,7 +98,13 @@ const (
 // the Prepares' transactions under the faults.
 const (
 	limitCustomerCount = "chaos_customer_count"
-	limitCustomerSum   = "chaos_customer_sum"
+	// limitCustomerSum sorts before limitCustomerCount, limitTenantCount
+	// before limitTenantSum: the ledger reserves a tool's budgets in the
+	// order of their names, and the first one's row lock, held to the
+	// commit, serialises the others, so only the first can be overspent by
+	// a check done as a read (the budget-read control): a sum for one tool,
+	// a count for the other.
+	limitCustomerSum   = "chaos_customer_amount"
 	limitTenantCount   = "chaos_tenant_count"
 	limitTenantSum     = "chaos_tenant_sum"
 	budgetWindow       = time.Hour
