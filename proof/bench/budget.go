@@ -59,33 +59,9 @@ const tenantLimitConcurrency = 64
 // budgetToolsYAML declares the budget scenarios' tools (bench_charge's
 // schema with a customer, and its executor) and their limits.
 func budgetToolsYAML(fakepayURL string) string {
-	tool := func(name, extra string) string {
-		return `  - name: ` + name + `
-    version: "1"
-    effect: side_effect
-    approval:
-      required: false
-` + extra + `    args_schema:
-      type: object
-      properties:
-        invoice_id: {type: string, minLength: 1, maxLength: 64}
-        amount_minor: {type: integer, exclusiveMinimum: 0}
-        currency: {type: string, pattern: "^[A-Z]{3}$"}
-        customer_id: {type: string, minLength: 1, maxLength: 64}
-      required: [invoice_id, amount_minor, currency, customer_id]
-      additionalProperties: false
-    executor:
-      type: http
-      url: ` + fakepayURL + `/charges
-      timeout: 10s
-      dedupes_keys: true
-      lookup_url: ` + fakepayURL + `/charges?idempotency_key={key}
-      lookup_consistent: true
-      external_ref_field: id
-      max_attempts: 1
-`
-	}
-	return tool(budgetedTool, "    identity: {key: args.invoice_id, window: 720h}\n") + tool(tenantLimitedTool, "") +
+	const customer = "        customer_id: {type: string, minLength: 1, maxLength: 64}\n"
+	return chargeToolYAML(fakepayURL, budgetedTool, noApproval+"    identity: {key: args.invoice_id, window: 720h}\n", customer) +
+		chargeToolYAML(fakepayURL, tenantLimitedTool, noApproval, customer) +
 		fmt.Sprintf(`limits:
   - {name: bench_per_customer, tools: [%s], per: args.customer_id, window: 1h, count: %d}
   - {name: bench_tenant, tools: [%s], window: %s, count: %d}
@@ -126,9 +102,9 @@ func (o *Options) levels(sc string) (all []int, extra map[int]bool) {
 	return all, extra
 }
 
-// budgetTargetsOf evaluates budgetTargets on r, with the CPU per op of
+// BudgetTargets evaluates budgetTargets on r, with the CPU per op of
 // both sides by process (server, PostgreSQL): where the cost goes.
-func (r *Report) budgetTargetsOf() []Target {
+func (r *Report) BudgetTargets() []Target {
 	var ts []Target
 	us := func(c *CPUCost) string {
 		if c == nil {

@@ -104,10 +104,10 @@ const (
 	// commit, serialises the others, so only the first can be overspent by
 	// a check done as a read (the budget-read control): a sum for one tool,
 	// a count for the other.
-	limitCustomerSum   = "chaos_customer_amount"
-	limitTenantCount   = "chaos_tenant_count"
-	limitTenantSum     = "chaos_tenant_sum"
-	budgetWindow       = time.Hour
+	limitCustomerSum = "chaos_customer_amount"
+	limitTenantCount = "chaos_tenant_count"
+	limitTenantSum   = "chaos_tenant_sum"
+	budgetWindow     = time.Hour
 	// customerCount and customerMax bound each customer's pay_capped
 	// operations; tenantCount and tenantMax the tenant's pay_metered ones.
 	customerCount = 2
@@ -207,16 +207,9 @@ const chargeSchema = `    args_schema:
 
 // customerChargeSchema is chargeSchema with the customer pay_capped's
 // limits are per.
-const customerChargeSchema = `    args_schema:
-      type: object
-      properties:
-        invoice_id: {type: string, minLength: 1, maxLength: 64}
-        amount_minor: {type: integer, exclusiveMinimum: 0}
-        currency: {type: string, pattern: "^[A-Z]{3}$"}
-        customer_id: {type: string, minLength: 1, maxLength: 64}
-      required: [invoice_id, amount_minor, currency, customer_id]
-      additionalProperties: false
-`
+var customerChargeSchema = strings.Replace(strings.Replace(chargeSchema,
+	"        currency:", "        customer_id: {type: string, minLength: 1, maxLength: 64}\n        currency:", 1),
+	"required: [invoice_id, amount_minor, currency]", "required: [invoice_id, amount_minor, currency, customer_id]", 1)
 
 const emailSchema = `    args_schema:
       type: object
