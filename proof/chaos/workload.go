@@ -183,10 +183,15 @@ func (w *worker) server(not *server) *server {
 
 func (w *worker) pickTool() string {
 	x := w.rng.Float64()
-	if x < burstRate {
-		// A burst on one budget or identity: a tenth of the picks, the
-		// other tools' shares among themselves unchanged.
-		switch y := x / burstRate; {
+	bursts := burstRate
+	if c := w.r.control; c != nil && c.BurstRate > 0 {
+		bursts = c.BurstRate
+	}
+	if x < bursts {
+		// A burst on one budget or identity: a tenth of the picks (or the
+		// control's share), the other tools' shares among themselves
+		// unchanged.
+		switch y := x / bursts; {
 		case y < 0.4:
 			return ToolPayCapped
 		case y < 0.6:
@@ -194,7 +199,7 @@ func (w *worker) pickTool() string {
 		}
 		return ToolPayOnce
 	}
-	x = (x - burstRate) / (1 - burstRate)
+	x = (x - bursts) / (1 - bursts)
 	switch {
 	case x < 0.25:
 		return ToolPay
