@@ -99,3 +99,25 @@ func (c *Conn) IdentityPrune(ctx context.Context, batch int32) (int64, error) {
 	n, err := c.q.IdentityPrune(ctx, c.dbtx, batch)
 	return n, interpretError(err)
 }
+
+// IdentityGet reads who holds a tool's business identity: the holder and
+// its idempotency key, and whether it is held now (false, "" when no row).
+// It decides nothing: only the chaos suite's identity-select control run
+// decides on it (see IdentityTake).
+func (c *Conn) IdentityGet(ctx context.Context, tenant, tool, identity string) (holder, key string, held bool, err error) {
+	r, err := c.q.IdentityGet(ctx, c.dbtx, db.IdentityGetParams{Tenant: tenant, Tool: tool, Identity: identity})
+	if err = interpretError(err); errors.Is(err, ErrNotFound) {
+		return "", "", false, nil
+	}
+	return r.OperationID, r.IdempotencyKey, r.Held, err
+}
+
+// IdentityTake takes a tool's business identity for operationID whoever
+// holds it, without IdentityReserve's guard. Only the chaos suite's
+// identity-select control run (failpoints builds) calls it, after
+// IdentityGet, to prove that its checker catches an identity checked by a
+// read in Go.
+func (c *Conn) IdentityTake(ctx context.Context, tenant, tool, identity, operationID, key string, window time.Duration) error {
+	return interpretError(c.q.IdentityTake(ctx, c.dbtx, db.IdentityTakeParams{Tenant: tenant, Tool: tool, Identity: identity,
+		OperationID: operationID, IdempotencyKey: key, WindowSeconds: window.Seconds()}))
+}

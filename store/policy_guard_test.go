@@ -245,3 +245,28 @@ func TestBudgetAndIdentityGuards(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, pruned)
 }
+
+// TestIdentityControlStatements: the identity-select control's statements
+// do what the control needs of them: IdentityGet reads who holds an
+// identity without taking it, and IdentityTake takes it from a holder
+// that IdentityReserve would have left it with.
+func TestIdentityControlStatements(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	holder, key, held, err := g.st.IdentityGet(ctx, "acme", "pay", "INV-9")
+	require.NoError(t, err)
+	require.False(t, held)
+	require.Empty(t, holder+key)
+	held, err = g.st.IdentityReserve(ctx, "acme", "pay", "INV-9", "op_a", "ka", time.Hour)
+	require.NoError(t, err)
+	require.False(t, held)
+	holder, key, held, err = g.st.IdentityGet(ctx, "acme", "pay", "INV-9")
+	require.NoError(t, err)
+	require.Equal(t, []any{"op_a", "ka", true}, []any{holder, key, held})
+	require.NoError(t, g.st.IdentityTake(ctx, "acme", "pay", "INV-9", "op_b", "kb", time.Hour))
+	holder, _, held, err = g.st.IdentityGet(ctx, "acme", "pay", "INV-9")
+	require.NoError(t, err)
+	require.Equal(t, "op_b", holder, "taken without the guard")
+	require.True(t, held)
+}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/proof/failpoint"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"
 )
@@ -59,7 +60,7 @@ func (l *Ledger) admit(ctx context.Context, c *store.Conn, t *tool.Tool, who Act
 		if err != nil {
 			return adm, ruleRefusal(t, err)
 		}
-		held, err := c.IdentityReserve(ctx, who.Tenant, t.Name, v, id, key, t.Identity.Window)
+		held, err := identityReserve(ctx, c, who.Tenant, t.Name, v, id, key, t.Identity.Window)
 		if err != nil {
 			return adm, err
 		}
@@ -89,7 +90,7 @@ func (l *Ledger) admit(ctx context.Context, c *store.Conn, t *tool.Tool, who Act
 			return adm, ruleRefusal(t, err)
 		}
 		r := reservation(lim, who.Tenant, scope, id, amount)
-		admitted, fits, err := c.BudgetReserve(ctx, r)
+		admitted, fits, err := budgetReserve(ctx, c, lim, r)
 		if err != nil {
 			return adm, err
 		}
@@ -112,6 +113,48 @@ func reservation(lim *tool.Limit, tenant, scope, id string, amount float64) stor
 	return store.Reservation{Tenant: tenant, Name: lim.Name, Scope: scope, OperationID: id, Amount: amount,
 		MaxCount: lim.Count, HasSum: lim.Sum != "", MaxSum: lim.Max, Window: lim.Window, MaxUses: tool.MaxLimitUses,
 		Force: lim.Over == tool.OverApprove}
+}
+
+// identityReserve is c.IdentityReserve: the identity taken by the guarded
+// statement. In failpoints builds with the identity-select defect it is
+// checked by a read in Go and then taken unconditionally, for the chaos
+// suite's control run.
+func identityReserve(ctx context.Context, c *store.Conn, tenant, tool, identity, id, key string, window time.Duration) (held bool, err error) {
+	if !failpoint.Defect(failpoint.DefectIdentitySelect) {
+		return c.IdentityReserve(ctx, tenant, tool, identity, id, key, window)
+	}
+	// Test-only: SELECT, decide in Go, insert unconditionally. Two
+	// Prepares that read before either commits both take it.
+	_, holderKey, held, err := c.IdentityGet(ctx, tenant, tool, identity)
+	if err != nil || held && holderKey != key {
+		return held, err
+	}
+	return false, c.IdentityTake(ctx, tenant, tool, identity, id, key, window)
+}
+
+// budgetReserve is c.BudgetReserve: the share reserved by the statement
+// whose WHERE PostgreSQL judges on the locked row. In failpoints builds
+// with the budget-read defect the budget's uses are read, the decision
+// made in Go and the share then appended unconditionally, for the chaos
+// suite's control run.
+func budgetReserve(ctx context.Context, c *store.Conn, lim *tool.Limit, r store.Reservation) (admitted, fits bool, err error) {
+	if !failpoint.Defect(failpoint.DefectBudgetRead) {
+		return c.BudgetReserve(ctx, r)
+	}
+	// Test-only: read, decide in Go, append. Prepares that read before
+	// any of them commits all find room.
+	uses, now, err := c.BudgetGet(ctx, r.Tenant, r.Name, r.Scope, r.Window)
+	if err != nil {
+		return false, false, err
+	}
+	wait, ever := roomIn(lim, uses, now, r.Amount)
+	fits = ever && wait == 0 && len(uses) < r.MaxUses
+	if !fits && !r.Force {
+		return false, false, nil
+	}
+	r.Force = true
+	admitted, _, err = c.BudgetReserve(ctx, r)
+	return admitted, fits, err
 }
 
 // limitExceeded is the refusal of a call past lim, with when room frees up

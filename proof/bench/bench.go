@@ -47,7 +47,8 @@ const (
 )
 
 // Scenarios lists every scenario in run order.
-var Scenarios = []string{ScenarioPrepare, ScenarioExecuteNew, ScenarioOneCall, ScenarioExecuteReplay, ScenarioGet, ScenarioDuplicateStorm}
+var Scenarios = []string{ScenarioPrepare, ScenarioExecuteNew, ScenarioOneCall, ScenarioOneCallBudgeted, ScenarioOneCallTenantLimit,
+	ScenarioExecuteReplay, ScenarioGet, ScenarioDuplicateStorm}
 
 // The systems a result can belong to.
 const (
@@ -76,12 +77,15 @@ const (
 
 // baselines lists, per scenario, the systems it is compared with.
 var baselines = map[string][]string{
-	ScenarioPrepare:        {SystemPgbench},
-	ScenarioExecuteNew:     {SystemPgbench, SystemDBOS},
-	ScenarioOneCall:        {SystemPgbench, SystemDBOS, SystemOpledgerPolicy},
-	ScenarioExecuteReplay:  {SystemPgbench, SystemGRPCFloor, SystemDBOS},
-	ScenarioGet:            {SystemPgbench, SystemGRPCFloor, SystemGRPCChain},
-	ScenarioDuplicateStorm: {SystemPgbench, SystemDBOS},
+	ScenarioPrepare:    {SystemPgbench},
+	ScenarioExecuteNew: {SystemPgbench, SystemDBOS},
+	ScenarioOneCall:    {SystemPgbench, SystemDBOS, SystemOpledgerPolicy},
+	// Compared with execute-one-call in the same run (budgetTargets).
+	ScenarioOneCallBudgeted:    nil,
+	ScenarioOneCallTenantLimit: nil,
+	ScenarioExecuteReplay:      {SystemPgbench, SystemGRPCFloor, SystemDBOS},
+	ScenarioGet:                {SystemPgbench, SystemGRPCFloor, SystemGRPCChain},
+	ScenarioDuplicateStorm:     {SystemPgbench, SystemDBOS},
 }
 
 // allBaselines lists every baseline system.
@@ -404,10 +408,11 @@ func (e *env) runAll(ctx context.Context, rep *Report) error {
 		return ""
 	}
 	for _, sc := range o.Scenarios {
-		for _, c := range o.Concurrency {
+		levels, extra := o.levels(sc)
+		for _, c := range levels {
 			systems := []string{SystemOpledger}
 			for _, sys := range baselines[sc] {
-				if o.wants(sys) {
+				if o.wants(sys) && !extra[c] {
 					systems = append(systems, sys)
 				}
 			}

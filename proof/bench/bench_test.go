@@ -14,6 +14,7 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/store"
+	"github.com/opledger/opledger/tool"
 )
 
 // TestTinyRun runs every scenario and every baseline for a second at two
@@ -244,4 +245,40 @@ func TestFloorAnswersTheSameOperation(t *testing.T) {
 		require.NoError(t, proto.Unmarshal(b, got))
 		require.True(t, proto.Equal(want, got), "%v\n%v", want, got)
 	}
+}
+
+// TestBudgetTargets: each budget scenario is judged against execute-one-call
+// at its own level (16 and 64), with the CPU of both sides, and the
+// tenant-wide level is measured even when the sweep lacks it.
+func TestBudgetTargets(t *testing.T) {
+	t.Parallel()
+	cost := &CPUCost{Server: 400 * time.Microsecond, Postgres: 800 * time.Microsecond}
+	rep := &Report{Options: Options{Concurrency: []int{1, 16}, Scenarios: Scenarios}, Results: []Result{
+		{Scenario: ScenarioOneCall, System: SystemOpledger, Concurrency: 16, Ops: 1, OpsPerSec: 1000, CPU: cost},
+		{Scenario: ScenarioOneCallBudgeted, System: SystemOpledger, Concurrency: 16, Ops: 1, OpsPerSec: 900, CPU: cost},
+		{Scenario: ScenarioOneCall, System: SystemOpledger, Concurrency: 64, Ops: 1, OpsPerSec: 1000, CPU: cost},
+		{Scenario: ScenarioOneCallTenantLimit, System: SystemOpledger, Concurrency: 64, Ops: 1, OpsPerSec: 500},
+	}}
+	var got []string
+	for _, tg := range rep.BudgetTargets() {
+		got = append(got, tg.Verdict()+" "+tg.Text)
+	}
+	require.Equal(t, []string{
+		"ok one-call-budgeted (a limit per customer and an identity) ≥ 0.85 × execute-one-call (c=16): 900 vs 1000 ops/s = 0.90 (server 400 + PostgreSQL 800 µs/op vs server 400 + PostgreSQL 800 µs/op)",
+		"MISS one-call-tenant-limit (one tenant-wide limit, every call on one budget) ≥ 0.70 × execute-one-call (c=64): 500 vs 1000 ops/s = 0.50 (CPU not accounted vs server 400 + PostgreSQL 800 µs/op)",
+	}, got)
+	levels, extra := rep.Options.levels(ScenarioOneCall)
+	require.Equal(t, []int{1, 16, 64}, levels)
+	require.True(t, extra[64])
+	levels, _ = rep.Options.levels(ScenarioOneCallBudgeted)
+	require.Equal(t, []int{1, 16}, levels)
+}
+
+// TestBenchToolsFileLoads: the bench's tools file, with its limits and
+// identity, loads as the server loads it.
+func TestBenchToolsFileLoads(t *testing.T) {
+	t.Parallel()
+	reg, err := tool.Parse(toolsYAML("http://127.0.0.1:1"), func(string) string { return "" })
+	require.NoError(t, err)
+	require.Len(t, reg.Limits(), 2)
 }

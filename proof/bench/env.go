@@ -216,11 +216,38 @@ func (e *env) close() {
 	e.closers = nil
 }
 
-// toolsYAML is the bench's one tool: a charge through the fake processor,
-// no approval, one attempt, keys deduped, so that every op is one charge.
+// toolsYAML is the bench's tools: bench_charge, a charge through the fake
+// processor, no approval, one attempt, keys deduped, so that every op is
+// one charge; the same under a policy (policyToolName); and the budget
+// scenarios' tools (budgetToolsYAML).
 func toolsYAML(fakepayURL string) []byte {
-	tool := func(name, policy string) string {
-		return `  - name: ` + name + `
+	// The policy tool's three rules hold for none of the bench's calls
+	// (4900 EUR cents): each call is judged, and then runs as the plain one.
+	return []byte("tools:\n" + chargeToolYAML(fakepayURL, toolName, noApproval, "") + chargeToolYAML(fakepayURL, policyToolName, `    deny:
+      - name: eur_only
+        when: args.currency != "EUR"
+        message: charges are made in EUR only
+      - name: too_large
+        when: args.amount_minor > 10000000
+        message: more than 100,000 EUR is paid another way
+    approval:
+      when: args.amount_minor > 1000000
+      ttl: 15m
+`, "") + budgetToolsYAML(fakepayURL))
+}
+
+// noApproval is a bench tool's policy: none.
+const noApproval = "    approval:\n      required: false\n"
+
+// chargeToolYAML is one charge tool of the bench's tools file: policy (its
+// approval, deny rules, identity) goes before its schema, whose properties
+// gain extraProps.
+func chargeToolYAML(fakepayURL, name, policy, extraProps string) string {
+	required := "invoice_id, amount_minor, currency"
+	if extraProps != "" {
+		required += ", " + strings.TrimSpace(strings.SplitN(extraProps, ":", 2)[0])
+	}
+	return `  - name: ` + name + `
     version: "1"
     effect: side_effect
 ` + policy + `    args_schema:
@@ -229,7 +256,7 @@ func toolsYAML(fakepayURL string) []byte {
         invoice_id: {type: string, minLength: 1, maxLength: 64}
         amount_minor: {type: integer, exclusiveMinimum: 0}
         currency: {type: string, pattern: "^[A-Z]{3}$"}
-      required: [invoice_id, amount_minor, currency]
+` + extraProps + `      required: [` + required + `]
       additionalProperties: false
     executor:
       type: http
@@ -241,20 +268,6 @@ func toolsYAML(fakepayURL string) []byte {
       external_ref_field: id
       max_attempts: 1
 `
-	}
-	// The policy tool's three rules hold for none of the bench's calls
-	// (4900 EUR cents): each call is judged, and then runs as the plain one.
-	return []byte("tools:\n" + tool(toolName, "    approval:\n      required: false\n") + tool(policyToolName, `    deny:
-      - name: eur_only
-        when: args.currency != "EUR"
-        message: charges are made in EUR only
-      - name: too_large
-        when: args.amount_minor > 10000000
-        message: more than 100,000 EUR is paid another way
-    approval:
-      when: args.amount_minor > 1000000
-      ttl: 15m
-`))
 }
 
 // seedPrincipal creates the agent the clients authenticate as.

@@ -30,7 +30,8 @@ func (r *Report) rows() []row {
 		return nil
 	}
 	for _, sc := range r.Options.Scenarios {
-		for _, c := range r.Options.Concurrency {
+		levels, _ := r.Options.levels(sc)
+		for _, c := range levels {
 			o := find(sc, SystemOpledger, c)
 			if o == nil {
 				continue
@@ -342,7 +343,7 @@ func (r *Report) Targets() []Target {
 	} else if r.Options.Grow > 0 {
 		missing("execute-replay p99 flat (±20%) as operations grow")
 	}
-	return ts
+	return append(ts, r.BudgetTargets()...)
 }
 
 // ServerCPUTarget is the server's CPU budget per new operation (issue 13).

@@ -74,17 +74,7 @@ func executeOp(ctx context.Context, cl opledgerv1.LedgerServiceClient, auth cont
 // oneCallOp prepares and executes a new operation of tool in one call
 // (Prepare with execute).
 func oneCallOp(ctx context.Context, cl opledgerv1.LedgerServiceClient, auth context.Context, tool string) (string, error) {
-	ctx = metadata.NewOutgoingContext(ctx, withKey(auth, newKey("o")))
-	r, err := cl.Prepare(ctx, &opledgerv1.PrepareRequest{Tool: tool, Args: chargeArgs, Execute: true})
-	if err != nil {
-		return "", err
-	}
-	op := r.GetOperation()
-	if r.GetReplayed() || r.GetExecutionReplayed() || op.GetState() != opledgerv1.State_STATE_SUCCEEDED || op.GetExternalRef() == "" {
-		return "", fmt.Errorf("prepare with execute: state %s, external ref %q, replayed %t/%t", op.GetState(), op.GetExternalRef(),
-			r.GetReplayed(), r.GetExecutionReplayed())
-	}
-	return op.GetExternalRef(), nil
+	return oneCall(ctx, cl, auth, newKey("o"), tool, chargeArgs)
 }
 
 // scenarioOneCallPolicy is the one-call job on policyToolName: what
@@ -121,6 +111,8 @@ func opledgerOp(cl *clients, sc string, from, pool int) opFunc {
 			_, err := oneCallOp(ctx, cl.client(w), cl.auth, tool)
 			return err
 		}
+	case ScenarioOneCallBudgeted, ScenarioOneCallTenantLimit:
+		return budgetOp(cl, sc)
 	case ScenarioExecuteReplay:
 		return func(ctx context.Context, w, _ int) error {
 			_, err := executeOp(ctx, cl.client(w), cl.auth, syntheticID(from+rand.IntN(pool)), true, nil)

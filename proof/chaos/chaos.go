@@ -150,15 +150,19 @@ type Summary struct {
 	Elapsed     time.Duration
 	// HA is the failover mode's report; nil without Options.Failover.
 	HA *FailoverReport
+	// LimitRefused and IdentityRefused count the Prepares the workload saw
+	// refused LIMIT_EXCEEDED and OPERATION_DUPLICATE: the budgets and the
+	// identity were reached, so their counts say something.
+	LimitRefused, IdentityRefused int
 }
 
 // Line is the one-line summary.
 func (s Summary) Line() string {
 	c := s.Check
 	line := fmt.Sprintf("chaos: ops=%d kills=%d stops=%d stalls=%d pg_crashes=%d clock_steps=%d net_faults=%d proc_faults=%d failpoint_crashes=%d "+
-		"duplicates=%d resent=%d lost=%d false_failed=%d unapproved=%d unapproved_by_policy=%d stuck=%d unknown=%d inconsistent=%d internal=%d",
+		"duplicates=%d overspent=%d duplicate_intent=%d resent=%d lost=%d false_failed=%d unapproved=%d unapproved_by_policy=%d stuck=%d unknown=%d inconsistent=%d internal=%d",
 		s.Ops, s.Kills, s.Stops, s.Stalls, s.PGCrashes, s.ClockSteps, s.NetFaults, s.ProcFaults, s.FailpointCrashes,
-		c.Duplicates, c.Resent, c.Lost, c.FalseFailed, c.Unapproved, c.UnapprovedByPolicy, c.Stuck, c.Unknown, c.Inconsistent, c.Internal)
+		c.Duplicates, c.Overspent, c.DuplicateIntent, c.Resent, c.Lost, c.FalseFailed, c.Unapproved, c.UnapprovedByPolicy, c.Stuck, c.Unknown, c.Inconsistent, c.Internal)
 	if s.HA != nil {
 		line += " " + s.HA.line()
 	}
@@ -170,9 +174,9 @@ func (s Summary) Line() string {
 func (s Summary) StagedLine() string {
 	c := s.Check
 	a := c.Answers
-	return fmt.Sprintf("chaos: staged sends=%d resends=%d redirected=%d in_progress=%d refused_replay=%d failed_after_commit=%d dropped=%d released=%d approvals_lapsed=%d renewed=%d late_resubmissions=%d policy_changed=%d policy_checked=%d sent_under_tightened=%d sent_policy_unjudged=%d db_clock_offset=%s",
+	return fmt.Sprintf("chaos: staged sends=%d resends=%d redirected=%d in_progress=%d refused_replay=%d failed_after_commit=%d dropped=%d released=%d approvals_lapsed=%d renewed=%d late_resubmissions=%d policy_changed=%d policy_checked=%d sent_under_tightened=%d sent_policy_unjudged=%d limit_refused=%d identity_refused=%d db_clock_offset=%s",
 		c.Sends, c.Resends, a[fakepay.AnswerRedirected], a[fakepay.AnswerInProgress], a[fakepay.AnswerRefusedReplay], a[fakepay.AnswerFailedAfterCommit],
-		a[fakepay.AnswerDropped], c.Released, c.Lapsed, c.Renewed, c.LateResubmissions, c.PolicyChanged, c.PolicyChecked, c.PolicyTight, c.PolicyUnjudged, s.ClockOffset)
+		a[fakepay.AnswerDropped], c.Released, c.Lapsed, c.Renewed, c.LateResubmissions, c.PolicyChanged, c.PolicyChecked, c.PolicyTight, c.PolicyUnjudged, s.LimitRefused, s.IdentityRefused, s.ClockOffset)
 }
 
 // staged lists what the new fault kinds exist to produce, and the count
@@ -186,6 +190,8 @@ func (s Summary) staged() map[string]int {
 		"a release, nothing sent (net-proc-refuse)":                                                  s.Check.Released,
 		"an approval lapsed after a release (pay_direct, its short TTL)":                             s.Check.Lapsed,
 		"an operation judged again by the tightened policy at its claim (the rolling policy change)": s.Check.PolicyChanged + s.Check.PolicyChecked,
+		"a Prepare refused by a limit (LIMIT_EXCEEDED)":                                              s.LimitRefused,
+		"a Prepare refused by a business identity (OPERATION_DUPLICATE)":                             s.IdentityRefused,
 	}
 }
 
@@ -350,7 +356,8 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		return Summary{}, err
 	}
 	in := CheckInput{Observations: r.hist.Observations(), Internal: r.hist.Internal(), Ops: final, Effects: r.effects(), Sends: r.sends(),
-		Prepared: r.prepared(), Approver: approverName, Timeline: r.nem.timeline(), Policies: policies(), PolicyChange: r.policyChange()}
+		Prepared: r.prepared(), Approver: approverName, Timeline: r.nem.timeline(), Policies: policies(), PolicyChange: r.policyChange(),
+		Limits: limitSpecs(), Identities: identitySpecs()}
 	r.recordSends(in)
 	res := Check(in)
 	var ha *FailoverReport
@@ -371,6 +378,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	}
 	s.Control = control
 	s.WithoutDefect = control != nil && opts.WithoutDefect
+	s.LimitRefused, s.IdentityRefused = int(r.limitRefused.Load()), int(r.identityRefused.Load())
 	s.Seed = opts.Seed
 	s.Elapsed = time.Since(r.start)
 	var kept []string
@@ -431,9 +439,12 @@ type Runner struct {
 	servers  []*server
 	nem      *nemesis
 
-	opSeq     atomic.Int64
-	trackedMu sync.Mutex
-	tracked   map[string]*trackedOp // by idempotency key
+	opSeq atomic.Int64
+	// limitRefused and identityRefused count the refusals by a budget and
+	// by a business identity the workload saw.
+	limitRefused, identityRefused atomic.Int64
+	trackedMu                     sync.Mutex
+	tracked                       map[string]*trackedOp // by idempotency key
 
 	switchMu sync.Mutex
 	switches []PolicySwitch // the rolling policy change, as it went

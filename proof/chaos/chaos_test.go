@@ -22,6 +22,7 @@ import (
 
 	"github.com/opledger/opledger/proof/fakepay"
 	"github.com/opledger/opledger/proof/pgcluster"
+	"github.com/opledger/opledger/tool"
 )
 
 // ok is a completed call in a synthetic history.
@@ -540,7 +541,8 @@ func TestControlsAreKnown(t *testing.T) {
 		c, err := LookupControl(name)
 		require.NoError(t, err)
 		require.Equal(t, name, c.Name)
-		require.Contains(t, []string{ViolationDuplicate, ViolationResent, ViolationFalseFailed, ViolationUnapproved, ViolationUnapprovedByPolicy}, c.Expect)
+		require.Contains(t, []string{ViolationDuplicate, ViolationResent, ViolationFalseFailed, ViolationUnapproved, ViolationUnapprovedByPolicy,
+			ViolationOverspent, ViolationDuplicateIntent}, c.Expect)
 		for _, k := range c.Focus {
 			require.Contains(t, FaultKinds, k)
 		}
@@ -811,4 +813,93 @@ func TestCheckerPolicyChange(t *testing.T) {
 	r = Check(in)
 	require.True(t, r.OK(), "%+v", r.Violations)
 	require.Equal(t, 1, r.PolicyUnjudged)
+}
+
+// budgetWorld is n pay_capped operations of one customer, one pay_metered
+// and n pay_once operations of one invoice, each with an effect when took
+// says so, prepared a second apart.
+func budgetWorld(n int, took func(tool string, i int) bool) CheckInput {
+	in := CheckInput{Ops: map[string]FinalOp{}, Prepared: map[string]PreparedOp{}, Policies: policies(),
+		Limits: limitSpecs(), Identities: identitySpecs()}
+	add := func(tool string, i int, args string) {
+		id := fmt.Sprintf("op_%s_%d", tool, i)
+		state := StateFailed
+		if took(tool, i) {
+			state = StateSucceeded
+			in.Effects = append(in.Effects, Effect{Kind: "charge", ID: "ch_" + id, Key: "opk_" + id})
+		}
+		ref := ""
+		if state == StateSucceeded {
+			ref = "ch_" + id
+		}
+		in.Ops[id] = FinalOp{ID: id, Tool: tool, State: state, ExternalRef: ref, DownstreamKey: "opk_" + id,
+			Events: []OpEvent{{Seq: 1, Type: "PREPARED", At: t0.Add(time.Duration(i) * time.Second)}}}
+		in.Prepared[id] = PreparedOp{Tool: tool, Args: json.RawMessage(args), Intent: intentRun}
+	}
+	for i := range n {
+		add(ToolPayCapped, i, fmt.Sprintf(`{"invoice_id":"INV-%d","amount_minor":1000,"currency":"EUR","customer_id":"c1"}`, i))
+		add(ToolPayOnce, i, fmt.Sprintf(`{"invoice_id":"ONCE-1","amount_minor":%d,"currency":"EUR"}`, 1000+i))
+	}
+	add(ToolPayMetered, 0, `{"invoice_id":"INV-M","amount_minor":5000,"currency":"EUR"}`)
+	return in
+}
+
+// TestCheckerBudgetsClean: as many effects as the limits allow, failed
+// operations beyond them, one effect per identity: nothing flagged.
+func TestCheckerBudgetsClean(t *testing.T) {
+	t.Parallel()
+	r := Check(budgetWorld(5, func(tool string, i int) bool {
+		return tool == ToolPayCapped && i < customerCount || tool == ToolPayOnce && i == 3 || tool == ToolPayMetered
+	}))
+	require.True(t, r.OK(), "%+v", r.Violations)
+	require.Zero(t, r.Overspent+r.DuplicateIntent)
+}
+
+// TestCheckerFlagsOverspent: a customer's operations that took effect
+// past its count (and past its sum) are overspent, one per operation past
+// each limit; a refused (failed) one is not.
+func TestCheckerFlagsOverspent(t *testing.T) {
+	t.Parallel()
+	r := Check(budgetWorld(5, func(tool string, i int) bool { return tool == ToolPayCapped && i < 4 }))
+	// count 2: operations 3 and 4; sum 10000 with 1000 each: none.
+	require.Equal(t, 2, r.Overspent, "%+v", r.Violations)
+	require.Equal(t, ViolationOverspent, r.Violations[0].Kind)
+	require.Contains(t, r.Violations[0].Detail, limitCustomerCount+" (c1)")
+
+	// Amounts past the customer's sum, within its count.
+	in := budgetWorld(2, func(tool string, i int) bool { return tool == ToolPayCapped })
+	in.Prepared["op_pay_capped_1"] = PreparedOp{Tool: ToolPayCapped, Args: json.RawMessage(`{"invoice_id":"INV-1","amount_minor":9500,"currency":"EUR","customer_id":"c1"}`), Intent: intentRun}
+	r = Check(in)
+	require.Equal(t, 1, r.Overspent, "%+v", r.Violations)
+	require.Contains(t, r.Violations[0].Detail, limitCustomerSum)
+
+	// Outside the window the budget is free again.
+	in = budgetWorld(3, func(tool string, i int) bool { return tool == ToolPayCapped })
+	op := in.Ops["op_pay_capped_2"]
+	op.Events[0].At = t0.Add(budgetWindow + time.Second)
+	r = Check(in)
+	require.True(t, r.OK(), "%+v", r.Violations)
+}
+
+// TestCheckerFlagsDuplicateIntent: two operations of one invoice that
+// both took effect, under different keys, are a duplicate intent even
+// though each has one effect only.
+func TestCheckerFlagsDuplicateIntent(t *testing.T) {
+	t.Parallel()
+	r := Check(budgetWorld(4, func(tool string, i int) bool { return tool == ToolPayOnce && i != 1 }))
+	require.Equal(t, 2, r.DuplicateIntent, "%+v", r.Violations)
+	require.Zero(t, r.Duplicates)
+	require.Equal(t, ViolationDuplicateIntent, r.Violations[0].Kind)
+	require.Contains(t, r.Violations[0].Detail, `"ONCE-1"`)
+}
+
+// TestChaosToolsFileLoads: the suite's tools file, with its limits and
+// identity, loads as the servers load it, in both policies.
+func TestChaosToolsFileLoads(t *testing.T) {
+	t.Parallel()
+	for _, tight := range []bool{false, true} {
+		reg, err := tool.Parse([]byte(toolsYAML("http://127.0.0.1:1", 1, tight)), func(string) string { return "" })
+		require.NoError(t, err, "tight=%v", tight)
+		require.Len(t, reg.Limits(), len(limitSpecs()))
+	}
 }

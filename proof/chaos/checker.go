@@ -52,6 +52,16 @@ const (
 	// PolicyChange): an approval, or not at all where a deny rule refuses
 	// it, although it was prepared under a policy that required neither.
 	ViolationUnapprovedByPolicy = "unapproved_by_policy"
+	// ViolationOverspent: the operations that took effect at the processor
+	// and count against one budget (a limit, for one `per` value) within
+	// its window are more than its count, or their amounts more than its
+	// max: one per operation past the limit.
+	ViolationOverspent = "overspent"
+	// ViolationDuplicateIntent: two operations of one business identity (a
+	// tool's identity key: the invoice) both took effect at the processor
+	// within the identity's window, under different idempotency keys: one
+	// per operation past the first.
+	ViolationDuplicateIntent = "duplicate_intent"
 	// ViolationInternal: a call was answered INTERNAL (the ErrorInfo reason
 	// the ledger gives an error it did not expect): whatever the faults, a
 	// server bug, not a truthful answer.
@@ -211,6 +221,32 @@ type CheckInput struct {
 	Policies map[string]ToolPolicy
 	// PolicyChange is the run's rolling policy change; nil for none.
 	PolicyChange *PolicyChange
+	// Limits and Identities are the tools file's budgets and business
+	// identities, as the checker counts them.
+	Limits     []LimitSpec
+	Identities []IdentitySpec
+}
+
+// LimitSpec is one limit of the tools file as the checker counts it: its
+// expressions evaluated in Go on the arguments the workload prepared.
+type LimitSpec struct {
+	Name   string
+	Tools  []string
+	Window time.Duration
+	// Count bounds the operations (0: no bound); Max the total of Amount
+	// (with Amount set).
+	Count  int
+	Max    float64
+	Amount func(args json.RawMessage) float64
+	// Scope is the `per` value; nil for a tenant-wide limit.
+	Scope func(args json.RawMessage) string
+}
+
+// IdentitySpec is one tool's business identity as the checker counts it.
+type IdentitySpec struct {
+	Tool   string
+	Window time.Duration
+	Key    func(args json.RawMessage) string
 }
 
 // PolicyChange is a rolling change of one tool's policy during the run:
@@ -252,6 +288,7 @@ type CheckResult struct {
 	Duplicates, Lost, Stuck, Unknown, Inconsistent  int
 	Resent, FalseFailed, Unapproved, Internal       int
 	UnapprovedByPolicy                              int
+	Overspent, DuplicateIntent                      int
 	Succeeded, Failed, Ready, Rejected, AwaitingOps int
 	// Resends counts the requests beyond the first that deduplicating
 	// downstreams received (retries, takeovers, resubmissions): legitimate,
@@ -326,6 +363,10 @@ func Check(in CheckInput) CheckResult {
 			r.Unapproved++
 		case ViolationUnapprovedByPolicy:
 			r.UnapprovedByPolicy++
+		case ViolationOverspent:
+			r.Overspent++
+		case ViolationDuplicateIntent:
+			r.DuplicateIntent++
 		case ViolationInternal:
 			r.Internal++
 		}
@@ -477,6 +518,8 @@ func Check(in CheckInput) CheckResult {
 		}
 	}
 
+	checkBudgets(in, ids, effects, flag)
+
 	// Every answer a client received must agree with the final truth. A
 	// non-final answer (READY, EXECUTING, OUTCOME_UNKNOWN, …) promises
 	// nothing; a final one is forever.
@@ -524,6 +567,108 @@ func Check(in CheckInput) CheckResult {
 		}
 	}
 	return r
+}
+
+// spent is one operation that took effect, as a budget or an identity
+// counts it: when it was prepared (its PREPARED event, on the database's
+// clock) and its prepared arguments.
+type spent struct {
+	id   string
+	at   time.Time
+	args json.RawMessage
+}
+
+// checkBudgets counts the effects at the processors per budget and per
+// business identity. An operation counts when the processor has an effect
+// under its key. For each limit, per `per` value, the operations prepared
+// within any span of its window must be at most its count, and their
+// amounts at most its max; for each identity, no two operations prepared
+// within its window may both have taken effect (the first holds the
+// identity from its Prepare to its effect and the window after it, so two
+// prepared within the window is a second effect the ledger should have
+// refused). The window is judged on the PREPARED events' timestamps, the
+// start of each Prepare's transaction, not on the reservations' own (a
+// statement later in it): exact for windows much longer than a
+// transaction, as the suite's, which outlast the run.
+func checkBudgets(in CheckInput, ids []string, effects map[string][]Effect, flag func(kind, op, format string, args ...any)) {
+	var took []spent
+	for _, id := range ids {
+		op, prep := in.Ops[id], in.Prepared[id]
+		if len(effects[id]) == 0 || len(op.Events) == 0 || len(prep.Args) == 0 {
+			continue
+		}
+		took = append(took, spent{id: id, at: op.Events[0].At, args: prep.Args})
+	}
+	sort.SliceStable(took, func(i, j int) bool { return took[i].at.Before(took[j].at) })
+	tools := func(names ...string) map[string]bool {
+		m := map[string]bool{}
+		for _, n := range names {
+			m[n] = true
+		}
+		return m
+	}
+	for _, lim := range in.Limits {
+		counted := tools(lim.Tools...)
+		byScope := map[string][]spent{}
+		var scopes []string
+		for _, s := range took {
+			if !counted[in.Ops[s.id].Tool] {
+				continue
+			}
+			scope := ""
+			if lim.Scope != nil {
+				scope = lim.Scope(s.args)
+			}
+			if byScope[scope] == nil {
+				scopes = append(scopes, scope)
+			}
+			byScope[scope] = append(byScope[scope], s)
+		}
+		for _, scope := range scopes {
+			ops := byScope[scope]
+			for i, s := range ops {
+				n, total := 0, 0.0
+				var within []string
+				for _, o := range ops[:i+1] {
+					if s.at.Sub(o.at) < lim.Window {
+						n++
+						within = append(within, o.id)
+						if lim.Amount != nil {
+							total += lim.Amount(o.args)
+						}
+					}
+				}
+				where := lim.Name
+				if scope != "" {
+					where += " (" + scope + ")"
+				}
+				if lim.Count > 0 && n > lim.Count {
+					flag(ViolationOverspent, s.id, "limit %s allows %d operations within %s, but %d that took effect were prepared within it: %s",
+						where, lim.Count, lim.Window, n, strings.Join(within, ", "))
+				}
+				if lim.Amount != nil && total > lim.Max {
+					flag(ViolationOverspent, s.id, "limit %s allows a total of %v within %s, but the operations that took effect and were prepared within it total %v: %s",
+						where, lim.Max, lim.Window, total, strings.Join(within, ", "))
+				}
+			}
+		}
+	}
+	for _, idn := range in.Identities {
+		first := map[string]spent{}
+		for _, s := range took {
+			if in.Ops[s.id].Tool != idn.Tool {
+				continue
+			}
+			key := idn.Key(s.args)
+			f, seen := first[key]
+			if !seen || s.at.Sub(f.at) >= idn.Window {
+				first[key] = s
+				continue
+			}
+			flag(ViolationDuplicateIntent, s.id, "%s %q took effect under operation %s (prepared at %s) and again under %s (prepared at %s, database clock), with another idempotency key, within the identity's window of %s",
+				idn.Tool, key, f.id, clock(f.at), s.id, clock(s.at), idn.Window)
+		}
+	}
 }
 
 // checkApproval applies the approval-expiry rule to one operation of a tool

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -77,7 +78,85 @@ const (
 	// then, server by server, every call needs an approver and a deny rule
 	// refuses amounts ending in 7 (policyDenies).
 	ToolPayPolicy = "pay_policy"
+	// ToolPayCapped charges the "pay" processor like pay_invoice without an
+	// approval, under two limits per customer (limitCustomerCount and
+	// limitCustomerSum): the workload sends bursts of concurrent calls for
+	// one new customer, each under its own key (worker.runBurst).
+	ToolPayCapped = "pay_capped"
+	// ToolPayMetered is the same under two tenant-wide limits
+	// (limitTenantCount and limitTenantSum), every call on one budget.
+	ToolPayMetered = "pay_metered"
+	// ToolPayOnce is the same with a business identity (its invoice): the
+	// workload sends bursts of agents paying one invoice concurrently, each
+	// under its own key.
+	ToolPayOnce = "pay_once"
 )
+
+// The chaos limits (docs/reliability.md). Their windows and the identity's
+// outlast any run (budgetWindow), so each budget's window holds the whole
+// run and the checker's count per budget is exact whatever the timing of
+// the Prepares' transactions under the faults.
+const (
+	limitCustomerCount = "chaos_customer_count"
+	// limitCustomerSum sorts before limitCustomerCount, limitTenantCount
+	// before limitTenantSum: the ledger reserves a tool's budgets in the
+	// order of their names, and the first one's row lock, held to the
+	// commit, serialises the others, so only the first can be overspent by
+	// a check done as a read (the budget-read control): a sum for one tool,
+	// a count for the other.
+	limitCustomerSum = "chaos_customer_amount"
+	limitTenantCount = "chaos_tenant_count"
+	limitTenantSum   = "chaos_tenant_sum"
+	budgetWindow     = time.Hour
+	// customerCount and customerMax bound each customer's pay_capped
+	// operations; tenantCount and tenantMax the tenant's pay_metered ones.
+	customerCount = 2
+	customerMax   = 10000
+	tenantCount   = 30
+	tenantMax     = 150000
+)
+
+// limitsYAML is the tools file's top-level limits.
+func limitsYAML() string {
+	return fmt.Sprintf(`limits:
+  - {name: %s, tools: [%s], per: args.customer_id, window: %s, count: %d}
+  - {name: %s, tools: [%s], per: args.customer_id, window: %s, sum: args.amount_minor, max: %d}
+  - {name: %s, tools: [%s], window: %s, count: %d}
+  - {name: %s, tools: [%s], window: %s, sum: args.amount_minor, max: %d}
+`, limitCustomerCount, ToolPayCapped, budgetWindow, customerCount, limitCustomerSum, ToolPayCapped, budgetWindow, customerMax,
+		limitTenantCount, ToolPayMetered, budgetWindow, tenantCount, limitTenantSum, ToolPayMetered, budgetWindow, tenantMax)
+}
+
+// chargeArgs is what the checker reads of a charge's prepared arguments.
+type chargeArgs struct {
+	InvoiceID  string  `json:"invoice_id"`
+	Amount     float64 `json:"amount_minor"`
+	CustomerID string  `json:"customer_id"`
+}
+
+func readCharge(args json.RawMessage) chargeArgs {
+	var a chargeArgs
+	_ = json.Unmarshal(args, &a)
+	return a
+}
+
+// limitSpecs are the limits as the checker counts them: what limitsYAML
+// declares, with its expressions in Go.
+func limitSpecs() []LimitSpec {
+	customer := func(a json.RawMessage) string { return readCharge(a).CustomerID }
+	amount := func(a json.RawMessage) float64 { return readCharge(a).Amount }
+	return []LimitSpec{
+		{Name: limitCustomerCount, Tools: []string{ToolPayCapped}, Window: budgetWindow, Count: customerCount, Scope: customer},
+		{Name: limitCustomerSum, Tools: []string{ToolPayCapped}, Window: budgetWindow, Max: customerMax, Amount: amount, Scope: customer},
+		{Name: limitTenantCount, Tools: []string{ToolPayMetered}, Window: budgetWindow, Count: tenantCount},
+		{Name: limitTenantSum, Tools: []string{ToolPayMetered}, Window: budgetWindow, Max: tenantMax, Amount: amount},
+	}
+}
+
+// identitySpecs are the business identities as the checker counts them.
+func identitySpecs() []IdentitySpec {
+	return []IdentitySpec{{Tool: ToolPayOnce, Window: budgetWindow, Key: func(a json.RawMessage) string { return readCharge(a).InvoiceID }}}
+}
 
 // policyDeny is pay_policy's deny rule under the tightened policy, and
 // policyDenies the same in Go, for the checker.
@@ -97,7 +176,10 @@ func policies() map[string]ToolPolicy {
 		// What the tightened policy demands is the checker's
 		// unapproved_by_policy rule (checkPolicy), not ApprovalTTL: the
 		// operations prepared before the change need no approval.
-		ToolPayPolicy: {AllowUnknown: false, Dedupes: true},
+		ToolPayPolicy:  {AllowUnknown: false, Dedupes: true},
+		ToolPayCapped:  {AllowUnknown: false, Dedupes: true},
+		ToolPayMetered: {AllowUnknown: false, Dedupes: true},
+		ToolPayOnce:    {AllowUnknown: false, Dedupes: true},
 	}
 }
 
@@ -122,6 +204,12 @@ const chargeSchema = `    args_schema:
       required: [invoice_id, amount_minor, currency]
       additionalProperties: false
 `
+
+// customerChargeSchema is chargeSchema with the customer pay_capped's
+// limits are per.
+var customerChargeSchema = strings.Replace(strings.Replace(chargeSchema,
+	"        currency:", "        customer_id: {type: string, minLength: 1, maxLength: 64}\n        currency:", 1),
+	"required: [invoice_id, amount_minor, currency]", "required: [invoice_id, amount_minor, currency, customer_id]", 1)
 
 const emailSchema = `    args_schema:
       type: object
@@ -148,6 +236,9 @@ func toolsYAML(base string, server int, tight bool) string {
 		if ttl > 0 {
 			fmt.Fprintf(&b, "    approval: {required: true, ttl: %s}\n", ttl)
 		}
+		if name == ToolPayOnce {
+			fmt.Fprintf(&b, "    identity: {key: args.invoice_id, window: %s}\n", budgetWindow)
+		}
 		b.WriteString(schema)
 		fmt.Fprintf(&b, "    executor:\n      type: http\n      url: %s\n      timeout: %s\n      external_ref_field: id\n      headers: {%s: \"%d\"}\n%s",
 			url, toolTimeout, sourceHeader, server, extra)
@@ -165,6 +256,10 @@ func toolsYAML(base string, server int, tight bool) string {
 	tool(ToolEmail, 0, emailSchema, base+"/mail/emails", "      dedupes_keys: false\n      max_attempts: 1\n")
 	tool(ToolPayDirect, directTTL, chargeSchema, base+"/direct/charges", "      dedupes_keys: false\n      max_attempts: 1\n")
 	tool(ToolPayPolicy, 0, chargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
+	tool(ToolPayCapped, 0, customerChargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
+	tool(ToolPayMetered, 0, chargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
+	tool(ToolPayOnce, 0, chargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
+	b.WriteString(limitsYAML())
 	return b.String()
 }
 

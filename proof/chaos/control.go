@@ -41,6 +41,10 @@ type Control struct {
 	StallExtra time.Duration
 	// Env is added to the servers' environment.
 	Env []string
+	// BurstRate, when set, is the share of the workload's picks that start
+	// a burst on a budget or an identity (default burstRate), so that a
+	// short run stages the defect often.
+	BurstRate float64
 	// Expect is the violation kind the checker must report.
 	Expect string
 	// What says in a few words what the run re-introduces.
@@ -123,6 +127,23 @@ var Controls = map[string]Control{
 		Name: failpoint.DefectPolicyClaim, Defect: failpoint.DefectPolicyClaim,
 		Expect: ViolationUnapprovedByPolicy,
 		What:   "the claim ignoring the policy digest (the policy decided at Prepare only)",
+	},
+	failpoint.DefectBudgetRead: {
+		// The workload's bursts stage it: several concurrent Prepares for
+		// one new customer (pay_capped) or on the tenant's budget
+		// (pay_metered) that all read room before any of them commits.
+		Name: failpoint.DefectBudgetRead, Defect: failpoint.DefectBudgetRead,
+		BurstRate: 0.3,
+		Expect:    ViolationOverspent,
+		What:      "the budget's reservation done as a read in Go before the insert (its uses read, the decision made in Go, the share appended unconditionally)",
+	},
+	failpoint.DefectIdentitySelect: {
+		// The workload's pay_once bursts stage it: agents paying one
+		// invoice at once under their own keys, who all find it free.
+		Name: failpoint.DefectIdentitySelect, Defect: failpoint.DefectIdentitySelect,
+		BurstRate: 0.3,
+		Expect:    ViolationDuplicateIntent,
+		What:      "the business identity checked by a SELECT, then taken unconditionally",
 	},
 }
 

@@ -44,12 +44,20 @@ func parallel[T any](items []T, f func(T)) {
 func (r *Runner) settle(ctx context.Context) (map[string]FinalOp, error) {
 	tracked := r.trackedOps()
 	var orphans []*trackedOp
+	refused := 0
 	for _, t := range tracked {
-		if t.opID() == "" {
+		t.mu.Lock()
+		no := t.refused != ""
+		t.mu.Unlock()
+		switch {
+		case no:
+			// Refused by a budget or an identity: nothing was stored.
+			refused++
+		case t.opID() == "":
 			orphans = append(orphans, t)
 		}
 	}
-	r.logf("settle: %d operations, %d keys whose Prepare never answered", len(tracked), len(orphans))
+	r.logf("settle: %d operations, %d keys whose Prepare never answered, %d refused by a limit or an identity", len(tracked), len(orphans), refused)
 	parallel(orphans, func(t *trackedOp) {
 		for attempt := 0; attempt < 20 && ctx.Err() == nil; attempt++ {
 			a := r.call(ctx, "settle", "prepare", r.servers[attempt%len(r.servers)], t, "", r.agent, 0, prepareRPC(t))

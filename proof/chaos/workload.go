@@ -44,6 +44,11 @@ const (
 	// maxRenewals bounds how often an agent has a lapsed approval renewed
 	// for one operation.
 	maxRenewals = 3
+	// burstRate is the share of operations that start a burst of
+	// concurrent calls on one budget or one business identity
+	// (worker.runBurst); burstMin and burstMax bound its size.
+	burstRate          = 0.10
+	burstMin, burstMax = 3, 5
 	// deferRate is the share of pay_policy operations the agent prepares
 	// and executes only 3–20s later, so that some prepared under the old
 	// policy are executed under the tightened one (Runner.rollPolicy).
@@ -68,6 +73,9 @@ type trackedOp struct {
 	id          string
 	fingerprint string
 	renewals    int
+	// refused is the reason a budget or the business identity refused the
+	// Prepare (no operation exists for the key): the settle phase leaves it.
+	refused string
 }
 
 func (t *trackedOp) setOp(op *opledgerv1.Operation) {
@@ -175,6 +183,23 @@ func (w *worker) server(not *server) *server {
 
 func (w *worker) pickTool() string {
 	x := w.rng.Float64()
+	bursts := burstRate
+	if c := w.r.control; c != nil && c.BurstRate > 0 {
+		bursts = c.BurstRate
+	}
+	if x < bursts {
+		// A burst on one budget or identity: a tenth of the picks (or the
+		// control's share), the other tools' shares among themselves
+		// unchanged.
+		switch y := x / bursts; {
+		case y < 0.4:
+			return ToolPayCapped
+		case y < 0.6:
+			return ToolPayMetered
+		}
+		return ToolPayOnce
+	}
+	x = (x - bursts) / (1 - bursts)
 	switch {
 	case x < 0.25:
 		return ToolPay
@@ -218,6 +243,21 @@ func reasonOf(st *status.Status) string {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
 			return info.GetReason()
 		}
+	}
+	return ""
+}
+
+// ruleRefusal is the reason when err is a refusal by a budget
+// (LIMIT_EXCEEDED) or by a business identity (OPERATION_DUPLICATE), and
+// counts it; "" otherwise.
+func (r *Runner) ruleRefusal(err error) string {
+	switch reason := reasonOf(status.Convert(err)); reason {
+	case "LIMIT_EXCEEDED":
+		r.limitRefused.Add(1)
+		return reason
+	case "OPERATION_DUPLICATE":
+		r.identityRefused.Add(1)
+		return reason
 	}
 	return ""
 }
@@ -360,11 +400,62 @@ func (w *worker) backoff(life context.Context, attempt int) bool {
 	return sleepCtx(life, w.dur(d/2, d))
 }
 
+// burstTool reports the tools the workload calls in bursts.
+func burstTool(tool string) bool {
+	return tool == ToolPayCapped || tool == ToolPayMetered || tool == ToolPayOnce
+}
+
+// runBurst is several agents acting at once on one budget or one business
+// identity, each under its own idempotency key and on its own server:
+// pay_capped for one new customer (whose limits admit customerCount at
+// most), pay_metered on the tenant's budget, or pay_once for one invoice
+// (one operation at most). Each runs the one-operation flow (Prepare with
+// twins and lost answers, then Execute); a refusal by the budget or the
+// identity ends it.
+func (w *worker) runBurst(life context.Context, tool string) {
+	r := w.r
+	group := r.opSeq.Load()
+	n := burstMin + w.rng.IntN(burstMax-burstMin+1)
+	amount := 1000 + w.rng.Int64N(9000)
+	var wg sync.WaitGroup
+	for i := range n {
+		seq := r.opSeq.Add(1)
+		m := map[string]any{"invoice_id": fmt.Sprintf("INV-%d", seq), "amount_minor": 1000 + w.rng.Int64N(9000), "currency": "EUR"}
+		switch tool {
+		case ToolPayCapped:
+			m["customer_id"] = fmt.Sprintf("cust-%s-%d", r.runID, group)
+		case ToolPayOnce:
+			// The same invoice and amount: one business operation.
+			m["invoice_id"], m["amount_minor"] = fmt.Sprintf("ONCE-%s-%d", r.runID, group), amount
+		}
+		args, err := structpb.NewStruct(m)
+		if err != nil {
+			panic(err) // static shapes: cannot fail
+		}
+		t := &trackedOp{key: fmt.Sprintf("chaos-%s-%d", r.runID, seq), tool: tool, args: args, intent: intentRun}
+		r.track(t)
+		agent := &worker{r: r, name: fmt.Sprintf("%s.%d", w.name, i+1), rng: rand.New(rand.NewPCG(w.rng.Uint64(), uint64(seq)))}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(opTimeout)
+			if agent.prepare(life, t, deadline) {
+				agent.execute(life, t, deadline)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // runOp runs one operation's full flow.
 func (w *worker) runOp(life context.Context) {
 	r := w.r
-	n := r.opSeq.Add(1)
 	tool := w.pickTool()
+	if burstTool(tool) {
+		w.runBurst(life, tool)
+		return
+	}
+	n := r.opSeq.Add(1)
 	t := &trackedOp{key: fmt.Sprintf("chaos-%s-%d", r.runID, n), tool: tool, args: toolArgs(tool, n), intent: intentRun}
 	if needsApproval(tool) {
 		switch x := w.rng.Float64(); {
@@ -419,14 +510,25 @@ func (w *worker) runOp(life context.Context) {
 
 func (w *worker) prepare(life context.Context, t *trackedOp, deadline time.Time) bool {
 	for attempt := 0; time.Now().Before(deadline); attempt++ {
-		retry := false
+		retry, refused := false, ""
 		for _, a := range w.twice(life, "prepare", t, w.r.agent, prepareRPC(t)) {
+			rule := w.r.ruleRefusal(a.err)
 			switch {
 			case a.err == nil:
 				t.setOp(a.op)
+			case rule != "":
+				refused = rule
 			case retryable(a.err):
 				retry = true
 			}
+		}
+		if t.opID() == "" && refused != "" {
+			// A budget or the identity refused it: nothing was stored, and
+			// trying again under the same key would be refused the same.
+			t.mu.Lock()
+			t.refused = refused
+			t.mu.Unlock()
+			return false
 		}
 		if t.opID() != "" {
 			// Sometimes re-Prepare at once with the same key: the agent

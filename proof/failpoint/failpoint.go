@@ -36,7 +36,8 @@ const (
 )
 
 // The defects Defect can re-introduce, each one fixed in issue 11 (the
-// policy's in issue 33); the chaos suite's control runs name them.
+// policy's in issue 33, the budgets' and
+// the identity's in issue 34); the chaos suite's control runs name them.
 const (
 	// DefectRedirectFailed: the HTTP executor classifies a 3xx as a
 	// definitive refusal (FAILED), although the downstream may have acted.
@@ -58,4 +59,14 @@ const (
 	// policy decided only at Prepare (issue 33): an operation prepared
 	// under a weaker policy is sent without what the one in force demands.
 	DefectPolicyClaim = "policy-claim"
+	// DefectBudgetRead: a budget's reservation done as a read in Go before
+	// the insert (issue 34): the Prepare reads the budget's uses, decides
+	// in Go whether its share fits, and then appends it unconditionally, so
+	// concurrent Prepares that all read room before any commits are all
+	// admitted.
+	DefectBudgetRead = "budget-read"
+	// DefectIdentitySelect: a business identity checked by a SELECT and then
+	// taken unconditionally (issue 34), so concurrent Prepares of one
+	// invoice under different keys that all find it free all take it.
+	DefectIdentitySelect = "identity-select"
 )

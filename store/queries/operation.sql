@@ -640,3 +640,24 @@ WHERE (tenant, tool, identity) IN (
     LIMIT sqlc.arg(batch_size)
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: IdentityGet :one
+-- A business identity's row as it is: its holder, the holder's key and
+-- whether it is held now (live, or took effect less than its window ago).
+-- Read only; it decides nothing. Only the chaos suite's identity-select
+-- control run (failpoints builds) decides on it, to prove that the checker
+-- catches an identity checked by a read.
+SELECT i.operation_id, i.idempotency_key, (i.free_at > statement_timestamp())::boolean AS held
+FROM operation_identity i
+WHERE i.tenant = sqlc.arg(tenant) AND i.tool = sqlc.arg(tool) AND i.identity = sqlc.arg(identity);
+
+-- name: IdentityTake :exec
+-- Takes a business identity for an operation whoever holds it: no guard.
+-- Only the chaos suite's identity-select control run (failpoints builds)
+-- uses it, after IdentityGet, as a ledger that checked the identity by a
+-- read would; IdentityReserve is the guarded statement.
+INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
+VALUES (sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(identity), sqlc.arg(operation_id), sqlc.arg(idempotency_key), sqlc.arg(window_seconds), 'infinity')
+ON CONFLICT (tenant, tool, identity) DO UPDATE SET
+    operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
+    window_seconds = EXCLUDED.window_seconds, free_at = 'infinity';

@@ -161,6 +161,36 @@ func (q *Queries) ClockNow(ctx context.Context, db DBTX) (pgtype.Timestamptz, er
 	return now, err
 }
 
+const identityGet = `-- name: IdentityGet :one
+SELECT i.operation_id, i.idempotency_key, (i.free_at > statement_timestamp())::boolean AS held
+FROM operation_identity i
+WHERE i.tenant = $1 AND i.tool = $2 AND i.identity = $3
+`
+
+type IdentityGetParams struct {
+	Tenant   string
+	Tool     string
+	Identity string
+}
+
+type IdentityGetRow struct {
+	OperationID    string
+	IdempotencyKey string
+	Held           bool
+}
+
+// A business identity's row as it is: its holder, the holder's key and
+// whether it is held now (live, or took effect less than its window ago).
+// Read only; it decides nothing. Only the chaos suite's identity-select
+// control run (failpoints builds) decides on it, to prove that the checker
+// catches an identity checked by a read.
+func (q *Queries) IdentityGet(ctx context.Context, db DBTX, arg IdentityGetParams) (IdentityGetRow, error) {
+	row := db.QueryRow(ctx, identityGet, arg.Tenant, arg.Tool, arg.Identity)
+	var i IdentityGetRow
+	err := row.Scan(&i.OperationID, &i.IdempotencyKey, &i.Held)
+	return i, err
+}
+
 const identityHolder = `-- name: IdentityHolder :one
 SELECT i.operation_id FROM operation_identity i
 WHERE i.tenant = $1 AND i.tool = $2 AND i.identity = $3
@@ -240,6 +270,39 @@ func (q *Queries) IdentityReserve(ctx context.Context, db DBTX, arg IdentityRese
 	var operation_id string
 	err := row.Scan(&operation_id)
 	return operation_id, err
+}
+
+const identityTake = `-- name: IdentityTake :exec
+INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'infinity')
+ON CONFLICT (tenant, tool, identity) DO UPDATE SET
+    operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
+    window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
+`
+
+type IdentityTakeParams struct {
+	Tenant         string
+	Tool           string
+	Identity       string
+	OperationID    string
+	IdempotencyKey string
+	WindowSeconds  float64
+}
+
+// Takes a business identity for an operation whoever holds it: no guard.
+// Only the chaos suite's identity-select control run (failpoints builds)
+// uses it, after IdentityGet, as a ledger that checked the identity by a
+// read would; IdentityReserve is the guarded statement.
+func (q *Queries) IdentityTake(ctx context.Context, db DBTX, arg IdentityTakeParams) error {
+	_, err := db.Exec(ctx, identityTake,
+		arg.Tenant,
+		arg.Tool,
+		arg.Identity,
+		arg.OperationID,
+		arg.IdempotencyKey,
+		arg.WindowSeconds,
+	)
+	return err
 }
 
 const operationClaim = `-- name: OperationClaim :many
