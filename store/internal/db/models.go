@@ -77,6 +77,7 @@ type Operation struct {
 	BudgetNames         []string
 	BudgetScopes        []string
 	Identity            pgtype.Text
+	ChainHead           []byte
 }
 
 type OperationEvent struct {
@@ -90,6 +91,8 @@ type OperationEvent struct {
 	Fence       int64
 	Detail      string
 	CreatedAt   pgtype.Timestamptz
+	Hash        []byte
+	Facts       []byte
 }
 
 type OperationIdentity struct {
