@@ -190,6 +190,9 @@ type Break struct {
 }
 
 func (b Break) String() string {
+	if b.OperationID == "" {
+		return fmt.Sprintf("export: %s (%s)", b.Problem, b.Check)
+	}
 	if b.Seq > 0 {
 		return fmt.Sprintf("operation %s event %d: %s (%s)", b.OperationID, b.Seq, b.Problem, b.Check)
 	}

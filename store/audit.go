@@ -86,3 +86,107 @@ func (c *Conn) AuditPage(ctx context.Context, q AuditQuery) ([]AuditRecord, erro
 }
 
 func ptr(s string) *string { return &s }
+
+// auditCheckpointLockID is the advisory lock key of the checkpoint task:
+// one replica at a time signs.
+const auditCheckpointLockID int64 = 0x6f706c6164697401 // "opladit" 1
+
+// AuditCheckpointBatch bounds the chain heads one checkpoint commits to; a
+// busier interval takes several checkpoints.
+const AuditCheckpointBatch = 10000
+
+// AuditCheckpoint makes the next checkpoint, if no other replica is making
+// one and some chain head changed since the last: in one transaction, under
+// the checkpoint lock, it reads the last checkpoint and the changed heads
+// (at most AuditCheckpointBatch), lets next build and sign the checkpoint
+// (audit.NextCheckpoint), and records it with its leaves. It returns nil
+// when there was nothing to do or another replica held the lock.
+func (s *Store) AuditCheckpoint(ctx context.Context,
+	next func(last *audit.Checkpoint, changed []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error)) (*audit.Checkpoint, error) {
+	var made *audit.Checkpoint
+	err := s.InTx(ctx, func(c *Conn) error {
+		made = nil
+		locked, err := c.q.AuditCheckpointLock(ctx, c.dbtx, auditCheckpointLockID)
+		if err != nil || !locked {
+			return interpretError(err)
+		}
+		rows, err := c.q.AuditHeadsChanged(ctx, c.dbtx, AuditCheckpointBatch)
+		if err != nil || len(rows) == 0 {
+			return interpretError(err)
+		}
+		changed := make([]audit.Leaf, len(rows))
+		for i, r := range rows {
+			changed[i] = audit.Leaf{OperationID: r.ID, Events: r.Events, Head: r.ChainHead}
+		}
+		lastRows, err := c.q.AuditCheckpointLast(ctx, c.dbtx)
+		if err != nil {
+			return interpretError(err)
+		}
+		var last *audit.Checkpoint
+		if len(lastRows) == 1 {
+			r := lastRows[0]
+			last = &audit.Checkpoint{Seq: r.Seq, Size: uint64(r.TreeSize), Root: r.Root, Note: r.Note}
+			for _, h := range r.RangeHashes {
+				last.Range = append(last.Range, h)
+			}
+		}
+		cp, leaves, err := next(last, changed)
+		if err != nil {
+			return err
+		}
+		p := db.AuditCheckpointInsertParams{Seq: cp.Seq, TreeSize: int64(cp.Size), Root: cp.Root, Note: cp.Note}
+		for _, h := range cp.Range {
+			p.RangeHashes = append(p.RangeHashes, h)
+		}
+		for _, l := range leaves {
+			p.Idxs = append(p.Idxs, int64(l.Index))
+			p.OperationIds = append(p.OperationIds, l.OperationID)
+			p.EventCounts = append(p.EventCounts, l.Events)
+			p.Heads = append(p.Heads, l.Head)
+		}
+		if err := c.q.AuditCheckpointInsert(ctx, c.dbtx, p); err != nil {
+			return interpretError(err)
+		}
+		made = cp
+		return nil
+	})
+	return made, err
+}
+
+// AuditCheckpoints returns every checkpoint, oldest first (without their
+// ranges).
+func (c *Conn) AuditCheckpoints(ctx context.Context) ([]audit.Checkpoint, error) {
+	rows, err := c.q.AuditCheckpoints(ctx, c.dbtx)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out := make([]audit.Checkpoint, len(rows))
+	for i, r := range rows {
+		out[i] = audit.Checkpoint{Seq: r.Seq, Size: uint64(r.TreeSize), Root: r.Root, Note: r.Note}
+	}
+	return out, nil
+}
+
+// AuditLeaves returns the log's leaves below size, in order; with ids,
+// only those operations' leaves (of any size).
+func (c *Conn) AuditLeaves(ctx context.Context, size uint64, ids []string) ([]audit.Leaf, error) {
+	var out []audit.Leaf
+	if ids != nil {
+		rows, err := c.q.AuditLeavesOf(ctx, c.dbtx, ids)
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		for _, r := range rows {
+			out = append(out, audit.Leaf{Index: uint64(r.Idx), OperationID: r.OperationID, Events: r.Events, Head: r.Head})
+		}
+		return out, nil
+	}
+	rows, err := c.q.AuditLeaves(ctx, c.dbtx, int64(size))
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	for _, r := range rows {
+		out = append(out, audit.Leaf{Index: uint64(r.Idx), OperationID: r.OperationID, Events: r.Events, Head: r.Head})
+	}
+	return out, nil
+}

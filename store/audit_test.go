@@ -1,14 +1,19 @@
 package store_test
 
 import (
+	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/opledger/opledger/audit"
+	"github.com/opledger/opledger/proof/pgtest"
 	"github.com/opledger/opledger/store"
 )
 
@@ -21,33 +26,28 @@ func TestAuditDocSQLMatchesGo(t *testing.T) {
 	t.Parallel()
 	g := newGuardDB(t)
 	ctx := t.Context()
-	s := func(v string) *string { return &v }
 	at := time.Date(2026, 12, 3, 18, 0, 0, 123456000, time.UTC)
 	prev := []byte{0x00, 0xff, 0x10, 0xab}
 	for _, c := range []struct {
-		name      string
-		prev      []byte
-		detail    string
-		from      string
-		factPairs []*string
+		name   string
+		prev   []byte
+		detail string
+		from   string
+		facts  bool
 	}{
-		{"plain", nil, "", "", nil},
-		{"escapes", prev, "q\"b\\s/t\tn\nr\rb\bf\fc\x01\x1f\x7f", "READY", []*string{s("b"), s("x"), s("a"), nil}},
-		{"unicode", prev, "é 😀 \u2028 \u2029 \ufeff", "EXECUTING", []*string{s("tool_version"), s("1"), s("tool"), s("pay"), s("Z"), s("é")}},
-		{"empty facts", prev, "d", "READY", []*string{}},
+		{"plain", nil, "", "", false},
+		{"escapes", prev, "q\"b\\s/t\tn\nr\rb\bf\fc\x01\x1f\x7f", "READY", true},
+		{"unicode", prev, "é 😀 \u2028 \u2029 \ufeff", "EXECUTING", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var facts any
 			ev := audit.Event{OperationID: "op_ü\"x", Seq: 7, Type: "SUCCEEDED", Actor: "actor \\ \"a\"", FromState: c.from,
 				ToState: "SUCCEEDED", Attempt: 3, Fence: 1 << 40, Detail: c.detail, CreatedAt: at}
-			if c.factPairs != nil {
-				arr := make([]*string, len(c.factPairs))
-				copy(arr, c.factPairs)
-				facts = arr
-				ev.Facts = map[string]*string{}
-				for i := 0; i < len(arr); i += 2 {
-					ev.Facts[*arr[i]] = arr[i+1]
-				}
+			// The facts as the statements build them: members in order,
+			// each value through audit_json.
+			factsSQL := "NULL::text"
+			if c.facts {
+				factsSQL = `'{"a_null":' || audit_json(NULL) || ',"b":' || audit_json($10) || ',"tool_version":' || audit_json($5) || '}'`
+				ev.Facts = map[string]*string{"tool_version": &ev.Actor, "b": &ev.Detail, "a_null": nil}
 			}
 			var from any
 			if c.from != "" {
@@ -55,9 +55,9 @@ func TestAuditDocSQLMatchesGo(t *testing.T) {
 			}
 			var doc string
 			var hash []byte
-			require.NoError(t, g.pool.QueryRow(ctx, `SELECT audit_event_doc($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text[]),
-				audit_event_hash($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text[])`,
-				c.prev, ev.OperationID, ev.Seq, ev.Type, ev.Actor, from, ev.ToState, ev.Attempt, ev.Fence, ev.Detail, ev.CreatedAt, facts).Scan(&doc, &hash))
+			require.NoError(t, g.pool.QueryRow(ctx, `SELECT audit_event_doc($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, `+factsSQL+`),
+				audit_event_hash($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, `+factsSQL+`)`,
+				c.prev, ev.OperationID, ev.Seq, ev.Type, ev.Actor, from, ev.ToState, ev.Attempt, ev.Fence, ev.Detail, ev.CreatedAt).Scan(&doc, &hash))
 			want, err := audit.EventDoc(c.prev, ev)
 			require.NoError(t, err)
 			require.Equal(t, string(want), doc)
@@ -72,7 +72,8 @@ func TestAuditDocSQLMatchesGo(t *testing.T) {
 // their chains are the ones production writes.
 type auditDB struct {
 	*guardDB
-	n int
+	url string
+	n   int
 }
 
 func (a *auditDB) records(t *testing.T, ids ...string) map[string]store.AuditRecord {
@@ -151,7 +152,19 @@ func (a *auditDB) oneCall(t *testing.T) string {
 	return id
 }
 
-func newAuditDB(t *testing.T) *auditDB { return &auditDB{guardDB: newGuardDB(t)} }
+func newAuditDB(t *testing.T) *auditDB {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	_, err := store.Migrate(t.Context(), url)
+	require.NoError(t, err)
+	st, err := store.Open(t.Context(), store.Config{URL: url, MaxConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return &auditDB{guardDB: &guardDB{st: st, pool: pool}, url: url}
+}
 
 // TestAuditChainsVerify: operations written by every statement that
 // writes an event verify with no break, including a policy re-judgement.
@@ -262,4 +275,96 @@ func TestAuditTamperDetected(t *testing.T) {
 			require.Empty(t, a.verify(t, id, off), "with %v off the edit is missed", c.off)
 		})
 	}
+}
+
+// TestAuditCheckpointsTwoReplicas: two replicas checkpoint side by side
+// while operations are written; they never conflict (one at a time, by
+// the advisory lock), every checkpoint is signed and its root is the tree
+// of every leaf so far, each leaf is in it by an inclusion proof, and
+// every head changed is committed to by the end.
+func TestAuditCheckpointsTwoReplicas(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	skey, vkey, err := note.GenerateKey(rand.Reader, "opledger-audit-test")
+	require.NoError(t, err)
+	signer, err := note.NewSigner(skey)
+	require.NoError(t, err)
+	verifier, err := note.NewVerifier(vkey)
+	require.NoError(t, err)
+	other, err := store.Open(ctx, store.Config{URL: a.url, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+	next := func(last *audit.Checkpoint, changed []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error) {
+		return audit.NextCheckpoint(last, changed, signer)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	for _, st := range []*store.Store{a.st, other} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := st.AuditCheckpoint(ctx, next); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var ids []string
+	for range 6 {
+		ids = append(ids, a.approved(t))
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	_, err = a.st.AuditCheckpoint(ctx, next) // whatever changed last
+	require.NoError(t, err)
+
+	cps, err := a.st.AuditCheckpoints(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, cps)
+	leaves, err := a.st.AuditLeaves(ctx, cps[len(cps)-1].Size, nil)
+	require.NoError(t, err)
+	hashes := make([][]byte, len(leaves))
+	for i, l := range leaves {
+		require.Equal(t, uint64(i), l.Index, "leaves at consecutive indexes")
+		hashes[i], err = audit.LeafHash(l)
+		require.NoError(t, err)
+	}
+	for i, cp := range cps {
+		require.Equal(t, int64(i+1), cp.Seq, "consecutive checkpoints")
+		head, err := audit.OpenCheckpoint(cp.Note, verifier)
+		require.NoError(t, err)
+		require.Equal(t, cp.Size, head.Size)
+		require.NoError(t, audit.CheckRoot(hashes[:cp.Size], head.Hash), "checkpoint %d's root is its leaves' tree", cp.Seq)
+	}
+	last := cps[len(cps)-1]
+	tree := audit.NewTree(hashes)
+	for _, l := range leaves {
+		p, err := tree.Inclusion(l.Index, last.Size)
+		require.NoError(t, err)
+		require.NoError(t, audit.VerifyInclusion(l, last.Size, last.Root, p))
+	}
+	// Every operation's final head is the newest leaf of it.
+	recs := a.records(t, ids...)
+	newest := map[string]audit.Leaf{}
+	for _, l := range leaves {
+		newest[l.OperationID] = l
+	}
+	for _, id := range ids {
+		require.Equal(t, recs[id].Operation.ChainHead.String(), newest[id].Head.String(), id)
+		require.Equal(t, recs[id].Operation.Events, newest[id].Events, id)
+	}
+	t.Logf("%d checkpoints, %d leaves", len(cps), len(leaves))
 }

@@ -184,11 +184,3 @@ func (s *verifySummary) print(out io.Writer, what string) {
 	fmt.Fprintf(out, "%s: checked %d operations, %d events (%d hash-chained; %d operations whose chain starts after events written before the receipts): %d breaks\n",
 		what, s.operations, s.events, s.hashed, s.partial, s.breaks)
 }
-
-func cmdAuditExport(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	return errors.New("audit export: not built yet")
-}
-
-func verifyExportFile(file, publicKey string, stdout io.Writer) error {
-	return errors.New("audit verify FILE: not built yet")
-}

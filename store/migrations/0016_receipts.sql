@@ -28,42 +28,32 @@ CREATE FUNCTION audit_json(s text) RETURNS text LANGUAGE sql STABLE PARALLEL SAF
 RETURN COALESCE(to_json(s)::text, 'null');
 
 -- audit_event_doc is an event's canonical JSON: the JCS form of
--- {actor, at (epoch microseconds), attempt, detail, facts (an object of the
--- key/value pairs of facts, members in code-point order; {} without),
--- fence, from, op, prev (lowercase hex, or null), seq, to, type, v: 1}.
--- The Go verifier builds the same bytes with the project's JCS
--- (audit.EventDoc); store/audit_test.go holds the two to each other.
+-- {actor, at (epoch microseconds), attempt, detail, facts, fence, from, op,
+-- prev (lowercase hex, or null), seq, to, type, v: 1}. facts is the JCS
+-- text of an object of strings (or nulls), members in code-point order,
+-- which the statement that writes the event builds (NULL: {}). The Go
+-- verifier builds the same bytes with the project's JCS (audit.EventDoc);
+-- store/audit_test.go holds the two to each other. SQL functions of one
+-- expression, which the planner inlines into the statement that calls them.
 CREATE FUNCTION audit_event_doc(prev bytea, op text, seq integer, type text, actor text, from_state text, to_state text,
-                                attempt integer, fence bigint, detail text, at timestamptz, facts text[])
-RETURNS text LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
-DECLARE
-    f text;
-BEGIN
-    IF facts IS NOT NULL THEN
-        SELECT string_agg(audit_json(facts[i]) || ':' || audit_json(facts[i + 1]), ',' ORDER BY facts[i] COLLATE "C")
-        INTO f FROM generate_series(1, COALESCE(array_length(facts, 1), 0), 2) AS i;
-    END IF;
-    RETURN '{"actor":' || audit_json(actor)
-        || ',"at":' || (extract(epoch FROM at) * 1000000)::bigint::text
-        || ',"attempt":' || attempt::text
-        || ',"detail":' || audit_json(detail)
-        || ',"facts":{' || COALESCE(f, '') || '}'
-        || ',"fence":' || fence::text
-        || ',"from":' || audit_json(from_state)
-        || ',"op":' || audit_json(op)
-        || ',"prev":' || audit_json(encode(prev, 'hex'))
-        || ',"seq":' || seq::text
-        || ',"to":' || audit_json(to_state)
-        || ',"type":' || audit_json(type)
-        || ',"v":1}';
-END;
-$$;
+                                attempt integer, fence bigint, detail text, at timestamptz, facts text)
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN '{"actor":' || audit_json(actor)
+    || ',"at":' || (extract(epoch FROM at) * 1000000)::bigint::text
+    || ',"attempt":' || attempt::text
+    || ',"detail":' || audit_json(detail)
+    || ',"facts":' || COALESCE(facts, '{}')
+    || ',"fence":' || fence::text
+    || ',"from":' || audit_json(from_state)
+    || ',"op":' || audit_json(op)
+    || ',"prev":' || audit_json(encode(prev, 'hex'))
+    || ',"seq":' || seq::text
+    || ',"to":' || audit_json(to_state)
+    || ',"type":' || audit_json(type)
+    || ',"v":1}';
 
 -- audit_event_hash is the SHA-256 of audit_event_doc's UTF-8 bytes.
 CREATE FUNCTION audit_event_hash(prev bytea, op text, seq integer, type text, actor text, from_state text, to_state text,
-                                 attempt integer, fence bigint, detail text, at timestamptz, facts text[])
-RETURNS bytea LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
-BEGIN
-    RETURN sha256(convert_to(audit_event_doc(prev, op, seq, type, actor, from_state, to_state, attempt, fence, detail, at, facts), 'UTF8'));
-END;
-$$;
+                                 attempt integer, fence bigint, detail text, at timestamptz, facts text)
+RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE
+RETURN sha256(convert_to(audit_event_doc(prev, op, seq, type, actor, from_state, to_state, attempt, fence, detail, at, facts), 'UTF8'));

@@ -18,3 +18,50 @@ SELECT operation_id, seq, type, actor, from_state, to_state, attempt, fence, det
 FROM operation_event
 WHERE operation_id = ANY (sqlc.arg(ids)::text[])
 ORDER BY operation_id, seq;
+
+-- name: AuditCheckpointLock :one
+-- Takes the checkpoint task's lock for the rest of the transaction, if no
+-- other replica holds it: one checkpoint at a time.
+SELECT pg_try_advisory_xact_lock(sqlc.arg(key)::bigint) AS locked;
+
+-- name: AuditCheckpointLast :many
+-- The newest checkpoint, if any.
+SELECT seq, tree_size, root, range_hashes, note FROM audit_checkpoint ORDER BY seq DESC LIMIT 1;
+
+-- name: AuditHeadsChanged :many
+-- Up to batch_size operations whose chain head is not the one their last
+-- checkpoint committed to, in id order.
+SELECT o.id, o.events, o.chain_head FROM operation o
+LEFT JOIN audit_head h ON h.operation_id = o.id
+WHERE o.chain_head IS NOT NULL AND h.head IS DISTINCT FROM o.chain_head
+ORDER BY o.id
+LIMIT sqlc.arg(batch_size);
+
+-- name: AuditCheckpointInsert :exec
+-- Records a checkpoint with its leaves, and the heads it committed to, in
+-- one statement.
+WITH cp AS (
+    INSERT INTO audit_checkpoint (seq, tree_size, root, range_hashes, note)
+    VALUES (sqlc.arg(seq), sqlc.arg(tree_size), sqlc.arg(root), sqlc.arg(range_hashes)::bytea[], sqlc.arg(note))
+    RETURNING seq
+), leaves AS (
+    INSERT INTO audit_leaf (idx, checkpoint_seq, operation_id, events, head)
+    SELECT (sqlc.arg(idxs)::bigint[])[i], cp.seq, (sqlc.arg(operation_ids)::text[])[i], (sqlc.arg(event_counts)::integer[])[i],
+           (sqlc.arg(heads)::bytea[])[i]
+    FROM cp, generate_subscripts(sqlc.arg(operation_ids)::text[], 1) AS i
+)
+INSERT INTO audit_head (operation_id, head)
+SELECT (sqlc.arg(operation_ids)::text[])[i], (sqlc.arg(heads)::bytea[])[i] FROM generate_subscripts(sqlc.arg(operation_ids)::text[], 1) AS i
+ON CONFLICT (operation_id) DO UPDATE SET head = EXCLUDED.head;
+
+-- name: AuditCheckpoints :many
+-- Every checkpoint, oldest first.
+SELECT seq, tree_size, root, note FROM audit_checkpoint ORDER BY seq;
+
+-- name: AuditLeaves :many
+-- The log's leaves below tree_size, in order (to build inclusion proofs).
+SELECT idx, operation_id, events, head FROM audit_leaf WHERE idx < sqlc.arg(tree_size) ORDER BY idx;
+
+-- name: AuditLeavesOf :many
+-- The leaves of the given operations, in log order.
+SELECT idx, operation_id, events, head FROM audit_leaf WHERE operation_id = ANY (sqlc.arg(ids)::text[]) ORDER BY idx;

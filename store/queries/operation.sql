@@ -41,12 +41,14 @@
 WITH h AS (
     SELECT f.facts, audit_event_hash(NULL, sqlc.arg(id)::text, 1, 'PREPARED', sqlc.arg(actor)::text, NULL, sqlc.arg(state)::text,
                                      0, 0, sqlc.arg(detail)::text, statement_timestamp(), f.facts) AS prepared
-    FROM (SELECT ARRAY['args_digest', sqlc.arg(args_digest)::text, 'approver', sqlc.narg(approved_by)::text,
-                       'approvals_needed', sqlc.arg(approvals_needed)::integer::text, 'downstream_key', sqlc.arg(downstream_key)::text,
-                       'fingerprint', sqlc.arg(fingerprint)::text, 'policy_digest', sqlc.arg(policy_digest)::text,
-                       'prepared_by', sqlc.arg(prepared_by)::text, 'reason', sqlc.narg(approved_reason)::text,
-                       'supersedes', sqlc.narg(supersedes)::text, 'tenant', sqlc.arg(tenant)::text, 'tool', sqlc.arg(tool)::text,
-                       'tool_version', sqlc.arg(tool_version)::text]::text[] AS facts) f
+    FROM (SELECT ('{"approvals_needed":' || audit_json(sqlc.arg(approvals_needed)::integer::text)
+        || ',"approver":' || audit_json(sqlc.narg(approved_by)::text) || ',"args_digest":' || audit_json(sqlc.arg(args_digest)::text)
+        || ',"downstream_key":' || audit_json(sqlc.arg(downstream_key)::text)
+        || ',"fingerprint":' || audit_json(sqlc.arg(fingerprint)::text) || ',"policy_digest":' || audit_json(sqlc.arg(policy_digest)::text)
+        || ',"prepared_by":' || audit_json(sqlc.arg(prepared_by)::text) || ',"reason":' || audit_json(sqlc.narg(approved_reason)::text)
+        || ',"supersedes":' || audit_json(sqlc.narg(supersedes)::text) || ',"tenant":' || audit_json(sqlc.arg(tenant)::text)
+        || ',"tool":' || audit_json(sqlc.arg(tool)::text)
+        || ',"tool_version":' || audit_json(sqlc.arg(tool_version)::text) || '}') AS facts) f
 ), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
@@ -85,7 +87,7 @@ WITH h AS (
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail), h.prepared, jsonb_object(h.facts) FROM ins, h
+    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail), h.prepared, h.facts::jsonb FROM ins, h
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
     SELECT ins.id, 2, sqlc.arg(claim_event)::text, sqlc.arg(actor), sqlc.arg(claim_from)::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
@@ -278,8 +280,9 @@ WITH upd AS (
         events = o.events + 1,
         chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, sqlc.arg(event_type)::text, sqlc.arg(actor)::text, o.state,
                                       sqlc.arg(to_state)::text, o.attempts, o.fence, sqlc.arg(detail)::text, statement_timestamp(),
-                                      ARRAY['error_digest', CASE WHEN sqlc.arg(set_error)::boolean THEN COALESCE(sqlc.narg(error_digest)::text, '') END,
-                                            'external_ref', sqlc.narg(external_ref)::text, 'result_digest', sqlc.narg(result_digest)::text]),
+                                      ('{"error_digest":' || audit_json(CASE WHEN sqlc.arg(set_error)::boolean THEN COALESCE(sqlc.narg(error_digest)::text, '') END)
+                                          || ',"external_ref":' || audit_json(sqlc.narg(external_ref)::text)
+                                          || ',"result_digest":' || audit_json(sqlc.narg(result_digest)::text) || '}')),
         updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant)
       AND o.state = ANY (sqlc.arg(from_states)::text[])
@@ -296,8 +299,9 @@ WITH upd AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail),
-           upd.chain_head, jsonb_object(ARRAY['error_digest', CASE WHEN sqlc.arg(set_error)::boolean THEN COALESCE(sqlc.narg(error_digest)::text, '') END,
-                                            'external_ref', sqlc.narg(external_ref)::text, 'result_digest', sqlc.narg(result_digest)::text])
+           upd.chain_head, ('{"error_digest":' || audit_json(CASE WHEN sqlc.arg(set_error)::boolean THEN COALESCE(sqlc.narg(error_digest)::text, '') END)
+               || ',"external_ref":' || audit_json(sqlc.narg(external_ref)::text)
+               || ',"result_digest":' || audit_json(sqlc.narg(result_digest)::text) || '}')::jsonb
     FROM upd
 )
 SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_sent_fence, external_ref, result, error FROM upd;
@@ -356,11 +360,15 @@ WITH upd AS (
         events = o.events + 1,
         chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, sqlc.arg(event_type)::text, sqlc.arg(actor)::text, o.state,
                                       sqlc.arg(to_state)::text, o.attempts, o.fence, sqlc.arg(detail)::text, statement_timestamp(),
-                                      ARRAY['approvals_needed', COALESCE(sqlc.narg(approvals_needed)::integer, o.approvals_needed)::text,
-                                            'approver', sqlc.narg(decided_by)::text, 'approver_name', sqlc.arg(decided_by_name)::text,
-                                            'approved_fingerprint', sqlc.narg(approved_fingerprint)::text, 'args_digest', sqlc.narg(shown_args_digest)::text,
-                                            'decision', sqlc.narg(decision)::text, 'policy_digest', COALESCE(sqlc.narg(policy_digest)::text, o.policy_digest),
-                                            'reason', sqlc.narg(reason)::text, 'superseded_by', sqlc.narg(superseded_by)::text]),
+                                      ('{"approvals_needed":' || audit_json(COALESCE(sqlc.narg(approvals_needed)::integer, o.approvals_needed)::text)
+                                          || ',"approved_fingerprint":' || audit_json(sqlc.narg(approved_fingerprint)::text)
+                                          || ',"approver":' || audit_json(sqlc.narg(decided_by)::text)
+                                          || ',"approver_name":' || audit_json(sqlc.arg(decided_by_name)::text)
+                                          || ',"args_digest":' || audit_json(sqlc.narg(shown_args_digest)::text)
+                                          || ',"decision":' || audit_json(sqlc.narg(decision)::text)
+                                          || ',"policy_digest":' || audit_json(COALESCE(sqlc.narg(policy_digest)::text, o.policy_digest))
+                                          || ',"reason":' || audit_json(sqlc.narg(reason)::text)
+                                          || ',"superseded_by":' || audit_json(sqlc.narg(superseded_by)::text) || '}')),
         updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND (NOT sqlc.arg(require_lapsed_unsent)::boolean OR o.state <> 'READY'
@@ -375,11 +383,14 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail),
            upd.chain_head,
-           jsonb_object(ARRAY['approvals_needed', upd.approvals_needed::text,
-                              'approver', sqlc.narg(decided_by)::text, 'approver_name', sqlc.arg(decided_by_name)::text,
-                              'approved_fingerprint', sqlc.narg(approved_fingerprint)::text, 'args_digest', sqlc.narg(shown_args_digest)::text,
-                              'decision', sqlc.narg(decision)::text, 'policy_digest', upd.policy_digest,
-                              'reason', sqlc.narg(reason)::text, 'superseded_by', sqlc.narg(superseded_by)::text])
+           ('{"approvals_needed":' || audit_json(upd.approvals_needed::text)
+               || ',"approved_fingerprint":' || audit_json(sqlc.narg(approved_fingerprint)::text)
+               || ',"approver":' || audit_json(sqlc.narg(decided_by)::text)
+               || ',"approver_name":' || audit_json(sqlc.arg(decided_by_name)::text)
+               || ',"args_digest":' || audit_json(sqlc.narg(shown_args_digest)::text)
+               || ',"decision":' || audit_json(sqlc.narg(decision)::text) || ',"policy_digest":' || audit_json(upd.policy_digest)
+               || ',"reason":' || audit_json(sqlc.narg(reason)::text)
+               || ',"superseded_by":' || audit_json(sqlc.narg(superseded_by)::text) || '}')::jsonb
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
@@ -419,8 +430,8 @@ WITH upd AS (
         events = o.events + 1,
         chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, sqlc.arg(event_type)::text, sqlc.arg(actor)::text, o.state,
                                       sqlc.arg(to_state)::text, o.attempts, o.fence, sqlc.arg(detail)::text, statement_timestamp(),
-                                      ARRAY['approvals_needed', GREATEST(o.approvals_needed, sqlc.arg(approvals_needed)::integer)::text,
-                                            'policy_digest', sqlc.arg(policy_digest)::text]),
+                                      ('{"approvals_needed":' || audit_json(GREATEST(o.approvals_needed, sqlc.arg(approvals_needed)::integer)::text)
+                                          || ',"policy_digest":' || audit_json(sqlc.arg(policy_digest)::text) || '}')),
         updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND o.policy_digest = sqlc.arg(old_digest)::text AND o.first_sent_fence IS NULL
@@ -432,7 +443,8 @@ WITH upd AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail),
-           upd.chain_head, jsonb_object(ARRAY['approvals_needed', upd.approvals_needed::text, 'policy_digest', upd.policy_digest])
+           upd.chain_head, ('{"approvals_needed":' || audit_json(upd.approvals_needed::text)
+               || ',"policy_digest":' || audit_json(upd.policy_digest) || '}')::jsonb
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)

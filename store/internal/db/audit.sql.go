@@ -11,6 +11,140 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const auditCheckpointInsert = `-- name: AuditCheckpointInsert :exec
+WITH cp AS (
+    INSERT INTO audit_checkpoint (seq, tree_size, root, range_hashes, note)
+    VALUES ($3, $4, $5, $6::bytea[], $7)
+    RETURNING seq
+), leaves AS (
+    INSERT INTO audit_leaf (idx, checkpoint_seq, operation_id, events, head)
+    SELECT ($8::bigint[])[i], cp.seq, ($1::text[])[i], ($9::integer[])[i],
+           ($2::bytea[])[i]
+    FROM cp, generate_subscripts($1::text[], 1) AS i
+)
+INSERT INTO audit_head (operation_id, head)
+SELECT ($1::text[])[i], ($2::bytea[])[i] FROM generate_subscripts($1::text[], 1) AS i
+ON CONFLICT (operation_id) DO UPDATE SET head = EXCLUDED.head
+`
+
+type AuditCheckpointInsertParams struct {
+	OperationIds []string
+	Heads        [][]byte
+	Seq          int64
+	TreeSize     int64
+	Root         []byte
+	RangeHashes  [][]byte
+	Note         string
+	Idxs         []int64
+	EventCounts  []int32
+}
+
+// Records a checkpoint with its leaves, and the heads it committed to, in
+// one statement.
+func (q *Queries) AuditCheckpointInsert(ctx context.Context, db DBTX, arg AuditCheckpointInsertParams) error {
+	_, err := db.Exec(ctx, auditCheckpointInsert,
+		arg.OperationIds,
+		arg.Heads,
+		arg.Seq,
+		arg.TreeSize,
+		arg.Root,
+		arg.RangeHashes,
+		arg.Note,
+		arg.Idxs,
+		arg.EventCounts,
+	)
+	return err
+}
+
+const auditCheckpointLast = `-- name: AuditCheckpointLast :many
+SELECT seq, tree_size, root, range_hashes, note FROM audit_checkpoint ORDER BY seq DESC LIMIT 1
+`
+
+type AuditCheckpointLastRow struct {
+	Seq         int64
+	TreeSize    int64
+	Root        []byte
+	RangeHashes [][]byte
+	Note        string
+}
+
+// The newest checkpoint, if any.
+func (q *Queries) AuditCheckpointLast(ctx context.Context, db DBTX) ([]AuditCheckpointLastRow, error) {
+	rows, err := db.Query(ctx, auditCheckpointLast)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AuditCheckpointLastRow{}
+	for rows.Next() {
+		var i AuditCheckpointLastRow
+		if err := rows.Scan(
+			&i.Seq,
+			&i.TreeSize,
+			&i.Root,
+			&i.RangeHashes,
+			&i.Note,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const auditCheckpointLock = `-- name: AuditCheckpointLock :one
+SELECT pg_try_advisory_xact_lock($1::bigint) AS locked
+`
+
+// Takes the checkpoint task's lock for the rest of the transaction, if no
+// other replica holds it: one checkpoint at a time.
+func (q *Queries) AuditCheckpointLock(ctx context.Context, db DBTX, key int64) (bool, error) {
+	row := db.QueryRow(ctx, auditCheckpointLock, key)
+	var locked bool
+	err := row.Scan(&locked)
+	return locked, err
+}
+
+const auditCheckpoints = `-- name: AuditCheckpoints :many
+SELECT seq, tree_size, root, note FROM audit_checkpoint ORDER BY seq
+`
+
+type AuditCheckpointsRow struct {
+	Seq      int64
+	TreeSize int64
+	Root     []byte
+	Note     string
+}
+
+// Every checkpoint, oldest first.
+func (q *Queries) AuditCheckpoints(ctx context.Context, db DBTX) ([]AuditCheckpointsRow, error) {
+	rows, err := db.Query(ctx, auditCheckpoints)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AuditCheckpointsRow{}
+	for rows.Next() {
+		var i AuditCheckpointsRow
+		if err := rows.Scan(
+			&i.Seq,
+			&i.TreeSize,
+			&i.Root,
+			&i.Note,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const auditEvents = `-- name: AuditEvents :many
 SELECT operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, created_at, hash, facts
 FROM operation_event
@@ -41,6 +175,116 @@ func (q *Queries) AuditEvents(ctx context.Context, db DBTX, ids []string) ([]Ope
 			&i.CreatedAt,
 			&i.Hash,
 			&i.Facts,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const auditHeadsChanged = `-- name: AuditHeadsChanged :many
+SELECT o.id, o.events, o.chain_head FROM operation o
+LEFT JOIN audit_head h ON h.operation_id = o.id
+WHERE o.chain_head IS NOT NULL AND h.head IS DISTINCT FROM o.chain_head
+ORDER BY o.id
+LIMIT $1
+`
+
+type AuditHeadsChangedRow struct {
+	ID        string
+	Events    int32
+	ChainHead []byte
+}
+
+// Up to batch_size operations whose chain head is not the one their last
+// checkpoint committed to, in id order.
+func (q *Queries) AuditHeadsChanged(ctx context.Context, db DBTX, batchSize int32) ([]AuditHeadsChangedRow, error) {
+	rows, err := db.Query(ctx, auditHeadsChanged, batchSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AuditHeadsChangedRow{}
+	for rows.Next() {
+		var i AuditHeadsChangedRow
+		if err := rows.Scan(&i.ID, &i.Events, &i.ChainHead); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const auditLeaves = `-- name: AuditLeaves :many
+SELECT idx, operation_id, events, head FROM audit_leaf WHERE idx < $1 ORDER BY idx
+`
+
+type AuditLeavesRow struct {
+	Idx         int64
+	OperationID string
+	Events      int32
+	Head        []byte
+}
+
+// The log's leaves below tree_size, in order (to build inclusion proofs).
+func (q *Queries) AuditLeaves(ctx context.Context, db DBTX, treeSize int64) ([]AuditLeavesRow, error) {
+	rows, err := db.Query(ctx, auditLeaves, treeSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AuditLeavesRow{}
+	for rows.Next() {
+		var i AuditLeavesRow
+		if err := rows.Scan(
+			&i.Idx,
+			&i.OperationID,
+			&i.Events,
+			&i.Head,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const auditLeavesOf = `-- name: AuditLeavesOf :many
+SELECT idx, operation_id, events, head FROM audit_leaf WHERE operation_id = ANY ($1::text[]) ORDER BY idx
+`
+
+type AuditLeavesOfRow struct {
+	Idx         int64
+	OperationID string
+	Events      int32
+	Head        []byte
+}
+
+// The leaves of the given operations, in log order.
+func (q *Queries) AuditLeavesOf(ctx context.Context, db DBTX, ids []string) ([]AuditLeavesOfRow, error) {
+	rows, err := db.Query(ctx, auditLeavesOf, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AuditLeavesOfRow{}
+	for rows.Next() {
+		var i AuditLeavesOfRow
+		if err := rows.Scan(
+			&i.Idx,
+			&i.OperationID,
+			&i.Events,
+			&i.Head,
 		); err != nil {
 			return nil, err
 		}

@@ -704,11 +704,15 @@ WITH upd AS (
         events = o.events + 1,
         chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $12::text, $13::text, o.state,
                                       $1::text, o.attempts, o.fence, $14::text, statement_timestamp(),
-                                      ARRAY['approvals_needed', COALESCE($7::integer, o.approvals_needed)::text,
-                                            'approver', $3::text, 'approver_name', $11::text,
-                                            'approved_fingerprint', $5::text, 'args_digest', $15::text,
-                                            'decision', $2::text, 'policy_digest', COALESCE($8::text, o.policy_digest),
-                                            'reason', $6::text, 'superseded_by', $10::text]),
+                                      ('{"approvals_needed":' || audit_json(COALESCE($7::integer, o.approvals_needed)::text)
+                                          || ',"approved_fingerprint":' || audit_json($5::text)
+                                          || ',"approver":' || audit_json($3::text)
+                                          || ',"approver_name":' || audit_json($11::text)
+                                          || ',"args_digest":' || audit_json($15::text)
+                                          || ',"decision":' || audit_json($2::text)
+                                          || ',"policy_digest":' || audit_json(COALESCE($8::text, o.policy_digest))
+                                          || ',"reason":' || audit_json($6::text)
+                                          || ',"superseded_by":' || audit_json($10::text) || '}')),
         updated_at = statement_timestamp()
     WHERE o.id = $16 AND o.tenant IS NOT DISTINCT FROM $17 AND o.state = ANY ($18::text[])
       AND (NOT $19::boolean OR o.state <> 'READY'
@@ -723,11 +727,14 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
     SELECT upd.id, upd.events, $12::text, $13, upd.prev_state, upd.state, upd.attempts, upd.fence, $14,
            upd.chain_head,
-           jsonb_object(ARRAY['approvals_needed', upd.approvals_needed::text,
-                              'approver', $3::text, 'approver_name', $11::text,
-                              'approved_fingerprint', $5::text, 'args_digest', $15::text,
-                              'decision', $2::text, 'policy_digest', upd.policy_digest,
-                              'reason', $6::text, 'superseded_by', $10::text])
+           ('{"approvals_needed":' || audit_json(upd.approvals_needed::text)
+               || ',"approved_fingerprint":' || audit_json($5::text)
+               || ',"approver":' || audit_json($3::text)
+               || ',"approver_name":' || audit_json($11::text)
+               || ',"args_digest":' || audit_json($15::text)
+               || ',"decision":' || audit_json($2::text) || ',"policy_digest":' || audit_json(upd.policy_digest)
+               || ',"reason":' || audit_json($6::text)
+               || ',"superseded_by":' || audit_json($10::text) || '}')::jsonb
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
@@ -1246,12 +1253,14 @@ const operationInsert = `-- name: OperationInsert :one
 WITH h AS (
     SELECT f.facts, audit_event_hash(NULL, $1::text, 1, 'PREPARED', $2::text, NULL, $3::text,
                                      0, 0, $4::text, statement_timestamp(), f.facts) AS prepared
-    FROM (SELECT ARRAY['args_digest', $5::text, 'approver', $6::text,
-                       'approvals_needed', $7::integer::text, 'downstream_key', $8::text,
-                       'fingerprint', $9::text, 'policy_digest', $10::text,
-                       'prepared_by', $11::text, 'reason', $12::text,
-                       'supersedes', $13::text, 'tenant', $14::text, 'tool', $15::text,
-                       'tool_version', $16::text]::text[] AS facts) f
+    FROM (SELECT ('{"approvals_needed":' || audit_json($5::integer::text)
+        || ',"approver":' || audit_json($6::text) || ',"args_digest":' || audit_json($7::text)
+        || ',"downstream_key":' || audit_json($8::text)
+        || ',"fingerprint":' || audit_json($9::text) || ',"policy_digest":' || audit_json($10::text)
+        || ',"prepared_by":' || audit_json($11::text) || ',"reason":' || audit_json($12::text)
+        || ',"supersedes":' || audit_json($13::text) || ',"tenant":' || audit_json($14::text)
+        || ',"tool":' || audit_json($15::text)
+        || ',"tool_version":' || audit_json($16::text) || '}') AS facts) f
 ), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
@@ -1273,7 +1282,7 @@ WITH h AS (
             CASE WHEN $19::boolean THEN now() + make_interval(secs => $26::float8) END,
             CASE WHEN $19::boolean THEN now() + make_interval(secs => $26::float8) END,
             CASE WHEN $19::boolean THEN now() END,
-            $7::integer, $10::text, $27::text,
+            $5::integer, $10::text, $27::text,
             $28::jsonb, $13::text,
             $29::text[], $30::text[], $31::text,
             -- An edit's operation is born with its editor's approval
@@ -1290,7 +1299,7 @@ WITH h AS (
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT ins.id, 1, 'PREPARED', $2, NULL, $3::text, 0, 0, $4, h.prepared, jsonb_object(h.facts) FROM ins, h
+    SELECT ins.id, 1, 'PREPARED', $2, NULL, $3::text, 0, 0, $4, h.prepared, h.facts::jsonb FROM ins, h
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
     SELECT ins.id, 2, $23::text, $2, $24::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
@@ -1306,9 +1315,9 @@ type OperationInsertParams struct {
 	Actor            string
 	State            string
 	Detail           string
-	ArgsDigest       string
-	ApprovedBy       pgtype.Text
 	ApprovalsNeeded  int32
+	ApprovedBy       pgtype.Text
+	ArgsDigest       string
 	DownstreamKey    string
 	Fingerprint      string
 	PolicyDigest     string
@@ -1386,9 +1395,9 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.Actor,
 		arg.State,
 		arg.Detail,
-		arg.ArgsDigest,
-		arg.ApprovedBy,
 		arg.ApprovalsNeeded,
+		arg.ApprovedBy,
+		arg.ArgsDigest,
 		arg.DownstreamKey,
 		arg.Fingerprint,
 		arg.PolicyDigest,
@@ -1664,8 +1673,8 @@ WITH upd AS (
         events = o.events + 1,
         chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $6::text, $7::text, o.state,
                                       $1::text, o.attempts, o.fence, $8::text, statement_timestamp(),
-                                      ARRAY['approvals_needed', GREATEST(o.approvals_needed, $3::integer)::text,
-                                            'policy_digest', $2::text]),
+                                      ('{"approvals_needed":' || audit_json(GREATEST(o.approvals_needed, $3::integer)::text)
+                                          || ',"policy_digest":' || audit_json($2::text) || '}')),
         updated_at = statement_timestamp()
     WHERE o.id = $9 AND o.tenant IS NOT DISTINCT FROM $10 AND o.state = ANY ($11::text[])
       AND o.policy_digest = $12::text AND o.first_sent_fence IS NULL
@@ -1677,7 +1686,8 @@ WITH upd AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
     SELECT upd.id, upd.events, $6::text, $7, upd.prev_state, upd.state, upd.attempts, upd.fence, $8,
-           upd.chain_head, jsonb_object(ARRAY['approvals_needed', upd.approvals_needed::text, 'policy_digest', upd.policy_digest])
+           upd.chain_head, ('{"approvals_needed":' || audit_json(upd.approvals_needed::text)
+               || ',"policy_digest":' || audit_json(upd.policy_digest) || '}')::jsonb
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
@@ -2048,8 +2058,9 @@ WITH upd AS (
         events = o.events + 1,
         chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $6::text, $8::text, o.state,
                                       $1::text, o.attempts, o.fence, $9::text, statement_timestamp(),
-                                      ARRAY['error_digest', CASE WHEN $4::boolean THEN COALESCE($10::text, '') END,
-                                            'external_ref', $2::text, 'result_digest', $11::text]),
+                                      ('{"error_digest":' || audit_json(CASE WHEN $4::boolean THEN COALESCE($10::text, '') END)
+                                          || ',"external_ref":' || audit_json($2::text)
+                                          || ',"result_digest":' || audit_json($11::text) || '}')),
         updated_at = statement_timestamp()
     WHERE o.id = $12 AND o.tenant IS NOT DISTINCT FROM $13
       AND o.state = ANY ($14::text[])
@@ -2066,8 +2077,9 @@ WITH upd AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
     SELECT upd.id, upd.events, $6::text, $8, upd.prev_state, upd.state, upd.attempts, upd.fence, $9,
-           upd.chain_head, jsonb_object(ARRAY['error_digest', CASE WHEN $4::boolean THEN COALESCE($10::text, '') END,
-                                            'external_ref', $2::text, 'result_digest', $11::text])
+           upd.chain_head, ('{"error_digest":' || audit_json(CASE WHEN $4::boolean THEN COALESCE($10::text, '') END)
+               || ',"external_ref":' || audit_json($2::text)
+               || ',"result_digest":' || audit_json($11::text) || '}')::jsonb
     FROM upd
 )
 SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_sent_fence, external_ref, result, error FROM upd
