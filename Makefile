@@ -25,8 +25,12 @@ all: build
 build:
 	go build -o bin/opledger ./cmd/opledger
 
-dev:
-	go run ./cmd/opledger dev
+## dev: the local demo (bin/opledger dev; DEV_FLAGS are added to its flags). The binary is built
+## and run by itself, not by `go run`: the go command exits 1 when it is interrupted, so Ctrl-C
+## ended a clean stop with "make: *** [Makefile:…: dev] Error 1" (TestMakeDevInterruptIsClean).
+DEV_FLAGS ?=
+dev: build
+	bin/opledger dev $(DEV_FLAGS)
 
 ## test: every test suite, against real PostgreSQL (a throwaway cluster is
 ## started when DATABASE_URL is not set).
@@ -56,9 +60,10 @@ bin/mcp-venv/.installed: internal/mcpgateway/testdata/requirements.txt
 test-clients:
 	clients/test.sh
 
-## test-outside: each client installed the way docs/clients/*.md says, in a scratch project
-## outside the repository, running its quick start against a real server (one charge, one typed
-## error); CI runs it after `make test` (clients/outside-test.sh).
+## test-outside: each client installed the way docs/clients/*.md says, and each framework adapter
+## the way docs/integrations/*.md says, in a scratch project outside the repository, running its
+## quick start against a real server (one charge, and one typed error or the model's answer); CI
+## runs it after `make test` (clients/outside-test.sh).
 test-outside:
 	clients/outside-test.sh
 

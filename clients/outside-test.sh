@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# outside-test.sh [LANG…] — installs each client the way its docs page says, in a scratch project
-# outside the repository, and runs the page's quick start against a real server.
+# outside-test.sh [NAME…] — installs each client and each framework adapter the way its docs page
+# says, in a scratch project outside the repository, and runs the page's quick start against a real
+# server.
 #
-# For each language (python, typescript, go, java; or the ones named) it reads
-# docs/clients/LANG.md, where three kinds of fenced blocks are marked with an HTML comment on the
-# line before them:
+# A NAME is a client language (python, typescript, go, java: docs/clients/NAME.md) or a framework
+# integration (pydantic-ai, openai-agents, langgraph, ai-sdk, openai-agents-js:
+# docs/integrations/NAME.md); without NAMEs, every client and every integration page there is. Each
+# page has three kinds of fenced blocks, marked with an HTML comment on the line before them:
 #
 #   <!-- outside-test: install -->        the install commands (sh), run with bash -e
 #   <!-- outside-test: program FILE -->   a file of the project (the quick start, Java's pom.xml)
@@ -14,8 +16,10 @@
 # under a temporary directory outside the repository; the files are written first, then the install
 # and run commands are run there with the server's OPLEDGER_ADDR, AGENT_KEY, APPROVER_KEY and
 # FAKEPAY_URL in the environment. The program must make exactly one new charge at the fake
-# processor and print the reason of the one typed error it catches (IDEMPOTENCY_KEY_REUSED). Any
-# failing step fails the language, and any failed language fails the script.
+# processor; a client's program must also print the reason of the one typed error it catches
+# (IDEMPOTENCY_KEY_REUSED), and an integration's what its model was told of the approved call's
+# success ("status":"succeeded", the runner's for_model text). Any failing step fails the page, and
+# any failed page fails the script.
 #
 # The server comes from clients/run-server.sh (OPLEDGER_BIN skips its build), and is stopped at the
 # end; KEEP_OUTSIDE_DIR=1 keeps the scratch projects for a look.
@@ -24,7 +28,20 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 langs=("$@")
-((${#langs[@]})) || langs=(python typescript go java)
+if ((${#langs[@]} == 0)); then
+  langs=(python typescript go java)
+  for page in "$root"/docs/integrations/*.md; do
+    [[ -f $page ]] && langs+=("$(basename "$page" .md)")
+  done
+fi
+
+# page NAME: the docs page of a client language or of an integration.
+page() {
+  case $1 in
+  python | typescript | go | java) echo "$root/docs/clients/$1.md" ;;
+  *) echo "$root/docs/integrations/$1.md" ;;
+  esac
+}
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/opledger-outside.XXXXXX")
 case "$scratch/" in
@@ -78,10 +95,11 @@ print(len(json.load(urllib.request.urlopen(sys.argv[1] + "/charges", timeout=10)
 
 # outside LANG: the whole check for one language, in its own scratch directory.
 outside() {
-  local lang=$1 dir=$scratch/$1 before after out
+  local lang=$1 dir=$scratch/$1 doc before after out
+  doc=$(page "$lang")
   mkdir -p "$dir" || return 1
-  blocks "$root/docs/clients/$lang.md" "$dir" || return 1
-  echo "--- $lang: install (docs/clients/$lang.md)"
+  blocks "$(page "$lang")" "$dir" || return 1
+  echo "--- $lang: install (${doc#"$root"/})"
   sed 's/^/    /' "$dir/install.sh"
   (cd "$dir" && bash -euo pipefail install.sh) || { echo "$lang: the documented install failed" >&2; return 1; }
   before=$(charges) || return 1
@@ -96,15 +114,20 @@ outside() {
     echo "$lang: expected exactly one new charge at the fake processor, found $((after - before))" >&2
     return 1
   fi
-  grep -q "IDEMPOTENCY_KEY_REUSED" <<<"$out" ||
-    { echo "$lang: the program did not report the IDEMPOTENCY_KEY_REUSED error it must catch" >&2; return 1; }
+  if [[ $doc == */docs/clients/* ]]; then
+    grep -q "IDEMPOTENCY_KEY_REUSED" <<<"$out" ||
+      { echo "$lang: the program did not report the IDEMPOTENCY_KEY_REUSED error it must catch" >&2; return 1; }
+  else
+    grep -q '"status":"succeeded"' <<<"$out" ||
+      { echo "$lang: the program did not show what its model was told of the succeeded call" >&2; return 1; }
+  fi
 }
 
 passed=()
 failed=()
 for lang in "${langs[@]}"; do
-  if [[ ! -f $root/docs/clients/$lang.md ]]; then
-    echo "outside-test.sh: no docs/clients/$lang.md" >&2
+  if [[ ! -f $(page "$lang") ]]; then
+    echo "outside-test.sh: no $(page "$lang")" >&2
     failed+=("$lang")
     continue
   fi

@@ -32,7 +32,8 @@ fails_without_fakepay() {
 }
 
 # --- python (clients/python): a venv at clients/python/.venv, the package installed from source
-# the way a user installs it (pip install ./clients/python), pytest, the example.
+# the way a user installs it (pip install ./clients/python), with its framework extras (their
+# tested versions pinned in requirements-test.txt), pytest, the example.
 python_suite() {
   cd "$here/python" || return 1
   local py
@@ -40,7 +41,7 @@ python_suite() {
   if [[ ! -x .venv/bin/python ]]; then
     "$py" -m venv .venv || return 1
   fi
-  .venv/bin/python -m pip install -q --disable-pip-version-check . -r requirements-test.txt || return 1
+  .venv/bin/python -m pip install -q --disable-pip-version-check '.[pydantic-ai,openai-agents,langgraph]' -r requirements-test.txt || return 1
   # src/ layout: `import opledger` can only be the installed package, as users get it.
   OPLEDGER_REQUIRE_SERVER=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests || return 1
   .venv/bin/python examples/agent_loop.py "$envfile" || return 1

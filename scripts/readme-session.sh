@@ -18,8 +18,10 @@ for _ in $(seq 1 120); do
 done
 grep -q "opledger dev is ready" dev.out || { echo "opledger dev did not start"; tail -20 dev.err; exit 1; }
 
-# The session: every ```sh block of the README section, in order, as written.
-awk '/^## A grpcurl session/{on=1} /^## Running it for real/{on=0} on&&/^```sh$/{b=1;next} on&&/^```$/{b=0} b' \
+# The session: every ```sh block of the README's grpcurl session, then of its console part (the
+# payment it prepares for the console to show), in order, as written.
+awk '/^## A grpcurl session/{on=1} /^## Running it for real/{on=0} /^## Approve in a browser/{on=1} /^## Documentation/{on=0}
+  on&&/^```sh$/{b=1;next} on&&/^```$/{b=0} b' \
   "$root/README.md" | sed "s|export PATH=\$PWD/.bin:\$PATH|export PATH=$root/.bin:\$PATH|" >session.sh
 out=$(bash session.sh 2>&1 || true)
 echo "$out"
@@ -31,6 +33,13 @@ check "IDEMPOTENCY_KEY_REUSED"
 check '"state": "STATE_READY"'
 check '"state": "STATE_SUCCEEDED"'
 check "EVENT_TYPE_SUCCEEDED"
+# The console part's new payment is what the console lists: one operation awaiting approval, for
+# another invoice than INV-2048.
+. ./.opledger-dev/env
+awaiting=$("$root/.bin/grpcurl" -plaintext -H "authorization: Bearer $APPROVER_KEY" -d '{"states":["STATE_AWAITING_APPROVAL"]}' \
+  127.0.0.1:50051 opledger.v1.LedgerService/ListOperations | jq -r '.operations[]?.args.invoice_id')
+[[ $awaiting =~ ^INV-[0-9]+$ && $awaiting != INV-2048 ]] ||
+  { echo "readme-session: the console part left no new payment awaiting approval (found: ${awaiting:-none})"; fail=1; }
 [[ $(grep -c '"externalRef": "ch_' <<<"$out") -ge 2 ]] || { echo "readme-session: no charge reference shown twice"; fail=1; }
 grep -qx "1" <<<"$out" || { echo "readme-session: the processor should hold exactly 1 charge"; fail=1; }
 ((fail == 0)) && echo "readme-session: the README session works verbatim"

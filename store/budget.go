@@ -87,3 +87,15 @@ func (c *Conn) IdentityHolder(ctx context.Context, tenant, tool, identity string
 	id, err := c.q.IdentityHolder(ctx, c.dbtx, db.IdentityHolderParams{Tenant: tenant, Tool: tool, Identity: identity})
 	return id, interpretError(err)
 }
+
+// BudgetPrune deletes up to batch budgets nothing in which counts any more.
+func (c *Conn) BudgetPrune(ctx context.Context, batch int32) (int64, error) {
+	n, err := c.q.BudgetPrune(ctx, c.dbtx, batch)
+	return n, interpretError(err)
+}
+
+// IdentityPrune deletes up to batch business identities that are free.
+func (c *Conn) IdentityPrune(ctx context.Context, batch int32) (int64, error) {
+	n, err := c.q.IdentityPrune(ctx, c.dbtx, batch)
+	return n, interpretError(err)
+}

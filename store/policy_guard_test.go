@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -164,4 +165,83 @@ func TestDecideCountsTheQuorum(t *testing.T) {
 	var n int
 	require.NoError(t, g.pool.QueryRow(t.Context(), `SELECT jsonb_array_length(approvals) FROM operation WHERE id = $1`, id).Scan(&n))
 	require.Equal(t, 2, n)
+}
+
+// TestBudgetAndIdentityGuards: a reservation is admitted while it fits and
+// refused past the bound, an operation holding a share is admitted again
+// without a second one, a forced share is taken and said not to fit, and
+// the pruner deletes only budgets and identities nothing counts in.
+func TestBudgetAndIdentityGuards(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	r := store.Reservation{Tenant: "acme", Name: "two", Scope: "", MaxCount: 2, Window: time.Hour, MaxUses: 100}
+	reserve := func(op string, mod func(*store.Reservation)) (bool, bool) {
+		x := r
+		x.OperationID = op
+		if mod != nil {
+			mod(&x)
+		}
+		admitted, fits, err := g.st.BudgetReserve(ctx, x)
+		require.NoError(t, err)
+		return admitted, fits
+	}
+	a, _ := reserve("op_1", nil)
+	require.True(t, a)
+	a, _ = reserve("op_2", nil)
+	require.True(t, a)
+	a, _ = reserve("op_3", nil)
+	require.False(t, a, "past the count")
+	a, _ = reserve("op_1", nil)
+	require.True(t, a, "op_1 holds a share")
+	a, fits := reserve("op_4", func(x *store.Reservation) { x.Force = true })
+	require.True(t, a)
+	require.False(t, fits, "forced past the count")
+	uses, _, err := g.st.BudgetGet(ctx, "acme", "two", "", time.Hour)
+	require.NoError(t, err)
+	require.Len(t, uses, 3, "op_1 counted once, op_4 forced in")
+
+	// Sums: exact, not conservative.
+	s := store.Reservation{Tenant: "acme", Name: "sum", MaxCount: 0, HasSum: true, MaxSum: 100, Window: time.Hour, MaxUses: 100}
+	for i, c := range []struct {
+		amount float64
+		ok     bool
+	}{{60, true}, {41, false}, {40, true}, {0.5, false}, {0, true}} {
+		x := s
+		x.OperationID, x.Amount = fmt.Sprintf("op_s%d", i), c.amount
+		admitted, _, err := g.st.BudgetReserve(ctx, x)
+		require.NoError(t, err)
+		require.Equal(t, c.ok, admitted, "%v", c)
+	}
+
+	// Pruning: a budget whose entries left the window goes; one in use stays.
+	old := store.Reservation{Tenant: "acme", Name: "brief", OperationID: "op_b", MaxCount: 5, Window: time.Millisecond, MaxUses: 100}
+	_, _, err = g.st.BudgetReserve(ctx, old)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, err := g.st.BudgetPrune(ctx, 100)
+		require.NoError(t, err)
+		return n == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	var n int
+	require.NoError(t, g.pool.QueryRow(ctx, `SELECT count(*) FROM budget WHERE tenant = 'acme'`).Scan(&n))
+	require.Equal(t, 2, n, "the budgets in use stay")
+
+	held, err := g.st.IdentityReserve(ctx, "acme", "pay", "INV-1", "op_i1", "k1", time.Hour)
+	require.NoError(t, err)
+	require.False(t, held)
+	held, err = g.st.IdentityReserve(ctx, "acme", "pay", "INV-1", "op_i2", "k2", time.Hour)
+	require.NoError(t, err)
+	require.True(t, held, "another key")
+	held, err = g.st.IdentityReserve(ctx, "acme", "pay", "INV-1", "op_i3", "k1", time.Hour)
+	require.NoError(t, err)
+	require.False(t, held, "the holder's own key")
+	pruned, err := g.st.IdentityPrune(ctx, 100)
+	require.NoError(t, err)
+	require.Zero(t, pruned, "a held identity stays")
+	_, err = g.pool.Exec(ctx, `UPDATE operation_identity SET free_at = '-infinity' WHERE identity = 'INV-1'`)
+	require.NoError(t, err)
+	pruned, err = g.st.IdentityPrune(ctx, 100)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, pruned)
 }

@@ -183,3 +183,49 @@ func TestPolicyLoadErrors(t *testing.T) {
 	_, err := Parse([]byte(src), nil)
 	require.ErrorContains(t, err, "approval.approvers: set without approval.required or approval.when")
 }
+
+// BenchmarkJudgeThreeRules measures what the bench's three-rule policy
+// (two deny rules and an approval.when, none of which holds) adds to every
+// Prepare of its tool: one Judge.
+func BenchmarkJudgeThreeRules(b *testing.B) {
+	reg, err := Parse([]byte(`tools:
+  - name: charge
+    version: "1"
+    effect: side_effect
+    deny:
+      - name: eur_only
+        when: args.currency != "EUR"
+      - name: too_large
+        when: args.amount_minor > 10000000
+    approval:
+      when: args.amount_minor > 1000000
+      ttl: 15m
+    args_schema:
+      type: object
+      properties:
+        invoice_id: {type: string}
+        amount_minor: {type: integer}
+        currency: {type: string}
+    executor:
+      type: http
+      url: http://127.0.0.1:1/charges
+`), func(string) string { return "" })
+	if err != nil {
+		b.Fatal(err)
+	}
+	t, err := reg.Lookup("charge", "1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := structpb.NewStruct(map[string]any{"invoice_id": "INV-2048", "amount_minor": 4900, "currency": "EUR"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := RuleInput{Args: s, Tenant: "bench", Principal: Principal{ID: "pr_bench", Roles: []string{"agent"}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if j, err := t.Judge(in); err != nil || j.Denied != nil || j.Needed != 0 {
+			b.Fatal(j, err)
+		}
+	}
+}

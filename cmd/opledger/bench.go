@@ -22,8 +22,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer, _ fu
 	fs := newFlagSet("bench", "[flags]", `
 Measures opledger's throughput and latency against baselines (pgbench
 running opledger's own statements, a bare gRPC server, the interceptor
-chain, DBOS) on a throwaway PostgreSQL, with real serve processes of this
-binary, and prints the comparison table with CPU time per operation
+chain, DBOS, the one-call job under a three-rule policy) on a throwaway
+PostgreSQL, with real serve processes of this binary, and prints the
+comparison table with CPU time per operation
 (docs/performance.md). It fails only when a measurement broke, never
 because of the numbers.`)
 	var o bench.Options
@@ -39,7 +40,7 @@ because of the numbers.`)
 	fs.IntVar(&o.DBConns, "db-conns", 16, "connection pool size of each server and of DBOS")
 	fs.IntVar(&o.GRPCConns, "grpc-conns", 1, "gRPC connections the load generator opens to each server (one client's channel: one)")
 	scen := fs.String("scenarios", "", "comma-separated `list`, a subset of: "+strings.Join(bench.Scenarios, ", "))
-	base := fs.String("baselines", "", "comma-separated `list`, a subset of: pgbench, grpc-floor, grpc-chain, dbos")
+	base := fs.String("baselines", "", "comma-separated `list`, a subset of: pgbench, grpc-floor, grpc-chain, dbos, opledger-3-rules")
 	fs.StringVar(&o.Dir, "dir", "", "working `DIR` for the cluster and logs (default: a temporary one, removed)")
 	inProcess := fs.Bool("in-process", false, "serve from this process instead of serve child processes")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {

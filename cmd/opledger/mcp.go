@@ -105,7 +105,10 @@ every HTTP request must carry it as a bearer token. See docs/mcp.md.`)
 // runMCP runs the gateway until ctx ends (or, over stdio, the client
 // closes). ready, if set, receives the HTTP address once it listens.
 func runMCP(ctx context.Context, cfg MCPConfig, stderr io.Writer, ready func(addr string)) error {
-	logger := newLogger(stderr, cfg.LogLevel).With("component", "mcp")
+	// The gateway names the component of its lines itself ("mcp", and "go-sdk" for the SDK's): it
+	// gets the logger without one, or the SDK's lines would carry "component" twice.
+	base := newLogger(stderr, cfg.LogLevel)
+	logger := base.With("component", "mcp")
 	ledger, err := mcpgateway.Dial(cfg.Conn)
 	if err != nil {
 		return fmt.Errorf("mcp: %w", err)
@@ -113,7 +116,7 @@ func runMCP(ctx context.Context, cfg MCPConfig, stderr io.Writer, ready func(add
 	defer ledger.Close()
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	gw, err := mcpgateway.New(startCtx, ledger, mcpgateway.Options{
-		Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, SessionTimeout: cfg.SessionTimeout, Logger: logger,
+		Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, SessionTimeout: cfg.SessionTimeout, Logger: base,
 	})
 	cancel()
 	if err != nil {

@@ -537,6 +537,10 @@ type detail struct {
 	// PreparedBy names the principal that prepared it (the PREPARED
 	// event's actor).
 	PreparedBy string
+	// DecidedBy names the principal of the operation's decision (the
+	// last APPROVED or DENIED event's actor): the operation carries only
+	// its id, which people do not read.
+	DecidedBy string
 	// Budgets are the limits it counts against, as used now.
 	Budgets []budgetView
 }
@@ -605,8 +609,11 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 	v.Quorum = quorumOf(op, s.actor.ID)
 	d := detail{Op: v, Events: evs, SelfMade: op.PreparedBy == s.actor.ID}
 	for _, e := range evs {
-		if e.Type == string(ledger.EventPrepared) {
+		switch ledger.Event(e.Type) {
+		case ledger.EventPrepared:
 			d.PreparedBy = e.Actor
+		case ledger.EventApproved, ledger.EventDenied:
+			d.DecidedBy = e.Actor
 		}
 	}
 	var preparedBy string

@@ -772,3 +772,24 @@ func TestFormLimitsAreInCharacters(t *testing.T) {
 	status, _ = b.post("/operations/"+op.GetId()+"/decision", form)
 	require.Equal(t, http.StatusBadRequest, status, "1001 characters are too many")
 }
+
+// TestDecidedByIsNamed: "Decided by" names the principal that decided, as
+// "Prepared by" does (the decision event's actor), with the principal id
+// beside it; it used to show the id alone.
+func TestDecidedByIsNamed(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{})
+	op := w.prepare(t, "INV-named", 100)
+	bob := namedKey(t, w.env, "bob", ledger.RoleApprover)
+	_, err := w.srv.Client.Approve(harness.Ctx(bob, ""), &opledgerv1.ApproveRequest{OperationId: op.GetId(),
+		Fingerprint: op.GetFingerprint(), Decision: opledgerv1.Decision_DECISION_APPROVE, Reason: "ok"})
+	require.NoError(t, err)
+	decidedBy := w.get(t, op.GetId()).GetApproval().GetDecidedBy()
+	require.NotEmpty(t, decidedBy)
+	b := w.browser(t)
+	b.signIn(w.approver)
+	status, page := b.get("/operations/" + op.GetId())
+	require.Equal(t, http.StatusOK, status)
+	require.Regexp(t, `<dt>Decided by</dt><dd>bob <code class="muted">`+regexp.QuoteMeta(decidedBy)+`</code> at `, page)
+	require.Regexp(t, `<dt>Prepared by</dt><dd>invoice-agent <code class="muted">`, page)
+}

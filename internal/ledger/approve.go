@@ -95,6 +95,10 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 		needed := max(q.needed, 1)
 		st.ApprovalsNeeded, st.PolicyDigest, st.ApprovalRule, st.ApprovalTTL = &needed, q.digest, q.rule, q.ttl
 		out, err = c.OperationDecide(ctx, st)
+		if err == nil && d.to == StateReady {
+			// A lapsed approval released the operation's budget shares.
+			err = l.reserveAgain(ctx, c, out)
+		}
 		if errors.Is(err, store.ErrNotFound) && d.onlyIfLapsed != nil {
 			// The approval in force was not lapsed (or the operation was
 			// sent): the rule for an approval in force applies.
@@ -254,9 +258,12 @@ type quorumOf struct {
 }
 
 // quorum judges op, locked in c's transaction, under the policy in force
-// when it awaits a decision and was judged under another: the quorum only
-// grows, and a deny rule now holding rejects it (POLICY_DENIED to the
-// approver). Otherwise the operation's own quorum stands.
+// when it awaits a decision (or is READY with nothing sent, so that a
+// decision may renew its approval) and was judged under another: the
+// quorum only grows, and a deny rule now holding rejects it (POLICY_DENIED
+// to the approver), READY too: a renewal records the digest of the policy
+// in force, and the claim would then send an operation that policy
+// refuses. Otherwise the operation's own quorum stands.
 func (l *Ledger) quorum(ctx context.Context, c *store.Conn, a Actor, op Operation) (q quorumOf, refused, err error) {
 	q = quorumOf{needed: op.ApprovalsNeeded, digest: op.PolicyDigest, rule: op.ApprovalRule, ttl: op.ApprovalTTL}
 	undecided := State(op.State) == StateAwaitingApproval || State(op.State) == StateReady && op.FirstSentFence == 0
@@ -267,7 +274,7 @@ func (l *Ledger) quorum(ctx context.Context, c *store.Conn, a Actor, op Operatio
 	if err != nil {
 		return q, nil, err
 	}
-	if j.Denied != nil && State(op.State) == StateAwaitingApproval {
+	if j.Denied != nil {
 		p, err := policyApply(op, EventPolicyChanged, StateRejected, ByApprover)
 		if err != nil {
 			return q, nil, err

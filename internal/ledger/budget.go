@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
@@ -212,6 +213,59 @@ func (l *Ledger) limit(name string) *tool.Limit {
 	for _, lim := range l.tools.Limits() {
 		if lim.Name == name {
 			return lim
+		}
+	}
+	return nil
+}
+
+// reserveAgain takes op's budget shares again as an approval makes it READY
+// in c's transaction: a share its lapsed approval released is reserved anew
+// (and refused, with the approval, when the budget has no room now); one
+// still held is left as it is (BudgetReserve admits an operation that holds
+// a share).
+func (l *Ledger) reserveAgain(ctx context.Context, c *store.Conn, op Operation) error {
+	if len(op.BudgetNames) == 0 {
+		return nil
+	}
+	b, ok := l.bound[op.Tool+"@"+op.ToolVersion]
+	if !ok {
+		return nil // no longer configured here: its limits cannot be evaluated
+	}
+	t := b.tool
+	who, err := l.preparer(ctx, c, op)
+	if err != nil {
+		return err
+	}
+	var args structpb.Struct
+	if err := protojson.Unmarshal(op.Args, &args); err != nil {
+		return fmt.Errorf("ledger: stored args of %s: %w", op.ID, err)
+	}
+	in := tool.RuleInput{Args: &args, Tenant: op.Tenant, Principal: tool.Principal{ID: who.ID, Name: who.Name, Roles: who.Roles}}
+	for i, name := range op.BudgetNames {
+		lim := l.limit(name)
+		if lim == nil || i >= len(op.BudgetScopes) {
+			continue
+		}
+		amount, err := lim.Amount(t, in)
+		if err != nil {
+			return ruleRefusal(t, err)
+		}
+		r := store.Reservation{Tenant: op.Tenant, Name: name, Scope: op.BudgetScopes[i], OperationID: op.ID, Amount: amount,
+			MaxCount: lim.Count, HasSum: lim.Sum != "", MaxSum: lim.Max, Window: lim.Window, MaxUses: tool.MaxLimitUses,
+			Force: lim.Over == tool.OverApprove}
+		admitted, _, err := c.BudgetReserve(ctx, r)
+		if err != nil {
+			return err
+		}
+		if !admitted {
+			l.obs.LimitRefused(lim.Name)
+			err := l.limitExceeded(ctx, c, lim, r)
+			var le *Error
+			if errors.As(err, &le) {
+				le.Message = "its approval lapsed and released its share, and the budget has no room for it now; the approval was not recorded: " + le.Message
+				le.Metadata["operation_id"] = op.ID
+			}
+			return err
 		}
 	}
 	return nil

@@ -415,3 +415,37 @@ func TestIdentityThatCannotBeEvaluated(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, resp.GetReplayed())
 }
+
+// TestLimitLapsedApprovalReleases: an approval that lapsed before anything
+// was sent releases the operation's share; renewing the approval takes it
+// again, and is refused while the budget has no room.
+func TestLimitLapsedApprovalReleases(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: []byte(strings.Replace(string(budgetTools(`  - {name: one_payout, tools: [payout], window: 1h, count: 1}
+`)), "    approval: {required: true, ttl: 15m}\n", "    approval: {required: true, ttl: 1s}\n", 1))})
+	c := w.env.StartServer(harness.ServerOptions{}).Client
+	first := prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
+	ends := approve(t, c, w.approver, first).GetOperation().GetApproval().GetExpireTime().AsTime()
+	// Past the approval's end (the database's clock is this machine's).
+	require.Eventually(t, func() bool { return time.Now().After(ends.Add(200 * time.Millisecond)) }, 30*time.Second, 50*time.Millisecond)
+	_, err := execute(c, w.agent, first.GetId(), 0)
+	requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_EXPIRED")
+	got, _ := get(t, c, w.agent, first.GetId())
+	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState())
+	require.EqualValues(t, 0, got.GetBudgets()[0].GetCount(), "its share was released")
+
+	second := prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
+	_, err = decide(c, w.approver, first.GetId(), first.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE)
+	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+	require.Contains(t, err.Error(), "the approval was not recorded")
+	got, _ = get(t, c, w.agent, first.GetId())
+	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState(), "nothing changed")
+
+	_, err = decide(c, w.approver, second.GetId(), second.GetFingerprint(), opledgerv1.Decision_DECISION_DENY)
+	require.NoError(t, err)
+	renewed, err := decide(c, w.approver, first.GetId(), first.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE)
+	require.NoError(t, err)
+	require.Equal(t, opledgerv1.State_STATE_READY, renewed.GetOperation().GetState())
+	got, _ = get(t, c, w.agent, first.GetId())
+	require.EqualValues(t, 1, got.GetBudgets()[0].GetCount(), "its share is taken again")
+}

@@ -75,6 +75,12 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 	}
 	cl := claim
 	cl.PolicyDigests = l.policyDigests
+	if failpoint.Defect(failpoint.DefectPolicyClaim) {
+		// Test-only, failpoints builds: the claim ignores the policy
+		// digest (the policy decides only at Prepare), for the chaos
+		// suite's control run.
+		cl.RequirePolicyCurrent = false
+	}
 	// The copy this process wrote at the Prepare or approval, if any: the
 	// first claim returns only what it changes (store.Claim.Base).
 	cl.Base, _ = l.takeLive(a.Tenant, id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -36,12 +37,26 @@ import (
 //   - no first send on an expired approval, nor on one bound to another
 //     fingerprint;
 //   - REJECTED, CANCELLED and AWAITING_APPROVAL never with a request (let
-//     alone an effect) behind them.
+//     alone an effect) behind them;
+//   - the policies (docs/policy.md): a quorum of two distinct approvers
+//     (pay_q; the same approver twice is one approval), approve-with-edit
+//     (the original REJECTED and its Execute OPERATION_SUPERSEDED, the
+//     same edit again a replay, another a conflict, only the editable
+//     field), and a rolling policy change: a step restarts one server with
+//     a tightened tools file (ship_dd then needs an approval, pay_nd and
+//     pay_q gain deny rules) or back, so both policies are in force at once;
+//     an operation judged under another policy than its server's, with
+//     nothing sent, is judged again at the claim (back to
+//     AWAITING_APPROVAL, REJECTED, or current) and by a decision; the
+//     ledger's approvals needed, approvers, policy digest and edit link
+//     match the model's after every step, and a first send had the quorum
+//     the policy demanded.
 //
 // Time is the database's clock (PostgreSQL under libfaketime, re-read on
 // every reading): a lease expires, or an approval lapses, when a step moves
 // that clock forward, with no sleeps. The default run (100 checks of about
-// 60 steps) takes about half a minute on two cores; a longer one:
+// 60 steps, with some 200 server restarts) takes 35 to 55 seconds on two
+// cores; a longer one:
 //
 //	go test ./ledger -run 'TestModel$' -rapid.checks=2000 -rapid.steps=100 -timeout 3h
 //
@@ -94,14 +109,42 @@ type toolModel struct {
 	// fast tools have a timeout short enough to script answers slower than
 	// it; their requests are never held (a held request would time out).
 	fast bool
+	// approvers is the quorum (approval.approvers; 0 or 1: one approver),
+	// and editable lets an approver edit amount_minor (approve-with-edit).
+	approvers int
+	editable  bool
+	// The tightened tools file (tightPolicy) adds an approval to a tool
+	// that needed none (tightApproval), or a deny rule (tightDeny, in CEL,
+	// and tightDenies, the same in Go).
+	tightApproval bool
+	tightDeny     string
+	tightDenies   func(amount int64) bool
 }
 
 var modelTools = []toolModel{
 	{name: "pay_dd", approval: true, dedupes: true, lookup: true, attempts: 2, timeout: time.Minute,
 		definitive: "[400, 402, 404]", undeclared: 422},
-	{name: "pay_nd", approval: true, dedupes: false, lookup: true, attempts: 1, timeout: time.Minute, undeclared: 409},
+	{name: "pay_nd", approval: true, dedupes: false, lookup: true, attempts: 1, timeout: time.Minute, undeclared: 409,
+		tightDeny: "args.amount_minor == 101", tightDenies: func(a int64) bool { return a == 101 }},
 	{name: "ship_dd", approval: false, dedupes: true, lookup: false, attempts: 2, timeout: 500 * time.Millisecond,
-		definitive: "[400, 402, 404]", undeclared: 422, fast: true},
+		definitive: "[400, 402, 404]", undeclared: 422, fast: true, tightApproval: true},
+	// A quorum of two distinct approvers, and approve-with-edit of the
+	// amount; the tightened policy refuses amounts below 50 (an edit to 40).
+	{name: "pay_q", approval: true, approvers: 2, editable: true, dedupes: true, lookup: true, attempts: 2, timeout: time.Minute,
+		definitive: "[400, 402, 404]", undeclared: 422, tightDeny: "args.amount_minor < 50", tightDenies: func(a int64) bool { return a < 50 }},
+}
+
+// judge is the policy's judgement of a call of tl with these args: refused
+// by a deny rule, or the approvals it needs (0: none).
+func (tl *toolModel) judge(policy int, args map[string]any) (denied bool, needed int) {
+	amount := int64(args["amount_minor"].(float64))
+	if policy == tightPolicy && tl.tightDenies != nil && tl.tightDenies(amount) {
+		return true, 0
+	}
+	if tl.approval || policy == tightPolicy && tl.tightApproval {
+		return false, max(tl.approvers, 1)
+	}
+	return false, 0
 }
 
 func modelArgs(variant int) map[string]any {
@@ -111,26 +154,48 @@ func modelArgs(variant int) map[string]any {
 // modelKeys is how many idempotency keys a check uses per tool.
 const modelKeys = 2
 
+// preparedSlots are the slots of prepared operations (tool × key); the
+// edit of the one in slot s, if any, is in slot preparedSlots + s.
+var preparedSlots = len(modelTools) * modelKeys
+
 // The principals of a check, by index.
 const (
 	pAgent         = iota // agent
 	pAgentApprover        // agent and approver: may prepare, and approve what others prepared
 	pApprover             // approver
 	pOperator             // operator
+	pApprover2            // a second approver, for a quorum of two
 )
+
+// approvers are the principals that may decide.
+var approvers = []int{pAgentApprover, pApprover, pApprover2}
 
 // mop is the model of one operation.
 type mop struct {
-	name          string // tool/key/args, for the log
-	tool          *toolModel
-	key           string
-	args          int
-	id, fp, dkey  string
-	preparedBy    int
-	state         ledger.State
-	fence         int64
-	approvedUntil time.Duration // on the model's clock, while an approval is in force
-	leaseUntil    time.Duration
+	name         string // tool/key/args, for the log
+	tool         *toolModel
+	key          string
+	args         int
+	id, fp, dkey string
+	preparedBy   int
+	slot         int
+	// body is the arguments the operation carries (an edit's are the
+	// edited ones).
+	body  map[string]any
+	state ledger.State
+	// The policy's view: approval required (it only ever becomes true),
+	// the approvals needed (it only grows), the approvers of the current
+	// round, the digest of the policy it was last judged under, the edit
+	// that superseded it, and whether a changed policy rejected it.
+	required       bool
+	needed         int
+	approvers      []int
+	judged         string
+	supersededBy   *mop
+	policyRejected bool
+	fence          int64
+	approvedUntil  time.Duration // on the model's clock, while an approval is in force
+	leaseUntil     time.Duration
 	// reached: a request of the operation may have reached the downstream.
 	reached bool
 	// sentBefore: while EXECUTING, an attempt before the current one may
@@ -155,6 +220,7 @@ type mop struct {
 type seenApproval struct {
 	decision, fingerprint string
 	expires               time.Time
+	approves, needed      int
 }
 
 // call is one claim (or takeover) of an operation, as the model follows its
@@ -205,7 +271,7 @@ type want struct {
 type model struct {
 	w       *modelWorld
 	tenant  string
-	keys    [4]string
+	keys    [5]string
 	ops     []*mop
 	slots   map[int]*mop // by tool and key: tool index × modelKeys + key index
 	vnow    time.Duration
@@ -218,7 +284,7 @@ type model struct {
 func (w *modelWorld) newModel(t *rapid.T) *model {
 	w.ds.reset()
 	m := &model{w: w, tenant: fmt.Sprintf("model%d", w.seq.Add(1)), slots: map[int]*mop{}}
-	roles := [4][]string{{ledger.RoleAgent}, {ledger.RoleAgent, ledger.RoleApprover}, {ledger.RoleApprover}, {ledger.RoleOperator}}
+	roles := [5][]string{{ledger.RoleAgent}, {ledger.RoleAgent, ledger.RoleApprover}, {ledger.RoleApprover}, {ledger.RoleOperator}, {ledger.RoleApprover}}
 	for i, r := range roles {
 		key, _, err := ledger.CreatePrincipal(context.Background(), w.env.Store, m.tenant, "", r)
 		if err != nil {
@@ -227,6 +293,14 @@ func (w *modelWorld) newModel(t *rapid.T) *model {
 		m.keys[i] = key
 	}
 	t.Cleanup(m.cleanup)
+	// Every check starts with both servers on the model's tools file, so
+	// that a check replays as it ran (a policy change of the previous one
+	// is undone).
+	for srv, p := range w.policy {
+		if p != modelPolicy {
+			w.restart(srv, modelPolicy)
+		}
+	}
 	return m
 }
 
@@ -267,7 +341,9 @@ func (m *model) step(t *rapid.T) {
 	ops, held := len(m.ops) > 0, len(m.pending) > 0
 	all := []action{
 		{"Prepare", 2, m.prepare, true},
-		{"Approve", 3, m.approve, ops},
+		{"Approve", 4, m.approve, ops},
+		{"Edit", 2, m.edit, ops},
+		{"PolicyChange", 1, m.policyChange, m.idleServer()},
 		{"Execute", 6, m.execute, ops},
 		{"ExecuteRace", 2, m.executeRace, !m.down && len(m.claimable()) > 0},
 		{"Release", 3, m.release, held},
@@ -301,7 +377,7 @@ func (m *model) client(srv int) opledgerv1.LedgerServiceClient { return m.w.serv
 // something (preferred). The others mostly replay or refuse, which is
 // checked, but rarely leads anywhere new.
 func (m *model) drawOp(t *rapid.T, preferred ...ledger.State) *mop {
-	n := len(modelTools) * modelKeys
+	n := 2 * preparedSlots
 	slot := rapid.IntRange(0, n-1).Draw(t, "slot")
 	choosy := rapid.IntRange(0, 3).Draw(t, "choosy") > 0
 	var first *mop
@@ -355,26 +431,39 @@ func (m *model) prepare(t *rapid.T) {
 	args := rapid.IntRange(0, 1).Draw(t, "args")
 	who := rapid.SampledFrom([]int{pAgent, pAgent, pAgent, pAgentApprover}).Draw(t, "preparer")
 	srv := rapid.IntRange(0, 1).Draw(t, "server")
-	op := m.slots[ti*modelKeys+ki]
-	m.logf(t, "Prepare %s key %s args %d by principal %d on server %d", tl.name, key, args, who, srv)
+	slot := ti*modelKeys + ki
+	op := m.slots[slot]
+	m.logf(t, "Prepare %s key %s args %d by principal %d on server %d (%s policy)", tl.name, key, args, who, srv, policyNames[m.w.policy[srv]])
 	pb, err := structpb.NewStruct(modelArgs(args))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The policy in force on the server judges a new operation: a deny rule
+	// refuses it, and nothing is stored. A key that names an operation
+	// already (prepared before the policy changed) is answered as ever.
+	denied, needed := tl.judge(m.w.policy[srv], modelArgs(args))
 	resp, err := m.client(srv).Prepare(harness.Ctx(m.keys[who], key), &opledgerv1.PrepareRequest{Tool: tl.name, Args: pb})
 	switch {
+	case denied && op == nil:
+		code, reason := statusReason(err)
+		if code != codes.FailedPrecondition || reason != "POLICY_DENIED" {
+			t.Fatalf("Prepare of %s/%s/%d under the %s policy: the ledger answered %v %s (%v, %s); the model says POLICY_DENIED",
+				tl.name, key, args, policyNames[m.w.policy[srv]], code, reason, err, stateOf(resp.GetOperation()))
+		}
+		m.w.stats.add("answer Prepare POLICY_DENIED", 1)
 	case op == nil:
 		if err != nil {
 			t.Fatalf("Prepare of a new operation: %v", err)
 		}
 		got := resp.GetOperation()
 		op = &mop{name: fmt.Sprintf("%s/%s/%d", tl.name, key, args), tool: tl, key: key, args: args, id: got.GetId(),
-			fp: got.GetFingerprint(), dkey: got.GetDownstreamKey(), preparedBy: who, state: ledger.StateReady}
-		if tl.approval {
+			fp: got.GetFingerprint(), dkey: got.GetDownstreamKey(), preparedBy: who, state: ledger.StateReady, slot: slot,
+			body: modelArgs(args), required: needed > 0, needed: needed, judged: m.digest(tl, srv)}
+		if needed > 0 {
 			op.state = ledger.StateAwaitingApproval
 		}
 		m.ops = append(m.ops, op)
-		m.slots[ti*modelKeys+ki] = op
+		m.slots[slot] = op
 		m.expect(t, "Prepare", op, want{}, got, resp.GetReplayed(), nil)
 	case op.args == args:
 		m.expect(t, "Prepare", op, want{replayed: true}, resp.GetOperation(), resp.GetReplayed(), err)
@@ -386,11 +475,45 @@ func (m *model) prepare(t *rapid.T) {
 	}
 }
 
+// digest is the digest of the policy tl has on server srv.
+func (m *model) digest(tl *toolModel, srv int) string { return m.w.digests[m.w.policy[srv]][tl.name] }
+
+// current: op was judged under the policy its tool has on server srv.
+func (m *model) current(op *mop, srv int) bool { return op.judged == m.digest(op.tool, srv) }
+
+// idleServer: a server holds no request, so it can be restarted.
+func (m *model) idleServer() bool { return len(m.idleServers()) > 0 }
+
+func (m *model) idleServers() []int {
+	var out []int
+	for srv := range m.w.servers {
+		busy := false
+		for _, p := range m.pending {
+			busy = busy || p.srv == srv
+		}
+		if !busy {
+			out = append(out, srv)
+		}
+	}
+	return out
+}
+
+// policyChange restarts a server (one holding no request) with the other
+// tools file: a rolling policy change, tightening or loosening, while the
+// other server may still run the old one.
+func (m *model) policyChange(t *rapid.T) {
+	srv := rapid.SampledFrom(m.idleServers()).Draw(t, "restarted server")
+	to := 1 - m.w.policy[srv]
+	m.logf(t, "server %d restarts with the %s tools file", srv, policyNames[to])
+	m.w.restart(srv, to)
+	m.w.stats.add("restarts with the "+policyNames[to]+" policy", 1)
+}
+
 func (m *model) approve(t *rapid.T) {
 	op := m.drawOp(t, ledger.StateAwaitingApproval, ledger.StateReady)
 	deny := rapid.SampledFrom([]bool{false, false, false, true}).Draw(t, "deny")
 	right := rapid.SampledFrom([]bool{true, true, true, true, true, false}).Draw(t, "right fingerprint")
-	who := rapid.IntRange(pAgentApprover, pApprover).Draw(t, "approver")
+	who := rapid.SampledFrom(approvers).Draw(t, "approver")
 	srv := rapid.IntRange(0, 1).Draw(t, "server")
 	fp := op.fp
 	if !right {
@@ -400,22 +523,44 @@ func (m *model) approve(t *rapid.T) {
 	if deny {
 		decision = opledgerv1.Decision_DECISION_DENY
 	}
-	m.logf(t, "%s %s (%s, fence %d) by principal %d with the %s fingerprint on server %d", decision, op.name, op.state, op.fence,
-		who, map[bool]string{true: "right", false: "wrong"}[right], srv)
-	w := m.decide(op, deny, right, who)
+	m.logf(t, "%s %s (%s, fence %d, approvals %v of %d) by principal %d with the %s fingerprint on server %d (%s policy)", decision, op.name, op.state, op.fence,
+		op.approvers, op.needed, who, map[bool]string{true: "right", false: "wrong"}[right], srv, policyNames[m.w.policy[srv]])
+	w := m.decide(op, deny, right, who, srv)
 	resp, err := decide(m.client(srv), m.keys[who], op.id, fp, decision)
 	m.expect(t, "Approve", op, w, resp.GetOperation(), resp.GetReplayed(), err)
 }
 
+// undecided: what an approver's decision may still change before anything
+// is sent (a READY operation's approval may have lapsed).
+func (op *mop) undecided() bool {
+	return op.state == ledger.StateAwaitingApproval || op.state == ledger.StateReady && !op.reached
+}
+
 // decide is the contract of Approve.
-func (m *model) decide(op *mop, deny, right bool, who int) want {
+func (m *model) decide(op *mop, deny, right bool, who, srv int) want {
+	// An operation that awaits a decision (or whose approval a decision
+	// may renew), judged under another policy than the server's, is judged
+	// again first, with the row locked: a deny rule now holding rejects it
+	// whoever asks; otherwise the quorum only grows, and the decision
+	// records the policy in force.
+	needed, judged := op.needed, op.judged
+	if op.undecided() && op.required && !m.current(op, srv) {
+		denied, n := op.tool.judge(m.w.policy[srv], op.body)
+		if denied {
+			m.w.stats.add("judged again at Approve: rejected from "+string(op.state), 1)
+			op.state, op.judged, op.policyRejected = ledger.StateRejected, m.digest(op.tool, srv), true
+			return want{code: codes.FailedPrecondition, reason: "POLICY_DENIED"}
+		}
+		needed, judged = max(needed, n), m.digest(op.tool, srv)
+		m.w.stats.add("judged again at Approve", 1)
+	}
 	if op.preparedBy == who {
 		return want{code: codes.PermissionDenied, reason: "SELF_APPROVAL_FORBIDDEN"}
 	}
 	if !right {
 		return want{code: codes.FailedPrecondition, reason: "APPROVAL_FINGERPRINT_MISMATCH"}
 	}
-	if !op.tool.approval {
+	if !op.required {
 		return want{code: codes.FailedPrecondition, reason: "APPROVAL_NOT_APPLICABLE"}
 	}
 	// An approval lapses only while nothing was sent: a send may have taken
@@ -428,13 +573,37 @@ func (m *model) decide(op *mop, deny, right bool, who int) want {
 		// approval: its end tells whether the approval was used.
 		return want{code: codes.Aborted, reason: "OPERATION_IN_PROGRESS"}
 	}
+	needed = max(needed, 1)
+	// A decision that is recorded also records the quorum and the policy
+	// it was judged under; READY exactly at the needed-th distinct
+	// approver, the approval's window from that one.
+	recorded := func(approvers []int) want {
+		op.approvers, op.needed, op.judged = approvers, needed, judged
+		if !deny && len(approvers) >= needed {
+			op.state, op.approvedUntil = ledger.StateReady, m.vnow+modelTTL
+		} else if !deny {
+			op.state = ledger.StateAwaitingApproval
+		} else {
+			op.state = ledger.StateRejected
+		}
+		return want{}
+	}
+	mine := op.state == ledger.StateAwaitingApproval && slices.Contains(op.approvers, who)
 	switch {
-	case !deny && (op.state == ledger.StateAwaitingApproval || lapsed):
-		op.state, op.approvedUntil = ledger.StateReady, m.vnow+modelTTL
-		return want{}
-	case deny && (op.state == ledger.StateAwaitingApproval || lapsed):
-		op.state = ledger.StateRejected
-		return want{}
+	case !deny && mine:
+		// The same approver twice is one approval.
+		return want{replayed: true}
+	case !deny && op.state == ledger.StateAwaitingApproval:
+		return recorded(append(slices.Clone(op.approvers), who))
+	case !deny && lapsed:
+		// A new round: the lapsed approvals count no more.
+		return recorded([]int{who})
+	case deny && mine:
+		return conflict
+	case deny && op.state == ledger.StateAwaitingApproval:
+		return recorded(op.approvers)
+	case deny && lapsed:
+		return recorded(nil)
 	case op.state == ledger.StateCancelled:
 		return cancelled
 	case op.state == ledger.StateRejected:
@@ -448,16 +617,111 @@ func (m *model) decide(op *mop, deny, right bool, who int) want {
 	return want{replayed: true}
 }
 
+// edits are what an approver may try as edited arguments: two amounts
+// (so that the same edit again is a replay and the other a conflict; 40 is
+// below what the tightened policy allows), a non-editable field, and no
+// change at all.
+var edits = []string{"amount 60", "amount 60", "amount 40", "invoice", "unchanged"}
+
+// edit is an approve-with-edit.
+func (m *model) edit(t *rapid.T) {
+	op := m.drawOp(t, ledger.StateAwaitingApproval)
+	who := rapid.SampledFrom(approvers).Draw(t, "editor")
+	what := rapid.SampledFrom(edits).Draw(t, "edit")
+	srv := rapid.IntRange(0, 1).Draw(t, "server")
+	body := maps.Clone(op.body)
+	switch what {
+	case "amount 60":
+		body["amount_minor"] = float64(60)
+	case "amount 40":
+		body["amount_minor"] = float64(40)
+	case "invoice":
+		body["invoice_id"] = "INV-edited"
+	}
+	m.logf(t, "Approve %s (%s, approvals %v of %d) with the edit %q by principal %d on server %d (%s policy)", op.name, op.state,
+		op.approvers, op.needed, what, who, srv, policyNames[m.w.policy[srv]])
+	w, edited := m.predictEdit(op, who, srv, body)
+	pb, err := structpb.NewStruct(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := m.client(srv).Approve(harness.Ctx(m.keys[who], ""), &opledgerv1.ApproveRequest{OperationId: op.id, Fingerprint: op.fp,
+		Decision: opledgerv1.Decision_DECISION_APPROVE, Reason: "model", EditedArgs: pb})
+	m.expect(t, "Edit", op, w, resp.GetOperation(), resp.GetReplayed(), err)
+	if err != nil {
+		return
+	}
+	got := resp.GetEdited()
+	if got.GetSupersedes() != op.id || resp.GetOperation().GetSupersededBy() != got.GetId() {
+		t.Fatalf("Edit of %s: the edit %s (supersedes %q) and the original (superseded by %q) are not linked both ways",
+			op.name, got.GetId(), got.GetSupersedes(), resp.GetOperation().GetSupersededBy())
+	}
+	if w.replayed {
+		if got.GetId() != op.supersededBy.id {
+			t.Fatalf("Edit of %s replayed another edit: %s, not %s", op.name, got.GetId(), op.supersededBy.id)
+		}
+		return
+	}
+	edited.id, edited.fp, edited.dkey = got.GetId(), got.GetFingerprint(), got.GetDownstreamKey()
+	if !reflect.DeepEqual(got.GetArgs().AsMap(), body) {
+		t.Fatalf("Edit of %s: the new operation carries %v, not the edited %v", op.name, got.GetArgs().AsMap(), body)
+	}
+	m.ops = append(m.ops, edited)
+	m.slots[edited.slot] = edited
+	m.expect(t, "Edit (the new operation)", edited, want{}, got, false, nil)
+}
+
+// predictEdit is the contract of an approve-with-edit: the answer for the
+// original, and the new operation it makes, if any.
+func (m *model) predictEdit(op *mop, who, srv int, body map[string]any) (want, *mop) {
+	if op.preparedBy == who {
+		return want{code: codes.PermissionDenied, reason: "SELF_APPROVAL_FORBIDDEN"}, nil
+	}
+	if e := op.supersededBy; e != nil {
+		if reflect.DeepEqual(e.body, body) {
+			return want{replayed: true}, nil
+		}
+		return want{code: codes.FailedPrecondition, reason: "APPROVAL_CONFLICT"}, nil
+	}
+	if op.state != ledger.StateAwaitingApproval {
+		return want{code: codes.FailedPrecondition, reason: "APPROVAL_NOT_APPLICABLE"}, nil
+	}
+	if reflect.DeepEqual(op.body, body) {
+		return want{code: codes.InvalidArgument, reason: "FIELD_INVALID"}, nil
+	}
+	if !op.tool.editable || body["invoice_id"] != op.body["invoice_id"] {
+		return want{code: codes.InvalidArgument, reason: "ARGS_INVALID"}, nil
+	}
+	if slices.Contains(op.approvers, who) {
+		return want{code: codes.FailedPrecondition, reason: "APPROVAL_CONFLICT"}, nil
+	}
+	// The edit is judged by the policy in force again: its deny rules, and
+	// its quorum, which the editor's approval counts towards.
+	denied, n := op.tool.judge(m.w.policy[srv], body)
+	if denied {
+		return want{code: codes.FailedPrecondition, reason: "POLICY_DENIED"}, nil
+	}
+	needed := max(n, 1)
+	e := &mop{name: op.name + "/edited", tool: op.tool, key: "edit-of-" + op.name, args: -1, preparedBy: op.preparedBy,
+		slot: preparedSlots + op.slot, body: body, state: ledger.StateAwaitingApproval,
+		required: true, needed: needed, approvers: []int{who}, judged: m.digest(op.tool, srv)}
+	if needed == 1 {
+		e.state, e.approvedUntil = ledger.StateReady, m.vnow+modelTTL
+	}
+	op.state, op.supersededBy = ledger.StateRejected, e
+	return want{}, e
+}
+
 func (m *model) execute(t *rapid.T) {
 	op := m.drawOp(t, ledger.StateReady, ledger.StateExecuting)
 	srv := rapid.IntRange(0, 1).Draw(t, "server")
 	answers := m.drawAnswers(t, op.tool, op.tool.attempts, "answer", true)
 	was, fence := op.state, op.fence
-	w, c := m.predictExecute(op)
+	w, c := m.predictExecute(op, srv)
 	if c == nil {
 		answers = nil // no call: any request is one nobody scripted
 	}
-	m.logf(t, "Execute %s (%s, fence %d) on server %d; the downstream will answer %v", op.name, was, fence, srv, answers)
+	m.logf(t, "Execute %s (%s, fence %d) on server %d (%s policy); the downstream will answer %v", op.name, was, fence, srv, policyNames[m.w.policy[srv]], answers)
 	var res outcome
 	used, holds := 0, false
 	if c != nil {
@@ -492,11 +756,11 @@ func (m *model) execute(t *rapid.T) {
 	m.checkUsed(t, used, 0)
 }
 
-// claimable lists the operations an Execute would claim.
+// claimable lists the operations an Execute on either server would claim.
 func (m *model) claimable() []*mop {
 	var out []*mop
 	for _, op := range m.ops {
-		if op.state == ledger.StateReady && (!op.tool.approval || op.reached || m.vnow < op.approvedUntil) {
+		if op.state == ledger.StateReady && (op.reached || (!op.required || m.vnow < op.approvedUntil) && m.current(op, 0) && m.current(op, 1)) {
 			out = append(out, op)
 		}
 	}
@@ -514,7 +778,7 @@ func (m *model) executeRace(t *rapid.T) {
 	op := ops[rapid.IntRange(0, len(ops)-1).Draw(t, "claimable op")]
 	answers := m.drawAnswers(t, op.tool, op.tool.attempts, "answer", true, ansConnRefused)
 	m.logf(t, "Execute %s (%s, fence %d) on both servers at once; the downstream will answer %v", op.name, op.state, op.fence, answers)
-	_, c := m.predictExecute(op)
+	_, c := m.predictExecute(op, 0)
 	res, used, holds := m.advance(c, answers, outNone)
 	m.w.ds.script(answers)
 	m.w.stats.add("execute races", 1)
@@ -592,14 +856,38 @@ func (m *model) await(t *rapid.T, done chan rpcResult) rpcResult {
 
 // predictExecute is the contract of Execute up to the downstream call: the
 // answer when no call is made, else the call the executor makes.
-func (m *model) predictExecute(op *mop) (want, *call) {
+func (m *model) predictExecute(op *mop, srv int) (want, *call) {
 	switch op.state {
 	case ledger.StateAwaitingApproval:
 		return want{code: codes.FailedPrecondition, reason: "APPROVAL_REQUIRED"}, nil
 	case ledger.StateReady:
+		// The claim sends only an operation judged under the policy in
+		// force on its server: any other, with nothing sent, is judged again
+		// first. A deny rule now holding rejects it; a quorum it does not
+		// have sends it back to await approval (the approvals still in force
+		// count; the quorum only grows); otherwise it is judged current.
+		if !op.reached && !m.current(op, srv) {
+			denied, n := op.tool.judge(m.w.policy[srv], op.body)
+			op.judged = m.digest(op.tool, srv)
+			if denied {
+				op.state, op.policyRejected = ledger.StateRejected, true
+				m.w.stats.add("judged again at Execute: rejected", 1)
+				return want{code: codes.FailedPrecondition, reason: "POLICY_DENIED"}, nil
+			}
+			op.needed, op.required = max(op.needed, n), op.required || n > 0
+			if len(op.approvers) < op.needed {
+				op.state = ledger.StateAwaitingApproval
+				if m.vnow >= op.approvedUntil {
+					op.approvers = nil
+				}
+				m.w.stats.add("judged again at Execute: awaits approval", 1)
+				return want{code: codes.FailedPrecondition, reason: "APPROVAL_REQUIRED"}, nil
+			}
+			m.w.stats.add("judged again at Execute: current", 1)
+		}
 		// An approval bounds when the first send may start.
-		if op.tool.approval && !op.reached && m.vnow >= op.approvedUntil {
-			op.state = ledger.StateAwaitingApproval
+		if op.required && !op.reached && m.vnow >= op.approvedUntil {
+			op.state, op.approvers = ledger.StateAwaitingApproval, nil
 			return want{code: codes.FailedPrecondition, reason: "APPROVAL_EXPIRED"}, nil
 		}
 		op.fence++
@@ -623,6 +911,12 @@ func (m *model) predictExecute(op *mop) (want, *call) {
 	case ledger.StateSucceeded, ledger.StateFailed, ledger.StateOutcomeUnknown:
 		return want{replayed: true}, nil
 	case ledger.StateRejected:
+		if op.supersededBy != nil {
+			return want{code: codes.FailedPrecondition, reason: "OPERATION_SUPERSEDED"}, nil
+		}
+		if op.policyRejected {
+			return want{code: codes.FailedPrecondition, reason: "POLICY_DENIED"}, nil
+		}
 		return want{code: codes.FailedPrecondition, reason: "OPERATION_REJECTED"}, nil
 	case ledger.StateCancelled:
 		return want{code: codes.FailedPrecondition, reason: "OPERATION_CANCELLED"}, nil
@@ -944,6 +1238,24 @@ func (m *model) check(t *rapid.T) {
 		if state != op.state || row.Fence != op.fence {
 			t.Fatalf("%s: the ledger holds %s, fence %d; the model says %s, fence %d", op.name, state, row.Fence, op.state, op.fence)
 		}
+		// The policy's view: what it requires, the quorum, the round's
+		// approvers, the policy it was judged under, the edit's link.
+		var approved []string
+		for _, e := range ledger.ApprovalsOf(row.Approvals) {
+			if e.Decision == ledger.DecisionApprove {
+				approved = append(approved, e.PrincipalID)
+			}
+		}
+		supersededBy := ""
+		if op.supersededBy != nil {
+			supersededBy = op.supersededBy.id
+		}
+		if row.ApprovalRequired != op.required || int(row.ApprovalsNeeded) != op.needed || len(approved) != len(op.approvers) ||
+			row.PolicyDigest != op.judged || row.SupersededBy != supersededBy {
+			t.Fatalf("%s (%s): the ledger holds approval required %t, %d of %d approvals, policy %.12s, superseded by %q; the model says %t, %d (%v) of %d, policy %.12s, superseded by %q",
+				op.name, state, row.ApprovalRequired, len(approved), row.ApprovalsNeeded, row.PolicyDigest, row.SupersededBy,
+				op.required, len(op.approvers), op.approvers, op.needed, op.judged, supersededBy)
+		}
 		reqs, effs := m.w.ds.requestsOf(op.dkey), m.w.ds.effectsOf(op.dkey)
 		if len(effs) > 1 {
 			t.Fatalf("%s: %d effects at the downstream: %v", op.name, len(effs), effs)
@@ -968,16 +1280,19 @@ func (m *model) check(t *rapid.T) {
 		if len(reqs) > 0 && !op.firstChecked {
 			// The first send: an approval in force, bound to the arguments sent.
 			op.firstChecked = true
+			// With approval required, the quorum the policy demanded was
+			// complete: what the ledger held before the step that sent it.
 			r, a := reqs[0], op.approval
-			if op.tool.approval && (a.decision != ledger.DecisionApprove || a.fingerprint != op.fp || !r.dbTime.Before(a.expires)) {
+			if op.required && (a.decision != ledger.DecisionApprove || a.fingerprint != op.fp || !r.dbTime.Before(a.expires) || a.approves < a.needed) {
 				t.Fatalf("%s: the first request reached the downstream at %s under the approval %+v (fingerprint %s)", op.name, r.dbTime, a, op.fp)
 			}
 			var body map[string]any
-			if err := json.Unmarshal(r.body, &body); err != nil || !reflect.DeepEqual(body, modelArgs(op.args)) {
+			if err := json.Unmarshal(r.body, &body); err != nil || !reflect.DeepEqual(body, op.body) {
 				t.Fatalf("%s: the first request carried %s, not the prepared arguments", op.name, r.body)
 			}
 		}
-		op.approval = seenApproval{decision: row.ApprovalDecision, fingerprint: row.ApprovalFingerprint, expires: row.ApprovalExpiresAt}
+		op.approval = seenApproval{decision: row.ApprovalDecision, fingerprint: row.ApprovalFingerprint, expires: row.ApprovalExpiresAt,
+			approves: len(approved), needed: int(row.ApprovalsNeeded)}
 	}
 	if _, _, unexpected := m.w.ds.used(); len(unexpected) > 0 {
 		t.Fatalf("the downstream: %v", unexpected)

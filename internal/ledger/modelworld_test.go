@@ -29,6 +29,7 @@ import (
 	"github.com/opledger/opledger/proof/harness"
 	"github.com/opledger/opledger/proof/pgcluster"
 	"github.com/opledger/opledger/proof/pgtest"
+	"github.com/opledger/opledger/tool"
 )
 
 // This file is the world TestModel (model_test.go) runs in: a scripted HTTP
@@ -369,13 +370,33 @@ func defaultFlag(t *testing.T, name, env string, value int) {
 	t.Cleanup(func() { _ = f.Value.Set(old) })
 }
 
-func modelToolsYAML(sendURL, lookupURL string) []byte {
+// The tools files of the model: modelPolicy the one every check starts
+// with, tightPolicy the one a server is restarted with mid-run (see
+// toolModel.tight*). Each server runs one of them, so both are in force at
+// once during a rolling change.
+const (
+	modelPolicy = 0
+	tightPolicy = 1
+)
+
+var policyNames = [...]string{"model", "tightened"}
+
+func modelToolsYAML(sendURL, lookupURL string, policy int) []byte {
 	var b strings.Builder
 	b.WriteString("tools:\n")
 	for _, tl := range modelTools {
 		fmt.Fprintf(&b, "  - name: %s\n    version: \"1\"\n    effect: side_effect\n", tl.name)
-		if tl.approval {
+		if policy == tightPolicy && tl.tightDeny != "" {
+			fmt.Fprintf(&b, "    deny:\n      - name: tightened\n        when: %s\n        message: refused by the tightened policy\n", tl.tightDeny)
+		}
+		if tl.approval || policy == tightPolicy && tl.tightApproval {
 			fmt.Fprintf(&b, "    approval:\n      required: true\n      ttl: %s\n", modelTTL)
+			if tl.approvers > 1 {
+				fmt.Fprintf(&b, "      approvers: %d\n", tl.approvers)
+			}
+			if tl.editable {
+				b.WriteString("      editable: [amount_minor]\n")
+			}
 		}
 		b.WriteString(`    args_schema:
       type: object
@@ -407,21 +428,56 @@ type modelWorld struct {
 	offset  atomic.Int64 // the database clock's offset, in nanoseconds; only grows
 	seq     atomic.Int64
 	stats   *modelStats
+	logger  *slog.Logger
+	// policy is the tools file each server runs (modelPolicy or
+	// tightPolicy); files are both tools files, and digests the policy
+	// digest of each tool under each.
+	policy  []int
+	files   [2][]byte
+	digests [2]map[string]string
 }
 
 func newModelWorld(t *testing.T) *modelWorld {
 	dbURL, cluster := pgtest.NewSteppedClockDatabase(t)
 	w := &modelWorld{cluster: cluster, stats: &modelStats{n: map[string]int{}}}
 	w.ds = newDownstream(t, dsTools(), func() time.Time { return time.Now().Add(time.Duration(w.offset.Load())) })
-	w.env = harness.New(t, harness.Options{DatabaseURL: dbURL, ToolsYAML: modelToolsYAML(w.ds.send.URL, w.ds.lookup.URL)})
+	for p := range w.files {
+		w.files[p] = modelToolsYAML(w.ds.send.URL, w.ds.lookup.URL, p)
+		reg, err := tool.Parse(w.files[p], func(string) string { return "" })
+		if err != nil {
+			t.Fatalf("the %s tools file: %v", policyNames[p], err)
+		}
+		w.digests[p] = map[string]string{}
+		for _, tl := range modelTools {
+			tt, err := reg.Lookup(tl.name, "1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.digests[p][tl.name] = tt.Policy.Digest
+		}
+	}
+	w.env = harness.New(t, harness.Options{DatabaseURL: dbURL, ToolsYAML: w.files[modelPolicy]})
 	// Stale commits and takeovers are what this test stages: only errors
 	// are worth printing.
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	w.logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	for range 2 {
-		w.servers = append(w.servers, w.env.StartServer(harness.ServerOptions{Ledger: ledger.Config{MinLease: modelLease},
-			NoReconciler: true, HTTPClient: w.ds.client, Logger: logger}))
+		w.servers = append(w.servers, w.startServer(modelPolicy))
+		w.policy = append(w.policy, modelPolicy)
 	}
 	return w
+}
+
+func (w *modelWorld) startServer(policy int) *harness.Server {
+	return w.env.StartServer(harness.ServerOptions{Ledger: ledger.Config{MinLease: modelLease},
+		NoReconciler: true, HTTPClient: w.ds.client, Logger: w.logger, ToolsYAML: w.files[policy]})
+}
+
+// restart stops server srv (gracefully: nothing of it is in flight) and
+// starts it again with the policy's tools file.
+func (w *modelWorld) restart(srv, policy int) {
+	w.servers[srv].Stop()
+	w.servers[srv] = w.startServer(policy)
+	w.policy[srv] = policy
 }
 
 func dsTools() []dsTool {

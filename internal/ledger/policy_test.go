@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -13,6 +14,7 @@ import (
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/proof/harness"
+	"github.com/opledger/opledger/proof/pgtest"
 )
 
 // policyTools is a tools file with a refund tool whose policy is docs/
@@ -447,4 +449,32 @@ func TestPolicyDenyKeepsReplays(t *testing.T) {
 	_, err = c.Prepare(harness.Ctx(w.agent, harness.Unique("idem")), &opledgerv1.PrepareRequest{Tool: "mail", Args: args})
 	requireStatus(t, err, codes.FailedPrecondition, "POLICY_DENIED")
 	require.Len(t, w.env.Fakepay.Emails(), 1)
+}
+
+// TestPolicyDenyAddedReachesALapsedApproval: an approved operation whose
+// approval lapsed with nothing sent, under a policy that now refuses it, is
+// not renewed into one the policy in force never judged: the renewal is
+// refused POLICY_DENIED and the operation REJECTED, nothing sent (a
+// renewal that stamped the new policy's digest on it would let the next
+// claim send it). Found while modelling the policy change for TestModel.
+func TestPolicyDenyAddedReachesALapsedApproval(t *testing.T) {
+	t.Parallel()
+	dbURL, cluster := pgtest.NewSteppedClockDatabase(t)
+	w := newWorld(t, harness.Options{DatabaseURL: dbURL, ToolsYAML: policyTools("", "")})
+	old := w.env.StartServer(harness.ServerOptions{})
+	op := prepare(t, old.Client, w.agent, "refund", refundArgs(t, 6000, "EUR"))
+	require.Equal(t, opledgerv1.State_STATE_READY, approve(t, old.Client, w.approver, op).GetOperation().GetState())
+	old.Stop()
+	require.NoError(t, cluster.SetClockOffset(20*time.Minute)) // past the 15 min approval
+
+	w.env.ToolsYAML = []byte(strings.Replace(string(policyTools("", "")), `when: args.currency != "EUR"`, `when: args.currency != "EUR" || args.amount_minor > 5500`, 1))
+	c := w.env.StartServer(harness.ServerOptions{}).Client
+	_, err := decide(c, w.approver, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE)
+	requireStatus(t, err, codes.FailedPrecondition, "POLICY_DENIED")
+	_, err = execute(c, w.agent, op.GetId(), 0)
+	requireStatus(t, err, codes.FailedPrecondition, "POLICY_DENIED")
+	got, evs := get(t, c, w.agent, op.GetId())
+	require.Equal(t, opledgerv1.State_STATE_REJECTED, got.GetState())
+	require.Equal(t, opledgerv1.EventType_EVENT_TYPE_POLICY_CHANGED, evs[len(evs)-1].GetType())
+	require.Empty(t, w.env.Fakepay.Charges())
 }

@@ -39,6 +39,15 @@ func (l *Ledger) Prune(ctx context.Context) (int64, error) {
 	}); err != nil {
 		return total, err
 	}
+	// Budgets and identities nothing counts in any more.
+	for _, prune := range []func() (int64, error){
+		func() (int64, error) { return l.store.BudgetPrune(ctx, pruneBatch) },
+		func() (int64, error) { return l.store.IdentityPrune(ctx, pruneBatch) },
+	} {
+		if _, err := inBatches(ctx, prune); err != nil {
+			return total, err
+		}
+	}
 	_, err = l.store.TenantUsagePrune(ctx)
 	return total, err
 }

@@ -163,9 +163,11 @@ var rules = []Rule{
 	// Approve-with-edit: the original is rejected, a new operation carries
 	// the edit.
 	{StateAwaitingApproval, EventSuperseded, StateRejected, ByApprover, 0},
-	// The policy in force refuses an operation that awaits a decision
-	// (judged by Approve with the row locked).
+	// The policy in force refuses an operation that awaits a decision, or
+	// whose approval an approver would renew (nothing sent): judged by
+	// Approve with the row locked.
 	{StateAwaitingApproval, EventPolicyChanged, StateRejected, ByApprover, GuardPolicyStale},
+	{StateReady, EventPolicyChanged, StateRejected, ByApprover, GuardPolicyStale},
 	// A lapsed approval (nothing sent) may be renewed or denied while the
 	// operation still says READY; one in force is replayed or conflicts.
 	{StateReady, EventApproved, StateReady, ByApprover, GuardLapsedUnsent},

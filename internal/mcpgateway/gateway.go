@@ -9,6 +9,7 @@
 package mcpgateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -51,7 +52,9 @@ type Options struct {
 	// Version is reported as the MCP server's version.
 	Version string
 	// Logger receives JSON logs (never arguments or raw keys); stdio mode
-	// must not log to standard output.
+	// must not log to standard output. The gateway adds "component" to
+	// every line ("mcp" for its own, "go-sdk" for the SDK's), so Logger
+	// must not carry one (slog would write the key twice).
 	Logger *slog.Logger
 }
 
@@ -60,7 +63,8 @@ type Options struct {
 type Gateway struct {
 	ledger   *client.Client
 	opts     Options
-	log      *slog.Logger
+	log      *slog.Logger // the gateway's own lines: component "mcp"
+	sdkLog   *slog.Logger // the go-sdk's lines: component "go-sdk"
 	server   *mcp.Server
 	sessions *sessionKeys
 	tools    []*opledgerv1.Tool
@@ -103,9 +107,10 @@ func New(ctx context.Context, ledger *client.Client, opts Options) (*Gateway, er
 	if err != nil {
 		return nil, fmt.Errorf("listing the ledger's tools: %w", err)
 	}
-	g := &Gateway{ledger: ledger, opts: opts, log: log, sessions: newSessionKeys()}
+	g := &Gateway{ledger: ledger, opts: opts, log: log.With("component", "mcp"), sdkLog: log.With("component", "go-sdk"),
+		sessions: newSessionKeys()}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "opledger", Title: "opledger MCP gateway", Version: opts.Version},
-		&mcp.ServerOptions{Instructions: instructions, Logger: log.With("component", "go-sdk")})
+		&mcp.ServerOptions{Instructions: instructions, Logger: g.sdkLog})
 	for _, t := range resp.GetTools() {
 		if !t.GetCurrent() {
 			continue
@@ -151,9 +156,10 @@ func (g *Gateway) HTTPHandler(token string) http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, &mcp.StreamableHTTPOptions{
 		SessionTimeout: g.opts.SessionTimeout,
 		EventStore:     mcp.NewMemoryEventStore(nil),
-		Logger:         g.log.With("component", "go-sdk"),
+		Logger:         g.sdkLog,
 	})
-	var next http.Handler = h
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(unnamedPrime{w}, r) })
+	var next http.Handler = inner
 	if token != "" {
 		want := []byte("Bearer " + token)
 		next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -163,11 +169,40 @@ func (g *Gateway) HTTPHandler(token string) http.Handler {
 				http.Error(w, "unauthorized: send Authorization: Bearer <token>", http.StatusUnauthorized)
 				return
 			}
-			h.ServeHTTP(w, r)
+			inner.ServeHTTP(w, r)
 		})
 	}
 	return http.NewCrossOriginProtection().Handler(next)
 }
+
+// primeName is how the go-sdk (v1.8, and its main branch) begins the
+// priming event it sends first on a response stream under protocol
+// 2025-11-25 (SEP-1699): an event id with empty data, so that a client that
+// loses the stream can resume it from there.
+var primeName = []byte("event: prime\n")
+
+// unnamedPrime writes the go-sdk's priming event without its name, as the
+// specification describes it ("an event ID and an empty data field",
+// 2025-11-25, transports §2.1.6), so it is an ordinary "message" event. The
+// Python mcp client (2.3) reads only "message" events: it logged "Unknown
+// SSE event: prime" for every request and dropped the event's id. The go-sdk
+// client skips any event with empty data, named or not. Every other write
+// (the go-sdk writes one event per Write) passes unchanged; Unwrap keeps
+// flushing working (http.ResponseController).
+type unnamedPrime struct{ http.ResponseWriter }
+
+func (w unnamedPrime) Write(p []byte) (int, error) {
+	if rest, ok := bytes.CutPrefix(p, primeName); ok && bytes.HasSuffix(rest, []byte("data: \n\n")) {
+		if _, err := w.ResponseWriter.Write(rest); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap is the writer underneath, for http.ResponseController.
+func (w unnamedPrime) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // mcpTool describes a ledger tool to MCP clients: its JSON Schema as the
 // input schema, annotations from its effect, and its policy's summary in

@@ -131,6 +131,9 @@ func (w *world) runPython(py, mode, target string) {
 	}
 	err = cmd.Wait()
 	require.NoError(t, err, "mcp_client.py %s; stderr:\n%s", mode, stderr.String())
+	// The go-sdk names its priming event "prime", which the Python client logs as "Unknown SSE
+	// event: prime" on every request; the gateway sends it unnamed, as the specification has it.
+	require.NotContains(t, stderr.String(), "Unknown SSE event", "mcp_client.py %s", mode)
 
 	t.Logf("%s: the Python client negotiated MCP %v", mode, steps["list"]["protocol_version"])
 	tools := steps["list"]["tools"].(map[string]any)
@@ -166,14 +169,21 @@ func (w *world) runPython(py, mode, target string) {
 // startHTTPProcess starts `opledger mcp --listen` on a free loopback port
 // and returns its address once it accepts connections.
 func (w *world) startHTTPProcess() string {
+	addr, _ := w.startHTTPProcessLogs()
+	return addr
+}
+
+// startHTTPProcessLogs is startHTTPProcess, with the process's output; env
+// is added to (and overrides) gatewayEnv's.
+func (w *world) startHTTPProcessLogs(env ...string) (string, *syncWriter) {
 	t := w.t
 	port, err := pgcluster.FreePort()
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(harness.Binary(t), "mcp", "--listen", addr)
-	cmd.Env = w.gatewayEnv()
-	var logs syncWriter
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Env = append(w.gatewayEnv(), env...)
+	logs := &syncWriter{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -191,7 +201,7 @@ func (w *world) startHTTPProcess() string {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = conn.Close()
-			return addr
+			return addr, logs
 		}
 		select {
 		case <-exited:
@@ -240,4 +250,35 @@ func (s *syncWriter) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.String()
+}
+
+// TestLogLinesNameOneComponent: every JSON log line of `opledger mcp` carries "component" at most
+// once. The go-sdk's lines carried it twice ("mcp", then "go-sdk"): the command's logger had one,
+// and the gateway added its own for the SDK.
+func TestLogLinesNameOneComponent(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, demoTools())
+	addr, logs := w.startHTTPProcessLogs("OPLEDGER_LOG_LEVEL=info")
+	cs := connectHTTP(t, "http://"+addr+"/mcp", nil)
+	_, ans := call(t, cs, "send_email", map[string]any{"to": "a@example.com", "subject": "s", "body": "b"}, nil)
+	require.Equal(t, mcpgateway.StatusSucceeded, ans.Status)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), `"component":"go-sdk"`) {
+		require.True(t, time.Now().Before(deadline), "no go-sdk log line:\n%s", logs.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+	components := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		require.LessOrEqual(t, strings.Count(line, `"component":`), 1, "line %s", line)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), "line %s", line)
+		if c, ok := m["component"].(string); ok {
+			components[c] = true
+		}
+	}
+	require.True(t, components["mcp"], "the gateway's own lines say component mcp:\n%s", logs.String())
+	require.True(t, components["go-sdk"], "the SDK's lines say component go-sdk")
 }

@@ -66,20 +66,26 @@ const (
 	// whose id is the idempotency key, running one step that calls the fake
 	// processor.
 	SystemDBOS = "dbos"
+	// SystemOpledgerPolicy is opledger doing the one-call job for a tool
+	// with a three-rule policy (policyToolName: two deny rules and an
+	// approval.when that holds for none of the bench's calls, so every call
+	// is judged and then runs as the plain one does): what the policy costs
+	// a call, measured beside the plain one-call, taking turns with it.
+	SystemOpledgerPolicy = "opledger-3-rules"
 )
 
 // baselines lists, per scenario, the systems it is compared with.
 var baselines = map[string][]string{
 	ScenarioPrepare:        {SystemPgbench},
 	ScenarioExecuteNew:     {SystemPgbench, SystemDBOS},
-	ScenarioOneCall:        {SystemPgbench, SystemDBOS},
+	ScenarioOneCall:        {SystemPgbench, SystemDBOS, SystemOpledgerPolicy},
 	ScenarioExecuteReplay:  {SystemPgbench, SystemGRPCFloor, SystemDBOS},
 	ScenarioGet:            {SystemPgbench, SystemGRPCFloor, SystemGRPCChain},
 	ScenarioDuplicateStorm: {SystemPgbench, SystemDBOS},
 }
 
 // allBaselines lists every baseline system.
-var allBaselines = []string{SystemPgbench, SystemGRPCFloor, SystemGRPCChain, SystemDBOS}
+var allBaselines = []string{SystemPgbench, SystemGRPCFloor, SystemGRPCChain, SystemDBOS, SystemOpledgerPolicy}
 
 // Options configures Run. The zero value runs the full benchmark with an
 // in-process server; `opledger bench` sets Binary to itself.
@@ -464,6 +470,8 @@ func (e *env) measureSystem(ctx context.Context, sc, sys string, c int) Result {
 		return e.floor(ctx, e.chain, sc, c)
 	case SystemDBOS:
 		return e.dbosMeasure(ctx, sc, c)
+	case SystemOpledgerPolicy:
+		return e.measureOpledger(ctx, e.clients, scenarioOneCallPolicy, c, true)
 	}
 	return Result{Errors: 1, FirstError: "bench: unknown system " + sys}
 }

@@ -159,8 +159,8 @@ func TestPgbenchScriptsAreTheStoresStatements(t *testing.T) {
 	s, _, err := pgbenchScripts("execute")
 	require.NoError(t, err)
 	// The claim's guard on the approval, verbatim but for its placeholders.
-	require.Contains(t, sql, "OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL")
-	require.Contains(t, s, "OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL")
+	require.Contains(t, sql, "OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL")
+	require.Contains(t, s, "OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL")
 
 	_, err = pgbenchStatement("OperationClaim", "c_", map[string]bind{"id": pgbID}, map[string]string{})
 	require.ErrorContains(t, err, "does not bind")

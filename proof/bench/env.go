@@ -34,6 +34,8 @@ const (
 	dbDBOS      = "dbos"
 	tenant      = "bench"
 	toolName    = "bench_charge"
+	// policyToolName is toolName with a three-rule policy (toolsYAML).
+	policyToolName = "bench_charge_policy"
 )
 
 // env is one run's world: the cluster, the fake processor, the servers and
@@ -217,13 +219,11 @@ func (e *env) close() {
 // toolsYAML is the bench's one tool: a charge through the fake processor,
 // no approval, one attempt, keys deduped, so that every op is one charge.
 func toolsYAML(fakepayURL string) []byte {
-	return []byte(`tools:
-  - name: ` + toolName + `
+	tool := func(name, policy string) string {
+		return `  - name: ` + name + `
     version: "1"
     effect: side_effect
-    approval:
-      required: false
-    args_schema:
+` + policy + `    args_schema:
       type: object
       properties:
         invoice_id: {type: string, minLength: 1, maxLength: 64}
@@ -240,7 +240,21 @@ func toolsYAML(fakepayURL string) []byte {
       lookup_consistent: true
       external_ref_field: id
       max_attempts: 1
-`)
+`
+	}
+	// The policy tool's three rules hold for none of the bench's calls
+	// (4900 EUR cents): each call is judged, and then runs as the plain one.
+	return []byte("tools:\n" + tool(toolName, "    approval:\n      required: false\n") + tool(policyToolName, `    deny:
+      - name: eur_only
+        when: args.currency != "EUR"
+        message: charges are made in EUR only
+      - name: too_large
+        when: args.amount_minor > 10000000
+        message: more than 100,000 EUR is paid another way
+    approval:
+      when: args.amount_minor > 1000000
+      ttl: 15m
+`))
 }
 
 // seedPrincipal creates the agent the clients authenticate as.

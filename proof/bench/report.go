@@ -249,6 +249,24 @@ func (r *Report) Targets() []Target {
 		ts = append(ts, Target{Met: met(q >= x.min), Text: fmt.Sprintf("%s: %.0f vs %.0f ops/s = %.2f%s", text, o.OpsPerSec, dbos.OpsPerSec, q,
 			byRound(o, dbos, "%.2f", opsRatio))})
 	}
+	// The policy's cost: the one-call job for a tool with a three-rule
+	// policy against the plain one, the two taking turns at each point.
+	{
+		text := fmt.Sprintf("%s with a three-rule policy ≥ 0.9 × without (c=%d)", ScenarioOneCall, c)
+		o, ok := r.at(ScenarioOneCall, SystemOpledger, c)
+		p, okP := r.at(ScenarioOneCall, SystemOpledgerPolicy, c)
+		if !ok || !okP {
+			missing(text)
+		} else {
+			q := p.OpsPerSec / o.OpsPerSec
+			cpu := ""
+			if o.CPU != nil && p.CPU != nil && o.CPU.Server > 0 {
+				cpu = fmt.Sprintf("; server CPU %s vs %s per op", us(p.CPU.Server), us(o.CPU.Server))
+			}
+			ts = append(ts, Target{Met: met(q >= 0.9), Text: fmt.Sprintf("%s: %.0f vs %.0f ops/s = %.2f%s%s", text, p.OpsPerSec, o.OpsPerSec, q, cpu,
+				byRound(p, o, "%.2f", opsRatio))})
+		}
+	}
 	// CPU per new operation: the whole machine's (every process), then
 	// PostgreSQL's, then the server's alone.
 	for _, sc := range []string{ScenarioExecuteNew, ScenarioOneCall} {

@@ -71,11 +71,11 @@ func executeOp(ctx context.Context, cl opledgerv1.LedgerServiceClient, auth cont
 	return op.GetExternalRef(), nil
 }
 
-// oneCallOp prepares and executes a new operation in one call (Prepare with
-// execute).
-func oneCallOp(ctx context.Context, cl opledgerv1.LedgerServiceClient, auth context.Context) (string, error) {
+// oneCallOp prepares and executes a new operation of tool in one call
+// (Prepare with execute).
+func oneCallOp(ctx context.Context, cl opledgerv1.LedgerServiceClient, auth context.Context, tool string) (string, error) {
 	ctx = metadata.NewOutgoingContext(ctx, withKey(auth, newKey("o")))
-	r, err := cl.Prepare(ctx, &opledgerv1.PrepareRequest{Tool: toolName, Args: chargeArgs, Execute: true})
+	r, err := cl.Prepare(ctx, &opledgerv1.PrepareRequest{Tool: tool, Args: chargeArgs, Execute: true})
 	if err != nil {
 		return "", err
 	}
@@ -86,6 +86,10 @@ func oneCallOp(ctx context.Context, cl opledgerv1.LedgerServiceClient, auth cont
 	}
 	return op.GetExternalRef(), nil
 }
+
+// scenarioOneCallPolicy is the one-call job on policyToolName: what
+// SystemOpledgerPolicy runs for ScenarioOneCall.
+const scenarioOneCallPolicy = ScenarioOneCall + "-policy"
 
 // syntheticID is the id of the i-th synthetic operation (see seedSynthetic).
 func syntheticID(i int) string { return fmt.Sprintf("op_zz%024d", i) }
@@ -108,9 +112,13 @@ func opledgerOp(cl *clients, sc string, from, pool int) opFunc {
 			_, err = executeOp(ctx, cl.client(w), cl.auth, id, false, nil)
 			return err
 		}
-	case ScenarioOneCall:
+	case ScenarioOneCall, scenarioOneCallPolicy:
+		tool := toolName
+		if sc == scenarioOneCallPolicy {
+			tool = policyToolName
+		}
 		return func(ctx context.Context, w, _ int) error {
-			_, err := oneCallOp(ctx, cl.client(w), cl.auth)
+			_, err := oneCallOp(ctx, cl.client(w), cl.auth, tool)
 			return err
 		}
 	case ScenarioExecuteReplay:

@@ -12,6 +12,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -155,9 +156,9 @@ type Summary struct {
 func (s Summary) Line() string {
 	c := s.Check
 	line := fmt.Sprintf("chaos: ops=%d kills=%d stops=%d stalls=%d pg_crashes=%d clock_steps=%d net_faults=%d proc_faults=%d failpoint_crashes=%d "+
-		"duplicates=%d resent=%d lost=%d false_failed=%d unapproved=%d stuck=%d unknown=%d inconsistent=%d internal=%d",
+		"duplicates=%d resent=%d lost=%d false_failed=%d unapproved=%d unapproved_by_policy=%d stuck=%d unknown=%d inconsistent=%d internal=%d",
 		s.Ops, s.Kills, s.Stops, s.Stalls, s.PGCrashes, s.ClockSteps, s.NetFaults, s.ProcFaults, s.FailpointCrashes,
-		c.Duplicates, c.Resent, c.Lost, c.FalseFailed, c.Unapproved, c.Stuck, c.Unknown, c.Inconsistent, c.Internal)
+		c.Duplicates, c.Resent, c.Lost, c.FalseFailed, c.Unapproved, c.UnapprovedByPolicy, c.Stuck, c.Unknown, c.Inconsistent, c.Internal)
 	if s.HA != nil {
 		line += " " + s.HA.line()
 	}
@@ -169,9 +170,9 @@ func (s Summary) Line() string {
 func (s Summary) StagedLine() string {
 	c := s.Check
 	a := c.Answers
-	return fmt.Sprintf("chaos: staged sends=%d resends=%d redirected=%d in_progress=%d refused_replay=%d failed_after_commit=%d dropped=%d released=%d approvals_lapsed=%d renewed=%d late_resubmissions=%d db_clock_offset=%s",
+	return fmt.Sprintf("chaos: staged sends=%d resends=%d redirected=%d in_progress=%d refused_replay=%d failed_after_commit=%d dropped=%d released=%d approvals_lapsed=%d renewed=%d late_resubmissions=%d policy_changed=%d policy_checked=%d sent_under_tightened=%d sent_policy_unjudged=%d db_clock_offset=%s",
 		c.Sends, c.Resends, a[fakepay.AnswerRedirected], a[fakepay.AnswerInProgress], a[fakepay.AnswerRefusedReplay], a[fakepay.AnswerFailedAfterCommit],
-		a[fakepay.AnswerDropped], c.Released, c.Lapsed, c.Renewed, c.LateResubmissions, s.ClockOffset)
+		a[fakepay.AnswerDropped], c.Released, c.Lapsed, c.Renewed, c.LateResubmissions, c.PolicyChanged, c.PolicyChecked, c.PolicyTight, c.PolicyUnjudged, s.ClockOffset)
 }
 
 // staged lists what the new fault kinds exist to produce, and the count
@@ -179,11 +180,12 @@ func (s Summary) StagedLine() string {
 func (s Summary) staged() map[string]int {
 	a := s.Check.Answers
 	return map[string]int{
-		"a 303 after commit (proc-redirect)":                             a[fakepay.AnswerRedirected],
-		"a 409 in progress (proc-in-progress)":                           a[fakepay.AnswerInProgress],
-		"a refusal of a repeated request (proc-refuse-replay)":           a[fakepay.AnswerRefusedReplay],
-		"a release, nothing sent (net-proc-refuse)":                      s.Check.Released,
-		"an approval lapsed after a release (pay_direct, its short TTL)": s.Check.Lapsed,
+		"a 303 after commit (proc-redirect)":                                                         a[fakepay.AnswerRedirected],
+		"a 409 in progress (proc-in-progress)":                                                       a[fakepay.AnswerInProgress],
+		"a refusal of a repeated request (proc-refuse-replay)":                                       a[fakepay.AnswerRefusedReplay],
+		"a release, nothing sent (net-proc-refuse)":                                                  s.Check.Released,
+		"an approval lapsed after a release (pay_direct, its short TTL)":                             s.Check.Lapsed,
+		"an operation judged again by the tightened policy at its claim (the rolling policy change)": s.Check.PolicyChanged + s.Check.PolicyChecked,
 	}
 }
 
@@ -290,6 +292,11 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	var nemDone sync.WaitGroup
 	nemDone.Add(1)
 	go func() { defer nemDone.Done(); r.nem.run(nemCtx) }()
+	var rolled sync.WaitGroup
+	if r.ha == nil {
+		rolled.Add(1)
+		go func() { defer rolled.Done(); r.rollPolicy(workCtx) }()
+	}
 	var workers sync.WaitGroup
 	for i := 1; i <= opts.Workers; i++ {
 		w := newWorker(r, i)
@@ -325,6 +332,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	stopWork()
 	stopNemesis()
 	nemDone.Wait()
+	rolled.Wait()
 	if r.ha != nil {
 		r.ha.stopNemesis()
 	}
@@ -342,7 +350,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		return Summary{}, err
 	}
 	in := CheckInput{Observations: r.hist.Observations(), Internal: r.hist.Internal(), Ops: final, Effects: r.effects(), Sends: r.sends(),
-		Prepared: r.prepared(), Approver: approverName, Timeline: r.nem.timeline(), Policies: policies()}
+		Prepared: r.prepared(), Approver: approverName, Timeline: r.nem.timeline(), Policies: policies(), PolicyChange: r.policyChange()}
 	r.recordSends(in)
 	res := Check(in)
 	var ha *FailoverReport
@@ -426,6 +434,64 @@ type Runner struct {
 	opSeq     atomic.Int64
 	trackedMu sync.Mutex
 	tracked   map[string]*trackedOp // by idempotency key
+
+	switchMu sync.Mutex
+	switches []PolicySwitch // the rolling policy change, as it went
+}
+
+// policyRollAt is when the rolling policy change begins, as a share of the
+// run's duration: early enough that most of the run is under the
+// tightened policy, late enough that operations prepared before it are
+// executed after.
+const policyRollAt = 0.35
+
+// rollPolicy is the rolling policy change: from policyRollAt on, each
+// server in turn is restarted (gracefully, as an operator would) with a
+// tools file in which pay_policy needs an approval and refuses amounts
+// ending in 7. Every incarnation started after a server's switch reads
+// the new file (a crash restart too: the switch writes it under the
+// server's opMu), and the one before it has exited when the switch is
+// recorded. Once begun it goes on to the last server whatever the
+// workload does, so that the settle phase runs under one policy.
+func (r *Runner) rollPolicy(ctx context.Context) {
+	if !sleepCtx(ctx, time.Duration(float64(r.opts.Duration)*policyRollAt)) {
+		return
+	}
+	for i, s := range r.servers {
+		if i > 0 {
+			time.Sleep(time.Second)
+		}
+		s.opMu.Lock()
+		if err := s.writeTools(true); err != nil {
+			s.opMu.Unlock()
+			r.logf("server %d: writing the tightened tools file: %v", s.idx, err)
+			continue
+		}
+		s.resume()
+		s.stop(false)
+		at := time.Now()
+		r.switchMu.Lock()
+		r.switches = append(r.switches, PolicySwitch{Server: s.idx, At: at})
+		r.switchMu.Unlock()
+		r.record(Event{Type: EventInfo, Process: fmt.Sprintf("s%d", s.idx), F: "policy-change", Server: s.idx,
+			Detail: "restarted with the tightened tools file: " + ToolPayPolicy + " needs an approval and refuses " + policyDeny})
+		s.startRetrying(s.restartSpec(), "restart with the tightened policy")
+		s.opMu.Unlock()
+	}
+	r.logf("policy change: every server runs the tightened tools file")
+}
+
+// policyChange is the rolling change as the checker needs it.
+func (r *Runner) policyChange() *PolicyChange {
+	r.switchMu.Lock()
+	defer r.switchMu.Unlock()
+	return &PolicyChange{Tool: ToolPayPolicy, Servers: len(r.servers), Switches: append([]PolicySwitch(nil), r.switches...),
+		Denied: func(args json.RawMessage) bool {
+			var a struct {
+				Amount int64 `json:"amount_minor"`
+			}
+			return json.Unmarshal(args, &a) == nil && policyDenies(a.Amount)
+		}}
 }
 
 func (r *Runner) logf(format string, args ...any) {

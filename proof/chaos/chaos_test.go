@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -539,7 +540,7 @@ func TestControlsAreKnown(t *testing.T) {
 		c, err := LookupControl(name)
 		require.NoError(t, err)
 		require.Equal(t, name, c.Name)
-		require.Contains(t, []string{ViolationDuplicate, ViolationResent, ViolationFalseFailed, ViolationUnapproved}, c.Expect)
+		require.Contains(t, []string{ViolationDuplicate, ViolationResent, ViolationFalseFailed, ViolationUnapproved, ViolationUnapprovedByPolicy}, c.Expect)
 		for _, k := range c.Focus {
 			require.Contains(t, FaultKinds, k)
 		}
@@ -737,4 +738,77 @@ func TestVerdictWithoutDefect(t *testing.T) {
 	require.ErrorContains(t, Summary{Control: c, WithoutDefect: true}.Err(false), "never injected", "a clean run that staged nothing proves nothing")
 	_, err = Run(context.Background(), Options{Binary: "x", WithoutDefect: true})
 	require.ErrorContains(t, err, "needs --control")
+}
+
+// policyWorld is one pay_policy operation prepared under the old policy,
+// claimed on server 2 at claim (real time; the database's clock 90s ahead)
+// and sent at once, with server 2 switched to the tightened policy at t0
+// and the others at t0 ± 2s: a case the tests below vary.
+func policyWorld(claim time.Duration, amount int, approved bool) CheckInput {
+	const offset = 90 * time.Second
+	db := func(d time.Duration) time.Time { return t0.Add(offset + d) }
+	args := json.RawMessage(fmt.Sprintf(`{"invoice_id":"INV-1","amount_minor":%d,"currency":"EUR"}`, amount))
+	evs := []OpEvent{{Seq: 1, Type: "PREPARED", At: db(-time.Minute)}}
+	if approved {
+		evs = append(evs, OpEvent{Seq: 2, Type: "POLICY_CHANGED", At: db(claim - 2*time.Second)},
+			OpEvent{Seq: 3, Type: "APPROVED", Actor: approverName, At: db(claim - time.Second)})
+	}
+	evs = append(evs, OpEvent{Seq: int64(len(evs) + 1), Type: "CLAIMED", Fence: 1, At: db(claim)},
+		OpEvent{Seq: int64(len(evs) + 2), Type: "SUCCEEDED", Fence: 1, At: db(claim + 200*time.Millisecond)})
+	pc := (&Runner{switches: []PolicySwitch{{Server: 1, At: t0.Add(-2 * time.Second)}, {Server: 2, At: t0}, {Server: 3, At: t0.Add(2 * time.Second)}},
+		servers: make([]*server, 3)}).policyChange()
+	return CheckInput{
+		Ops:          map[string]FinalOp{"op_p": {ID: "op_p", Tool: ToolPayPolicy, State: StateSucceeded, ExternalRef: "ch_p", DownstreamKey: "opk_p", Events: evs}},
+		Effects:      []Effect{{Kind: "charge", ID: "ch_p", Key: "opk_p"}},
+		Sends:        []Send{{Processor: "pay", Key: "opk_p", Server: 2, At: t0.Add(claim + 100*time.Millisecond), Body: args, Answer: "created", Status: 200}},
+		Prepared:     map[string]PreparedOp{"op_p": {Tool: ToolPayPolicy, Args: args, Intent: intentRun}},
+		Timeline:     Timeline{Offsets: []ClockStep{{At: t0.Add(-time.Hour), Offset: offset}}, Pickup: faketimePickup},
+		Policies:     policies(),
+		PolicyChange: pc,
+	}
+}
+
+// TestCheckerPolicyChange: an operation sent after a claim under the
+// tightened policy needs an approval before that claim and arguments its
+// deny rule does not refuse; one claimed under the old policy needs
+// neither; a claim too close to its server's switch is not judged. The
+// claimant's switch decides for an operation with one attempt, every
+// server's otherwise.
+func TestCheckerPolicyChange(t *testing.T) {
+	t.Parallel()
+	r := Check(policyWorld(10*time.Second, 100, true))
+	require.True(t, r.OK(), "%+v", r.Violations)
+	require.Equal(t, 1, r.PolicyTight)
+	require.Equal(t, 1, r.PolicyChanged)
+
+	r = Check(policyWorld(10*time.Second, 100, false))
+	require.Equal(t, 1, r.UnapprovedByPolicy, "%+v", r.Violations)
+	require.Contains(t, r.Violations[0].Detail, "requires an approval, was sent without one")
+
+	r = Check(policyWorld(10*time.Second, 107, true))
+	require.Equal(t, 1, r.UnapprovedByPolicy, "%+v", r.Violations)
+	require.Contains(t, r.Violations[0].Detail, "whose deny rule refuses its arguments")
+
+	// Claimed before its server switched: the old policy required nothing.
+	for _, claim := range []time.Duration{-10 * time.Second, -1500 * time.Millisecond} {
+		r = Check(policyWorld(claim, 107, false))
+		require.True(t, r.OK(), "claim %s: %+v", claim, r.Violations)
+		require.Zero(t, r.PolicyTight)
+	}
+	// Within the margin of the switch: not judged.
+	r = Check(policyWorld(500*time.Millisecond, 107, false))
+	require.True(t, r.OK(), "%+v", r.Violations)
+	require.Equal(t, 1, r.PolicyUnjudged)
+
+	// A second attempt: the claimant is not known, so every server's
+	// switch counts. Server 2 had switched at 1s, server 3 not yet.
+	in := policyWorld(time.Second+policyMargin+100*time.Millisecond, 100, false)
+	require.Equal(t, 1, Check(in).UnapprovedByPolicy)
+	op := in.Ops["op_p"]
+	n := len(op.Events)
+	op.Events = append(op.Events, OpEvent{Seq: int64(n + 1), Type: "LEASE_TAKEN_OVER", Fence: 2, At: op.Events[n-1].At})
+	in.Ops["op_p"] = op
+	r = Check(in)
+	require.True(t, r.OK(), "%+v", r.Violations)
+	require.Equal(t, 1, r.PolicyUnjudged)
 }

@@ -47,6 +47,11 @@ const (
 	// fingerprint, or a request during attempts the ledger recorded as
 	// released (nothing sent).
 	ViolationUnapproved = "unapproved"
+	// ViolationUnapprovedByPolicy: an operation sent without what the
+	// policy in force at its claim required (a rolling policy change,
+	// PolicyChange): an approval, or not at all where a deny rule refuses
+	// it, although it was prepared under a policy that required neither.
+	ViolationUnapprovedByPolicy = "unapproved_by_policy"
 	// ViolationInternal: a call was answered INTERNAL (the ErrorInfo reason
 	// the ledger gives an error it did not expect): whatever the faults, a
 	// server bug, not a truthful answer.
@@ -204,7 +209,35 @@ type CheckInput struct {
 	Timeline Timeline
 	// Policies are by tool name; a tool without one is strict.
 	Policies map[string]ToolPolicy
+	// PolicyChange is the run's rolling policy change; nil for none.
+	PolicyChange *PolicyChange
 }
+
+// PolicyChange is a rolling change of one tool's policy during the run:
+// each server restarted, one after another, with a tools file under which
+// every call of the tool needs an approval and a deny rule refuses some.
+type PolicyChange struct {
+	Tool string
+	// Servers is how many servers there are; Switches when each switched:
+	// its last incarnation under the old policy had exited, and every later
+	// one read the new file.
+	Servers  int
+	Switches []PolicySwitch
+	// Denied reports whether the new policy's deny rule refuses a call with
+	// these (prepared) arguments.
+	Denied func(args json.RawMessage) bool
+}
+
+// PolicySwitch is one server's switch to the new policy.
+type PolicySwitch struct {
+	Server int       `json:"server"`
+	At     time.Time `json:"at"`
+}
+
+// policyMargin is how close to a switch a claim (its database time
+// converted to real time) is judged under neither policy: the event's
+// timestamp is the claim statement's, taken while the claimant ran.
+const policyMargin = time.Second
 
 // Violation is one thing the checker found wrong.
 type Violation struct {
@@ -218,6 +251,7 @@ type CheckResult struct {
 	Ops, Effects, Sends                             int
 	Duplicates, Lost, Stuck, Unknown, Inconsistent  int
 	Resent, FalseFailed, Unapproved, Internal       int
+	UnapprovedByPolicy                              int
 	Succeeded, Failed, Ready, Rejected, AwaitingOps int
 	// Resends counts the requests beyond the first that deduplicating
 	// downstreams received (retries, takeovers, resubmissions): legitimate,
@@ -234,7 +268,14 @@ type CheckResult struct {
 	// the way (not a violation: see docs/design.md, the approval-expiry
 	// rule).
 	LateResubmissions int
-	Violations        []Violation
+	// PolicyChanged and PolicyChecked count the operations of the policy
+	// change's tool the ledger judged again (POLICY_CHANGED: back to
+	// awaiting approval, or refused; POLICY_CHECKED: nothing more needed);
+	// PolicyTight those sent after a claim under the new policy, and
+	// PolicyUnjudged those sent after a claim too close to a switch to say
+	// which policy was in force there (not checked).
+	PolicyChanged, PolicyChecked, PolicyTight, PolicyUnjudged int
+	Violations                                                []Violation
 }
 
 // OK reports a run without violations.
@@ -283,6 +324,8 @@ func Check(in CheckInput) CheckResult {
 			r.FalseFailed++
 		case ViolationUnapproved:
 			r.Unapproved++
+		case ViolationUnapprovedByPolicy:
+			r.UnapprovedByPolicy++
 		case ViolationInternal:
 			r.Internal++
 		}
@@ -388,6 +431,11 @@ func Check(in CheckInput) CheckResult {
 		if pol.ApprovalTTL > 0 {
 			for _, v := range r.checkApproval(op, pol, sent, prep, prepared, in) {
 				flag(ViolationUnapproved, id, "%s", v)
+			}
+		}
+		if pc := in.PolicyChange; pc != nil && op.Tool == pc.Tool {
+			for _, v := range r.checkPolicy(op, sent, prep, in) {
+				flag(ViolationUnapprovedByPolicy, id, "%s", v)
 			}
 		}
 		switch op.State {
@@ -513,19 +561,7 @@ func (r *CheckResult) checkApproval(op FinalOp, pol ToolPolicy, sent []Send, pre
 	if op.Decision == "APPROVE" && op.ApprovedFingerprint != op.Fingerprint {
 		out = append(out, fmt.Sprintf("%s is approved for fingerprint %s, not its own %s", op.Tool, op.ApprovedFingerprint, op.Fingerprint))
 	}
-	released := map[int64]bool{}
-	for _, e := range op.Events {
-		if e.Type == "RELEASED" {
-			released[e.Fence] = true
-		}
-	}
-	var first *OpEvent
-	for i, e := range op.Events {
-		if e.Type == "CLAIMED" && !released[e.Fence] {
-			first = &op.Events[i]
-			break
-		}
-	}
+	first, released := firstSendingClaim(op.Events)
 	if first == nil {
 		if len(sent) > 0 {
 			out = append(out, fmt.Sprintf("%s: the processor received %d request(s), first at %s from server %d, but the ledger released every attempt (nothing sent)",
@@ -588,6 +624,75 @@ func (r *CheckResult) checkApproval(op FinalOp, pol ToolPolicy, sent []Send, pre
 		op.Tool, clock(s1.At), s1.Server, s1.At.Sub(endReal).Round(time.Millisecond), clock(end), clock(endReal), lo))
 }
 
+// checkPolicy applies the policy change's rule to one operation of its
+// tool: the attempt that could have made the first send (the first claim
+// the ledger did not release) was claimed under the old policy, or under
+// the new one, which then required an approval before that claim and
+// refuses the arguments its deny rule holds for. Which policy a claim was
+// made under is the claimant's: the claim's time (the database's,
+// converted to real time with every offset that can have been in force)
+// against its server's switch, where only one attempt ever ran (so the
+// first request came from the claimant, whose number the processor
+// recorded); otherwise against the switches of all servers: before the
+// first, the old policy; after the last, the new one. A claim within
+// policyMargin of the switch that decides is not judged (PolicyUnjudged).
+func (r *CheckResult) checkPolicy(op FinalOp, sent []Send, prep PreparedOp, in CheckInput) []string {
+	pc := in.PolicyChange
+	var claims, takeovers int
+	for _, e := range op.Events {
+		switch e.Type {
+		case "POLICY_CHANGED":
+			r.PolicyChanged++
+		case "POLICY_CHECKED":
+			r.PolicyChecked++
+		case "CLAIMED":
+			claims++
+		case "LEASE_TAKEN_OVER":
+			takeovers++
+		}
+	}
+	if len(sent) == 0 {
+		return nil
+	}
+	first, _ := firstSendingClaim(op.Events)
+	if first == nil {
+		return nil // every attempt released: the approval rules' domain
+	}
+	lo, hi := in.Timeline.offsetsAt(first.At, sent[0].At)
+	earliest, latest := first.At.Add(-hi), first.At.Add(-lo)
+	var from, to time.Time // the switches that bound the old and the new policy
+	if claims == 1 && takeovers == 0 && sent[0].Server > 0 {
+		for _, sw := range pc.Switches {
+			if sw.Server == sent[0].Server {
+				from, to = sw.At, sw.At
+			}
+		}
+	} else if len(pc.Switches) > 0 {
+		from = pc.Switches[0].At
+		if len(pc.Switches) == pc.Servers {
+			to = pc.Switches[len(pc.Switches)-1].At
+		}
+	}
+	switch {
+	case from.IsZero() || latest.Before(from.Add(-policyMargin)):
+		return nil // claimed under the old policy: nothing required
+	case to.IsZero() || !earliest.After(to.Add(policyMargin)):
+		r.PolicyUnjudged++
+		return nil
+	}
+	r.PolicyTight++
+	var out []string
+	if len(prep.Args) > 0 && pc.Denied(prep.Args) {
+		out = append(out, fmt.Sprintf("%s: attempt %d, claimed at %s (database clock) under the tightened policy, whose deny rule refuses its arguments %s, was sent (first request at %s from server %d)",
+			op.Tool, first.Fence, clock(first.At), prep.Args, clock(sent[0].At), sent[0].Server))
+	}
+	if !hasEarlier(op.Events, first.Seq, "APPROVED") {
+		out = append(out, fmt.Sprintf("%s: attempt %d, claimed at %s (database clock) under the tightened policy, which requires an approval, was sent without one (first request at %s from server %d)",
+			op.Tool, first.Fence, clock(first.At), clock(sent[0].At), sent[0].Server))
+	}
+	return out
+}
+
 // offsetsAt returns the smallest and largest offsets of the database's
 // clock that can have been in force when that clock read db: an offset
 // counts if db minus it falls within the time it was in force (from its
@@ -629,6 +734,25 @@ func (tl Timeline) offsetsAt(db, near time.Time) (lo, hi time.Duration) {
 		widen(st.Offset)
 	}
 	return lo, hi
+}
+
+// firstSendingClaim returns the claim of the attempt that could have made
+// an operation's first send: its first CLAIMED event whose attempt the
+// ledger did not release (RELEASED promises that nothing was sent), nil if
+// it released every one; and the fences it released.
+func firstSendingClaim(evs []OpEvent) (*OpEvent, map[int64]bool) {
+	released := map[int64]bool{}
+	for _, e := range evs {
+		if e.Type == "RELEASED" {
+			released[e.Fence] = true
+		}
+	}
+	for i, e := range evs {
+		if e.Type == "CLAIMED" && !released[e.Fence] {
+			return &evs[i], released
+		}
+	}
+	return nil, released
 }
 
 // hasEarlier reports an event of type typ before seq.

@@ -72,7 +72,18 @@ const (
 	// (directTTL) lapses across releases, stops and stalls: every send is
 	// counted, and the first must fall within the approval.
 	ToolPayDirect = "pay_direct"
+	// ToolPayPolicy charges the "pay" processor like pay_invoice, under a
+	// policy that changes mid-run (Runner.rollPolicy): first no approval;
+	// then, server by server, every call needs an approver and a deny rule
+	// refuses amounts ending in 7 (policyDenies).
+	ToolPayPolicy = "pay_policy"
 )
+
+// policyDeny is pay_policy's deny rule under the tightened policy, and
+// policyDenies the same in Go, for the checker.
+const policyDeny = "args.amount_minor % 10 == 7"
+
+func policyDenies(amount int64) bool { return amount%10 == 7 }
 
 // policies is what the checker may expect of each tool, as the tools file
 // declares it.
@@ -83,6 +94,10 @@ func policies() map[string]ToolPolicy {
 		ToolPayNoKey:    {AllowUnknown: true},
 		ToolEmail:       {AllowUnknown: true},
 		ToolPayDirect:   {AllowUnknown: true, ApprovalTTL: directTTL},
+		// What the tightened policy demands is the checker's
+		// unapproved_by_policy rule (checkPolicy), not ApprovalTTL: the
+		// operations prepared before the change need no approval.
+		ToolPayPolicy: {AllowUnknown: false, Dedupes: true},
 	}
 }
 
@@ -119,12 +134,17 @@ const emailSchema = `    args_schema:
 `
 
 // toolsYAML is one server's tools file; base is its processor proxy, and
-// every request carries the server's number in sourceHeader.
-func toolsYAML(base string, server int) string {
+// every request carries the server's number in sourceHeader. tight is the
+// tightened policy of pay_policy (see ToolPayPolicy).
+func toolsYAML(base string, server int, tight bool) string {
 	var b strings.Builder
 	b.WriteString("tools:\n")
 	tool := func(name string, ttl time.Duration, schema, url, extra string) {
 		fmt.Fprintf(&b, "  - name: %s\n    version: \"1\"\n    effect: side_effect\n", name)
+		if name == ToolPayPolicy && tight {
+			fmt.Fprintf(&b, "    deny:\n      - {name: amount_ends_in_7, when: %q, message: the tightened policy refuses it}\n", policyDeny)
+			ttl = approvalTTL
+		}
 		if ttl > 0 {
 			fmt.Fprintf(&b, "    approval: {required: true, ttl: %s}\n", ttl)
 		}
@@ -144,6 +164,7 @@ func toolsYAML(base string, server int) string {
 	tool(ToolPayNoKey, 0, chargeSchema, base+"/mail/charges", "      dedupes_keys: false\n      max_attempts: 1\n")
 	tool(ToolEmail, 0, emailSchema, base+"/mail/emails", "      dedupes_keys: false\n      max_attempts: 1\n")
 	tool(ToolPayDirect, directTTL, chargeSchema, base+"/direct/charges", "      dedupes_keys: false\n      max_attempts: 1\n")
+	tool(ToolPayPolicy, 0, chargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
 	return b.String()
 }
 
@@ -322,7 +343,7 @@ func newServer(r *Runner, idx int, pgAddr, procAddr string) (*server, error) {
 	s := &server{r: r, idx: idx, addr: addr, dbProxy: dbp, procProxy: pp,
 		toolsPath: filepath.Join(r.opts.Dir, fmt.Sprintf("tools-%d.yaml", idx)),
 		logPath:   filepath.Join(r.opts.Dir, fmt.Sprintf("server-%d.log", idx))}
-	if err := os.WriteFile(s.toolsPath, []byte(toolsYAML("http://"+pp.Addr(), idx)), 0o600); err != nil {
+	if err := s.writeTools(false); err != nil {
 		return nil, err
 	}
 	s.conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -333,6 +354,12 @@ func newServer(r *Runner, idx int, pgAddr, procAddr string) (*server, error) {
 	}
 	s.client = opledgerv1.NewLedgerServiceClient(s.conn)
 	return s, nil
+}
+
+// writeTools writes s's tools file, with the tightened policy or not: the
+// next incarnation reads it.
+func (s *server) writeTools(tight bool) error {
+	return os.WriteFile(s.toolsPath, []byte(toolsYAML("http://"+s.procProxy.Addr(), s.idx, tight)), 0o600)
 }
 
 func (s *server) env(failpoints string) []string {

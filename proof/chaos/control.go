@@ -115,6 +115,15 @@ var Controls = map[string]Control{
 		Expect:         ViolationResent,
 		What:           "an expired lease taken over, and the operation sent again, where the downstream does not dedupe keys",
 	},
+	failpoint.DefectPolicyClaim: {
+		// The rolling policy change of every run stages it: pay_policy
+		// operations prepared under the old policy and executed under the
+		// tightened one are sent without its approval, or despite its deny
+		// rule.
+		Name: failpoint.DefectPolicyClaim, Defect: failpoint.DefectPolicyClaim,
+		Expect: ViolationUnapprovedByPolicy,
+		What:   "the claim ignoring the policy digest (the policy decided at Prepare only)",
+	},
 }
 
 // DefaultControl is the control a bare --control runs.

@@ -44,6 +44,10 @@ const (
 	// maxRenewals bounds how often an agent has a lapsed approval renewed
 	// for one operation.
 	maxRenewals = 3
+	// deferRate is the share of pay_policy operations the agent prepares
+	// and executes only 3–20s later, so that some prepared under the old
+	// policy are executed under the tightened one (Runner.rollPolicy).
+	deferRate = 0.5
 )
 
 // Intents: what the workload means to do with an operation that needs
@@ -172,16 +176,18 @@ func (w *worker) server(not *server) *server {
 func (w *worker) pickTool() string {
 	x := w.rng.Float64()
 	switch {
-	case x < 0.35:
+	case x < 0.25:
 		return ToolPay
-	case x < 0.55:
+	case x < 0.43:
 		return ToolEmail
-	case x < 0.70:
+	case x < 0.58:
 		return ToolPayRetained
-	case x < 0.85:
+	case x < 0.73:
 		return ToolPayDirect
+	case x < 0.88:
+		return ToolPayNoKey
 	}
-	return ToolPayNoKey
+	return ToolPayPolicy
 }
 
 func toolArgs(tool string, n int64) *structpb.Struct {
@@ -374,6 +380,12 @@ func (w *worker) runOp(life context.Context) {
 		return
 	}
 	id := t.opID()
+	if tool == ToolPayPolicy && w.chance(deferRate) {
+		// Executed later, perhaps under another policy: an agent that
+		// prepares now and acts after a while.
+		w.later = append(w.later, lateCheck{t: t, due: time.Now().Add(w.dur(3*time.Second, 20*time.Second)), resume: true})
+		return
+	}
 	if needsApproval(tool) {
 		switch t.intent {
 		case intentLeave:

@@ -35,8 +35,8 @@ const (
 	BeforeFirstSend = "before-first-send"
 )
 
-// The defects Defect can re-introduce, each one fixed in issue 11; the
-// chaos suite's control runs name them.
+// The defects Defect can re-introduce, each one fixed in issue 11 (the
+// policy's in issue 33); the chaos suite's control runs name them.
 const (
 	// DefectRedirectFailed: the HTTP executor classifies a 3xx as a
 	// definitive refusal (FAILED), although the downstream may have acted.
@@ -54,4 +54,8 @@ const (
 	// DefectTakeoverNoDedupe: an expired lease is taken over (and the
 	// operation sent again) even where the downstream does not dedupe keys.
 	DefectTakeoverNoDedupe = "takeover-nodedupe"
+	// DefectPolicyClaim: the claim ignores the policy digest, as if the
+	// policy decided only at Prepare (issue 33): an operation prepared
+	// under a weaker policy is sent without what the one in force demands.
+	DefectPolicyClaim = "policy-claim"
 )

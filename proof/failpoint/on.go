@@ -110,7 +110,7 @@ func FreshDownstreamKeys() bool { return freshKeys }
 
 func parseDefects(spec string) map[string]bool {
 	known := map[string]bool{DefectRedirectFailed: true, DefectRefusalOverrides: true, DefectApprovalClaim: true,
-		DefectServerClock: true, DefectTakeoverNoDedupe: true}
+		DefectServerClock: true, DefectTakeoverNoDedupe: true, DefectPolicyClaim: true}
 	out := map[string]bool{}
 	for _, name := range strings.Split(spec, ",") {
 		if name = strings.TrimSpace(name); name == "" {

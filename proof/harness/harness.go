@@ -144,6 +144,10 @@ type ServerOptions struct {
 	// private one. Tests that stage transport faults (a refused
 	// connection) pass their own.
 	HTTPClient *http.Client
+	// ToolsYAML, when set, is this server's tools file instead of the
+	// Env's: a server restarted with a changed policy while another still
+	// runs the old one (a rolling change).
+	ToolsYAML []byte
 }
 
 // StartServer starts an in-process server against the Env's database,
@@ -158,7 +162,13 @@ func (e *Env) StartServer(opts ServerOptions) *Server {
 	}
 	cfg := service.Config{DatabaseURL: e.DBURL, DownstreamSecret: e.Secret, Reflection: true, DBMaxConns: 16,
 		Drain: 5 * time.Second, RateLimit: opts.RateLimit.PerSecond, RateBurst: opts.RateLimit.Burst}
-	svc, err := service.New(ctx, cfg, service.Options{Logger: logger, Tools: e.Tools(), TLS: opts.TLS,
+	tools := e.Tools()
+	if opts.ToolsYAML != nil {
+		reg, err := tool.Parse(opts.ToolsYAML, e.Getenv)
+		require.NoError(t, err)
+		tools = reg
+	}
+	svc, err := service.New(ctx, cfg, service.Options{Logger: logger, Tools: tools, TLS: opts.TLS,
 		Executors: executor.NewDefaultRegistry(opts.HTTPClient, logger), Hooks: opts.Hooks, NoReconciler: opts.NoReconciler,
 		Ledger: func(c *ledger.Config) {
 			// The test's ledger configuration, with the Env's secret.

@@ -15,6 +15,9 @@ CREATE TABLE budget (
     name   text NOT NULL,
     scope  text NOT NULL,
     uses   jsonb NOT NULL,
+    -- The limit's window when last reserved: the pruner deletes a budget
+    -- none of whose entries is within it.
+    window_seconds float8 NOT NULL,
     PRIMARY KEY (tenant, name, scope)
 );
 
@@ -48,8 +51,11 @@ ALTER TABLE operation
 -- operation_rules (0010) also releases what an operation reserved when it
 -- ends: without effect (FAILED, REJECTED, CANCELLED) its budget shares and
 -- its identity; with effect (SUCCEEDED) its identity stays taken for the
--- window from now. In the statement that ends it, whichever it is, so no
--- path can forget.
+-- window from now. An approval that lapsed before anything was sent (READY
+-- back to AWAITING_APPROVAL past its approval's end) releases the budget
+-- shares too; the approval that renews it reserves them again
+-- (BudgetReserve, in the decision's transaction). In the statement that
+-- makes the change, whichever it is, so no path can forget.
 CREATE OR REPLACE FUNCTION operation_rules() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT (NEW.state IN ('AWAITING_APPROVAL', 'READY', 'EXECUTING', 'SUCCEEDED',
@@ -77,6 +83,13 @@ BEGIN
         NEW.prev_state := OLD.state;
         IF OLD.state = 'EXECUTING' AND NEW.state <> 'EXECUTING' AND OLD.waited THEN
             PERFORM pg_notify('opledger_operation', NEW.id);
+        END IF;
+        IF NEW.budget_names IS NOT NULL AND OLD.state = 'READY' AND NEW.state = 'AWAITING_APPROVAL'
+           AND NEW.first_sent_fence IS NULL AND OLD.approval_expires_at <= statement_timestamp() THEN
+            UPDATE budget b SET uses = COALESCE((SELECT jsonb_agg(e) FROM jsonb_array_elements(b.uses) e
+                                                  WHERE e->>'op' IS DISTINCT FROM NEW.id), '[]'::jsonb)
+            FROM unnest(NEW.budget_names, NEW.budget_scopes) AS u(name, scope)
+            WHERE b.tenant = NEW.tenant AND b.name = u.name AND b.scope = u.scope;
         END IF;
         IF NEW.state IS DISTINCT FROM OLD.state AND NEW.state IN ('FAILED', 'REJECTED', 'CANCELLED', 'SUCCEEDED') THEN
             IF NEW.budget_names IS NOT NULL AND NEW.state <> 'SUCCEEDED' THEN

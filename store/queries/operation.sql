@@ -135,24 +135,28 @@ ORDER BY seq;
 -- costs one round trip. That row comes from the statement's snapshot: if a
 -- concurrent claim won, it may still read READY, and the caller simply tries
 -- again. db_now is the database's clock, against which the caller judges the
--- lease and the approval it reads.
+-- lease and the approval it reads. Its clock is statement_timestamp(), as
+-- its event's is: with the extended protocol a transaction (now()) starts
+-- at the Bind, before the Execute, so a clock that steps between the two
+-- would judge the approval at one instant and log the claim at another
+-- (the chaos suite's database clock step found it).
 WITH upd AS (
     UPDATE operation o SET
         state = sqlc.arg(to_state)::text,
         fence = o.fence + 1,
         attempts = o.attempts + 1,
         lease_owner = sqlc.arg(lease_owner),
-        lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
-        next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
-        first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        lease_expires_at = statement_timestamp() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        next_reconcile_at = statement_timestamp() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
         chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, sqlc.arg(event_type)::text, sqlc.arg(actor)::text, o.state,
                                       sqlc.arg(to_state)::text, o.attempts + 1, o.fence + 1, '', statement_timestamp(), NULL),
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
-           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+           OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
       AND (NOT sqlc.arg(require_policy_current)::boolean OR o.first_sent_fence IS NOT NULL
            OR o.policy_digest = ANY (sqlc.arg(policy_digests)::text[]))
     RETURNING o.*
@@ -160,9 +164,9 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, '', upd.chain_head FROM upd
 )
-SELECT upd.*, true AS claimed, now()::timestamptz AS db_now FROM upd
+SELECT upd.*, true AS claimed, statement_timestamp()::timestamptz AS db_now FROM upd
 UNION ALL
-SELECT g.*, false AS claimed, now()::timestamptz AS db_now FROM operation g
+SELECT g.*, false AS claimed, statement_timestamp()::timestamptz AS db_now FROM operation g
 WHERE g.id = sqlc.arg(id) AND g.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND NOT EXISTS (SELECT 1 FROM upd);
 
 -- name: OperationClaimKnown :many
@@ -181,17 +185,17 @@ WITH upd AS (
         fence = o.fence + 1,
         attempts = o.attempts + 1,
         lease_owner = sqlc.arg(lease_owner),
-        lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
-        next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
-        first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        lease_expires_at = statement_timestamp() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        next_reconcile_at = statement_timestamp() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
+        first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
         chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, sqlc.arg(event_type)::text, sqlc.arg(actor)::text, o.state,
                                       sqlc.arg(to_state)::text, o.attempts + 1, o.fence + 1, '', statement_timestamp(), NULL),
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
-           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+           OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
       AND (NOT sqlc.arg(require_policy_current)::boolean OR o.first_sent_fence IS NOT NULL
            OR o.policy_digest = ANY (sqlc.arg(policy_digests)::text[]))
     RETURNING o.id, o.state, o.fence, o.attempts, o.lease_owner, o.lease_expires_at, o.next_reconcile_at,
@@ -200,7 +204,7 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), sqlc.arg(from_state)::text, upd.state, upd.attempts, upd.fence, '', upd.chain_head FROM upd
 )
-SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, now()::timestamptz AS db_now FROM upd;
+SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, statement_timestamp()::timestamptz AS db_now FROM upd;
 
 -- name: OperationTakeOver :one
 -- Takes over an operation in from_state (the state machine's: EXECUTING)
@@ -606,19 +610,25 @@ SELECT statement_timestamp()::timestamptz AS now;
 -- row's newest version, so reservations never together exceed the limit
 -- (the caller commits the reservation with the operation it is for, in one
 -- transaction). fits says whether the share fitted (always true without
--- force). Expired entries are dropped as the row is rewritten.
-INSERT INTO budget AS b (tenant, name, scope, uses)
+-- force). Expired entries are dropped as the row is rewritten. An
+-- operation that holds a share already (an approval renewing one whose
+-- share was never released) changes nothing and is admitted.
+INSERT INTO budget AS b (tenant, name, scope, uses, window_seconds)
 SELECT sqlc.arg(tenant)::text, sqlc.arg(name)::text, sqlc.arg(scope)::text,
        jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text, 'at', extract(epoch FROM statement_timestamp())::float8,
-                                            'amount', sqlc.arg(amount)::float8))
+                                            'amount', sqlc.arg(amount)::float8)),
+       sqlc.arg(window_seconds)::float8
 WHERE sqlc.arg(force)::boolean
    OR (sqlc.arg(max_count)::integer <> 0 OR sqlc.arg(has_sum)::boolean)
       AND (NOT sqlc.arg(has_sum)::boolean OR sqlc.arg(amount)::float8 <= sqlc.arg(max_sum)::float8)
 ON CONFLICT (tenant, name, scope) DO UPDATE SET
-    uses = COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
-                     WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8), '[]'::jsonb)
-           || EXCLUDED.uses
-WHERE (SELECT count(*) FROM jsonb_array_elements(b.uses) e
+    uses = CASE WHEN b.uses @> jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text)) THEN b.uses
+           ELSE COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
+                          WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8), '[]'::jsonb)
+                || EXCLUDED.uses END,
+    window_seconds = EXCLUDED.window_seconds
+WHERE b.uses @> jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text))
+   OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
        WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8) < sqlc.arg(max_uses)::integer
   AND (sqlc.arg(force)::boolean
    OR (sqlc.arg(max_count)::integer = 0
@@ -663,3 +673,29 @@ RETURNING i.operation_id;
 -- The operation holding a business identity.
 SELECT i.operation_id FROM operation_identity i
 WHERE i.tenant = sqlc.arg(tenant) AND i.tool = sqlc.arg(tool) AND i.identity = sqlc.arg(identity);
+
+-- name: BudgetPrune :execrows
+-- Deletes up to batch_size budgets none of whose entries is within its
+-- window any more (nothing they hold counts), and emptied ones. SKIP
+-- LOCKED leaves a budget a reservation holds; a reservation after the
+-- delete starts the budget afresh, which holds the same (nothing).
+DELETE FROM budget
+WHERE (tenant, name, scope) IN (
+    SELECT p.tenant, p.name, p.scope FROM budget p
+    WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p.uses) e
+                      WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - p.window_seconds)
+    LIMIT sqlc.arg(batch_size)
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: IdentityPrune :execrows
+-- Deletes up to batch_size business identities that are free (their
+-- operation ended without effect, or took effect longer than the window
+-- ago): a Prepare of one starts it afresh, as it would take it over.
+DELETE FROM operation_identity
+WHERE (tenant, tool, identity) IN (
+    SELECT p.tenant, p.tool, p.identity FROM operation_identity p
+    WHERE p.free_at < statement_timestamp()
+    LIMIT sqlc.arg(batch_size)
+    FOR UPDATE SKIP LOCKED
+);

@@ -67,6 +67,8 @@ export {
   refusalMessage,
 } from "./edit";
 export type { Change } from "./edit";
+export { decisionMessage, decisionOf, callKey, recordedCall, toldModel } from "./adapters";
+export type { LedgerDecision } from "./adapters";
 // The generated messages, enums and service descriptor (from gen/ts).
 export * from "./gen/opledger/v1/ledger_pb";
 export { Code } from "@connectrpc/connect";

@@ -41,10 +41,11 @@ type AuditLeaf struct {
 }
 
 type Budget struct {
-	Tenant string
-	Name   string
-	Scope  string
-	Uses   []byte
+	Tenant        string
+	Name          string
+	Scope         string
+	Uses          []byte
+	WindowSeconds float64
 }
 
 type ConsoleSession struct {

@@ -46,31 +46,58 @@ func (q *Queries) BudgetGet(ctx context.Context, db DBTX, arg BudgetGetParams) (
 	return i, err
 }
 
+const budgetPrune = `-- name: BudgetPrune :execrows
+DELETE FROM budget
+WHERE (tenant, name, scope) IN (
+    SELECT p.tenant, p.name, p.scope FROM budget p
+    WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p.uses) e
+                      WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - p.window_seconds)
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+// Deletes up to batch_size budgets none of whose entries is within its
+// window any more (nothing they hold counts), and emptied ones. SKIP
+// LOCKED leaves a budget a reservation holds; a reservation after the
+// delete starts the budget afresh, which holds the same (nothing).
+func (q *Queries) BudgetPrune(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
+	result, err := db.Exec(ctx, budgetPrune, batchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const budgetReserve = `-- name: BudgetReserve :one
-INSERT INTO budget AS b (tenant, name, scope, uses)
+INSERT INTO budget AS b (tenant, name, scope, uses, window_seconds)
 SELECT $1::text, $2::text, $3::text,
        jsonb_build_array(jsonb_build_object('op', $4::text, 'at', extract(epoch FROM statement_timestamp())::float8,
-                                            'amount', $5::float8))
-WHERE $6::boolean
-   OR ($7::integer <> 0 OR $8::boolean)
-      AND (NOT $8::boolean OR $5::float8 <= $9::float8)
+                                            'amount', $5::float8)),
+       $6::float8
+WHERE $7::boolean
+   OR ($8::integer <> 0 OR $9::boolean)
+      AND (NOT $9::boolean OR $5::float8 <= $10::float8)
 ON CONFLICT (tenant, name, scope) DO UPDATE SET
-    uses = COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
-                     WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8), '[]'::jsonb)
-           || EXCLUDED.uses
-WHERE (SELECT count(*) FROM jsonb_array_elements(b.uses) e
-       WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8) < $11::integer
-  AND ($6::boolean
-   OR ($7::integer = 0
+    uses = CASE WHEN b.uses @> jsonb_build_array(jsonb_build_object('op', $4::text)) THEN b.uses
+           ELSE COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
+                          WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8), '[]'::jsonb)
+                || EXCLUDED.uses END,
+    window_seconds = EXCLUDED.window_seconds
+WHERE b.uses @> jsonb_build_array(jsonb_build_object('op', $4::text))
+   OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
+       WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8) < $11::integer
+  AND ($7::boolean
+   OR ($8::integer = 0
        OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
-           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8) + 1 <= $7::integer)
-      AND (NOT $8::boolean
+           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8) + 1 <= $8::integer)
+      AND (NOT $9::boolean
        OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e
-           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $10::float8)
-          + $5::float8 <= $9::float8))
-RETURNING (($7::integer = 0 OR jsonb_array_length(b.uses) <= $7::integer)
-           AND (NOT $8::boolean
-                OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e) <= $9::float8))::boolean AS fits
+           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8)
+          + $5::float8 <= $10::float8))
+RETURNING (($8::integer = 0 OR jsonb_array_length(b.uses) <= $8::integer)
+           AND (NOT $9::boolean
+                OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e) <= $10::float8))::boolean AS fits
 `
 
 type BudgetReserveParams struct {
@@ -79,11 +106,11 @@ type BudgetReserveParams struct {
 	Scope         string
 	OpID          string
 	Amount        float64
+	WindowSeconds float64
 	Force         bool
 	MaxCount      int32
 	HasSum        bool
 	MaxSum        float64
-	WindowSeconds float64
 	MaxUses       int32
 }
 
@@ -97,7 +124,9 @@ type BudgetReserveParams struct {
 // row's newest version, so reservations never together exceed the limit
 // (the caller commits the reservation with the operation it is for, in one
 // transaction). fits says whether the share fitted (always true without
-// force). Expired entries are dropped as the row is rewritten.
+// force). Expired entries are dropped as the row is rewritten. An
+// operation that holds a share already (an approval renewing one whose
+// share was never released) changes nothing and is admitted.
 func (q *Queries) BudgetReserve(ctx context.Context, db DBTX, arg BudgetReserveParams) (bool, error) {
 	row := db.QueryRow(ctx, budgetReserve,
 		arg.Tenant,
@@ -105,11 +134,11 @@ func (q *Queries) BudgetReserve(ctx context.Context, db DBTX, arg BudgetReserveP
 		arg.Scope,
 		arg.OpID,
 		arg.Amount,
+		arg.WindowSeconds,
 		arg.Force,
 		arg.MaxCount,
 		arg.HasSum,
 		arg.MaxSum,
-		arg.WindowSeconds,
 		arg.MaxUses,
 	)
 	var fits bool
@@ -149,6 +178,27 @@ func (q *Queries) IdentityHolder(ctx context.Context, db DBTX, arg IdentityHolde
 	var operation_id string
 	err := row.Scan(&operation_id)
 	return operation_id, err
+}
+
+const identityPrune = `-- name: IdentityPrune :execrows
+DELETE FROM operation_identity
+WHERE (tenant, tool, identity) IN (
+    SELECT p.tenant, p.tool, p.identity FROM operation_identity p
+    WHERE p.free_at < statement_timestamp()
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+// Deletes up to batch_size business identities that are free (their
+// operation ended without effect, or took effect longer than the window
+// ago): a Prepare of one starts it afresh, as it would take it over.
+func (q *Queries) IdentityPrune(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
+	result, err := db.Exec(ctx, identityPrune, batchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const identityReserve = `-- name: IdentityReserve :one
@@ -199,17 +249,17 @@ WITH upd AS (
         fence = o.fence + 1,
         attempts = o.attempts + 1,
         lease_owner = $2,
-        lease_expires_at = now() + make_interval(secs => $3::float8),
-        next_reconcile_at = now() + make_interval(secs => $3::float8),
-        first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        lease_expires_at = statement_timestamp() + make_interval(secs => $3::float8),
+        next_reconcile_at = statement_timestamp() + make_interval(secs => $3::float8),
+        first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
         chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $4::text, $5::text, o.state,
                                       $1::text, o.attempts + 1, o.fence + 1, '', statement_timestamp(), NULL),
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = $8::text
       AND (NOT $9::boolean OR NOT o.approval_required
-           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+           OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
       AND (NOT $10::boolean OR o.first_sent_fence IS NOT NULL
            OR o.policy_digest = ANY ($11::text[]))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head
@@ -217,9 +267,9 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
     SELECT upd.id, upd.events, $4::text, $5, $8::text, upd.state, upd.attempts, upd.fence, '', upd.chain_head FROM upd
 )
-SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, upd.approvals_needed, upd.approvals, upd.policy_digest, upd.approval_rule, upd.supersedes, upd.superseded_by, upd.budget_names, upd.budget_scopes, upd.identity, upd.chain_head, true AS claimed, now()::timestamptz AS db_now FROM upd
+SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, upd.approvals_needed, upd.approvals, upd.policy_digest, upd.approval_rule, upd.supersedes, upd.superseded_by, upd.budget_names, upd.budget_scopes, upd.identity, upd.chain_head, true AS claimed, statement_timestamp()::timestamptz AS db_now FROM upd
 UNION ALL
-SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, g.approvals_needed, g.approvals, g.policy_digest, g.approval_rule, g.supersedes, g.superseded_by, g.budget_names, g.budget_scopes, g.identity, g.chain_head, false AS claimed, now()::timestamptz AS db_now FROM operation g
+SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, g.approvals_needed, g.approvals, g.policy_digest, g.approval_rule, g.supersedes, g.superseded_by, g.budget_names, g.budget_scopes, g.identity, g.chain_head, false AS claimed, statement_timestamp()::timestamptz AS db_now FROM operation g
 WHERE g.id = $6 AND g.tenant IS NOT DISTINCT FROM $7 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
@@ -303,7 +353,11 @@ type OperationClaimRow struct {
 // costs one round trip. That row comes from the statement's snapshot: if a
 // concurrent claim won, it may still read READY, and the caller simply tries
 // again. db_now is the database's clock, against which the caller judges the
-// lease and the approval it reads.
+// lease and the approval it reads. Its clock is statement_timestamp(), as
+// its event's is: with the extended protocol a transaction (now()) starts
+// at the Bind, before the Execute, so a clock that steps between the two
+// would judge the approval at one instant and log the claim at another
+// (the chaos suite's database clock step found it).
 func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClaimParams) ([]OperationClaimRow, error) {
 	rows, err := db.Query(ctx, operationClaim,
 		arg.ToState,
@@ -390,17 +444,17 @@ WITH upd AS (
         fence = o.fence + 1,
         attempts = o.attempts + 1,
         lease_owner = $2,
-        lease_expires_at = now() + make_interval(secs => $3::float8),
-        next_reconcile_at = now() + make_interval(secs => $3::float8),
-        first_claimed_at = COALESCE(o.first_claimed_at, now()),
+        lease_expires_at = statement_timestamp() + make_interval(secs => $3::float8),
+        next_reconcile_at = statement_timestamp() + make_interval(secs => $3::float8),
+        first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
         chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $4::text, $5::text, o.state,
                                       $1::text, o.attempts + 1, o.fence + 1, '', statement_timestamp(), NULL),
-        updated_at = now()
+        updated_at = statement_timestamp()
     WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = $8::text
       AND (NOT $9::boolean OR NOT o.approval_required
-           OR o.approval_expires_at > now() OR o.first_sent_fence IS NOT NULL)
+           OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
       AND (NOT $10::boolean OR o.first_sent_fence IS NOT NULL
            OR o.policy_digest = ANY ($11::text[]))
     RETURNING o.id, o.state, o.fence, o.attempts, o.lease_owner, o.lease_expires_at, o.next_reconcile_at,
@@ -409,7 +463,7 @@ WITH upd AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
     SELECT upd.id, upd.events, $4::text, $5, $8::text, upd.state, upd.attempts, upd.fence, '', upd.chain_head FROM upd
 )
-SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, now()::timestamptz AS db_now FROM upd
+SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, statement_timestamp()::timestamptz AS db_now FROM upd
 `
 
 type OperationClaimKnownParams struct {

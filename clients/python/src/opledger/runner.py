@@ -114,6 +114,22 @@ def state_words(state: int) -> str:
     return name.removeprefix("STATE_").replace("_", " ").lower()
 
 
+def decision_message(op: ledger_pb2.Operation) -> Optional[str]:
+    """decision_message is what a framework adapter tells the model about a call that a person's decision
+    or a cancellation ended before it ran (opledger.pydantic_ai, opledger.openai_agents,
+    opledger.langgraph): the approver's denial with its reason, or the cancellation; None for any
+    other state."""
+    if op.state == ledger_pb2.STATE_REJECTED:
+        reason = op.approval.reason
+        return (
+            f"An approver denied {op.tool} (operation {op.id})" + (f": {reason}" if reason else "")
+            + ". Nothing happened. Tell the user; do not try to get around the decision."
+        )
+    if op.state == ledger_pb2.STATE_CANCELLED:
+        return f"{op.tool} (operation {op.id}) was cancelled before it ran. Nothing happened. Tell the user."
+    return None
+
+
 def key_names_earlier_call(state: int) -> str:
     """key_names_earlier_call is the message of a refusal under a key that names an earlier call in
     that state."""
