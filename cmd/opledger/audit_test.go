@@ -214,3 +214,67 @@ func TestAuditExportVerifyOffline(t *testing.T) {
 		require.NoFileExists(t, dir+"/refused.jsonl")
 	}
 }
+
+// TestServeSignsCheckpoints: two serve processes with the signing key, on
+// one database, sign checkpoints of the heads the RPCs wrote (one at a
+// time: consecutive, none conflicting); a serve without a key says so once
+// at start and signs nothing.
+func TestServeSignsCheckpoints(t *testing.T) {
+	t.Parallel()
+	env := harness.New(t, harness.Options{})
+	ctx := t.Context()
+	dir := t.TempDir()
+	r := runCLI(t, nil, "audit", "keygen", "--out", dir+"/key")
+	require.Equal(t, 0, r.code, r.stderr)
+	keyed := harness.ProcessOptions{Env: []string{"OPLEDGER_LOG_LEVEL=info", "OPLEDGER_AUDIT_SIGNING_KEY=" + dir + "/key",
+		"OPLEDGER_AUDIT_CHECKPOINT_INTERVAL=200ms"}}
+	p1, p2 := env.StartProcess(keyed), env.StartProcess(keyed)
+	plain := env.StartProcess(harness.ProcessOptions{Env: []string{"OPLEDGER_LOG_LEVEL=info"}})
+	agent := env.Key("acme", "agent")
+	var ids []string
+	for i, p := range []*harness.Process{p1, p2, plain} {
+		args, err := structpb.NewStruct(map[string]any{"to": "ap@example.com", "subject": "s", "body": fmt.Sprint(i)})
+		require.NoError(t, err)
+		pr, err := p.Client.Prepare(harness.Ctx(agent, fmt.Sprintf("serve-ckpt-%d", i)), &opledgerv1.PrepareRequest{Tool: "send_email", ToolVersion: "1", Args: args})
+		require.NoError(t, err)
+		_, err = p.Client.Execute(harness.Ctx(agent, ""), &opledgerv1.ExecuteRequest{OperationId: pr.GetOperation().GetId(), Wait: durationpb.New(10 * time.Second)})
+		require.NoError(t, err)
+		ids = append(ids, pr.GetOperation().GetId())
+	}
+	recs, err := env.Store.AuditPage(ctx, store.AuditQuery{Tenant: "acme", Limit: 10})
+	require.NoError(t, err)
+	heads := map[string]string{}
+	for _, rec := range recs {
+		heads[rec.Operation.ID] = rec.Operation.ChainHead.String()
+	}
+	require.Eventually(t, func() bool {
+		leaves, err := env.Store.AuditLeaves(ctx, 0, ids)
+		require.NoError(t, err)
+		last := map[string]string{}
+		for _, l := range leaves {
+			last[l.OperationID] = l.Head.String()
+		}
+		for _, id := range ids {
+			if last[id] != heads[id] {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 100*time.Millisecond, "every final head is checkpointed")
+	pub, err := os.ReadFile(dir + "/key.pub")
+	require.NoError(t, err)
+	verifier, err := note.NewVerifier(strings.TrimSpace(string(pub)))
+	require.NoError(t, err)
+	cps, err := env.Store.AuditCheckpoints(ctx)
+	require.NoError(t, err)
+	for i, cp := range cps {
+		require.Equal(t, int64(i+1), cp.Seq)
+		_, err := audit.OpenCheckpoint(cp.Note, verifier)
+		require.NoError(t, err)
+	}
+	require.Contains(t, p1.Logs()+p2.Logs(), `"msg":"audit: signed checkpoint"`)
+	require.NotContains(t, p1.Logs(), "no --audit-signing-key")
+	require.Equal(t, 1, strings.Count(plain.Logs(), "audit: no --audit-signing-key"), plain.Logs())
+	require.NotContains(t, plain.Logs(), "signed checkpoint")
+	t.Logf("%d checkpoints", len(cps))
+}
