@@ -88,9 +88,7 @@ func (l *Ledger) admit(ctx context.Context, c *store.Conn, t *tool.Tool, who Act
 		if err != nil {
 			return adm, ruleRefusal(t, err)
 		}
-		r := store.Reservation{Tenant: who.Tenant, Name: lim.Name, Scope: scope, OperationID: id, Amount: amount,
-			MaxCount: lim.Count, HasSum: lim.Sum != "", MaxSum: lim.Max, Window: lim.Window, MaxUses: tool.MaxLimitUses,
-			Force: lim.Over == tool.OverApprove}
+		r := reservation(lim, who.Tenant, scope, id, amount)
 		admitted, fits, err := c.BudgetReserve(ctx, r)
 		if err != nil {
 			return adm, err
@@ -106,6 +104,14 @@ func (l *Ledger) admit(ctx context.Context, c *store.Conn, t *tool.Tool, who Act
 		adm.names, adm.scopes = append(adm.names, lim.Name), append(adm.scopes, scope)
 	}
 	return adm, nil
+}
+
+// reservation is an operation's share of lim's budget for scope: a limit
+// with `over: approve` takes it whether it fits or not.
+func reservation(lim *tool.Limit, tenant, scope, id string, amount float64) store.Reservation {
+	return store.Reservation{Tenant: tenant, Name: lim.Name, Scope: scope, OperationID: id, Amount: amount,
+		MaxCount: lim.Count, HasSum: lim.Sum != "", MaxSum: lim.Max, Window: lim.Window, MaxUses: tool.MaxLimitUses,
+		Force: lim.Over == tool.OverApprove}
 }
 
 // limitExceeded is the refusal of a call past lim, with when room frees up
@@ -250,9 +256,7 @@ func (l *Ledger) reserveAgain(ctx context.Context, c *store.Conn, op Operation) 
 		if err != nil {
 			return ruleRefusal(t, err)
 		}
-		r := store.Reservation{Tenant: op.Tenant, Name: name, Scope: op.BudgetScopes[i], OperationID: op.ID, Amount: amount,
-			MaxCount: lim.Count, HasSum: lim.Sum != "", MaxSum: lim.Max, Window: lim.Window, MaxUses: tool.MaxLimitUses,
-			Force: lim.Over == tool.OverApprove}
+		r := reservation(lim, op.Tenant, op.BudgetScopes[i], op.ID, amount)
 		admitted, _, err := c.BudgetReserve(ctx, r)
 		if err != nil {
 			return err

@@ -56,6 +56,15 @@ ALTER TABLE operation
 -- shares too; the approval that renews it reserves them again
 -- (BudgetReserve, in the decision's transaction). In the statement that
 -- makes the change, whichever it is, so no path can forget.
+-- operation_release_budgets takes an operation's entries out of its budgets.
+CREATE FUNCTION operation_release_budgets(op text, op_tenant text, names text[], scopes text[]) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE budget b SET uses = COALESCE((SELECT jsonb_agg(e) FROM jsonb_array_elements(b.uses) e
+                                          WHERE e->>'op' IS DISTINCT FROM op), '[]'::jsonb)
+    FROM unnest(names, scopes) AS u(name, scope)
+    WHERE b.tenant = op_tenant AND b.name = u.name AND b.scope = u.scope;
+$$;
+
 CREATE OR REPLACE FUNCTION operation_rules() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT (NEW.state IN ('AWAITING_APPROVAL', 'READY', 'EXECUTING', 'SUCCEEDED',
@@ -86,17 +95,11 @@ BEGIN
         END IF;
         IF NEW.budget_names IS NOT NULL AND OLD.state = 'READY' AND NEW.state = 'AWAITING_APPROVAL'
            AND NEW.first_sent_fence IS NULL AND OLD.approval_expires_at <= statement_timestamp() THEN
-            UPDATE budget b SET uses = COALESCE((SELECT jsonb_agg(e) FROM jsonb_array_elements(b.uses) e
-                                                  WHERE e->>'op' IS DISTINCT FROM NEW.id), '[]'::jsonb)
-            FROM unnest(NEW.budget_names, NEW.budget_scopes) AS u(name, scope)
-            WHERE b.tenant = NEW.tenant AND b.name = u.name AND b.scope = u.scope;
+            PERFORM operation_release_budgets(NEW.id, NEW.tenant, NEW.budget_names, NEW.budget_scopes);
         END IF;
         IF NEW.state IS DISTINCT FROM OLD.state AND NEW.state IN ('FAILED', 'REJECTED', 'CANCELLED', 'SUCCEEDED') THEN
             IF NEW.budget_names IS NOT NULL AND NEW.state <> 'SUCCEEDED' THEN
-                UPDATE budget b SET uses = COALESCE((SELECT jsonb_agg(e) FROM jsonb_array_elements(b.uses) e
-                                                      WHERE e->>'op' IS DISTINCT FROM NEW.id), '[]'::jsonb)
-                FROM unnest(NEW.budget_names, NEW.budget_scopes) AS u(name, scope)
-                WHERE b.tenant = NEW.tenant AND b.name = u.name AND b.scope = u.scope;
+                PERFORM operation_release_budgets(NEW.id, NEW.tenant, NEW.budget_names, NEW.budget_scopes);
             END IF;
             IF NEW.identity IS NOT NULL THEN
                 UPDATE operation_identity i
