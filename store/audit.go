@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/opledger/opledger/audit"
@@ -33,10 +34,9 @@ type AuditRecord struct {
 }
 
 // AuditPage returns up to q.Limit operations after q.AfterID in id order,
-// each with all its events. Two statements, not one transaction: an
-// operation changed between them shows as a break only if the events are
-// read behind the row, which the second statement (after the first) never
-// is for a committed change; verify a quiet database to be sure.
+// each with all its events. Read it in a snapshot (Store.InSnapshot): in
+// two statements of their own, a change committed between the row's read
+// and its events' would read as a break.
 func (c *Conn) AuditPage(ctx context.Context, q AuditQuery) ([]AuditRecord, error) {
 	p := db.AuditOperationPageParams{AfterID: q.AfterID, Tenant: q.Tenant, PageLimit: q.Limit}
 	if !q.Since.IsZero() {
@@ -86,6 +86,22 @@ func (c *Conn) AuditPage(ctx context.Context, q AuditQuery) ([]AuditRecord, erro
 }
 
 func ptr(s string) *string { return &s }
+
+// InSnapshot runs fn in one read-only REPEATABLE READ transaction: every
+// statement in it sees the same committed state, as a verification or an
+// export must (the rows, their events, the checkpoints and their leaves of
+// one moment).
+func (s *Store) InSnapshot(ctx context.Context, fn func(c *Conn) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return interpretError(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(&Conn{dbtx: tx, q: db.New()}); err != nil {
+		return err
+	}
+	return interpretError(tx.Commit(ctx))
+}
 
 // auditCheckpointLockID is the advisory lock key of the checkpoint task:
 // one replica at a time signs.

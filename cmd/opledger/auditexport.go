@@ -79,7 +79,14 @@ operator key of the tenant: another tenant's export is refused.`)
 	}
 	w := bufio.NewWriter(f)
 	q.Tenant, q.Limit = tenant, auditPage
-	counts, err := writeExport(ctx, st, q, w)
+	var counts [4]int
+	// One snapshot: the checkpoint, its leaves and the operations of one
+	// moment.
+	err = st.InSnapshot(ctx, func(c *store.Conn) error {
+		var err error
+		counts, err = writeExport(ctx, c, q, w)
+		return err
+	})
 	if err == nil {
 		err = w.Flush()
 	}
@@ -97,7 +104,7 @@ operator key of the tenant: another tenant's export is refused.`)
 
 // writeExport writes the export's lines and returns its counts
 // (operations, events, proofs, checkpoints).
-func writeExport(ctx context.Context, st *store.Store, q store.AuditQuery, w io.Writer) ([4]int, error) {
+func writeExport(ctx context.Context, st *store.Conn, q store.AuditQuery, w io.Writer) ([4]int, error) {
 	var n [4]int
 	enc := json.NewEncoder(w)
 	now := time.Now().UTC()
