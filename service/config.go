@@ -69,6 +69,16 @@ type Config struct {
 	// MaxDeadline caps every call's deadline (--max-deadline,
 	// OPLEDGER_MAX_DEADLINE).
 	MaxDeadline time.Duration
+	// AuditSigningKey is the file of the Ed25519 key (opledger audit
+	// keygen) that signs the receipts' checkpoints (--audit-signing-key,
+	// OPLEDGER_AUDIT_SIGNING_KEY); empty: the chains are written but no
+	// checkpoint is signed (docs/audit.md).
+	AuditSigningKey string
+	// AuditCheckpointInterval is how often one replica signs a checkpoint
+	// of the chain heads changed since the last
+	// (--audit-checkpoint-interval, OPLEDGER_AUDIT_CHECKPOINT_INTERVAL); 0:
+	// a minute.
+	AuditCheckpointInterval time.Duration
 	// Retention keeps finished operations this long before pruning them
 	// (--retention, OPLEDGER_RETENTION).
 	Retention time.Duration

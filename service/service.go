@@ -65,6 +65,9 @@ type Service struct {
 	Ledger   *ledger.Ledger
 	Server   *server.Server
 	Metrics  *metrics.Metrics
+	// Checkpointer signs the receipts' checkpoints; nil without a signing
+	// key.
+	Checkpointer *Checkpointer
 
 	opts Options
 	log  *slog.Logger
@@ -144,7 +147,20 @@ func New(ctx context.Context, cfg Config, o Options) (*Service, error) {
 		RateLimit:   interceptors.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst},
 		MaxDeadline: cfg.MaxDeadline, Retention: l.Retention(), Tracing: o.Tracing,
 		HeaderTimeout: timeouts.Header, BodyTimeout: timeouts.Body})
-	return &Service{Config: cfg, Store: st, Listener: listener, Ledger: l, Server: srv, Metrics: m, opts: o, log: log}, nil
+	svc := &Service{Config: cfg, Store: st, Listener: listener, Ledger: l, Server: srv, Metrics: m, opts: o, log: log}
+	if cfg.AuditSigningKey != "" {
+		signer, err := LoadAuditSigner(cfg.AuditSigningKey)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		every := cfg.AuditCheckpointInterval
+		if every <= 0 {
+			every = time.Minute
+		}
+		svc.Checkpointer = &Checkpointer{Store: st, Signer: signer, Interval: every, Log: log}
+	}
+	return svc, nil
 }
 
 // Ready tells a caller of Run where the service answers once it does.
@@ -171,6 +187,11 @@ func (s *Service) Run(ctx context.Context, lis net.Listener, ready func(Ready)) 
 		go l.RunReconciler(bg)
 	}
 	go l.RunPruner(bg)
+	if s.Checkpointer != nil {
+		go s.Checkpointer.Run(bg)
+	} else {
+		s.log.Info("audit: no --audit-signing-key: events are hash-chained, but no checkpoint is signed (docs/audit.md)")
+	}
 	var side []*http.Server
 	defer func() {
 		for _, h := range side {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/opledger/opledger/audit"
 	"github.com/opledger/opledger/store/internal/db"
 )
 
@@ -200,7 +201,11 @@ type NewOperation struct {
 // (tenant, tool, idempotency key) is taken, in which case it returns
 // inserted == false and the caller reads the existing one.
 func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operation, inserted bool, err error) {
-	p := db.OperationInsertParams{
+	argsDigest, err := audit.Digest(n.Args)
+	if err != nil {
+		return Operation{}, false, fmt.Errorf("store: operation %s: %w", n.ID, err)
+	}
+	p := db.OperationInsertParams{ArgsDigest: argsDigest,
 		ID: n.ID, Tenant: n.Tenant, Tool: n.Tool, ToolVersion: n.ToolVersion, IdempotencyKey: n.IdempotencyKey,
 		Args: n.Args, Fingerprint: n.Fingerprint, State: n.State, PreparedBy: n.PreparedBy,
 		ApprovalRequired: n.ApprovalRequired, ApprovalTtlMs: n.ApprovalTTL.Milliseconds(),
@@ -495,7 +500,17 @@ type Transition struct {
 // t.Base was not the version it changed, the row as read just after, which
 // may already show a later change.
 func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation, error) {
+	// The event records digests of the result and error it sets (docs/audit.md).
+	resultDigest, err := audit.Digest(t.Result)
+	if err != nil {
+		return Operation{}, fmt.Errorf("store: operation %s: result: %w", t.ID, err)
+	}
+	errorDigest, err := audit.Digest(t.Error)
+	if err != nil {
+		return Operation{}, fmt.Errorf("store: operation %s: error: %w", t.ID, err)
+	}
 	r, err := c.q.OperationTransition(ctx, c.dbtx, db.OperationTransitionParams{
+		ResultDigest: text(resultDigest), ErrorDigest: text(errorDigest),
 		ID: t.ID, Tenant: t.Tenant, ToState: t.To, ExternalRef: text(t.ExternalRef), Result: t.Result,
 		SetError: t.SetError, Error: t.Error, ReconcileAfterSeconds: t.ReconcileAfter.Seconds(),
 		FromStates: t.From, Fence: t.Fence, RequireLeaseExpired: t.RequireLeaseExpired,
@@ -553,6 +568,10 @@ type Decision struct {
 	ApprovalTTL                time.Duration
 	// SupersededBy, when set, links the operation to its edit.
 	SupersededBy string
+	// ShownArgs, with a decision, are the arguments as the approver was
+	// shown them (the operation's canonical args): the event records their
+	// digest (docs/audit.md).
+	ShownArgs []byte
 	// RequireLapsedUnsent demands that the approval lapsed on the database's
 	// clock and that nothing was sent (an expiry, a renewal of a lapsed
 	// approval, a denial of a READY operation).
@@ -566,7 +585,11 @@ type Decision struct {
 // approval having lapsed with nothing sent). ErrNotFound means a guard
 // failed.
 func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, error) {
-	p := db.OperationDecideParams{
+	shown, err := audit.Digest(d.ShownArgs)
+	if err != nil {
+		return Operation{}, fmt.Errorf("store: operation %s: shown args: %w", d.ID, err)
+	}
+	p := db.OperationDecideParams{ShownArgsDigest: text(shown),
 		ID: d.ID, Tenant: d.Tenant, FromStates: d.From, ToState: d.To, Decision: text(d.Decision),
 		DecidedBy: text(d.DecidedBy), ApprovedFingerprint: text(d.ApprovedFingerprint), Reason: text(d.Reason),
 		EventType: d.Event, Actor: d.Actor, Detail: d.Detail, RequireLapsedUnsent: d.RequireLapsedUnsent, Notify: d.Notify,

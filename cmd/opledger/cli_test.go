@@ -107,6 +107,10 @@ func TestHelpOnEveryCommand(t *testing.T) {
 		{[]string{"chaos"}, "Runs the fault-injection suite"},
 		{[]string{"bench"}, "Measures opledger's throughput"},
 		{[]string{"mcp"}, "Runs the MCP gateway"},
+		{[]string{"audit"}, "every event of an operation is hash-chained"},
+		{[]string{"audit", "keygen"}, "Makes an Ed25519 key"},
+		{[]string{"audit", "export"}, "Writes a tenant's receipts as JSON Lines"},
+		{[]string{"audit", "verify"}, "Checks the receipts"},
 	}
 	for _, c := range commands {
 		name := strings.Join(c.args, " ")

@@ -51,6 +51,8 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	e.integer(&cfg.RateBurst, "rate-burst", "OPLEDGER_RATE_BURST", 0, "burst for --rate-limit (0: the rate)")
 	e.integer(&cfg.OpsPerMinute, "tenant-ops-per-minute", "OPLEDGER_TENANT_OPS_PER_MINUTE", 0, "operations a tenant may create per minute, all replicas (0: no quota)")
 	e.duration(&cfg.MaxDeadline, "max-deadline", "OPLEDGER_MAX_DEADLINE", 2*time.Minute, "cap on every call's deadline")
+	e.str(&cfg.AuditSigningKey, "audit-signing-key", "OPLEDGER_AUDIT_SIGNING_KEY", "", "Ed25519 key `FILE` (opledger audit keygen) signing the receipts' checkpoints (empty: chains only, no checkpoints)")
+	e.duration(&cfg.AuditCheckpointInterval, "audit-checkpoint-interval", "OPLEDGER_AUDIT_CHECKPOINT_INTERVAL", time.Minute, "how often one replica signs a checkpoint of the chain heads changed since the last")
 	e.duration(&cfg.Retention, "retention", "OPLEDGER_RETENTION", 720*time.Hour, "keep finished operations this long")
 	e.integer(&cfg.FinishedCache, "finished-cache", "OPLEDGER_FINISHED_CACHE", 16384, "finished operations kept in memory for replays (0: off, and the READY copies kept for the next Execute too)")
 	e.integer(&cfg.GCPercent, "gc-percent", "OPLEDGER_GC_PERCENT", defaultGCPercent, "Go garbage collector target `percent` for this process; the GOGC variable, when set, wins")
@@ -70,7 +72,8 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 			v    time.Duration
 		}{{"min-lease", cfg.MinLease}, {"max-wait", cfg.MaxWait}, {"reconcile-interval", cfg.ReconcileInterval},
 			{"reconcile-backoff", cfg.ReconcileBackoff}, {"drain", cfg.Drain}, {"max-deadline", cfg.MaxDeadline},
-			{"retention", cfg.Retention}, {"approval-webhook-backoff", cfg.ApprovalWebhookBackoff}} {
+			{"retention", cfg.Retention}, {"approval-webhook-backoff", cfg.ApprovalWebhookBackoff},
+			{"audit-checkpoint-interval", cfg.AuditCheckpointInterval}} {
 			if d.v < 0 {
 				errs = append(errs, fmt.Errorf("--%s: %s is negative", d.name, d.v))
 			}

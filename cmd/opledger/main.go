@@ -43,6 +43,7 @@ commands:
   keys list    list a tenant's principals (never their keys): --tenant T
   keys revoke  revoke an API key: --tenant T --name N | --id ID
   fakepay      run the fake payment processor (--listen HOST:PORT)
+  audit        the receipts: keygen, export a tenant's records, verify them (docs/audit.md)
   probe        check a tool's declarations against its real downstream (--tools FILE --tool NAME --args FILE --yes)
   mcp          the MCP gateway: the ledger's tools for MCP clients (stdio, or --listen HOST:PORT)
   chaos        run the fault-injection suite and check every effect (--duration D)
@@ -133,6 +134,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return fmt.Errorf("keys: unknown subcommand %q", sub)
 	case "fakepay":
 		return cmdFakepay(ctx, args[1:], stdout, stderr, getenv)
+	case "audit":
+		return cmdAudit(ctx, args[1:], stdout, stderr, getenv)
 	case "probe":
 		return cmdProbe(ctx, args[1:], stdout, stderr, getenv)
 	case "mcp":

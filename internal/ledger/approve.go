@@ -87,6 +87,10 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 			return err
 		}
 		st.Decision, st.DecidedBy, st.ApprovedFingerprint, st.Reason = in.Decision, a.ID, in.Fingerprint, in.Reason
+		// What the approver was shown (the canonical args, on the console
+		// and over RPC) and who they are (the credential's principal, a.ID):
+		// the decision's event records both (docs/audit.md).
+		st.ShownArgs = op.Args
 		st.Actor, st.Detail, st.DecidedByName = a.Name, d.detail, a.Name
 		needed := max(q.needed, 1)
 		st.ApprovalsNeeded, st.PolicyDigest, st.ApprovalRule, st.ApprovalTTL = &needed, q.digest, q.rule, q.ttl

@@ -250,3 +250,15 @@ func RevokePrincipal(ctx context.Context, st *store.Store, tenant string, ref st
 	}
 	return p, true, nil
 }
+
+// PrincipalOfKey resolves an API key outside a server, for a command that
+// acts on a tenant's behalf (opledger audit export, with an operator key of
+// the tenant). Unknown or revoked keys are ErrBadKey.
+func PrincipalOfKey(ctx context.Context, st *store.Store, key string) (Principal, error) {
+	hk := hashAPIKey(key)
+	p, err := st.PrincipalByKeyHash(ctx, hk[:])
+	if errors.Is(err, store.ErrNotFound) {
+		return Principal{}, ErrBadKey
+	}
+	return p, err
+}

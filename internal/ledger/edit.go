@@ -147,7 +147,7 @@ func (l *Ledger) ApproveEdited(ctx context.Context, a Actor, in ApproveInput, ed
 			return err
 		}
 		st.Decision, st.DecidedBy, st.DecidedByName, st.ApprovedFingerprint = DecisionDeny, a.ID, a.Name, in.Fingerprint
-		st.Reason, st.Actor, st.SupersededBy = in.Reason, a.Name, id
+		st.Reason, st.Actor, st.SupersededBy, st.ShownArgs = in.Reason, a.Name, id, op.Args
 		st.Detail = fmt.Sprintf("approved with edits by %s: superseded by %s", a.Name, id)
 		orig, err := c.OperationDecide(ctx, st)
 		if err != nil {

@@ -84,8 +84,14 @@ func pgbInsert(claim bool) map[string]bind {
 		"approvals_needed": val("0"), "policy_digest": val(pgbPolicyDigest), "approval_rule": expr("''"), "approvals": val("[]"),
 		"supersedes": pgbNull, "approved_by": pgbNull, "approved_reason": pgbNull,
 		"budget_names": pgbNull, "budget_scopes": pgbNull, "identity": pgbNull,
+		// The digest of the canonical args the PREPARED event records.
+		"args_digest": val(pgbArgsDigest),
 	}
 }
+
+// pgbArgsDigest stands for the digests of the args and the result the
+// events record (a SHA-256 in hex, as store computes them).
+const pgbArgsDigest = "1111111111111111111111111111111111111111111111111111111111111111"
 
 // pgbPolicyDigest stands for the bench tool's policy digest, which the
 // claim requires to be current.
@@ -112,6 +118,9 @@ func pgbSucceeded() map[string]bind {
 		"require_lease_expired": val("false"), "require_unsent": val("false"), "require_first_send": val("false"), "require_sent_if_ready": val("false"),
 		"key_retention_seconds": val("0"), "ahead_seconds": val("0"), "actor": val("server:bench-pgbench"),
 		"detail": val("downstream succeeded; external ref recorded"),
+		// The digests the SUCCEEDED event records: the result's, and the
+		// error cleared.
+		"result_digest": val(pgbArgsDigest), "error_digest": pgbNull,
 	}
 }
 

@@ -18,6 +18,28 @@ type ApprovalNotification struct {
 	CreatedAt     pgtype.Timestamptz
 }
 
+type AuditCheckpoint struct {
+	Seq         int64
+	TreeSize    int64
+	Root        []byte
+	RangeHashes [][]byte
+	Note        string
+	CreatedAt   pgtype.Timestamptz
+}
+
+type AuditHead struct {
+	OperationID string
+	Head        []byte
+}
+
+type AuditLeaf struct {
+	Idx           int64
+	CheckpointSeq int64
+	OperationID   string
+	Events        int32
+	Head          []byte
+}
+
 type Budget struct {
 	Tenant        string
 	Name          string
@@ -78,6 +100,7 @@ type Operation struct {
 	BudgetNames         []string
 	BudgetScopes        []string
 	Identity            pgtype.Text
+	ChainHead           []byte
 }
 
 type OperationEvent struct {
@@ -91,6 +114,8 @@ type OperationEvent struct {
 	Fence       int64
 	Detail      string
 	CreatedAt   pgtype.Timestamptz
+	Hash        []byte
+	Facts       []byte
 }
 
 type OperationIdentity struct {

@@ -317,35 +317,37 @@ WITH upd AS (
         first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
+        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $4::text, $5::text, o.state,
+                                      $1::text, o.attempts + 1, o.fence + 1, '', statement_timestamp(), NULL),
         updated_at = statement_timestamp()
-    WHERE o.id = $4 AND o.tenant IS NOT DISTINCT FROM $5 AND o.state = $6::text
-      AND (NOT $7::boolean OR NOT o.approval_required
+    WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = $8::text
+      AND (NOT $9::boolean OR NOT o.approval_required
            OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
-      AND (NOT $8::boolean OR o.first_sent_fence IS NOT NULL
-           OR o.policy_digest = ANY ($9::text[]))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity
+      AND (NOT $10::boolean OR o.first_sent_fence IS NOT NULL
+           OR o.policy_digest = ANY ($11::text[]))
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head
 ), ev AS (
-    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $10::text, $11, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
+    SELECT upd.id, upd.events, $4::text, $5, $8::text, upd.state, upd.attempts, upd.fence, '', upd.chain_head FROM upd
 )
-SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, upd.approvals_needed, upd.approvals, upd.policy_digest, upd.approval_rule, upd.supersedes, upd.superseded_by, upd.budget_names, upd.budget_scopes, upd.identity, true AS claimed, statement_timestamp()::timestamptz AS db_now FROM upd
+SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, upd.approvals_needed, upd.approvals, upd.policy_digest, upd.approval_rule, upd.supersedes, upd.superseded_by, upd.budget_names, upd.budget_scopes, upd.identity, upd.chain_head, true AS claimed, statement_timestamp()::timestamptz AS db_now FROM upd
 UNION ALL
-SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, g.approvals_needed, g.approvals, g.policy_digest, g.approval_rule, g.supersedes, g.superseded_by, g.budget_names, g.budget_scopes, g.identity, false AS claimed, statement_timestamp()::timestamptz AS db_now FROM operation g
-WHERE g.id = $4 AND g.tenant IS NOT DISTINCT FROM $5 AND NOT EXISTS (SELECT 1 FROM upd)
+SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, g.approvals_needed, g.approvals, g.policy_digest, g.approval_rule, g.supersedes, g.superseded_by, g.budget_names, g.budget_scopes, g.identity, g.chain_head, false AS claimed, statement_timestamp()::timestamptz AS db_now FROM operation g
+WHERE g.id = $6 AND g.tenant IS NOT DISTINCT FROM $7 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
 type OperationClaimParams struct {
 	ToState                string
 	LeaseOwner             pgtype.Text
 	LeaseSeconds           float64
+	EventType              string
+	Actor                  string
 	ID                     string
 	Tenant                 string
 	FromState              string
 	RequireApprovalInForce bool
 	RequirePolicyCurrent   bool
 	PolicyDigests          []string
-	EventType              string
-	Actor                  string
 }
 
 type OperationClaimRow struct {
@@ -392,6 +394,7 @@ type OperationClaimRow struct {
 	BudgetNames         []string
 	BudgetScopes        []string
 	Identity            pgtype.Text
+	ChainHead           []byte
 	Claimed             bool
 	DbNow               pgtype.Timestamptz
 }
@@ -423,14 +426,14 @@ func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClai
 		arg.ToState,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
+		arg.EventType,
+		arg.Actor,
 		arg.ID,
 		arg.Tenant,
 		arg.FromState,
 		arg.RequireApprovalInForce,
 		arg.RequirePolicyCurrent,
 		arg.PolicyDigests,
-		arg.EventType,
-		arg.Actor,
 	)
 	if err != nil {
 		return nil, err
@@ -483,6 +486,7 @@ func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClai
 			&i.BudgetNames,
 			&i.BudgetScopes,
 			&i.Identity,
+			&i.ChainHead,
 			&i.Claimed,
 			&i.DbNow,
 		); err != nil {
@@ -508,17 +512,19 @@ WITH upd AS (
         first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
+        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $4::text, $5::text, o.state,
+                                      $1::text, o.attempts + 1, o.fence + 1, '', statement_timestamp(), NULL),
         updated_at = statement_timestamp()
-    WHERE o.id = $4 AND o.tenant IS NOT DISTINCT FROM $5 AND o.state = $6::text
-      AND (NOT $7::boolean OR NOT o.approval_required
+    WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = $8::text
+      AND (NOT $9::boolean OR NOT o.approval_required
            OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
-      AND (NOT $8::boolean OR o.first_sent_fence IS NOT NULL
-           OR o.policy_digest = ANY ($9::text[]))
+      AND (NOT $10::boolean OR o.first_sent_fence IS NOT NULL
+           OR o.policy_digest = ANY ($11::text[]))
     RETURNING o.id, o.state, o.fence, o.attempts, o.lease_owner, o.lease_expires_at, o.next_reconcile_at,
-              o.first_claimed_at, o.waited, o.reconcile_attempts, o.first_sent_fence, o.events, o.updated_at
+              o.first_claimed_at, o.waited, o.reconcile_attempts, o.first_sent_fence, o.events, o.updated_at, o.chain_head
 ), ev AS (
-    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $10::text, $11, $6::text, upd.state, upd.attempts, upd.fence, '' FROM upd
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
+    SELECT upd.id, upd.events, $4::text, $5, $8::text, upd.state, upd.attempts, upd.fence, '', upd.chain_head FROM upd
 )
 SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, statement_timestamp()::timestamptz AS db_now FROM upd
 `
@@ -527,14 +533,14 @@ type OperationClaimKnownParams struct {
 	ToState                string
 	LeaseOwner             pgtype.Text
 	LeaseSeconds           float64
+	EventType              string
+	Actor                  string
 	ID                     string
 	Tenant                 string
 	FromState              string
 	RequireApprovalInForce bool
 	RequirePolicyCurrent   bool
 	PolicyDigests          []string
-	EventType              string
-	Actor                  string
 }
 
 type OperationClaimKnownRow struct {
@@ -567,14 +573,14 @@ func (q *Queries) OperationClaimKnown(ctx context.Context, db DBTX, arg Operatio
 		arg.ToState,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
+		arg.EventType,
+		arg.Actor,
 		arg.ID,
 		arg.Tenant,
 		arg.FromState,
 		arg.RequireApprovalInForce,
 		arg.RequirePolicyCurrent,
 		arg.PolicyDigests,
-		arg.EventType,
-		arg.Actor,
 	)
 	if err != nil {
 		return nil, err
@@ -624,7 +630,7 @@ UPDATE operation o SET
                                                            $2::float8 * power(2, LEAST(o.reconcile_attempts, 62))))
 FROM due
 WHERE o.id = due.id
-RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, now()::timestamptz AS db_now
+RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head, now()::timestamptz AS db_now
 `
 
 type OperationClaimUnresolvedParams struct {
@@ -677,6 +683,7 @@ type OperationClaimUnresolvedRow struct {
 	BudgetNames         []string
 	BudgetScopes        []string
 	Identity            pgtype.Text
+	ChainHead           []byte
 	DbNow               pgtype.Timestamptz
 }
 
@@ -739,6 +746,7 @@ func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg Ope
 			&i.BudgetNames,
 			&i.BudgetScopes,
 			&i.Identity,
+			&i.ChainHead,
 			&i.DbNow,
 		); err != nil {
 			return nil, err
@@ -811,26 +819,46 @@ WITH upd AS (
                         'policy_digest', COALESCE($8::text, o.policy_digest)))
             END,
         events = o.events + 1,
+        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $12::text, $13::text, o.state,
+                                      $1::text, o.attempts, o.fence, $14::text, statement_timestamp(),
+                                      ('{"approvals_needed":' || audit_json(COALESCE($7::integer, o.approvals_needed)::text)
+                                          || ',"approved_fingerprint":' || audit_json($5::text)
+                                          || ',"approver":' || audit_json($3::text)
+                                          || ',"approver_name":' || audit_json($11::text)
+                                          || ',"args_digest":' || audit_json($15::text)
+                                          || ',"decision":' || audit_json($2::text)
+                                          || ',"policy_digest":' || audit_json(COALESCE($8::text, o.policy_digest))
+                                          || ',"reason":' || audit_json($6::text)
+                                          || ',"superseded_by":' || audit_json($10::text) || '}')),
         updated_at = statement_timestamp()
-    WHERE o.id = $12 AND o.tenant IS NOT DISTINCT FROM $13 AND o.state = ANY ($14::text[])
-      AND (NOT $15::boolean OR o.state <> 'READY'
+    WHERE o.id = $16 AND o.tenant IS NOT DISTINCT FROM $17 AND o.state = ANY ($18::text[])
+      AND (NOT $19::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= statement_timestamp() AND o.first_sent_fence IS NULL))
       AND ($2::text IS NULL OR o.state = 'READY'
            OR NOT o.approvals @> jsonb_build_array(jsonb_build_object('principal_id', $3::text)))
       AND ($2::text IS DISTINCT FROM 'APPROVE'
            OR ($1::text = 'READY') = ((CASE WHEN o.state = 'READY' THEN 0 ELSE jsonb_array_length(o.approvals) END) + 1
                                                       >= COALESCE($7::integer, o.approvals_needed)))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head
 ), ev AS (
-    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $16::text, $17, upd.prev_state, upd.state, upd.attempts, upd.fence, $18
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
+    SELECT upd.id, upd.events, $12::text, $13, upd.prev_state, upd.state, upd.attempts, upd.fence, $14,
+           upd.chain_head,
+           ('{"approvals_needed":' || audit_json(upd.approvals_needed::text)
+               || ',"approved_fingerprint":' || audit_json($5::text)
+               || ',"approver":' || audit_json($3::text)
+               || ',"approver_name":' || audit_json($11::text)
+               || ',"args_digest":' || audit_json($15::text)
+               || ',"decision":' || audit_json($2::text) || ',"policy_digest":' || audit_json(upd.policy_digest)
+               || ',"reason":' || audit_json($6::text)
+               || ',"superseded_by":' || audit_json($10::text) || '}')::jsonb
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'approval_expired' FROM upd
-    WHERE upd.state = 'AWAITING_APPROVAL' AND $19::boolean
+    WHERE upd.state = 'AWAITING_APPROVAL' AND $20::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head FROM upd
 `
 
 type OperationDecideParams struct {
@@ -845,13 +873,14 @@ type OperationDecideParams struct {
 	ApprovalRule        pgtype.Text
 	SupersededBy        pgtype.Text
 	DecidedByName       string
+	EventType           string
+	Actor               string
+	Detail              string
+	ShownArgsDigest     pgtype.Text
 	ID                  string
 	Tenant              string
 	FromStates          []string
 	RequireLapsedUnsent bool
-	EventType           string
-	Actor               string
-	Detail              string
 	Notify              bool
 }
 
@@ -899,6 +928,7 @@ type OperationDecideRow struct {
 	BudgetNames         []string
 	BudgetScopes        []string
 	Identity            pgtype.Text
+	ChainHead           []byte
 }
 
 // Records an approver's decision (or an approval's expiry) on an operation
@@ -939,13 +969,14 @@ func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDec
 		arg.ApprovalRule,
 		arg.SupersededBy,
 		arg.DecidedByName,
+		arg.EventType,
+		arg.Actor,
+		arg.Detail,
+		arg.ShownArgsDigest,
 		arg.ID,
 		arg.Tenant,
 		arg.FromStates,
 		arg.RequireLapsedUnsent,
-		arg.EventType,
-		arg.Actor,
-		arg.Detail,
 		arg.Notify,
 	)
 	var i OperationDecideRow
@@ -993,12 +1024,13 @@ func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDec
 		&i.BudgetNames,
 		&i.BudgetScopes,
 		&i.Identity,
+		&i.ChainHead,
 	)
 	return i, err
 }
 
 const operationEvents = `-- name: OperationEvents :many
-SELECT operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, created_at FROM operation_event
+SELECT operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, created_at, hash, facts FROM operation_event
 WHERE operation_id = $1
 ORDER BY seq
 `
@@ -1023,6 +1055,8 @@ func (q *Queries) OperationEvents(ctx context.Context, db DBTX, operationID stri
 			&i.Fence,
 			&i.Detail,
 			&i.CreatedAt,
+			&i.Hash,
+			&i.Facts,
 		); err != nil {
 			return nil, err
 		}
@@ -1035,7 +1069,7 @@ func (q *Queries) OperationEvents(ctx context.Context, db DBTX, operationID stri
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, now()::timestamptz AS db_now FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head, now()::timestamptz AS db_now FROM operation
 WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 `
 
@@ -1088,6 +1122,7 @@ type OperationGetRow struct {
 	BudgetNames         []string
 	BudgetScopes        []string
 	Identity            pgtype.Text
+	ChainHead           []byte
 	DbNow               pgtype.Timestamptz
 }
 
@@ -1140,13 +1175,14 @@ func (q *Queries) OperationGet(ctx context.Context, db DBTX, arg OperationGetPar
 		&i.BudgetNames,
 		&i.BudgetScopes,
 		&i.Identity,
+		&i.ChainHead,
 		&i.DbNow,
 	)
 	return i, err
 }
 
 const operationGetByDownstreamKeyForUpdate = `-- name: OperationGetByDownstreamKeyForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head FROM operation
 WHERE downstream_key = $1
 FOR UPDATE
 `
@@ -1198,12 +1234,13 @@ func (q *Queries) OperationGetByDownstreamKeyForUpdate(ctx context.Context, db D
 		&i.BudgetNames,
 		&i.BudgetScopes,
 		&i.Identity,
+		&i.ChainHead,
 	)
 	return i, err
 }
 
 const operationGetByKey = `-- name: OperationGetByKey :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head FROM operation
 WHERE tenant = $1 AND tool = $2 AND idempotency_key = $3
 `
 
@@ -1260,12 +1297,13 @@ func (q *Queries) OperationGetByKey(ctx context.Context, db DBTX, arg OperationG
 		&i.BudgetNames,
 		&i.BudgetScopes,
 		&i.Identity,
+		&i.ChainHead,
 	)
 	return i, err
 }
 
 const operationGetForUpdate = `-- name: OperationGetForUpdate :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM operation
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head FROM operation
 WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 FOR UPDATE
 `
@@ -1322,88 +1360,105 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 		&i.BudgetNames,
 		&i.BudgetScopes,
 		&i.Identity,
+		&i.ChainHead,
 	)
 	return i, err
 }
 
 const operationInsert = `-- name: OperationInsert :one
 
-WITH ins AS (
+WITH h AS (
+    SELECT f.facts, audit_event_hash(NULL, $1::text, 1, 'PREPARED', $2::text, NULL, $3::text,
+                                     0, 0, $4::text, statement_timestamp(), f.facts) AS prepared
+    FROM (SELECT ('{"approvals_needed":' || audit_json($5::integer::text)
+        || ',"approver":' || audit_json($6::text) || ',"args_digest":' || audit_json($7::text)
+        || ',"downstream_key":' || audit_json($8::text)
+        || ',"fingerprint":' || audit_json($9::text) || ',"policy_digest":' || audit_json($10::text)
+        || ',"prepared_by":' || audit_json($11::text) || ',"reason":' || audit_json($12::text)
+        || ',"supersedes":' || audit_json($13::text) || ',"tenant":' || audit_json($14::text)
+        || ',"tool":' || audit_json($15::text)
+        || ',"tool_version":' || audit_json($16::text) || '}') AS facts) f
+), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
-                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
+                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
                            fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    VALUES ($1, $2, $3, $4, $5, $6, $7,
-            CASE WHEN $8::boolean THEN $9::text ELSE $10::text END,
-            $11, $12, $13, $14,
-            CASE WHEN $8::boolean THEN 2 ELSE 1 END,
-            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $8::boolean THEN $15::text END,
-            CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
-            CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
-            CASE WHEN $8::boolean THEN now() END,
-            $17::integer, $18::text, $19::text,
-            $20::jsonb, $21::text,
-            $22::text[], $23::text[], $24::text,
+    VALUES ($1, $14, $15, $16, $17, $18, $9,
+            CASE WHEN $19::boolean THEN $20::text ELSE $3::text END,
+            $11, $21, $22, $8,
+            CASE WHEN $19::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $19::boolean
+                 THEN audit_event_hash((SELECT h.prepared FROM h), $1::text, 2, $23::text, $2::text,
+                                       $24::text, $20::text, 1, 1, '', statement_timestamp(), NULL)
+                 ELSE (SELECT h.prepared FROM h) END,
+            CASE WHEN $19::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $19::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $19::boolean THEN $25::text END,
+            CASE WHEN $19::boolean THEN now() + make_interval(secs => $26::float8) END,
+            CASE WHEN $19::boolean THEN now() + make_interval(secs => $26::float8) END,
+            CASE WHEN $19::boolean THEN now() END,
+            $5::integer, $10::text, $27::text,
+            $28::jsonb, $13::text,
+            $29::text[], $30::text[], $31::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
-            CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN 'APPROVE' END,
-            $25::text,
-            CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN now() END,
-            CASE WHEN jsonb_array_length($20::jsonb) > 0 AND $10::text = 'READY'
-                 THEN now() + make_interval(secs => $13::bigint / 1000.0) END,
-            CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN $7::text END,
-            $26::text)
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN 'APPROVE' END,
+            $6::text,
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN now() END,
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 AND $3::text = 'READY'
+                 THEN now() + make_interval(secs => $22::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN $9::text END,
+            $12::text)
     ON CONFLICT DO NOTHING
-    RETURNING id, state, fence, created_at, lease_expires_at, args
+    RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
-    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 1, 'PREPARED', $27, NULL, $10::text, 0, 0, $28 FROM ins
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
+    SELECT ins.id, 1, 'PREPARED', $2, NULL, $3::text, 0, 0, $4, h.prepared, h.facts::jsonb FROM ins, h
 ), claimed AS (
-    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 2, $29::text, $27, $30::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
+    SELECT ins.id, 2, $23::text, $2, $24::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
-    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $31::boolean
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $32::boolean
 )
 SELECT created_at, lease_expires_at, args FROM ins
 `
 
 type OperationInsertParams struct {
 	ID               string
+	Actor            string
+	State            string
+	Detail           string
+	ApprovalsNeeded  int32
+	ApprovedBy       pgtype.Text
+	ArgsDigest       string
+	DownstreamKey    string
+	Fingerprint      string
+	PolicyDigest     string
+	PreparedBy       string
+	ApprovedReason   pgtype.Text
+	Supersedes       pgtype.Text
 	Tenant           string
 	Tool             string
 	ToolVersion      string
 	IdempotencyKey   string
 	Args             []byte
-	Fingerprint      string
 	Claim            bool
 	ClaimTo          string
-	State            string
-	PreparedBy       string
 	ApprovalRequired bool
 	ApprovalTtlMs    int64
-	DownstreamKey    string
+	ClaimEvent       string
+	ClaimFrom        string
 	LeaseOwner       pgtype.Text
 	LeaseSeconds     float64
-	ApprovalsNeeded  int32
-	PolicyDigest     string
 	ApprovalRule     string
 	Approvals        []byte
-	Supersedes       pgtype.Text
 	BudgetNames      []string
 	BudgetScopes     []string
 	Identity         pgtype.Text
-	ApprovedBy       pgtype.Text
-	ApprovedReason   pgtype.Text
-	Actor            string
-	Detail           string
-	ClaimEvent       string
-	ClaimFrom        string
 	Notify           bool
 }
 
@@ -1447,38 +1502,43 @@ type OperationInsertRow struct {
 // so any conflict is the twin's). (A claim is only asked for an
 // operation born in claim_from that needs no approval; the table's
 // operation_executing_has_lease rule holds the lease to it.)
+// The events' hashes (migration 0016) are computed here: PREPARED's in h
+// (its facts: what the operation is, args_digest being the SHA-256 of the
+// canonical args), CLAIMED's chained to it, and the last is the row's
+// chain_head.
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {
 	row := db.QueryRow(ctx, operationInsert,
 		arg.ID,
+		arg.Actor,
+		arg.State,
+		arg.Detail,
+		arg.ApprovalsNeeded,
+		arg.ApprovedBy,
+		arg.ArgsDigest,
+		arg.DownstreamKey,
+		arg.Fingerprint,
+		arg.PolicyDigest,
+		arg.PreparedBy,
+		arg.ApprovedReason,
+		arg.Supersedes,
 		arg.Tenant,
 		arg.Tool,
 		arg.ToolVersion,
 		arg.IdempotencyKey,
 		arg.Args,
-		arg.Fingerprint,
 		arg.Claim,
 		arg.ClaimTo,
-		arg.State,
-		arg.PreparedBy,
 		arg.ApprovalRequired,
 		arg.ApprovalTtlMs,
-		arg.DownstreamKey,
+		arg.ClaimEvent,
+		arg.ClaimFrom,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
-		arg.ApprovalsNeeded,
-		arg.PolicyDigest,
 		arg.ApprovalRule,
 		arg.Approvals,
-		arg.Supersedes,
 		arg.BudgetNames,
 		arg.BudgetScopes,
 		arg.Identity,
-		arg.ApprovedBy,
-		arg.ApprovedReason,
-		arg.Actor,
-		arg.Detail,
-		arg.ClaimEvent,
-		arg.ClaimFrom,
 		arg.Notify,
 	)
 	var i OperationInsertRow
@@ -1487,9 +1547,9 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 }
 
 const operationList = `-- name: OperationList :many
-SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity FROM unnest($1::text[]) AS s(state)
+SELECT o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head FROM unnest($1::text[]) AS s(state)
 CROSS JOIN LATERAL (
-    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence, l.waited, l.prev_state, l.approvals_needed, l.approvals, l.policy_digest, l.approval_rule, l.supersedes, l.superseded_by, l.budget_names, l.budget_scopes, l.identity FROM operation l
+    SELECT l.id, l.tenant, l.tool, l.tool_version, l.idempotency_key, l.args, l.fingerprint, l.state, l.prepared_by, l.approval_required, l.approval_ttl_ms, l.approval_decision, l.approval_decided_by, l.approval_decided_at, l.approval_expires_at, l.approval_fingerprint, l.approval_reason, l.attempts, l.fence, l.lease_owner, l.lease_expires_at, l.first_claimed_at, l.downstream_key, l.external_ref, l.result, l.error, l.events, l.reconcile_attempts, l.next_reconcile_at, l.created_at, l.updated_at, l.first_sent_fence, l.waited, l.prev_state, l.approvals_needed, l.approvals, l.policy_digest, l.approval_rule, l.supersedes, l.superseded_by, l.budget_names, l.budget_scopes, l.identity, l.chain_head FROM operation l
     WHERE l.tenant = $2 AND l.state = s.state
       AND ($3::text = '' OR l.tool = $3::text)
       AND (l.created_at, l.id) < ($4::timestamptz, $5::text)
@@ -1575,6 +1635,7 @@ func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListP
 			&i.BudgetNames,
 			&i.BudgetScopes,
 			&i.Identity,
+			&i.ChainHead,
 		); err != nil {
 			return nil, err
 		}
@@ -1587,7 +1648,7 @@ func (q *Queries) OperationList(ctx context.Context, db DBTX, arg OperationListP
 }
 
 const operationListApprovedUnsent = `-- name: OperationListApprovedUnsent :many
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM operation l
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head FROM operation l
 WHERE l.tenant = $1 AND l.state = 'READY' AND l.approval_required AND l.first_sent_fence IS NULL
   AND ($2::text = '' OR l.tool = $2::text)
   AND (l.created_at, l.id) < ($3::timestamptz, $4::text)
@@ -1666,6 +1727,7 @@ func (q *Queries) OperationListApprovedUnsent(ctx context.Context, db DBTX, arg 
 			&i.BudgetNames,
 			&i.BudgetScopes,
 			&i.Identity,
+			&i.ChainHead,
 		); err != nil {
 			return nil, err
 		}
@@ -1726,24 +1788,30 @@ WITH upd AS (
                          THEN '[]'::jsonb ELSE o.approvals END,
         approval_expires_at = CASE WHEN $1::text = 'AWAITING_APPROVAL' THEN NULL ELSE o.approval_expires_at END,
         events = o.events + 1,
+        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $6::text, $7::text, o.state,
+                                      $1::text, o.attempts, o.fence, $8::text, statement_timestamp(),
+                                      ('{"approvals_needed":' || audit_json(GREATEST(o.approvals_needed, $3::integer)::text)
+                                          || ',"policy_digest":' || audit_json($2::text) || '}')),
         updated_at = statement_timestamp()
-    WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = ANY ($8::text[])
-      AND o.policy_digest = $9::text AND o.first_sent_fence IS NULL
-      AND (NOT $10::boolean
+    WHERE o.id = $9 AND o.tenant IS NOT DISTINCT FROM $10 AND o.state = ANY ($11::text[])
+      AND o.policy_digest = $12::text AND o.first_sent_fence IS NULL
+      AND (NOT $13::boolean
            OR jsonb_array_length(o.approvals) < GREATEST(o.approvals_needed, $3::integer))
-      AND (NOT $11::boolean
+      AND (NOT $14::boolean
            OR jsonb_array_length(o.approvals) >= GREATEST(o.approvals_needed, $3::integer))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head
 ), ev AS (
-    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $12::text, $13, upd.prev_state, upd.state, upd.attempts, upd.fence, $14
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
+    SELECT upd.id, upd.events, $6::text, $7, upd.prev_state, upd.state, upd.attempts, upd.fence, $8,
+           upd.chain_head, ('{"approvals_needed":' || audit_json(upd.approvals_needed::text)
+               || ',"policy_digest":' || audit_json(upd.policy_digest) || '}')::jsonb
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'policy_changed' FROM upd
     WHERE upd.state = 'AWAITING_APPROVAL' AND upd.prev_state <> 'AWAITING_APPROVAL' AND $15::boolean
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head FROM upd
 `
 
 type OperationPolicyApplyParams struct {
@@ -1752,15 +1820,15 @@ type OperationPolicyApplyParams struct {
 	ApprovalsNeeded int32
 	ApprovalTtlMs   int64
 	ApprovalRule    string
+	EventType       string
+	Actor           string
+	Detail          string
 	ID              string
 	Tenant          string
 	FromStates      []string
 	OldDigest       string
 	RequireShort    bool
 	RequireMet      bool
-	EventType       string
-	Actor           string
-	Detail          string
 	Notify          bool
 }
 
@@ -1808,6 +1876,7 @@ type OperationPolicyApplyRow struct {
 	BudgetNames         []string
 	BudgetScopes        []string
 	Identity            pgtype.Text
+	ChainHead           []byte
 }
 
 // Applies the policy in force to an operation that nothing was sent for and
@@ -1835,15 +1904,15 @@ func (q *Queries) OperationPolicyApply(ctx context.Context, db DBTX, arg Operati
 		arg.ApprovalsNeeded,
 		arg.ApprovalTtlMs,
 		arg.ApprovalRule,
+		arg.EventType,
+		arg.Actor,
+		arg.Detail,
 		arg.ID,
 		arg.Tenant,
 		arg.FromStates,
 		arg.OldDigest,
 		arg.RequireShort,
 		arg.RequireMet,
-		arg.EventType,
-		arg.Actor,
-		arg.Detail,
 		arg.Notify,
 	)
 	var i OperationPolicyApplyRow
@@ -1891,6 +1960,7 @@ func (q *Queries) OperationPolicyApply(ctx context.Context, db DBTX, arg Operati
 		&i.BudgetNames,
 		&i.BudgetScopes,
 		&i.Identity,
+		&i.ChainHead,
 	)
 	return i, err
 }
@@ -1939,32 +2009,34 @@ WITH upd AS (
         lease_expires_at = now() + make_interval(secs => $2::float8),
         next_reconcile_at = now() + make_interval(secs => $2::float8),
         events = o.events + 1,
+        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $3::text, $4::text, o.state,
+                                      o.state, o.attempts + 1, o.fence + 1, 'lease expired; previous holder fenced out', statement_timestamp(), NULL),
         updated_at = now()
-    WHERE o.id = $3 AND o.tenant IS NOT DISTINCT FROM $4 AND o.state = $5::text
-      AND o.fence = $6 AND o.lease_expires_at < now()
-      AND ($7::float8 = 0 OR o.first_claimed_at IS NULL
-           OR now() + make_interval(secs => $8::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * $7::float8))
-    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity
+    WHERE o.id = $5 AND o.tenant IS NOT DISTINCT FROM $6 AND o.state = $7::text
+      AND o.fence = $8 AND o.lease_expires_at < now()
+      AND ($9::float8 = 0 OR o.first_claimed_at IS NULL
+           OR now() + make_interval(secs => $10::float8)
+              < o.first_claimed_at + make_interval(secs => 0.9 * $9::float8))
+    RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head
 ), ev AS (
-    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $9::text, $10, $5::text, upd.state, upd.attempts, upd.fence,
-           'lease expired; previous holder fenced out' FROM upd
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
+    SELECT upd.id, upd.events, $3::text, $4, $7::text, upd.state, upd.attempts, upd.fence,
+           'lease expired; previous holder fenced out', upd.chain_head FROM upd
 )
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM upd
+SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head FROM upd
 `
 
 type OperationTakeOverParams struct {
 	LeaseOwner          pgtype.Text
 	LeaseSeconds        float64
+	EventType           string
+	Actor               string
 	ID                  string
 	Tenant              string
 	FromState           string
 	Fence               int64
 	KeyRetentionSeconds float64
 	AheadSeconds        float64
-	EventType           string
-	Actor               string
 }
 
 type OperationTakeOverRow struct {
@@ -2011,6 +2083,7 @@ type OperationTakeOverRow struct {
 	BudgetNames         []string
 	BudgetScopes        []string
 	Identity            pgtype.Text
+	ChainHead           []byte
 }
 
 // Takes over an operation in from_state (the state machine's: EXECUTING)
@@ -2025,14 +2098,14 @@ func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationT
 	row := db.QueryRow(ctx, operationTakeOver,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
+		arg.EventType,
+		arg.Actor,
 		arg.ID,
 		arg.Tenant,
 		arg.FromState,
 		arg.Fence,
 		arg.KeyRetentionSeconds,
 		arg.AheadSeconds,
-		arg.EventType,
-		arg.Actor,
 	)
 	var i OperationTakeOverRow
 	err := row.Scan(
@@ -2079,6 +2152,7 @@ func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationT
 		&i.BudgetNames,
 		&i.BudgetScopes,
 		&i.Identity,
+		&i.ChainHead,
 	)
 	return i, err
 }
@@ -2099,22 +2173,30 @@ WITH upd AS (
                                  ELSE NULL END,
         reconcile_attempts = CASE WHEN $1::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
         events = o.events + 1,
+        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $6::text, $8::text, o.state,
+                                      $1::text, o.attempts, o.fence, $9::text, statement_timestamp(),
+                                      ('{"error_digest":' || audit_json(CASE WHEN $4::boolean THEN COALESCE($10::text, '') END)
+                                          || ',"external_ref":' || audit_json($2::text)
+                                          || ',"result_digest":' || audit_json($11::text) || '}')),
         updated_at = statement_timestamp()
-    WHERE o.id = $8 AND o.tenant IS NOT DISTINCT FROM $9
-      AND o.state = ANY ($10::text[])
-      AND o.fence = $11
-      AND (NOT $12::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < statement_timestamp())
-      AND (NOT $13::boolean OR o.first_sent_fence IS NULL)
-      AND (NOT $14::boolean OR o.state <> 'READY' OR o.first_sent_fence IS NOT NULL)
-      AND (NOT $15::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
-      AND ($16::float8 = 0 OR o.first_claimed_at IS NULL
-           OR statement_timestamp() + make_interval(secs => $17::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * $16::float8))
+    WHERE o.id = $12 AND o.tenant IS NOT DISTINCT FROM $13
+      AND o.state = ANY ($14::text[])
+      AND o.fence = $15
+      AND (NOT $16::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < statement_timestamp())
+      AND (NOT $17::boolean OR o.first_sent_fence IS NULL)
+      AND (NOT $18::boolean OR o.state <> 'READY' OR o.first_sent_fence IS NOT NULL)
+      AND (NOT $19::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
+      AND ($20::float8 = 0 OR o.first_claimed_at IS NULL
+           OR statement_timestamp() + make_interval(secs => $21::float8)
+              < o.first_claimed_at + make_interval(secs => 0.9 * $20::float8))
     RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
-              o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error
+              o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error, o.chain_head
 ), ev AS (
-    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $6::text, $18, upd.prev_state, upd.state, upd.attempts, upd.fence, $19
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
+    SELECT upd.id, upd.events, $6::text, $8, upd.prev_state, upd.state, upd.attempts, upd.fence, $9,
+           upd.chain_head, ('{"error_digest":' || audit_json(CASE WHEN $4::boolean THEN COALESCE($10::text, '') END)
+               || ',"external_ref":' || audit_json($2::text)
+               || ',"result_digest":' || audit_json($11::text) || '}')::jsonb
     FROM upd
 )
 SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_sent_fence, external_ref, result, error FROM upd
@@ -2128,6 +2210,10 @@ type OperationTransitionParams struct {
 	Error                 []byte
 	EventType             string
 	ReconcileAfterSeconds float64
+	Actor                 string
+	Detail                string
+	ErrorDigest           pgtype.Text
+	ResultDigest          pgtype.Text
 	ID                    string
 	Tenant                string
 	FromStates            []string
@@ -2138,8 +2224,6 @@ type OperationTransitionParams struct {
 	RequireFirstSend      bool
 	KeyRetentionSeconds   float64
 	AheadSeconds          float64
-	Actor                 string
-	Detail                string
 }
 
 type OperationTransitionRow struct {
@@ -2191,6 +2275,10 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		arg.Error,
 		arg.EventType,
 		arg.ReconcileAfterSeconds,
+		arg.Actor,
+		arg.Detail,
+		arg.ErrorDigest,
+		arg.ResultDigest,
 		arg.ID,
 		arg.Tenant,
 		arg.FromStates,
@@ -2201,8 +2289,6 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		arg.RequireFirstSend,
 		arg.KeyRetentionSeconds,
 		arg.AheadSeconds,
-		arg.Actor,
-		arg.Detail,
 	)
 	var i OperationTransitionRow
 	err := row.Scan(

@@ -1,0 +1,370 @@
+package store_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/opledger/opledger/audit"
+	"github.com/opledger/opledger/proof/pgtest"
+	"github.com/opledger/opledger/store"
+)
+
+// TestAuditDocSQLMatchesGo: the canonical form of an event that the
+// statements build in SQL (audit_event_doc, migration 0016) is byte for
+// byte the one the verifier builds with the project's JCS (audit.EventDoc),
+// for texts that need every kind of escape, a NULL from_state and prev, and
+// facts given out of order with NULL values; so are their hashes.
+func TestAuditDocSQLMatchesGo(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	at := time.Date(2026, 12, 3, 18, 0, 0, 123456000, time.UTC)
+	prev := []byte{0x00, 0xff, 0x10, 0xab}
+	for _, c := range []struct {
+		name   string
+		prev   []byte
+		detail string
+		from   string
+		facts  bool
+	}{
+		{"plain", nil, "", "", false},
+		{"escapes", prev, "q\"b\\s/t\tn\nr\rb\bf\fc\x01\x1f\x7f", "READY", true},
+		{"unicode", prev, "é 😀 \u2028 \u2029 \ufeff", "EXECUTING", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ev := audit.Event{OperationID: "op_ü\"x", Seq: 7, Type: "SUCCEEDED", Actor: "actor \\ \"a\"", FromState: c.from,
+				ToState: "SUCCEEDED", Attempt: 3, Fence: 1 << 40, Detail: c.detail, CreatedAt: at}
+			// The facts as the statements build them: members in order,
+			// each value through audit_json.
+			factsSQL := "NULL::text"
+			if c.facts {
+				factsSQL = `'{"a_null":' || audit_json(NULL) || ',"b":' || audit_json($10) || ',"tool_version":' || audit_json($5) || '}'`
+				ev.Facts = map[string]*string{"tool_version": &ev.Actor, "b": &ev.Detail, "a_null": nil}
+			}
+			var from any
+			if c.from != "" {
+				from = c.from
+			}
+			var doc string
+			var hash []byte
+			require.NoError(t, g.pool.QueryRow(ctx, `SELECT audit_event_doc($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, `+factsSQL+`),
+				audit_event_hash($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, `+factsSQL+`)`,
+				c.prev, ev.OperationID, ev.Seq, ev.Type, ev.Actor, from, ev.ToState, ev.Attempt, ev.Fence, ev.Detail, ev.CreatedAt).Scan(&doc, &hash))
+			want, err := audit.EventDoc(c.prev, ev)
+			require.NoError(t, err)
+			require.Equal(t, string(want), doc)
+			wantHash, err := audit.EventHash(c.prev, ev)
+			require.NoError(t, err)
+			require.Equal(t, hex.EncodeToString(wantHash), hex.EncodeToString(hash))
+		})
+	}
+}
+
+// auditDB drives operations through the store's own statements, so that
+// their chains are the ones production writes.
+type auditDB struct {
+	*guardDB
+	url string
+	n   int
+}
+
+func (a *auditDB) records(t *testing.T, ids ...string) map[string]store.AuditRecord {
+	t.Helper()
+	recs, err := a.st.AuditPage(t.Context(), store.AuditQuery{Limit: 1000})
+	require.NoError(t, err)
+	out := map[string]store.AuditRecord{}
+	for _, r := range recs {
+		out[r.Operation.ID] = r
+	}
+	for _, id := range ids {
+		require.Contains(t, out, id)
+	}
+	return out
+}
+
+func (a *auditDB) verify(t *testing.T, id string, off audit.Off) []audit.Break {
+	t.Helper()
+	r := a.records(t, id)[id]
+	return audit.VerifyOperation(r.Operation, r.Events, off)
+}
+
+// approved is an operation that awaited approval, was approved, claimed
+// and succeeded with a result: PREPARED, APPROVED, CLAIMED, SUCCEEDED.
+func (a *auditDB) approved(t *testing.T) string {
+	t.Helper()
+	ctx := t.Context()
+	a.n++
+	id := fmt.Sprintf("op_audit%018d", a.n)
+	args := []byte(`{"invoice_id":"inv_1","amount_minor":500,"currency":"EUR"}`)
+	_, inserted, err := a.st.OperationInsert(ctx, store.NewOperation{ID: id, Tenant: "acme", Tool: "pay_invoice", ToolVersion: "1",
+		IdempotencyKey: id, Args: args, Fingerprint: "v1:fp" + id, State: "AWAITING_APPROVAL", PreparedBy: "pr_agent",
+		ApprovalRequired: true, ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "agent",
+		ApprovalsNeeded: 1, PolicyDigest: "pd1", ApprovalRule: "approval.required"})
+	require.NoError(t, err)
+	require.True(t, inserted)
+	one := int32(1)
+	_, err = a.st.OperationDecide(ctx, store.Decision{Tenant: "acme", ID: id, From: []string{"AWAITING_APPROVAL"}, To: "READY",
+		Decision: "APPROVE", DecidedBy: "pr_approver", DecidedByName: "alice", ApprovedFingerprint: "v1:fp" + id, Reason: "ok",
+		Event: "APPROVED", Actor: "alice", ApprovalsNeeded: &one, PolicyDigest: "pd1", ShownArgs: args})
+	require.NoError(t, err)
+	op, claimed, err := a.st.OperationClaim(ctx, "acme", id, store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED", RequireApprovalInForce: true},
+		store.Lease{Owner: "srv", Duration: time.Minute, Actor: "server"})
+	require.NoError(t, err)
+	require.True(t, claimed)
+	_, err = a.st.OperationTransition(ctx, store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING"}, Fence: op.Fence, To: "SUCCEEDED",
+		ExternalRef: "ch_1", Result: []byte(`{"status": "succeeded", "id": "ch_1"}`), Event: "SUCCEEDED", Actor: "server", Base: op})
+	require.NoError(t, err)
+	return id
+}
+
+// oneCall is the one-call path (born EXECUTING), taken over, then an
+// unknown outcome that a reconciliation resolves, with the policy judged
+// again on the way: every statement that writes an event.
+func (a *auditDB) oneCall(t *testing.T) string {
+	t.Helper()
+	ctx := t.Context()
+	a.n++
+	id := fmt.Sprintf("op_audit%018d", a.n)
+	op, inserted, err := a.st.OperationInsert(ctx, store.NewOperation{ID: id, Tenant: "acme", Tool: "send_email", ToolVersion: "1",
+		IdempotencyKey: id, Args: []byte(`{"to":"a@b","subject":"hi","body":"é\n"}`), Fingerprint: "v1:fp" + id, State: "READY",
+		PreparedBy: "pr_agent", DownstreamKey: "opk_" + id, Actor: "agent", PolicyDigest: "pd1",
+		Claim: &store.Claim{From: "READY", To: "EXECUTING", Event: "CLAIMED"}, Lease: store.Lease{Owner: "srv", Duration: time.Millisecond}})
+	require.NoError(t, err)
+	require.True(t, inserted)
+	time.Sleep(5 * time.Millisecond) // the lease must have expired on the database's clock for the takeover
+	op, err = a.st.OperationTakeOver(ctx, store.TakeOver{Tenant: "acme", ID: id, From: "EXECUTING", Event: "LEASE_TAKEN_OVER", Fence: op.Fence},
+		store.Lease{Owner: "srv2", Duration: time.Minute, Actor: "reconciler"})
+	require.NoError(t, err)
+	op, err = a.st.OperationTransition(ctx, store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING"}, Fence: op.Fence, To: "OUTCOME_UNKNOWN",
+		SetError: true, Error: []byte(`{"reason":"timeout"}`), Event: "OUTCOME_UNKNOWN", Actor: "server", Detail: "timed out", Base: op})
+	require.NoError(t, err)
+	_, err = a.st.OperationTransition(ctx, store.Transition{Tenant: "acme", ID: id, From: []string{"OUTCOME_UNKNOWN"}, Fence: op.Fence, To: "SUCCEEDED",
+		ExternalRef: "em_9", SetError: true, Error: nil, Result: []byte(`{"id":"em_9"}`), Event: "RECONCILED", Actor: "reconciler", Base: op})
+	require.NoError(t, err)
+	return id
+}
+
+func newAuditDB(t *testing.T) *auditDB {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	_, err := store.Migrate(t.Context(), url)
+	require.NoError(t, err)
+	st, err := store.Open(t.Context(), store.Config{URL: url, MaxConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return &auditDB{guardDB: &guardDB{st: st, pool: pool}, url: url}
+}
+
+// TestAuditChainsVerify: operations written by every statement that
+// writes an event verify with no break, including a policy re-judgement.
+func TestAuditChainsVerify(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	ids := []string{a.approved(t), a.oneCall(t)}
+	// A policy change judged on an operation awaiting approval.
+	a.n++
+	id := fmt.Sprintf("op_audit%018d", a.n)
+	_, _, err := a.st.OperationInsert(ctx, store.NewOperation{ID: id, Tenant: "acme", Tool: "pay_invoice", ToolVersion: "1",
+		IdempotencyKey: id, Args: []byte(`{"amount_minor":1}`), Fingerprint: "v1:x", State: "AWAITING_APPROVAL", PreparedBy: "pr_agent",
+		ApprovalRequired: true, ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "agent", ApprovalsNeeded: 1, PolicyDigest: "pd1"})
+	require.NoError(t, err)
+	_, err = a.st.OperationPolicyApply(ctx, store.PolicyApply{Tenant: "acme", ID: id, From: []string{"AWAITING_APPROVAL"}, To: "AWAITING_APPROVAL",
+		OldDigest: "pd1", PolicyDigest: "pd2", ApprovalsNeeded: 2, ApprovalTTL: time.Minute, ApprovalRule: "r", RequireShort: true,
+		Event: "POLICY_CHANGED", Actor: "server"})
+	require.NoError(t, err)
+	ids = append(ids, id)
+	recs := a.records(t, ids...)
+	for _, id := range ids {
+		r := recs[id]
+		require.NotEmpty(t, r.Events)
+		for _, e := range r.Events {
+			require.NotNil(t, e.Hash, "%s event %d", id, e.Seq)
+		}
+		require.Empty(t, audit.VerifyOperation(r.Operation, r.Events, nil), id)
+	}
+	// What the approver saw: the approval's event records the fingerprint,
+	// the digest of the canonical args, the approver's principal and the
+	// policy digest.
+	ev := recs[ids[0]].Events[1]
+	require.Equal(t, "APPROVED", ev.Type)
+	digest, err := audit.Digest(recs[ids[0]].Operation.Args)
+	require.NoError(t, err)
+	for k, v := range map[string]string{"approver": "pr_approver", "approved_fingerprint": "v1:fp" + ids[0], "args_digest": digest,
+		"policy_digest": "pd1", "decision": "APPROVE"} {
+		require.NotNil(t, ev.Facts[k], k)
+		require.Equal(t, v, *ev.Facts[k], k)
+	}
+}
+
+// TestAuditTamperDetected: each edit of the tables is reported with the
+// operation (and the event) it touches, by the check that is switched off
+// in its control, which then misses it.
+func TestAuditTamperDetected(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	exec := func(t *testing.T, sql string, args ...any) {
+		t.Helper()
+		_, err := a.pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	for _, c := range []struct {
+		name   string
+		tamper func(t *testing.T, id string)
+		off    []audit.Check
+		seq    int32 // the event named, 0: the operation
+	}{
+		{"an event's detail changed", func(t *testing.T, id string) {
+			exec(t, `UPDATE operation_event SET detail = 'approved by mallory' WHERE operation_id = $1 AND seq = 2`, id)
+		}, []audit.Check{audit.CheckChain}, 2},
+		{"an event deleted", func(t *testing.T, id string) {
+			exec(t, `DELETE FROM operation_event WHERE operation_id = $1 AND seq = 3`, id)
+		}, []audit.Check{audit.CheckChain, audit.CheckSequence}, 4},
+		{"an event inserted, its hash computed", func(t *testing.T, id string) {
+			exec(t, `INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
+				SELECT o.id, o.events + 1, 'APPROVED', 'mallory', o.state, o.state, o.attempts, o.fence, '',
+				       audit_event_hash(o.chain_head, o.id, o.events + 1, 'APPROVED', 'mallory', o.state, o.state, o.attempts, o.fence, '', statement_timestamp(), NULL)
+				FROM operation o WHERE o.id = $1`, id)
+		}, []audit.Check{audit.CheckSequence}, 0},
+		{"two events swapped", func(t *testing.T, id string) {
+			exec(t, `UPDATE operation_event SET seq = -seq WHERE operation_id = $1 AND seq IN (2, 3)`, id)
+			exec(t, `UPDATE operation_event SET seq = CASE seq WHEN -2 THEN 3 ELSE 2 END WHERE operation_id = $1 AND seq < 0`, id)
+		}, []audit.Check{audit.CheckChain}, 2},
+		{"an operation's amount changed", func(t *testing.T, id string) {
+			exec(t, `UPDATE operation SET args = jsonb_set(args, '{amount_minor}', '50000') WHERE id = $1`, id)
+		}, []audit.Check{audit.CheckFields}, 1},
+		{"an operation's external reference changed", func(t *testing.T, id string) {
+			exec(t, `UPDATE operation SET external_ref = 'ch_other' WHERE id = $1`, id)
+		}, []audit.Check{audit.CheckFields}, 4},
+		{"an approval added to an operation", func(t *testing.T, id string) {
+			exec(t, `UPDATE operation SET approvals = approvals || '[{"principal_id":"pr_mallory","decision":"APPROVE","fingerprint":"v1:x"}]' WHERE id = $1`, id)
+		}, []audit.Check{audit.CheckFields}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := a.approved(t)
+			require.Empty(t, a.verify(t, id, nil), "before the edit")
+			c.tamper(t, id)
+			breaks := a.verify(t, id, nil)
+			require.NotEmpty(t, breaks, "the edit is detected")
+			named := false
+			for _, b := range breaks {
+				require.Equal(t, id, b.OperationID, b.String())
+				t.Log(b.String())
+				if b.Seq == c.seq {
+					named = true
+				}
+			}
+			require.True(t, named, "a break names event %d: %v", c.seq, breaks)
+			// The control: the check that caught it switched off misses it.
+			off := audit.Off{}
+			for _, k := range c.off {
+				off[k] = true
+			}
+			require.Empty(t, a.verify(t, id, off), "with %v off the edit is missed", c.off)
+		})
+	}
+}
+
+// TestAuditCheckpointsTwoReplicas: two replicas checkpoint side by side
+// while operations are written; they never conflict (one at a time, by
+// the advisory lock), every checkpoint is signed and its root is the tree
+// of every leaf so far, each leaf is in it by an inclusion proof, and
+// every head changed is committed to by the end.
+func TestAuditCheckpointsTwoReplicas(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	skey, vkey, err := note.GenerateKey(rand.Reader, "opledger-audit-test")
+	require.NoError(t, err)
+	signer, err := note.NewSigner(skey)
+	require.NoError(t, err)
+	verifier, err := note.NewVerifier(vkey)
+	require.NoError(t, err)
+	other, err := store.Open(ctx, store.Config{URL: a.url, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+	next := func(last *audit.Checkpoint, changed []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error) {
+		return audit.NextCheckpoint(last, changed, signer)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	for _, st := range []*store.Store{a.st, other} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := st.AuditCheckpoint(ctx, next); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var ids []string
+	for range 6 {
+		ids = append(ids, a.approved(t))
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	_, err = a.st.AuditCheckpoint(ctx, next) // whatever changed last
+	require.NoError(t, err)
+
+	cps, err := a.st.AuditCheckpoints(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, cps)
+	leaves, err := a.st.AuditLeaves(ctx, cps[len(cps)-1].Size, nil)
+	require.NoError(t, err)
+	hashes := make([][]byte, len(leaves))
+	for i, l := range leaves {
+		require.Equal(t, uint64(i), l.Index, "leaves at consecutive indexes")
+		hashes[i], err = audit.LeafHash(l)
+		require.NoError(t, err)
+	}
+	for i, cp := range cps {
+		require.Equal(t, int64(i+1), cp.Seq, "consecutive checkpoints")
+		head, err := audit.OpenCheckpoint(cp.Note, verifier)
+		require.NoError(t, err)
+		require.Equal(t, cp.Size, head.Size)
+		require.NoError(t, audit.CheckRoot(hashes[:cp.Size], head.Hash), "checkpoint %d's root is its leaves' tree", cp.Seq)
+	}
+	last := cps[len(cps)-1]
+	tree := audit.NewTree(hashes)
+	for _, l := range leaves {
+		p, err := tree.Inclusion(l.Index, last.Size)
+		require.NoError(t, err)
+		require.NoError(t, audit.VerifyInclusion(l, last.Size, last.Root, p))
+	}
+	// Every operation's final head is the newest leaf of it.
+	recs := a.records(t, ids...)
+	newest := map[string]audit.Leaf{}
+	for _, l := range leaves {
+		newest[l.OperationID] = l
+	}
+	for _, id := range ids {
+		require.Equal(t, recs[id].Operation.ChainHead.String(), newest[id].Head.String(), id)
+		require.Equal(t, recs[id].Operation.Events, newest[id].Events, id)
+	}
+	t.Logf("%d checkpoints, %d leaves", len(cps), len(leaves))
+}

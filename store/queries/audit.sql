@@ -1,0 +1,67 @@
+-- name: AuditOperationPage :many
+-- A page of operations for a verification or an export, in id order after
+-- the cursor: every tenant's (tenant empty) or one's, changed at or after
+-- since and created before until (each unbounded when NULL). Read only.
+SELECT id, tenant, tool, tool_version, args, fingerprint, state, downstream_key, external_ref, result, error,
+       policy_digest, approvals_needed, approvals, attempts, fence, events, chain_head, created_at, updated_at
+FROM operation
+WHERE id > sqlc.arg(after_id)::text
+  AND (sqlc.arg(tenant)::text = '' OR tenant = sqlc.arg(tenant)::text)
+  AND (sqlc.narg(since)::timestamptz IS NULL OR updated_at >= sqlc.narg(since)::timestamptz)
+  AND (sqlc.narg(until)::timestamptz IS NULL OR created_at < sqlc.narg(until)::timestamptz)
+ORDER BY id
+LIMIT sqlc.arg(page_limit);
+
+-- name: AuditEvents :many
+-- The events of the given operations, each operation's in seq order.
+SELECT operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, created_at, hash, facts
+FROM operation_event
+WHERE operation_id = ANY (sqlc.arg(ids)::text[])
+ORDER BY operation_id, seq;
+
+-- name: AuditCheckpointLock :one
+-- Takes the checkpoint task's lock for the rest of the transaction, if no
+-- other replica holds it: one checkpoint at a time.
+SELECT pg_try_advisory_xact_lock(sqlc.arg(key)::bigint) AS locked;
+
+-- name: AuditCheckpointLast :many
+-- The newest checkpoint, if any.
+SELECT seq, tree_size, root, range_hashes, note FROM audit_checkpoint ORDER BY seq DESC LIMIT 1;
+
+-- name: AuditHeadsChanged :many
+-- Up to batch_size operations whose chain head is not the one their last
+-- checkpoint committed to, in id order.
+SELECT o.id, o.events, o.chain_head FROM operation o
+LEFT JOIN audit_head h ON h.operation_id = o.id
+WHERE o.chain_head IS NOT NULL AND h.head IS DISTINCT FROM o.chain_head
+ORDER BY o.id
+LIMIT sqlc.arg(batch_size);
+
+-- name: AuditCheckpointInsert :exec
+-- Records a checkpoint with its leaves, and the heads it committed to, in
+-- one statement.
+WITH cp AS (
+    INSERT INTO audit_checkpoint (seq, tree_size, root, range_hashes, note)
+    VALUES (sqlc.arg(seq), sqlc.arg(tree_size), sqlc.arg(root), sqlc.arg(range_hashes)::bytea[], sqlc.arg(note))
+    RETURNING seq
+), leaves AS (
+    INSERT INTO audit_leaf (idx, checkpoint_seq, operation_id, events, head)
+    SELECT (sqlc.arg(idxs)::bigint[])[i], cp.seq, (sqlc.arg(operation_ids)::text[])[i], (sqlc.arg(event_counts)::integer[])[i],
+           (sqlc.arg(heads)::bytea[])[i]
+    FROM cp, generate_subscripts(sqlc.arg(operation_ids)::text[], 1) AS i
+)
+INSERT INTO audit_head (operation_id, head)
+SELECT (sqlc.arg(operation_ids)::text[])[i], (sqlc.arg(heads)::bytea[])[i] FROM generate_subscripts(sqlc.arg(operation_ids)::text[], 1) AS i
+ON CONFLICT (operation_id) DO UPDATE SET head = EXCLUDED.head;
+
+-- name: AuditCheckpoints :many
+-- Every checkpoint, oldest first.
+SELECT seq, tree_size, root, note FROM audit_checkpoint ORDER BY seq;
+
+-- name: AuditLeaves :many
+-- The log's leaves below tree_size, in order (to build inclusion proofs).
+SELECT idx, operation_id, events, head FROM audit_leaf WHERE idx < sqlc.arg(tree_size) ORDER BY idx;
+
+-- name: AuditLeavesOf :many
+-- The leaves of the given operations, in log order.
+SELECT idx, operation_id, events, head FROM audit_leaf WHERE operation_id = ANY (sqlc.arg(ids)::text[]) ORDER BY idx;
