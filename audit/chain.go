@@ -1,5 +1,5 @@
 // Package audit checks opledger's receipts: the hash chain every
-// operation's events form (migration 0016 writes it, in the statement that
+// operation's events form (migration 0017 writes it, in the statement that
 // writes each event) and the operation's decisive fields against the events
 // that set them. It holds no database code: the store reads the rows, an
 // export file carries them, and the same checks run on either
@@ -101,7 +101,7 @@ func (h HexBytes) String() string { return hex.EncodeToString(h) }
 // EventDoc is the canonical JSON of e chained to prev (the hash of the
 // event before it, nil for the first of a chain): the RFC 8785 form of
 // {actor, at, attempt, detail, facts, fence, from, op, prev, seq, to, type,
-// v: 1}, byte for byte what migration 0016's audit_event_doc builds in the
+// v: 1}, byte for byte what migration 0017's audit_event_doc builds in the
 // statement that writes the event. at is the event's time in microseconds
 // since the Unix epoch (the database's precision).
 func EventDoc(prev []byte, e Event) ([]byte, error) {

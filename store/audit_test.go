@@ -18,7 +18,7 @@ import (
 )
 
 // TestAuditDocSQLMatchesGo: the canonical form of an event that the
-// statements build in SQL (audit_event_doc, migration 0016) is byte for
+// statements build in SQL (audit_event_doc, migration 0017) is byte for
 // byte the one the verifier builds with the project's JCS (audit.EventDoc),
 // for texts that need every kind of escape, a NULL from_state and prev, and
 // facts given out of order with NULL values; so are their hashes.

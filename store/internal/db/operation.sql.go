@@ -1502,7 +1502,7 @@ type OperationInsertRow struct {
 // so any conflict is the twin's). (A claim is only asked for an
 // operation born in claim_from that needs no approval; the table's
 // operation_executing_has_lease rule holds the lease to it.)
-// The events' hashes (migration 0016) are computed here: PREPARED's in h
+// The events' hashes (migration 0017) are computed here: PREPARED's in h
 // (its facts: what the operation is, args_digest being the SHA-256 of the
 // canonical args), CLAIMED's chained to it, and the last is the row's
 // chain_head.

@@ -1,4 +1,4 @@
--- 0017_audit_checkpoints: the receipts' signed checkpoints (docs/audit.md).
+-- 0018_audit_checkpoints: the receipts' signed checkpoints (docs/audit.md).
 --
 -- audit_leaf is the append-only log of chain heads: every checkpoint
 -- appends one leaf per operation whose chain head changed since the last

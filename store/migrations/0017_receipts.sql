@@ -1,4 +1,4 @@
--- 0016_receipts: every event of an operation is hash-chained to the one
+-- 0017_receipts: every event of an operation is hash-chained to the one
 -- before it (docs/audit.md).
 --
 -- An event's hash is the SHA-256 of its canonical JSON (RFC 8785, JCS), an
