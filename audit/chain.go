@@ -9,9 +9,11 @@ package audit
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/opledger/opledger/clients/go/fingerprint"
@@ -98,13 +100,14 @@ func (h *HexBytes) UnmarshalJSON(b []byte) error {
 // String is the hex form.
 func (h HexBytes) String() string { return hex.EncodeToString(h) }
 
-// EventDoc is the canonical JSON of e chained to prev (the hash of the
-// event before it, nil for the first of a chain): the RFC 8785 form of
-// {actor, at, attempt, detail, facts, fence, from, op, prev, seq, to, type,
-// v: 1}, byte for byte what migration 0017's audit_event_doc builds in the
-// statement that writes the event. at is the event's time in microseconds
-// since the Unix epoch (the database's precision).
-func EventDoc(prev []byte, e Event) ([]byte, error) {
+// EventDoc is the canonical JSON of what the writer of e knows before the
+// statement that writes it runs: the RFC 8785 form of {actor, detail,
+// facts, op, to, type, v: 2}, facts an object of strings (or nulls). The
+// store builds it in Go and passes its SHA-256 (DocHash) to that
+// statement, which adds the rest in SQL (EventHash): building the whole
+// document in SQL cost PostgreSQL tens of microseconds per event
+// (docs/performance.md).
+func EventDoc(e Event) ([]byte, error) {
 	facts := make(map[string]any, len(e.Facts))
 	for k, v := range e.Facts {
 		if v == nil {
@@ -114,30 +117,78 @@ func EventDoc(prev []byte, e Event) ([]byte, error) {
 		}
 	}
 	return fingerprint.Canonicalize(map[string]any{
-		"actor":   e.Actor,
-		"at":      e.CreatedAt.UnixMicro(),
-		"attempt": e.Attempt,
-		"detail":  e.Detail,
-		"facts":   facts,
-		"fence":   e.Fence,
-		"from":    nullable(e.FromState),
-		"op":      e.OperationID,
-		"prev":    nullable(hex.EncodeToString(prev)),
-		"seq":     e.Seq,
-		"to":      e.ToState,
-		"type":    e.Type,
-		"v":       1,
+		"actor":  e.Actor,
+		"detail": e.Detail,
+		"facts":  facts,
+		"op":     e.OperationID,
+		"to":     e.ToState,
+		"type":   e.Type,
+		"v":      2,
 	})
 }
 
-// EventHash is the SHA-256 of EventDoc(prev, e).
-func EventHash(prev []byte, e Event) ([]byte, error) {
-	doc, err := EventDoc(prev, e)
+// DocHash is the SHA-256 of EventDoc(e).
+func DocHash(e Event) ([]byte, error) {
+	doc, err := EventDoc(e)
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(doc)
 	return sum[:], nil
+}
+
+// FactsText is the JCS text of facts as an event stores it (and hashes it,
+// in EventDoc); "" when there are none (stored NULL, hashed as {}).
+func FactsText(facts map[string]*string) (string, error) {
+	if len(facts) == 0 {
+		return "", nil
+	}
+	m := make(map[string]any, len(facts))
+	for k, v := range facts {
+		if v == nil {
+			m[k] = nil
+		} else {
+			m[k] = *v
+		}
+	}
+	b, err := fingerprint.Canonicalize(m)
+	return string(b), err
+}
+
+// zeroPrev stands for the hash before a chain's first event.
+var zeroPrev [sha256.Size]byte
+
+// EventHash is e's hash chained to prev (the hash of the event before it,
+// nil for the first of a chain): the SHA-256 of prev (32 zero bytes when
+// nil), DocHash(e), then seq, attempt and fence as big-endian 4-, 4- and
+// 8-byte integers, the event's time as a big-endian 8-byte count of
+// microseconds since the Unix epoch (the database's precision) and the
+// from state's UTF-8 bytes, byte for byte what migration 0017's audit_link
+// computes in the statement that writes the event.
+func EventHash(prev []byte, e Event) ([]byte, error) {
+	doc, err := DocHash(e)
+	if err != nil {
+		return nil, err
+	}
+	return Link(prev, doc, e), nil
+}
+
+// Link is EventHash with e's doc hash given.
+func Link(prev, doc []byte, e Event) []byte {
+	h := sha256.New()
+	if prev == nil {
+		prev = zeroPrev[:]
+	}
+	h.Write(prev)
+	h.Write(doc)
+	var b [24]byte
+	binary.BigEndian.PutUint32(b[0:], uint32(e.Seq))
+	binary.BigEndian.PutUint32(b[4:], uint32(e.Attempt))
+	binary.BigEndian.PutUint64(b[8:], uint64(e.Fence))
+	binary.BigEndian.PutUint64(b[16:], uint64(e.CreatedAt.UnixMicro()))
+	h.Write(b[:])
+	h.Write([]byte(e.FromState))
+	return h.Sum(nil)
 }
 
 func nullable(s string) any {
@@ -283,12 +334,25 @@ func verifyFields(op Operation, chain []Event, complete bool, off Off) []Break {
 		v   string
 		seq int32
 	}
+	// A NULL fact keeps the value before it. approvals_demanded (a policy
+	// applied again) raises approvals_needed to it, never lowers it: the
+	// quorum only grows (OperationPolicyApply).
 	facts := map[string]set{}
 	for _, e := range chain {
 		for k, v := range e.Facts {
-			if v != nil {
-				facts[k] = set{*v, e.Seq}
+			if v == nil {
+				continue
 			}
+			if k == "approvals_demanded" {
+				cur, ok := facts["approvals_needed"]
+				d, err1 := strconv.Atoi(*v)
+				c, err2 := strconv.Atoi(cur.v)
+				if !ok || err1 != nil || err2 != nil || d > c {
+					facts["approvals_needed"] = set{*v, e.Seq}
+				}
+				continue
+			}
+			facts[k] = set{*v, e.Seq}
 		}
 	}
 	expect := func(name, got string) {

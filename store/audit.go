@@ -72,8 +72,8 @@ func (c *Conn) AuditPage(ctx context.Context, q AuditQuery) ([]AuditRecord, erro
 	for _, e := range evs {
 		ev := audit.Event{OperationID: e.OperationID, Seq: e.Seq, Type: e.Type, Actor: e.Actor, FromState: e.FromState.String,
 			ToState: e.ToState, Attempt: e.Attempt, Fence: e.Fence, Detail: e.Detail, CreatedAt: e.CreatedAt.Time, Hash: e.Hash}
-		if e.Facts != nil {
-			if err := json.Unmarshal(e.Facts, &ev.Facts); err != nil {
+		if e.Facts.Valid {
+			if err := json.Unmarshal([]byte(e.Facts.String), &ev.Facts); err != nil {
 				// Not an object of strings: kept out of the facts, so the
 				// event's hash check reports it.
 				ev.Facts = map[string]*string{"": ptr(fmt.Sprintf("unreadable facts: %v", err))}

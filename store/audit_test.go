@@ -17,55 +17,52 @@ import (
 	"github.com/opledger/opledger/store"
 )
 
-// TestAuditDocSQLMatchesGo: the canonical form of an event that the
-// statements build in SQL (audit_event_doc, migration 0017) is byte for
-// byte the one the verifier builds with the project's JCS (audit.EventDoc),
-// for texts that need every kind of escape, a NULL from_state and prev, and
-// facts given out of order with NULL values; so are their hashes.
-func TestAuditDocSQLMatchesGo(t *testing.T) {
+// TestAuditLinkSQLMatchesGo: the hash a statement computes in SQL
+// (audit_link, migration 0017) from an event's doc hash and the fields only
+// the row knows is byte for byte the one the verifier computes
+// (audit.EventHash), for a first event (NULL prev and from_state), a from
+// state beyond ASCII, large counters and a time with microseconds; and a
+// NULL doc hash (receipts off) gives NULL.
+func TestAuditLinkSQLMatchesGo(t *testing.T) {
 	t.Parallel()
 	g := newGuardDB(t)
 	ctx := t.Context()
 	at := time.Date(2026, 12, 3, 18, 0, 0, 123456000, time.UTC)
-	prev := []byte{0x00, 0xff, 0x10, 0xab}
+	prev := make([]byte, 32)
+	for i := range prev {
+		prev[i] = byte(255 - i)
+	}
+	v := "é 😀 \"\\ \n"
 	for _, c := range []struct {
-		name   string
-		prev   []byte
-		detail string
-		from   string
-		facts  bool
+		name string
+		prev []byte
+		from string
 	}{
-		{"plain", nil, "", "", false},
-		{"escapes", prev, "q\"b\\s/t\tn\nr\rb\bf\fc\x01\x1f\x7f", "READY", true},
-		{"unicode", prev, "é 😀 \u2028 \u2029 \ufeff", "EXECUTING", true},
+		{"first", nil, ""},
+		{"chained", prev, "READY"},
+		{"unicode", prev, "ÉTAT 😀"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ev := audit.Event{OperationID: "op_ü\"x", Seq: 7, Type: "SUCCEEDED", Actor: "actor \\ \"a\"", FromState: c.from,
-				ToState: "SUCCEEDED", Attempt: 3, Fence: 1 << 40, Detail: c.detail, CreatedAt: at}
-			// The facts as the statements build them: members in order,
-			// each value through audit_json.
-			factsSQL := "NULL::text"
-			if c.facts {
-				factsSQL = `'{"a_null":' || audit_json(NULL) || ',"b":' || audit_json($10) || ',"tool_version":' || audit_json($5) || '}'`
-				ev.Facts = map[string]*string{"tool_version": &ev.Actor, "b": &ev.Detail, "a_null": nil}
-			}
+				ToState: "SUCCEEDED", Attempt: 3, Fence: 1<<40 + 5, Detail: "q\"b\\s/t\tn\x01\x7f", CreatedAt: at,
+				Facts: map[string]*string{"tool_version": &v, "a_null": nil}}
+			doc, err := audit.DocHash(ev)
+			require.NoError(t, err)
 			var from any
 			if c.from != "" {
 				from = c.from
 			}
-			var doc string
 			var hash []byte
-			require.NoError(t, g.pool.QueryRow(ctx, `SELECT audit_event_doc($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, `+factsSQL+`),
-				audit_event_hash($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, `+factsSQL+`)`,
-				c.prev, ev.OperationID, ev.Seq, ev.Type, ev.Actor, from, ev.ToState, ev.Attempt, ev.Fence, ev.Detail, ev.CreatedAt).Scan(&doc, &hash))
-			want, err := audit.EventDoc(c.prev, ev)
+			require.NoError(t, g.pool.QueryRow(ctx, `SELECT audit_link($1, $2, $3, $4, $5, $6, $7)`,
+				c.prev, doc, ev.Seq, ev.Attempt, ev.Fence, ev.CreatedAt, from).Scan(&hash))
+			want, err := audit.EventHash(c.prev, ev)
 			require.NoError(t, err)
-			require.Equal(t, string(want), doc)
-			wantHash, err := audit.EventHash(c.prev, ev)
-			require.NoError(t, err)
-			require.Equal(t, hex.EncodeToString(wantHash), hex.EncodeToString(hash))
+			require.Equal(t, hex.EncodeToString(want), hex.EncodeToString(hash))
 		})
 	}
+	var null []byte
+	require.NoError(t, g.pool.QueryRow(ctx, `SELECT audit_link($1, NULL, 1, 0, 0, statement_timestamp(), NULL)`, prev).Scan(&null))
+	require.Nil(t, null, "receipts off: no hash")
 }
 
 // auditDB drives operations through the store's own statements, so that
@@ -208,6 +205,15 @@ func TestAuditChainsVerify(t *testing.T) {
 	}
 }
 
+// mallory is the doc hash of an APPROVED event by mallory on operation id in
+// state READY, as a writer with the table's rights would forge it.
+func mallory(t *testing.T, id string) []byte {
+	t.Helper()
+	doc, err := audit.DocHash(audit.Event{OperationID: id, Type: "APPROVED", Actor: "mallory", ToState: "SUCCEEDED"})
+	require.NoError(t, err)
+	return doc
+}
+
 // TestAuditTamperDetected: each edit of the tables is reported with the
 // operation (and the event) it touches, by the check that is switched off
 // in its control, which then misses it.
@@ -235,8 +241,8 @@ func TestAuditTamperDetected(t *testing.T) {
 		{"an event inserted, its hash computed", func(t *testing.T, id string) {
 			exec(t, `INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
 				SELECT o.id, o.events + 1, 'APPROVED', 'mallory', o.state, o.state, o.attempts, o.fence, '',
-				       audit_event_hash(o.chain_head, o.id, o.events + 1, 'APPROVED', 'mallory', o.state, o.state, o.attempts, o.fence, '', statement_timestamp(), NULL)
-				FROM operation o WHERE o.id = $1`, id)
+				       audit_link(o.chain_head, $2, o.events + 1, o.attempts, o.fence, statement_timestamp(), o.state)
+				FROM operation o WHERE o.id = $1`, id, mallory(t, id))
 		}, []audit.Check{audit.CheckSequence}, 0},
 		{"two events swapped", func(t *testing.T, id string) {
 			exec(t, `UPDATE operation_event SET seq = -seq WHERE operation_id = $1 AND seq IN (2, 3)`, id)
@@ -367,4 +373,54 @@ func TestAuditCheckpointsTwoReplicas(t *testing.T) {
 		require.Equal(t, recs[id].Operation.Events, newest[id].Events, id)
 	}
 	t.Logf("%d checkpoints, %d leaves", len(cps), len(leaves))
+}
+
+// TestAuditNoReceiptsWritesNoChain: a store opened with NoReceipts (the
+// bench's baseline) writes the same operations and events with no hash, no
+// facts and no chain head, which verify as written before the chains
+// began.
+func TestAuditNoReceiptsWritesNoChain(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	off, err := store.Open(t.Context(), store.Config{URL: a.url, MaxConns: 2, NoReceipts: true})
+	require.NoError(t, err)
+	t.Cleanup(off.Close)
+	a.st = off
+	ids := []string{a.approved(t), a.oneCall(t)}
+	recs := a.records(t, ids...)
+	for _, id := range ids {
+		r := recs[id]
+		require.Nil(t, r.Operation.ChainHead, id)
+		require.NotEmpty(t, r.Events, id)
+		for _, e := range r.Events {
+			require.Nil(t, e.Hash, "%s event %d", id, e.Seq)
+			require.Nil(t, e.Facts, "%s event %d", id, e.Seq)
+		}
+		require.Empty(t, audit.VerifyOperation(r.Operation, r.Events, nil), id)
+	}
+}
+
+// TestAuditPolicyNeverLowersTheQuorum: a policy applied again that demands
+// fewer approvals than the operation awaits keeps its quorum, and the
+// event's approvals_demanded does not lower what the verifier expects.
+func TestAuditPolicyNeverLowersTheQuorum(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	id := "op_auditquorum000000000001"
+	_, _, err := a.st.OperationInsert(ctx, store.NewOperation{ID: id, Tenant: "acme", Tool: "pay_invoice", ToolVersion: "1",
+		IdempotencyKey: id, Args: []byte(`{"amount_minor":1}`), Fingerprint: "v1:x", State: "AWAITING_APPROVAL", PreparedBy: "pr_agent",
+		ApprovalRequired: true, ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "agent", ApprovalsNeeded: 2, PolicyDigest: "pd1"})
+	require.NoError(t, err)
+	op, err := a.st.OperationPolicyApply(ctx, store.PolicyApply{Tenant: "acme", ID: id, From: []string{"AWAITING_APPROVAL"}, To: "AWAITING_APPROVAL",
+		OldDigest: "pd1", PolicyDigest: "pd2", ApprovalsNeeded: 1, ApprovalTTL: time.Minute, ApprovalRule: "r", RequireShort: true,
+		Event: "POLICY_CHANGED", Actor: "server"})
+	require.NoError(t, err)
+	require.Equal(t, int32(2), op.ApprovalsNeeded)
+	r := a.records(t, id)[id]
+	require.Empty(t, audit.VerifyOperation(r.Operation, r.Events, nil))
+	_, err = a.pool.Exec(ctx, `UPDATE operation SET approvals_needed = 1 WHERE id = $1`, id)
+	require.NoError(t, err)
+	r = a.records(t, id)[id]
+	require.NotEmpty(t, audit.VerifyOperation(r.Operation, r.Events, nil), "a lowered quorum is a break")
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/opledger/opledger/audit"
 	"github.com/opledger/opledger/store/internal/db"
 )
 
@@ -201,11 +200,21 @@ type NewOperation struct {
 // (tenant, tool, idempotency key) is taken, in which case it returns
 // inserted == false and the caller reads the existing one.
 func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operation, inserted bool, err error) {
-	argsDigest, err := audit.Digest(n.Args)
+	// PREPARED's facts: what the operation is (docs/audit.md).
+	argsDigest, err := c.digest(n.Args)
 	if err != nil {
 		return Operation{}, false, fmt.Errorf("store: operation %s: %w", n.ID, err)
 	}
-	p := db.OperationInsertParams{ArgsDigest: argsDigest,
+	prepared, facts, err := c.eventDoc(n.ID, "PREPARED", n.Actor, n.State, n.Detail, map[string]*string{
+		"approvals_needed": itoa(n.ApprovalsNeeded), "approver": opt(n.ApprovedBy), "args_digest": str(argsDigest),
+		"downstream_key": str(n.DownstreamKey), "fingerprint": str(n.Fingerprint), "policy_digest": str(n.PolicyDigest),
+		"prepared_by": str(n.PreparedBy), "reason": opt(n.ApprovedReason), "supersedes": opt(n.Supersedes),
+		"tenant": str(n.Tenant), "tool": str(n.Tool), "tool_version": str(n.ToolVersion),
+	})
+	if err != nil {
+		return Operation{}, false, err
+	}
+	p := db.OperationInsertParams{PreparedDoc: prepared, PreparedFacts: facts,
 		ID: n.ID, Tenant: n.Tenant, Tool: n.Tool, ToolVersion: n.ToolVersion, IdempotencyKey: n.IdempotencyKey,
 		Args: n.Args, Fingerprint: n.Fingerprint, State: n.State, PreparedBy: n.PreparedBy,
 		ApprovalRequired: n.ApprovalRequired, ApprovalTtlMs: n.ApprovalTTL.Milliseconds(),
@@ -217,6 +226,9 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 	if n.Claim != nil {
 		p.Claim, p.ClaimFrom, p.ClaimTo, p.ClaimEvent = true, n.Claim.From, n.Claim.To, n.Claim.Event
 		p.LeaseOwner, p.LeaseSeconds = text(n.Lease.Owner), n.Lease.Duration.Seconds()
+		if p.ClaimedDoc, _, err = c.eventDoc(n.ID, n.Claim.Event, n.Actor, n.Claim.To, "", nil); err != nil {
+			return Operation{}, false, err
+		}
 	}
 	r, err := c.q.OperationInsert(ctx, c.dbtx, p)
 	if err = interpretError(err); errors.Is(err, ErrNotFound) {
@@ -352,7 +364,11 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, 
 	if cl.Base.ID == id && cl.Base.Tenant == tenant && cl.Base.State == cl.From {
 		return c.operationClaimKnown(ctx, cl, l)
 	}
-	rows, err := c.q.OperationClaim(ctx, c.dbtx, db.OperationClaimParams{
+	doc, _, err := c.eventDoc(id, cl.Event, l.Actor, cl.To, "", nil)
+	if err != nil {
+		return Operation{}, false, err
+	}
+	rows, err := c.q.OperationClaim(ctx, c.dbtx, db.OperationClaimParams{Doc: doc,
 		ID: id, Tenant: tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
 		FromState: cl.From, ToState: cl.To, EventType: cl.Event, RequireApprovalInForce: cl.RequireApprovalInForce,
 		RequirePolicyCurrent: cl.RequirePolicyCurrent, PolicyDigests: cl.PolicyDigests,
@@ -378,7 +394,11 @@ const claimReadTimeout = 5 * time.Second
 // the row (Base is held only until its first claim, so that is rare).
 func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op Operation, claimed bool, err error) {
 	b := cl.Base
-	rows, err := c.q.OperationClaimKnown(ctx, c.dbtx, db.OperationClaimKnownParams{
+	doc, _, err := c.eventDoc(b.ID, cl.Event, l.Actor, cl.To, "", nil)
+	if err != nil {
+		return Operation{}, false, err
+	}
+	rows, err := c.q.OperationClaimKnown(ctx, c.dbtx, db.OperationClaimKnownParams{Doc: doc,
 		ID: b.ID, Tenant: b.Tenant, LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
 		FromState: cl.From, ToState: cl.To, EventType: cl.Event, RequireApprovalInForce: cl.RequireApprovalInForce,
 		RequirePolicyCurrent: cl.RequirePolicyCurrent, PolicyDigests: cl.PolicyDigests,
@@ -430,7 +450,12 @@ func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op O
 // and hands the operation to l. ErrNotFound means the lease had not expired
 // or someone else moved first.
 func (c *Conn) OperationTakeOver(ctx context.Context, t TakeOver, l Lease) (Operation, error) {
-	r, err := c.q.OperationTakeOver(ctx, c.dbtx, db.OperationTakeOverParams{
+	// Its event stays in From, with the statement's detail.
+	doc, _, err := c.eventDoc(t.ID, t.Event, l.Actor, t.From, TakeOverDetail, nil)
+	if err != nil {
+		return Operation{}, err
+	}
+	r, err := c.q.OperationTakeOver(ctx, c.dbtx, db.OperationTakeOverParams{Doc: doc,
 		ID: t.ID, Tenant: t.Tenant, Fence: t.Fence, FromState: t.From, EventType: t.Event,
 		LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
 		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
@@ -501,16 +526,25 @@ type Transition struct {
 // may already show a later change.
 func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation, error) {
 	// The event records digests of the result and error it sets (docs/audit.md).
-	resultDigest, err := audit.Digest(t.Result)
+	resultDigest, err := c.digest(t.Result)
 	if err != nil {
 		return Operation{}, fmt.Errorf("store: operation %s: result: %w", t.ID, err)
 	}
-	errorDigest, err := audit.Digest(t.Error)
-	if err != nil {
-		return Operation{}, fmt.Errorf("store: operation %s: error: %w", t.ID, err)
+	var errorDigest *string // unchanged unless SetError ("": cleared)
+	if t.SetError {
+		d, err := c.digest(t.Error)
+		if err != nil {
+			return Operation{}, fmt.Errorf("store: operation %s: error: %w", t.ID, err)
+		}
+		errorDigest = str(d)
 	}
-	r, err := c.q.OperationTransition(ctx, c.dbtx, db.OperationTransitionParams{
-		ResultDigest: text(resultDigest), ErrorDigest: text(errorDigest),
+	doc, facts, err := c.eventDoc(t.ID, t.Event, t.Actor, t.To, t.Detail, map[string]*string{
+		"error_digest": errorDigest, "external_ref": opt(t.ExternalRef), "result_digest": opt(resultDigest),
+	})
+	if err != nil {
+		return Operation{}, err
+	}
+	r, err := c.q.OperationTransition(ctx, c.dbtx, db.OperationTransitionParams{Doc: doc, Facts: facts,
 		ID: t.ID, Tenant: t.Tenant, ToState: t.To, ExternalRef: text(t.ExternalRef), Result: t.Result,
 		SetError: t.SetError, Error: t.Error, ReconcileAfterSeconds: t.ReconcileAfter.Seconds(),
 		FromStates: t.From, Fence: t.Fence, RequireLeaseExpired: t.RequireLeaseExpired,
@@ -585,11 +619,25 @@ type Decision struct {
 // approval having lapsed with nothing sent). ErrNotFound means a guard
 // failed.
 func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, error) {
-	shown, err := audit.Digest(d.ShownArgs)
+	shown, err := c.digest(d.ShownArgs)
 	if err != nil {
 		return Operation{}, fmt.Errorf("store: operation %s: shown args: %w", d.ID, err)
 	}
-	p := db.OperationDecideParams{ShownArgsDigest: text(shown),
+	// What the decision set; approvals_needed and policy_digest NULL when
+	// it keeps the operation's (docs/audit.md).
+	var needed *string
+	if d.ApprovalsNeeded != nil {
+		needed = itoa(*d.ApprovalsNeeded)
+	}
+	doc, facts, err := c.eventDoc(d.ID, d.Event, d.Actor, d.To, d.Detail, map[string]*string{
+		"approvals_needed": needed, "approved_fingerprint": opt(d.ApprovedFingerprint), "approver": opt(d.DecidedBy),
+		"approver_name": str(d.DecidedByName), "args_digest": opt(shown), "decision": opt(d.Decision),
+		"policy_digest": opt(d.PolicyDigest), "reason": opt(d.Reason), "superseded_by": opt(d.SupersededBy),
+	})
+	if err != nil {
+		return Operation{}, err
+	}
+	p := db.OperationDecideParams{Doc: doc, Facts: facts,
 		ID: d.ID, Tenant: d.Tenant, FromStates: d.From, ToState: d.To, Decision: text(d.Decision),
 		DecidedBy: text(d.DecidedBy), ApprovedFingerprint: text(d.ApprovedFingerprint), Reason: text(d.Reason),
 		EventType: d.Event, Actor: d.Actor, Detail: d.Detail, RequireLapsedUnsent: d.RequireLapsedUnsent, Notify: d.Notify,
@@ -631,7 +679,16 @@ type PolicyApply struct {
 // OperationPolicyApply applies p; ErrNotFound means a guard failed (the
 // operation was judged again, sent, or decided meanwhile): read it again.
 func (c *Conn) OperationPolicyApply(ctx context.Context, p PolicyApply) (Operation, error) {
-	r, err := c.q.OperationPolicyApply(ctx, c.dbtx, db.OperationPolicyApplyParams{
+	// The quorum only grows, to the greater of the operation's and the
+	// policy's demand, which the event records as approvals_demanded
+	// (docs/audit.md).
+	doc, facts, err := c.eventDoc(p.ID, p.Event, p.Actor, p.To, p.Detail, map[string]*string{
+		"approvals_demanded": itoa(p.ApprovalsNeeded), "policy_digest": str(p.PolicyDigest),
+	})
+	if err != nil {
+		return Operation{}, err
+	}
+	r, err := c.q.OperationPolicyApply(ctx, c.dbtx, db.OperationPolicyApplyParams{Doc: doc, Facts: facts,
 		ID: p.ID, Tenant: p.Tenant, FromStates: p.From, ToState: p.To, OldDigest: p.OldDigest,
 		PolicyDigest: p.PolicyDigest, ApprovalsNeeded: p.ApprovalsNeeded, ApprovalTtlMs: p.ApprovalTTL.Milliseconds(),
 		ApprovalRule: p.ApprovalRule, RequireShort: p.RequireShort, RequireMet: p.RequireMet,

@@ -129,6 +129,10 @@ type Config struct {
 	URL string
 	// MaxConns caps the pool; 0 leaves pgxpool's default (max(4, CPUs)).
 	MaxConns int32
+	// NoReceipts writes events without their hash chain (hash, facts and
+	// the operation's chain_head stay NULL): the bench's baseline for what
+	// the receipts cost, never a production setting (docs/audit.md).
+	NoReceipts bool
 }
 
 // Store is a pool of connections to the ledger database. Its Conn methods run
@@ -144,6 +148,8 @@ type Store struct {
 type Conn struct {
 	dbtx db.DBTX
 	q    *db.Queries
+	// noReceipts is Config.NoReceipts.
+	noReceipts bool
 }
 
 // Open connects a pool and checks that the database answers.
@@ -166,7 +172,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("store: ping: %w", interpretError(err))
 	}
-	return &Store{Conn: Conn{dbtx: pool, q: db.New()}, pool: pool, url: cfg.URL}, nil
+	return &Store{Conn: Conn{dbtx: pool, q: db.New(), noReceipts: cfg.NoReceipts}, pool: pool, url: cfg.URL}, nil
 }
 
 // Close releases the pool.
@@ -205,7 +211,7 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(c *Conn) error) error {
 		return interpretError(err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(&Conn{dbtx: tx, q: db.New()}); err != nil {
+	if err := fn(&Conn{dbtx: tx, q: db.New(), noReceipts: s.noReceipts}); err != nil {
 		return err
 	}
 	return interpretError(tx.Commit(ctx))

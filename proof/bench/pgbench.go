@@ -84,14 +84,27 @@ func pgbInsert(claim bool) map[string]bind {
 		"approvals_needed": val("0"), "policy_digest": val(pgbPolicyDigest), "approval_rule": expr("''"), "approvals": val("[]"),
 		"supersedes": pgbNull, "approved_by": pgbNull, "approved_reason": pgbNull,
 		"budget_names": pgbNull, "budget_scopes": pgbNull, "identity": pgbNull,
-		// The digest of the canonical args the PREPARED event records.
-		"args_digest": val(pgbArgsDigest),
+		// The events' receipts (doc hashes, PREPARED's facts) as store
+		// passes them (store/receipts.go).
+		"prepared_doc": val(pgbDoc), "prepared_facts": val(pgbPreparedFacts), "claimed_doc": val(pgbDoc),
 	}
 }
 
 // pgbArgsDigest stands for the digests of the args and the result the
 // events record (a SHA-256 in hex, as store computes them).
 const pgbArgsDigest = "1111111111111111111111111111111111111111111111111111111111111111"
+
+// pgbDoc stands for an event's doc hash (audit.DocHash), as bytea.
+const pgbDoc = `\x2222222222222222222222222222222222222222222222222222222222222222`
+
+// pgbPreparedFacts and pgbSucceededFacts are the facts of the PREPARED and
+// SUCCEEDED events store writes for the bench's tool (audit.FactsText).
+const (
+	pgbPreparedFacts = `{"approvals_needed":"0","approver":null,"args_digest":"` + pgbArgsDigest + `","downstream_key":"opk_0123456789abcdef0123456789abcdef0123456",` +
+		`"fingerprint":"` + pgbFingerprint + `","policy_digest":"` + pgbPolicyDigest + `","prepared_by":"pr_bench","reason":null,"supersedes":null,` +
+		`"tenant":"bench","tool":"bench_charge","tool_version":"1"}`
+	pgbSucceededFacts = `{"error_digest":"","external_ref":"ch_0123456789abcdef01234567","result_digest":"` + pgbArgsDigest + `"}`
+)
 
 // pgbPolicyDigest stands for the bench tool's policy digest, which the
 // claim requires to be current.
@@ -105,6 +118,7 @@ func pgbClaim(id bind) map[string]bind {
 		"to_state": val("EXECUTING"), "from_state": val("READY"), "require_approval_in_force": val("true"),
 		"event_type": val("CLAIMED"), "actor": val("bench"),
 		"require_policy_current": val("true"), "policy_digests": val("{" + pgbPolicyDigest + "}"),
+		"doc": val(pgbDoc),
 	}
 }
 
@@ -118,9 +132,9 @@ func pgbSucceeded() map[string]bind {
 		"require_lease_expired": val("false"), "require_unsent": val("false"), "require_first_send": val("false"), "require_sent_if_ready": val("false"),
 		"key_retention_seconds": val("0"), "ahead_seconds": val("0"), "actor": val("server:bench-pgbench"),
 		"detail": val("downstream succeeded; external ref recorded"),
-		// The digests the SUCCEEDED event records: the result's, and the
-		// error cleared.
-		"result_digest": val(pgbArgsDigest), "error_digest": pgbNull,
+		// The SUCCEEDED event's receipt: its doc hash, and its facts (the
+		// result's digest, the error cleared).
+		"doc": val(pgbDoc), "facts": val(pgbSucceededFacts),
 	}
 }
 

@@ -34,21 +34,13 @@
 -- so any conflict is the twin's). (A claim is only asked for an
 -- operation born in claim_from that needs no approval; the table's
 -- operation_executing_has_lease rule holds the lease to it.)
--- The events' hashes (migration 0017) are computed here: PREPARED's in h
--- (its facts: what the operation is, args_digest being the SHA-256 of the
--- canonical args), CLAIMED's chained to it, and the last is the row's
--- chain_head.
+-- The events' hashes (migration 0017): store passes the doc hashes of
+-- PREPARED (its facts: what the operation is, args_digest being the
+-- SHA-256 of the canonical args) and of CLAIMED; h links PREPARED's, the
+-- CLAIMED's is linked to it, and the last is the row's chain_head (all
+-- NULL with receipts off).
 WITH h AS (
-    SELECT f.facts, audit_event_hash(NULL, sqlc.arg(id)::text, 1, 'PREPARED', sqlc.arg(actor)::text, NULL, sqlc.arg(state)::text,
-                                     0, 0, sqlc.arg(detail)::text, statement_timestamp(), f.facts) AS prepared
-    FROM (SELECT ('{"approvals_needed":' || audit_json(sqlc.arg(approvals_needed)::integer::text)
-        || ',"approver":' || audit_json(sqlc.narg(approved_by)::text) || ',"args_digest":' || audit_json(sqlc.arg(args_digest)::text)
-        || ',"downstream_key":' || audit_json(sqlc.arg(downstream_key)::text)
-        || ',"fingerprint":' || audit_json(sqlc.arg(fingerprint)::text) || ',"policy_digest":' || audit_json(sqlc.arg(policy_digest)::text)
-        || ',"prepared_by":' || audit_json(sqlc.arg(prepared_by)::text) || ',"reason":' || audit_json(sqlc.narg(approved_reason)::text)
-        || ',"supersedes":' || audit_json(sqlc.narg(supersedes)::text) || ',"tenant":' || audit_json(sqlc.arg(tenant)::text)
-        || ',"tool":' || audit_json(sqlc.arg(tool)::text)
-        || ',"tool_version":' || audit_json(sqlc.arg(tool_version)::text) || '}') AS facts) f
+    SELECT audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) AS prepared
 ), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
@@ -61,8 +53,7 @@ WITH h AS (
             sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key),
             CASE WHEN sqlc.arg(claim)::boolean THEN 2 ELSE 1 END,
             CASE WHEN sqlc.arg(claim)::boolean
-                 THEN audit_event_hash((SELECT h.prepared FROM h), sqlc.arg(id)::text, 2, sqlc.arg(claim_event)::text, sqlc.arg(actor)::text,
-                                       sqlc.arg(claim_from)::text, sqlc.arg(claim_to)::text, 1, 1, '', statement_timestamp(), NULL)
+                 THEN audit_link((SELECT h.prepared FROM h), sqlc.narg(claimed_doc)::bytea, 2, 1, 1, statement_timestamp(), sqlc.arg(claim_from)::text)
                  ELSE (SELECT h.prepared FROM h) END,
             CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
             CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
@@ -87,7 +78,7 @@ WITH h AS (
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail), h.prepared, h.facts::jsonb FROM ins, h
+    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail), h.prepared, sqlc.narg(prepared_facts)::text FROM ins, h
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
     SELECT ins.id, 2, sqlc.arg(claim_event)::text, sqlc.arg(actor), sqlc.arg(claim_from)::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
@@ -151,8 +142,7 @@ WITH upd AS (
         first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, sqlc.arg(event_type)::text, sqlc.arg(actor)::text, o.state,
-                                      sqlc.arg(to_state)::text, o.attempts + 1, o.fence + 1, '', statement_timestamp(), NULL),
+        chain_head = audit_link(o.chain_head, sqlc.narg(doc)::bytea, o.events + 1, o.attempts + 1, o.fence + 1, statement_timestamp(), o.state),
         updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
@@ -190,8 +180,7 @@ WITH upd AS (
         first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, sqlc.arg(event_type)::text, sqlc.arg(actor)::text, o.state,
-                                      sqlc.arg(to_state)::text, o.attempts + 1, o.fence + 1, '', statement_timestamp(), NULL),
+        chain_head = audit_link(o.chain_head, sqlc.narg(doc)::bytea, o.events + 1, o.attempts + 1, o.fence + 1, statement_timestamp(), o.state),
         updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND (NOT sqlc.arg(require_approval_in_force)::boolean OR NOT o.approval_required
@@ -224,8 +213,7 @@ WITH upd AS (
         lease_expires_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         next_reconcile_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8),
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, sqlc.arg(event_type)::text, sqlc.arg(actor)::text, o.state,
-                                      o.state, o.attempts + 1, o.fence + 1, 'lease expired; previous holder fenced out', statement_timestamp(), NULL),
+        chain_head = audit_link(o.chain_head, sqlc.narg(doc)::bytea, o.events + 1, o.attempts + 1, o.fence + 1, statement_timestamp(), o.state),
         updated_at = now()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = sqlc.arg(from_state)::text
       AND o.fence = sqlc.arg(fence) AND o.lease_expires_at < now()
@@ -282,11 +270,7 @@ WITH upd AS (
                                  ELSE NULL END,
         reconcile_attempts = CASE WHEN sqlc.arg(to_state)::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, sqlc.arg(event_type)::text, sqlc.arg(actor)::text, o.state,
-                                      sqlc.arg(to_state)::text, o.attempts, o.fence, sqlc.arg(detail)::text, statement_timestamp(),
-                                      ('{"error_digest":' || audit_json(CASE WHEN sqlc.arg(set_error)::boolean THEN COALESCE(sqlc.narg(error_digest)::text, '') END)
-                                          || ',"external_ref":' || audit_json(sqlc.narg(external_ref)::text)
-                                          || ',"result_digest":' || audit_json(sqlc.narg(result_digest)::text) || '}')),
+        chain_head = audit_link(o.chain_head, sqlc.narg(doc)::bytea, o.events + 1, o.attempts, o.fence, statement_timestamp(), o.state),
         updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant)
       AND o.state = ANY (sqlc.arg(from_states)::text[])
@@ -303,9 +287,7 @@ WITH upd AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail),
-           upd.chain_head, ('{"error_digest":' || audit_json(CASE WHEN sqlc.arg(set_error)::boolean THEN COALESCE(sqlc.narg(error_digest)::text, '') END)
-               || ',"external_ref":' || audit_json(sqlc.narg(external_ref)::text)
-               || ',"result_digest":' || audit_json(sqlc.narg(result_digest)::text) || '}')::jsonb
+           upd.chain_head, sqlc.narg(facts)::text
     FROM upd
 )
 SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_sent_fence, external_ref, result, error FROM upd;
@@ -362,17 +344,7 @@ WITH upd AS (
                         'policy_digest', COALESCE(sqlc.narg(policy_digest)::text, o.policy_digest)))
             END,
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, sqlc.arg(event_type)::text, sqlc.arg(actor)::text, o.state,
-                                      sqlc.arg(to_state)::text, o.attempts, o.fence, sqlc.arg(detail)::text, statement_timestamp(),
-                                      ('{"approvals_needed":' || audit_json(COALESCE(sqlc.narg(approvals_needed)::integer, o.approvals_needed)::text)
-                                          || ',"approved_fingerprint":' || audit_json(sqlc.narg(approved_fingerprint)::text)
-                                          || ',"approver":' || audit_json(sqlc.narg(decided_by)::text)
-                                          || ',"approver_name":' || audit_json(sqlc.arg(decided_by_name)::text)
-                                          || ',"args_digest":' || audit_json(sqlc.narg(shown_args_digest)::text)
-                                          || ',"decision":' || audit_json(sqlc.narg(decision)::text)
-                                          || ',"policy_digest":' || audit_json(COALESCE(sqlc.narg(policy_digest)::text, o.policy_digest))
-                                          || ',"reason":' || audit_json(sqlc.narg(reason)::text)
-                                          || ',"superseded_by":' || audit_json(sqlc.narg(superseded_by)::text) || '}')),
+        chain_head = audit_link(o.chain_head, sqlc.narg(doc)::bytea, o.events + 1, o.attempts, o.fence, statement_timestamp(), o.state),
         updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND (NOT sqlc.arg(require_lapsed_unsent)::boolean OR o.state <> 'READY'
@@ -386,15 +358,7 @@ WITH upd AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail),
-           upd.chain_head,
-           ('{"approvals_needed":' || audit_json(upd.approvals_needed::text)
-               || ',"approved_fingerprint":' || audit_json(sqlc.narg(approved_fingerprint)::text)
-               || ',"approver":' || audit_json(sqlc.narg(decided_by)::text)
-               || ',"approver_name":' || audit_json(sqlc.arg(decided_by_name)::text)
-               || ',"args_digest":' || audit_json(sqlc.narg(shown_args_digest)::text)
-               || ',"decision":' || audit_json(sqlc.narg(decision)::text) || ',"policy_digest":' || audit_json(upd.policy_digest)
-               || ',"reason":' || audit_json(sqlc.narg(reason)::text)
-               || ',"superseded_by":' || audit_json(sqlc.narg(superseded_by)::text) || '}')::jsonb
+           upd.chain_head, sqlc.narg(facts)::text
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
@@ -432,10 +396,7 @@ WITH upd AS (
                          THEN '[]'::jsonb ELSE o.approvals END,
         approval_expires_at = CASE WHEN sqlc.arg(to_state)::text = 'AWAITING_APPROVAL' THEN NULL ELSE o.approval_expires_at END,
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, sqlc.arg(event_type)::text, sqlc.arg(actor)::text, o.state,
-                                      sqlc.arg(to_state)::text, o.attempts, o.fence, sqlc.arg(detail)::text, statement_timestamp(),
-                                      ('{"approvals_needed":' || audit_json(GREATEST(o.approvals_needed, sqlc.arg(approvals_needed)::integer)::text)
-                                          || ',"policy_digest":' || audit_json(sqlc.arg(policy_digest)::text) || '}')),
+        chain_head = audit_link(o.chain_head, sqlc.narg(doc)::bytea, o.events + 1, o.attempts, o.fence, statement_timestamp(), o.state),
         updated_at = statement_timestamp()
     WHERE o.id = sqlc.arg(id) AND o.tenant IS NOT DISTINCT FROM sqlc.arg(tenant) AND o.state = ANY (sqlc.arg(from_states)::text[])
       AND o.policy_digest = sqlc.arg(old_digest)::text AND o.first_sent_fence IS NULL
@@ -447,8 +408,7 @@ WITH upd AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
     SELECT upd.id, upd.events, sqlc.arg(event_type)::text, sqlc.arg(actor), upd.prev_state, upd.state, upd.attempts, upd.fence, sqlc.arg(detail),
-           upd.chain_head, ('{"approvals_needed":' || audit_json(upd.approvals_needed::text)
-               || ',"policy_digest":' || audit_json(upd.policy_digest) || '}')::jsonb
+           upd.chain_head, sqlc.narg(facts)::text
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)

@@ -115,7 +115,7 @@ type OperationEvent struct {
 	Detail      string
 	CreatedAt   pgtype.Timestamptz
 	Hash        []byte
-	Facts       []byte
+	Facts       pgtype.Text
 }
 
 type OperationIdentity struct {

@@ -317,37 +317,37 @@ WITH upd AS (
         first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $4::text, $5::text, o.state,
-                                      $1::text, o.attempts + 1, o.fence + 1, '', statement_timestamp(), NULL),
+        chain_head = audit_link(o.chain_head, $4::bytea, o.events + 1, o.attempts + 1, o.fence + 1, statement_timestamp(), o.state),
         updated_at = statement_timestamp()
-    WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = $8::text
-      AND (NOT $9::boolean OR NOT o.approval_required
+    WHERE o.id = $5 AND o.tenant IS NOT DISTINCT FROM $6 AND o.state = $7::text
+      AND (NOT $8::boolean OR NOT o.approval_required
            OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
-      AND (NOT $10::boolean OR o.first_sent_fence IS NOT NULL
-           OR o.policy_digest = ANY ($11::text[]))
+      AND (NOT $9::boolean OR o.first_sent_fence IS NOT NULL
+           OR o.policy_digest = ANY ($10::text[]))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
-    SELECT upd.id, upd.events, $4::text, $5, $8::text, upd.state, upd.attempts, upd.fence, '', upd.chain_head FROM upd
+    SELECT upd.id, upd.events, $11::text, $12, $7::text, upd.state, upd.attempts, upd.fence, '', upd.chain_head FROM upd
 )
 SELECT upd.id, upd.tenant, upd.tool, upd.tool_version, upd.idempotency_key, upd.args, upd.fingerprint, upd.state, upd.prepared_by, upd.approval_required, upd.approval_ttl_ms, upd.approval_decision, upd.approval_decided_by, upd.approval_decided_at, upd.approval_expires_at, upd.approval_fingerprint, upd.approval_reason, upd.attempts, upd.fence, upd.lease_owner, upd.lease_expires_at, upd.first_claimed_at, upd.downstream_key, upd.external_ref, upd.result, upd.error, upd.events, upd.reconcile_attempts, upd.next_reconcile_at, upd.created_at, upd.updated_at, upd.first_sent_fence, upd.waited, upd.prev_state, upd.approvals_needed, upd.approvals, upd.policy_digest, upd.approval_rule, upd.supersedes, upd.superseded_by, upd.budget_names, upd.budget_scopes, upd.identity, upd.chain_head, true AS claimed, statement_timestamp()::timestamptz AS db_now FROM upd
 UNION ALL
 SELECT g.id, g.tenant, g.tool, g.tool_version, g.idempotency_key, g.args, g.fingerprint, g.state, g.prepared_by, g.approval_required, g.approval_ttl_ms, g.approval_decision, g.approval_decided_by, g.approval_decided_at, g.approval_expires_at, g.approval_fingerprint, g.approval_reason, g.attempts, g.fence, g.lease_owner, g.lease_expires_at, g.first_claimed_at, g.downstream_key, g.external_ref, g.result, g.error, g.events, g.reconcile_attempts, g.next_reconcile_at, g.created_at, g.updated_at, g.first_sent_fence, g.waited, g.prev_state, g.approvals_needed, g.approvals, g.policy_digest, g.approval_rule, g.supersedes, g.superseded_by, g.budget_names, g.budget_scopes, g.identity, g.chain_head, false AS claimed, statement_timestamp()::timestamptz AS db_now FROM operation g
-WHERE g.id = $6 AND g.tenant IS NOT DISTINCT FROM $7 AND NOT EXISTS (SELECT 1 FROM upd)
+WHERE g.id = $5 AND g.tenant IS NOT DISTINCT FROM $6 AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
 type OperationClaimParams struct {
 	ToState                string
 	LeaseOwner             pgtype.Text
 	LeaseSeconds           float64
-	EventType              string
-	Actor                  string
+	Doc                    []byte
 	ID                     string
 	Tenant                 string
 	FromState              string
 	RequireApprovalInForce bool
 	RequirePolicyCurrent   bool
 	PolicyDigests          []string
+	EventType              string
+	Actor                  string
 }
 
 type OperationClaimRow struct {
@@ -426,14 +426,15 @@ func (q *Queries) OperationClaim(ctx context.Context, db DBTX, arg OperationClai
 		arg.ToState,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
-		arg.EventType,
-		arg.Actor,
+		arg.Doc,
 		arg.ID,
 		arg.Tenant,
 		arg.FromState,
 		arg.RequireApprovalInForce,
 		arg.RequirePolicyCurrent,
 		arg.PolicyDigests,
+		arg.EventType,
+		arg.Actor,
 	)
 	if err != nil {
 		return nil, err
@@ -512,19 +513,18 @@ WITH upd AS (
         first_claimed_at = COALESCE(o.first_claimed_at, statement_timestamp()),
         waited = false,
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $4::text, $5::text, o.state,
-                                      $1::text, o.attempts + 1, o.fence + 1, '', statement_timestamp(), NULL),
+        chain_head = audit_link(o.chain_head, $4::bytea, o.events + 1, o.attempts + 1, o.fence + 1, statement_timestamp(), o.state),
         updated_at = statement_timestamp()
-    WHERE o.id = $6 AND o.tenant IS NOT DISTINCT FROM $7 AND o.state = $8::text
-      AND (NOT $9::boolean OR NOT o.approval_required
+    WHERE o.id = $5 AND o.tenant IS NOT DISTINCT FROM $6 AND o.state = $7::text
+      AND (NOT $8::boolean OR NOT o.approval_required
            OR o.approval_expires_at > statement_timestamp() OR o.first_sent_fence IS NOT NULL)
-      AND (NOT $10::boolean OR o.first_sent_fence IS NOT NULL
-           OR o.policy_digest = ANY ($11::text[]))
+      AND (NOT $9::boolean OR o.first_sent_fence IS NOT NULL
+           OR o.policy_digest = ANY ($10::text[]))
     RETURNING o.id, o.state, o.fence, o.attempts, o.lease_owner, o.lease_expires_at, o.next_reconcile_at,
               o.first_claimed_at, o.waited, o.reconcile_attempts, o.first_sent_fence, o.events, o.updated_at, o.chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
-    SELECT upd.id, upd.events, $4::text, $5, $8::text, upd.state, upd.attempts, upd.fence, '', upd.chain_head FROM upd
+    SELECT upd.id, upd.events, $11::text, $12, $7::text, upd.state, upd.attempts, upd.fence, '', upd.chain_head FROM upd
 )
 SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at, waited, reconcile_attempts, first_sent_fence, events, updated_at, statement_timestamp()::timestamptz AS db_now FROM upd
 `
@@ -533,14 +533,15 @@ type OperationClaimKnownParams struct {
 	ToState                string
 	LeaseOwner             pgtype.Text
 	LeaseSeconds           float64
-	EventType              string
-	Actor                  string
+	Doc                    []byte
 	ID                     string
 	Tenant                 string
 	FromState              string
 	RequireApprovalInForce bool
 	RequirePolicyCurrent   bool
 	PolicyDigests          []string
+	EventType              string
+	Actor                  string
 }
 
 type OperationClaimKnownRow struct {
@@ -573,14 +574,15 @@ func (q *Queries) OperationClaimKnown(ctx context.Context, db DBTX, arg Operatio
 		arg.ToState,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
-		arg.EventType,
-		arg.Actor,
+		arg.Doc,
 		arg.ID,
 		arg.Tenant,
 		arg.FromState,
 		arg.RequireApprovalInForce,
 		arg.RequirePolicyCurrent,
 		arg.PolicyDigests,
+		arg.EventType,
+		arg.Actor,
 	)
 	if err != nil {
 		return nil, err
@@ -819,20 +821,10 @@ WITH upd AS (
                         'policy_digest', COALESCE($8::text, o.policy_digest)))
             END,
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $12::text, $13::text, o.state,
-                                      $1::text, o.attempts, o.fence, $14::text, statement_timestamp(),
-                                      ('{"approvals_needed":' || audit_json(COALESCE($7::integer, o.approvals_needed)::text)
-                                          || ',"approved_fingerprint":' || audit_json($5::text)
-                                          || ',"approver":' || audit_json($3::text)
-                                          || ',"approver_name":' || audit_json($11::text)
-                                          || ',"args_digest":' || audit_json($15::text)
-                                          || ',"decision":' || audit_json($2::text)
-                                          || ',"policy_digest":' || audit_json(COALESCE($8::text, o.policy_digest))
-                                          || ',"reason":' || audit_json($6::text)
-                                          || ',"superseded_by":' || audit_json($10::text) || '}')),
+        chain_head = audit_link(o.chain_head, $12::bytea, o.events + 1, o.attempts, o.fence, statement_timestamp(), o.state),
         updated_at = statement_timestamp()
-    WHERE o.id = $16 AND o.tenant IS NOT DISTINCT FROM $17 AND o.state = ANY ($18::text[])
-      AND (NOT $19::boolean OR o.state <> 'READY'
+    WHERE o.id = $13 AND o.tenant IS NOT DISTINCT FROM $14 AND o.state = ANY ($15::text[])
+      AND (NOT $16::boolean OR o.state <> 'READY'
            OR (o.approval_expires_at <= statement_timestamp() AND o.first_sent_fence IS NULL))
       AND ($2::text IS NULL OR o.state = 'READY'
            OR NOT o.approvals @> jsonb_build_array(jsonb_build_object('principal_id', $3::text)))
@@ -842,21 +834,13 @@ WITH upd AS (
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT upd.id, upd.events, $12::text, $13, upd.prev_state, upd.state, upd.attempts, upd.fence, $14,
-           upd.chain_head,
-           ('{"approvals_needed":' || audit_json(upd.approvals_needed::text)
-               || ',"approved_fingerprint":' || audit_json($5::text)
-               || ',"approver":' || audit_json($3::text)
-               || ',"approver_name":' || audit_json($11::text)
-               || ',"args_digest":' || audit_json($15::text)
-               || ',"decision":' || audit_json($2::text) || ',"policy_digest":' || audit_json(upd.policy_digest)
-               || ',"reason":' || audit_json($6::text)
-               || ',"superseded_by":' || audit_json($10::text) || '}')::jsonb
+    SELECT upd.id, upd.events, $17::text, $18, upd.prev_state, upd.state, upd.attempts, upd.fence, $19,
+           upd.chain_head, $20::text
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'approval_expired' FROM upd
-    WHERE upd.state = 'AWAITING_APPROVAL' AND $20::boolean
+    WHERE upd.state = 'AWAITING_APPROVAL' AND $21::boolean
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head FROM upd
 `
@@ -873,14 +857,15 @@ type OperationDecideParams struct {
 	ApprovalRule        pgtype.Text
 	SupersededBy        pgtype.Text
 	DecidedByName       string
-	EventType           string
-	Actor               string
-	Detail              string
-	ShownArgsDigest     pgtype.Text
+	Doc                 []byte
 	ID                  string
 	Tenant              string
 	FromStates          []string
 	RequireLapsedUnsent bool
+	EventType           string
+	Actor               string
+	Detail              string
+	Facts               pgtype.Text
 	Notify              bool
 }
 
@@ -969,14 +954,15 @@ func (q *Queries) OperationDecide(ctx context.Context, db DBTX, arg OperationDec
 		arg.ApprovalRule,
 		arg.SupersededBy,
 		arg.DecidedByName,
-		arg.EventType,
-		arg.Actor,
-		arg.Detail,
-		arg.ShownArgsDigest,
+		arg.Doc,
 		arg.ID,
 		arg.Tenant,
 		arg.FromStates,
 		arg.RequireLapsedUnsent,
+		arg.EventType,
+		arg.Actor,
+		arg.Detail,
+		arg.Facts,
 		arg.Notify,
 	)
 	var i OperationDecideRow
@@ -1368,16 +1354,7 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 const operationInsert = `-- name: OperationInsert :one
 
 WITH h AS (
-    SELECT f.facts, audit_event_hash(NULL, $1::text, 1, 'PREPARED', $2::text, NULL, $3::text,
-                                     0, 0, $4::text, statement_timestamp(), f.facts) AS prepared
-    FROM (SELECT ('{"approvals_needed":' || audit_json($5::integer::text)
-        || ',"approver":' || audit_json($6::text) || ',"args_digest":' || audit_json($7::text)
-        || ',"downstream_key":' || audit_json($8::text)
-        || ',"fingerprint":' || audit_json($9::text) || ',"policy_digest":' || audit_json($10::text)
-        || ',"prepared_by":' || audit_json($11::text) || ',"reason":' || audit_json($12::text)
-        || ',"supersedes":' || audit_json($13::text) || ',"tenant":' || audit_json($14::text)
-        || ',"tool":' || audit_json($15::text)
-        || ',"tool_version":' || audit_json($16::text) || '}') AS facts) f
+    SELECT audit_link(NULL, $1::bytea, 1, 0, 0, statement_timestamp(), NULL) AS prepared
 ), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
@@ -1385,80 +1362,81 @@ WITH h AS (
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    VALUES ($1, $14, $15, $16, $17, $18, $9,
-            CASE WHEN $19::boolean THEN $20::text ELSE $3::text END,
-            $11, $21, $22, $8,
-            CASE WHEN $19::boolean THEN 2 ELSE 1 END,
-            CASE WHEN $19::boolean
-                 THEN audit_event_hash((SELECT h.prepared FROM h), $1::text, 2, $23::text, $2::text,
-                                       $24::text, $20::text, 1, 1, '', statement_timestamp(), NULL)
+    VALUES ($2, $3, $4, $5, $6, $7, $8,
+            CASE WHEN $9::boolean THEN $10::text ELSE $11::text END,
+            $12, $13, $14, $15,
+            CASE WHEN $9::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $9::boolean
+                 THEN audit_link((SELECT h.prepared FROM h), $16::bytea, 2, 1, 1, statement_timestamp(), $17::text)
                  ELSE (SELECT h.prepared FROM h) END,
-            CASE WHEN $19::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $19::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $19::boolean THEN $25::text END,
-            CASE WHEN $19::boolean THEN now() + make_interval(secs => $26::float8) END,
-            CASE WHEN $19::boolean THEN now() + make_interval(secs => $26::float8) END,
-            CASE WHEN $19::boolean THEN now() END,
-            $5::integer, $10::text, $27::text,
-            $28::jsonb, $13::text,
-            $29::text[], $30::text[], $31::text,
+            CASE WHEN $9::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $9::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $9::boolean THEN $18::text END,
+            CASE WHEN $9::boolean THEN now() + make_interval(secs => $19::float8) END,
+            CASE WHEN $9::boolean THEN now() + make_interval(secs => $19::float8) END,
+            CASE WHEN $9::boolean THEN now() END,
+            $20::integer, $21::text, $22::text,
+            $23::jsonb, $24::text,
+            $25::text[], $26::text[], $27::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
-            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN 'APPROVE' END,
-            $6::text,
-            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN now() END,
-            CASE WHEN jsonb_array_length($28::jsonb) > 0 AND $3::text = 'READY'
-                 THEN now() + make_interval(secs => $22::bigint / 1000.0) END,
-            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN $9::text END,
-            $12::text)
+            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN 'APPROVE' END,
+            $28::text,
+            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN now() END,
+            CASE WHEN jsonb_array_length($23::jsonb) > 0 AND $11::text = 'READY'
+                 THEN now() + make_interval(secs => $14::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN $8::text END,
+            $29::text)
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT ins.id, 1, 'PREPARED', $2, NULL, $3::text, 0, 0, $4, h.prepared, h.facts::jsonb FROM ins, h
+    SELECT ins.id, 1, 'PREPARED', $30, NULL, $11::text, 0, 0, $31, h.prepared, $32::text FROM ins, h
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
-    SELECT ins.id, 2, $23::text, $2, $24::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
+    SELECT ins.id, 2, $33::text, $30, $17::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
-    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $32::boolean
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $34::boolean
 )
 SELECT created_at, lease_expires_at, args FROM ins
 `
 
 type OperationInsertParams struct {
+	PreparedDoc      []byte
 	ID               string
-	Actor            string
-	State            string
-	Detail           string
-	ApprovalsNeeded  int32
-	ApprovedBy       pgtype.Text
-	ArgsDigest       string
-	DownstreamKey    string
-	Fingerprint      string
-	PolicyDigest     string
-	PreparedBy       string
-	ApprovedReason   pgtype.Text
-	Supersedes       pgtype.Text
 	Tenant           string
 	Tool             string
 	ToolVersion      string
 	IdempotencyKey   string
 	Args             []byte
+	Fingerprint      string
 	Claim            bool
 	ClaimTo          string
+	State            string
+	PreparedBy       string
 	ApprovalRequired bool
 	ApprovalTtlMs    int64
-	ClaimEvent       string
+	DownstreamKey    string
+	ClaimedDoc       []byte
 	ClaimFrom        string
 	LeaseOwner       pgtype.Text
 	LeaseSeconds     float64
+	ApprovalsNeeded  int32
+	PolicyDigest     string
 	ApprovalRule     string
 	Approvals        []byte
+	Supersedes       pgtype.Text
 	BudgetNames      []string
 	BudgetScopes     []string
 	Identity         pgtype.Text
+	ApprovedBy       pgtype.Text
+	ApprovedReason   pgtype.Text
+	Actor            string
+	Detail           string
+	PreparedFacts    pgtype.Text
+	ClaimEvent       string
 	Notify           bool
 }
 
@@ -1502,43 +1480,46 @@ type OperationInsertRow struct {
 // so any conflict is the twin's). (A claim is only asked for an
 // operation born in claim_from that needs no approval; the table's
 // operation_executing_has_lease rule holds the lease to it.)
-// The events' hashes (migration 0017) are computed here: PREPARED's in h
-// (its facts: what the operation is, args_digest being the SHA-256 of the
-// canonical args), CLAIMED's chained to it, and the last is the row's
-// chain_head.
+// The events' hashes (migration 0017): store passes the doc hashes of
+// PREPARED (its facts: what the operation is, args_digest being the
+// SHA-256 of the canonical args) and of CLAIMED; h links PREPARED's, the
+// CLAIMED's is linked to it, and the last is the row's chain_head (all
+// NULL with receipts off).
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {
 	row := db.QueryRow(ctx, operationInsert,
+		arg.PreparedDoc,
 		arg.ID,
-		arg.Actor,
-		arg.State,
-		arg.Detail,
-		arg.ApprovalsNeeded,
-		arg.ApprovedBy,
-		arg.ArgsDigest,
-		arg.DownstreamKey,
-		arg.Fingerprint,
-		arg.PolicyDigest,
-		arg.PreparedBy,
-		arg.ApprovedReason,
-		arg.Supersedes,
 		arg.Tenant,
 		arg.Tool,
 		arg.ToolVersion,
 		arg.IdempotencyKey,
 		arg.Args,
+		arg.Fingerprint,
 		arg.Claim,
 		arg.ClaimTo,
+		arg.State,
+		arg.PreparedBy,
 		arg.ApprovalRequired,
 		arg.ApprovalTtlMs,
-		arg.ClaimEvent,
+		arg.DownstreamKey,
+		arg.ClaimedDoc,
 		arg.ClaimFrom,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
+		arg.ApprovalsNeeded,
+		arg.PolicyDigest,
 		arg.ApprovalRule,
 		arg.Approvals,
+		arg.Supersedes,
 		arg.BudgetNames,
 		arg.BudgetScopes,
 		arg.Identity,
+		arg.ApprovedBy,
+		arg.ApprovedReason,
+		arg.Actor,
+		arg.Detail,
+		arg.PreparedFacts,
+		arg.ClaimEvent,
 		arg.Notify,
 	)
 	var i OperationInsertRow
@@ -1788,28 +1769,24 @@ WITH upd AS (
                          THEN '[]'::jsonb ELSE o.approvals END,
         approval_expires_at = CASE WHEN $1::text = 'AWAITING_APPROVAL' THEN NULL ELSE o.approval_expires_at END,
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $6::text, $7::text, o.state,
-                                      $1::text, o.attempts, o.fence, $8::text, statement_timestamp(),
-                                      ('{"approvals_needed":' || audit_json(GREATEST(o.approvals_needed, $3::integer)::text)
-                                          || ',"policy_digest":' || audit_json($2::text) || '}')),
+        chain_head = audit_link(o.chain_head, $6::bytea, o.events + 1, o.attempts, o.fence, statement_timestamp(), o.state),
         updated_at = statement_timestamp()
-    WHERE o.id = $9 AND o.tenant IS NOT DISTINCT FROM $10 AND o.state = ANY ($11::text[])
-      AND o.policy_digest = $12::text AND o.first_sent_fence IS NULL
-      AND (NOT $13::boolean
+    WHERE o.id = $7 AND o.tenant IS NOT DISTINCT FROM $8 AND o.state = ANY ($9::text[])
+      AND o.policy_digest = $10::text AND o.first_sent_fence IS NULL
+      AND (NOT $11::boolean
            OR jsonb_array_length(o.approvals) < GREATEST(o.approvals_needed, $3::integer))
-      AND (NOT $14::boolean
+      AND (NOT $12::boolean
            OR jsonb_array_length(o.approvals) >= GREATEST(o.approvals_needed, $3::integer))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT upd.id, upd.events, $6::text, $7, upd.prev_state, upd.state, upd.attempts, upd.fence, $8,
-           upd.chain_head, ('{"approvals_needed":' || audit_json(upd.approvals_needed::text)
-               || ',"policy_digest":' || audit_json(upd.policy_digest) || '}')::jsonb
+    SELECT upd.id, upd.events, $13::text, $14, upd.prev_state, upd.state, upd.attempts, upd.fence, $15,
+           upd.chain_head, $16::text
     FROM upd
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT upd.id, upd.events, 'policy_changed' FROM upd
-    WHERE upd.state = 'AWAITING_APPROVAL' AND upd.prev_state <> 'AWAITING_APPROVAL' AND $15::boolean
+    WHERE upd.state = 'AWAITING_APPROVAL' AND upd.prev_state <> 'AWAITING_APPROVAL' AND $17::boolean
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head FROM upd
 `
@@ -1820,15 +1797,17 @@ type OperationPolicyApplyParams struct {
 	ApprovalsNeeded int32
 	ApprovalTtlMs   int64
 	ApprovalRule    string
-	EventType       string
-	Actor           string
-	Detail          string
+	Doc             []byte
 	ID              string
 	Tenant          string
 	FromStates      []string
 	OldDigest       string
 	RequireShort    bool
 	RequireMet      bool
+	EventType       string
+	Actor           string
+	Detail          string
+	Facts           pgtype.Text
 	Notify          bool
 }
 
@@ -1904,15 +1883,17 @@ func (q *Queries) OperationPolicyApply(ctx context.Context, db DBTX, arg Operati
 		arg.ApprovalsNeeded,
 		arg.ApprovalTtlMs,
 		arg.ApprovalRule,
-		arg.EventType,
-		arg.Actor,
-		arg.Detail,
+		arg.Doc,
 		arg.ID,
 		arg.Tenant,
 		arg.FromStates,
 		arg.OldDigest,
 		arg.RequireShort,
 		arg.RequireMet,
+		arg.EventType,
+		arg.Actor,
+		arg.Detail,
+		arg.Facts,
 		arg.Notify,
 	)
 	var i OperationPolicyApplyRow
@@ -2009,18 +1990,17 @@ WITH upd AS (
         lease_expires_at = now() + make_interval(secs => $2::float8),
         next_reconcile_at = now() + make_interval(secs => $2::float8),
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $3::text, $4::text, o.state,
-                                      o.state, o.attempts + 1, o.fence + 1, 'lease expired; previous holder fenced out', statement_timestamp(), NULL),
+        chain_head = audit_link(o.chain_head, $3::bytea, o.events + 1, o.attempts + 1, o.fence + 1, statement_timestamp(), o.state),
         updated_at = now()
-    WHERE o.id = $5 AND o.tenant IS NOT DISTINCT FROM $6 AND o.state = $7::text
-      AND o.fence = $8 AND o.lease_expires_at < now()
-      AND ($9::float8 = 0 OR o.first_claimed_at IS NULL
-           OR now() + make_interval(secs => $10::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * $9::float8))
+    WHERE o.id = $4 AND o.tenant IS NOT DISTINCT FROM $5 AND o.state = $6::text
+      AND o.fence = $7 AND o.lease_expires_at < now()
+      AND ($8::float8 = 0 OR o.first_claimed_at IS NULL
+           OR now() + make_interval(secs => $9::float8)
+              < o.first_claimed_at + make_interval(secs => 0.9 * $8::float8))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
-    SELECT upd.id, upd.events, $3::text, $4, $7::text, upd.state, upd.attempts, upd.fence,
+    SELECT upd.id, upd.events, $10::text, $11, $6::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out', upd.chain_head FROM upd
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head FROM upd
@@ -2029,14 +2009,15 @@ SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state
 type OperationTakeOverParams struct {
 	LeaseOwner          pgtype.Text
 	LeaseSeconds        float64
-	EventType           string
-	Actor               string
+	Doc                 []byte
 	ID                  string
 	Tenant              string
 	FromState           string
 	Fence               int64
 	KeyRetentionSeconds float64
 	AheadSeconds        float64
+	EventType           string
+	Actor               string
 }
 
 type OperationTakeOverRow struct {
@@ -2098,14 +2079,15 @@ func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationT
 	row := db.QueryRow(ctx, operationTakeOver,
 		arg.LeaseOwner,
 		arg.LeaseSeconds,
-		arg.EventType,
-		arg.Actor,
+		arg.Doc,
 		arg.ID,
 		arg.Tenant,
 		arg.FromState,
 		arg.Fence,
 		arg.KeyRetentionSeconds,
 		arg.AheadSeconds,
+		arg.EventType,
+		arg.Actor,
 	)
 	var i OperationTakeOverRow
 	err := row.Scan(
@@ -2173,30 +2155,24 @@ WITH upd AS (
                                  ELSE NULL END,
         reconcile_attempts = CASE WHEN $1::text = 'OUTCOME_UNKNOWN' THEN o.reconcile_attempts ELSE 0 END,
         events = o.events + 1,
-        chain_head = audit_event_hash(o.chain_head, o.id, o.events + 1, $6::text, $8::text, o.state,
-                                      $1::text, o.attempts, o.fence, $9::text, statement_timestamp(),
-                                      ('{"error_digest":' || audit_json(CASE WHEN $4::boolean THEN COALESCE($10::text, '') END)
-                                          || ',"external_ref":' || audit_json($2::text)
-                                          || ',"result_digest":' || audit_json($11::text) || '}')),
+        chain_head = audit_link(o.chain_head, $8::bytea, o.events + 1, o.attempts, o.fence, statement_timestamp(), o.state),
         updated_at = statement_timestamp()
-    WHERE o.id = $12 AND o.tenant IS NOT DISTINCT FROM $13
-      AND o.state = ANY ($14::text[])
-      AND o.fence = $15
-      AND (NOT $16::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < statement_timestamp())
-      AND (NOT $17::boolean OR o.first_sent_fence IS NULL)
-      AND (NOT $18::boolean OR o.state <> 'READY' OR o.first_sent_fence IS NOT NULL)
-      AND (NOT $19::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
-      AND ($20::float8 = 0 OR o.first_claimed_at IS NULL
-           OR statement_timestamp() + make_interval(secs => $21::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * $20::float8))
+    WHERE o.id = $9 AND o.tenant IS NOT DISTINCT FROM $10
+      AND o.state = ANY ($11::text[])
+      AND o.fence = $12
+      AND (NOT $13::boolean OR o.state <> 'EXECUTING' OR o.lease_expires_at < statement_timestamp())
+      AND (NOT $14::boolean OR o.first_sent_fence IS NULL)
+      AND (NOT $15::boolean OR o.state <> 'READY' OR o.first_sent_fence IS NOT NULL)
+      AND (NOT $16::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
+      AND ($17::float8 = 0 OR o.first_claimed_at IS NULL
+           OR statement_timestamp() + make_interval(secs => $18::float8)
+              < o.first_claimed_at + make_interval(secs => 0.9 * $17::float8))
     RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
               o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error, o.chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT upd.id, upd.events, $6::text, $8, upd.prev_state, upd.state, upd.attempts, upd.fence, $9,
-           upd.chain_head, ('{"error_digest":' || audit_json(CASE WHEN $4::boolean THEN COALESCE($10::text, '') END)
-               || ',"external_ref":' || audit_json($2::text)
-               || ',"result_digest":' || audit_json($11::text) || '}')::jsonb
+    SELECT upd.id, upd.events, $6::text, $19, upd.prev_state, upd.state, upd.attempts, upd.fence, $20,
+           upd.chain_head, $21::text
     FROM upd
 )
 SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_sent_fence, external_ref, result, error FROM upd
@@ -2210,10 +2186,7 @@ type OperationTransitionParams struct {
 	Error                 []byte
 	EventType             string
 	ReconcileAfterSeconds float64
-	Actor                 string
-	Detail                string
-	ErrorDigest           pgtype.Text
-	ResultDigest          pgtype.Text
+	Doc                   []byte
 	ID                    string
 	Tenant                string
 	FromStates            []string
@@ -2224,6 +2197,9 @@ type OperationTransitionParams struct {
 	RequireFirstSend      bool
 	KeyRetentionSeconds   float64
 	AheadSeconds          float64
+	Actor                 string
+	Detail                string
+	Facts                 pgtype.Text
 }
 
 type OperationTransitionRow struct {
@@ -2275,10 +2251,7 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		arg.Error,
 		arg.EventType,
 		arg.ReconcileAfterSeconds,
-		arg.Actor,
-		arg.Detail,
-		arg.ErrorDigest,
-		arg.ResultDigest,
+		arg.Doc,
 		arg.ID,
 		arg.Tenant,
 		arg.FromStates,
@@ -2289,6 +2262,9 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		arg.RequireFirstSend,
 		arg.KeyRetentionSeconds,
 		arg.AheadSeconds,
+		arg.Actor,
+		arg.Detail,
+		arg.Facts,
 	)
 	var i OperationTransitionRow
 	err := row.Scan(
