@@ -74,6 +74,11 @@ type Config struct {
 	// OPLEDGER_AUDIT_SIGNING_KEY); empty: the chains are written but no
 	// checkpoint is signed (docs/audit.md).
 	AuditSigningKey string
+	// AuditNoReceipts writes events without their hash chains
+	// (--audit-no-receipts, OPLEDGER_AUDIT_NO_RECEIPTS): the bench's
+	// baseline for what the receipts cost (docs/performance.md), never a
+	// production setting, since what it writes no verification covers.
+	AuditNoReceipts bool
 	// AuditCheckpointInterval is how often one replica signs a checkpoint
 	// of the chain heads changed since the last
 	// (--audit-checkpoint-interval, OPLEDGER_AUDIT_CHECKPOINT_INTERVAL); 0:

@@ -102,7 +102,7 @@ func New(ctx context.Context, cfg Config, o Options) (*Service, error) {
 			log.Info("applied migrations", "versions", applied)
 		}
 	}
-	st, err := store.Open(ctx, store.Config{URL: cfg.DatabaseURL, MaxConns: int32(cfg.DBMaxConns)})
+	st, err := store.Open(ctx, store.Config{URL: cfg.DatabaseURL, MaxConns: int32(cfg.DBMaxConns), NoReceipts: cfg.AuditNoReceipts})
 	if err != nil {
 		return nil, err
 	}
@@ -187,9 +187,12 @@ func (s *Service) Run(ctx context.Context, lis net.Listener, ready func(Ready)) 
 		go l.RunReconciler(bg)
 	}
 	go l.RunPruner(bg)
-	if s.Checkpointer != nil {
+	switch {
+	case s.Config.AuditNoReceipts:
+		s.log.Warn("audit: --audit-no-receipts: events are written without hash chains, which no verification covers (the bench's baseline only; docs/audit.md)")
+	case s.Checkpointer != nil:
 		go s.Checkpointer.Run(bg)
-	} else {
+	default:
 		s.log.Info("audit: no --audit-signing-key: events are hash-chained, but no checkpoint is signed (docs/audit.md)")
 	}
 	var side []*http.Server

@@ -206,3 +206,26 @@ func (c *Conn) AuditLeaves(ctx context.Context, size uint64, ids []string) ([]au
 	}
 	return out, nil
 }
+
+// AuditVerifyAll checks every operation's receipts in one snapshot (so a
+// write committed during the walk is not half seen), a page at a time, and
+// hands each operation's breaks to fn: what `opledger audit verify
+// --database` and the chaos run's final check share.
+func (s *Store) AuditVerifyAll(ctx context.Context, page int32, fn func(r AuditRecord, breaks []audit.Break)) error {
+	return s.InSnapshot(ctx, func(c *Conn) error {
+		q := AuditQuery{Limit: page}
+		for {
+			recs, err := c.AuditPage(ctx, q)
+			if err != nil {
+				return err
+			}
+			for _, r := range recs {
+				fn(r, audit.VerifyOperation(r.Operation, r.Events, nil))
+			}
+			if len(recs) < int(q.Limit) {
+				return nil
+			}
+			q.AfterID = recs[len(recs)-1].Operation.ID
+		}
+	})
+}

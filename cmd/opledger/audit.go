@@ -138,22 +138,8 @@ func verifyDatabase(ctx context.Context, url string, stdout io.Writer) error {
 	}
 	defer st.Close()
 	var sum verifySummary
-	// One snapshot: a write committed during the walk is not half seen.
-	err = st.InSnapshot(ctx, func(c *store.Conn) error {
-		q := store.AuditQuery{Limit: auditPage}
-		for {
-			recs, err := c.AuditPage(ctx, q)
-			if err != nil {
-				return err
-			}
-			for _, r := range recs {
-				sum.add(r.Operation, r.Events, audit.VerifyOperation(r.Operation, r.Events, nil), stdout)
-			}
-			if len(recs) < int(q.Limit) {
-				return nil
-			}
-			q.AfterID = recs[len(recs)-1].Operation.ID
-		}
+	err = st.AuditVerifyAll(ctx, auditPage, func(r store.AuditRecord, breaks []audit.Break) {
+		sum.add(r.Operation, r.Events, breaks, stdout)
 	})
 	if err != nil {
 		return err

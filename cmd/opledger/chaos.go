@@ -45,6 +45,8 @@ failpoints.`)
 	var failover failoverFlag
 	unsafeWindows := fs.Bool("failover-unsafe-windows", false, "with --failover: let failovers follow a crash restart of the primary before its standby caught up, and heal partitions before the old primary was demoted (outcomes may then be lost even with synchronous replication; see docs/reliability.md)")
 	fs.Var(&failover, "failover", "run PostgreSQL as a pg_auto_failover formation and kill and partition its primary during the run: --failover (synchronous replication) or --failover=async")
+	auditVerify := fs.Bool("audit-verify", false, "after the check, verify every operation's receipts in the live tables (as audit verify --database) and fail on any break")
+	auditTamper := fs.Bool("audit-tamper", false, "the control of --audit-verify: change one event in the tables first, and require the verification to report it")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -57,7 +59,8 @@ failpoints.`)
 	}
 	opts := chaos.Options{Binary: exe, Duration: *duration, Ops: *ops, MaxDuration: *maxDuration, Workers: *workers,
 		Seed: *seed, Control: string(control), WithoutDefect: *withoutDefect, Failpoints: true, FailpointRate: *rate, RequireAllFaults: *requireAll,
-		Dir: *dir, Log: stderr, Failover: string(failover), FailoverUnsafeWindows: *unsafeWindows}
+		Dir: *dir, Log: stderr, Failover: string(failover), FailoverUnsafeWindows: *unsafeWindows,
+		AuditVerify: *auditVerify, AuditTamper: *auditTamper}
 	if *history != "" {
 		f, err := os.Create(*history)
 		if err != nil {
@@ -82,6 +85,14 @@ failpoints.`)
 	fmt.Fprintf(stdout, "chaos: injected %v\n", s.Injected)
 	if s.HA != nil {
 		fmt.Fprint(stdout, s.HA.Details())
+	}
+	if a := s.Audit; a != nil {
+		for _, b := range a.First {
+			fmt.Fprintln(stdout, "chaos: receipts BREAK", b.String())
+		}
+		if a.Tampered != "" && a.Breaks > 0 {
+			fmt.Fprintf(stdout, "chaos: receipts control: %s was changed, and the verification reported %d break(s), as it must\n", a.Tampered, a.Breaks)
+		}
 	}
 	fmt.Fprintln(stdout, s.StagedLine())
 	fmt.Fprintln(stdout, s.Line())

@@ -52,6 +52,7 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	e.integer(&cfg.OpsPerMinute, "tenant-ops-per-minute", "OPLEDGER_TENANT_OPS_PER_MINUTE", 0, "operations a tenant may create per minute, all replicas (0: no quota)")
 	e.duration(&cfg.MaxDeadline, "max-deadline", "OPLEDGER_MAX_DEADLINE", 2*time.Minute, "cap on every call's deadline")
 	e.str(&cfg.AuditSigningKey, "audit-signing-key", "OPLEDGER_AUDIT_SIGNING_KEY", "", "Ed25519 key `FILE` (opledger audit keygen) signing the receipts' checkpoints (empty: chains only, no checkpoints)")
+	e.boolean(&cfg.AuditNoReceipts, "audit-no-receipts", "OPLEDGER_AUDIT_NO_RECEIPTS", false, "write events without hash chains: the bench's baseline only, never production (docs/audit.md)")
 	e.duration(&cfg.AuditCheckpointInterval, "audit-checkpoint-interval", "OPLEDGER_AUDIT_CHECKPOINT_INTERVAL", time.Minute, "how often one replica signs a checkpoint of the chain heads changed since the last")
 	e.duration(&cfg.Retention, "retention", "OPLEDGER_RETENTION", 720*time.Hour, "keep finished operations this long")
 	e.integer(&cfg.FinishedCache, "finished-cache", "OPLEDGER_FINISHED_CACHE", 16384, "finished operations kept in memory for replays (0: off, and the READY copies kept for the next Execute too)")

@@ -73,13 +73,18 @@ const (
 	// is judged and then runs as the plain one does): what the policy costs
 	// a call, measured beside the plain one-call, taking turns with it.
 	SystemOpledgerPolicy = "opledger-3-rules"
+	// SystemOpledgerNoReceipts is opledger with receipts off
+	// (--audit-no-receipts: events written without hash chains), as many
+	// servers as the one under test on the same database, taking turns
+	// with it: what the receipts cost (receiptsTargets).
+	SystemOpledgerNoReceipts = "opledger-no-receipts"
 )
 
 // baselines lists, per scenario, the systems it is compared with.
 var baselines = map[string][]string{
 	ScenarioPrepare:    {SystemPgbench},
-	ScenarioExecuteNew: {SystemPgbench, SystemDBOS},
-	ScenarioOneCall:    {SystemPgbench, SystemDBOS, SystemOpledgerPolicy},
+	ScenarioExecuteNew: {SystemPgbench, SystemDBOS, SystemOpledgerNoReceipts},
+	ScenarioOneCall:    {SystemPgbench, SystemDBOS, SystemOpledgerPolicy, SystemOpledgerNoReceipts},
 	// Compared with execute-one-call in the same run (budgetTargets).
 	ScenarioOneCallBudgeted:    nil,
 	ScenarioOneCallTenantLimit: nil,
@@ -89,7 +94,7 @@ var baselines = map[string][]string{
 }
 
 // allBaselines lists every baseline system.
-var allBaselines = []string{SystemPgbench, SystemGRPCFloor, SystemGRPCChain, SystemDBOS, SystemOpledgerPolicy}
+var allBaselines = []string{SystemPgbench, SystemGRPCFloor, SystemGRPCChain, SystemDBOS, SystemOpledgerPolicy, SystemOpledgerNoReceipts}
 
 // Options configures Run. The zero value runs the full benchmark with an
 // in-process server; `opledger bench` sets Binary to itself.
@@ -313,6 +318,10 @@ type Report struct {
 	Profiles []string
 	// InProcess holds the in-process (profiled) runs.
 	InProcess []Result
+	// Checkpoint is what one signed checkpoint of every chain head the run
+	// changed cost (measured with SystemOpledgerNoReceipts); nil when not
+	// measured.
+	Checkpoint *CheckpointCost
 }
 
 // Failures lists what went wrong in a report: measurements with errors or
@@ -448,6 +457,11 @@ func (e *env) runAll(ctx context.Context, rep *Report) error {
 			}
 		}
 	}
+	if o.wants(SystemOpledgerNoReceipts) {
+		if err := e.measureCheckpoint(ctx, rep); err != nil {
+			return err
+		}
+	}
 	if o.CPUProfileDir != "" {
 		if err := e.profile(ctx, rep); err != nil {
 			return err
@@ -477,6 +491,8 @@ func (e *env) measureSystem(ctx context.Context, sc, sys string, c int) Result {
 		return e.dbosMeasure(ctx, sc, c)
 	case SystemOpledgerPolicy:
 		return e.measureOpledger(ctx, e.clients, scenarioOneCallPolicy, c, true)
+	case SystemOpledgerNoReceipts:
+		return e.measureOpledger(ctx, e.noReceipts, sc, c, true)
 	}
 	return Result{Errors: 1, FirstError: "bench: unknown system " + sys}
 }

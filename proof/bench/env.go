@@ -58,9 +58,11 @@ type env struct {
 	stack   *stack // in-process server (always: profiles and the chain floor use it)
 	procs   []*serveProcess
 	clients *clients // opledger under test (the processes, or the stack)
-	bare    *floorServer
-	chain   *floorServer
-	dbos    *dbosPeer
+	// noReceipts is opledger with receipts off (SystemOpledgerNoReceipts).
+	noReceipts *clients
+	bare       *floorServer
+	chain      *floorServer
+	dbos       *dbosPeer
 	// dbosDone holds workflow ids that completed, for DBOS replays.
 	dbosDone []string
 
@@ -199,6 +201,11 @@ func newEnv(ctx context.Context, dir string, opts *Options) (_ *env, err error) 
 			e.closers = append(e.closers, e.chain.stop)
 		}
 	}
+	if opts.wants(SystemOpledgerNoReceipts) {
+		if err := e.startNoReceipts(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if opts.wants(SystemDBOS) {
 		e.progress("launching DBOS Transact (system database %q on the same server)", dbDBOS)
 		if e.dbos, err = startDBOS(ctx, e.cluster.URL(dbDBOS)+"&pool_max_conns="+strconv.Itoa(opts.DBConns), e.fakepayURL); err != nil {
@@ -330,7 +337,11 @@ type serveProcess struct {
 // startServe starts `opledger serve` against database db and waits until its
 // health check serves. Its logs (JSON at info level, as in production) go to
 // a file in the run's directory.
-func (e *env) startServe(ctx context.Context, i int, db string, finishedCache bool) (*serveProcess, error) {
+func (e *env) startServe(ctx context.Context, i int, db string, finishedCache bool, extraEnv ...string) (*serveProcess, error) {
+	name := fmt.Sprintf("serve-%s-%d", db, i)
+	if len(extraEnv) > 0 {
+		name += "-b" // a baseline's server, beside the one under test
+	}
 	env := []string{
 		"DATABASE_URL=" + e.cluster.URL(db),
 		"OPLEDGER_TOOLS=" + e.toolsFile,
@@ -343,7 +354,8 @@ func (e *env) startServe(ctx context.Context, i int, db string, finishedCache bo
 	if !finishedCache {
 		env = append(env, "OPLEDGER_FINISHED_CACHE=0")
 	}
-	return e.startChild(ctx, fmt.Sprintf("serve-%s-%d", db, i), env, func(addr string) []string {
+	env = append(env, extraEnv...)
+	return e.startChild(ctx, name, env, func(addr string) []string {
 		return []string{"serve", "--listen", addr}
 	})
 }

@@ -343,7 +343,8 @@ func (r *Report) Targets() []Target {
 	} else if r.Options.Grow > 0 {
 		missing("execute-replay p99 flat (±20%) as operations grow")
 	}
-	return append(ts, r.BudgetTargets()...)
+	ts = append(ts, r.BudgetTargets()...)
+	return append(ts, r.ReceiptsTargets()...)
 }
 
 // ServerCPUTarget is the server's CPU budget per new operation (issue 13).

@@ -33,12 +33,13 @@ type stack struct {
 
 // startStack starts the in-process server; finishedCache is the ledger's
 // FinishedCacheSize (0: its default, negative: off).
-func startStack(ctx context.Context, dbURL string, toolsYAML []byte, secretHex string, maxConns, finishedCache int, logPath string) (*stack, error) {
+func startStack(ctx context.Context, dbURL string, toolsYAML []byte, secretHex string, maxConns, finishedCache int, logPath string,
+	mods ...func(*service.Config)) (*stack, error) {
 	logger, closeLog, err := serveLogger(logPath)
 	if err != nil {
 		return nil, err
 	}
-	svc, err := newService(ctx, dbURL, toolsYAML, secretHex, maxConns, finishedCache, "bench-inprocess", logger)
+	svc, err := newService(ctx, dbURL, toolsYAML, secretHex, maxConns, finishedCache, "bench-inprocess", logger, mods...)
 	if err != nil {
 		closeLog()
 		return nil, err
@@ -61,7 +62,7 @@ func startStack(ctx context.Context, dbURL string, toolsYAML []byte, secretHex s
 
 // newService wires opledger as serve does, with the benchmark's settings.
 func newService(ctx context.Context, dbURL string, toolsYAML []byte, secretHex string, maxConns, finishedCache int,
-	serverID string, logger *slog.Logger) (*service.Service, error) {
+	serverID string, logger *slog.Logger, mods ...func(*service.Config)) (*service.Service, error) {
 	secret, err := hex.DecodeString(secretHex)
 	if err != nil {
 		return nil, err
@@ -72,6 +73,9 @@ func newService(ctx context.Context, dbURL string, toolsYAML []byte, secretHex s
 	}
 	cfg := service.Config{DatabaseURL: dbURL, DownstreamSecret: secret, Reflection: true, DBMaxConns: maxConns,
 		ServerID: serverID, FinishedCache: max(finishedCache, 0), Drain: 5 * time.Second}
+	for _, m := range mods {
+		m(&cfg)
+	}
 	o := service.Options{Logger: logger, Tools: reg}
 	if finishedCache == 0 {
 		o.Ledger = func(c *ledger.Config) { c.FinishedCacheSize = 0 } // the ledger's default

@@ -101,6 +101,13 @@ type Options struct {
 	// link first and its data links only once the old primary was demoted,
 	// as a fencing HA setup would. See docs/reliability.md.
 	FailoverUnsafeWindows bool
+	// AuditVerify checks the receipts of every operation in the live tables
+	// after the checker ran, before the cluster is torn down: the chains
+	// must hold under the run's faults (Summary.Audit, 0 breaks).
+	AuditVerify bool
+	// AuditTamper is AuditVerify's control: one event is changed in the
+	// tables first, and the verification must report it.
+	AuditTamper bool
 }
 
 func (o *Options) defaults() {
@@ -154,6 +161,8 @@ type Summary struct {
 	// refused LIMIT_EXCEEDED and OPERATION_DUPLICATE: the budgets and the
 	// identity were reached, so their counts say something.
 	LimitRefused, IdentityRefused int
+	// Audit is the receipts' check (Options.AuditVerify); nil when not run.
+	Audit *AuditReport
 }
 
 // Line is the one-line summary.
@@ -165,6 +174,9 @@ func (s Summary) Line() string {
 		c.Duplicates, c.Overspent, c.DuplicateIntent, c.Resent, c.Lost, c.FalseFailed, c.Unapproved, c.UnapprovedByPolicy, c.Stuck, c.Unknown, c.Inconsistent, c.Internal)
 	if s.HA != nil {
 		line += " " + s.HA.line()
+	}
+	if s.Audit != nil {
+		line += " " + s.Audit.line()
 	}
 	return line
 }
@@ -218,6 +230,11 @@ func (s Summary) Err(requireAll bool) error {
 		errs = append(errs, s.HA.verdict(s.Check)...)
 	} else if !s.Check.OK() {
 		errs = append(errs, fmt.Errorf("%d violation(s)", len(s.Check.Violations)))
+	}
+	if s.Audit != nil {
+		if err := s.Audit.verdict(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if requireAll && len(s.NotInjected) > 0 {
 		errs = append(errs, fmt.Errorf("fault kinds never injected: %s", strings.Join(s.NotInjected, ", ")))
@@ -360,6 +377,12 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		Limits: limitSpecs(), Identities: identitySpecs()}
 	r.recordSends(in)
 	res := Check(in)
+	var receipts *AuditReport
+	if opts.AuditVerify || opts.AuditTamper {
+		if receipts, err = r.verifyReceipts(ctx); err != nil {
+			return Summary{}, err
+		}
+	}
 	var ha *FailoverReport
 	if r.ha != nil {
 		ha = r.ha.report(in, &res)
@@ -376,6 +399,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 			s.NotInjected = append(s.NotInjected, r.ha.notInjected()...)
 		}
 	}
+	s.Audit = receipts
 	s.Control = control
 	s.WithoutDefect = control != nil && opts.WithoutDefect
 	s.LimitRefused, s.IdentityRefused = int(r.limitRefused.Load()), int(r.identityRefused.Load())
