@@ -108,34 +108,11 @@ func (h HexBytes) String() string { return hex.EncodeToString(h) }
 // document in SQL cost PostgreSQL tens of microseconds per event
 // (docs/performance.md).
 func EventDoc(e Event) ([]byte, error) {
-	facts := make(map[string]any, len(e.Facts))
-	for k, v := range e.Facts {
-		if v == nil {
-			facts[k] = nil
-		} else {
-			facts[k] = *v
-		}
-	}
-	return fingerprint.Canonicalize(map[string]any{
-		"actor":  e.Actor,
-		"detail": e.Detail,
-		"facts":  facts,
-		"op":     e.OperationID,
-		"to":     e.ToState,
-		"type":   e.Type,
-		"v":      2,
-	})
+	return appendDoc(make([]byte, 0, 512), e)
 }
 
 // DocHash is the SHA-256 of EventDoc(e).
-func DocHash(e Event) ([]byte, error) {
-	doc, err := EventDoc(e)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(doc)
-	return sum[:], nil
-}
+func DocHash(e Event) ([]byte, error) { return docHash(e) }
 
 // FactsText is the JCS text of facts as an event stores it (and hashes it,
 // in EventDoc); "" when there are none (stored NULL, hashed as {}).
@@ -143,15 +120,7 @@ func FactsText(facts map[string]*string) (string, error) {
 	if len(facts) == 0 {
 		return "", nil
 	}
-	m := make(map[string]any, len(facts))
-	for k, v := range facts {
-		if v == nil {
-			m[k] = nil
-		} else {
-			m[k] = *v
-		}
-	}
-	b, err := fingerprint.Canonicalize(m)
+	b, err := appendFacts(make([]byte, 0, 512), facts)
 	return string(b), err
 }
 
