@@ -128,8 +128,9 @@ func (e *env) measureCheckpoint(ctx context.Context, rep *Report) error {
 		if last == nil {
 			break
 		}
-		c.Checkpoints++
-		c.Heads = int(last.Size)
+		// The first checkpoints of the database: their number is the last's
+		// seq, their leaves its size.
+		c.Checkpoints, c.Heads = int(last.Seq), int(last.Size)
 	}
 	c.Wall = time.Since(start)
 	b, err := e.cpuNow(cpuProcs{})

@@ -39,19 +39,26 @@ LIMIT sqlc.arg(batch_size);
 
 -- name: AuditCheckpointInsert :exec
 -- Records a checkpoint with its leaves, and the heads it committed to, in
--- one statement.
+-- one statement. The arrays of texts and byteas are read with unnest,
+-- once each (subscripting such an array walks it from its start, so reading
+-- a batch element by element cost PostgreSQL time in the square of its
+-- size: docs/performance.md, finding 38); the arrays of integers, whose
+-- elements have a fixed width, are subscripted.
 WITH cp AS (
     INSERT INTO audit_checkpoint (seq, tree_size, root, range_hashes, note)
     VALUES (sqlc.arg(seq), sqlc.arg(tree_size), sqlc.arg(root), sqlc.arg(range_hashes)::bytea[], sqlc.arg(note))
     RETURNING seq
+), u AS (
+    SELECT o.i, o.operation_id, h.head
+    FROM unnest(sqlc.arg(operation_ids)::text[]) WITH ORDINALITY AS o (operation_id, i)
+    JOIN unnest(sqlc.arg(heads)::bytea[]) WITH ORDINALITY AS h (head, i) ON h.i = o.i
 ), leaves AS (
     INSERT INTO audit_leaf (idx, checkpoint_seq, operation_id, events, head)
-    SELECT (sqlc.arg(idxs)::bigint[])[i], cp.seq, (sqlc.arg(operation_ids)::text[])[i], (sqlc.arg(event_counts)::integer[])[i],
-           (sqlc.arg(heads)::bytea[])[i]
-    FROM cp, generate_subscripts(sqlc.arg(operation_ids)::text[], 1) AS i
+    SELECT (sqlc.arg(idxs)::bigint[])[u.i], cp.seq, u.operation_id, (sqlc.arg(event_counts)::integer[])[u.i], u.head
+    FROM cp, u
 )
 INSERT INTO audit_head (operation_id, head)
-SELECT (sqlc.arg(operation_ids)::text[])[i], (sqlc.arg(heads)::bytea[])[i] FROM generate_subscripts(sqlc.arg(operation_ids)::text[], 1) AS i
+SELECT u.operation_id, u.head FROM u
 ON CONFLICT (operation_id) DO UPDATE SET head = EXCLUDED.head;
 
 -- name: AuditCheckpoints :many
