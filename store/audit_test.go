@@ -424,3 +424,32 @@ func TestAuditPolicyNeverLowersTheQuorum(t *testing.T) {
 	r = a.records(t, id)[id]
 	require.NotEmpty(t, audit.VerifyOperation(r.Operation, r.Events, nil), "a lowered quorum is a break")
 }
+
+// TestAuditCanonicalArgsDigest: args inserted as already canonical
+// (NewOperation.ArgsCanonical, as Prepare inserts them) are digested
+// without canonicalising them again and verify; the flag on args that are
+// not in canonical form is a break, so only Prepare's canonical bytes may
+// carry it.
+func TestAuditCanonicalArgsDigest(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	for _, c := range []struct {
+		id, args string
+		ok       bool
+	}{
+		{"op_auditcanonical000000001", "{\"amount_minor\":1,\"currency\":\"EUR\",\"note\":\"é\u2028\"}", true},
+		{"op_auditcanonical000000002", `{"currency": "EUR", "amount_minor": 1}`, false},
+	} {
+		_, _, err := a.st.OperationInsert(ctx, store.NewOperation{ID: c.id, Tenant: "acme", Tool: "pay_invoice", ToolVersion: "1",
+			IdempotencyKey: c.id, Args: []byte(c.args), ArgsCanonical: true, Fingerprint: "v1:x", State: "READY", PreparedBy: "pr_agent",
+			DownstreamKey: "opk_" + c.id, Actor: "agent", PolicyDigest: "pd1"})
+		require.NoError(t, err)
+		breaks := a.verify(t, c.id, nil)
+		if c.ok {
+			require.Empty(t, breaks, c.id)
+		} else {
+			require.NotEmpty(t, breaks, c.id)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -167,10 +169,15 @@ func one[R any](r R, err error, conv func(R) db.Operation) (Operation, error) {
 type NewOperation struct {
 	ID, Tenant, Tool, ToolVersion, IdempotencyKey string
 	Args                                          []byte
-	Fingerprint, State, PreparedBy                string
-	ApprovalRequired                              bool
-	ApprovalTTL                                   time.Duration
-	DownstreamKey                                 string
+	// ArgsCanonical says Args are already in RFC 8785 form (Prepare's): the
+	// PREPARED event's args digest is then their SHA-256, without
+	// canonicalising them a second time (the same digest, since the form is
+	// its own canonical form).
+	ArgsCanonical                  bool
+	Fingerprint, State, PreparedBy string
+	ApprovalRequired               bool
+	ApprovalTTL                    time.Duration
+	DownstreamKey                  string
 	// ApprovalsNeeded, PolicyDigest and ApprovalRule are the policy's
 	// judgement of the new operation.
 	ApprovalsNeeded            int32
@@ -201,7 +208,13 @@ type NewOperation struct {
 // inserted == false and the caller reads the existing one.
 func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operation, inserted bool, err error) {
 	// PREPARED's facts: what the operation is (docs/audit.md).
-	argsDigest, err := c.digest(n.Args)
+	var argsDigest string
+	if n.ArgsCanonical && !c.noReceipts {
+		sum := sha256.Sum256(n.Args)
+		argsDigest = hex.EncodeToString(sum[:])
+	} else {
+		argsDigest, err = c.digest(n.Args)
+	}
 	if err != nil {
 		return Operation{}, false, fmt.Errorf("store: operation %s: %w", n.ID, err)
 	}

@@ -192,7 +192,7 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 	id := newID("op_")
 	n := store.NewOperation{
 		ID: id, Tenant: a.Tenant, Tool: t.Name, ToolVersion: t.Version, IdempotencyKey: in.IdempotencyKey,
-		Args: canonical, Fingerprint: fp, State: string(state), PreparedBy: a.ID,
+		Args: canonical, ArgsCanonical: true, Fingerprint: fp, State: string(state), PreparedBy: a.ID,
 		ApprovalRequired: j.Needed > 0, ApprovalsNeeded: int32(j.Needed), ApprovalRule: j.Rule, PolicyDigest: t.Policy.Digest,
 		DownstreamKey: l.keys.key(a.Tenant, t.Name, in.IdempotencyKey, fp),
 		ApprovalTTL:   approvalTTL(t, j),
