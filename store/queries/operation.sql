@@ -36,12 +36,12 @@
 -- operation_executing_has_lease rule holds the lease to it.)
 -- The events' hashes (migration 0017): store passes the doc hashes of
 -- PREPARED (its facts: what the operation is, args_digest being the
--- SHA-256 of the canonical args) and of CLAIMED; h links PREPARED's, the
--- CLAIMED's is linked to it, and the last is the row's chain_head (all
--- NULL with receipts off).
-WITH h AS (
-    SELECT audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) AS prepared
-), ins AS (
+-- SHA-256 of the canonical args) and of CLAIMED; PREPARED's link is
+-- computed where it is stored, twice with a claim (a SHA-256 of a hundred
+-- bytes costs PostgreSQL less than a CTE and the subplans that would share
+-- it: docs/performance.md, finding 38), CLAIMED's is chained to it, and
+-- the last is the row's chain_head (all NULL with receipts off).
+WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
                            fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
@@ -53,8 +53,9 @@ WITH h AS (
             sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key),
             CASE WHEN sqlc.arg(claim)::boolean THEN 2 ELSE 1 END,
             CASE WHEN sqlc.arg(claim)::boolean
-                 THEN audit_link((SELECT h.prepared FROM h), sqlc.narg(claimed_doc)::bytea, 2, 1, 1, statement_timestamp(), sqlc.arg(claim_from)::text)
-                 ELSE (SELECT h.prepared FROM h) END,
+                 THEN audit_link(audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL),
+                                 sqlc.narg(claimed_doc)::bytea, 2, 1, 1, statement_timestamp(), sqlc.arg(claim_from)::text)
+                 ELSE audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
             CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
             CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
             CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.narg(lease_owner)::text END,
@@ -78,7 +79,9 @@ WITH h AS (
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail), h.prepared, sqlc.narg(prepared_facts)::text FROM ins, h
+    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail),
+           CASE WHEN ins.fence = 1 THEN audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
+           sqlc.narg(prepared_facts)::text FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
     SELECT ins.id, 2, sqlc.arg(claim_event)::text, sqlc.arg(actor), sqlc.arg(claim_from)::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1

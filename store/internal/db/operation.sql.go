@@ -1353,28 +1353,27 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 
 const operationInsert = `-- name: OperationInsert :one
 
-WITH h AS (
-    SELECT audit_link(NULL, $1::bytea, 1, 0, 0, statement_timestamp(), NULL) AS prepared
-), ins AS (
+WITH ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
                            fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    VALUES ($2, $3, $4, $5, $6, $7, $8,
-            CASE WHEN $9::boolean THEN $10::text ELSE $11::text END,
-            $12, $13, $14, $15,
-            CASE WHEN $9::boolean THEN 2 ELSE 1 END,
-            CASE WHEN $9::boolean
-                 THEN audit_link((SELECT h.prepared FROM h), $16::bytea, 2, 1, 1, statement_timestamp(), $17::text)
-                 ELSE (SELECT h.prepared FROM h) END,
-            CASE WHEN $9::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $9::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $9::boolean THEN $18::text END,
-            CASE WHEN $9::boolean THEN now() + make_interval(secs => $19::float8) END,
-            CASE WHEN $9::boolean THEN now() + make_interval(secs => $19::float8) END,
-            CASE WHEN $9::boolean THEN now() END,
+    VALUES ($1, $2, $3, $4, $5, $6, $7,
+            CASE WHEN $8::boolean THEN $9::text ELSE $10::text END,
+            $11, $12, $13, $14,
+            CASE WHEN $8::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $8::boolean
+                 THEN audit_link(audit_link(NULL, $15::bytea, 1, 0, 0, statement_timestamp(), NULL),
+                                 $16::bytea, 2, 1, 1, statement_timestamp(), $17::text)
+                 ELSE audit_link(NULL, $15::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
+            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $8::boolean THEN $18::text END,
+            CASE WHEN $8::boolean THEN now() + make_interval(secs => $19::float8) END,
+            CASE WHEN $8::boolean THEN now() + make_interval(secs => $19::float8) END,
+            CASE WHEN $8::boolean THEN now() END,
             $20::integer, $21::text, $22::text,
             $23::jsonb, $24::text,
             $25::text[], $26::text[], $27::text,
@@ -1384,15 +1383,17 @@ WITH h AS (
             CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN 'APPROVE' END,
             $28::text,
             CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN now() END,
-            CASE WHEN jsonb_array_length($23::jsonb) > 0 AND $11::text = 'READY'
-                 THEN now() + make_interval(secs => $14::bigint / 1000.0) END,
-            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN $8::text END,
+            CASE WHEN jsonb_array_length($23::jsonb) > 0 AND $10::text = 'READY'
+                 THEN now() + make_interval(secs => $13::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN $7::text END,
             $29::text)
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT ins.id, 1, 'PREPARED', $30, NULL, $11::text, 0, 0, $31, h.prepared, $32::text FROM ins, h
+    SELECT ins.id, 1, 'PREPARED', $30, NULL, $10::text, 0, 0, $31,
+           CASE WHEN ins.fence = 1 THEN audit_link(NULL, $15::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
+           $32::text FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
     SELECT ins.id, 2, $33::text, $30, $17::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
@@ -1404,7 +1405,6 @@ SELECT created_at, lease_expires_at, args FROM ins
 `
 
 type OperationInsertParams struct {
-	PreparedDoc      []byte
 	ID               string
 	Tenant           string
 	Tool             string
@@ -1419,6 +1419,7 @@ type OperationInsertParams struct {
 	ApprovalRequired bool
 	ApprovalTtlMs    int64
 	DownstreamKey    string
+	PreparedDoc      []byte
 	ClaimedDoc       []byte
 	ClaimFrom        string
 	LeaseOwner       pgtype.Text
@@ -1482,12 +1483,13 @@ type OperationInsertRow struct {
 // operation_executing_has_lease rule holds the lease to it.)
 // The events' hashes (migration 0017): store passes the doc hashes of
 // PREPARED (its facts: what the operation is, args_digest being the
-// SHA-256 of the canonical args) and of CLAIMED; h links PREPARED's, the
-// CLAIMED's is linked to it, and the last is the row's chain_head (all
-// NULL with receipts off).
+// SHA-256 of the canonical args) and of CLAIMED; PREPARED's link is
+// computed where it is stored, twice with a claim (a SHA-256 of a hundred
+// bytes costs PostgreSQL less than a CTE and the subplans that would share
+// it: docs/performance.md, finding 38), CLAIMED's is chained to it, and
+// the last is the row's chain_head (all NULL with receipts off).
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {
 	row := db.QueryRow(ctx, operationInsert,
-		arg.PreparedDoc,
 		arg.ID,
 		arg.Tenant,
 		arg.Tool,
@@ -1502,6 +1504,7 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.ApprovalRequired,
 		arg.ApprovalTtlMs,
 		arg.DownstreamKey,
+		arg.PreparedDoc,
 		arg.ClaimedDoc,
 		arg.ClaimFrom,
 		arg.LeaseOwner,
