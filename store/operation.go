@@ -181,9 +181,14 @@ type NewOperation struct {
 	Approvals                              []byte
 	Supersedes, ApprovedBy, ApprovedReason string
 	// BudgetNames, BudgetScopes and Identity are what the operation
-	// reserved (BudgetReserve, IdentityReserve) in the same transaction.
+	// reserved (BudgetReserve, IdentityReserve). With TakeIdentity the
+	// insert takes Identity itself, for IdentityWindow after the operation
+	// takes effect, and inserts nothing when another operation holds it
+	// (IdentityGet says which).
 	BudgetNames, BudgetScopes []string
 	Identity                  string
+	TakeIdentity              bool
+	IdentityWindow            time.Duration
 	// Actor and Detail describe the PREPARED event.
 	Actor, Detail string
 	// Notify queues an approval notification with an operation that
@@ -208,13 +213,14 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		ApprovalsNeeded: n.ApprovalsNeeded, PolicyDigest: n.PolicyDigest, ApprovalRule: n.ApprovalRule,
 		Approvals: n.approvals(), Supersedes: text(n.Supersedes), ApprovedBy: text(n.ApprovedBy), ApprovedReason: text(n.ApprovedReason),
 		BudgetNames: n.BudgetNames, BudgetScopes: n.BudgetScopes, Identity: text(n.Identity),
+		TakeIdentity: n.TakeIdentity, IdentityWindowSeconds: n.IdentityWindow.Seconds(),
 	}
 	if n.Claim != nil {
 		p.Claim, p.ClaimFrom, p.ClaimTo, p.ClaimEvent = true, n.Claim.From, n.Claim.To, n.Claim.Event
 		p.LeaseOwner, p.LeaseSeconds = text(n.Lease.Owner), n.Lease.Duration.Seconds()
 	}
 	r, err := c.q.OperationInsert(ctx, c.dbtx, p)
-	if err = interpretError(err); errors.Is(err, ErrNotFound) {
+	if err = interpretError(err); errors.Is(err, ErrNotFound) || errors.Is(err, errKeyTaken) {
 		return Operation{}, false, nil
 	}
 	if err != nil {

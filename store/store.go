@@ -34,6 +34,12 @@ var (
 	ErrUnavailable = errors.New("store: database unavailable")
 )
 
+// errKeyTaken is OperationInsert's statement undone because the operation's
+// idempotency key was taken after it took the business identity
+// (operation_admit_check, SQLSTATE OL409): OperationInsert reports "not
+// inserted", as for any taken key.
+var errKeyTaken = errors.New("store: the idempotency key is taken")
+
 // interpretError is the one place that turns driver errors into the store's
 // errors, keeping the original in the chain for logs.
 //
@@ -56,6 +62,8 @@ func interpretError(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
+		case pgErr.Code == "OL409":
+			return errKeyTaken
 		case pgErr.Code == "23505":
 			return fmt.Errorf("%w: %s", ErrAlreadyExists, pgErr.ConstraintName)
 		case pgErr.Code == "40001", pgErr.Code == "40P01":

@@ -154,7 +154,7 @@ func (l *Ledger) ApproveEdited(ctx context.Context, a Actor, in ApproveInput, ed
 			return err
 		}
 		if needsIdentityOrBudget(t) {
-			adm, err := l.admit(ctx, c, t, preparer, edited, id, key)
+			adm, err := l.admitIn(ctx, c, t, preparer, edited, id, key)
 			if err != nil {
 				return err
 			}

@@ -84,6 +84,7 @@ func pgbInsert(claim bool) map[string]bind {
 		"approvals_needed": val("0"), "policy_digest": val(pgbPolicyDigest), "approval_rule": expr("''"), "approvals": val("[]"),
 		"supersedes": pgbNull, "approved_by": pgbNull, "approved_reason": pgbNull,
 		"budget_names": pgbNull, "budget_scopes": pgbNull, "identity": pgbNull,
+		"take_identity": val("false"), "identity_window_seconds": val("0"),
 	}
 }
 

@@ -12,18 +12,19 @@ import (
 )
 
 const budgetGet = `-- name: BudgetGet :one
-SELECT COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
-                 WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $1::float8), '[]'::jsonb)::jsonb AS uses,
+SELECT COALESCE((SELECT jsonb_agg(jsonb_build_object('op', u.operation_id, 'at', extract(epoch FROM u.at)::float8,
+                                                     'amount', u.amount::float8) ORDER BY u.at)
+                 FROM budget_use u
+                 WHERE u.tenant = $1::text AND u.name = $2::text AND u.scope = $3::text
+                   AND u.at > statement_timestamp() - make_interval(secs => $4::float8)), '[]'::jsonb)::jsonb AS uses,
        extract(epoch FROM statement_timestamp())::float8 AS now
-FROM (SELECT $2::text AS tenant) t
-LEFT JOIN budget b ON b.tenant = t.tenant AND b.name = $3::text AND b.scope = $4::text
 `
 
 type BudgetGetParams struct {
-	WindowSeconds float64
 	Tenant        string
 	Name          string
 	Scope         string
+	WindowSeconds float64
 }
 
 type BudgetGetRow struct {
@@ -31,119 +32,111 @@ type BudgetGetRow struct {
 	Now  float64
 }
 
-// A budget's entries within the window, oldest first, and the database's
+// A budget's uses within the window, oldest first, and the database's
 // clock (epoch seconds) they were judged on: what is used, and when room
 // frees up. Read only; it decides nothing.
 func (q *Queries) BudgetGet(ctx context.Context, db DBTX, arg BudgetGetParams) (BudgetGetRow, error) {
 	row := db.QueryRow(ctx, budgetGet,
-		arg.WindowSeconds,
 		arg.Tenant,
 		arg.Name,
 		arg.Scope,
+		arg.WindowSeconds,
 	)
 	var i BudgetGetRow
 	err := row.Scan(&i.Uses, &i.Now)
 	return i, err
 }
 
-const budgetPrune = `-- name: BudgetPrune :execrows
-DELETE FROM budget
-WHERE (tenant, name, scope) IN (
-    SELECT p.tenant, p.name, p.scope FROM budget p
-    WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p.uses) e
-                      WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - p.window_seconds)
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-)
+const budgetPrune = `-- name: BudgetPrune :one
+SELECT budget_prune($1::integer)::bigint AS deleted
 `
 
-// Deletes up to batch_size budgets none of whose entries is within its
-// window any more (nothing they hold counts), and emptied ones. SKIP
-// LOCKED leaves a budget a reservation holds; a reservation after the
-// delete starts the budget afresh, which holds the same (nothing).
+// Drops the uses that left their window from up to batch_size budgets and
+// deletes the budgets left with none (budget_prune, migration 0016); SKIP
+// LOCKED leaves a budget being reserved to its reservation. Returns the
+// budgets deleted.
 func (q *Queries) BudgetPrune(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
-	result, err := db.Exec(ctx, budgetPrune, batchSize)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	row := db.QueryRow(ctx, budgetPrune, batchSize)
+	var deleted int64
+	err := row.Scan(&deleted)
+	return deleted, err
+}
+
+const budgetRelease = `-- name: BudgetRelease :exec
+SELECT operation_release_budgets($1::text, $2::text, $3::text[], $4::text[])
+`
+
+type BudgetReleaseParams struct {
+	OpID   string
+	Tenant string
+	Names  []string
+	Scopes []string
+}
+
+// Takes an operation's shares out of its budgets (operation_release_budgets):
+// a Prepare whose reservation committed but whose operation was not stored.
+func (q *Queries) BudgetRelease(ctx context.Context, db DBTX, arg BudgetReleaseParams) error {
+	_, err := db.Exec(ctx, budgetRelease,
+		arg.OpID,
+		arg.Tenant,
+		arg.Names,
+		arg.Scopes,
+	)
+	return err
 }
 
 const budgetReserve = `-- name: BudgetReserve :one
-INSERT INTO budget AS b (tenant, name, scope, uses, window_seconds)
-SELECT $1::text, $2::text, $3::text,
-       jsonb_build_array(jsonb_build_object('op', $4::text, 'at', extract(epoch FROM statement_timestamp())::float8,
-                                            'amount', $5::float8)),
-       $6::float8
-WHERE $7::boolean
-   OR ($8::integer <> 0 OR $9::boolean)
-      AND (NOT $9::boolean OR $5::float8 <= $10::float8)
-ON CONFLICT (tenant, name, scope) DO UPDATE SET
-    uses = CASE WHEN b.uses @> jsonb_build_array(jsonb_build_object('op', $4::text)) THEN b.uses
-           ELSE COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
-                          WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8), '[]'::jsonb)
-                || EXCLUDED.uses END,
-    window_seconds = EXCLUDED.window_seconds
-WHERE b.uses @> jsonb_build_array(jsonb_build_object('op', $4::text))
-   OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
-       WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8) < $11::integer
-  AND ($7::boolean
-   OR ($8::integer = 0
-       OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
-           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8) + 1 <= $8::integer)
-      AND (NOT $9::boolean
-       OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e
-           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8)
-          + $5::float8 <= $10::float8))
-RETURNING (($8::integer = 0 OR jsonb_array_length(b.uses) <= $8::integer)
-           AND (NOT $9::boolean
-                OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e) <= $10::float8))::boolean AS fits
+SELECT budget_reserve($1::text, $2::text, $3::text[], $4::text[],
+                      $5::float8[], $6::integer[], $7::boolean[],
+                      $8::float8[], $9::float8[], $10::boolean[],
+                      $11::integer, $12::boolean, $13::boolean)::integer[] AS outcome
 `
 
 type BudgetReserveParams struct {
-	Tenant        string
-	Name          string
-	Scope         string
-	OpID          string
-	Amount        float64
-	WindowSeconds float64
-	Force         bool
-	MaxCount      int32
-	HasSum        bool
-	MaxSum        float64
-	MaxUses       int32
+	Tenant    string
+	OpID      string
+	Names     []string
+	Scopes    []string
+	Amounts   []float64
+	MaxCounts []int32
+	HasSums   []bool
+	MaxSums   []float64
+	Windows   []float64
+	Forces    []bool
+	MaxUses   int32
+	Async     bool
+	Renew     bool
 }
 
-// Reserves an operation's share of one budget (a limit of the tenant, for
-// one `per` key) if it fits: at most max_count operations (0: no bound) and
-// at most max_sum in total (with has_sum) within the window counted back
-// from the database's clock, and at most max_uses entries. With force (a
-// limit whose `over` is approve) the share is taken whether it fits or not.
-// No row: it does not fit, nothing changed. The row lock that ON CONFLICT
-// takes orders concurrent reservations, and its WHERE is judged on the
-// row's newest version, so reservations never together exceed the limit
-// (the caller commits the reservation with the operation it is for, in one
-// transaction). fits says whether the share fitted (always true without
-// force). Expired entries are dropped as the row is rewritten. An
-// operation that holds a share already (an approval renewing one whose
-// share was never released) changes nothing and is admitted.
-func (q *Queries) BudgetReserve(ctx context.Context, db DBTX, arg BudgetReserveParams) (bool, error) {
+// Reserves an operation's share of each of its budgets (limits of the
+// tenant, each for one `per` key; sorted by name), all or none, by
+// budget_reserve (migration 0016): {refused, over}, the 0-based index of the
+// budget that refused (nothing reserved) and of the first one taken past its
+// limit by force (`over: approve`), -1 for none. Each budget's row lock
+// orders concurrent reservations and the check runs on what the previous
+// holder committed, so reservations never together exceed a limit. With
+// renew (an approval renewing a lapsed one) a share the operation holds
+// already is admitted as it is. With async, call it on the pool (a transaction of its own): it commits
+// without waiting for the flush, so the lock is held for microseconds.
+func (q *Queries) BudgetReserve(ctx context.Context, db DBTX, arg BudgetReserveParams) ([]int32, error) {
 	row := db.QueryRow(ctx, budgetReserve,
 		arg.Tenant,
-		arg.Name,
-		arg.Scope,
 		arg.OpID,
-		arg.Amount,
-		arg.WindowSeconds,
-		arg.Force,
-		arg.MaxCount,
-		arg.HasSum,
-		arg.MaxSum,
+		arg.Names,
+		arg.Scopes,
+		arg.Amounts,
+		arg.MaxCounts,
+		arg.HasSums,
+		arg.MaxSums,
+		arg.Windows,
+		arg.Forces,
 		arg.MaxUses,
+		arg.Async,
+		arg.Renew,
 	)
-	var fits bool
-	err := row.Scan(&fits)
-	return fits, err
+	var outcome []int32
+	err := row.Scan(&outcome)
+	return outcome, err
 }
 
 const clockNow = `-- name: ClockNow :one
@@ -1328,83 +1321,100 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 
 const operationInsert = `-- name: OperationInsert :one
 
-WITH ins AS (
+WITH ident AS (
+    INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
+    SELECT $1, $2, $3::text, $4, $5,
+           $6::float8, 'infinity'
+    WHERE $7::boolean
+    ON CONFLICT (tenant, tool, identity) DO UPDATE SET
+        operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
+        window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
+    WHERE i.free_at <= statement_timestamp()
+       OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
+    RETURNING i.operation_id
+), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
                            fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    VALUES ($1, $2, $3, $4, $5, $6, $7,
-            CASE WHEN $8::boolean THEN $9::text ELSE $10::text END,
-            $11, $12, $13, $14,
-            CASE WHEN $8::boolean THEN 2 ELSE 1 END,
-            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $8::boolean THEN $15::text END,
-            CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
-            CASE WHEN $8::boolean THEN now() + make_interval(secs => $16::float8) END,
-            CASE WHEN $8::boolean THEN now() END,
-            $17::integer, $18::text, $19::text,
-            $20::jsonb, $21::text,
-            $22::text[], $23::text[], $24::text,
+    SELECT $4, $1, $2, $8, $5, $9, $10,
+            CASE WHEN $11::boolean THEN $12::text ELSE $13::text END,
+            $14, $15, $16, $17,
+            CASE WHEN $11::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $11::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $11::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $11::boolean THEN $18::text END,
+            CASE WHEN $11::boolean THEN now() + make_interval(secs => $19::float8) END,
+            CASE WHEN $11::boolean THEN now() + make_interval(secs => $19::float8) END,
+            CASE WHEN $11::boolean THEN now() END,
+            $20::integer, $21::text, $22::text,
+            $23::jsonb, $24::text,
+            $25::text[], $26::text[], $3::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
-            CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN 'APPROVE' END,
-            $25::text,
-            CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN now() END,
-            CASE WHEN jsonb_array_length($20::jsonb) > 0 AND $10::text = 'READY'
-                 THEN now() + make_interval(secs => $13::bigint / 1000.0) END,
-            CASE WHEN jsonb_array_length($20::jsonb) > 0 THEN $7::text END,
-            $26::text)
+            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN 'APPROVE' END,
+            $27::text,
+            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN now() END,
+            CASE WHEN jsonb_array_length($23::jsonb) > 0 AND $13::text = 'READY'
+                 THEN now() + make_interval(secs => $16::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN $10::text END,
+            $28::text
+    WHERE NOT $7::boolean OR EXISTS (SELECT 1 FROM ident)
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 1, 'PREPARED', $27, NULL, $10::text, 0, 0, $28 FROM ins
+    SELECT ins.id, 1, 'PREPARED', $29, NULL, $13::text, 0, 0, $30 FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 2, $29::text, $27, $30::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
+    SELECT ins.id, 2, $31::text, $29, $32::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
-    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $31::boolean
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $33::boolean
 )
-SELECT created_at, lease_expires_at, args FROM ins
+SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
+UNION ALL
+SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
+WHERE operation_admit_check($7::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins))
 `
 
 type OperationInsertParams struct {
-	ID               string
-	Tenant           string
-	Tool             string
-	ToolVersion      string
-	IdempotencyKey   string
-	Args             []byte
-	Fingerprint      string
-	Claim            bool
-	ClaimTo          string
-	State            string
-	PreparedBy       string
-	ApprovalRequired bool
-	ApprovalTtlMs    int64
-	DownstreamKey    string
-	LeaseOwner       pgtype.Text
-	LeaseSeconds     float64
-	ApprovalsNeeded  int32
-	PolicyDigest     string
-	ApprovalRule     string
-	Approvals        []byte
-	Supersedes       pgtype.Text
-	BudgetNames      []string
-	BudgetScopes     []string
-	Identity         pgtype.Text
-	ApprovedBy       pgtype.Text
-	ApprovedReason   pgtype.Text
-	Actor            string
-	Detail           string
-	ClaimEvent       string
-	ClaimFrom        string
-	Notify           bool
+	Tenant                string
+	Tool                  string
+	Identity              pgtype.Text
+	ID                    string
+	IdempotencyKey        string
+	IdentityWindowSeconds float64
+	TakeIdentity          bool
+	ToolVersion           string
+	Args                  []byte
+	Fingerprint           string
+	Claim                 bool
+	ClaimTo               string
+	State                 string
+	PreparedBy            string
+	ApprovalRequired      bool
+	ApprovalTtlMs         int64
+	DownstreamKey         string
+	LeaseOwner            pgtype.Text
+	LeaseSeconds          float64
+	ApprovalsNeeded       int32
+	PolicyDigest          string
+	ApprovalRule          string
+	Approvals             []byte
+	Supersedes            pgtype.Text
+	BudgetNames           []string
+	BudgetScopes          []string
+	ApprovedBy            pgtype.Text
+	ApprovedReason        pgtype.Text
+	Actor                 string
+	Detail                string
+	ClaimEvent            string
+	ClaimFrom             string
+	Notify                bool
 }
 
 type OperationInsertRow struct {
@@ -1447,13 +1457,24 @@ type OperationInsertRow struct {
 // so any conflict is the twin's). (A claim is only asked for an
 // operation born in claim_from that needs no approval; the table's
 // operation_executing_has_lease rule holds the lease to it.)
+// With take_identity the same statement takes the tool's business identity
+// for it (ident, IdentityReserve's guard: free, or held under this key by an
+// operation that no longer exists) and inserts the operation only if it did:
+// no row then too, and the caller asks who holds it (IdentityGet). The row
+// lock that ON CONFLICT takes orders concurrent Prepares of one identity and
+// its WHERE is judged on the newest version; an identity taken for an
+// operation whose key turned out taken is undone with the whole statement
+// (operation_admit_check raises OL409, read as "the key is taken").
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {
 	row := db.QueryRow(ctx, operationInsert,
-		arg.ID,
 		arg.Tenant,
 		arg.Tool,
-		arg.ToolVersion,
+		arg.Identity,
+		arg.ID,
 		arg.IdempotencyKey,
+		arg.IdentityWindowSeconds,
+		arg.TakeIdentity,
+		arg.ToolVersion,
 		arg.Args,
 		arg.Fingerprint,
 		arg.Claim,
@@ -1472,7 +1493,6 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.Supersedes,
 		arg.BudgetNames,
 		arg.BudgetScopes,
-		arg.Identity,
 		arg.ApprovedBy,
 		arg.ApprovedReason,
 		arg.Actor,
