@@ -181,7 +181,7 @@ type NewOperation struct {
 	Approvals                              []byte
 	Supersedes, ApprovedBy, ApprovedReason string
 	// BudgetNames, BudgetScopes and Identity are what the operation
-	// reserved (BudgetReserve, IdentityReserve). With TakeIdentity the
+	// reserved (BudgetReserve; IdentityReserve, or TakeIdentity). With TakeIdentity the
 	// insert takes Identity itself, for IdentityWindow after the operation
 	// takes effect, and inserts nothing when another operation holds it
 	// (IdentityGet says which).
