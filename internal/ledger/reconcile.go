@@ -240,7 +240,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, lr.Result.Body, true
 		})
 	case executor.LookupNotFound:
-		if l.keyStillDedupes(b, op, 0) && b.caps.LookupConsistent {
+		if keyStillDedupes(b, op, 0) && b.caps.LookupConsistent {
 			return apply(StateReady, EventReconciled, "not found at the downstream, whose lookup is consistent: the next Execute resubmits the same key", nil)
 		}
 		detail := "inconclusive: not found, but a miss from this downstream is not proof that nothing happened"
@@ -319,7 +319,7 @@ func (l *Ledger) ReconcileBatch(ctx context.Context) (int, error) {
 // a resubmission could be a second effect. The statements that act on it
 // check the same window themselves (keyWindow); this answer only picks the
 // path.
-func (l *Ledger) keyStillDedupes(b bound, op Operation, ahead time.Duration) bool {
+func keyStillDedupes(b bound, op Operation, ahead time.Duration) bool {
 	if !b.caps.DedupesKeys {
 		return false
 	}
