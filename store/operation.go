@@ -163,6 +163,15 @@ func one[R any](r R, err error, conv func(R) db.Operation) (Operation, error) {
 	return fromDB(conv(r)), nil
 }
 
+// oneGuarded is one for a guarded statement: "no row" is its guard's
+// refusal (ErrConditionFailed).
+func oneGuarded[R any](statement string, r R, err error, conv func(R) db.Operation) (Operation, error) {
+	if err != nil {
+		return Operation{}, guarded(statement, err)
+	}
+	return fromDB(conv(r)), nil
+}
+
 // NewOperation is what Prepare inserts.
 type NewOperation struct {
 	ID, Tenant, Tool, ToolVersion, IdempotencyKey string
@@ -422,15 +431,15 @@ func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op O
 }
 
 // OperationTakeOver fences out the holder of an expired lease (fence + 1)
-// and hands the operation to l. ErrNotFound means the lease had not expired
-// or someone else moved first.
+// and hands the operation to l. ErrConditionFailed means the lease had not
+// expired, the key window was past, or someone else moved first.
 func (c *Conn) OperationTakeOver(ctx context.Context, t TakeOver, l Lease) (Operation, error) {
 	r, err := c.q.OperationTakeOver(ctx, c.dbtx, db.OperationTakeOverParams{
 		ID: t.ID, Tenant: t.Tenant, Fence: t.Fence, FromState: t.From, EventType: t.Event,
 		LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
 		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
 	})
-	return wrote(one(r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) }))
+	return wrote(oneGuarded("OperationTakeOver", r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) }))
 }
 
 // TakeOver is the guarded takeover of an expired lease: the operation in
@@ -489,7 +498,7 @@ type Transition struct {
 	Base Operation
 }
 
-// OperationTransition applies t. ErrNotFound means the guard failed: the
+// OperationTransition applies t. ErrConditionFailed means a guard refused: the
 // state or fence changed under the caller, which must not retry blindly but
 // re-read the operation. It returns the row as the transition left it; when
 // t.Base was not the version it changed, the row as read just after, which
@@ -504,7 +513,7 @@ func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation
 		EventType: t.Event, Actor: t.Actor, Detail: t.Detail,
 	})
 	if err != nil {
-		return Operation{}, interpretError(err)
+		return Operation{}, guarded("OperationTransition", err)
 	}
 	if t.Base.ID != t.ID || t.Base.Events+1 != r.Events {
 		// Base is not the version the statement changed (a caller that read
@@ -563,8 +572,8 @@ type Decision struct {
 }
 
 // OperationDecide applies d, guarded on d.From (and, when asked, on the
-// approval having lapsed with nothing sent). ErrNotFound means a guard
-// failed.
+// approval having lapsed with nothing sent). ErrConditionFailed means a
+// guard refused.
 func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, error) {
 	p := db.OperationDecideParams{
 		ID: d.ID, Tenant: d.Tenant, FromStates: d.From, ToState: d.To, Decision: text(d.Decision),
@@ -580,7 +589,7 @@ func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, erro
 		p.ApprovalTtlMs = pgtype.Int8{Int64: d.ApprovalTTL.Milliseconds(), Valid: true}
 	}
 	r, err := c.q.OperationDecide(ctx, c.dbtx, p)
-	return wrote(one(r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
+	return wrote(oneGuarded("OperationDecide", r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
 }
 
 // PolicyApply is the policy in force applied to an operation nothing was
@@ -605,7 +614,7 @@ type PolicyApply struct {
 	Notify                   bool
 }
 
-// OperationPolicyApply applies p; ErrNotFound means a guard failed (the
+// OperationPolicyApply applies p; ErrConditionFailed means a guard refused (the
 // operation was judged again, sent, or decided meanwhile): read it again.
 func (c *Conn) OperationPolicyApply(ctx context.Context, p PolicyApply) (Operation, error) {
 	r, err := c.q.OperationPolicyApply(ctx, c.dbtx, db.OperationPolicyApplyParams{
@@ -614,7 +623,7 @@ func (c *Conn) OperationPolicyApply(ctx context.Context, p PolicyApply) (Operati
 		ApprovalRule: p.ApprovalRule, RequireShort: p.RequireShort, RequireMet: p.RequireMet,
 		EventType: p.Event, Actor: p.Actor, Detail: p.Detail, Notify: p.Notify,
 	})
-	return wrote(one(r, err, func(r db.OperationPolicyApplyRow) db.Operation { return db.Operation(r) }))
+	return wrote(oneGuarded("OperationPolicyApply", r, err, func(r db.OperationPolicyApplyRow) db.Operation { return db.Operation(r) }))
 }
 
 // OperationNotify notifies every replica's waiters on the operation when

@@ -207,7 +207,7 @@ func TestApprovalExpiryGuard(t *testing.T) {
 	_, err := w.env.Store.OperationDecide(context.Background(), store.Decision{Tenant: "acme", ID: op.GetId(),
 		From: []string{string(ledger.StateReady)}, To: string(ledger.StateAwaitingApproval),
 		Event: string(ledger.EventApprovalExpired), Actor: "test", Detail: "stale expiry", RequireLapsedUnsent: true})
-	require.ErrorIs(t, err, store.ErrNotFound)
+	require.ErrorIs(t, err, store.ErrConditionFailed)
 
 	got, evs := get(t, c, w.agent, op.GetId())
 	require.Equal(t, opledgerv1.State_STATE_READY, got.GetState())

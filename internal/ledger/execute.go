@@ -333,14 +333,14 @@ func (l *Ledger) replayFinished(op Operation) reply {
 // state moved) since op was read: the caller then claims again rather than
 // refusing an operation that is executable.
 func (l *Ledger) expireApproval(ctx context.Context, a Actor, op Operation) error {
-	d, err := decision(op, EventApprovalExpired, StateAwaitingApproval, ByClaimant)
+	d, err := l.decision(op, EventApprovalExpired, StateAwaitingApproval, ByClaimant)
 	if err != nil {
 		return storeErr(err)
 	}
 	d.Actor, d.Detail = a.Name, "approval expired at "+op.ApprovalExpiresAt.UTC().Format(time.RFC3339)
 	d.Notify = l.notifyOn()
 	_, err = l.store.OperationDecide(ctx, d)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrConditionFailed) {
 		return nil
 	}
 	if err != nil {
@@ -384,7 +384,7 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (reply, b
 	t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN,
 		executor.Result{Detail: "the executor's lease expired before it recorded an outcome: " + detail})
 	out, err := l.store.OperationTransition(ctx, t)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrConditionFailed) {
 		return reply{}, false
 	}
 	if err != nil {
@@ -425,7 +425,7 @@ func (l *Ledger) takeOverAndSend(ctx context.Context, a Actor, op Operation, b b
 		// A takeover never releases for its claim's reasons (attempt), so
 		// its reply is never again.
 		return l.attempt(ctx, taken, takeStart, true), true
-	case !errors.Is(err, store.ErrNotFound):
+	case !errors.Is(err, store.ErrConditionFailed):
 		return refused(storeErr(err)), true
 	}
 	return reply{}, false
@@ -549,7 +549,7 @@ func (l *Ledger) record(ctx context.Context, op Operation, res executor.Result, 
 	}
 	asked := time.Now()
 	out, err := l.commitOutcome(ctx, t)
-	if errors.Is(err, store.ErrNotFound) && t.RequireFirstSend {
+	if errors.Is(err, store.ErrConditionFailed) && t.RequireFirstSend {
 		// A refusal of this attempt, but an earlier one may have reached the
 		// downstream and taken effect: the refusal proves nothing about it.
 		if t, err = l.outcome(op, executor.Result{Outcome: executor.OutcomeUnknown, HTTPStatus: res.HTTPStatus, Body: res.Body,
@@ -558,7 +558,7 @@ func (l *Ledger) record(ctx context.Context, op Operation, res executor.Result, 
 		}
 		out, err = l.commitOutcome(ctx, t)
 	}
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrConditionFailed) {
 		// Our fence is stale: someone took over or reconciled. Our answer
 		// changes nothing; report what the ledger holds.
 		l.opLogger(op).Warn("stale commit ignored: the fence moved on", "outcome", res.Outcome.String())
@@ -703,7 +703,7 @@ func (l *Ledger) releaseUnsent(ctx context.Context, op Operation, why string) {
 // reached: the downstream's answer is known only to this process, and for a
 // downstream without deduplication or lookup, losing it would turn a known
 // outcome into an unknown one for good. The write is idempotent: once it
-// landed, a retry finds the fence's state gone and reports ErrNotFound,
+// landed, a retry finds the fence's state gone and reports ErrConditionFailed,
 // which the caller answers by reading the operation.
 func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operation, error) {
 	ctx = context.WithoutCancel(ctx)
@@ -713,7 +713,7 @@ func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operati
 		attemptCtx, cancel := context.WithTimeout(ctx, statementTimeout)
 		out, err := l.store.OperationTransition(attemptCtx, t)
 		cancel()
-		if err == nil || errors.Is(err, store.ErrNotFound) || !retryableStoreErr(err) || time.Now().Add(wait).After(giveUp) {
+		if err == nil || errors.Is(err, store.ErrConditionFailed) || !retryableStoreErr(err) || time.Now().Add(wait).After(giveUp) {
 			return out, err
 		}
 		l.logger.Warn("could not record a downstream outcome yet; retrying", "operation_id", t.ID, "fence", t.Fence,
@@ -739,7 +739,7 @@ func (l *Ledger) refuseResubmission(ctx context.Context, op Operation, b bound) 
 	}
 	t.Detail = detail
 	out, err := l.commitOutcome(ctx, t)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrConditionFailed) {
 		return l.current(ctx, op)
 	}
 	if err != nil {

@@ -115,7 +115,7 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 		t.SetError = true
 	}
 	out, err := l.store.OperationTransition(ctx, t)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrConditionFailed) {
 		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS,
 			Message: "the operation changed while it was being resolved; read it and try again", RetryAfter: 100 * time.Millisecond}
 	}
@@ -165,7 +165,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 			ev = EventOutcomeUnknown
 		}
 		if err := Check(State(op.State), ev, to); err != nil {
-			return Operation{}, "", storeErr(err)
+			return Operation{}, "", l.bug(err) // unresolved(op) admits only states the table's edges leave
 		}
 		t, err := l.transition(op, ev, to, ByWatcher)
 		if err != nil {
@@ -176,7 +176,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 			set(&t)
 		}
 		out, err := l.store.OperationTransition(ctx, t)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, store.ErrConditionFailed) {
 			cur, gerr := l.store.OperationGet(ctx, op.Tenant, op.ID)
 			if gerr != nil {
 				return Operation{}, "", storeErr(gerr)
