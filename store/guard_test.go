@@ -172,12 +172,14 @@ func TestTransitionGuards(t *testing.T) {
 		window := func(ahead time.Duration) func(*store.Transition) {
 			return func(x *store.Transition) {
 				x.From, x.To, x.Event = []string{"OUTCOME_UNKNOWN"}, "READY", "RECONCILED"
-				x.KeyWindow = store.KeyWindow{Retention: 10 * time.Second, Ahead: ahead}
+				x.KeyWindow = store.KeyWindow{Retention: 10 * time.Second, Ahead: ahead, Factor: 0.9}
 			}
 		}
 		s := shape{state: "OUTCOME_UNKNOWN", fence: 2, firstSent: 2}
 		s.firstClaimedAt = d(-7 * time.Second)
 		require.NoError(t, tr(g.row(t, s), window(0)), "7 s into a 9 s window")
+		require.ErrorIs(t, tr(g.row(t, s), func(x *store.Transition) { window(0)(x); x.KeyWindow.Factor = 0.5 }),
+			store.ErrConditionFailed, "the factor is the caller's: 7 s past a 5 s window")
 		require.ErrorIs(t, tr(g.row(t, s), window(3*time.Second)), store.ErrConditionFailed, "would land 10 s in")
 		s.firstClaimedAt = d(-10 * time.Second)
 		require.ErrorIs(t, tr(g.row(t, s), window(0)), store.ErrConditionFailed, "past 90% of the retention")
@@ -291,9 +293,9 @@ func TestTakeOverGuards(t *testing.T) {
 	}
 	late := gone
 	late.firstClaimedAt = d(-5 * time.Second)
-	_, err = take(g.row(t, late), 2, store.KeyWindow{Retention: 10 * time.Second, Ahead: 5 * time.Second})
+	_, err = take(g.row(t, late), 2, store.KeyWindow{Retention: 10 * time.Second, Ahead: 5 * time.Second, Factor: 0.9})
 	require.ErrorIs(t, err, store.ErrConditionFailed, "the resubmission could land past 90% of the retention")
-	_, err = take(g.row(t, late), 2, store.KeyWindow{Retention: 10 * time.Second, Ahead: 3 * time.Second})
+	_, err = take(g.row(t, late), 2, store.KeyWindow{Retention: 10 * time.Second, Ahead: 3 * time.Second, Factor: 0.9})
 	require.NoError(t, err)
 }
 

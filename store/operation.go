@@ -437,7 +437,7 @@ func (c *Conn) OperationTakeOver(ctx context.Context, t TakeOver, l Lease) (Oper
 	r, err := c.q.OperationTakeOver(ctx, c.dbtx, db.OperationTakeOverParams{
 		ID: t.ID, Tenant: t.Tenant, Fence: t.Fence, FromState: t.From, EventType: t.Event,
 		LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
-		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
+		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(), KeyWindowFactor: t.KeyWindow.Factor,
 	})
 	return wrote(oneGuarded("OperationTakeOver", r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) }))
 }
@@ -454,11 +454,12 @@ type TakeOver struct {
 
 // KeyWindow guards a resubmission of a downstream key: with a Retention (how
 // long the downstream remembers a key; 0 = forever), a request decided now
-// that reaches the downstream within Ahead must still land inside 90% of the
-// retention counted from the operation's first claim, on the database's
-// clock.
+// that reaches the downstream within Ahead must still land inside Factor of
+// the retention counted from the operation's first claim, on the database's
+// clock. The ledger's send rule (internal/ledger/sendrule.go) sets Factor.
 type KeyWindow struct {
 	Retention, Ahead time.Duration
+	Factor           float64
 }
 
 // Transition is one guarded state change with its event.
@@ -509,7 +510,7 @@ func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation
 		SetError: t.SetError, Error: t.Error, ReconcileAfterSeconds: t.ReconcileAfter.Seconds(),
 		FromStates: t.From, Fence: t.Fence, RequireLeaseExpired: t.RequireLeaseExpired,
 		RequireUnsent: t.RequireUnsent, RequireFirstSend: t.RequireFirstSend, RequireSentIfReady: t.RequireSentIfReady,
-		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
+		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(), KeyWindowFactor: t.KeyWindow.Factor,
 		EventType: t.Event, Actor: t.Actor, Detail: t.Detail,
 	})
 	if err != nil {

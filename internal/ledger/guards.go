@@ -36,7 +36,7 @@ func (l *Ledger) transition(op Operation, event Event, to State, by Party) (stor
 		if err != nil {
 			return store.Transition{}, err
 		}
-		t.KeyWindow = l.keyWindow(b, 0)
+		t.KeyWindow = keyWindow(b, 0)
 	}
 	return t, nil
 }
@@ -97,7 +97,7 @@ func (l *Ledger) takeOver(op Operation, b bound, ahead time.Duration) store.Take
 	}
 	t := store.TakeOver{Tenant: op.Tenant, ID: op.ID, From: string(froms[0]), Event: string(EventLeaseTakenOver), Fence: op.Fence}
 	if g.Has(GuardKeyWindow) {
-		t.KeyWindow = l.keyWindow(b, ahead)
+		t.KeyWindow = keyWindow(b, ahead)
 	}
 	return t
 }

@@ -310,30 +310,3 @@ func (l *Ledger) ReconcileBatch(ctx context.Context) (int, error) {
 	}
 	return len(ops), nil
 }
-
-// keyStillDedupes reports whether resubmitting the operation's downstream key
-// is harmless: the downstream dedupes keys, and it cannot yet have forgotten
-// this one, nor will it have within ahead (how long a resubmission decided
-// now may take to reach it). Past (90% of) its key retention, counted from
-// the first claim on the database's clock, a lookup miss proves nothing and
-// a resubmission could be a second effect. The statements that act on it
-// check the same window themselves (keyWindow); this answer only picks the
-// path.
-func keyStillDedupes(b bound, op Operation, ahead time.Duration) bool {
-	if !b.caps.DedupesKeys {
-		return false
-	}
-	r := b.settings.KeyRetention
-	if r == 0 || op.FirstClaimedAt.IsZero() {
-		return true
-	}
-	if op.DBNow.IsZero() {
-		return false
-	}
-	return op.SinceFirstClaim()+ahead < r-r/10
-}
-
-// keyWindow is the guard that keyStillDedupes's rule becomes in a statement.
-func (l *Ledger) keyWindow(b bound, ahead time.Duration) store.KeyWindow {
-	return store.KeyWindow{Retention: b.settings.KeyRetention, Ahead: ahead}
-}

@@ -197,7 +197,7 @@ func TestStatementsFollowTheTable(t *testing.T) {
 			to := l.takeOver(op, l.bound["pay@1"], time.Minute)
 			require.Equal(t, []string{to.From}, names(froms))
 			require.Equal(t, op.Fence, to.Fence)
-			require.Equal(t, g.Has(GuardKeyWindow), to.KeyWindow == store.KeyWindow{Retention: time.Hour, Ahead: time.Minute})
+			require.Equal(t, g.Has(GuardKeyWindow), to.KeyWindow == store.KeyWindow{Retention: time.Hour, Ahead: time.Minute, Factor: keyWindowFactor})
 		case EventPolicyChanged, EventPolicyChecked:
 			p, err := l.policyApply(op, r.Event, r.To, r.By)
 			require.NoError(t, err)
@@ -218,7 +218,7 @@ func TestStatementsFollowTheTable(t *testing.T) {
 			require.Equal(t, g.Has(GuardUnsent), tr.RequireUnsent, "%+v", r)
 			require.Equal(t, g.Has(GuardFirstSend), tr.RequireFirstSend, "%+v", r)
 			require.Equal(t, g.Has(GuardSentBefore), tr.RequireSentIfReady, "%+v", r)
-			require.Equal(t, g.Has(GuardKeyWindow), tr.KeyWindow == store.KeyWindow{Retention: time.Hour}, "%+v", r)
+			require.Equal(t, g.Has(GuardKeyWindow), tr.KeyWindow == store.KeyWindow{Retention: time.Hour, Factor: keyWindowFactor}, "%+v", r)
 		}
 	}
 }

@@ -206,7 +206,7 @@ WITH upd AS (
       AND o.fence = sqlc.arg(fence) AND o.lease_expires_at < now()
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * sqlc.arg(key_retention_seconds)::float8))
+              < o.first_claimed_at + make_interval(secs => sqlc.arg(key_window_factor)::float8 * sqlc.arg(key_retention_seconds)::float8))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
@@ -267,7 +267,7 @@ WITH upd AS (
       AND (NOT sqlc.arg(require_first_send)::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR statement_timestamp() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * sqlc.arg(key_retention_seconds)::float8))
+              < o.first_claimed_at + make_interval(secs => sqlc.arg(key_window_factor)::float8 * sqlc.arg(key_retention_seconds)::float8))
     RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
               o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error
 ), ev AS (
