@@ -104,8 +104,8 @@ func TestTransitionGuards(t *testing.T) {
 	t.Parallel()
 	g := newGuardDB(t)
 	ctx := context.Background()
-	tr := func(id string, mod func(*store.Transition)) error {
-		x := store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING", "OUTCOME_UNKNOWN"}, Fence: 2,
+	tr := func(id string, mod func(*store.TransitionParams)) error {
+		x := store.TransitionParams{Tenant: "acme", ID: id, From: []string{"EXECUTING", "OUTCOME_UNKNOWN"}, Fence: 2,
 			To: "FAILED", Event: "FAILED", Actor: "test"}
 		if mod != nil {
 			mod(&x)
@@ -130,12 +130,12 @@ func TestTransitionGuards(t *testing.T) {
 	})
 	t.Run("stale fence", func(t *testing.T) {
 		id := g.row(t, executing())
-		require.ErrorIs(t, tr(id, func(x *store.Transition) { x.Fence = 1 }), store.ErrConditionFailed)
-		require.ErrorIs(t, tr(id, func(x *store.Transition) { x.Fence = 3 }), store.ErrConditionFailed)
+		require.ErrorIs(t, tr(id, func(x *store.TransitionParams) { x.Fence = 1 }), store.ErrConditionFailed)
+		require.ErrorIs(t, tr(id, func(x *store.TransitionParams) { x.Fence = 3 }), store.ErrConditionFailed)
 		require.Equal(t, "EXECUTING", g.get(t, id).State)
 	})
 	t.Run("lease", func(t *testing.T) {
-		expire := func(x *store.Transition) { x.RequireLeaseExpired = true }
+		expire := func(x *store.TransitionParams) { x.RequireLeaseExpired = true }
 		live := executing()
 		live.leaseEnds = d(2 * time.Second)
 		require.ErrorIs(t, tr(g.row(t, live), expire), store.ErrConditionFailed, "the lease still runs for 2 s")
@@ -145,14 +145,14 @@ func TestTransitionGuards(t *testing.T) {
 		require.NoError(t, tr(g.row(t, shape{state: "OUTCOME_UNKNOWN", fence: 2}), expire), "no lease to wait for")
 	})
 	t.Run("unsent", func(t *testing.T) {
-		unsent := func(x *store.Transition) {
+		unsent := func(x *store.TransitionParams) {
 			x.From, x.To, x.Event, x.RequireUnsent = []string{"READY"}, "CANCELLED", "CANCELLED", true
 		}
 		require.NoError(t, tr(g.row(t, shape{state: "READY", fence: 2}), unsent), "claimed and released, never sent")
 		require.ErrorIs(t, tr(g.row(t, shape{state: "READY", fence: 2, firstSent: 1}), unsent), store.ErrConditionFailed)
 	})
 	t.Run("sent if ready", func(t *testing.T) {
-		report := func(x *store.Transition) {
+		report := func(x *store.TransitionParams) {
 			x.From, x.To, x.Event, x.RequireSentIfReady = []string{"READY", "EXECUTING", "OUTCOME_UNKNOWN"}, "SUCCEEDED", "RECONCILED", true
 		}
 		require.NoError(t, tr(g.row(t, shape{state: "READY", fence: 2, firstSent: 1}), report), "READY after a send")
@@ -160,7 +160,7 @@ func TestTransitionGuards(t *testing.T) {
 		require.NoError(t, tr(g.row(t, executing()), report), "the guard is about READY only")
 	})
 	t.Run("first send", func(t *testing.T) {
-		first := func(x *store.Transition) { x.RequireFirstSend = true }
+		first := func(x *store.TransitionParams) { x.RequireFirstSend = true }
 		s := executing()
 		require.NoError(t, tr(g.row(t, s), first), "nothing sent before this attempt")
 		s.firstSent = 2
@@ -169,8 +169,8 @@ func TestTransitionGuards(t *testing.T) {
 		require.ErrorIs(t, tr(g.row(t, s), first), store.ErrConditionFailed, "attempt 1 may have taken effect")
 	})
 	t.Run("key window", func(t *testing.T) {
-		window := func(ahead time.Duration) func(*store.Transition) {
-			return func(x *store.Transition) {
+		window := func(ahead time.Duration) func(*store.TransitionParams) {
+			return func(x *store.TransitionParams) {
 				x.From, x.To, x.Event = []string{"OUTCOME_UNKNOWN"}, "READY", "RECONCILED"
 				x.KeyWindow = store.KeyWindow{Retention: 10 * time.Second, Ahead: ahead, Factor: 0.9}
 			}
@@ -178,18 +178,18 @@ func TestTransitionGuards(t *testing.T) {
 		s := shape{state: "OUTCOME_UNKNOWN", fence: 2, firstSent: 2}
 		s.firstClaimedAt = d(-7 * time.Second)
 		require.NoError(t, tr(g.row(t, s), window(0)), "7 s into a 9 s window")
-		require.ErrorIs(t, tr(g.row(t, s), func(x *store.Transition) { window(0)(x); x.KeyWindow.Factor = 0.5 }),
+		require.ErrorIs(t, tr(g.row(t, s), func(x *store.TransitionParams) { window(0)(x); x.KeyWindow.Factor = 0.5 }),
 			store.ErrConditionFailed, "the factor is the caller's: 7 s past a 5 s window")
 		require.ErrorIs(t, tr(g.row(t, s), window(3*time.Second)), store.ErrConditionFailed, "would land 10 s in")
 		s.firstClaimedAt = d(-10 * time.Second)
 		require.ErrorIs(t, tr(g.row(t, s), window(0)), store.ErrConditionFailed, "past 90% of the retention")
-		require.NoError(t, tr(g.row(t, s), func(x *store.Transition) {
+		require.NoError(t, tr(g.row(t, s), func(x *store.TransitionParams) {
 			x.From, x.To, x.Event = []string{"OUTCOME_UNKNOWN"}, "READY", "RECONCILED"
 		}), "no retention: the downstream never forgets")
 	})
 	t.Run("marks sent", func(t *testing.T) {
-		end := func(event, to string) func(*store.Transition) {
-			return func(x *store.Transition) { x.From, x.Event, x.To = []string{"EXECUTING"}, event, to }
+		end := func(event, to string) func(*store.TransitionParams) {
+			return func(x *store.TransitionParams) { x.From, x.Event, x.To = []string{"EXECUTING"}, event, to }
 		}
 		id := g.row(t, executing())
 		require.NoError(t, tr(id, end("RELEASED", "READY")))
@@ -343,7 +343,7 @@ func TestOnlyWaitedOutcomesNotify(t *testing.T) {
 	_, err = conn.Exec(t.Context(), "LISTEN opledger_operation")
 	require.NoError(t, err)
 	end := func(id string) {
-		_, err := g.st.OperationTransition(t.Context(), store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING"},
+		_, err := g.st.OperationTransition(t.Context(), store.TransitionParams{Tenant: "acme", ID: id, From: []string{"EXECUTING"},
 			Fence: 2, To: "SUCCEEDED", Event: "SUCCEEDED", Actor: "test"})
 		require.NoError(t, err)
 	}

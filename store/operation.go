@@ -69,7 +69,7 @@ type Operation struct {
 	// reconcile_attempts and next_reconcile_at bumps it
 	// (TestEveryChangeBumpsEvents), so a row whose Events is one behind a
 	// transition's or a claim's is the version that statement changed
-	// (Transition.Base, Claim.Base). The trigger's prev_state changes with every update
+	// (TransitionParams.Base, Claim.Base). The trigger's prev_state changes with every update
 	// and is not a field here for that reason.
 	Events int32
 	// DBNow is the database's clock when the row was read or written: every
@@ -462,8 +462,10 @@ type KeyWindow struct {
 	Factor           float64
 }
 
-// Transition is one guarded state change with its event.
-type Transition struct {
+// TransitionParams is one guarded state change with its event: the
+// parameters of OperationTransition (ledger.Transition is an edge of the
+// state table).
+type TransitionParams struct {
 	Tenant, ID string
 	// From lists the states the operation may be in; Fence must match too.
 	From  []string
@@ -504,7 +506,7 @@ type Transition struct {
 // re-read the operation. It returns the row as the transition left it; when
 // t.Base was not the version it changed, the row as read just after, which
 // may already show a later change.
-func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation, error) {
+func (c *Conn) OperationTransition(ctx context.Context, t TransitionParams) (Operation, error) {
 	r, err := c.q.OperationTransition(ctx, c.dbtx, db.OperationTransitionParams{
 		ID: t.ID, Tenant: t.Tenant, ToState: t.To, ExternalRef: text(t.ExternalRef), Result: t.Result,
 		SetError: t.SetError, Error: t.Error, ReconcileAfterSeconds: t.ReconcileAfter.Seconds(),

@@ -602,7 +602,7 @@ func (l *Ledger) current(ctx context.Context, op Operation) reply {
 
 // outcome is the guarded transition that records what the downstream said
 // about the attempt holding op's fence.
-func (l *Ledger) outcome(op Operation, res executor.Result) (store.Transition, error) {
+func (l *Ledger) outcome(op Operation, res executor.Result) (store.TransitionParams, error) {
 	// What a downstream (or a registered executor) answered, as it is
 	// stored (executor.Bound): it must never keep its outcome from being
 	// recorded (the statement would fail on every attempt), nor make the
@@ -705,7 +705,7 @@ func (l *Ledger) releaseUnsent(ctx context.Context, op Operation, why string) {
 // outcome into an unknown one for good. The write is idempotent: once it
 // landed, a retry finds the fence's state gone and reports ErrConditionFailed,
 // which the caller answers by reading the operation.
-func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operation, error) {
+func (l *Ledger) commitOutcome(ctx context.Context, t store.TransitionParams) (Operation, error) {
 	ctx = context.WithoutCancel(ctx)
 	giveUp := time.Now().Add(l.cfg.OutcomeRetry)
 	wait := 50 * time.Millisecond

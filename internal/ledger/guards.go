@@ -22,19 +22,19 @@ func names(states []State) []string {
 // transition is the guarded statement for op taking event to `to` by
 // party: it applies only while op's fence is the one read and every guard
 // of the table holds. The caller adds what the transition records.
-func (l *Ledger) transition(op Operation, event Event, to State, by Party) (store.Transition, error) {
+func (l *Ledger) transition(op Operation, event Event, to State, by Party) (store.TransitionParams, error) {
 	froms, g, err := l.guarded(event, to, by)
 	if err != nil {
-		return store.Transition{}, err
+		return store.TransitionParams{}, err
 	}
-	t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: names(froms), Fence: op.Fence, To: string(to), Event: string(event),
+	t := store.TransitionParams{Tenant: op.Tenant, ID: op.ID, From: names(froms), Fence: op.Fence, To: string(to), Event: string(event),
 		RequireLeaseExpired: g.Has(GuardLeaseExpired), RequireUnsent: g.Has(GuardUnsent), RequireFirstSend: g.Has(GuardFirstSend),
 		RequireSentIfReady: g.Has(GuardSentBefore),
 		Base:               op}
 	if g.Has(GuardKeyWindow) {
 		b, err := l.toolOf(op)
 		if err != nil {
-			return store.Transition{}, err
+			return store.TransitionParams{}, err
 		}
 		t.KeyWindow = keyWindow(b, 0)
 	}

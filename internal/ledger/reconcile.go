@@ -160,7 +160,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		return op, "nothing to reconcile: the operation is " + op.State, nil
 	}
 	executing := State(op.State) == StateExecuting
-	apply := func(to State, ev Event, detail string, set func(*store.Transition)) (Operation, string, error) {
+	apply := func(to State, ev Event, detail string, set func(*store.TransitionParams)) (Operation, string, error) {
 		if executing && to == StateOutcomeUnknown {
 			ev = EventOutcomeUnknown
 		}
@@ -187,7 +187,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 			return Operation{}, "", storeErr(err)
 		}
 		// to, not out.State: out may show a change made after this one
-		// (store.Transition.Base).
+		// (store.TransitionParams.Base).
 		l.opLogger(out).Info("reconciled", "to", to, "detail", detail)
 		l.obs.Reconciled(op.Tool, strings.ToLower(string(to)))
 		return out, detail, nil
@@ -231,12 +231,12 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	switch lr.Status {
 	case executor.LookupFound:
 		if lr.Result.Outcome == executor.OutcomeFailed {
-			return apply(StateFailed, EventReconciled, "found at the downstream: refused", func(t *store.Transition) {
+			return apply(StateFailed, EventReconciled, "found at the downstream: refused", func(t *store.TransitionParams) {
 				t.SetError = true
 				t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, lr.Result)
 			})
 		}
-		return apply(StateSucceeded, EventReconciled, "found at the downstream: succeeded", func(t *store.Transition) {
+		return apply(StateSucceeded, EventReconciled, "found at the downstream: succeeded", func(t *store.TransitionParams) {
 			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, lr.Result.Body, true
 		})
 	case executor.LookupNotFound:
@@ -263,8 +263,8 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	}
 }
 
-func setUnknown(detail string) func(*store.Transition) {
-	return func(t *store.Transition) {
+func setUnknown(detail string) func(*store.TransitionParams) {
+	return func(t *store.TransitionParams) {
 		t.SetError = true
 		t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail})
 	}
