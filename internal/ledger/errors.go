@@ -103,6 +103,15 @@ func (l *Ledger) bug(err error) error {
 	return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, Message: "internal error", Err: err, Logged: true}
 }
 
+// logged marks a ledger error as logged where it happened (Error.Logged).
+func logged(err error) error {
+	var le *Error
+	if errors.As(err, &le) {
+		le.Logged = true
+	}
+	return err
+}
+
 // retryableStoreErr reports whether a failed statement may succeed if sent
 // again: the database was unreachable (a restart, a failover), a
 // serialization failure, or the statement timed out.

@@ -511,10 +511,12 @@ func (l *Ledger) send(ctx context.Context, b bound, op Operation, call executor.
 }
 
 // sent ends the downstream span and reports the call to the observer and
-// the log: a success at the first send is in the event log (SUCCEEDED, with
-// the reference), so its line is at debug, like a successful call's access
-// log line; every other outcome, and a success after retries, at info.
-// This is the call's one log line: the executor logs none of its own.
+// the log. This is the call's one log line (the executor logs none of its
+// own, and the refusal it may become is not logged again: Error.Logged): a
+// success at the first send is in the event log (SUCCEEDED, with the
+// reference), so its line is at debug, like a successful call's access log
+// line; an unknown outcome at warn; every other outcome, and a success after
+// retries, at info.
 func (l *Ledger) sent(ctx context.Context, span trace.Span, op Operation, res executor.Result, took time.Duration) {
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("opledger.outcome", res.Outcome.String()),
@@ -523,12 +525,15 @@ func (l *Ledger) sent(ctx context.Context, span trace.Span, op Operation, res ex
 	span.End()
 	l.obs.DownstreamCalled(op.Tool, res.Outcome.String(), took)
 	level := slog.LevelInfo
-	if res.Outcome == executor.OutcomeSucceeded && res.Attempts <= 1 {
+	switch {
+	case res.Outcome == executor.OutcomeSucceeded && res.Attempts <= 1:
 		level = slog.LevelDebug
+	case res.Outcome == executor.OutcomeUnknown:
+		level = slog.LevelWarn
 	}
 	if l.logger.Enabled(ctx, level) {
 		l.opLogger(op).Log(ctx, level, "downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
-			"sends", res.Attempts, "duration_ms", took.Milliseconds())
+			"sends", res.Attempts, "duration_ms", took.Milliseconds(), "external_ref", res.ExternalRef, "detail", res.Detail)
 	}
 }
 
@@ -566,7 +571,7 @@ func (l *Ledger) record(ctx context.Context, op Operation, res executor.Result, 
 	}
 	if err != nil {
 		l.opLogger(op).Error("could not record the downstream outcome; the reconciler will resolve it", "error", err)
-		return refused(storeErr(err))
+		return refused(logged(storeErr(err)))
 	}
 	failpoint.Inject(failpoint.AfterCommit)
 	if State(out.State) != StateExecuting {
@@ -583,7 +588,8 @@ func (l *Ledger) record(ctx context.Context, op Operation, res executor.Result, 
 	case res.Outcome == executor.OutcomeNotSubmitted:
 		return refused(&Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE,
 			Message:    "the downstream could not be reached and nothing was sent; the operation is READY again",
-			RetryAfter: time.Second, Metadata: map[string]string{"operation_id": op.ID}})
+			RetryAfter: time.Second, Metadata: map[string]string{"operation_id": op.ID},
+			Logged: true}) // "downstream answered", in sent
 	}
 	return reply{op: out}
 }
