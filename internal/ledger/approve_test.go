@@ -14,48 +14,6 @@ import (
 	"github.com/opledger/opledger/store"
 )
 
-func TestApproveSelfApprovalForbidden(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t, harness.Options{})
-	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
-	both := w.env.Key("acme", "agent", "approver")
-
-	op := prepare(t, c, both, "pay_invoice", payArgs(t, "INV-1"))
-	_, err := decide(c, both, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE)
-	requireStatus(t, err, codes.PermissionDenied, "SELF_APPROVAL_FORBIDDEN")
-	_, err = decide(c, both, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_DENY)
-	requireStatus(t, err, codes.PermissionDenied, "SELF_APPROVAL_FORBIDDEN")
-
-	got, evs := get(t, c, w.agent, op.GetId())
-	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState())
-	require.Len(t, evs, 1)
-}
-
-func TestApproveFingerprintMismatch(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t, harness.Options{})
-	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
-	op := prepare(t, c, w.agent, "pay_invoice", payArgs(t, "INV-1"))
-	// What an approver saw for other args: a well-formed fingerprint that
-	// is not this operation's.
-	other := prepare(t, c, w.agent, "pay_invoice", payArgs(t, "INV-2"))
-	require.NotEqual(t, op.GetFingerprint(), other.GetFingerprint())
-
-	for _, d := range []opledgerv1.Decision{opledgerv1.Decision_DECISION_APPROVE, opledgerv1.Decision_DECISION_DENY} {
-		_, err := decide(c, w.approver, op.GetId(), other.GetFingerprint(), d)
-		requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_FINGERPRINT_MISMATCH")
-	}
-	got, evs := get(t, c, w.agent, op.GetId())
-	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState())
-	require.Equal(t, opledgerv1.Decision_DECISION_UNSPECIFIED, got.GetApproval().GetDecision())
-	require.Empty(t, got.GetApproval().GetApprovedFingerprint())
-	require.Len(t, evs, 1, "nothing changed")
-
-	_, err := execute(c, w.agent, op.GetId(), 0)
-	requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_REQUIRED")
-	require.Empty(t, w.env.Fakepay.Charges())
-}
-
 // TestApprovalExpires: an approval is good for the tool's TTL; an Execute
 // after it refuses, puts the operation back to AWAITING_APPROVAL and sends
 // nothing, and a fresh approval makes it executable again.
