@@ -245,3 +245,32 @@ func TestCancel(t *testing.T) {
 	_, _, err = b.l.Cancel(ctx, b.agent, done.ID, "")
 	requireReason(t, err, opledgerv1.ErrorReason_ERROR_REASON_CANCEL_NOT_APPLICABLE)
 }
+
+// TestExecuteWithoutWaitIsPending: without a wait, a second caller gets the
+// pending state of the same operation, not an error.
+func TestExecuteWithoutWaitIsPending(t *testing.T) {
+	t.Parallel()
+	bn := newBundle(t, ledger.Config{})
+	b := newBlocker()
+	bn.l.SetHooks(&ledger.Hooks{AfterDownstream: b.hook})
+	op := bn.approved("pay_invoice")
+
+	holderDone := make(chan struct{})
+	go func() {
+		defer close(holderDone)
+		_, _, _ = bn.execute(bn.agent, op.ID)
+	}()
+	b.waitArrived(t, holderDone)
+	got, replayed, err := bn.execute(bn.agent, op.ID)
+	close(b.release)
+	<-holderDone
+	require.NoError(t, err)
+	require.False(t, replayed)
+	require.Equal(t, ledger.StateExecuting, ledger.State(got.State))
+	require.Equal(t, op.ID, got.ID)
+	require.False(t, got.LeaseExpiresAt.IsZero())
+
+	final, _ := bn.get(bn.agent, op.ID)
+	require.Equal(t, ledger.StateSucceeded, ledger.State(final.State))
+	require.Len(t, bn.env.Fakepay.Charges(), 1)
+}

@@ -141,35 +141,6 @@ func TestExecuteWaitsForHolder(t *testing.T) {
 	require.Len(t, w.env.Fakepay.Charges(), 1)
 }
 
-// TestExecuteWithoutWaitIsPending: without a wait, a second caller gets the
-// pending state of the same operation, not an error.
-func TestExecuteWithoutWaitIsPending(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t, harness.Options{})
-	b := newBlocker()
-	srv := w.env.StartServer(harness.ServerOptions{NoReconciler: true, Hooks: &ledger.Hooks{AfterDownstream: b.hook}})
-	op := preparedApproved(t, w, srv.Client, "pay_invoice")
-
-	holderDone := make(chan struct{})
-	go func() {
-		defer close(holderDone)
-		_, _ = execute(srv.Client, w.agent, op.GetId(), 0)
-	}()
-	b.waitArrived(t, holderDone)
-	resp, err := execute(srv.Client, w.agent, op.GetId(), 0)
-	close(b.release)
-	<-holderDone
-	require.NoError(t, err)
-	require.False(t, resp.GetReplayed())
-	require.Equal(t, opledgerv1.State_STATE_EXECUTING, resp.GetOperation().GetState())
-	require.Equal(t, op.GetId(), resp.GetOperation().GetId())
-	require.NotNil(t, resp.GetOperation().GetLeaseExpireTime())
-
-	final, _ := get(t, srv.Client, w.agent, op.GetId())
-	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, final.GetState())
-	require.Len(t, w.env.Fakepay.Charges(), 1)
-}
-
 // TestExecuteLeaseTakeover: server A's executor stalls after the processor
 // charged; once its lease expires, server B takes over with the next fence
 // and resubmits the same downstream key, which the processor replays. A's
