@@ -190,7 +190,7 @@ SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at,
 -- holder's fence becomes stale, and since it may have sent, the operation
 -- counts as sent. With a key retention (seconds, 0 = never forgets), the
 -- takeover's request, which may reach the downstream as late as
--- ahead_seconds from now, must arrive within 90% of the retention counted
+-- ahead_seconds from now, must arrive within key_window_factor of the retention counted
 -- from the first claim.
 WITH upd AS (
     UPDATE operation o SET
@@ -229,7 +229,8 @@ SELECT * FROM upd;
 --                          nothing about an earlier one);
 --   key_retention_seconds: (when > 0) a resubmission decided now, reaching the
 --                          downstream within ahead_seconds, still falls
---                          inside 90% of the downstream's key retention
+--                          inside key_window_factor (the ledger's send rule)
+--                          of the downstream's key retention
 --                          counted from the first claim.
 -- An attempt that ends any other way than a release (RELEASED: nothing was
 -- sent) marks the operation as sent. The event is appended in the same

@@ -2020,7 +2020,7 @@ type OperationTakeOverRow struct {
 // holder's fence becomes stale, and since it may have sent, the operation
 // counts as sent. With a key retention (seconds, 0 = never forgets), the
 // takeover's request, which may reach the downstream as late as
-// ahead_seconds from now, must arrive within 90% of the retention counted
+// ahead_seconds from now, must arrive within key_window_factor of the retention counted
 // from the first claim.
 func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationTakeOverParams) (OperationTakeOverRow, error) {
 	row := db.QueryRow(ctx, operationTakeOver,
@@ -2171,7 +2171,8 @@ type OperationTransitionRow struct {
 //	                       nothing about an earlier one);
 //	key_retention_seconds: (when > 0) a resubmission decided now, reaching the
 //	                       downstream within ahead_seconds, still falls
-//	                       inside 90% of the downstream's key retention
+//	                       inside key_window_factor (the ledger's send rule)
+//	                       of the downstream's key retention
 //	                       counted from the first claim.
 //
 // An attempt that ends any other way than a release (RELEASED: nothing was
