@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -32,10 +33,11 @@ type bundle struct {
 	agent, approver, operator ledger.Actor
 }
 
-// newBundle starts a bundle whose ledger has cfg (its secret is the Env's).
-func newBundle(t *testing.T, cfg ledger.Config) *bundle {
+// newBundle starts a bundle on an Env shaped by opts (its tools file)
+// whose ledger has cfg (its secret is the Env's).
+func newBundle(t *testing.T, opts harness.Options, cfg ledger.Config) *bundle {
 	t.Helper()
-	env := harness.New(t, harness.Options{})
+	env := harness.New(t, opts)
 	cfg.DownstreamSecret = env.Secret
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	l, err := ledger.New(cfg, env.Store, env.Tools(), executor.NewDefaultRegistry(nil, logger), nil, logger)
@@ -66,6 +68,14 @@ func (b *bundle) prepare(a ledger.Actor, tool string, args *structpb.Struct) led
 // decide records a's decision on op, bound to fingerprint fp.
 func (b *bundle) decide(a ledger.Actor, id, fp, decision string) (ledger.Operation, bool, error) {
 	return b.l.Approve(context.Background(), a, ledger.ApproveInput{OperationID: id, Fingerprint: fp, Decision: decision, Reason: "test"})
+}
+
+// approve approves op as b.approver, bound to its fingerprint.
+func (b *bundle) approve(op ledger.Operation) (ledger.Operation, bool) {
+	b.t.Helper()
+	out, replayed, err := b.decide(b.approver, op.ID, op.Fingerprint, ledger.DecisionApprove)
+	require.NoError(b.t, err)
+	return out, replayed
 }
 
 // approved prepares a call of tool and approves it.
@@ -108,7 +118,7 @@ func ledgerEventTypes(evs []ledger.OperationEvent) []ledger.Event {
 
 func TestExecuteFullFlow(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t, ledger.Config{})
+	b := newBundle(t, harness.Options{}, ledger.Config{})
 
 	op := b.prepare(b.agent, "pay_invoice", payArgs(t, "INV-2048"))
 	require.Equal(t, ledger.StateAwaitingApproval, ledger.State(op.State))
@@ -175,7 +185,7 @@ func TestExecuteFullFlow(t *testing.T) {
 
 func TestApproveSelfApprovalForbidden(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t, ledger.Config{})
+	b := newBundle(t, harness.Options{}, ledger.Config{})
 	both := b.actor("acme", "agent", "approver")
 
 	op := b.prepare(both, "pay_invoice", payArgs(t, "INV-1"))
@@ -191,7 +201,7 @@ func TestApproveSelfApprovalForbidden(t *testing.T) {
 
 func TestApproveFingerprintMismatch(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t, ledger.Config{})
+	b := newBundle(t, harness.Options{}, ledger.Config{})
 	op := b.prepare(b.agent, "pay_invoice", payArgs(t, "INV-1"))
 	// What an approver saw for other args: a well-formed fingerprint that
 	// is not this operation's.
@@ -219,7 +229,7 @@ func TestApproveFingerprintMismatch(t *testing.T) {
 // TestCancelNeedsTheAgentRole.)
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t, ledger.Config{})
+	b := newBundle(t, harness.Options{}, ledger.Config{})
 	ctx := context.Background()
 	op := b.prepare(b.agent, "pay_invoice", payArgs(t, "INV-C1"))
 
@@ -250,7 +260,7 @@ func TestCancel(t *testing.T) {
 // pending state of the same operation, not an error.
 func TestExecuteWithoutWaitIsPending(t *testing.T) {
 	t.Parallel()
-	bn := newBundle(t, ledger.Config{})
+	bn := newBundle(t, harness.Options{}, ledger.Config{})
 	b := newBlocker()
 	bn.l.SetHooks(&ledger.Hooks{AfterDownstream: b.hook})
 	op := bn.approved("pay_invoice")
@@ -273,4 +283,63 @@ func TestExecuteWithoutWaitIsPending(t *testing.T) {
 	final, _ := bn.get(bn.agent, op.ID)
 	require.Equal(t, ledger.StateSucceeded, ledger.State(final.State))
 	require.Len(t, bn.env.Fakepay.Charges(), 1)
+}
+
+// briefApprovalTools is a pay tool whose approval lasts a second.
+func briefApprovalTools() harness.Options {
+	return harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_brief",
+		ApprovalTTL: time.Second, DedupesKeys: true, MaxAttempts: 3, Lookup: true})}
+}
+
+// TestApprovalExpires: an approval is good for the tool's TTL; an Execute
+// after it refuses, puts the operation back to AWAITING_APPROVAL and sends
+// nothing, and a fresh approval makes it executable again.
+func TestApprovalExpires(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t, briefApprovalTools(), ledger.Config{})
+	op := b.prepare(b.agent, "pay_brief", payArgs(t, "INV-1"))
+
+	approved, _ := b.approve(op)
+	expires := approved.ApprovalExpiresAt
+	require.WithinDuration(t, approved.ApprovalDecidedAt.Add(time.Second), expires, 10*time.Millisecond)
+	time.Sleep(time.Until(expires) + 200*time.Millisecond)
+
+	_, _, err := b.execute(b.agent, op.ID)
+	requireReason(t, err, opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_EXPIRED)
+	got, evs := b.get(b.agent, op.ID)
+	require.Equal(t, ledger.StateAwaitingApproval, ledger.State(got.State))
+	require.EqualValues(t, 0, got.Attempts)
+	require.Equal(t, ledger.EventApprovalExpired, ledger.Event(evs[len(evs)-1].Type))
+	require.Empty(t, b.env.Fakepay.Charges())
+
+	// Asking again does not change the answer.
+	_, _, err = b.execute(b.agent, op.ID)
+	requireReason(t, err, opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_REQUIRED)
+
+	again, replayed := b.approve(op)
+	require.False(t, replayed)
+	require.Equal(t, ledger.StateReady, ledger.State(again.State))
+	done, _, err := b.execute(b.agent, op.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.StateSucceeded, ledger.State(done.State))
+	require.Len(t, b.env.Fakepay.Charges(), 1)
+}
+
+// TestApprovalExpiredReapprovedWhileReady: an approver may renew a lapsed
+// approval before anyone executed (the operation still says READY).
+func TestApprovalExpiredReapprovedWhileReady(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t, briefApprovalTools(), ledger.Config{})
+	op := b.prepare(b.agent, "pay_brief", payArgs(t, "INV-1"))
+	first, _ := b.approve(op)
+	time.Sleep(time.Until(first.ApprovalExpiresAt) + 200*time.Millisecond)
+
+	renewed, replayed := b.approve(op)
+	require.False(t, replayed)
+	require.Equal(t, ledger.StateReady, ledger.State(renewed.State))
+	require.True(t, renewed.ApprovalExpiresAt.After(first.ApprovalExpiresAt))
+	done, _, err := b.execute(b.agent, op.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.StateSucceeded, ledger.State(done.State))
+	require.Len(t, b.env.Fakepay.Charges(), 1)
 }
