@@ -69,7 +69,7 @@ type Operation struct {
 	// reconcile_attempts and next_reconcile_at bumps it
 	// (TestEveryChangeBumpsEvents), so a row whose Events is one behind a
 	// transition's or a claim's is the version that statement changed
-	// (Transition.Base, Claim.Base). The trigger's prev_state changes with every update
+	// (TransitionParams.Base, Claim.Base). The trigger's prev_state changes with every update
 	// and is not a field here for that reason.
 	Events int32
 	// DBNow is the database's clock when the row was read or written: every
@@ -159,6 +159,15 @@ func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} 
 func one[R any](r R, err error, conv func(R) db.Operation) (Operation, error) {
 	if err != nil {
 		return Operation{}, interpretError(err)
+	}
+	return fromDB(conv(r)), nil
+}
+
+// oneGuarded is one for a guarded statement: "no row" is its guard's
+// refusal (ErrConditionFailed).
+func oneGuarded[R any](statement string, r R, err error, conv func(R) db.Operation) (Operation, error) {
+	if err != nil {
+		return Operation{}, guarded(statement, err)
 	}
 	return fromDB(conv(r)), nil
 }
@@ -428,15 +437,15 @@ func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op O
 }
 
 // OperationTakeOver fences out the holder of an expired lease (fence + 1)
-// and hands the operation to l. ErrNotFound means the lease had not expired
-// or someone else moved first.
+// and hands the operation to l. ErrConditionFailed means the lease had not
+// expired, the key window was past, or someone else moved first.
 func (c *Conn) OperationTakeOver(ctx context.Context, t TakeOver, l Lease) (Operation, error) {
 	r, err := c.q.OperationTakeOver(ctx, c.dbtx, db.OperationTakeOverParams{
 		ID: t.ID, Tenant: t.Tenant, Fence: t.Fence, FromState: t.From, EventType: t.Event,
 		LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
-		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
+		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(), KeyWindowFactor: t.KeyWindow.Factor,
 	})
-	return wrote(one(r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) }))
+	return wrote(oneGuarded("OperationTakeOver", r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) }))
 }
 
 // TakeOver is the guarded takeover of an expired lease: the operation in
@@ -451,15 +460,18 @@ type TakeOver struct {
 
 // KeyWindow guards a resubmission of a downstream key: with a Retention (how
 // long the downstream remembers a key; 0 = forever), a request decided now
-// that reaches the downstream within Ahead must still land inside 90% of the
-// retention counted from the operation's first claim, on the database's
-// clock.
+// that reaches the downstream within Ahead must still land inside Factor of
+// the retention counted from the operation's first claim, on the database's
+// clock. The ledger's send rule (internal/ledger/sendrule.go) sets Factor.
 type KeyWindow struct {
 	Retention, Ahead time.Duration
+	Factor           float64
 }
 
-// Transition is one guarded state change with its event.
-type Transition struct {
+// TransitionParams is one guarded state change with its event: the
+// parameters of OperationTransition (ledger.Transition is an edge of the
+// state table).
+type TransitionParams struct {
 	Tenant, ID string
 	// From lists the states the operation may be in; Fence must match too.
 	From  []string
@@ -495,22 +507,22 @@ type Transition struct {
 	Base Operation
 }
 
-// OperationTransition applies t. ErrNotFound means the guard failed: the
+// OperationTransition applies t. ErrConditionFailed means a guard refused: the
 // state or fence changed under the caller, which must not retry blindly but
 // re-read the operation. It returns the row as the transition left it; when
 // t.Base was not the version it changed, the row as read just after, which
 // may already show a later change.
-func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation, error) {
+func (c *Conn) OperationTransition(ctx context.Context, t TransitionParams) (Operation, error) {
 	r, err := c.q.OperationTransition(ctx, c.dbtx, db.OperationTransitionParams{
 		ID: t.ID, Tenant: t.Tenant, ToState: t.To, ExternalRef: text(t.ExternalRef), Result: t.Result,
 		SetError: t.SetError, Error: t.Error, ReconcileAfterSeconds: t.ReconcileAfter.Seconds(),
 		FromStates: t.From, Fence: t.Fence, RequireLeaseExpired: t.RequireLeaseExpired,
 		RequireUnsent: t.RequireUnsent, RequireFirstSend: t.RequireFirstSend, RequireSentIfReady: t.RequireSentIfReady,
-		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
+		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(), KeyWindowFactor: t.KeyWindow.Factor,
 		EventType: t.Event, Actor: t.Actor, Detail: t.Detail,
 	})
 	if err != nil {
-		return Operation{}, interpretError(err)
+		return Operation{}, guarded("OperationTransition", err)
 	}
 	if t.Base.ID != t.ID || t.Base.Events+1 != r.Events {
 		// Base is not the version the statement changed (a caller that read
@@ -569,8 +581,8 @@ type Decision struct {
 }
 
 // OperationDecide applies d, guarded on d.From (and, when asked, on the
-// approval having lapsed with nothing sent). ErrNotFound means a guard
-// failed.
+// approval having lapsed with nothing sent). ErrConditionFailed means a
+// guard refused.
 func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, error) {
 	p := db.OperationDecideParams{
 		ID: d.ID, Tenant: d.Tenant, FromStates: d.From, ToState: d.To, Decision: text(d.Decision),
@@ -586,7 +598,7 @@ func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, erro
 		p.ApprovalTtlMs = pgtype.Int8{Int64: d.ApprovalTTL.Milliseconds(), Valid: true}
 	}
 	r, err := c.q.OperationDecide(ctx, c.dbtx, p)
-	return wrote(one(r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
+	return wrote(oneGuarded("OperationDecide", r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
 }
 
 // PolicyApply is the policy in force applied to an operation nothing was
@@ -611,7 +623,7 @@ type PolicyApply struct {
 	Notify                   bool
 }
 
-// OperationPolicyApply applies p; ErrNotFound means a guard failed (the
+// OperationPolicyApply applies p; ErrConditionFailed means a guard refused (the
 // operation was judged again, sent, or decided meanwhile): read it again.
 func (c *Conn) OperationPolicyApply(ctx context.Context, p PolicyApply) (Operation, error) {
 	r, err := c.q.OperationPolicyApply(ctx, c.dbtx, db.OperationPolicyApplyParams{
@@ -620,7 +632,7 @@ func (c *Conn) OperationPolicyApply(ctx context.Context, p PolicyApply) (Operati
 		ApprovalRule: p.ApprovalRule, RequireShort: p.RequireShort, RequireMet: p.RequireMet,
 		EventType: p.Event, Actor: p.Actor, Detail: p.Detail, Notify: p.Notify,
 	})
-	return wrote(one(r, err, func(r db.OperationPolicyApplyRow) db.Operation { return db.Operation(r) }))
+	return wrote(oneGuarded("OperationPolicyApply", r, err, func(r db.OperationPolicyApplyRow) db.Operation { return db.Operation(r) }))
 }
 
 // OperationNotify notifies every replica's waiters on the operation when

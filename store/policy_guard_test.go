@@ -93,7 +93,7 @@ func TestPolicyApplyGuards(t *testing.T) {
 		require.JSONEq(t, `[{"principal_id":"pr_b","decision":"APPROVE"}]`, string(op.Approvals), "an approval in force keeps counting")
 		require.True(t, op.ApprovalExpiresAt.IsZero())
 		_, err = apply(id, nil)
-		require.ErrorIs(t, err, store.ErrNotFound, "applied once: the digest moved on")
+		require.ErrorIs(t, err, store.ErrConditionFailed, "applied once: the digest moved on")
 	})
 	t.Run("a lapsed approval does not count", func(t *testing.T) {
 		id := g.policyRow(t, shape{state: "READY", fence: 0, approval: true, approvalEnds: d(-time.Second)}, "old", 1, "pr_b")
@@ -104,19 +104,19 @@ func TestPolicyApplyGuards(t *testing.T) {
 	t.Run("another digest", func(t *testing.T) {
 		id := g.policyRow(t, shape{state: "READY", fence: 0}, "older", 0)
 		_, err := apply(id, nil)
-		require.ErrorIs(t, err, store.ErrNotFound)
+		require.ErrorIs(t, err, store.ErrConditionFailed)
 	})
 	t.Run("sent before", func(t *testing.T) {
 		id := g.policyRow(t, shape{state: "READY", fence: 1, firstSent: 1}, "old", 0)
 		_, err := apply(id, nil)
-		require.ErrorIs(t, err, store.ErrNotFound)
+		require.ErrorIs(t, err, store.ErrConditionFailed)
 		_, err = apply(id, func(p *store.PolicyApply) { p.To, p.Event, p.RequireShort = "REJECTED", "POLICY_CHANGED", false })
-		require.ErrorIs(t, err, store.ErrNotFound, "never rejected after a send")
+		require.ErrorIs(t, err, store.ErrConditionFailed, "never rejected after a send")
 	})
 	t.Run("the quorum's side", func(t *testing.T) {
 		met := g.policyRow(t, shape{state: "READY", fence: 0, approval: true, approvalEnds: d(time.Minute)}, "old", 2, "pr_b", "pr_c")
 		_, err := apply(met, nil)
-		require.ErrorIs(t, err, store.ErrNotFound, "not short: two of two")
+		require.ErrorIs(t, err, store.ErrConditionFailed, "not short: two of two")
 		op, err := apply(met, func(p *store.PolicyApply) {
 			p.To, p.Event, p.RequireShort, p.RequireMet = "READY", "POLICY_CHECKED", false, true
 		})
@@ -126,7 +126,7 @@ func TestPolicyApplyGuards(t *testing.T) {
 		_, err = apply(short, func(p *store.PolicyApply) {
 			p.To, p.Event, p.RequireShort, p.RequireMet = "READY", "POLICY_CHECKED", false, true
 		})
-		require.ErrorIs(t, err, store.ErrNotFound, "not met: none of two")
+		require.ErrorIs(t, err, store.ErrConditionFailed, "not met: none of two")
 	})
 	t.Run("the quorum only grows", func(t *testing.T) {
 		id := g.policyRow(t, shape{state: "READY", fence: 0, approval: true, approvalEnds: d(time.Minute)}, "old", 3, "pr_b")
@@ -149,15 +149,15 @@ func TestDecideCountsTheQuorum(t *testing.T) {
 	}
 	id := g.policyRow(t, shape{state: "AWAITING_APPROVAL", fence: 0, approval: true}, "d", 2)
 	_, err := dec(id, "pr_b", "READY")
-	require.ErrorIs(t, err, store.ErrNotFound, "READY at the first of two")
+	require.ErrorIs(t, err, store.ErrConditionFailed, "READY at the first of two")
 	op, err := dec(id, "pr_b", "AWAITING_APPROVAL")
 	require.NoError(t, err)
 	_, err = dec(id, "pr_b", "AWAITING_APPROVAL")
-	require.ErrorIs(t, err, store.ErrNotFound, "the same principal twice")
+	require.ErrorIs(t, err, store.ErrConditionFailed, "the same principal twice")
 	_, err = dec(id, "pr_b", "READY")
-	require.ErrorIs(t, err, store.ErrNotFound, "the same principal twice")
+	require.ErrorIs(t, err, store.ErrConditionFailed, "the same principal twice")
 	_, err = dec(id, "pr_c", "AWAITING_APPROVAL")
-	require.ErrorIs(t, err, store.ErrNotFound, "still waiting at the second of two")
+	require.ErrorIs(t, err, store.ErrConditionFailed, "still waiting at the second of two")
 	op, err = dec(id, "pr_c", "READY")
 	require.NoError(t, err)
 	require.Equal(t, "READY", op.State)

@@ -24,8 +24,15 @@ import (
 
 // Errors returned by store methods; callers test them with errors.Is.
 var (
-	// ErrNotFound: no row matched.
+	// ErrNotFound: no such row (a read, or a statement that reads the row
+	// it reports on whatever its guards say).
 	ErrNotFound = errors.New("store: not found")
+	// ErrConditionFailed: a guarded statement changed nothing because a
+	// guard refused (the row is not, or no longer, what the caller read:
+	// its state, fence, lease, approval or policy moved on; or it is gone).
+	// The caller reads the row again rather than retrying. Its errors are
+	// *ConditionFailedError, which name the statement.
+	ErrConditionFailed = errors.New("store: a guard refused the change")
 	// ErrAlreadyExists: a unique constraint refused the row.
 	ErrAlreadyExists = errors.New("store: already exists")
 	// ErrRetry: a serialization failure or deadlock; InTx retries these.
@@ -39,6 +46,31 @@ var (
 // (operation_admit_check, SQLSTATE OL409): OperationInsert reports "not
 // inserted", as for any taken key.
 var errKeyTaken = errors.New("store: the idempotency key is taken")
+
+// ConditionFailedError is a guarded statement's refusal (ErrConditionFailed):
+// Statement names it, so a log says which guard refused. A guarded UPDATE
+// cannot tell a refusing guard from a row that is gone, and need not: both
+// mean that the caller's copy is stale.
+type ConditionFailedError struct {
+	Statement string
+}
+
+// Error implements error.
+func (e *ConditionFailedError) Error() string {
+	return "store: " + e.Statement + ": a guard refused the change (the row moved on since it was read)"
+}
+
+// Is makes errors.Is(err, ErrConditionFailed) hold.
+func (e *ConditionFailedError) Is(target error) bool { return target == ErrConditionFailed }
+
+// guarded is interpretError for a guarded statement: no row means that a
+// guard refused (ConditionFailedError), never ErrNotFound.
+func guarded(statement string, err error) error {
+	if err = interpretError(err); errors.Is(err, ErrNotFound) {
+		return &ConditionFailedError{Statement: statement}
+	}
+	return err
+}
 
 // interpretError is the one place that turns driver errors into the store's
 // errors, keeping the original in the chain for logs.

@@ -81,11 +81,12 @@ func (l *Ledger) PrepareAndExecute(ctx context.Context, a Actor, in PrepareInput
 	id := op.ID
 	switch {
 	case handed:
-		op, executionReplayed, err = func() (Operation, bool, error) {
+		r := func() reply {
 			defer l.attempts.end()
-			return l.run(ctx, op, claimStart, false)
+			return l.attempt(ctx, op, claimStart, false)
 		}()
-		if errors.Is(err, errReleasedUnsent) {
+		op, executionReplayed, err = r.answer()
+		if r.again {
 			// Released unsent (its lease spent before the call could
 			// start): an Execute claims it again.
 			op, executionReplayed, err = l.Execute(ctx, a, id, wait)

@@ -111,7 +111,7 @@ func pgbSucceeded() map[string]bind {
 		"result": val(pgbResult), "set_error": val("true"), "error": pgbNull, "event_type": val("SUCCEEDED"),
 		"reconcile_after_seconds": val("1"), "from_states": val("{EXECUTING,OUTCOME_UNKNOWN}"), "fence": val("1"),
 		"require_lease_expired": val("false"), "require_unsent": val("false"), "require_first_send": val("false"), "require_sent_if_ready": val("false"),
-		"key_retention_seconds": val("0"), "ahead_seconds": val("0"), "actor": val("server:bench-pgbench"),
+		"key_retention_seconds": val("0"), "ahead_seconds": val("0"), "key_window_factor": val("0"), "actor": val("server:bench-pgbench"),
 		"detail": val("downstream succeeded; external ref recorded"),
 	}
 }

@@ -213,7 +213,7 @@ SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at,
 -- holder's fence becomes stale, and since it may have sent, the operation
 -- counts as sent. With a key retention (seconds, 0 = never forgets), the
 -- takeover's request, which may reach the downstream as late as
--- ahead_seconds from now, must arrive within 90% of the retention counted
+-- ahead_seconds from now, must arrive within key_window_factor of the retention counted
 -- from the first claim.
 WITH upd AS (
     UPDATE operation o SET
@@ -229,7 +229,7 @@ WITH upd AS (
       AND o.fence = sqlc.arg(fence) AND o.lease_expires_at < now()
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * sqlc.arg(key_retention_seconds)::float8))
+              < o.first_claimed_at + make_interval(secs => sqlc.arg(key_window_factor)::float8 * sqlc.arg(key_retention_seconds)::float8))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
@@ -252,7 +252,8 @@ SELECT * FROM upd;
 --                          nothing about an earlier one);
 --   key_retention_seconds: (when > 0) a resubmission decided now, reaching the
 --                          downstream within ahead_seconds, still falls
---                          inside 90% of the downstream's key retention
+--                          inside key_window_factor (the ledger's send rule)
+--                          of the downstream's key retention
 --                          counted from the first claim.
 -- An attempt that ends any other way than a release (RELEASED: nothing was
 -- sent) marks the operation as sent. The event is appended in the same
@@ -290,7 +291,7 @@ WITH upd AS (
       AND (NOT sqlc.arg(require_first_send)::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR statement_timestamp() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * sqlc.arg(key_retention_seconds)::float8))
+              < o.first_claimed_at + make_interval(secs => sqlc.arg(key_window_factor)::float8 * sqlc.arg(key_retention_seconds)::float8))
     RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
               o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error
 ), ev AS (

@@ -1964,11 +1964,11 @@ WITH upd AS (
       AND o.fence = $6 AND o.lease_expires_at < now()
       AND ($7::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => $8::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * $7::float8))
+              < o.first_claimed_at + make_interval(secs => $9::float8 * $7::float8))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $9::text, $10, $5::text, upd.state, upd.attempts, upd.fence,
+    SELECT upd.id, upd.events, $10::text, $11, $5::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out' FROM upd
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity FROM upd
@@ -1983,6 +1983,7 @@ type OperationTakeOverParams struct {
 	Fence               int64
 	KeyRetentionSeconds float64
 	AheadSeconds        float64
+	KeyWindowFactor     float64
 	EventType           string
 	Actor               string
 }
@@ -2039,7 +2040,7 @@ type OperationTakeOverRow struct {
 // holder's fence becomes stale, and since it may have sent, the operation
 // counts as sent. With a key retention (seconds, 0 = never forgets), the
 // takeover's request, which may reach the downstream as late as
-// ahead_seconds from now, must arrive within 90% of the retention counted
+// ahead_seconds from now, must arrive within key_window_factor of the retention counted
 // from the first claim.
 func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationTakeOverParams) (OperationTakeOverRow, error) {
 	row := db.QueryRow(ctx, operationTakeOver,
@@ -2051,6 +2052,7 @@ func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationT
 		arg.Fence,
 		arg.KeyRetentionSeconds,
 		arg.AheadSeconds,
+		arg.KeyWindowFactor,
 		arg.EventType,
 		arg.Actor,
 	)
@@ -2129,12 +2131,12 @@ WITH upd AS (
       AND (NOT $15::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
       AND ($16::float8 = 0 OR o.first_claimed_at IS NULL
            OR statement_timestamp() + make_interval(secs => $17::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * $16::float8))
+              < o.first_claimed_at + make_interval(secs => $18::float8 * $16::float8))
     RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
               o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT upd.id, upd.events, $6::text, $18, upd.prev_state, upd.state, upd.attempts, upd.fence, $19
+    SELECT upd.id, upd.events, $6::text, $19, upd.prev_state, upd.state, upd.attempts, upd.fence, $20
     FROM upd
 )
 SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_sent_fence, external_ref, result, error FROM upd
@@ -2158,6 +2160,7 @@ type OperationTransitionParams struct {
 	RequireFirstSend      bool
 	KeyRetentionSeconds   float64
 	AheadSeconds          float64
+	KeyWindowFactor       float64
 	Actor                 string
 	Detail                string
 }
@@ -2188,7 +2191,8 @@ type OperationTransitionRow struct {
 //	                       nothing about an earlier one);
 //	key_retention_seconds: (when > 0) a resubmission decided now, reaching the
 //	                       downstream within ahead_seconds, still falls
-//	                       inside 90% of the downstream's key retention
+//	                       inside key_window_factor (the ledger's send rule)
+//	                       of the downstream's key retention
 //	                       counted from the first claim.
 //
 // An attempt that ends any other way than a release (RELEASED: nothing was
@@ -2221,6 +2225,7 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		arg.RequireFirstSend,
 		arg.KeyRetentionSeconds,
 		arg.AheadSeconds,
+		arg.KeyWindowFactor,
 		arg.Actor,
 		arg.Detail,
 	)
