@@ -96,6 +96,10 @@ func interpretError(err error) error {
 		switch {
 		case pgErr.Code == "OL409":
 			return errKeyTaken
+		case pgErr.Code == "OL503":
+			// OperationInsert found its budget shares gone (a reservation
+			// lost to a crash before its flush): nothing was stored.
+			return &unavailable{msg: fmt.Sprintf("%v: %s (SQLSTATE %s)", ErrUnavailable, pgErr.Message, pgErr.Code)}
 		case pgErr.Code == "23505":
 			return fmt.Errorf("%w: %s", ErrAlreadyExists, pgErr.ConstraintName)
 		case pgErr.Code == "40001", pgErr.Code == "40P01":

@@ -106,16 +106,16 @@ BEGIN
                 CONTINUE;
             END IF;
         END IF;
-        SELECT b.used_count, b.used_sum INTO c, s FROM budget b
-        WHERE b.tenant = p_tenant AND b.name = p_names[i] AND b.scope = p_scopes[i]
-        FOR UPDATE;
-        IF NOT FOUND THEN
-            INSERT INTO budget (tenant, name, scope, used_count, used_sum, window_seconds)
-            VALUES (p_tenant, p_names[i], p_scopes[i], 0, 0, p_windows[i])
-            ON CONFLICT DO NOTHING;
-            SELECT b.used_count, b.used_sum INTO c, s FROM budget b
-            WHERE b.tenant = p_tenant AND b.name = p_names[i] AND b.scope = p_scopes[i]
-            FOR UPDATE;
+        -- Lock the budget, creating it: ON CONFLICT DO UPDATE returns the
+        -- newest version locked, and tries again by itself if the row it
+        -- met is deleted meanwhile (budget_prune), so a row is always
+        -- locked here.
+        INSERT INTO budget AS b (tenant, name, scope, used_count, used_sum, window_seconds)
+        VALUES (p_tenant, p_names[i], p_scopes[i], 0, 0, p_windows[i])
+        ON CONFLICT (tenant, name, scope) DO UPDATE SET window_seconds = EXCLUDED.window_seconds
+        RETURNING b.used_count, b.used_sum INTO c, s;
+        IF c IS NULL THEN
+            RAISE EXCEPTION 'budget_reserve: budget %/% of % not locked', p_names[i], p_scopes[i], p_tenant;
         END IF;
         -- The lock is held: this statement sees every use its holders wrote.
         WITH gone AS (
@@ -171,14 +171,15 @@ END;
 $$;
 
 -- operation_release_budgets takes an operation's shares out of its budgets:
--- the budgets locked first, in name order (as budget_reserve takes them), so
--- that its delete sees every use and the aggregate stays exact.
+-- the budgets locked first, in name order (byte order, as the ledger sorts
+-- the names it passes budget_reserve, whatever the database's collation),
+-- so that its delete sees every use and the aggregate stays exact.
 CREATE OR REPLACE FUNCTION operation_release_budgets(op text, op_tenant text, names text[], scopes text[]) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM 1 FROM budget b, unnest(names, scopes) AS x(name, scope)
     WHERE b.tenant = op_tenant AND b.name = x.name AND b.scope = x.scope
-    ORDER BY b.name, b.scope
+    ORDER BY b.name COLLATE "C", b.scope COLLATE "C"
     FOR UPDATE OF b;
     WITH gone AS (
         DELETE FROM budget_use u USING unnest(names, scopes) AS x(name, scope)
@@ -201,6 +202,9 @@ DECLARE
     gone_s  numeric;
     deleted bigint := 0;
 BEGIN
+    -- What it does is redone by the next prune or reservation if lost: its
+    -- locks need not wait for a flush.
+    PERFORM set_config('synchronous_commit', 'off', true);
     FOR r IN
         SELECT p.tenant, p.name, p.scope, p.window_seconds FROM budget p
         WHERE p.used_count = 0
@@ -228,15 +232,25 @@ BEGIN
 END;
 $$;
 
--- operation_admit_check is the last word of OperationInsert for an operation
+-- operation_admit_check is the last word of OperationInsert. An operation
 -- that takes a business identity in the statement that inserts it: the
 -- identity taken (took) but the operation not inserted (its key is taken)
 -- would leave the identity held by an operation that does not exist, so
 -- the whole statement is undone with SQLSTATE OL409, which the store reads
--- as "the key is taken".
-CREATE FUNCTION operation_admit_check(take boolean, took bigint, inserted bigint) RETURNS boolean
-LANGUAGE plpgsql AS $$
+-- as "the key is taken". An operation with budget shares is inserted only
+-- if they are all there (shares of shares_needed found): a reservation
+-- committed asynchronously is lost if the database crashed or failed over
+-- before it was flushed, and the insert, on a new connection, must not
+-- store an operation that counts nowhere; SQLSTATE OL503 says so, which
+-- the store reads as "unavailable, nothing was stored" (the caller retries
+-- and reserves again).
+CREATE FUNCTION operation_admit_check(take boolean, took bigint, inserted bigint, shares_needed integer, shares_found bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
+    IF inserted = 0 AND shares_found < shares_needed THEN
+        RAISE EXCEPTION 'opledger: the budget reservation of this operation is gone (the database restarted or failed over before it was flushed); nothing was stored'
+            USING ERRCODE = 'OL503';
+    END IF;
     IF take AND took > 0 AND inserted = 0 THEN
         RAISE EXCEPTION 'opledger: the idempotency key is taken; the business identity taken with it is undone'
             USING ERRCODE = 'OL409';

@@ -41,7 +41,10 @@
 -- lock that ON CONFLICT takes orders concurrent Prepares of one identity and
 -- its WHERE is judged on the newest version; an identity taken for an
 -- operation whose key turned out taken is undone with the whole statement
--- (operation_admit_check raises OL409, read as "the key is taken").
+-- (operation_admit_check raises OL409, read as "the key is taken"). An
+-- operation with budget shares (budget_names) is inserted only if every
+-- share is there: a reservation lost to a crash before its asynchronous
+-- commit was flushed refuses the insert (OL503, read as unavailable).
 WITH ident AS (
     INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
     SELECT sqlc.arg(tenant), sqlc.arg(tool), sqlc.narg(identity)::text, sqlc.arg(id), sqlc.arg(idempotency_key),
@@ -53,6 +56,12 @@ WITH ident AS (
     WHERE i.free_at <= statement_timestamp()
        OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
     RETURNING i.operation_id
+), shares AS (
+    -- The operation's shares of the budgets it names (one per limit name):
+    -- primary-key probes.
+    SELECT count(*) AS found FROM budget_use u
+    WHERE u.tenant = sqlc.arg(tenant) AND u.name = ANY (sqlc.narg(budget_names)::text[])
+      AND u.scope = ANY (sqlc.narg(budget_scopes)::text[]) AND u.operation_id = sqlc.arg(id)
 ), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
@@ -83,7 +92,9 @@ WITH ident AS (
                  THEN now() + make_interval(secs => sqlc.arg(approval_ttl_ms)::bigint / 1000.0) END,
             CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 THEN sqlc.arg(fingerprint)::text END,
             sqlc.narg(approved_reason)::text
-    WHERE NOT sqlc.arg(take_identity)::boolean OR EXISTS (SELECT 1 FROM ident)
+    WHERE (NOT sqlc.arg(take_identity)::boolean OR EXISTS (SELECT 1 FROM ident))
+      AND (sqlc.narg(budget_names)::text[] IS NULL
+           OR (SELECT found FROM shares) = coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0))
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args
 ), ev AS (
@@ -99,7 +110,8 @@ WITH ident AS (
 SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
 UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
-WHERE operation_admit_check(sqlc.arg(take_identity)::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins));
+WHERE operation_admit_check(sqlc.arg(take_identity)::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
+                            coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0), (SELECT found FROM shares));
 
 -- name: OperationGetByKey :one
 SELECT * FROM operation

@@ -1332,6 +1332,12 @@ WITH ident AS (
     WHERE i.free_at <= statement_timestamp()
        OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
     RETURNING i.operation_id
+), shares AS (
+    -- The operation's shares of the budgets it names (one per limit name):
+    -- primary-key probes.
+    SELECT count(*) AS found FROM budget_use u
+    WHERE u.tenant = $1 AND u.name = ANY ($8::text[])
+      AND u.scope = ANY ($9::text[]) AND u.operation_id = $4
 ), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events,
@@ -1339,35 +1345,37 @@ WITH ident AS (
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    SELECT $4, $1, $2, $8, $5, $9, $10,
-            CASE WHEN $11::boolean THEN $12::text ELSE $13::text END,
-            $14, $15, $16, $17,
-            CASE WHEN $11::boolean THEN 2 ELSE 1 END,
-            CASE WHEN $11::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $11::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $11::boolean THEN $18::text END,
-            CASE WHEN $11::boolean THEN now() + make_interval(secs => $19::float8) END,
-            CASE WHEN $11::boolean THEN now() + make_interval(secs => $19::float8) END,
-            CASE WHEN $11::boolean THEN now() END,
-            $20::integer, $21::text, $22::text,
-            $23::jsonb, $24::text,
-            $25::text[], $26::text[], $3::text,
+    SELECT $4, $1, $2, $10, $5, $11, $12,
+            CASE WHEN $13::boolean THEN $14::text ELSE $15::text END,
+            $16, $17, $18, $19,
+            CASE WHEN $13::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $13::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $13::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $13::boolean THEN $20::text END,
+            CASE WHEN $13::boolean THEN now() + make_interval(secs => $21::float8) END,
+            CASE WHEN $13::boolean THEN now() + make_interval(secs => $21::float8) END,
+            CASE WHEN $13::boolean THEN now() END,
+            $22::integer, $23::text, $24::text,
+            $25::jsonb, $26::text,
+            $8::text[], $9::text[], $3::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
-            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN 'APPROVE' END,
+            CASE WHEN jsonb_array_length($25::jsonb) > 0 THEN 'APPROVE' END,
             $27::text,
-            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN now() END,
-            CASE WHEN jsonb_array_length($23::jsonb) > 0 AND $13::text = 'READY'
-                 THEN now() + make_interval(secs => $16::bigint / 1000.0) END,
-            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN $10::text END,
+            CASE WHEN jsonb_array_length($25::jsonb) > 0 THEN now() END,
+            CASE WHEN jsonb_array_length($25::jsonb) > 0 AND $15::text = 'READY'
+                 THEN now() + make_interval(secs => $18::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($25::jsonb) > 0 THEN $12::text END,
             $28::text
-    WHERE NOT $7::boolean OR EXISTS (SELECT 1 FROM ident)
+    WHERE (NOT $7::boolean OR EXISTS (SELECT 1 FROM ident))
+      AND ($8::text[] IS NULL
+           OR (SELECT found FROM shares) = coalesce(cardinality($8::text[]), 0))
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
-    SELECT ins.id, 1, 'PREPARED', $29, NULL, $13::text, 0, 0, $30 FROM ins
+    SELECT ins.id, 1, 'PREPARED', $29, NULL, $15::text, 0, 0, $30 FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail)
     SELECT ins.id, 2, $31::text, $29, $32::text, ins.state, 1, 1, '' FROM ins WHERE ins.fence = 1
@@ -1378,7 +1386,8 @@ WITH ident AS (
 SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
 UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
-WHERE operation_admit_check($7::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins))
+WHERE operation_admit_check($7::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
+                            coalesce(cardinality($8::text[]), 0), (SELECT found FROM shares))
 `
 
 type OperationInsertParams struct {
@@ -1389,6 +1398,8 @@ type OperationInsertParams struct {
 	IdempotencyKey        string
 	IdentityWindowSeconds float64
 	TakeIdentity          bool
+	BudgetNames           []string
+	BudgetScopes          []string
 	ToolVersion           string
 	Args                  []byte
 	Fingerprint           string
@@ -1406,8 +1417,6 @@ type OperationInsertParams struct {
 	ApprovalRule          string
 	Approvals             []byte
 	Supersedes            pgtype.Text
-	BudgetNames           []string
-	BudgetScopes          []string
 	ApprovedBy            pgtype.Text
 	ApprovedReason        pgtype.Text
 	Actor                 string
@@ -1464,7 +1473,10 @@ type OperationInsertRow struct {
 // lock that ON CONFLICT takes orders concurrent Prepares of one identity and
 // its WHERE is judged on the newest version; an identity taken for an
 // operation whose key turned out taken is undone with the whole statement
-// (operation_admit_check raises OL409, read as "the key is taken").
+// (operation_admit_check raises OL409, read as "the key is taken"). An
+// operation with budget shares (budget_names) is inserted only if every
+// share is there: a reservation lost to a crash before its asynchronous
+// commit was flushed refuses the insert (OL503, read as unavailable).
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {
 	row := db.QueryRow(ctx, operationInsert,
 		arg.Tenant,
@@ -1474,6 +1486,8 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.IdempotencyKey,
 		arg.IdentityWindowSeconds,
 		arg.TakeIdentity,
+		arg.BudgetNames,
+		arg.BudgetScopes,
 		arg.ToolVersion,
 		arg.Args,
 		arg.Fingerprint,
@@ -1491,8 +1505,6 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.ApprovalRule,
 		arg.Approvals,
 		arg.Supersedes,
-		arg.BudgetNames,
-		arg.BudgetScopes,
 		arg.ApprovedBy,
 		arg.ApprovedReason,
 		arg.Actor,
