@@ -140,6 +140,24 @@ type ApprovalEntry struct {
 }
 
 // withNow converts a row that carries the database's clock.
+// claimedRow is OperationClaim's row (its UNION of the claimed and the
+// unclaimed operation, which sqlc.embed cannot name) as an Operation: the
+// one place a row's columns are copied field by field.
+// TestClaimRowCarriesEveryColumn fails when the operation table gains a
+// column this does not copy.
+func claimedRow(r db.OperationClaimRow) Operation {
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey,
+		Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired,
+		ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy,
+		ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint,
+		ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt,
+		FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error,
+		Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt,
+		UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded,
+		Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes,
+		SupersededBy: r.SupersededBy, BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity}, r.DbNow)
+}
+
 func withNow(r db.Operation, now pgtype.Timestamptz) Operation {
 	op := fromDB(r)
 	op.DBNow = now.Time
@@ -301,7 +319,7 @@ func (c *Conn) OperationGet(ctx context.Context, tenant, id string) (Operation, 
 	if err != nil {
 		return Operation{}, interpretError(err)
 	}
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy, BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity}, r.DbNow), nil
+	return withNow(r.Operation, r.DbNow), nil
 }
 
 // OperationGetForUpdate reads and row-locks an operation for the rest of the
@@ -374,7 +392,7 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, 
 		return Operation{}, false, ErrNotFound
 	}
 	r := rows[0]
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy, BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity}, r.DbNow), r.Claimed, nil
+	return claimedRow(r), r.Claimed, nil
 }
 
 // claimReadTimeout bounds the read after a claim whose copy was outdated,
@@ -661,7 +679,7 @@ func (c *Conn) OperationClaimUnresolved(ctx context.Context, batch int32, base, 
 	}
 	out := make([]Operation, len(rows))
 	for i, r := range rows {
-		out[i] = withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy, BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity}, r.DbNow)
+		out[i] = withNow(r.Operation, r.DbNow)
 	}
 	return out, nil
 }

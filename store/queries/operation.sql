@@ -120,7 +120,7 @@ WHERE tenant = sqlc.arg(tenant) AND tool = sqlc.arg(tool) AND idempotency_key = 
 -- name: OperationGet :one
 -- db_now is the database's clock, against which the caller judges leases
 -- and retention.
-SELECT *, now()::timestamptz AS db_now FROM operation
+SELECT sqlc.embed(operation), now()::timestamptz AS db_now FROM operation
 WHERE id = sqlc.arg(id) AND tenant IS NOT DISTINCT FROM sqlc.arg(tenant);
 
 -- name: OperationGetForUpdate :one
@@ -471,7 +471,7 @@ UPDATE operation o SET
                                                            sqlc.arg(base_backoff_seconds)::float8 * power(2, LEAST(o.reconcile_attempts, 62))))
 FROM due
 WHERE o.id = due.id
-RETURNING o.*, now()::timestamptz AS db_now;
+RETURNING sqlc.embed(o), now()::timestamptz AS db_now;
 
 -- name: OperationCountOpen :many
 -- Counts open (non-terminal) operations by state, across tenants, through

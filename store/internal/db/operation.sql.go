@@ -627,50 +627,8 @@ type OperationClaimUnresolvedParams struct {
 }
 
 type OperationClaimUnresolvedRow struct {
-	ID                  string
-	Tenant              string
-	Tool                string
-	ToolVersion         string
-	IdempotencyKey      string
-	Args                []byte
-	Fingerprint         string
-	State               string
-	PreparedBy          string
-	ApprovalRequired    bool
-	ApprovalTtlMs       int64
-	ApprovalDecision    pgtype.Text
-	ApprovalDecidedBy   pgtype.Text
-	ApprovalDecidedAt   pgtype.Timestamptz
-	ApprovalExpiresAt   pgtype.Timestamptz
-	ApprovalFingerprint pgtype.Text
-	ApprovalReason      pgtype.Text
-	Attempts            int32
-	Fence               int64
-	LeaseOwner          pgtype.Text
-	LeaseExpiresAt      pgtype.Timestamptz
-	FirstClaimedAt      pgtype.Timestamptz
-	DownstreamKey       string
-	ExternalRef         pgtype.Text
-	Result              []byte
-	Error               []byte
-	Events              int32
-	ReconcileAttempts   int32
-	NextReconcileAt     pgtype.Timestamptz
-	CreatedAt           pgtype.Timestamptz
-	UpdatedAt           pgtype.Timestamptz
-	FirstSentFence      pgtype.Int8
-	Waited              bool
-	PrevState           pgtype.Text
-	ApprovalsNeeded     int32
-	Approvals           []byte
-	PolicyDigest        string
-	ApprovalRule        string
-	Supersedes          pgtype.Text
-	SupersededBy        pgtype.Text
-	BudgetNames         []string
-	BudgetScopes        []string
-	Identity            pgtype.Text
-	DbNow               pgtype.Timestamptz
+	Operation Operation
+	DbNow     pgtype.Timestamptz
 }
 
 // Hands a batch of stuck operations (OUTCOME_UNKNOWN, or EXECUTING with an
@@ -689,49 +647,49 @@ func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg Ope
 	for rows.Next() {
 		var i OperationClaimUnresolvedRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.Tenant,
-			&i.Tool,
-			&i.ToolVersion,
-			&i.IdempotencyKey,
-			&i.Args,
-			&i.Fingerprint,
-			&i.State,
-			&i.PreparedBy,
-			&i.ApprovalRequired,
-			&i.ApprovalTtlMs,
-			&i.ApprovalDecision,
-			&i.ApprovalDecidedBy,
-			&i.ApprovalDecidedAt,
-			&i.ApprovalExpiresAt,
-			&i.ApprovalFingerprint,
-			&i.ApprovalReason,
-			&i.Attempts,
-			&i.Fence,
-			&i.LeaseOwner,
-			&i.LeaseExpiresAt,
-			&i.FirstClaimedAt,
-			&i.DownstreamKey,
-			&i.ExternalRef,
-			&i.Result,
-			&i.Error,
-			&i.Events,
-			&i.ReconcileAttempts,
-			&i.NextReconcileAt,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.FirstSentFence,
-			&i.Waited,
-			&i.PrevState,
-			&i.ApprovalsNeeded,
-			&i.Approvals,
-			&i.PolicyDigest,
-			&i.ApprovalRule,
-			&i.Supersedes,
-			&i.SupersededBy,
-			&i.BudgetNames,
-			&i.BudgetScopes,
-			&i.Identity,
+			&i.Operation.ID,
+			&i.Operation.Tenant,
+			&i.Operation.Tool,
+			&i.Operation.ToolVersion,
+			&i.Operation.IdempotencyKey,
+			&i.Operation.Args,
+			&i.Operation.Fingerprint,
+			&i.Operation.State,
+			&i.Operation.PreparedBy,
+			&i.Operation.ApprovalRequired,
+			&i.Operation.ApprovalTtlMs,
+			&i.Operation.ApprovalDecision,
+			&i.Operation.ApprovalDecidedBy,
+			&i.Operation.ApprovalDecidedAt,
+			&i.Operation.ApprovalExpiresAt,
+			&i.Operation.ApprovalFingerprint,
+			&i.Operation.ApprovalReason,
+			&i.Operation.Attempts,
+			&i.Operation.Fence,
+			&i.Operation.LeaseOwner,
+			&i.Operation.LeaseExpiresAt,
+			&i.Operation.FirstClaimedAt,
+			&i.Operation.DownstreamKey,
+			&i.Operation.ExternalRef,
+			&i.Operation.Result,
+			&i.Operation.Error,
+			&i.Operation.Events,
+			&i.Operation.ReconcileAttempts,
+			&i.Operation.NextReconcileAt,
+			&i.Operation.CreatedAt,
+			&i.Operation.UpdatedAt,
+			&i.Operation.FirstSentFence,
+			&i.Operation.Waited,
+			&i.Operation.PrevState,
+			&i.Operation.ApprovalsNeeded,
+			&i.Operation.Approvals,
+			&i.Operation.PolicyDigest,
+			&i.Operation.ApprovalRule,
+			&i.Operation.Supersedes,
+			&i.Operation.SupersededBy,
+			&i.Operation.BudgetNames,
+			&i.Operation.BudgetScopes,
+			&i.Operation.Identity,
 			&i.DbNow,
 		); err != nil {
 			return nil, err
@@ -1028,7 +986,7 @@ func (q *Queries) OperationEvents(ctx context.Context, db DBTX, operationID stri
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, now()::timestamptz AS db_now FROM operation
+SELECT operation.id, operation.tenant, operation.tool, operation.tool_version, operation.idempotency_key, operation.args, operation.fingerprint, operation.state, operation.prepared_by, operation.approval_required, operation.approval_ttl_ms, operation.approval_decision, operation.approval_decided_by, operation.approval_decided_at, operation.approval_expires_at, operation.approval_fingerprint, operation.approval_reason, operation.attempts, operation.fence, operation.lease_owner, operation.lease_expires_at, operation.first_claimed_at, operation.downstream_key, operation.external_ref, operation.result, operation.error, operation.events, operation.reconcile_attempts, operation.next_reconcile_at, operation.created_at, operation.updated_at, operation.first_sent_fence, operation.waited, operation.prev_state, operation.approvals_needed, operation.approvals, operation.policy_digest, operation.approval_rule, operation.supersedes, operation.superseded_by, operation.budget_names, operation.budget_scopes, operation.identity, now()::timestamptz AS db_now FROM operation
 WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 `
 
@@ -1038,50 +996,8 @@ type OperationGetParams struct {
 }
 
 type OperationGetRow struct {
-	ID                  string
-	Tenant              string
-	Tool                string
-	ToolVersion         string
-	IdempotencyKey      string
-	Args                []byte
-	Fingerprint         string
-	State               string
-	PreparedBy          string
-	ApprovalRequired    bool
-	ApprovalTtlMs       int64
-	ApprovalDecision    pgtype.Text
-	ApprovalDecidedBy   pgtype.Text
-	ApprovalDecidedAt   pgtype.Timestamptz
-	ApprovalExpiresAt   pgtype.Timestamptz
-	ApprovalFingerprint pgtype.Text
-	ApprovalReason      pgtype.Text
-	Attempts            int32
-	Fence               int64
-	LeaseOwner          pgtype.Text
-	LeaseExpiresAt      pgtype.Timestamptz
-	FirstClaimedAt      pgtype.Timestamptz
-	DownstreamKey       string
-	ExternalRef         pgtype.Text
-	Result              []byte
-	Error               []byte
-	Events              int32
-	ReconcileAttempts   int32
-	NextReconcileAt     pgtype.Timestamptz
-	CreatedAt           pgtype.Timestamptz
-	UpdatedAt           pgtype.Timestamptz
-	FirstSentFence      pgtype.Int8
-	Waited              bool
-	PrevState           pgtype.Text
-	ApprovalsNeeded     int32
-	Approvals           []byte
-	PolicyDigest        string
-	ApprovalRule        string
-	Supersedes          pgtype.Text
-	SupersededBy        pgtype.Text
-	BudgetNames         []string
-	BudgetScopes        []string
-	Identity            pgtype.Text
-	DbNow               pgtype.Timestamptz
+	Operation Operation
+	DbNow     pgtype.Timestamptz
 }
 
 // db_now is the database's clock, against which the caller judges leases
@@ -1090,49 +1006,49 @@ func (q *Queries) OperationGet(ctx context.Context, db DBTX, arg OperationGetPar
 	row := db.QueryRow(ctx, operationGet, arg.ID, arg.Tenant)
 	var i OperationGetRow
 	err := row.Scan(
-		&i.ID,
-		&i.Tenant,
-		&i.Tool,
-		&i.ToolVersion,
-		&i.IdempotencyKey,
-		&i.Args,
-		&i.Fingerprint,
-		&i.State,
-		&i.PreparedBy,
-		&i.ApprovalRequired,
-		&i.ApprovalTtlMs,
-		&i.ApprovalDecision,
-		&i.ApprovalDecidedBy,
-		&i.ApprovalDecidedAt,
-		&i.ApprovalExpiresAt,
-		&i.ApprovalFingerprint,
-		&i.ApprovalReason,
-		&i.Attempts,
-		&i.Fence,
-		&i.LeaseOwner,
-		&i.LeaseExpiresAt,
-		&i.FirstClaimedAt,
-		&i.DownstreamKey,
-		&i.ExternalRef,
-		&i.Result,
-		&i.Error,
-		&i.Events,
-		&i.ReconcileAttempts,
-		&i.NextReconcileAt,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.FirstSentFence,
-		&i.Waited,
-		&i.PrevState,
-		&i.ApprovalsNeeded,
-		&i.Approvals,
-		&i.PolicyDigest,
-		&i.ApprovalRule,
-		&i.Supersedes,
-		&i.SupersededBy,
-		&i.BudgetNames,
-		&i.BudgetScopes,
-		&i.Identity,
+		&i.Operation.ID,
+		&i.Operation.Tenant,
+		&i.Operation.Tool,
+		&i.Operation.ToolVersion,
+		&i.Operation.IdempotencyKey,
+		&i.Operation.Args,
+		&i.Operation.Fingerprint,
+		&i.Operation.State,
+		&i.Operation.PreparedBy,
+		&i.Operation.ApprovalRequired,
+		&i.Operation.ApprovalTtlMs,
+		&i.Operation.ApprovalDecision,
+		&i.Operation.ApprovalDecidedBy,
+		&i.Operation.ApprovalDecidedAt,
+		&i.Operation.ApprovalExpiresAt,
+		&i.Operation.ApprovalFingerprint,
+		&i.Operation.ApprovalReason,
+		&i.Operation.Attempts,
+		&i.Operation.Fence,
+		&i.Operation.LeaseOwner,
+		&i.Operation.LeaseExpiresAt,
+		&i.Operation.FirstClaimedAt,
+		&i.Operation.DownstreamKey,
+		&i.Operation.ExternalRef,
+		&i.Operation.Result,
+		&i.Operation.Error,
+		&i.Operation.Events,
+		&i.Operation.ReconcileAttempts,
+		&i.Operation.NextReconcileAt,
+		&i.Operation.CreatedAt,
+		&i.Operation.UpdatedAt,
+		&i.Operation.FirstSentFence,
+		&i.Operation.Waited,
+		&i.Operation.PrevState,
+		&i.Operation.ApprovalsNeeded,
+		&i.Operation.Approvals,
+		&i.Operation.PolicyDigest,
+		&i.Operation.ApprovalRule,
+		&i.Operation.Supersedes,
+		&i.Operation.SupersededBy,
+		&i.Operation.BudgetNames,
+		&i.Operation.BudgetScopes,
+		&i.Operation.Identity,
 		&i.DbNow,
 	)
 	return i, err
