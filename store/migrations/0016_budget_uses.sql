@@ -35,7 +35,10 @@ CREATE TABLE budget_use (
     operation_id text NOT NULL,
     at           timestamptz NOT NULL,
     amount       numeric NOT NULL,
-    PRIMARY KEY (tenant, name, scope, operation_id)
+    -- The operation first: its shares are found by (tenant, operation_id)
+    -- whatever the budgets (the insert's check, a release), and the
+    -- budget's uses by time through budget_use_at.
+    PRIMARY KEY (tenant, operation_id, name, scope)
 );
 CREATE INDEX budget_use_at ON budget_use (tenant, name, scope, at);
 
