@@ -203,19 +203,8 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 		res.Outcome = OutcomeUnknown
 		res.Detail = "an earlier attempt may have reached the downstream; last attempt: " + res.Detail
 	}
-	// A success at the first send is at debug: the ledger records it in the
-	// operation's event log, and a line per such call is an access log.
-	level := slog.LevelInfo
-	switch {
-	case res.Outcome == OutcomeSucceeded && res.Attempts <= 1:
-		level = slog.LevelDebug
-	case res.Outcome == OutcomeUnknown:
-		level = slog.LevelWarn
-	}
-	if h.log.Enabled(ctx, level) {
-		h.callLog(c).Log(ctx, level, "executor: executed", "outcome", res.Outcome, "status", res.HTTPStatus,
-			"attempts", res.Attempts, "external_ref", res.ExternalRef, "detail", res.Detail)
-	}
+	// No line here: the ledger logs the call once, with its outcome
+	// (Ledger.sent), so that one call that fails is one line.
 	return res
 }
 

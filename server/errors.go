@@ -55,7 +55,7 @@ func toStatus(ctx context.Context, s *Server, err error, subject string) error {
 		return reason.Status(opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
 	}
 	code := reason.Code(le.Reason)
-	if code == codes.Internal || code == codes.Unavailable {
+	if (code == codes.Internal || code == codes.Unavailable) && !le.Logged {
 		s.logger.WarnContext(ctx, "request failed", "reason", le.Reason.String(), "error", le.Error())
 	}
 	var details []protoadapt.MessageV1

@@ -261,11 +261,13 @@ func (s *Service) Run(ctx context.Context, lis net.Listener, ready func(Ready)) 
 // Close releases what New opened, for a service that never ran.
 func (s *Service) Close() { s.Store.Close() }
 
-// FinishedCacheSize maps Config.FinishedCache (0: off) to the ledger's
-// setting (0: its default, negative: off).
+// FinishedCacheSize maps Config.FinishedCache, where 0 is off (the flag's
+// default is the ledger's size), to ledger.Config.FinishedCacheSize, where 0
+// is the default size and ledger.FinishedCacheOff is off: the one place the
+// two meanings of 0 meet.
 func FinishedCacheSize(n int) int {
 	if n == 0 {
-		return -1
+		return ledger.FinishedCacheOff
 	}
 	return n
 }

@@ -116,7 +116,7 @@ func (a *auditDB) approved(t *testing.T) string {
 		store.Lease{Owner: "srv", Duration: time.Minute, Actor: "server"})
 	require.NoError(t, err)
 	require.True(t, claimed)
-	_, err = a.st.OperationTransition(ctx, store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING"}, Fence: op.Fence, To: "SUCCEEDED",
+	_, err = a.st.OperationTransition(ctx, store.TransitionParams{Tenant: "acme", ID: id, From: []string{"EXECUTING"}, Fence: op.Fence, To: "SUCCEEDED",
 		ExternalRef: "ch_1", Result: []byte(`{"status": "succeeded", "id": "ch_1"}`), Event: "SUCCEEDED", Actor: "server", Base: op})
 	require.NoError(t, err)
 	return id
@@ -140,10 +140,10 @@ func (a *auditDB) oneCall(t *testing.T) string {
 	op, err = a.st.OperationTakeOver(ctx, store.TakeOver{Tenant: "acme", ID: id, From: "EXECUTING", Event: "LEASE_TAKEN_OVER", Fence: op.Fence},
 		store.Lease{Owner: "srv2", Duration: time.Minute, Actor: "reconciler"})
 	require.NoError(t, err)
-	op, err = a.st.OperationTransition(ctx, store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING"}, Fence: op.Fence, To: "OUTCOME_UNKNOWN",
+	op, err = a.st.OperationTransition(ctx, store.TransitionParams{Tenant: "acme", ID: id, From: []string{"EXECUTING"}, Fence: op.Fence, To: "OUTCOME_UNKNOWN",
 		SetError: true, Error: []byte(`{"reason":"timeout"}`), Event: "OUTCOME_UNKNOWN", Actor: "server", Detail: "timed out", Base: op})
 	require.NoError(t, err)
-	_, err = a.st.OperationTransition(ctx, store.Transition{Tenant: "acme", ID: id, From: []string{"OUTCOME_UNKNOWN"}, Fence: op.Fence, To: "SUCCEEDED",
+	_, err = a.st.OperationTransition(ctx, store.TransitionParams{Tenant: "acme", ID: id, From: []string{"OUTCOME_UNKNOWN"}, Fence: op.Fence, To: "SUCCEEDED",
 		ExternalRef: "em_9", SetError: true, Error: nil, Result: []byte(`{"id":"em_9"}`), Event: "RECONCILED", Actor: "reconciler", Base: op})
 	require.NoError(t, err)
 	return id

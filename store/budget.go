@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/opledger/opledger/store/internal/db"
@@ -26,20 +27,42 @@ type Reservation struct {
 	Force bool
 }
 
-// BudgetReserve reserves r if it fits, in the caller's transaction, and
-// reports whether it did (admitted) and, with Force, whether it fitted.
-func (c *Conn) BudgetReserve(ctx context.Context, r Reservation) (admitted, fits bool, err error) {
-	fits, err = c.q.BudgetReserve(ctx, c.dbtx, db.BudgetReserveParams{
-		Tenant: r.Tenant, Name: r.Name, Scope: r.Scope, OpID: r.OperationID, Amount: r.Amount, Force: r.Force,
-		MaxCount: int32(r.MaxCount), HasSum: r.HasSum, MaxSum: r.MaxSum, WindowSeconds: r.Window.Seconds(), MaxUses: int32(r.MaxUses),
-	})
-	if err = interpretError(err); errors.Is(err, ErrNotFound) {
-		return false, false, nil
+// Reserved is what BudgetReserve did: Refused is the index of the
+// reservation that did not fit (nothing was reserved), Over the first one
+// taken past its limit by Force; -1 for none.
+type Reserved struct{ Refused, Over int }
+
+// BudgetReserve reserves the shares rs (of one operation and tenant, sorted
+// by Name: the lock order) all or none. With async, c must be the Store (a
+// transaction of its own): the reservation commits without waiting for the
+// flush, and its operation's synchronous commit after it makes it durable
+// (migration 0016); in a transaction, async must be false. With renew (an
+// approval renewing a lapsed one) a share the operation holds already is
+// admitted as it is.
+func (c *Conn) BudgetReserve(ctx context.Context, rs []Reservation, async, renew bool) (Reserved, error) {
+	if len(rs) == 0 {
+		return Reserved{Refused: -1, Over: -1}, nil
 	}
+	p := db.BudgetReserveParams{Tenant: rs[0].Tenant, OpID: rs[0].OperationID, MaxUses: int32(rs[0].MaxUses), Async: async, Renew: renew}
+	for _, r := range rs {
+		p.Names, p.Scopes, p.Amounts = append(p.Names, r.Name), append(p.Scopes, r.Scope), append(p.Amounts, r.Amount)
+		p.MaxCounts, p.HasSums, p.MaxSums = append(p.MaxCounts, int32(r.MaxCount)), append(p.HasSums, r.HasSum), append(p.MaxSums, r.MaxSum)
+		p.Windows, p.Forces = append(p.Windows, r.Window.Seconds()), append(p.Forces, r.Force)
+	}
+	out, err := c.q.BudgetReserve(ctx, c.dbtx, p)
 	if err != nil {
-		return false, false, err
+		return Reserved{}, interpretError(err)
 	}
-	return true, fits, nil
+	if len(out) != 2 {
+		return Reserved{}, fmt.Errorf("store: budget_reserve returned %v", out)
+	}
+	return Reserved{Refused: int(out[0]), Over: int(out[1])}, nil
+}
+
+// BudgetRelease takes operationID's shares out of the budgets names/scopes
+// of tenant: a reservation whose operation was not stored.
+func (c *Conn) BudgetRelease(ctx context.Context, tenant, operationID string, names, scopes []string) error {
+	return interpretError(c.q.BudgetRelease(ctx, c.dbtx, db.BudgetReleaseParams{OpID: operationID, Tenant: tenant, Names: names, Scopes: scopes}))
 }
 
 // BudgetUse is one operation counted in a budget's window.

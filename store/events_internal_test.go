@@ -61,7 +61,7 @@ func setColumns(clause string) []string {
 
 // TestEveryChangeBumpsEvents: OperationTransition and OperationClaim with a
 // copy complete the row they wrote from the caller's copy when that copy's
-// events is one behind (Transition.Base, Claim.Base), which is right only
+// events is one behind (TransitionParams.Base, Claim.Base), which is right only
 // if every statement that changes an operation bumps events, except those
 // that change only columns both statements return. A statement or migration that breaks the rule fails
 // here, and so does an UPDATE of operation this test cannot read.

@@ -104,8 +104,8 @@ func TestTransitionGuards(t *testing.T) {
 	t.Parallel()
 	g := newGuardDB(t)
 	ctx := context.Background()
-	tr := func(id string, mod func(*store.Transition)) error {
-		x := store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING", "OUTCOME_UNKNOWN"}, Fence: 2,
+	tr := func(id string, mod func(*store.TransitionParams)) error {
+		x := store.TransitionParams{Tenant: "acme", ID: id, From: []string{"EXECUTING", "OUTCOME_UNKNOWN"}, Fence: 2,
 			To: "FAILED", Event: "FAILED", Actor: "test"}
 		if mod != nil {
 			mod(&x)
@@ -124,70 +124,72 @@ func TestTransitionGuards(t *testing.T) {
 			if state == "EXECUTING" || state == "OUTCOME_UNKNOWN" {
 				require.NoError(t, err, state)
 			} else {
-				require.ErrorIs(t, err, store.ErrNotFound, "%s is not a from-state", state)
+				require.ErrorIs(t, err, store.ErrConditionFailed, "%s is not a from-state", state)
 			}
 		}
 	})
 	t.Run("stale fence", func(t *testing.T) {
 		id := g.row(t, executing())
-		require.ErrorIs(t, tr(id, func(x *store.Transition) { x.Fence = 1 }), store.ErrNotFound)
-		require.ErrorIs(t, tr(id, func(x *store.Transition) { x.Fence = 3 }), store.ErrNotFound)
+		require.ErrorIs(t, tr(id, func(x *store.TransitionParams) { x.Fence = 1 }), store.ErrConditionFailed)
+		require.ErrorIs(t, tr(id, func(x *store.TransitionParams) { x.Fence = 3 }), store.ErrConditionFailed)
 		require.Equal(t, "EXECUTING", g.get(t, id).State)
 	})
 	t.Run("lease", func(t *testing.T) {
-		expire := func(x *store.Transition) { x.RequireLeaseExpired = true }
+		expire := func(x *store.TransitionParams) { x.RequireLeaseExpired = true }
 		live := executing()
 		live.leaseEnds = d(2 * time.Second)
-		require.ErrorIs(t, tr(g.row(t, live), expire), store.ErrNotFound, "the lease still runs for 2 s")
+		require.ErrorIs(t, tr(g.row(t, live), expire), store.ErrConditionFailed, "the lease still runs for 2 s")
 		gone := executing()
 		gone.leaseEnds = d(-2 * time.Second)
 		require.NoError(t, tr(g.row(t, gone), expire), "the lease ended 2 s ago")
 		require.NoError(t, tr(g.row(t, shape{state: "OUTCOME_UNKNOWN", fence: 2}), expire), "no lease to wait for")
 	})
 	t.Run("unsent", func(t *testing.T) {
-		unsent := func(x *store.Transition) {
+		unsent := func(x *store.TransitionParams) {
 			x.From, x.To, x.Event, x.RequireUnsent = []string{"READY"}, "CANCELLED", "CANCELLED", true
 		}
 		require.NoError(t, tr(g.row(t, shape{state: "READY", fence: 2}), unsent), "claimed and released, never sent")
-		require.ErrorIs(t, tr(g.row(t, shape{state: "READY", fence: 2, firstSent: 1}), unsent), store.ErrNotFound)
+		require.ErrorIs(t, tr(g.row(t, shape{state: "READY", fence: 2, firstSent: 1}), unsent), store.ErrConditionFailed)
 	})
 	t.Run("sent if ready", func(t *testing.T) {
-		report := func(x *store.Transition) {
+		report := func(x *store.TransitionParams) {
 			x.From, x.To, x.Event, x.RequireSentIfReady = []string{"READY", "EXECUTING", "OUTCOME_UNKNOWN"}, "SUCCEEDED", "RECONCILED", true
 		}
 		require.NoError(t, tr(g.row(t, shape{state: "READY", fence: 2, firstSent: 1}), report), "READY after a send")
-		require.ErrorIs(t, tr(g.row(t, shape{state: "READY", fence: 2}), report), store.ErrNotFound, "READY, nothing ever sent")
+		require.ErrorIs(t, tr(g.row(t, shape{state: "READY", fence: 2}), report), store.ErrConditionFailed, "READY, nothing ever sent")
 		require.NoError(t, tr(g.row(t, executing()), report), "the guard is about READY only")
 	})
 	t.Run("first send", func(t *testing.T) {
-		first := func(x *store.Transition) { x.RequireFirstSend = true }
+		first := func(x *store.TransitionParams) { x.RequireFirstSend = true }
 		s := executing()
 		require.NoError(t, tr(g.row(t, s), first), "nothing sent before this attempt")
 		s.firstSent = 2
 		require.NoError(t, tr(g.row(t, shape{state: "OUTCOME_UNKNOWN", fence: 2, firstSent: 2}), first), "this attempt was the first send")
 		s.firstSent = 1
-		require.ErrorIs(t, tr(g.row(t, s), first), store.ErrNotFound, "attempt 1 may have taken effect")
+		require.ErrorIs(t, tr(g.row(t, s), first), store.ErrConditionFailed, "attempt 1 may have taken effect")
 	})
 	t.Run("key window", func(t *testing.T) {
-		window := func(ahead time.Duration) func(*store.Transition) {
-			return func(x *store.Transition) {
+		window := func(ahead time.Duration) func(*store.TransitionParams) {
+			return func(x *store.TransitionParams) {
 				x.From, x.To, x.Event = []string{"OUTCOME_UNKNOWN"}, "READY", "RECONCILED"
-				x.KeyWindow = store.KeyWindow{Retention: 10 * time.Second, Ahead: ahead}
+				x.KeyWindow = store.KeyWindow{Retention: 10 * time.Second, Ahead: ahead, Factor: 0.9}
 			}
 		}
 		s := shape{state: "OUTCOME_UNKNOWN", fence: 2, firstSent: 2}
 		s.firstClaimedAt = d(-7 * time.Second)
 		require.NoError(t, tr(g.row(t, s), window(0)), "7 s into a 9 s window")
-		require.ErrorIs(t, tr(g.row(t, s), window(3*time.Second)), store.ErrNotFound, "would land 10 s in")
+		require.ErrorIs(t, tr(g.row(t, s), func(x *store.TransitionParams) { window(0)(x); x.KeyWindow.Factor = 0.5 }),
+			store.ErrConditionFailed, "the factor is the caller's: 7 s past a 5 s window")
+		require.ErrorIs(t, tr(g.row(t, s), window(3*time.Second)), store.ErrConditionFailed, "would land 10 s in")
 		s.firstClaimedAt = d(-10 * time.Second)
-		require.ErrorIs(t, tr(g.row(t, s), window(0)), store.ErrNotFound, "past 90% of the retention")
-		require.NoError(t, tr(g.row(t, s), func(x *store.Transition) {
+		require.ErrorIs(t, tr(g.row(t, s), window(0)), store.ErrConditionFailed, "past 90% of the retention")
+		require.NoError(t, tr(g.row(t, s), func(x *store.TransitionParams) {
 			x.From, x.To, x.Event = []string{"OUTCOME_UNKNOWN"}, "READY", "RECONCILED"
 		}), "no retention: the downstream never forgets")
 	})
 	t.Run("marks sent", func(t *testing.T) {
-		end := func(event, to string) func(*store.Transition) {
-			return func(x *store.Transition) { x.From, x.Event, x.To = []string{"EXECUTING"}, event, to }
+		end := func(event, to string) func(*store.TransitionParams) {
+			return func(x *store.TransitionParams) { x.From, x.Event, x.To = []string{"EXECUTING"}, event, to }
 		}
 		id := g.row(t, executing())
 		require.NoError(t, tr(id, end("RELEASED", "READY")))
@@ -268,32 +270,32 @@ func TestTakeOverGuards(t *testing.T) {
 	live := executing()
 	live.leaseEnds = d(2 * time.Second)
 	_, err := take(g.row(t, live), 2, store.KeyWindow{})
-	require.ErrorIs(t, err, store.ErrNotFound, "the lease runs 2 s more")
+	require.ErrorIs(t, err, store.ErrConditionFailed, "the lease runs 2 s more")
 
 	gone := executing()
 	gone.leaseEnds = d(-2 * time.Second)
 	id := g.row(t, gone)
 	_, err = take(id, 1, store.KeyWindow{})
-	require.ErrorIs(t, err, store.ErrNotFound, "stale fence")
+	require.ErrorIs(t, err, store.ErrConditionFailed, "stale fence")
 	op, err := take(id, 2, store.KeyWindow{})
 	require.NoError(t, err)
 	require.EqualValues(t, 3, op.Fence)
 	require.EqualValues(t, 2, op.FirstSentFence, "the fenced-out holder may have sent")
 	_, err = take(id, 2, store.KeyWindow{})
-	require.ErrorIs(t, err, store.ErrNotFound, "taken once")
+	require.ErrorIs(t, err, store.ErrConditionFailed, "taken once")
 
 	for _, state := range allStates {
 		if state == "EXECUTING" {
 			continue
 		}
 		_, err := take(g.row(t, shape{state: state, fence: 2}), 2, store.KeyWindow{})
-		require.ErrorIs(t, err, store.ErrNotFound, state)
+		require.ErrorIs(t, err, store.ErrConditionFailed, state)
 	}
 	late := gone
 	late.firstClaimedAt = d(-5 * time.Second)
-	_, err = take(g.row(t, late), 2, store.KeyWindow{Retention: 10 * time.Second, Ahead: 5 * time.Second})
-	require.ErrorIs(t, err, store.ErrNotFound, "the resubmission could land past 90% of the retention")
-	_, err = take(g.row(t, late), 2, store.KeyWindow{Retention: 10 * time.Second, Ahead: 3 * time.Second})
+	_, err = take(g.row(t, late), 2, store.KeyWindow{Retention: 10 * time.Second, Ahead: 5 * time.Second, Factor: 0.9})
+	require.ErrorIs(t, err, store.ErrConditionFailed, "the resubmission could land past 90% of the retention")
+	_, err = take(g.row(t, late), 2, store.KeyWindow{Retention: 10 * time.Second, Ahead: 3 * time.Second, Factor: 0.9})
 	require.NoError(t, err)
 }
 
@@ -305,15 +307,15 @@ func TestDecideGuards(t *testing.T) {
 			Event: "APPROVAL_EXPIRED", Actor: "test", RequireLapsedUnsent: true})
 		return err
 	}
-	require.ErrorIs(t, expire(g.row(t, shape{state: "READY", approval: true, approvalEnds: d(2 * time.Second)}), "READY"), store.ErrNotFound,
+	require.ErrorIs(t, expire(g.row(t, shape{state: "READY", approval: true, approvalEnds: d(2 * time.Second)}), "READY"), store.ErrConditionFailed,
 		"in force for 2 s more")
 	require.NoError(t, expire(g.row(t, shape{state: "READY", approval: true, approvalEnds: d(-2 * time.Second)}), "READY"))
 	require.NoError(t, expire(g.row(t, shape{state: "READY", fence: 2, approval: true, approvalEnds: d(-2 * time.Second)}), "READY"),
 		"claimed and released: nothing sent")
 	require.ErrorIs(t, expire(g.row(t, shape{state: "READY", fence: 2, firstSent: 1, approval: true, approvalEnds: d(-2 * time.Second)}), "READY"),
-		store.ErrNotFound, "sent: the approval was consumed and never lapses")
+		store.ErrConditionFailed, "sent: the approval was consumed and never lapses")
 	require.ErrorIs(t, expire(g.row(t, shape{state: "OUTCOME_UNKNOWN", fence: 1, firstSent: 1, approval: true, approvalEnds: d(-2 * time.Second)}), "READY"),
-		store.ErrNotFound, "not a from-state")
+		store.ErrConditionFailed, "not a from-state")
 	approve := func(id string) error {
 		_, err := g.st.OperationDecide(t.Context(), store.Decision{Tenant: "acme", ID: id, From: []string{"AWAITING_APPROVAL", "READY"},
 			To: "READY", Decision: "APPROVE", DecidedBy: "pr_b", ApprovedFingerprint: "v1:x", Event: "APPROVED", Actor: "test",
@@ -321,7 +323,7 @@ func TestDecideGuards(t *testing.T) {
 		return err
 	}
 	require.NoError(t, approve(g.row(t, shape{state: "AWAITING_APPROVAL", approval: true})), "the lapse concerns READY only")
-	require.ErrorIs(t, approve(g.row(t, shape{state: "READY", approval: true, approvalEnds: d(2 * time.Second)})), store.ErrNotFound)
+	require.ErrorIs(t, approve(g.row(t, shape{state: "READY", approval: true, approvalEnds: d(2 * time.Second)})), store.ErrConditionFailed)
 	id := g.row(t, shape{state: "READY", approval: true, approvalEnds: d(-2 * time.Second)})
 	require.NoError(t, approve(id))
 	op := g.get(t, id)
@@ -341,7 +343,7 @@ func TestOnlyWaitedOutcomesNotify(t *testing.T) {
 	_, err = conn.Exec(t.Context(), "LISTEN opledger_operation")
 	require.NoError(t, err)
 	end := func(id string) {
-		_, err := g.st.OperationTransition(t.Context(), store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING"},
+		_, err := g.st.OperationTransition(t.Context(), store.TransitionParams{Tenant: "acme", ID: id, From: []string{"EXECUTING"},
 			Fence: 2, To: "SUCCEEDED", Event: "SUCCEEDED", Actor: "test"})
 		require.NoError(t, err)
 	}

@@ -71,7 +71,7 @@ type Operation struct {
 	// reconcile_attempts and next_reconcile_at bumps it
 	// (TestEveryChangeBumpsEvents), so a row whose Events is one behind a
 	// transition's or a claim's is the version that statement changed
-	// (Transition.Base, Claim.Base). The trigger's prev_state changes with every update
+	// (TransitionParams.Base, Claim.Base). The trigger's prev_state changes with every update
 	// and is not a field here for that reason.
 	Events int32
 	// DBNow is the database's clock when the row was read or written: every
@@ -142,6 +142,24 @@ type ApprovalEntry struct {
 }
 
 // withNow converts a row that carries the database's clock.
+// claimedRow is OperationClaim's row (its UNION of the claimed and the
+// unclaimed operation, which sqlc.embed cannot name) as an Operation: the
+// one place a row's columns are copied field by field.
+// TestClaimRowCarriesEveryColumn fails when the operation table gains a
+// column this does not copy.
+func claimedRow(r db.OperationClaimRow) Operation {
+	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey,
+		Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired,
+		ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy,
+		ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint,
+		ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt,
+		FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error,
+		Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt,
+		UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded,
+		Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes,
+		SupersededBy: r.SupersededBy, BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity}, r.DbNow)
+}
+
 func withNow(r db.Operation, now pgtype.Timestamptz) Operation {
 	op := fromDB(r)
 	op.DBNow = now.Time
@@ -161,6 +179,15 @@ func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} 
 func one[R any](r R, err error, conv func(R) db.Operation) (Operation, error) {
 	if err != nil {
 		return Operation{}, interpretError(err)
+	}
+	return fromDB(conv(r)), nil
+}
+
+// oneGuarded is one for a guarded statement: "no row" is its guard's
+// refusal (ErrConditionFailed).
+func oneGuarded[R any](statement string, r R, err error, conv func(R) db.Operation) (Operation, error) {
+	if err != nil {
+		return Operation{}, guarded(statement, err)
 	}
 	return fromDB(conv(r)), nil
 }
@@ -188,9 +215,14 @@ type NewOperation struct {
 	Approvals                              []byte
 	Supersedes, ApprovedBy, ApprovedReason string
 	// BudgetNames, BudgetScopes and Identity are what the operation
-	// reserved (BudgetReserve, IdentityReserve) in the same transaction.
+	// reserved (BudgetReserve; IdentityReserve, or TakeIdentity). With TakeIdentity the
+	// insert takes Identity itself, for IdentityWindow after the operation
+	// takes effect, and inserts nothing when another operation holds it
+	// (IdentityGet says which).
 	BudgetNames, BudgetScopes []string
 	Identity                  string
+	TakeIdentity              bool
+	IdentityWindow            time.Duration
 	// Actor and Detail describe the PREPARED event.
 	Actor, Detail string
 	// Notify queues an approval notification with an operation that
@@ -235,6 +267,7 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		ApprovalsNeeded: n.ApprovalsNeeded, PolicyDigest: n.PolicyDigest, ApprovalRule: n.ApprovalRule,
 		Approvals: n.approvals(), Supersedes: text(n.Supersedes), ApprovedBy: text(n.ApprovedBy), ApprovedReason: text(n.ApprovedReason),
 		BudgetNames: n.BudgetNames, BudgetScopes: n.BudgetScopes, Identity: text(n.Identity),
+		TakeIdentity: n.TakeIdentity, IdentityWindowSeconds: n.IdentityWindow.Seconds(),
 	}
 	if n.Claim != nil {
 		p.Claim, p.ClaimFrom, p.ClaimTo, p.ClaimEvent = true, n.Claim.From, n.Claim.To, n.Claim.Event
@@ -244,7 +277,7 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		}
 	}
 	r, err := c.q.OperationInsert(ctx, c.dbtx, p)
-	if err = interpretError(err); errors.Is(err, ErrNotFound) {
+	if err = interpretError(err); errors.Is(err, ErrNotFound) || errors.Is(err, errKeyTaken) {
 		return Operation{}, false, nil
 	}
 	if err != nil {
@@ -316,7 +349,7 @@ func (c *Conn) OperationGet(ctx context.Context, tenant, id string) (Operation, 
 	if err != nil {
 		return Operation{}, interpretError(err)
 	}
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy, BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity}, r.DbNow), nil
+	return withNow(r.Operation, r.DbNow), nil
 }
 
 // OperationGetForUpdate reads and row-locks an operation for the rest of the
@@ -393,7 +426,7 @@ func (c *Conn) OperationClaim(ctx context.Context, tenant, id string, cl Claim, 
 		return Operation{}, false, ErrNotFound
 	}
 	r := rows[0]
-	return withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy, BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity}, r.DbNow), r.Claimed, nil
+	return claimedRow(r), r.Claimed, nil
 }
 
 // claimReadTimeout bounds the read after a claim whose copy was outdated,
@@ -460,8 +493,8 @@ func (c *Conn) operationClaimKnown(ctx context.Context, cl Claim, l Lease) (op O
 }
 
 // OperationTakeOver fences out the holder of an expired lease (fence + 1)
-// and hands the operation to l. ErrNotFound means the lease had not expired
-// or someone else moved first.
+// and hands the operation to l. ErrConditionFailed means the lease had not
+// expired, the key window was past, or someone else moved first.
 func (c *Conn) OperationTakeOver(ctx context.Context, t TakeOver, l Lease) (Operation, error) {
 	// Its event stays in From, with the statement's detail.
 	doc, _, err := c.eventDoc(t.ID, t.Event, l.Actor, t.From, TakeOverDetail, nil)
@@ -471,9 +504,9 @@ func (c *Conn) OperationTakeOver(ctx context.Context, t TakeOver, l Lease) (Oper
 	r, err := c.q.OperationTakeOver(ctx, c.dbtx, db.OperationTakeOverParams{Doc: doc,
 		ID: t.ID, Tenant: t.Tenant, Fence: t.Fence, FromState: t.From, EventType: t.Event,
 		LeaseOwner: text(l.Owner), LeaseSeconds: l.Duration.Seconds(), Actor: l.Actor,
-		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
+		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(), KeyWindowFactor: t.KeyWindow.Factor,
 	})
-	return wrote(one(r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) }))
+	return wrote(oneGuarded("OperationTakeOver", r, err, func(r db.OperationTakeOverRow) db.Operation { return db.Operation(r) }))
 }
 
 // TakeOver is the guarded takeover of an expired lease: the operation in
@@ -488,15 +521,18 @@ type TakeOver struct {
 
 // KeyWindow guards a resubmission of a downstream key: with a Retention (how
 // long the downstream remembers a key; 0 = forever), a request decided now
-// that reaches the downstream within Ahead must still land inside 90% of the
-// retention counted from the operation's first claim, on the database's
-// clock.
+// that reaches the downstream within Ahead must still land inside Factor of
+// the retention counted from the operation's first claim, on the database's
+// clock. The ledger's send rule (internal/ledger/sendrule.go) sets Factor.
 type KeyWindow struct {
 	Retention, Ahead time.Duration
+	Factor           float64
 }
 
-// Transition is one guarded state change with its event.
-type Transition struct {
+// TransitionParams is one guarded state change with its event: the
+// parameters of OperationTransition (ledger.Transition is an edge of the
+// state table).
+type TransitionParams struct {
 	Tenant, ID string
 	// From lists the states the operation may be in; Fence must match too.
 	From  []string
@@ -532,12 +568,12 @@ type Transition struct {
 	Base Operation
 }
 
-// OperationTransition applies t. ErrNotFound means the guard failed: the
+// OperationTransition applies t. ErrConditionFailed means a guard refused: the
 // state or fence changed under the caller, which must not retry blindly but
 // re-read the operation. It returns the row as the transition left it; when
 // t.Base was not the version it changed, the row as read just after, which
 // may already show a later change.
-func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation, error) {
+func (c *Conn) OperationTransition(ctx context.Context, t TransitionParams) (Operation, error) {
 	// The event records digests of the result and error it sets (docs/audit.md).
 	resultDigest, err := c.digest(t.Result)
 	if err != nil {
@@ -562,11 +598,11 @@ func (c *Conn) OperationTransition(ctx context.Context, t Transition) (Operation
 		SetError: t.SetError, Error: t.Error, ReconcileAfterSeconds: t.ReconcileAfter.Seconds(),
 		FromStates: t.From, Fence: t.Fence, RequireLeaseExpired: t.RequireLeaseExpired,
 		RequireUnsent: t.RequireUnsent, RequireFirstSend: t.RequireFirstSend, RequireSentIfReady: t.RequireSentIfReady,
-		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(),
+		KeyRetentionSeconds: t.KeyWindow.Retention.Seconds(), AheadSeconds: t.KeyWindow.Ahead.Seconds(), KeyWindowFactor: t.KeyWindow.Factor,
 		EventType: t.Event, Actor: t.Actor, Detail: t.Detail,
 	})
 	if err != nil {
-		return Operation{}, interpretError(err)
+		return Operation{}, guarded("OperationTransition", err)
 	}
 	if t.Base.ID != t.ID || t.Base.Events+1 != r.Events {
 		// Base is not the version the statement changed (a caller that read
@@ -629,8 +665,8 @@ type Decision struct {
 }
 
 // OperationDecide applies d, guarded on d.From (and, when asked, on the
-// approval having lapsed with nothing sent). ErrNotFound means a guard
-// failed.
+// approval having lapsed with nothing sent). ErrConditionFailed means a
+// guard refused.
 func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, error) {
 	shown, err := c.digest(d.ShownArgs)
 	if err != nil {
@@ -664,7 +700,7 @@ func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, erro
 		p.ApprovalTtlMs = pgtype.Int8{Int64: d.ApprovalTTL.Milliseconds(), Valid: true}
 	}
 	r, err := c.q.OperationDecide(ctx, c.dbtx, p)
-	return wrote(one(r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
+	return wrote(oneGuarded("OperationDecide", r, err, func(r db.OperationDecideRow) db.Operation { return db.Operation(r) }))
 }
 
 // PolicyApply is the policy in force applied to an operation nothing was
@@ -689,7 +725,7 @@ type PolicyApply struct {
 	Notify                   bool
 }
 
-// OperationPolicyApply applies p; ErrNotFound means a guard failed (the
+// OperationPolicyApply applies p; ErrConditionFailed means a guard refused (the
 // operation was judged again, sent, or decided meanwhile): read it again.
 func (c *Conn) OperationPolicyApply(ctx context.Context, p PolicyApply) (Operation, error) {
 	// The quorum only grows, to the greater of the operation's and the
@@ -707,7 +743,7 @@ func (c *Conn) OperationPolicyApply(ctx context.Context, p PolicyApply) (Operati
 		ApprovalRule: p.ApprovalRule, RequireShort: p.RequireShort, RequireMet: p.RequireMet,
 		EventType: p.Event, Actor: p.Actor, Detail: p.Detail, Notify: p.Notify,
 	})
-	return wrote(one(r, err, func(r db.OperationPolicyApplyRow) db.Operation { return db.Operation(r) }))
+	return wrote(oneGuarded("OperationPolicyApply", r, err, func(r db.OperationPolicyApplyRow) db.Operation { return db.Operation(r) }))
 }
 
 // OperationNotify notifies every replica's waiters on the operation when
@@ -736,7 +772,7 @@ func (c *Conn) OperationClaimUnresolved(ctx context.Context, batch int32, base, 
 	}
 	out := make([]Operation, len(rows))
 	for i, r := range rows {
-		out[i] = withNow(db.Operation{ID: r.ID, Tenant: r.Tenant, Tool: r.Tool, ToolVersion: r.ToolVersion, IdempotencyKey: r.IdempotencyKey, Args: r.Args, Fingerprint: r.Fingerprint, State: r.State, PreparedBy: r.PreparedBy, ApprovalRequired: r.ApprovalRequired, ApprovalTtlMs: r.ApprovalTtlMs, ApprovalDecision: r.ApprovalDecision, ApprovalDecidedBy: r.ApprovalDecidedBy, ApprovalDecidedAt: r.ApprovalDecidedAt, ApprovalExpiresAt: r.ApprovalExpiresAt, ApprovalFingerprint: r.ApprovalFingerprint, ApprovalReason: r.ApprovalReason, Attempts: r.Attempts, Fence: r.Fence, LeaseOwner: r.LeaseOwner, LeaseExpiresAt: r.LeaseExpiresAt, FirstClaimedAt: r.FirstClaimedAt, DownstreamKey: r.DownstreamKey, ExternalRef: r.ExternalRef, Result: r.Result, Error: r.Error, Events: r.Events, ReconcileAttempts: r.ReconcileAttempts, NextReconcileAt: r.NextReconcileAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstSentFence: r.FirstSentFence, Waited: r.Waited, ApprovalsNeeded: r.ApprovalsNeeded, Approvals: r.Approvals, PolicyDigest: r.PolicyDigest, ApprovalRule: r.ApprovalRule, Supersedes: r.Supersedes, SupersededBy: r.SupersededBy, BudgetNames: r.BudgetNames, BudgetScopes: r.BudgetScopes, Identity: r.Identity}, r.DbNow)
+		out[i] = withNow(r.Operation, r.DbNow)
 	}
 	return out, nil
 }

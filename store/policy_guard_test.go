@@ -93,7 +93,7 @@ func TestPolicyApplyGuards(t *testing.T) {
 		require.JSONEq(t, `[{"principal_id":"pr_b","decision":"APPROVE"}]`, string(op.Approvals), "an approval in force keeps counting")
 		require.True(t, op.ApprovalExpiresAt.IsZero())
 		_, err = apply(id, nil)
-		require.ErrorIs(t, err, store.ErrNotFound, "applied once: the digest moved on")
+		require.ErrorIs(t, err, store.ErrConditionFailed, "applied once: the digest moved on")
 	})
 	t.Run("a lapsed approval does not count", func(t *testing.T) {
 		id := g.policyRow(t, shape{state: "READY", fence: 0, approval: true, approvalEnds: d(-time.Second)}, "old", 1, "pr_b")
@@ -104,19 +104,19 @@ func TestPolicyApplyGuards(t *testing.T) {
 	t.Run("another digest", func(t *testing.T) {
 		id := g.policyRow(t, shape{state: "READY", fence: 0}, "older", 0)
 		_, err := apply(id, nil)
-		require.ErrorIs(t, err, store.ErrNotFound)
+		require.ErrorIs(t, err, store.ErrConditionFailed)
 	})
 	t.Run("sent before", func(t *testing.T) {
 		id := g.policyRow(t, shape{state: "READY", fence: 1, firstSent: 1}, "old", 0)
 		_, err := apply(id, nil)
-		require.ErrorIs(t, err, store.ErrNotFound)
+		require.ErrorIs(t, err, store.ErrConditionFailed)
 		_, err = apply(id, func(p *store.PolicyApply) { p.To, p.Event, p.RequireShort = "REJECTED", "POLICY_CHANGED", false })
-		require.ErrorIs(t, err, store.ErrNotFound, "never rejected after a send")
+		require.ErrorIs(t, err, store.ErrConditionFailed, "never rejected after a send")
 	})
 	t.Run("the quorum's side", func(t *testing.T) {
 		met := g.policyRow(t, shape{state: "READY", fence: 0, approval: true, approvalEnds: d(time.Minute)}, "old", 2, "pr_b", "pr_c")
 		_, err := apply(met, nil)
-		require.ErrorIs(t, err, store.ErrNotFound, "not short: two of two")
+		require.ErrorIs(t, err, store.ErrConditionFailed, "not short: two of two")
 		op, err := apply(met, func(p *store.PolicyApply) {
 			p.To, p.Event, p.RequireShort, p.RequireMet = "READY", "POLICY_CHECKED", false, true
 		})
@@ -126,7 +126,7 @@ func TestPolicyApplyGuards(t *testing.T) {
 		_, err = apply(short, func(p *store.PolicyApply) {
 			p.To, p.Event, p.RequireShort, p.RequireMet = "READY", "POLICY_CHECKED", false, true
 		})
-		require.ErrorIs(t, err, store.ErrNotFound, "not met: none of two")
+		require.ErrorIs(t, err, store.ErrConditionFailed, "not met: none of two")
 	})
 	t.Run("the quorum only grows", func(t *testing.T) {
 		id := g.policyRow(t, shape{state: "READY", fence: 0, approval: true, approvalEnds: d(time.Minute)}, "old", 3, "pr_b")
@@ -149,15 +149,15 @@ func TestDecideCountsTheQuorum(t *testing.T) {
 	}
 	id := g.policyRow(t, shape{state: "AWAITING_APPROVAL", fence: 0, approval: true}, "d", 2)
 	_, err := dec(id, "pr_b", "READY")
-	require.ErrorIs(t, err, store.ErrNotFound, "READY at the first of two")
+	require.ErrorIs(t, err, store.ErrConditionFailed, "READY at the first of two")
 	op, err := dec(id, "pr_b", "AWAITING_APPROVAL")
 	require.NoError(t, err)
 	_, err = dec(id, "pr_b", "AWAITING_APPROVAL")
-	require.ErrorIs(t, err, store.ErrNotFound, "the same principal twice")
+	require.ErrorIs(t, err, store.ErrConditionFailed, "the same principal twice")
 	_, err = dec(id, "pr_b", "READY")
-	require.ErrorIs(t, err, store.ErrNotFound, "the same principal twice")
+	require.ErrorIs(t, err, store.ErrConditionFailed, "the same principal twice")
 	_, err = dec(id, "pr_c", "AWAITING_APPROVAL")
-	require.ErrorIs(t, err, store.ErrNotFound, "still waiting at the second of two")
+	require.ErrorIs(t, err, store.ErrConditionFailed, "still waiting at the second of two")
 	op, err = dec(id, "pr_c", "READY")
 	require.NoError(t, err)
 	require.Equal(t, "READY", op.State)
@@ -182,9 +182,9 @@ func TestBudgetAndIdentityGuards(t *testing.T) {
 		if mod != nil {
 			mod(&x)
 		}
-		admitted, fits, err := g.st.BudgetReserve(ctx, x)
+		res, err := g.st.BudgetReserve(ctx, []store.Reservation{x}, false, false)
 		require.NoError(t, err)
-		return admitted, fits
+		return res.Refused < 0, res.Over < 0
 	}
 	a, _ := reserve("op_1", nil)
 	require.True(t, a)
@@ -193,12 +193,17 @@ func TestBudgetAndIdentityGuards(t *testing.T) {
 	a, _ = reserve("op_3", nil)
 	require.False(t, a, "past the count")
 	a, _ = reserve("op_1", nil)
-	require.True(t, a, "op_1 holds a share")
+	require.False(t, a, "a new operation is never taken for one that holds a share")
+	res, err := g.st.BudgetReserve(ctx, []store.Reservation{{Tenant: "acme", Name: "two", OperationID: "op_1", MaxCount: 2,
+		Window: time.Hour, MaxUses: 100}}, false, true)
+	require.NoError(t, err)
+	require.Equal(t, store.Reserved{Refused: -1, Over: -1}, res, "renewing: op_1 holds a share")
 	a, fits := reserve("op_4", func(x *store.Reservation) { x.Force = true })
 	require.True(t, a)
 	require.False(t, fits, "forced past the count")
 	uses, _, err := g.st.BudgetGet(ctx, "acme", "two", "", time.Hour)
 	require.NoError(t, err)
+	g.requireBudgetsExact(t)
 	require.Len(t, uses, 3, "op_1 counted once, op_4 forced in")
 
 	// Sums: exact, not conservative.
@@ -209,14 +214,15 @@ func TestBudgetAndIdentityGuards(t *testing.T) {
 	}{{60, true}, {41, false}, {40, true}, {0.5, false}, {0, true}} {
 		x := s
 		x.OperationID, x.Amount = fmt.Sprintf("op_s%d", i), c.amount
-		admitted, _, err := g.st.BudgetReserve(ctx, x)
+		res, err := g.st.BudgetReserve(ctx, []store.Reservation{x}, true, false)
 		require.NoError(t, err)
-		require.Equal(t, c.ok, admitted, "%v", c)
+		require.Equal(t, c.ok, res.Refused < 0, "%v", c)
 	}
+	g.requireBudgetsExact(t)
 
 	// Pruning: a budget whose entries left the window goes; one in use stays.
 	old := store.Reservation{Tenant: "acme", Name: "brief", OperationID: "op_b", MaxCount: 5, Window: time.Millisecond, MaxUses: 100}
-	_, _, err = g.st.BudgetReserve(ctx, old)
+	_, err = g.st.BudgetReserve(ctx, []store.Reservation{old}, false, false)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		n, err := g.st.BudgetPrune(ctx, 100)
@@ -246,6 +252,68 @@ func TestBudgetAndIdentityGuards(t *testing.T) {
 	require.EqualValues(t, 1, pruned)
 }
 
+// requireBudgetsExact: every budget's count and sum are those of its uses.
+func (g *guardDB) requireBudgetsExact(t *testing.T) {
+	t.Helper()
+	var bad int
+	require.NoError(t, g.pool.QueryRow(t.Context(), `
+		SELECT count(*) FROM budget b
+		LEFT JOIN (SELECT tenant, name, scope, count(*) AS c, sum(amount) AS s FROM budget_use GROUP BY 1, 2, 3) u
+		  ON (u.tenant, u.name, u.scope) = (b.tenant, b.name, b.scope)
+		WHERE b.used_count <> coalesce(u.c, 0) OR b.used_sum <> coalesce(u.s, 0)`).Scan(&bad))
+	require.Zero(t, bad, "budgets whose count or sum is not that of their uses")
+	var orphans int
+	require.NoError(t, g.pool.QueryRow(t.Context(), `
+		SELECT count(*) FROM budget_use u WHERE NOT EXISTS (
+			SELECT 1 FROM budget b WHERE (b.tenant, b.name, b.scope) = (u.tenant, u.name, u.scope))`).Scan(&orphans))
+	require.Zero(t, orphans, "uses without their budget")
+}
+
+// TestBudgetReserveAllOrNone: an operation's shares of several budgets are
+// reserved together or not at all, a released share frees its room at
+// once, and a use that left the window is dropped by the next reservation
+// (the count and sum stay those of the uses throughout).
+func TestBudgetReserveAllOrNone(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	a := store.Reservation{Tenant: "acme", Name: "a", MaxCount: 10, Window: time.Hour, MaxUses: 100}
+	b := store.Reservation{Tenant: "acme", Name: "b", HasSum: true, MaxSum: 100, Window: time.Hour, MaxUses: 100}
+	both := func(op string, amount float64) store.Reserved {
+		x, y := a, b
+		x.OperationID, y.OperationID, y.Amount = op, op, amount
+		res, err := g.st.BudgetReserve(ctx, []store.Reservation{x, y}, true, false)
+		require.NoError(t, err)
+		return res
+	}
+	require.Equal(t, store.Reserved{Refused: -1, Over: -1}, both("op_1", 70))
+	require.Equal(t, store.Reserved{Refused: 1, Over: -1}, both("op_2", 40), "b has 30 left")
+	uses, _, err := g.st.BudgetGet(ctx, "acme", "a", "", time.Hour)
+	require.NoError(t, err)
+	require.Len(t, uses, 1, "op_2 took no share of a either")
+	g.requireBudgetsExact(t)
+
+	require.NoError(t, g.st.BudgetRelease(ctx, "acme", "op_1", []string{"a", "b"}, []string{"", ""}))
+	require.Equal(t, store.Reserved{Refused: -1, Over: -1}, both("op_2", 100), "op_1's release freed all of b")
+	g.requireBudgetsExact(t)
+
+	brief := store.Reservation{Tenant: "acme", Name: "brief", MaxCount: 1, Window: 50 * time.Millisecond, MaxUses: 100}
+	brief.OperationID = "op_b1"
+	res, err := g.st.BudgetReserve(ctx, []store.Reservation{brief}, false, false)
+	require.NoError(t, err)
+	require.Equal(t, -1, res.Refused)
+	brief.OperationID = "op_b2"
+	require.Eventually(t, func() bool {
+		res, err := g.st.BudgetReserve(ctx, []store.Reservation{brief}, false, false)
+		require.NoError(t, err)
+		return res.Refused < 0
+	}, 10*time.Second, 10*time.Millisecond, "room once op_b1 left the window")
+	var left int
+	require.NoError(t, g.pool.QueryRow(ctx, `SELECT count(*) FROM budget_use WHERE name = 'brief'`).Scan(&left))
+	require.Equal(t, 1, left, "op_b1's use was dropped by the reservation that found room")
+	g.requireBudgetsExact(t)
+}
+
 // TestIdentityControlStatements: the identity-select control's statements
 // do what the control needs of them: IdentityGet reads who holds an
 // identity without taking it, and IdentityTake takes it from a holder
@@ -269,4 +337,51 @@ func TestIdentityControlStatements(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "op_b", holder, "taken without the guard")
 	require.True(t, held)
+}
+
+// TestInsertTakesIdentity: an insert with TakeIdentity takes a free
+// business identity with the operation, inserts nothing while another key's
+// operation holds it, and, when its own key turns out taken, leaves the
+// identity as it found it (the statement undone, read as "not inserted").
+func TestInsertTakesIdentity(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	insert := func(id, key string) bool {
+		_, inserted, err := g.st.OperationInsert(ctx, store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "1",
+			IdempotencyKey: key, Args: []byte(`{}`), Fingerprint: "v1:" + key, State: "READY", PreparedBy: "pr_a",
+			ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "test",
+			Identity: "INV-1", TakeIdentity: true, IdentityWindow: time.Hour})
+		require.NoError(t, err)
+		return inserted
+	}
+	holder := func() (string, string, bool) {
+		h, k, held, err := g.st.IdentityGet(ctx, "acme", "pay", "INV-1")
+		require.NoError(t, err)
+		return h, k, held
+	}
+	require.True(t, insert("op_1", "k1"))
+	h, k, held := holder()
+	require.Equal(t, []any{"op_1", "k1", true}, []any{h, k, held})
+
+	require.False(t, insert("op_2", "k2"), "another key while op_1 is live")
+	_, err := g.st.OperationGet(ctx, "acme", "op_2")
+	require.ErrorIs(t, err, store.ErrNotFound, "nothing stored")
+	require.False(t, insert("op_3", "k1"), "op_1's own key: its replay")
+	h, _, _ = holder()
+	require.Equal(t, "op_1", h, "a replay leaves the identity with its operation")
+
+	// op_1 ends without effect: the identity is free, but key k1 is still
+	// op_1's. Taking the identity for op_4 under k1 would leave it held by
+	// an operation that does not exist.
+	_, err = g.pool.Exec(ctx, `UPDATE operation SET state = 'FAILED' WHERE id = 'op_1'`)
+	require.NoError(t, err)
+	_, _, held = holder()
+	require.False(t, held)
+	require.False(t, insert("op_4", "k1"), "the key is taken")
+	h, _, held = holder()
+	require.Equal(t, []any{"op_1", false}, []any{h, held}, "the identity as the failure left it")
+	require.True(t, insert("op_5", "k5"), "a new key after a failure")
+	h, _, held = holder()
+	require.Equal(t, []any{"op_5", true}, []any{h, held})
 }

@@ -112,7 +112,7 @@ func TestEventFromStateIsTheStateReplaced(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := g.st.OperationTransition(ctx, store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING", "OUTCOME_UNKNOWN"},
+		_, err := g.st.OperationTransition(ctx, store.TransitionParams{Tenant: "acme", ID: id, From: []string{"EXECUTING", "OUTCOME_UNKNOWN"},
 			Fence: 2, To: "SUCCEEDED", Event: "SUCCEEDED", Actor: "test"})
 		done <- err
 	}()
@@ -199,7 +199,7 @@ func TestGuardedStatementsFindTheRowByItsKey(t *testing.T) {
 			return err
 		},
 		"OperationTransition": func(c *store.Conn) error {
-			_, err := c.OperationTransition(ctx, store.Transition{Tenant: "acme", ID: id, From: []string{"EXECUTING"}, Fence: 1,
+			_, err := c.OperationTransition(ctx, store.TransitionParams{Tenant: "acme", ID: id, From: []string{"EXECUTING"}, Fence: 1,
 				To: "SUCCEEDED", Event: "SUCCEEDED", Actor: "test"})
 			return err
 		},

@@ -24,8 +24,15 @@ import (
 
 // Errors returned by store methods; callers test them with errors.Is.
 var (
-	// ErrNotFound: no row matched.
+	// ErrNotFound: no such row (a read, or a statement that reads the row
+	// it reports on whatever its guards say).
 	ErrNotFound = errors.New("store: not found")
+	// ErrConditionFailed: a guarded statement changed nothing because a
+	// guard refused (the row is not, or no longer, what the caller read:
+	// its state, fence, lease, approval or policy moved on; or it is gone).
+	// The caller reads the row again rather than retrying. Its errors are
+	// *ConditionFailedError, which name the statement.
+	ErrConditionFailed = errors.New("store: a guard refused the change")
 	// ErrAlreadyExists: a unique constraint refused the row.
 	ErrAlreadyExists = errors.New("store: already exists")
 	// ErrRetry: a serialization failure or deadlock; InTx retries these.
@@ -33,6 +40,37 @@ var (
 	// ErrUnavailable: the database could not be reached.
 	ErrUnavailable = errors.New("store: database unavailable")
 )
+
+// errKeyTaken is OperationInsert's statement undone because the operation's
+// idempotency key was taken after it took the business identity
+// (operation_admit_check, SQLSTATE OL409): OperationInsert reports "not
+// inserted", as for any taken key.
+var errKeyTaken = errors.New("store: the idempotency key is taken")
+
+// ConditionFailedError is a guarded statement's refusal (ErrConditionFailed):
+// Statement names it, so a log says which guard refused. A guarded UPDATE
+// cannot tell a refusing guard from a row that is gone, and need not: both
+// mean that the caller's copy is stale.
+type ConditionFailedError struct {
+	Statement string
+}
+
+// Error implements error.
+func (e *ConditionFailedError) Error() string {
+	return "store: " + e.Statement + ": a guard refused the change (the row moved on since it was read)"
+}
+
+// Is makes errors.Is(err, ErrConditionFailed) hold.
+func (e *ConditionFailedError) Is(target error) bool { return target == ErrConditionFailed }
+
+// guarded is interpretError for a guarded statement: no row means that a
+// guard refused (ConditionFailedError), never ErrNotFound.
+func guarded(statement string, err error) error {
+	if err = interpretError(err); errors.Is(err, ErrNotFound) {
+		return &ConditionFailedError{Statement: statement}
+	}
+	return err
+}
 
 // interpretError is the one place that turns driver errors into the store's
 // errors, keeping the original in the chain for logs.
@@ -56,6 +94,12 @@ func interpretError(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
+		case pgErr.Code == "OL409":
+			return errKeyTaken
+		case pgErr.Code == "OL503":
+			// OperationInsert found its budget shares gone (a reservation
+			// lost to a crash before its flush): nothing was stored.
+			return &unavailable{msg: fmt.Sprintf("%v: %s (SQLSTATE %s)", ErrUnavailable, pgErr.Message, pgErr.Code)}
 		case pgErr.Code == "23505":
 			return fmt.Errorf("%w: %s", ErrAlreadyExists, pgErr.ConstraintName)
 		case pgErr.Code == "40001", pgErr.Code == "40P01":

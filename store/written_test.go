@@ -62,8 +62,8 @@ func TestWrittenRowIsTheStoredRow(t *testing.T) {
 		requireStored(t, g, op)
 		return op
 	}
-	outcome := func(base store.Operation, to string, mod func(*store.Transition)) store.Operation {
-		tr := store.Transition{Tenant: "acme", ID: base.ID, From: []string{base.State}, Fence: base.Fence, To: to,
+	outcome := func(base store.Operation, to string, mod func(*store.TransitionParams)) store.Operation {
+		tr := store.TransitionParams{Tenant: "acme", ID: base.ID, From: []string{base.State}, Fence: base.Fence, To: to,
 			Event: "TEST", Actor: "server:srv_a", Detail: "test", Base: base}
 		if mod != nil {
 			mod(&tr)
@@ -84,7 +84,7 @@ func TestWrittenRowIsTheStoredRow(t *testing.T) {
 	t.Run("one call: claimed insert, then its outcome", func(t *testing.T) {
 		op := insert(newOp(func(no *store.NewOperation) { no.Claim, no.Lease = &claim, lease }))
 		require.Equal(t, "EXECUTING", op.State)
-		outcome(op, "SUCCEEDED", func(tr *store.Transition) {
+		outcome(op, "SUCCEEDED", func(tr *store.TransitionParams) {
 			tr.ExternalRef, tr.Result, tr.SetError = "ch_1", []byte(`{"status":"succeeded", "id":"ch_1","n":2E2}`), true
 		})
 	})
@@ -99,7 +99,7 @@ func TestWrittenRowIsTheStoredRow(t *testing.T) {
 		waited, err := g.st.OperationMarkWaited(ctx, "acme", op.ID, claimed.Fence)
 		require.NoError(t, err)
 		require.True(t, waited)
-		out := outcome(claimed, "FAILED", func(tr *store.Transition) {
+		out := outcome(claimed, "FAILED", func(tr *store.TransitionParams) {
 			tr.SetError, tr.Error = true, []byte(`{"reason":"DOWNSTREAM_REJECTED", "detail":"no"}`)
 		})
 		require.True(t, out.Waited)
@@ -107,13 +107,13 @@ func TestWrittenRowIsTheStoredRow(t *testing.T) {
 
 	t.Run("reconciler's claim between the read and the write", func(t *testing.T) {
 		op := insert(newOp(func(no *store.NewOperation) { no.Claim, no.Lease = &claim, lease }))
-		unknown := outcome(op, "OUTCOME_UNKNOWN", func(tr *store.Transition) { tr.ReconcileAfter = -time.Second })
+		unknown := outcome(op, "OUTCOME_UNKNOWN", func(tr *store.TransitionParams) { tr.ReconcileAfter = -time.Second })
 		// A reconciler picks it up: reconcile_attempts and next_reconcile_at
 		// change, no event.
 		picked, err := g.st.OperationClaimUnresolved(ctx, 100, time.Minute, time.Hour)
 		require.NoError(t, err)
 		require.NotEmpty(t, picked)
-		again := outcome(unknown, "OUTCOME_UNKNOWN", func(tr *store.Transition) { tr.ReconcileAfter = time.Minute })
+		again := outcome(unknown, "OUTCOME_UNKNOWN", func(tr *store.TransitionParams) { tr.ReconcileAfter = time.Minute })
 		require.Equal(t, int32(1), again.ReconcileAttempts)
 	})
 
@@ -125,7 +125,7 @@ func TestWrittenRowIsTheStoredRow(t *testing.T) {
 		require.Equal(t, "changed", out.ApprovalReason)
 		// And no base at all.
 		op = insert(newOp(nil))
-		outcome(op, "CANCELLED", func(tr *store.Transition) { tr.Base = store.Operation{} })
+		outcome(op, "CANCELLED", func(tr *store.TransitionParams) { tr.Base = store.Operation{} })
 	})
 }
 
@@ -273,7 +273,7 @@ func TestClaimWithAnOutdatedCopyBetweenItsStatements(t *testing.T) {
 				require.NoError(t, g.st.Exec(t.Context(), `DELETE FROM operation WHERE id = $1`, base.ID))
 			}
 		})
-		_, err := c.OperationTransition(t.Context(), store.Transition{Tenant: "acme", ID: base.ID, From: []string{"READY"},
+		_, err := c.OperationTransition(t.Context(), store.TransitionParams{Tenant: "acme", ID: base.ID, From: []string{"READY"},
 			To: "CANCELLED", Event: "CANCELLED", Actor: "agent", Base: base})
 		require.ErrorIs(t, err, store.ErrUnavailable, "a transition that committed is never reported a failed guard")
 		require.NotErrorIs(t, err, store.ErrNotFound)

@@ -21,6 +21,7 @@ type Config = service.Config
 // default) and checks the values.
 func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (finish func() error) {
 	e := newEnvFlags(fs)
+	d := ledger.Defaults() // the ledger's defaults are the flags'
 	e.str(&cfg.Listen, "listen", "OPLEDGER_LISTEN", "127.0.0.1:50051", "gRPC listen address `HOST:PORT`")
 	e.str(&cfg.DatabaseURL, "database-url", "DATABASE_URL", "", "PostgreSQL connection `URL`")
 	e.str(&cfg.Tools, "tools", "OPLEDGER_TOOLS", "", "tools `FILE` (YAML, docs/tools.md); required by serve, dev defaults to the built-in demo tools")
@@ -28,10 +29,10 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 		"`hex` secret (at least 16 bytes) keying the downstream idempotency keys; the same on every replica")
 	e.boolean(&cfg.Reflection, "reflection", "OPLEDGER_REFLECTION", true, "serve gRPC server reflection")
 	e.boolean(&cfg.Migrate, "migrate", "OPLEDGER_MIGRATE", true, "apply pending migrations at start")
-	e.duration(&cfg.MinLease, "min-lease", "OPLEDGER_MIN_LEASE", 30*time.Second, "shortest execution lease")
-	e.duration(&cfg.MaxWait, "max-wait", "OPLEDGER_MAX_WAIT", 30*time.Second, "cap on ExecuteRequest.wait")
-	e.duration(&cfg.ReconcileInterval, "reconcile-interval", "OPLEDGER_RECONCILE_INTERVAL", time.Second, "background reconciler tick")
-	e.duration(&cfg.ReconcileBackoff, "reconcile-backoff", "OPLEDGER_RECONCILE_BACKOFF", time.Second, "first backoff between reconciliations of one operation")
+	e.duration(&cfg.MinLease, "min-lease", "OPLEDGER_MIN_LEASE", d.MinLease, "shortest execution lease")
+	e.duration(&cfg.MaxWait, "max-wait", "OPLEDGER_MAX_WAIT", d.MaxWait, "cap on ExecuteRequest.wait")
+	e.duration(&cfg.ReconcileInterval, "reconcile-interval", "OPLEDGER_RECONCILE_INTERVAL", d.ReconcileInterval, "background reconciler tick")
+	e.duration(&cfg.ReconcileBackoff, "reconcile-backoff", "OPLEDGER_RECONCILE_BACKOFF", d.ReconcileBackoff, "first backoff between reconciliations of one operation")
 	e.integer(&cfg.DBMaxConns, "db-max-conns", "OPLEDGER_DB_MAX_CONNS", 0, "connection pool size (0: pgxpool's default)")
 	e.str(&cfg.ServerID, "server-id", "OPLEDGER_SERVER_ID", "", "this replica's `name` in leases and events (default: random)")
 	e.str(&cfg.LogLevel, "log-level", "OPLEDGER_LOG_LEVEL", "info", "`level` of the JSON logs on standard error: debug, info, warn or error")
@@ -43,7 +44,7 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	e.str(&cfg.ApprovalWebhookURL, "approval-webhook-url", "OPLEDGER_APPROVAL_WEBHOOK_URL", "", "POST a signed notification to this `URL` when an operation starts awaiting approval (empty: off)")
 	e.str(&cfg.ApprovalWebhookSecret, "approval-webhook-secret", "OPLEDGER_APPROVAL_WEBHOOK_SECRET", "", "`secret` (at least 16 characters) signing the approval notifications; required with the URL")
 	e.boolean(&cfg.ApprovalWebhookArgs, "approval-webhook-args", "OPLEDGER_APPROVAL_WEBHOOK_ARGS", false, "include the operation's arguments in approval notifications")
-	e.duration(&cfg.ApprovalWebhookBackoff, "approval-webhook-backoff", "OPLEDGER_APPROVAL_WEBHOOK_BACKOFF", time.Second, "delay after a failed approval notification, doubling up to 5m")
+	e.duration(&cfg.ApprovalWebhookBackoff, "approval-webhook-backoff", "OPLEDGER_APPROVAL_WEBHOOK_BACKOFF", d.ApprovalWebhook.Backoff, "delay after a failed approval notification, doubling up to 5m")
 	e.str(&cfg.TLSCert, "tls-cert", "OPLEDGER_TLS_CERT", "", "PEM certificate `FILE` for TLS on the gRPC listener")
 	e.str(&cfg.TLSKey, "tls-key", "OPLEDGER_TLS_KEY", "", "PEM private key `FILE` for --tls-cert")
 	e.str(&cfg.TLSClientCA, "tls-client-ca", "OPLEDGER_TLS_CLIENT_CA", "", "PEM CA bundle `FILE`; when set, clients must present a certificate it signed (mTLS)")
@@ -54,11 +55,11 @@ func bindConfig(fs *flag.FlagSet, cfg *Config, getenv func(string) string) (fini
 	e.str(&cfg.AuditSigningKey, "audit-signing-key", "OPLEDGER_AUDIT_SIGNING_KEY", "", "Ed25519 key `FILE` (opledger audit keygen) signing the receipts' checkpoints (empty: chains only, no checkpoints)")
 	e.boolean(&cfg.AuditNoReceipts, "audit-no-receipts", "OPLEDGER_AUDIT_NO_RECEIPTS", false, "write events without hash chains: the bench's baseline only, never production (docs/audit.md)")
 	e.duration(&cfg.AuditCheckpointInterval, "audit-checkpoint-interval", "OPLEDGER_AUDIT_CHECKPOINT_INTERVAL", time.Minute, "how often one replica signs a checkpoint of the chain heads changed since the last")
-	e.duration(&cfg.Retention, "retention", "OPLEDGER_RETENTION", 720*time.Hour, "keep finished operations this long")
-	e.integer(&cfg.FinishedCache, "finished-cache", "OPLEDGER_FINISHED_CACHE", 16384, "finished operations kept in memory for replays (0: off, and the READY copies kept for the next Execute too)")
+	e.duration(&cfg.Retention, "retention", "OPLEDGER_RETENTION", d.Retention, "keep finished operations this long")
+	e.integer(&cfg.FinishedCache, "finished-cache", "OPLEDGER_FINISHED_CACHE", d.FinishedCacheSize, "finished operations kept in memory for replays (0: off, and the READY copies kept for the next Execute too)")
 	e.integer(&cfg.GCPercent, "gc-percent", "OPLEDGER_GC_PERCENT", defaultGCPercent, "Go garbage collector target `percent` for this process; the GOGC variable, when set, wins")
 	bindTimeouts(e, &cfg.Timeouts, "every listener")
-	e.duration(&cfg.AuthCacheTTL, "auth-cache-ttl", "OPLEDGER_AUTH_CACHE_TTL", ledger.DefaultAuthCacheTTL,
+	e.duration(&cfg.AuthCacheTTL, "auth-cache-ttl", "OPLEDGER_AUTH_CACHE_TTL", d.AuthCacheTTL,
 		"how long an authenticated API key is remembered; bounds how long a revoked key keeps working")
 	return func() error {
 		if err := e.apply(getenv); err != nil {

@@ -82,7 +82,7 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 		if err := Check(State(op.State), d.event, d.to); err != nil {
 			return err
 		}
-		st, err := decision(op, d.event, d.to, ByApprover)
+		st, err := l.decision(op, d.event, d.to, ByApprover)
 		if err != nil {
 			return err
 		}
@@ -99,7 +99,7 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 			// A lapsed approval released the operation's budget shares.
 			err = l.reserveAgain(ctx, c, out)
 		}
-		if errors.Is(err, store.ErrNotFound) && d.onlyIfLapsed != nil {
+		if errors.Is(err, store.ErrConditionFailed) && d.onlyIfLapsed != nil {
 			// The approval in force was not lapsed (or the operation was
 			// sent): the rule for an approval in force applies.
 			if d.onlyIfLapsed.replay {
@@ -275,7 +275,7 @@ func (l *Ledger) quorum(ctx context.Context, c *store.Conn, a Actor, op Operatio
 		return q, nil, err
 	}
 	if j.Denied != nil {
-		p, err := policyApply(op, EventPolicyChanged, StateRejected, ByApprover)
+		p, err := l.policyApply(op, EventPolicyChanged, StateRejected, ByApprover)
 		if err != nil {
 			return q, nil, err
 		}

@@ -3,7 +3,6 @@ package ledger_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -13,105 +12,6 @@ import (
 	"github.com/opledger/opledger/proof/harness"
 	"github.com/opledger/opledger/store"
 )
-
-func TestApproveSelfApprovalForbidden(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t, harness.Options{})
-	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
-	both := w.env.Key("acme", "agent", "approver")
-
-	op := prepare(t, c, both, "pay_invoice", payArgs(t, "INV-1"))
-	_, err := decide(c, both, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE)
-	requireStatus(t, err, codes.PermissionDenied, "SELF_APPROVAL_FORBIDDEN")
-	_, err = decide(c, both, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_DENY)
-	requireStatus(t, err, codes.PermissionDenied, "SELF_APPROVAL_FORBIDDEN")
-
-	got, evs := get(t, c, w.agent, op.GetId())
-	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState())
-	require.Len(t, evs, 1)
-}
-
-func TestApproveFingerprintMismatch(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t, harness.Options{})
-	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
-	op := prepare(t, c, w.agent, "pay_invoice", payArgs(t, "INV-1"))
-	// What an approver saw for other args: a well-formed fingerprint that
-	// is not this operation's.
-	other := prepare(t, c, w.agent, "pay_invoice", payArgs(t, "INV-2"))
-	require.NotEqual(t, op.GetFingerprint(), other.GetFingerprint())
-
-	for _, d := range []opledgerv1.Decision{opledgerv1.Decision_DECISION_APPROVE, opledgerv1.Decision_DECISION_DENY} {
-		_, err := decide(c, w.approver, op.GetId(), other.GetFingerprint(), d)
-		requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_FINGERPRINT_MISMATCH")
-	}
-	got, evs := get(t, c, w.agent, op.GetId())
-	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState())
-	require.Equal(t, opledgerv1.Decision_DECISION_UNSPECIFIED, got.GetApproval().GetDecision())
-	require.Empty(t, got.GetApproval().GetApprovedFingerprint())
-	require.Len(t, evs, 1, "nothing changed")
-
-	_, err := execute(c, w.agent, op.GetId(), 0)
-	requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_REQUIRED")
-	require.Empty(t, w.env.Fakepay.Charges())
-}
-
-// TestApprovalExpires: an approval is good for the tool's TTL; an Execute
-// after it refuses, puts the operation back to AWAITING_APPROVAL and sends
-// nothing, and a fresh approval makes it executable again.
-func TestApprovalExpires(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_brief",
-		ApprovalTTL: time.Second, DedupesKeys: true, MaxAttempts: 3, Lookup: true})})
-	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
-	op := prepare(t, c, w.agent, "pay_brief", payArgs(t, "INV-1"))
-
-	approved := approve(t, c, w.approver, op).GetOperation()
-	expires := approved.GetApproval().GetExpireTime().AsTime()
-	require.WithinDuration(t, approved.GetApproval().GetDecideTime().AsTime().Add(time.Second), expires, 10*time.Millisecond)
-	time.Sleep(time.Until(expires) + 200*time.Millisecond)
-
-	_, err := execute(c, w.agent, op.GetId(), 0)
-	requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_EXPIRED")
-	got, evs := get(t, c, w.agent, op.GetId())
-	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState())
-	require.EqualValues(t, 0, got.GetAttempts())
-	require.Equal(t, opledgerv1.EventType_EVENT_TYPE_APPROVAL_EXPIRED, evs[len(evs)-1].GetType())
-	require.Empty(t, w.env.Fakepay.Charges())
-
-	// Asking again does not change the answer.
-	_, err = execute(c, w.agent, op.GetId(), 0)
-	requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_REQUIRED")
-
-	again := approve(t, c, w.approver, op)
-	require.False(t, again.GetReplayed())
-	require.Equal(t, opledgerv1.State_STATE_READY, again.GetOperation().GetState())
-	resp, err := execute(c, w.agent, op.GetId(), 0)
-	require.NoError(t, err)
-	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
-	require.Len(t, w.env.Fakepay.Charges(), 1)
-}
-
-// TestApprovalExpiredReapprovedWhileReady: an approver may renew a lapsed
-// approval before anyone executed (the operation still says READY).
-func TestApprovalExpiredReapprovedWhileReady(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t, harness.Options{ToolsYAML: harness.ToolsYAML(harness.ToolSpec{Name: "pay_brief",
-		ApprovalTTL: time.Second, DedupesKeys: true, MaxAttempts: 3, Lookup: true})})
-	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
-	op := prepare(t, c, w.agent, "pay_brief", payArgs(t, "INV-1"))
-	first := approve(t, c, w.approver, op).GetOperation()
-	time.Sleep(time.Until(first.GetApproval().GetExpireTime().AsTime()) + 200*time.Millisecond)
-
-	renewed := approve(t, c, w.approver, op)
-	require.False(t, renewed.GetReplayed())
-	require.Equal(t, opledgerv1.State_STATE_READY, renewed.GetOperation().GetState())
-	require.True(t, renewed.GetOperation().GetApproval().GetExpireTime().AsTime().After(first.GetApproval().GetExpireTime().AsTime()))
-	resp, err := execute(c, w.agent, op.GetId(), 0)
-	require.NoError(t, err)
-	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
-	require.Len(t, w.env.Fakepay.Charges(), 1)
-}
 
 func TestApproveDecisions(t *testing.T) {
 	t.Parallel()
@@ -207,7 +107,7 @@ func TestApprovalExpiryGuard(t *testing.T) {
 	_, err := w.env.Store.OperationDecide(context.Background(), store.Decision{Tenant: "acme", ID: op.GetId(),
 		From: []string{string(ledger.StateReady)}, To: string(ledger.StateAwaitingApproval),
 		Event: string(ledger.EventApprovalExpired), Actor: "test", Detail: "stale expiry", RequireLapsedUnsent: true})
-	require.ErrorIs(t, err, store.ErrNotFound)
+	require.ErrorIs(t, err, store.ErrConditionFailed)
 
 	got, evs := get(t, c, w.agent, op.GetId())
 	require.Equal(t, opledgerv1.State_STATE_READY, got.GetState())

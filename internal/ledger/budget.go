@@ -18,21 +18,28 @@ import (
 )
 
 // Budgets and business identity (docs/policy.md). A Prepare of a tool with
-// limits or an identity runs in one transaction: the identity is taken
-// (IdentityReserve), each budget's share reserved (BudgetReserve), then the
-// operation inserted; the reservations commit with it or not at all. Each
-// reservation is one statement whose WHERE, judged on the locked row's
-// newest version, admits it or not: the decision is PostgreSQL's, never a
-// read in Go. Shares and identities are released by the statement that
-// ends the operation (migration 0015's trigger).
+// limits reserves its budget shares first, in one statement that is a
+// transaction of its own (BudgetReserve, async: it holds each budget's lock
+// for microseconds, not for a commit's flush), then inserts the operation,
+// whose statement also takes its business identity (OperationInsert with
+// TakeIdentity). A Prepare whose operation is not stored (refused, or its
+// key taken) releases the shares it reserved. Each reservation is judged by
+// PostgreSQL on the locked budget as its last holder left it, never on a
+// read in Go. An approval with edits, and an approval renewing a lapsed one,
+// reserve in their own transaction instead (admitIn, reserveAgain). Shares
+// and identities are released by the statement that ends the operation
+// (migration 0015's trigger, 0016's functions).
 
-// admission is what a new operation reserved.
+// admission is what a new operation reserves.
 type admission struct {
 	names, scopes []string
 	identity      string
 	// over is the first limit with `over: approve` the call went past: the
 	// operation needs an approval it would not otherwise need.
 	over *tool.Limit
+	// reserved: the shares were reserved by a statement of their own, which
+	// the Prepare releases if its operation is not stored.
+	reserved bool
 }
 
 // needsIdentityOrBudget reports whether a Prepare of t reserves anything.
@@ -50,61 +57,124 @@ func ruleRefusal(t *tool.Tool, err error) error {
 		Metadata: map[string]string{"rule": re.Rule}}
 }
 
-// admit reserves, in c's transaction, the identity and budget shares of a
-// new operation id (idempotency key key) of t with args, prepared by who.
-func (l *Ledger) admit(ctx context.Context, c *store.Conn, t *tool.Tool, who Actor, args *structpb.Struct, id, key string) (admission, error) {
-	var adm admission
+// claims evaluates t's identity and limits for a call of operation id with
+// args by who: the identity's value ("" without one), and the shares to
+// reserve with their limits, in lock order (by limit name).
+func claims(t *tool.Tool, who Actor, args *structpb.Struct, id string) (string, []store.Reservation, []*tool.Limit, error) {
 	in := tool.RuleInput{Args: args, Tenant: who.Tenant, Principal: tool.Principal{ID: who.ID, Name: who.Name, Roles: who.Roles}}
+	var identity string
 	if t.Identity != nil {
 		v, err := t.Identity.Value(t, in)
 		if err != nil {
-			return adm, ruleRefusal(t, err)
+			return "", nil, nil, ruleRefusal(t, err)
 		}
-		held, err := identityReserve(ctx, c, who.Tenant, t.Name, v, id, key, t.Identity.Window)
+		identity = v
+	}
+	limits := slices.Clone(t.Limits)
+	slices.SortFunc(limits, func(a, b *tool.Limit) int { return strings.Compare(a.Name, b.Name) })
+	rs := make([]store.Reservation, 0, len(limits))
+	for _, lim := range limits {
+		scope, err := lim.Scope(t, in)
+		if err != nil {
+			return "", nil, nil, ruleRefusal(t, err)
+		}
+		amount, err := lim.Amount(t, in)
+		if err != nil {
+			return "", nil, nil, ruleRefusal(t, err)
+		}
+		rs = append(rs, reservation(lim, who.Tenant, scope, id, amount))
+	}
+	return identity, rs, limits, nil
+}
+
+// admit reserves the budget shares of a new operation id of t with args,
+// prepared by who, in a statement of its own, and says which identity the
+// operation's insert is to take.
+func (l *Ledger) admit(ctx context.Context, t *tool.Tool, who Actor, args *structpb.Struct, id string) (admission, error) {
+	identity, rs, limits, err := claims(t, who, args, id)
+	if err != nil {
+		return admission{}, err
+	}
+	adm := admission{identity: identity}
+	if len(rs) == 0 {
+		return adm, nil
+	}
+	if err := l.reserve(ctx, &l.store.Conn, limits, rs, true, &adm); err != nil {
+		return admission{}, err
+	}
+	adm.reserved = true
+	return adm, nil
+}
+
+// admitIn reserves, in c's transaction, the identity and budget shares of a
+// new operation id (idempotency key key) of t with args, prepared by who:
+// an approval with edits, whose operation is born in the transaction that
+// ends the original.
+func (l *Ledger) admitIn(ctx context.Context, c *store.Conn, t *tool.Tool, who Actor, args *structpb.Struct, id, key string) (admission, error) {
+	identity, rs, limits, err := claims(t, who, args, id)
+	if err != nil {
+		return admission{}, err
+	}
+	var adm admission
+	if identity != "" {
+		held, err := identityReserve(ctx, c, who.Tenant, t.Name, identity, id, key, t.Identity.Window)
 		if err != nil {
 			return adm, err
 		}
 		if held {
-			holder, err := c.IdentityHolder(ctx, who.Tenant, t.Name, v)
+			holder, err := c.IdentityHolder(ctx, who.Tenant, t.Name, identity)
 			if err != nil {
 				return adm, err
 			}
-			l.obs.LimitRefused("identity:" + t.Name)
-			return adm, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_DUPLICATE,
-				Message: fmt.Sprintf("%s for %s %q is already being done or done (operation %s, under another idempotency key); "+
-					"nothing was stored: Get %s for its outcome instead of trying again", t.Name, t.Identity.Key, v, holder, holder),
-				Metadata: map[string]string{"operation_id": holder, "identity": v}}
+			return adm, l.duplicate(t, identity, holder)
 		}
-		adm.identity = v
+		adm.identity = identity
 	}
-	// One lock order for every statement: by limit name.
-	limits := slices.Clone(t.Limits)
-	slices.SortFunc(limits, func(a, b *tool.Limit) int { return strings.Compare(a.Name, b.Name) })
-	for _, lim := range limits {
-		scope, err := lim.Scope(t, in)
-		if err != nil {
-			return adm, ruleRefusal(t, err)
-		}
-		amount, err := lim.Amount(t, in)
-		if err != nil {
-			return adm, ruleRefusal(t, err)
-		}
-		r := reservation(lim, who.Tenant, scope, id, amount)
-		admitted, fits, err := budgetReserve(ctx, c, lim, r)
-		if err != nil {
-			return adm, err
-		}
-		if !admitted {
-			l.obs.LimitRefused(lim.Name)
-			return adm, l.limitExceeded(ctx, c, lim, r)
-		}
+	return adm, l.reserve(ctx, c, limits, rs, false, &adm)
+}
+
+// reserve reserves rs (for limits, in the same order) on c, and records in
+// adm what it reserved, or refuses with the limit that has no room.
+func (l *Ledger) reserve(ctx context.Context, c *store.Conn, limits []*tool.Limit, rs []store.Reservation, async bool, adm *admission) error {
+	res, err := budgetReserve(ctx, c, limits, rs, async)
+	if err != nil {
+		return err
+	}
+	if res.Refused >= 0 {
+		l.obs.LimitRefused(limits[res.Refused].Name)
+		return l.limitExceeded(ctx, c, limits[res.Refused], rs[res.Refused])
+	}
+	for i, lim := range limits {
 		l.obs.LimitUsed(lim.Name)
-		if !fits && adm.over == nil {
-			adm.over = lim
-		}
-		adm.names, adm.scopes = append(adm.names, lim.Name), append(adm.scopes, scope)
+		adm.names, adm.scopes = append(adm.names, lim.Name), append(adm.scopes, rs[i].Scope)
 	}
-	return adm, nil
+	if res.Over >= 0 {
+		adm.over = limits[res.Over]
+	}
+	return nil
+}
+
+// release takes back the shares adm reserved for operation id of tenant,
+// whose operation was not stored. Best effort: a share it fails to release
+// stays counted until its window ends (conservative, never over).
+func (l *Ledger) release(ctx context.Context, tenant, id string, adm admission) {
+	if !adm.reserved {
+		return
+	}
+	if err := l.store.BudgetRelease(context.WithoutCancel(ctx), tenant, id, adm.names, adm.scopes); err != nil {
+		l.logger.Warn("a budget reservation of an operation never stored could not be released; it counts until its window ends",
+			"operation_id", id, "err", err)
+	}
+}
+
+// duplicate is the refusal of a Prepare whose business identity another
+// operation holds.
+func (l *Ledger) duplicate(t *tool.Tool, identity, holder string) error {
+	l.obs.LimitRefused("identity:" + t.Name)
+	return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_DUPLICATE,
+		Message: fmt.Sprintf("%s for %s %q is already being done or done (operation %s, under another idempotency key); "+
+			"nothing was stored: Get %s for its outcome instead of trying again", t.Name, t.Identity.Key, identity, holder, holder),
+		Metadata: map[string]string{"operation_id": holder, "identity": identity}}
 }
 
 // reservation is an operation's share of lim's budget for scope: a limit
@@ -132,29 +202,38 @@ func identityReserve(ctx context.Context, c *store.Conn, tenant, tool, identity,
 	return false, c.IdentityTake(ctx, tenant, tool, identity, id, key, window)
 }
 
-// budgetReserve is c.BudgetReserve: the share reserved by the statement
-// whose WHERE PostgreSQL judges on the locked row. In failpoints builds
-// with the budget-read defect the budget's uses are read, the decision
-// made in Go and the share then appended unconditionally, for the chaos
-// suite's control run.
-func budgetReserve(ctx context.Context, c *store.Conn, lim *tool.Limit, r store.Reservation) (admitted, fits bool, err error) {
+// budgetReserve is c.BudgetReserve: the shares reserved by the statement
+// that PostgreSQL judges on the locked budgets. In failpoints builds with
+// the budget-read defect each budget's uses are read, the decision made in
+// Go and the shares then taken unconditionally, for the chaos suite's
+// control run.
+func budgetReserve(ctx context.Context, c *store.Conn, limits []*tool.Limit, rs []store.Reservation, async bool) (store.Reserved, error) {
 	if !failpoint.Defect(failpoint.DefectBudgetRead) {
-		return c.BudgetReserve(ctx, r)
+		return c.BudgetReserve(ctx, rs, async, false)
 	}
-	// Test-only: read, decide in Go, append. Prepares that read before
-	// any of them commits all find room.
-	uses, now, err := c.BudgetGet(ctx, r.Tenant, r.Name, r.Scope, r.Window)
-	if err != nil {
-		return false, false, err
+	// Test-only: read, decide in Go, take. Prepares that read before any
+	// of them commits all find room.
+	res := store.Reserved{Refused: -1, Over: -1}
+	forced := slices.Clone(rs)
+	for i, r := range rs {
+		uses, now, err := c.BudgetGet(ctx, r.Tenant, r.Name, r.Scope, r.Window)
+		if err != nil {
+			return res, err
+		}
+		wait, ever := roomIn(limits[i], uses, now, r.Amount)
+		fits := ever && wait == 0 && len(uses) < r.MaxUses
+		if !fits && !r.Force {
+			return store.Reserved{Refused: i, Over: -1}, nil
+		}
+		if !fits && res.Over < 0 {
+			res.Over = i
+		}
+		forced[i].Force = true
 	}
-	wait, ever := roomIn(lim, uses, now, r.Amount)
-	fits = ever && wait == 0 && len(uses) < r.MaxUses
-	if !fits && !r.Force {
-		return false, false, nil
+	if _, err := c.BudgetReserve(ctx, forced, async, false); err != nil {
+		return res, err
 	}
-	r.Force = true
-	admitted, _, err = c.BudgetReserve(ctx, r)
-	return admitted, fits, err
+	return res, nil
 }
 
 // limitExceeded is the refusal of a call past lim, with when room frees up
@@ -290,6 +369,8 @@ func (l *Ledger) reserveAgain(ctx context.Context, c *store.Conn, op Operation) 
 		return fmt.Errorf("ledger: stored args of %s: %w", op.ID, err)
 	}
 	in := tool.RuleInput{Args: &args, Tenant: op.Tenant, Principal: tool.Principal{ID: who.ID, Name: who.Name, Roles: who.Roles}}
+	var limits []*tool.Limit
+	var rs []store.Reservation
 	for i, name := range op.BudgetNames {
 		lim := l.limit(name)
 		if lim == nil || i >= len(op.BudgetScopes) {
@@ -299,21 +380,22 @@ func (l *Ledger) reserveAgain(ctx context.Context, c *store.Conn, op Operation) 
 		if err != nil {
 			return ruleRefusal(t, err)
 		}
-		r := reservation(lim, op.Tenant, op.BudgetScopes[i], op.ID, amount)
-		admitted, _, err := c.BudgetReserve(ctx, r)
-		if err != nil {
-			return err
+		limits, rs = append(limits, lim), append(rs, reservation(lim, op.Tenant, op.BudgetScopes[i], op.ID, amount))
+	}
+	res, err := c.BudgetReserve(ctx, rs, false, true)
+	if err != nil {
+		return err
+	}
+	if res.Refused >= 0 {
+		lim := limits[res.Refused]
+		l.obs.LimitRefused(lim.Name)
+		err := l.limitExceeded(ctx, c, lim, rs[res.Refused])
+		var le *Error
+		if errors.As(err, &le) {
+			le.Message = "its approval lapsed and released its share, and the budget has no room for it now; the approval was not recorded: " + le.Message
+			le.Metadata["operation_id"] = op.ID
 		}
-		if !admitted {
-			l.obs.LimitRefused(lim.Name)
-			err := l.limitExceeded(ctx, c, lim, r)
-			var le *Error
-			if errors.As(err, &le) {
-				le.Message = "its approval lapsed and released its share, and the budget has no room for it now; the approval was not recorded: " + le.Message
-				le.Metadata["operation_id"] = op.ID
-			}
-			return err
-		}
+		return err
 	}
 	return nil
 }

@@ -449,3 +449,36 @@ func TestLimitLapsedApprovalReleases(t *testing.T) {
 	got, _ = get(t, c, w.agent, first.GetId())
 	require.EqualValues(t, 1, got.GetBudgets()[0].GetCount(), "its share is taken again")
 }
+
+// TestLimitShareOfAnUnstoredOperationIsReleased: a Prepare reserves its
+// budget share before the insert that takes the business identity (docs/
+// policy.md, "How a reservation is made"); a Prepare whose identity another
+// key holds, or whose key replays an operation, stores nothing and must
+// give its share back, so the budget still admits exactly its count.
+func TestLimitShareOfAnUnstoredOperationIsReleased(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: two_payments, tools: [pay], window: 1h, count: 2}
+`)})
+	c := w.env.StartServer(harness.ServerOptions{}).Client
+	prepare := func(key string, args *structpb.Struct) (*opledgerv1.PrepareResponse, error) {
+		return c.Prepare(harness.Ctx(w.agent, key), &opledgerv1.PrepareRequest{Tool: "pay", Args: args, Execute: true})
+	}
+	first := payArgs(t, "INV-1")
+	resp, err := prepare("k1", first)
+	require.NoError(t, err)
+	for range 5 {
+		_, err = prepare(harness.Unique("k"), first)
+		requireStatus(t, err, codes.AlreadyExists, "OPERATION_DUPLICATE")
+		again, err := prepare("k1", first)
+		require.NoError(t, err, "a replay")
+		require.Equal(t, resp.GetOperation().GetId(), again.GetOperation().GetId())
+	}
+	_, err = prepare("k2", payArgs(t, "INV-2"))
+	require.NoError(t, err, "the refused and replayed Prepares hold no share")
+	_, err = prepare("k3", payArgs(t, "INV-3"))
+	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+	got, err := c.Get(harness.Ctx(w.agent, ""), &opledgerv1.GetRequest{OperationId: resp.GetOperation().GetId()})
+	require.NoError(t, err)
+	require.Len(t, got.GetOperation().GetBudgets(), 1)
+	require.EqualValues(t, 2, got.GetOperation().GetBudgets()[0].GetCount())
+}

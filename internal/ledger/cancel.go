@@ -47,7 +47,7 @@ func (l *Ledger) Cancel(ctx context.Context, a Actor, id, reason string) (Operat
 		t.Detail = "cancelled: " + reason
 	}
 	out, err := l.store.OperationTransition(ctx, t)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrConditionFailed) {
 		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS,
 			Message: "the operation changed while it was being cancelled; read it and try again", RetryAfter: 100 * time.Millisecond}
 	}

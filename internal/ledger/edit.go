@@ -142,7 +142,7 @@ func (l *Ledger) ApproveEdited(ctx context.Context, a Actor, in ApproveInput, ed
 		}
 		// The original first: rejecting it releases its budget shares and its
 		// business identity, which the edit then reserves for itself.
-		st, err := decision(op, EventSuperseded, StateRejected, ByApprover)
+		st, err := l.decision(op, EventSuperseded, StateRejected, ByApprover)
 		if err != nil {
 			return err
 		}
@@ -154,7 +154,7 @@ func (l *Ledger) ApproveEdited(ctx context.Context, a Actor, in ApproveInput, ed
 			return err
 		}
 		if needsIdentityOrBudget(t) {
-			adm, err := l.admit(ctx, c, t, preparer, edited, id, key)
+			adm, err := l.admitIn(ctx, c, t, preparer, edited, id, key)
 			if err != nil {
 				return err
 			}

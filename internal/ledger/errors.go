@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"testing"
 	"time"
 	"unicode/utf8"
 
@@ -30,6 +31,9 @@ type Error struct {
 	Metadata map[string]string
 	// Err is the underlying cause, for logs only.
 	Err error
+	// Logged says the failure was logged where it happened (bug, an
+	// outcome's lost write): the server does not log it again.
+	Logged bool
 }
 
 // Violation is one way a request is malformed.
@@ -83,6 +87,29 @@ func storeErr(err error) error {
 			Message: "the ledger database is unavailable; retry with the same request", RetryAfter: time.Second, Err: err}
 	}
 	return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, Message: "internal error", Err: err}
+}
+
+// bug answers a defect of the ledger itself, such as a statement for an
+// edge the state table (state.go) does not list: no caller's input can
+// reach one, so it is never an answer to a request. Under `go test` it
+// panics, so that the test which finds it fails there and then; in
+// production it logs one "bug" line and answers INTERNAL, which the server
+// does not log again (Error.Logged).
+func (l *Ledger) bug(err error) error {
+	if testing.Testing() {
+		panic(fmt.Sprintf("ledger: bug: %v", err))
+	}
+	l.logger.Error("bug", "error", err)
+	return &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_INTERNAL, Message: "internal error", Err: err, Logged: true}
+}
+
+// logged marks a ledger error as logged where it happened (Error.Logged).
+func logged(err error) error {
+	var le *Error
+	if errors.As(err, &le) {
+		le.Logged = true
+	}
+	return err
 }
 
 // retryableStoreErr reports whether a failed statement may succeed if sent

@@ -17,6 +17,17 @@ import (
 	"github.com/opledger/opledger/store"
 )
 
+// The Execute path, top to bottom (docs/design.md walks it hop by hop):
+//
+//	Execute → execute: the loop of rounds, bounded by maxClaimRounds
+//	  round: one claim statement, then
+//	    attempt (claimed): send → record
+//	    unclaimed: replay, refuse, judge again, expire, take over or wait
+//
+// No error travels back up as a signal: a round says what the loop does
+// next (next), and an attempt that sent nothing for a reason of its claim's
+// own says so in its reply (reply.again).
+
 // StoredError is the JSON form of Operation.error: why an operation FAILED
 // or why its outcome is unknown. The server renders it as a
 // google.rpc.Status whose code is the reason's (package reason).
@@ -33,12 +44,37 @@ func storedError(reason opledgerv1.ErrorReason, res executor.Result) []byte {
 	return b
 }
 
-// errReleasedUnsent is run's report that its attempt sent nothing, for a
-// reason of the claim's own (the approval ended first, or the lease was
-// spent waiting for the row lock), and that it released the operation:
-// Execute claims again, and that claim answers (a lapsed approval is
-// refused; a fresh lease runs the call).
-var errReleasedUnsent = errors.New("ledger: released unsent; claim again")
+// reply is what an Execute answers: the operation and whether its outcome
+// was replayed, or a refusal. again, set only by an attempt, says instead
+// that the attempt sent nothing and released the operation for a reason of
+// its claim's own (the approval ended first, or the lease was spent waiting
+// for the row lock): the caller claims again, and that claim answers (a
+// lapsed approval is refused; a fresh lease runs the call).
+type reply struct {
+	op       Operation
+	replayed bool
+	err      error
+	again    bool
+}
+
+func (r reply) answer() (Operation, bool, error) { return r.op, r.replayed, r.err }
+
+func refused(err error) reply { return reply{err: err} }
+
+// next is what Execute's loop does after a round.
+type next int
+
+const (
+	// answered: the round's reply is the Execute's.
+	answered next = iota
+	// claimAgain: the operation changed under the round (a lost race, or a
+	// release); the next round reads it afresh. Counted against
+	// maxClaimRounds.
+	claimAgain
+	// waited: the round waited for another attempt's outcome. Not counted:
+	// the caller's wait bounds these.
+	waited
+)
 
 // maxClaimRounds bounds Execute's loop of claim attempts against concurrent
 // state changes; each round reads the database afresh.
@@ -49,30 +85,58 @@ const maxClaimRounds = 50
 // replayed reports that the outcome was already recorded and no downstream
 // request was made by this call.
 func (l *Ledger) Execute(ctx context.Context, a Actor, id string, wait time.Duration) (Operation, bool, error) {
-	// A cached finished operation is answered in this small frame: execute's
-	// frame is large, and entering it would grow the goroutine's stack (a
-	// stack copy) on every replay.
+	// A cached finished operation is answered in this small frame, without
+	// entering the loop's.
 	if f, ok := l.finished.Get(opKey{a.Tenant, id}); ok {
-		return l.replayFinished(f.op)
+		return l.replayFinished(f.op).answer()
 	}
 	return l.execute(ctx, a, id, wait)
 }
 
+// execution is one Execute's state across its rounds.
+type execution struct {
+	a        Actor
+	id       string
+	deadline time.Time       // how long the caller waits for an attempt in flight
+	sub      <-chan struct{} // this process's notifications of the operation, when waiting
+	cl       store.Claim
+}
+
+// execute is Execute's one loop: rounds until one answers, at most
+// maxClaimRounds of them lost to concurrent changes.
 func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Duration) (Operation, bool, error) {
 	if err := checkID(id); err != nil {
 		return Operation{}, false, err
 	}
 	wait = min(max(wait, 0), l.cfg.MaxWait)
-	deadline := time.Now().Add(wait)
-	var sub <-chan struct{}
+	x := &execution{a: a, id: id, deadline: time.Now().Add(wait), cl: l.claimStatement(a.Tenant, id)}
 	if wait > 0 && l.listener != nil {
 		// Subscribe before the first read: a notification between reading
 		// EXECUTING and subscribing would otherwise be lost, and the
 		// caller would sleep until the next poll.
 		ch, cancel := l.listener.Subscribe(id)
 		defer cancel()
-		sub = ch
+		x.sub = ch
 	}
+	for lost := 0; lost < maxClaimRounds; {
+		r, n := l.round(ctx, x)
+		switch n {
+		case answered:
+			return r.answer()
+		case claimAgain:
+			lost++
+		case waited:
+		}
+	}
+	return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS,
+		Message: "the operation is changing under concurrent callers; retry", RetryAfter: 100 * time.Millisecond}
+}
+
+// claimStatement is the claim an Execute of (tenant, id) runs: the table's
+// (guards.go), with the policies this process holds current and, for the
+// first round, the copy this process wrote at the Prepare or approval, if
+// any (the claim then returns only what it changes: store.Claim.Base).
+func (l *Ledger) claimStatement(tenant, id string) store.Claim {
 	cl := claim
 	cl.PolicyDigests = l.policyDigests
 	if failpoint.Defect(failpoint.DefectPolicyClaim) {
@@ -81,170 +145,186 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 		// suite's control run.
 		cl.RequirePolicyCurrent = false
 	}
-	// The copy this process wrote at the Prepare or approval, if any: the
-	// first claim returns only what it changes (store.Claim.Base).
-	cl.Base, _ = l.takeLive(a.Tenant, id)
-	for round := 0; round < maxClaimRounds; round++ {
-		// Taken before the claim: the lease and the approval the claim
-		// measures on the database's clock end no earlier than this instant
-		// plus what the claim reports as left (see run).
-		claimStart := time.Now()
-		var op Operation
+	cl.Base, _ = l.takeLive(tenant, id)
+	return cl
+}
+
+// round is one claim statement and what follows it: the attempt it handed
+// this process, or the answer to the state it found.
+func (l *Ledger) round(ctx context.Context, x *execution) (reply, next) {
+	// Taken before the claim: the lease and the approval the claim
+	// measures on the database's clock end no earlier than this instant
+	// plus what the claim reports as left (see attempt).
+	claimStart := time.Now()
+	var op Operation
+	var err, gone error
+	if l.handing(func() bool {
 		var claimed bool
-		var err, gone error
-		if l.handing(func() bool {
-			claimCtx, cancel, herr := handingCtx(ctx)
-			if herr != nil {
-				gone = herr
-				return false
-			}
-			owner := l.leaseOwner()
-			op, claimed, err = l.store.OperationClaim(claimCtx, a.Tenant, id, cl, store.Lease{Owner: owner, Duration: l.maxLease, Actor: a.Name})
-			cancel()
-			if store.MayHaveCommitted(err) {
-				l.recoverClaim(a.Tenant, id, owner)
-			}
-			return claimed && err == nil
-		}) {
-			res, replayed, err := func() (Operation, bool, error) {
-				defer l.attempts.end()
-				return l.run(ctx, op, claimStart, false)
-			}()
-			if errors.Is(err, errReleasedUnsent) {
-				cl.Base = Operation{}
-				continue // released: the next claim judges the approval
-			}
-			return res, replayed, err
+		op, claimed, err, gone = l.claimOnce(ctx, x)
+		return claimed && err == nil
+	}) {
+		defer l.attempts.end()
+		if r := l.attempt(ctx, op, claimStart, false); !r.again {
+			return r, answered
 		}
-		if gone != nil {
-			return Operation{}, false, gone
+		return reply{}, claimAgain // released: the next claim judges the approval
+	}
+	if gone != nil {
+		return refused(gone), answered
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return refused(notFound(x.id)), answered
+	}
+	if err != nil {
+		return refused(storeErr(err)), answered
+	}
+	return l.unclaimed(ctx, x, op, claimStart)
+}
+
+// claimOnce runs the claim statement detached from the caller's
+// cancellation (handingCtx); gone is the caller's end, when it came first.
+func (l *Ledger) claimOnce(ctx context.Context, x *execution) (op Operation, claimed bool, err, gone error) {
+	claimCtx, cancel, gone := handingCtx(ctx)
+	if gone != nil {
+		return Operation{}, false, nil, gone
+	}
+	defer cancel()
+	owner := l.leaseOwner()
+	op, claimed, err = l.store.OperationClaim(claimCtx, x.a.Tenant, x.id, x.cl, store.Lease{Owner: owner, Duration: l.maxLease, Actor: x.a.Name})
+	x.cl.Base = Operation{} // a later round follows a change this copy missed
+	if store.MayHaveCommitted(err) {
+		l.recoverClaim(x.a.Tenant, x.id, owner)
+	}
+	return op, claimed, err, nil
+}
+
+// unclaimed answers a claim that did not take, from the state it found.
+func (l *Ledger) unclaimed(ctx context.Context, x *execution, op Operation, claimStart time.Time) (reply, next) {
+	switch State(op.State) {
+	case StateSucceeded, StateFailed, StateRejected, StateCancelled:
+		l.remember(op, claimStart)
+		return l.replayFinished(op), answered
+	case StateOutcomeUnknown:
+		l.obs.DuplicatePrevented("Execute", op.Tool, true)
+		return reply{op: op, replayed: true}, answered
+	case StateAwaitingApproval:
+		return refused(refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_REQUIRED,
+			"the operation waits for an approver's decision")), answered
+	case StateReady:
+		return l.readyUnclaimed(ctx, x, op)
+	case StateExecuting:
+		if op.LeaseExpired() {
+			if r, done := l.abandoned(ctx, x.a, op); done {
+				return r, answered
+			}
+			return reply{}, claimAgain
 		}
-		cl.Base = Operation{} // a later round follows a change this copy missed
-		if errors.Is(err, store.ErrNotFound) {
-			return Operation{}, false, notFound(id)
+		return l.awaitAttempt(ctx, x, op)
+	}
+	return reply{}, claimAgain
+}
+
+// readyUnclaimed answers a READY operation the claim refused: judged under a
+// policy no longer in force here, or its approval lapsed (both on the
+// database's clock, in the claim's guards), or changed since it was read.
+func (l *Ledger) readyUnclaimed(ctx context.Context, x *execution, op Operation) (reply, next) {
+	if op.FirstSentFence == 0 && !l.policyCurrent(op) {
+		// Judged under a policy no longer in force here: judged again
+		// before anything is sent.
+		if err := l.rejudge(ctx, x.a, op); err != nil {
+			return refused(err), answered
 		}
-		if err != nil {
-			return Operation{}, false, storeErr(err)
+		return reply{}, claimAgain
+	}
+	// The claim refuses a lapsed approval on the database's clock;
+	// expireApproval's guard uses the same clock, so this process's clock
+	// never decides. An approval is consumed by the first send (sendrule.go):
+	// a claim that was released with nothing sent consumes nothing.
+	if op.ApprovalRequired && op.FirstSentFence == 0 && op.Fence > 0 && x.cl.RequireApprovalInForce &&
+		failpoint.Defect(failpoint.DefectApprovalClaim) {
+		// Test-only, failpoints builds: the fixed defect of the first
+		// claim consuming the approval, for the chaos suite's control
+		// run: an operation claimed before is claimed again whatever
+		// its approval says.
+		x.cl.RequireApprovalInForce = false
+		return reply{}, claimAgain
+	}
+	if op.ApprovalRequired && op.FirstSentFence == 0 {
+		if l.hooks != nil && l.hooks.BeforeApprovalExpiry != nil {
+			l.hooks.BeforeApprovalExpiry(ctx, op)
 		}
-		switch State(op.State) {
-		case StateSucceeded, StateFailed, StateRejected, StateCancelled:
-			l.remember(op, claimStart)
-			return l.replayFinished(op)
-		case StateOutcomeUnknown:
-			l.obs.DuplicatePrevented("Execute", op.Tool, true)
-			return op, true, nil
-		case StateAwaitingApproval:
-			return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_APPROVAL_REQUIRED,
-				"the operation waits for an approver's decision")
-		case StateReady:
-			if op.FirstSentFence == 0 && !l.policyCurrent(op) {
-				// Judged under a policy no longer in force here: judged again
-				// before anything is sent.
-				if err := l.rejudge(ctx, a, op); err != nil {
-					return Operation{}, false, err
-				}
-				continue
-			}
-			// The claim refuses a lapsed approval on the database's clock;
-			// expireApproval's guard uses the same clock, so this process's
-			// clock never decides.
-			// An approval is consumed by the first send: once the operation
-			// may have reached the downstream it may have taken effect, so it
-			// never goes back to AWAITING_APPROVAL, where it could be denied;
-			// the next claim resubmits the same key instead. A claim that was
-			// released with nothing sent consumes nothing.
-			if op.ApprovalRequired && op.FirstSentFence == 0 && op.Fence > 0 && cl.RequireApprovalInForce &&
-				failpoint.Defect(failpoint.DefectApprovalClaim) {
-				// Test-only, failpoints builds: the fixed defect of the first
-				// claim consuming the approval, for the chaos suite's control
-				// run: an operation claimed before is claimed again whatever
-				// its approval says.
-				cl.RequireApprovalInForce = false
-				continue
-			}
-			if op.ApprovalRequired && op.FirstSentFence == 0 {
-				if l.hooks != nil && l.hooks.BeforeApprovalExpiry != nil {
-					l.hooks.BeforeApprovalExpiry(ctx, op)
-				}
-				if err := l.expireApproval(ctx, a, op); err != nil {
-					return Operation{}, false, err
-				}
-			}
-			// Someone released it, or renewed its approval, between our
-			// claim and read: claim again.
-			continue
-		case StateExecuting:
-			if op.LeaseExpired() {
-				res, done, err := l.abandoned(ctx, a, op)
-				if done || err != nil {
-					return res, false, err
-				}
-				continue
-			}
-			remaining := time.Until(deadline)
-			if remaining <= 0 {
-				l.obs.DuplicatePrevented("Execute", op.Tool, false)
-				return op, false, nil // pending: the same operation, still executing
-			}
-			if sub != nil && !op.Waited && !l.holdsLease(op.LeaseOwner) {
-				// The holder is another replica: ask for a notification when
-				// its attempt ends (only waited-on outcomes notify). A holder
-				// in this process wakes us itself.
-				marked, err := l.store.OperationMarkWaited(ctx, op.Tenant, op.ID, op.Fence)
-				if err != nil {
-					return Operation{}, false, storeErr(err)
-				}
-				if !marked {
-					continue // the attempt already ended: read its outcome
-				}
-			}
-			if l.hooks != nil && l.hooks.Waiting != nil {
-				l.hooks.Waiting(ctx, op)
-			}
-			// Poll as well as listen: a notification can be lost while the
-			// listener reconnects, and a lease can expire silently.
-			timer := time.NewTimer(min(remaining, op.LeaseRemaining()+10*time.Millisecond, l.cfg.WaitPoll))
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return op, false, nil
-			case <-sub:
-			case <-timer.C:
-			}
-			timer.Stop()
-			round-- // waiting is not a lost race
+		if err := l.expireApproval(ctx, x.a, op); err != nil {
+			return refused(err), answered
 		}
 	}
-	return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS,
-		Message: "the operation is changing under concurrent callers; retry", RetryAfter: 100 * time.Millisecond}
+	// Someone released it, or renewed its approval, between our claim and
+	// read: claim again.
+	return reply{}, claimAgain
+}
+
+// awaitAttempt waits, within the caller's wait, for the outcome of the
+// attempt another holder has in flight, and answers "pending" once the wait
+// is spent.
+func (l *Ledger) awaitAttempt(ctx context.Context, x *execution, op Operation) (reply, next) {
+	remaining := time.Until(x.deadline)
+	if remaining <= 0 {
+		l.obs.DuplicatePrevented("Execute", op.Tool, false)
+		return reply{op: op}, answered // pending: the same operation, still executing
+	}
+	if x.sub != nil && !op.Waited && !l.holdsLease(op.LeaseOwner) {
+		// The holder is another replica: ask for a notification when its
+		// attempt ends (only waited-on outcomes notify). A holder in this
+		// process wakes us itself.
+		marked, err := l.store.OperationMarkWaited(ctx, op.Tenant, op.ID, op.Fence)
+		if err != nil {
+			return refused(storeErr(err)), answered
+		}
+		if !marked {
+			return reply{}, claimAgain // the attempt already ended: read its outcome
+		}
+	}
+	if l.hooks != nil && l.hooks.Waiting != nil {
+		l.hooks.Waiting(ctx, op)
+	}
+	// Poll as well as listen: a notification can be lost while the
+	// listener reconnects, and a lease can expire silently.
+	timer := time.NewTimer(min(remaining, op.LeaseRemaining()+10*time.Millisecond, l.cfg.WaitPoll))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return reply{op: op}, answered
+	case <-x.sub:
+	case <-timer.C:
+	}
+	return reply{}, waited // waiting is not a lost race
 }
 
 // replayFinished answers an Execute of a finished operation: its recorded
 // outcome, or the refusal that a rejected or cancelled one always gets.
-func (l *Ledger) replayFinished(op Operation) (Operation, bool, error) {
+func (l *Ledger) replayFinished(op Operation) reply {
 	switch State(op.State) {
 	case StateRejected:
 		if op.SupersededBy != "" {
-			return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_SUPERSEDED,
+			return refused(&Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_SUPERSEDED,
 				Message: fmt.Sprintf("an approver approved this operation with edited arguments: execute %s, which carries them "+
 					"(Get it to see what will run); this one will never run", op.SupersededBy),
-				Metadata: map[string]string{"superseded_by": op.SupersededBy, "operation_id": op.ID}}
+				Metadata: map[string]string{"superseded_by": op.SupersededBy, "operation_id": op.ID}})
 		}
 		if op.ApprovalDecision != DecisionDeny {
 			// Rejected by a changed policy before anything was sent
 			// (OperationPolicyApply records no decision).
-			return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_POLICY_DENIED,
+			return refused(&Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_POLICY_DENIED,
 				Message:  "the policy in force refused the operation before anything was sent (its event log names the rule); it will never run",
-				Metadata: map[string]string{"operation_id": op.ID}}
+				Metadata: map[string]string{"operation_id": op.ID}})
 		}
-		return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_REJECTED,
-			"an approver denied the operation")
+		return refused(refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_REJECTED,
+			"an approver denied the operation"))
 	case StateCancelled:
-		return Operation{}, false, refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED,
-			"the operation was cancelled")
+		return refused(refuse(opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED,
+			"the operation was cancelled"))
 	}
 	l.obs.DuplicatePrevented("Execute", op.Tool, true)
-	return op, true, nil
+	return reply{op: op, replayed: true}
 }
 
 // expireApproval moves a READY operation whose approval lapsed back to
@@ -253,14 +333,14 @@ func (l *Ledger) replayFinished(op Operation) (Operation, bool, error) {
 // state moved) since op was read: the caller then claims again rather than
 // refusing an operation that is executable.
 func (l *Ledger) expireApproval(ctx context.Context, a Actor, op Operation) error {
-	d, err := decision(op, EventApprovalExpired, StateAwaitingApproval, ByClaimant)
+	d, err := l.decision(op, EventApprovalExpired, StateAwaitingApproval, ByClaimant)
 	if err != nil {
 		return storeErr(err)
 	}
 	d.Actor, d.Detail = a.Name, "approval expired at "+op.ApprovalExpiresAt.UTC().Format(time.RFC3339)
 	d.Notify = l.notifyOn()
 	_, err = l.store.OperationDecide(ctx, d)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrConditionFailed) {
 		return nil
 	}
 	if err != nil {
@@ -278,46 +358,18 @@ func (l *Ledger) expireApproval(ctx context.Context, a Actor, op Operation) erro
 // key; otherwise nobody can know whether the first attempt landed, and the
 // operation becomes OUTCOME_UNKNOWN. done=false means someone else moved
 // first: read again.
-func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operation, bool, error) {
+func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (reply, bool) {
 	b, err := l.toolOf(op)
 	if err != nil {
-		return Operation{}, true, err
+		return refused(err), true
 	}
 	// The takeover's request may reach the downstream as late as the end of
 	// its lease: the key must still be remembered then. The statement checks
 	// that on the database's clock; a refusal falls through to
 	// OUTCOME_UNKNOWN below.
 	if b.caps.DedupesKeys || failpoint.Defect(failpoint.DefectTakeoverNoDedupe) {
-		var taken Operation
-		var err, gone error
-		// The takeover's lease starts when its statement does (now()), which
-		// may be long before the statement returns: it may wait for the row
-		// lock. Its deadline is counted from before the statement, so the
-		// request never reaches the downstream after the lease ended.
-		takeStart := time.Now()
-		if l.handing(func() bool {
-			takeCtx, cancel, herr := handingCtx(ctx)
-			if herr != nil {
-				gone = herr
-				return false
-			}
-			taken, err = l.store.OperationTakeOver(takeCtx, l.takeOver(op, b, l.lease(b)),
-				store.Lease{Owner: l.leaseOwner(), Duration: l.lease(b), Actor: a.Name})
-			cancel()
-			return err == nil
-		}) {
-			defer l.attempts.end()
-		}
-		if gone != nil {
-			return Operation{}, true, gone
-		}
-		switch {
-		case err == nil:
-			l.opLogger(taken).Warn("took over an expired lease", "previous_fence", op.Fence)
-			res, _, err := l.run(ctx, taken, takeStart, true)
-			return res, true, err
-		case !errors.Is(err, store.ErrNotFound):
-			return Operation{}, true, storeErr(err)
+		if r, done := l.takeOverAndSend(ctx, a, op, b); done {
+			return r, true
 		}
 	}
 	detail := "lease expired; the downstream does not dedupe keys, so it is never resubmitted"
@@ -326,32 +378,69 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (Operatio
 	}
 	t, err := l.transition(op, EventOutcomeUnknown, StateOutcomeUnknown, ByWatcher)
 	if err != nil {
-		return Operation{}, true, storeErr(err)
+		return refused(storeErr(err)), true
 	}
 	t.SetError, t.ReconcileAfter, t.Actor, t.Detail = true, l.cfg.ReconcileBackoff, a.Name, detail
 	t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN,
 		executor.Result{Detail: "the executor's lease expired before it recorded an outcome: " + detail})
-	res, err := l.store.OperationTransition(ctx, t)
-	if errors.Is(err, store.ErrNotFound) {
-		return Operation{}, false, nil
+	out, err := l.store.OperationTransition(ctx, t)
+	if errors.Is(err, store.ErrConditionFailed) {
+		return reply{}, false
 	}
 	if err != nil {
-		return Operation{}, true, storeErr(err)
+		return refused(storeErr(err)), true
 	}
-	return res, true, nil
+	return reply{op: out}, true
 }
 
-// run calls the downstream for an operation this process holds (state
-// EXECUTING, fence op.Fence) and records the outcome. claimStart is this
-// process's clock just before the statement that gave it the operation:
-// the lease and the approval, which the statement measured on the
-// database's clock, last at least until claimStart plus what it reported as
-// left, so that bounds the call and the first send on this process's
-// monotonic clock. The call and the commit use a context detached from the
-// caller's cancellation: a client that goes away must not leave a request
-// half-recorded. tookOver says this process took the operation over from a
-// holder whose lease expired, and who may have sent.
-func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, tookOver bool) (Operation, bool, error) {
+// takeOverAndSend takes op's expired lease over, if its statement's guards
+// (the fence, the lease, the key window) let it, and runs the attempt;
+// done=false means the takeover was refused.
+func (l *Ledger) takeOverAndSend(ctx context.Context, a Actor, op Operation, b bound) (reply, bool) {
+	var taken Operation
+	var err, gone error
+	// The takeover's lease starts when its statement does (now()), which
+	// may be long before the statement returns: it may wait for the row
+	// lock. Its deadline is counted from before the statement, so the
+	// request never reaches the downstream after the lease ended.
+	takeStart := time.Now()
+	if l.handing(func() bool {
+		takeCtx, cancel, herr := handingCtx(ctx)
+		if herr != nil {
+			gone = herr
+			return false
+		}
+		defer cancel()
+		taken, err = l.store.OperationTakeOver(takeCtx, l.takeOver(op, b, l.lease(b)),
+			store.Lease{Owner: l.leaseOwner(), Duration: l.lease(b), Actor: a.Name})
+		return err == nil
+	}) {
+		defer l.attempts.end()
+	}
+	switch {
+	case gone != nil:
+		return refused(gone), true
+	case err == nil:
+		l.opLogger(taken).Warn("took over an expired lease", "previous_fence", op.Fence)
+		// A takeover never releases for its claim's reasons (attempt), so
+		// its reply is never again.
+		return l.attempt(ctx, taken, takeStart, true), true
+	case !errors.Is(err, store.ErrConditionFailed):
+		return refused(storeErr(err)), true
+	}
+	return reply{}, false
+}
+
+// attempt runs the attempt this process holds (state EXECUTING, fence
+// op.Fence): it checks the send rule (sendrule.go), sends, and records the
+// outcome. claimStart is this process's clock just before the statement
+// that gave it the operation: the lease and the approval, which the
+// statement measured on the database's clock, last at least until
+// claimStart plus what it reported as left, so that bounds the call and the
+// first send on this process's monotonic clock. tookOver says this process
+// took the operation over from a holder whose lease expired, and who may
+// have sent.
+func (l *Ledger) attempt(ctx context.Context, op Operation, claimStart time.Time, tookOver bool) reply {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(opAttrs(op)...)
 	}
@@ -362,36 +451,37 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, to
 		// sent, so the claim is released as an attempt that reached
 		// nothing is, for a process that serves the tool.
 		l.releaseUnsent(ctx, op, err.Error())
-		return Operation{}, false, err
+		return refused(err)
 	}
-	lease := l.lease(b)
-	if op.FirstSentFence != 0 && b.caps.DedupesKeys && b.settings.KeyRetention > 0 && !l.keyStillDedupes(b, op, lease) {
+	if resubmissionTooLate(op, b, l.lease(b)) {
 		return l.refuseResubmission(ctx, op, b)
 	}
-	callDeadline := claimStart.Add(min(lease, op.LeaseRemaining()) * 4 / 5)
+	callDeadline := sendDeadline(op, claimStart, l.lease(b))
 	if !tookOver && !time.Now().Before(callDeadline) {
 		// The claim's statement waited (for the row lock) until its lease
 		// was spent: nothing may start now. Released, and claimed again by
 		// the caller with a fresh lease, rather than told the downstream
 		// could not be reached. (A takeover that sends nothing is unknown,
-		// below: the holder it took over from may have sent.)
+		// in record: the holder it took over from may have sent.)
 		l.releaseUnsent(ctx, op, "the lease was spent before the request could start")
-		return Operation{}, false, errReleasedUnsent
+		return reply{again: true}
 	}
-	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline)
+	res := l.send(ctx, b, op, downstreamCall(op, claimStart), callDeadline)
+	return l.record(ctx, op, res, tookOver)
+}
+
+// send calls the downstream once for the attempt op holds (the executor
+// retries within the call's deadline) and returns what it answered. The
+// call runs detached from the caller's cancellation: a client that goes
+// away must not leave a request half-recorded. Around the call: the
+// failpoints, the observer's metrics, the downstream span and its log line.
+func (l *Ledger) send(ctx context.Context, b bound, op Operation, call executor.Call, deadline time.Time) executor.Result {
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	call := executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
-		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args}
-	if op.ApprovalRequired && op.FirstSentFence == 0 && (op.Fence == 1 || !failpoint.Defect(failpoint.DefectApprovalClaim)) {
-		// The approval bounds when the first send may start.
-		call.SendBy = claimStart.Add(op.ApprovalExpiresAt.Sub(op.DBNow))
-		if failpoint.Defect(failpoint.DefectServerClock) {
-			// Test-only, failpoints builds: the database's timestamp read on
-			// this server's clock, for the chaos suite's control run.
-			call.SendBy = op.ApprovalExpiresAt
-		}
-	}
 	if failpoint.Defect(failpoint.DefectServerClock) {
+		// Test-only, failpoints builds: the database's timestamps read on
+		// this server's clock, for the chaos suite's control run.
+		call.SendBy = sendByOnServerClock(op, call.SendBy)
 		var cancelSkewed context.CancelFunc
 		callCtx, cancelSkewed = context.WithDeadline(context.WithoutCancel(ctx), op.LeaseExpiresAt)
 		defer cancelSkewed()
@@ -409,24 +499,7 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, to
 	callCtx, span := l.startDownstreamSpan(callCtx, op)
 	started := time.Now()
 	res := b.exec.Execute(callCtx, call)
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("opledger.outcome", res.Outcome.String()),
-			attribute.Int("http.response.status_code", res.HTTPStatus), attribute.Int("opledger.sends", res.Attempts))
-	}
-	span.End()
-	took := time.Since(started)
-	l.obs.DownstreamCalled(op.Tool, res.Outcome.String(), took)
-	// A success at the first send is in the event log (SUCCEEDED, with the
-	// reference), so its line is at debug, like a successful call's access
-	// log line; every other outcome, and a success after retries, at info.
-	level := slog.LevelInfo
-	if res.Outcome == executor.OutcomeSucceeded && res.Attempts <= 1 {
-		level = slog.LevelDebug
-	}
-	if l.logger.Enabled(ctx, level) {
-		l.opLogger(op).Log(ctx, level, "downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
-			"sends", res.Attempts, "duration_ms", took.Milliseconds())
-	}
+	l.sent(ctx, span, op, res, time.Since(started))
 	failpoint.Inject(failpoint.AfterDownstream)
 	if failpoint.Enabled {
 		failpoint.Inject(failpoint.AfterDownstream + "/" + op.Tool)
@@ -434,6 +507,40 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, to
 	if l.hooks != nil && l.hooks.AfterDownstream != nil {
 		l.hooks.AfterDownstream(ctx, op)
 	}
+	return res
+}
+
+// sent ends the downstream span and reports the call to the observer and
+// the log. This is the call's one log line (the executor logs none of its
+// own, and the refusal it may become is not logged again: Error.Logged): a
+// success at the first send is in the event log (SUCCEEDED, with the
+// reference), so its line is at debug, like a successful call's access log
+// line; an unknown outcome at warn; every other outcome, and a success after
+// retries, at info.
+func (l *Ledger) sent(ctx context.Context, span trace.Span, op Operation, res executor.Result, took time.Duration) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("opledger.outcome", res.Outcome.String()),
+			attribute.Int("http.response.status_code", res.HTTPStatus), attribute.Int("opledger.sends", res.Attempts))
+	}
+	span.End()
+	l.obs.DownstreamCalled(op.Tool, res.Outcome.String(), took)
+	level := slog.LevelInfo
+	switch {
+	case res.Outcome == executor.OutcomeSucceeded && res.Attempts <= 1:
+		level = slog.LevelDebug
+	case res.Outcome == executor.OutcomeUnknown:
+		level = slog.LevelWarn
+	}
+	if l.logger.Enabled(ctx, level) {
+		l.opLogger(op).Log(ctx, level, "downstream answered", "outcome", res.Outcome.String(), "http_status", res.HTTPStatus,
+			"sends", res.Attempts, "duration_ms", took.Milliseconds(), "external_ref", res.ExternalRef, "detail", res.Detail)
+	}
+}
+
+// record writes what the downstream answered for the attempt op holds and
+// turns it into the Execute's reply. A write the fence no longer permits
+// changes nothing: the reply is then what the ledger holds.
+func (l *Ledger) record(ctx context.Context, op Operation, res executor.Result, tookOver bool) reply {
 	if tookOver && res.Outcome == executor.OutcomeNotSubmitted {
 		// This attempt sent nothing, but the holder it took over from may
 		// have: READY would say nothing happened, and nothing would look
@@ -443,57 +550,65 @@ func (l *Ledger) run(ctx context.Context, op Operation, claimStart time.Time, to
 	}
 	t, err := l.outcome(op, res)
 	if err != nil {
-		return Operation{}, false, storeErr(err)
+		return refused(storeErr(err))
 	}
 	asked := time.Now()
 	out, err := l.commitOutcome(ctx, t)
-	if errors.Is(err, store.ErrNotFound) && t.RequireFirstSend {
+	if errors.Is(err, store.ErrConditionFailed) && t.RequireFirstSend {
 		// A refusal of this attempt, but an earlier one may have reached the
 		// downstream and taken effect: the refusal proves nothing about it.
 		if t, err = l.outcome(op, executor.Result{Outcome: executor.OutcomeUnknown, HTTPStatus: res.HTTPStatus, Body: res.Body,
 			Detail: "an earlier attempt may have reached the downstream, so this refusal does not prove that nothing happened: " + res.Detail}); err != nil {
-			return Operation{}, false, storeErr(err)
+			return refused(storeErr(err))
 		}
 		out, err = l.commitOutcome(ctx, t)
 	}
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrConditionFailed) {
 		// Our fence is stale: someone took over or reconciled. Our answer
 		// changes nothing; report what the ledger holds.
 		l.opLogger(op).Warn("stale commit ignored: the fence moved on", "outcome", res.Outcome.String())
-		cur, gerr := l.store.OperationGet(context.WithoutCancel(ctx), op.Tenant, op.ID)
-		if gerr != nil {
-			return Operation{}, false, storeErr(gerr)
-		}
-		l.wake(op.ID) // whatever ended this attempt, this process's waiters relied on it
-		return cur, false, nil
+		return l.current(ctx, op)
 	}
 	if err != nil {
 		l.opLogger(op).Error("could not record the downstream outcome; the reconciler will resolve it", "error", err)
-		return Operation{}, false, storeErr(err)
+		return refused(logged(storeErr(err)))
 	}
 	failpoint.Inject(failpoint.AfterCommit)
 	if State(out.State) != StateExecuting {
 		l.wake(out.ID) // this process's waiters; others were notified if they asked
 	}
 	l.remember(out, asked)
-	if res.Outcome == executor.OutcomeNotSubmitted && res.ApprovalEnded {
+	switch {
+	case res.Outcome == executor.OutcomeNotSubmitted && res.ApprovalEnded:
 		// The approval bounded the first send and ended first (the claim
 		// may have waited for the row lock past it). Released; the caller
 		// claims again, which refuses the lapsed approval on the database's
 		// clock and tells its caller so, instead of "unreachable".
-		return Operation{}, false, errReleasedUnsent
-	}
-	if res.Outcome == executor.OutcomeNotSubmitted {
-		return Operation{}, false, &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE,
+		return reply{again: true}
+	case res.Outcome == executor.OutcomeNotSubmitted:
+		return refused(&Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_UNAVAILABLE,
 			Message:    "the downstream could not be reached and nothing was sent; the operation is READY again",
-			RetryAfter: time.Second, Metadata: map[string]string{"operation_id": op.ID}}
+			RetryAfter: time.Second, Metadata: map[string]string{"operation_id": op.ID},
+			Logged: true}) // "downstream answered", in sent
 	}
-	return out, false, nil
+	return reply{op: out}
+}
+
+// current is the reply once a write of this attempt found its fence moved
+// on: what the ledger holds now. Whatever ended this attempt, this
+// process's waiters relied on it, and are woken.
+func (l *Ledger) current(ctx context.Context, op Operation) reply {
+	cur, err := l.store.OperationGet(context.WithoutCancel(ctx), op.Tenant, op.ID)
+	if err != nil {
+		return refused(storeErr(err))
+	}
+	l.wake(op.ID)
+	return reply{op: cur}
 }
 
 // outcome is the guarded transition that records what the downstream said
 // about the attempt holding op's fence.
-func (l *Ledger) outcome(op Operation, res executor.Result) (store.Transition, error) {
+func (l *Ledger) outcome(op Operation, res executor.Result) (store.TransitionParams, error) {
 	// What a downstream (or a registered executor) answered, as it is
 	// stored (executor.Bound): it must never keep its outcome from being
 	// recorded (the statement would fail on every attempt), nor make the
@@ -594,9 +709,9 @@ func (l *Ledger) releaseUnsent(ctx context.Context, op Operation, why string) {
 // reached: the downstream's answer is known only to this process, and for a
 // downstream without deduplication or lookup, losing it would turn a known
 // outcome into an unknown one for good. The write is idempotent: once it
-// landed, a retry finds the fence's state gone and reports ErrNotFound,
+// landed, a retry finds the fence's state gone and reports ErrConditionFailed,
 // which the caller answers by reading the operation.
-func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operation, error) {
+func (l *Ledger) commitOutcome(ctx context.Context, t store.TransitionParams) (Operation, error) {
 	ctx = context.WithoutCancel(ctx)
 	giveUp := time.Now().Add(l.cfg.OutcomeRetry)
 	wait := 50 * time.Millisecond
@@ -604,7 +719,7 @@ func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operati
 		attemptCtx, cancel := context.WithTimeout(ctx, statementTimeout)
 		out, err := l.store.OperationTransition(attemptCtx, t)
 		cancel()
-		if err == nil || errors.Is(err, store.ErrNotFound) || !retryableStoreErr(err) || time.Now().Add(wait).After(giveUp) {
+		if err == nil || errors.Is(err, store.ErrConditionFailed) || !retryableStoreErr(err) || time.Now().Add(wait).After(giveUp) {
 			return out, err
 		}
 		l.logger.Warn("could not record a downstream outcome yet; retrying", "operation_id", t.ID, "fence", t.Fence,
@@ -621,27 +736,22 @@ func (l *Ledger) commitOutcome(ctx context.Context, t store.Transition) (Operati
 // earlier attempt may have landed (a lookup miss can race the first request
 // still on its way), so a resubmission the downstream no longer dedupes
 // could be a second effect.
-func (l *Ledger) refuseResubmission(ctx context.Context, op Operation, b bound) (Operation, bool, error) {
+func (l *Ledger) refuseResubmission(ctx context.Context, op Operation, b bound) reply {
 	detail := fmt.Sprintf("not resubmitted: the downstream may have forgotten the key (first sent %s, key retention %s) and an earlier attempt may have taken effect",
 		op.FirstClaimedAt.UTC().Format(time.RFC3339), b.settings.KeyRetention)
 	t, err := l.outcome(op, executor.Result{Outcome: executor.OutcomeUnknown, Detail: detail})
 	if err != nil {
-		return Operation{}, false, storeErr(err)
+		return refused(storeErr(err))
 	}
 	t.Detail = detail
 	out, err := l.commitOutcome(ctx, t)
-	if errors.Is(err, store.ErrNotFound) {
-		cur, gerr := l.store.OperationGet(context.WithoutCancel(ctx), op.Tenant, op.ID)
-		if gerr != nil {
-			return Operation{}, false, storeErr(gerr)
-		}
-		l.wake(op.ID)
-		return cur, false, nil
+	if errors.Is(err, store.ErrConditionFailed) {
+		return l.current(ctx, op)
 	}
 	if err != nil {
-		return Operation{}, false, storeErr(err)
+		return refused(storeErr(err))
 	}
 	l.wake(op.ID) // this process's waiters, who did not ask for a notification
 	l.opLogger(out).Warn("resubmission refused: past the downstream's key retention")
-	return out, false, nil
+	return reply{op: out}
 }

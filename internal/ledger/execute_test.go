@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/internal/ledger"
@@ -35,72 +34,6 @@ func untilLeaseExpired(t *testing.T, c opledgerv1.LedgerServiceClient, key, id s
 	op, _ := get(t, c, key, id)
 	require.Equal(t, opledgerv1.State_STATE_EXECUTING, op.GetState())
 	time.Sleep(time.Until(op.GetLeaseExpireTime().AsTime()) + 50*time.Millisecond)
-}
-
-func TestExecuteFullFlow(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t, harness.Options{})
-	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
-
-	op := prepare(t, c, w.agent, "pay_invoice", payArgs(t, "INV-2048"))
-	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, op.GetState())
-	require.NotEmpty(t, op.GetFingerprint())
-
-	ar := approve(t, c, w.approver, op)
-	require.False(t, ar.GetReplayed())
-	require.Equal(t, opledgerv1.State_STATE_READY, ar.GetOperation().GetState())
-	require.Equal(t, opledgerv1.Decision_DECISION_APPROVE, ar.GetOperation().GetApproval().GetDecision())
-	require.Equal(t, op.GetFingerprint(), ar.GetOperation().GetApproval().GetApprovedFingerprint())
-
-	first, err := execute(c, w.agent, op.GetId(), 0)
-	require.NoError(t, err)
-	require.False(t, first.GetReplayed())
-	got := first.GetOperation()
-	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, got.GetState())
-	require.EqualValues(t, 1, got.GetAttempts())
-	require.EqualValues(t, 1, got.GetFence())
-	require.Nil(t, got.GetError())
-
-	charges := w.env.Fakepay.Charges()
-	require.Len(t, charges, 1)
-	require.Equal(t, charges[0].ID, got.GetExternalRef())
-	require.Equal(t, op.GetDownstreamKey(), charges[0].IdempotencyKey)
-	require.EqualValues(t, 4900, charges[0].AmountMinor)
-	require.Equal(t, charges[0].ID, got.GetResult().GetFields()["id"].GetStringValue())
-
-	again, err := execute(c, w.agent, op.GetId(), 0)
-	require.NoError(t, err)
-	require.True(t, again.GetReplayed())
-	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, again.GetOperation().GetState())
-	require.Equal(t, got.GetExternalRef(), again.GetOperation().GetExternalRef())
-	require.True(t, proto.Equal(got.GetResult(), again.GetOperation().GetResult()))
-	require.EqualValues(t, 1, again.GetOperation().GetAttempts())
-	require.Len(t, w.env.Fakepay.Charges(), 1)
-
-	// Another tenant cannot even see it.
-	_, err = execute(c, w.env.Key("globex", "agent"), op.GetId(), 0)
-	requireStatus(t, err, codes.NotFound, "OPERATION_NOT_FOUND")
-
-	// Reconciling a settled operation changes nothing.
-	rec := reconcile(t, c, w.agent, op.GetId())
-	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, rec.GetOperation().GetState())
-	require.Contains(t, rec.GetDetail(), "nothing to reconcile")
-
-	final, evs := get(t, c, w.agent, op.GetId())
-	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, final.GetState())
-	require.Equal(t, []opledgerv1.EventType{opledgerv1.EventType_EVENT_TYPE_PREPARED, opledgerv1.EventType_EVENT_TYPE_APPROVED,
-		opledgerv1.EventType_EVENT_TYPE_CLAIMED, opledgerv1.EventType_EVENT_TYPE_SUCCEEDED}, eventTypes(evs))
-	wantFences := []int64{0, 0, 1, 1}
-	wantTo := []opledgerv1.State{opledgerv1.State_STATE_AWAITING_APPROVAL, opledgerv1.State_STATE_READY,
-		opledgerv1.State_STATE_EXECUTING, opledgerv1.State_STATE_SUCCEEDED}
-	for i, e := range evs {
-		require.EqualValues(t, i+1, e.GetSeq())
-		require.Equal(t, wantFences[i], e.GetFence(), "event %d", i)
-		require.Equal(t, wantTo[i], e.GetToState(), "event %d", i)
-		if i > 0 {
-			require.Equal(t, wantTo[i-1], e.GetFromState(), "event %d", i)
-		}
-	}
 }
 
 // TestExecuteConcurrent fires 64 Executes of one approved operation at two
@@ -205,35 +138,6 @@ func TestExecuteWaitsForHolder(t *testing.T) {
 	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, waiterResp.GetOperation().GetState())
 	require.True(t, waiterResp.GetReplayed())
 	require.Equal(t, holderResp.GetOperation().GetExternalRef(), waiterResp.GetOperation().GetExternalRef())
-	require.Len(t, w.env.Fakepay.Charges(), 1)
-}
-
-// TestExecuteWithoutWaitIsPending: without a wait, a second caller gets the
-// pending state of the same operation, not an error.
-func TestExecuteWithoutWaitIsPending(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t, harness.Options{})
-	b := newBlocker()
-	srv := w.env.StartServer(harness.ServerOptions{NoReconciler: true, Hooks: &ledger.Hooks{AfterDownstream: b.hook}})
-	op := preparedApproved(t, w, srv.Client, "pay_invoice")
-
-	holderDone := make(chan struct{})
-	go func() {
-		defer close(holderDone)
-		_, _ = execute(srv.Client, w.agent, op.GetId(), 0)
-	}()
-	b.waitArrived(t, holderDone)
-	resp, err := execute(srv.Client, w.agent, op.GetId(), 0)
-	close(b.release)
-	<-holderDone
-	require.NoError(t, err)
-	require.False(t, resp.GetReplayed())
-	require.Equal(t, opledgerv1.State_STATE_EXECUTING, resp.GetOperation().GetState())
-	require.Equal(t, op.GetId(), resp.GetOperation().GetId())
-	require.NotNil(t, resp.GetOperation().GetLeaseExpireTime())
-
-	final, _ := get(t, srv.Client, w.agent, op.GetId())
-	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, final.GetState())
 	require.Len(t, w.env.Fakepay.Charges(), 1)
 }
 

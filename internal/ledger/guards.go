@@ -22,28 +22,39 @@ func names(states []State) []string {
 // transition is the guarded statement for op taking event to `to` by
 // party: it applies only while op's fence is the one read and every guard
 // of the table holds. The caller adds what the transition records.
-func (l *Ledger) transition(op Operation, event Event, to State, by Party) (store.Transition, error) {
-	froms, g, err := Guarded(event, to, by)
+func (l *Ledger) transition(op Operation, event Event, to State, by Party) (store.TransitionParams, error) {
+	froms, g, err := l.guarded(event, to, by)
 	if err != nil {
-		return store.Transition{}, err
+		return store.TransitionParams{}, err
 	}
-	t := store.Transition{Tenant: op.Tenant, ID: op.ID, From: names(froms), Fence: op.Fence, To: string(to), Event: string(event),
+	t := store.TransitionParams{Tenant: op.Tenant, ID: op.ID, From: names(froms), Fence: op.Fence, To: string(to), Event: string(event),
 		RequireLeaseExpired: g.Has(GuardLeaseExpired), RequireUnsent: g.Has(GuardUnsent), RequireFirstSend: g.Has(GuardFirstSend),
 		RequireSentIfReady: g.Has(GuardSentBefore),
 		Base:               op}
 	if g.Has(GuardKeyWindow) {
 		b, err := l.toolOf(op)
 		if err != nil {
-			return store.Transition{}, err
+			return store.TransitionParams{}, err
 		}
-		t.KeyWindow = l.keyWindow(b, 0)
+		t.KeyWindow = keyWindow(b, 0)
 	}
 	return t, nil
 }
 
-// decision is the guarded statement for an approval-related change of op.
-func decision(op Operation, event Event, to State, by Party) (store.Decision, error) {
+// guarded is Guarded for a statement the ledger is about to run: a
+// combination the table does not list is the ledger's own defect (bug),
+// never a caller's.
+func (l *Ledger) guarded(event Event, to State, by Party) ([]State, Guard, error) {
 	froms, g, err := Guarded(event, to, by)
+	if err != nil {
+		return nil, 0, l.bug(err)
+	}
+	return froms, g, nil
+}
+
+// decision is the guarded statement for an approval-related change of op.
+func (l *Ledger) decision(op Operation, event Event, to State, by Party) (store.Decision, error) {
+	froms, g, err := l.guarded(event, to, by)
 	if err != nil {
 		return store.Decision{}, err
 	}
@@ -64,8 +75,8 @@ var claim = func() store.Claim {
 // policyApply is the guarded statement applying the policy in force to op,
 // which was judged under another (GuardPolicyStale: the statement checks
 // the digest op was read with, and that nothing was sent).
-func policyApply(op Operation, event Event, to State, by Party) (store.PolicyApply, error) {
-	froms, g, err := Guarded(event, to, by)
+func (l *Ledger) policyApply(op Operation, event Event, to State, by Party) (store.PolicyApply, error) {
+	froms, g, err := l.guarded(event, to, by)
 	if err != nil {
 		return store.PolicyApply{}, err
 	}
@@ -86,7 +97,7 @@ func (l *Ledger) takeOver(op Operation, b bound, ahead time.Duration) store.Take
 	}
 	t := store.TakeOver{Tenant: op.Tenant, ID: op.ID, From: string(froms[0]), Event: string(EventLeaseTakenOver), Fence: op.Fence}
 	if g.Has(GuardKeyWindow) {
-		t.KeyWindow = l.keyWindow(b, ahead)
+		t.KeyWindow = keyWindow(b, ahead)
 	}
 	return t
 }

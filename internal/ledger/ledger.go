@@ -29,7 +29,8 @@ type Operation = store.Operation
 // OperationEvent is one entry of an operation's event log.
 type OperationEvent = store.Event
 
-// Config tunes the ledger. Zero values take the defaults noted.
+// Config tunes the ledger. Zero values take the defaults noted, which
+// Defaults holds.
 type Config struct {
 	// ServerID names this process in leases and event logs.
 	ServerID string
@@ -79,50 +80,68 @@ type Config struct {
 	ApprovalWebhook ApprovalWebhook
 }
 
+// FinishedCacheOff is Config.FinishedCacheSize turning the caches of
+// finished and READY operations off (any negative value does; 0 is the
+// default size).
+const FinishedCacheOff = -1
+
+// Defaults is every default of Config, written here and nowhere else:
+// Config's zero fields take them (New), and the binary's flags
+// (cmd/opledger) show and apply the same values. ServerID's default is a
+// new random name per process.
+func Defaults() Config {
+	return Config{
+		MinLease:            30 * time.Second,
+		MaxWait:             30 * time.Second,
+		WaitPoll:            500 * time.Millisecond,
+		MaxArgsBytes:        64 << 10,
+		ReconcileInterval:   time.Second,
+		ReconcileBackoff:    time.Second,
+		ReconcileMaxBackoff: 5 * time.Minute,
+		AuthCacheTTL:        DefaultAuthCacheTTL,
+		Retention:           30 * 24 * time.Hour,
+		PruneInterval:       time.Hour,
+		FinishedCacheSize:   16384,
+		FinishedCacheTTL:    10 * time.Minute,
+		OutcomeRetry:        time.Minute,
+		ApprovalWebhook: ApprovalWebhook{Timeout: 10 * time.Second, Backoff: time.Second, MaxBackoff: 5 * time.Minute,
+			MaxAge: 24 * time.Hour, Interval: time.Second},
+	}
+}
+
+// defaults fills c's zero fields from Defaults.
 func (c *Config) defaults() {
+	d := Defaults()
 	if c.ServerID == "" {
 		c.ServerID = newID("srv_")
 	}
-	if c.MinLease == 0 {
-		c.MinLease = 30 * time.Second
+	orDefault(&c.MinLease, d.MinLease)
+	orDefault(&c.MaxWait, d.MaxWait)
+	orDefault(&c.WaitPoll, d.WaitPoll)
+	orDefault(&c.MaxArgsBytes, d.MaxArgsBytes)
+	orDefault(&c.ReconcileInterval, d.ReconcileInterval)
+	orDefault(&c.ReconcileBackoff, d.ReconcileBackoff)
+	orDefault(&c.ReconcileMaxBackoff, d.ReconcileMaxBackoff)
+	orDefault(&c.AuthCacheTTL, d.AuthCacheTTL)
+	orDefault(&c.Retention, d.Retention)
+	orDefault(&c.PruneInterval, d.PruneInterval)
+	orDefault(&c.FinishedCacheSize, d.FinishedCacheSize)
+	orDefault(&c.FinishedCacheTTL, d.FinishedCacheTTL)
+	orDefault(&c.OutcomeRetry, d.OutcomeRetry)
+	w, dw := &c.ApprovalWebhook, d.ApprovalWebhook
+	orDefault(&w.Timeout, dw.Timeout)
+	orDefault(&w.Backoff, dw.Backoff)
+	orDefault(&w.MaxBackoff, dw.MaxBackoff)
+	orDefault(&w.MaxAge, dw.MaxAge)
+	orDefault(&w.Interval, dw.Interval)
+}
+
+// orDefault sets a zero setting to its default.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
 	}
-	if c.MaxWait == 0 {
-		c.MaxWait = 30 * time.Second
-	}
-	if c.WaitPoll == 0 {
-		c.WaitPoll = 500 * time.Millisecond
-	}
-	if c.MaxArgsBytes == 0 {
-		c.MaxArgsBytes = 64 << 10
-	}
-	if c.ReconcileInterval == 0 {
-		c.ReconcileInterval = time.Second
-	}
-	if c.ReconcileBackoff == 0 {
-		c.ReconcileBackoff = time.Second
-	}
-	if c.ReconcileMaxBackoff == 0 {
-		c.ReconcileMaxBackoff = 5 * time.Minute
-	}
-	if c.AuthCacheTTL == 0 {
-		c.AuthCacheTTL = DefaultAuthCacheTTL
-	}
-	if c.Retention == 0 {
-		c.Retention = 30 * 24 * time.Hour
-	}
-	if c.PruneInterval == 0 {
-		c.PruneInterval = time.Hour
-	}
-	if c.FinishedCacheSize == 0 {
-		c.FinishedCacheSize = 16384
-	}
-	if c.FinishedCacheTTL == 0 {
-		c.FinishedCacheTTL = 10 * time.Minute
-	}
-	if c.OutcomeRetry == 0 {
-		c.OutcomeRetry = time.Minute
-	}
-	c.ApprovalWebhook.defaults()
 }
 
 // bound is a tool with the executor that performs it, its settings with

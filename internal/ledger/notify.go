@@ -51,24 +51,6 @@ type ApprovalWebhook struct {
 	Interval time.Duration
 }
 
-func (w *ApprovalWebhook) defaults() {
-	if w.Timeout == 0 {
-		w.Timeout = 10 * time.Second
-	}
-	if w.Backoff == 0 {
-		w.Backoff = time.Second
-	}
-	if w.MaxBackoff == 0 {
-		w.MaxBackoff = 5 * time.Minute
-	}
-	if w.MaxAge == 0 {
-		w.MaxAge = 24 * time.Hour
-	}
-	if w.Interval == 0 {
-		w.Interval = time.Second
-	}
-}
-
 // SignatureHeader carries the signature of a notification, in the format
 // of the incoming webhooks.
 const SignatureHeader = "Opledger-Signature"

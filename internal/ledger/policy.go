@@ -143,7 +143,7 @@ func (l *Ledger) rejudge(ctx context.Context, a Actor, op Operation) error {
 		event, to = EventPolicyChecked, StateReady
 		detail = fmt.Sprintf("judged again under policy %s (was %s): nothing more needed", short(t.Policy.Digest), short(op.PolicyDigest))
 	}
-	p, err := policyApply(op, event, to, ByClaimant)
+	p, err := l.policyApply(op, event, to, ByClaimant)
 	if err != nil {
 		return storeErr(err)
 	}
@@ -151,7 +151,7 @@ func (l *Ledger) rejudge(ctx context.Context, a Actor, op Operation) error {
 	p.RequireShort, p.RequireMet = to == StateAwaitingApproval, to == StateReady
 	p.Actor, p.Detail, p.Notify = a.Name, detail, l.notifyOn()
 	_, err = conn.OperationPolicyApply(ctx, p)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrConditionFailed) {
 		return nil // judged, sent or decided meanwhile: claim again
 	}
 	if err != nil {

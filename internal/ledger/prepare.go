@@ -81,11 +81,12 @@ func (l *Ledger) PrepareAndExecute(ctx context.Context, a Actor, in PrepareInput
 	id := op.ID
 	switch {
 	case handed:
-		op, executionReplayed, err = func() (Operation, bool, error) {
+		r := func() reply {
 			defer l.attempts.end()
-			return l.run(ctx, op, claimStart, false)
+			return l.attempt(ctx, op, claimStart, false)
 		}()
-		if errors.Is(err, errReleasedUnsent) {
+		op, executionReplayed, err = r.answer()
+		if r.again {
 			// Released unsent (its lease spent before the call could
 			// start): an Execute claims it again.
 			op, executionReplayed, err = l.Execute(ctx, a, id, wait)
@@ -300,7 +301,7 @@ func (l *Ledger) checkArgs(t *tool.Tool, args *structpb.Struct, field string) ([
 	return canonical, nil
 }
 
-// errKeyTaken rolls back a Prepare's reservations when its insert found the
+// errKeyTaken rolls back a Prepare's quota count when its insert found the
 // key taken: the caller reads the operation that has it.
 var errKeyTaken = errors.New("ledger: the idempotency key is taken")
 
@@ -311,41 +312,78 @@ func admissionRefusal(err error) bool {
 		le.Reason == opledgerv1.ErrorReason_ERROR_REASON_OPERATION_DUPLICATE)
 }
 
-// insert stores a new operation of t prepared by a. With a quota, limits
-// or a business identity it does so in a transaction that also reserves
-// them (admit) and counts the tenant's operations this minute, so an
-// operation refused by any of them is rolled back and nothing is stored. A
-// limit with `over: approve` that the call goes past makes n await approval
-// (and not be claimed).
+// insert stores a new operation of t prepared by a. A tool with limits
+// first reserves the operation's budget shares (admit, a statement of its
+// own); its business identity is taken by the insert's own statement; with
+// a quota the insert runs in a transaction that also counts the tenant's
+// operations this minute. An operation refused by any of them is not
+// stored, and the shares reserved for it are released. A limit with `over:
+// approve` that the call goes past makes n await approval (and not be
+// claimed).
 func (l *Ledger) insert(ctx context.Context, a Actor, t *tool.Tool, args *structpb.Struct, n *store.NewOperation) (Operation, bool, error) {
-	if l.cfg.OpsPerMinute <= 0 && !needsIdentityOrBudget(t) {
+	var adm admission
+	if needsIdentityOrBudget(t) {
+		var err error
+		if adm, err = l.admit(ctx, t, a, args, n.ID); err != nil {
+			return Operation{}, false, err
+		}
+		n.BudgetNames, n.BudgetScopes, n.Identity = adm.names, adm.scopes, adm.identity
+		if adm.identity != "" {
+			n.TakeIdentity, n.IdentityWindow = true, t.Identity.Window
+			if failpoint.Defect(failpoint.DefectIdentitySelect) {
+				// Test-only: the identity checked by a read in Go and
+				// taken unconditionally (identityReserve), not by the
+				// insert's guard.
+				held, err := identityReserve(ctx, &l.store.Conn, a.Tenant, t.Name, adm.identity, n.ID, n.IdempotencyKey, t.Identity.Window)
+				if err != nil || held {
+					l.release(ctx, a.Tenant, n.ID, adm)
+				}
+				if err != nil {
+					return Operation{}, false, err
+				}
+				if held {
+					holder, _ := l.store.IdentityHolder(ctx, a.Tenant, t.Name, adm.identity)
+					return Operation{}, false, l.duplicate(t, adm.identity, holder)
+				}
+				n.TakeIdentity = false
+			}
+		}
+		if adm.over != nil && n.State == string(StateReady) {
+			n.State, n.Claim = string(StateAwaitingApproval), nil
+			n.ApprovalRequired, n.ApprovalsNeeded = true, int32(max(t.Approval.Approvers, 1))
+			n.ApprovalRule, n.ApprovalTTL = "limits."+adm.over.Name, t.Approval.TTL
+		}
+	}
+	op, inserted, err := l.insertOperation(ctx, a, n)
+	if err == nil && !inserted && n.TakeIdentity {
+		// Nothing inserted: the key is taken, or another operation holds
+		// the identity.
+		holder, key, held, gerr := l.store.IdentityGet(ctx, a.Tenant, t.Name, n.Identity)
+		if gerr == nil && held && key != n.IdempotencyKey {
+			err = l.duplicate(t, n.Identity, holder)
+		}
+	}
+	if err != nil && !store.MayHaveCommitted(err) || err == nil && !inserted {
+		l.release(ctx, a.Tenant, n.ID, adm)
+	}
+	return op, inserted, err
+}
+
+// insertOperation inserts n, with the tenant's quota when one is set.
+func (l *Ledger) insertOperation(ctx context.Context, a Actor, n *store.NewOperation) (Operation, bool, error) {
+	if l.cfg.OpsPerMinute <= 0 {
 		return l.store.OperationInsert(ctx, *n)
 	}
 	var op Operation
 	var inserted bool
 	err := l.store.InTx(ctx, func(c *store.Conn) error {
 		var err error
-		if needsIdentityOrBudget(t) {
-			adm, err := l.admit(ctx, c, t, a, args, n.ID, n.IdempotencyKey)
-			if err != nil {
-				return err
-			}
-			n.BudgetNames, n.BudgetScopes, n.Identity = adm.names, adm.scopes, adm.identity
-			if adm.over != nil && n.State == string(StateReady) {
-				n.State, n.Claim = string(StateAwaitingApproval), nil
-				n.ApprovalRequired, n.ApprovalsNeeded = true, int32(max(t.Approval.Approvers, 1))
-				n.ApprovalRule, n.ApprovalTTL = "limits."+adm.over.Name, t.Approval.TTL
-			}
-		}
 		op, inserted, err = c.OperationInsert(ctx, *n)
 		if err != nil {
 			return err
 		}
 		if !inserted {
 			return errKeyTaken
-		}
-		if l.cfg.OpsPerMinute <= 0 {
-			return nil
 		}
 		count, err := c.TenantUsageBump(ctx, a.Tenant)
 		if err != nil {

@@ -115,7 +115,7 @@ func (l *Ledger) resolve(ctx context.Context, a Actor, op Operation, r Resolutio
 		t.SetError = true
 	}
 	out, err := l.store.OperationTransition(ctx, t)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrConditionFailed) {
 		return Operation{}, "", &Error{Reason: opledgerv1.ErrorReason_ERROR_REASON_OPERATION_IN_PROGRESS,
 			Message: "the operation changed while it was being resolved; read it and try again", RetryAfter: 100 * time.Millisecond}
 	}
@@ -160,12 +160,12 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		return op, "nothing to reconcile: the operation is " + op.State, nil
 	}
 	executing := State(op.State) == StateExecuting
-	apply := func(to State, ev Event, detail string, set func(*store.Transition)) (Operation, string, error) {
+	apply := func(to State, ev Event, detail string, set func(*store.TransitionParams)) (Operation, string, error) {
 		if executing && to == StateOutcomeUnknown {
 			ev = EventOutcomeUnknown
 		}
 		if err := Check(State(op.State), ev, to); err != nil {
-			return Operation{}, "", storeErr(err)
+			return Operation{}, "", l.bug(err) // unresolved(op) admits only states the table's edges leave
 		}
 		t, err := l.transition(op, ev, to, ByWatcher)
 		if err != nil {
@@ -176,7 +176,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 			set(&t)
 		}
 		out, err := l.store.OperationTransition(ctx, t)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, store.ErrConditionFailed) {
 			cur, gerr := l.store.OperationGet(ctx, op.Tenant, op.ID)
 			if gerr != nil {
 				return Operation{}, "", storeErr(gerr)
@@ -187,7 +187,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 			return Operation{}, "", storeErr(err)
 		}
 		// to, not out.State: out may show a change made after this one
-		// (store.Transition.Base).
+		// (store.TransitionParams.Base).
 		l.opLogger(out).Info("reconciled", "to", to, "detail", detail)
 		l.obs.Reconciled(op.Tool, strings.ToLower(string(to)))
 		return out, detail, nil
@@ -231,16 +231,16 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	switch lr.Status {
 	case executor.LookupFound:
 		if lr.Result.Outcome == executor.OutcomeFailed {
-			return apply(StateFailed, EventReconciled, "found at the downstream: refused", func(t *store.Transition) {
+			return apply(StateFailed, EventReconciled, "found at the downstream: refused", func(t *store.TransitionParams) {
 				t.SetError = true
 				t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_REJECTED, lr.Result)
 			})
 		}
-		return apply(StateSucceeded, EventReconciled, "found at the downstream: succeeded", func(t *store.Transition) {
+		return apply(StateSucceeded, EventReconciled, "found at the downstream: succeeded", func(t *store.TransitionParams) {
 			t.ExternalRef, t.Result, t.SetError = lr.Result.ExternalRef, lr.Result.Body, true
 		})
 	case executor.LookupNotFound:
-		if l.keyStillDedupes(b, op, 0) && b.caps.LookupConsistent {
+		if keyStillDedupes(b, op, 0) && b.caps.LookupConsistent {
 			return apply(StateReady, EventReconciled, "not found at the downstream, whose lookup is consistent: the next Execute resubmits the same key", nil)
 		}
 		detail := "inconclusive: not found, but a miss from this downstream is not proof that nothing happened"
@@ -263,8 +263,8 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 	}
 }
 
-func setUnknown(detail string) func(*store.Transition) {
-	return func(t *store.Transition) {
+func setUnknown(detail string) func(*store.TransitionParams) {
+	return func(t *store.TransitionParams) {
 		t.SetError = true
 		t.Error = storedError(opledgerv1.ErrorReason_ERROR_REASON_DOWNSTREAM_OUTCOME_UNKNOWN, executor.Result{Detail: detail})
 	}
@@ -309,31 +309,4 @@ func (l *Ledger) ReconcileBatch(ctx context.Context) (int, error) {
 		}
 	}
 	return len(ops), nil
-}
-
-// keyStillDedupes reports whether resubmitting the operation's downstream key
-// is harmless: the downstream dedupes keys, and it cannot yet have forgotten
-// this one, nor will it have within ahead (how long a resubmission decided
-// now may take to reach it). Past (90% of) its key retention, counted from
-// the first claim on the database's clock, a lookup miss proves nothing and
-// a resubmission could be a second effect. The statements that act on it
-// check the same window themselves (keyWindow); this answer only picks the
-// path.
-func (l *Ledger) keyStillDedupes(b bound, op Operation, ahead time.Duration) bool {
-	if !b.caps.DedupesKeys {
-		return false
-	}
-	r := b.settings.KeyRetention
-	if r == 0 || op.FirstClaimedAt.IsZero() {
-		return true
-	}
-	if op.DBNow.IsZero() {
-		return false
-	}
-	return op.SinceFirstClaim()+ahead < r-r/10
-}
-
-// keyWindow is the guard that keyStillDedupes's rule becomes in a statement.
-func (l *Ledger) keyWindow(b bound, ahead time.Duration) store.KeyWindow {
-	return store.KeyWindow{Retention: b.settings.KeyRetention, Ahead: ahead}
 }

@@ -197,14 +197,14 @@ func TestStatementsFollowTheTable(t *testing.T) {
 			to := l.takeOver(op, l.bound["pay@1"], time.Minute)
 			require.Equal(t, []string{to.From}, names(froms))
 			require.Equal(t, op.Fence, to.Fence)
-			require.Equal(t, g.Has(GuardKeyWindow), to.KeyWindow == store.KeyWindow{Retention: time.Hour, Ahead: time.Minute})
+			require.Equal(t, g.Has(GuardKeyWindow), to.KeyWindow == store.KeyWindow{Retention: time.Hour, Ahead: time.Minute, Factor: keyWindowFactor})
 		case EventPolicyChanged, EventPolicyChecked:
-			p, err := policyApply(op, r.Event, r.To, r.By)
+			p, err := l.policyApply(op, r.Event, r.To, r.By)
 			require.NoError(t, err)
 			require.ElementsMatch(t, names(froms), p.From)
 			require.True(t, g.Has(GuardPolicyStale), "%+v", r)
 		case EventApproved, EventDenied, EventApprovalExpired, EventSuperseded:
-			d, err := decision(op, r.Event, r.To, r.By)
+			d, err := l.decision(op, r.Event, r.To, r.By)
 			require.NoError(t, err)
 			require.ElementsMatch(t, names(froms), d.From)
 			require.Equal(t, g.Has(GuardLapsedUnsent), d.RequireLapsedUnsent, "%+v", r)
@@ -218,7 +218,19 @@ func TestStatementsFollowTheTable(t *testing.T) {
 			require.Equal(t, g.Has(GuardUnsent), tr.RequireUnsent, "%+v", r)
 			require.Equal(t, g.Has(GuardFirstSend), tr.RequireFirstSend, "%+v", r)
 			require.Equal(t, g.Has(GuardSentBefore), tr.RequireSentIfReady, "%+v", r)
-			require.Equal(t, g.Has(GuardKeyWindow), tr.KeyWindow == store.KeyWindow{Retention: time.Hour}, "%+v", r)
+			require.Equal(t, g.Has(GuardKeyWindow), tr.KeyWindow == store.KeyWindow{Retention: time.Hour, Factor: keyWindowFactor}, "%+v", r)
 		}
 	}
+}
+
+// TestIllegalEdgeIsABug: a statement for an edge the table does not list is
+// the ledger's defect, never a caller's: under test it panics where it is
+// built (in production, one "bug" log line and INTERNAL).
+func TestIllegalEdgeIsABug(t *testing.T) {
+	t.Parallel()
+	l := &Ledger{}
+	op := Operation{Tenant: "acme", ID: "op_1", Fence: 3}
+	require.Panics(t, func() { _, _ = l.transition(op, EventClaimed, StateSucceeded, ByHolder) })
+	require.Panics(t, func() { _, _ = l.decision(op, EventApproved, StateExecuting, ByApprover) })
+	require.Panics(t, func() { _, _ = l.policyApply(op, EventPolicyChanged, StateSucceeded, ByClaimant) })
 }

@@ -18,19 +18,20 @@ import (
 const (
 	// ScenarioOneCallBudgeted is execute-one-call of a tool with a limit
 	// per customer (one of budgetCustomers, drawn at random) and a business
-	// identity (a new invoice per call): an IdentityReserve and a
-	// BudgetReserve in the Prepare's transaction.
+	// identity (a new invoice per call): a BudgetReserve before the
+	// insert, whose own statement takes the identity.
 	ScenarioOneCallBudgeted = "one-call-budgeted"
 	// ScenarioOneCallTenantLimit is execute-one-call of a tool with one
 	// tenant-wide limit: every call reserves its share of the same budget
-	// row, so the Prepares queue on its lock.
+	// row, so the Prepares queue on its lock (held for the reservation's
+	// statement, not for a flush: docs/policy.md).
 	ScenarioOneCallTenantLimit = "one-call-tenant-limit"
 )
 
 // The budget scenarios' tools and limits. The limits are never reached
 // (a refusal would count as an error): they measure the reservation, not
-// a refusal. The tenant-wide window is short because a budget keeps one
-// entry per operation within its window, which its reservation rewrites.
+// a refusal. The tenant-wide window is short so that uses leave it during
+// a run, and reservations meet expired uses as they would in production.
 const (
 	budgetedTool       = "bench_charge_budgeted"
 	tenantLimitedTool  = "bench_charge_metered"

@@ -87,6 +87,7 @@ func pgbInsert(claim bool) map[string]bind {
 		// The events' receipts (doc hashes, PREPARED's facts) as store
 		// passes them (store/receipts.go).
 		"prepared_doc": val(pgbDoc), "prepared_facts": val(pgbPreparedFacts), "claimed_doc": val(pgbDoc),
+		"take_identity": val("false"), "identity_window_seconds": val("0"),
 	}
 }
 
@@ -130,7 +131,7 @@ func pgbSucceeded() map[string]bind {
 		"result": val(pgbResult), "set_error": val("true"), "error": pgbNull, "event_type": val("SUCCEEDED"),
 		"reconcile_after_seconds": val("1"), "from_states": val("{EXECUTING,OUTCOME_UNKNOWN}"), "fence": val("1"),
 		"require_lease_expired": val("false"), "require_unsent": val("false"), "require_first_send": val("false"), "require_sent_if_ready": val("false"),
-		"key_retention_seconds": val("0"), "ahead_seconds": val("0"), "actor": val("server:bench-pgbench"),
+		"key_retention_seconds": val("0"), "ahead_seconds": val("0"), "key_window_factor": val("0"), "actor": val("server:bench-pgbench"),
 		"detail": val("downstream succeeded; external ref recorded"),
 		// The SUCCEEDED event's receipt: its doc hash, and its facts (the
 		// result's digest, the error cleared).

@@ -41,14 +41,42 @@
 -- bytes costs PostgreSQL less than a CTE and the subplans that would share
 -- it: docs/performance.md, finding 38), CLAIMED's is chained to it, and
 -- the last is the row's chain_head (all NULL with receipts off).
-WITH ins AS (
+-- With take_identity the same statement takes the tool's business identity
+-- for it (ident, IdentityReserve's guard: free, or held under this key by an
+-- operation that no longer exists) and inserts the operation only if it did:
+-- no row then too, and the caller asks who holds it (IdentityGet). The row
+-- lock that ON CONFLICT takes orders concurrent Prepares of one identity and
+-- its WHERE is judged on the newest version; an identity taken for an
+-- operation whose key turned out taken is undone with the whole statement
+-- (operation_admit_check raises OL409, read as "the key is taken"). An
+-- operation with budget shares (budget_names) is inserted only if every
+-- share is there: a reservation lost to a crash before its asynchronous
+-- commit was flushed refuses the insert (OL503, read as unavailable).
+WITH ident AS (
+    INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
+    SELECT sqlc.arg(tenant), sqlc.arg(tool), sqlc.narg(identity)::text, sqlc.arg(id), sqlc.arg(idempotency_key),
+           sqlc.arg(identity_window_seconds)::float8, 'infinity'
+    WHERE sqlc.arg(take_identity)::boolean
+    ON CONFLICT (tenant, tool, identity) DO UPDATE SET
+        operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
+        window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
+    WHERE i.free_at <= statement_timestamp()
+       OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
+    RETURNING i.operation_id
+), shares AS (
+    -- The operation's shares of the budgets it names (one per limit name):
+    -- primary-key probes.
+    SELECT count(*) AS found FROM budget_use u
+    WHERE u.tenant = sqlc.arg(tenant) AND u.name = ANY (sqlc.narg(budget_names)::text[])
+      AND u.scope = ANY (sqlc.narg(budget_scopes)::text[]) AND u.operation_id = sqlc.arg(id)
+), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
                            fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    VALUES (sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(tool_version), sqlc.arg(idempotency_key), sqlc.arg(args), sqlc.arg(fingerprint),
+    SELECT sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(tool_version), sqlc.arg(idempotency_key), sqlc.arg(args), sqlc.arg(fingerprint),
             CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.arg(claim_to)::text ELSE sqlc.arg(state)::text END,
             sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key),
             CASE WHEN sqlc.arg(claim)::boolean THEN 2 ELSE 1 END,
@@ -74,7 +102,10 @@ WITH ins AS (
             CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 AND sqlc.arg(state)::text = 'READY'
                  THEN now() + make_interval(secs => sqlc.arg(approval_ttl_ms)::bigint / 1000.0) END,
             CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 THEN sqlc.arg(fingerprint)::text END,
-            sqlc.narg(approved_reason)::text)
+            sqlc.narg(approved_reason)::text
+    WHERE (NOT sqlc.arg(take_identity)::boolean OR EXISTS (SELECT 1 FROM ident))
+      AND (sqlc.narg(budget_names)::text[] IS NULL
+           OR (SELECT found FROM shares) = coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0))
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
@@ -89,7 +120,11 @@ WITH ins AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
     SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
 )
-SELECT created_at, lease_expires_at, args FROM ins;
+SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
+UNION ALL
+SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
+WHERE operation_admit_check(sqlc.arg(take_identity)::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
+                            coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0), (SELECT found FROM shares));
 
 -- name: OperationGetByKey :one
 SELECT * FROM operation
@@ -98,7 +133,7 @@ WHERE tenant = sqlc.arg(tenant) AND tool = sqlc.arg(tool) AND idempotency_key = 
 -- name: OperationGet :one
 -- db_now is the database's clock, against which the caller judges leases
 -- and retention.
-SELECT *, now()::timestamptz AS db_now FROM operation
+SELECT sqlc.embed(operation), now()::timestamptz AS db_now FROM operation
 WHERE id = sqlc.arg(id) AND tenant IS NOT DISTINCT FROM sqlc.arg(tenant);
 
 -- name: OperationGetForUpdate :one
@@ -205,7 +240,7 @@ SELECT state, fence, attempts, lease_owner, lease_expires_at, next_reconcile_at,
 -- holder's fence becomes stale, and since it may have sent, the operation
 -- counts as sent. With a key retention (seconds, 0 = never forgets), the
 -- takeover's request, which may reach the downstream as late as
--- ahead_seconds from now, must arrive within 90% of the retention counted
+-- ahead_seconds from now, must arrive within key_window_factor of the retention counted
 -- from the first claim.
 WITH upd AS (
     UPDATE operation o SET
@@ -222,7 +257,7 @@ WITH upd AS (
       AND o.fence = sqlc.arg(fence) AND o.lease_expires_at < now()
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * sqlc.arg(key_retention_seconds)::float8))
+              < o.first_claimed_at + make_interval(secs => sqlc.arg(key_window_factor)::float8 * sqlc.arg(key_retention_seconds)::float8))
     RETURNING o.*
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
@@ -245,7 +280,8 @@ SELECT * FROM upd;
 --                          nothing about an earlier one);
 --   key_retention_seconds: (when > 0) a resubmission decided now, reaching the
 --                          downstream within ahead_seconds, still falls
---                          inside 90% of the downstream's key retention
+--                          inside key_window_factor (the ledger's send rule)
+--                          of the downstream's key retention
 --                          counted from the first claim.
 -- An attempt that ends any other way than a release (RELEASED: nothing was
 -- sent) marks the operation as sent. The event is appended in the same
@@ -284,7 +320,7 @@ WITH upd AS (
       AND (NOT sqlc.arg(require_first_send)::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
       AND (sqlc.arg(key_retention_seconds)::float8 = 0 OR o.first_claimed_at IS NULL
            OR statement_timestamp() + make_interval(secs => sqlc.arg(ahead_seconds)::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * sqlc.arg(key_retention_seconds)::float8))
+              < o.first_claimed_at + make_interval(secs => sqlc.arg(key_window_factor)::float8 * sqlc.arg(key_retention_seconds)::float8))
     RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
               o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error, o.chain_head
 ), ev AS (
@@ -457,7 +493,7 @@ UPDATE operation o SET
                                                            sqlc.arg(base_backoff_seconds)::float8 * power(2, LEAST(o.reconcile_attempts, 62))))
 FROM due
 WHERE o.id = due.id
-RETURNING o.*, now()::timestamptz AS db_now;
+RETURNING sqlc.embed(o), now()::timestamptz AS db_now;
 
 -- name: OperationCountOpen :many
 -- Counts open (non-terminal) operations by state, across tenants, through
@@ -563,57 +599,36 @@ LIMIT sqlc.arg(page_limit);
 SELECT statement_timestamp()::timestamptz AS now;
 
 -- name: BudgetReserve :one
--- Reserves an operation's share of one budget (a limit of the tenant, for
--- one `per` key) if it fits: at most max_count operations (0: no bound) and
--- at most max_sum in total (with has_sum) within the window counted back
--- from the database's clock, and at most max_uses entries. With force (a
--- limit whose `over` is approve) the share is taken whether it fits or not.
--- No row: it does not fit, nothing changed. The row lock that ON CONFLICT
--- takes orders concurrent reservations, and its WHERE is judged on the
--- row's newest version, so reservations never together exceed the limit
--- (the caller commits the reservation with the operation it is for, in one
--- transaction). fits says whether the share fitted (always true without
--- force). Expired entries are dropped as the row is rewritten. An
--- operation that holds a share already (an approval renewing one whose
--- share was never released) changes nothing and is admitted.
-INSERT INTO budget AS b (tenant, name, scope, uses, window_seconds)
-SELECT sqlc.arg(tenant)::text, sqlc.arg(name)::text, sqlc.arg(scope)::text,
-       jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text, 'at', extract(epoch FROM statement_timestamp())::float8,
-                                            'amount', sqlc.arg(amount)::float8)),
-       sqlc.arg(window_seconds)::float8
-WHERE sqlc.arg(force)::boolean
-   OR (sqlc.arg(max_count)::integer <> 0 OR sqlc.arg(has_sum)::boolean)
-      AND (NOT sqlc.arg(has_sum)::boolean OR sqlc.arg(amount)::float8 <= sqlc.arg(max_sum)::float8)
-ON CONFLICT (tenant, name, scope) DO UPDATE SET
-    uses = CASE WHEN b.uses @> jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text)) THEN b.uses
-           ELSE COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
-                          WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8), '[]'::jsonb)
-                || EXCLUDED.uses END,
-    window_seconds = EXCLUDED.window_seconds
-WHERE b.uses @> jsonb_build_array(jsonb_build_object('op', sqlc.arg(op_id)::text))
-   OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
-       WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8) < sqlc.arg(max_uses)::integer
-  AND (sqlc.arg(force)::boolean
-   OR (sqlc.arg(max_count)::integer = 0
-       OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
-           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8) + 1 <= sqlc.arg(max_count)::integer)
-      AND (NOT sqlc.arg(has_sum)::boolean
-       OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e
-           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8)
-          + sqlc.arg(amount)::float8 <= sqlc.arg(max_sum)::float8))
-RETURNING ((sqlc.arg(max_count)::integer = 0 OR jsonb_array_length(b.uses) <= sqlc.arg(max_count)::integer)
-           AND (NOT sqlc.arg(has_sum)::boolean
-                OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e) <= sqlc.arg(max_sum)::float8))::boolean AS fits;
+-- Reserves an operation's share of each of its budgets (limits of the
+-- tenant, each for one `per` key; sorted by name), all or none, by
+-- budget_reserve (migration 0016): {refused, over}, the 0-based index of the
+-- budget that refused (nothing reserved) and of the first one taken past its
+-- limit by force (`over: approve`), -1 for none. Each budget's row lock
+-- orders concurrent reservations and the check runs on what the previous
+-- holder committed, so reservations never together exceed a limit. With
+-- renew (an approval renewing a lapsed one) a share the operation holds
+-- already is admitted as it is. With async, call it on the pool (a transaction of its own): it commits
+-- without waiting for the flush, so the lock is held for microseconds.
+SELECT budget_reserve(sqlc.arg(tenant)::text, sqlc.arg(op_id)::text, sqlc.arg(names)::text[], sqlc.arg(scopes)::text[],
+                      sqlc.arg(amounts)::float8[], sqlc.arg(max_counts)::integer[], sqlc.arg(has_sums)::boolean[],
+                      sqlc.arg(max_sums)::float8[], sqlc.arg(windows)::float8[], sqlc.arg(forces)::boolean[],
+                      sqlc.arg(max_uses)::integer, sqlc.arg(async)::boolean, sqlc.arg(renew)::boolean)::integer[] AS outcome;
+
+-- name: BudgetRelease :exec
+-- Takes an operation's shares out of its budgets (operation_release_budgets):
+-- a Prepare whose reservation committed but whose operation was not stored.
+SELECT operation_release_budgets(sqlc.arg(op_id)::text, sqlc.arg(tenant)::text, sqlc.arg(names)::text[], sqlc.arg(scopes)::text[]);
 
 -- name: BudgetGet :one
--- A budget's entries within the window, oldest first, and the database's
+-- A budget's uses within the window, oldest first, and the database's
 -- clock (epoch seconds) they were judged on: what is used, and when room
 -- frees up. Read only; it decides nothing.
-SELECT COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
-                 WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - sqlc.arg(window_seconds)::float8), '[]'::jsonb)::jsonb AS uses,
-       extract(epoch FROM statement_timestamp())::float8 AS now
-FROM (SELECT sqlc.arg(tenant)::text AS tenant) t
-LEFT JOIN budget b ON b.tenant = t.tenant AND b.name = sqlc.arg(name)::text AND b.scope = sqlc.arg(scope)::text;
+SELECT COALESCE((SELECT jsonb_agg(jsonb_build_object('op', u.operation_id, 'at', extract(epoch FROM u.at)::float8,
+                                                     'amount', u.amount::float8) ORDER BY u.at)
+                 FROM budget_use u
+                 WHERE u.tenant = sqlc.arg(tenant)::text AND u.name = sqlc.arg(name)::text AND u.scope = sqlc.arg(scope)::text
+                   AND u.at > statement_timestamp() - make_interval(secs => sqlc.arg(window_seconds)::float8)), '[]'::jsonb)::jsonb AS uses,
+       extract(epoch FROM statement_timestamp())::float8 AS now;
 
 -- name: IdentityReserve :one
 -- Takes a business identity of a tool for an operation, unless another
@@ -637,19 +652,12 @@ RETURNING i.operation_id;
 SELECT i.operation_id FROM operation_identity i
 WHERE i.tenant = sqlc.arg(tenant) AND i.tool = sqlc.arg(tool) AND i.identity = sqlc.arg(identity);
 
--- name: BudgetPrune :execrows
--- Deletes up to batch_size budgets none of whose entries is within its
--- window any more (nothing they hold counts), and emptied ones. SKIP
--- LOCKED leaves a budget a reservation holds; a reservation after the
--- delete starts the budget afresh, which holds the same (nothing).
-DELETE FROM budget
-WHERE (tenant, name, scope) IN (
-    SELECT p.tenant, p.name, p.scope FROM budget p
-    WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p.uses) e
-                      WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - p.window_seconds)
-    LIMIT sqlc.arg(batch_size)
-    FOR UPDATE SKIP LOCKED
-);
+-- name: BudgetPrune :one
+-- Drops the uses that left their window from up to batch_size budgets and
+-- deletes the budgets left with none (budget_prune, migration 0016); SKIP
+-- LOCKED leaves a budget being reserved to its reservation. Returns the
+-- budgets deleted.
+SELECT budget_prune(sqlc.arg(batch_size)::integer)::bigint AS deleted;
 
 -- name: IdentityPrune :execrows
 -- Deletes up to batch_size business identities that are free (their

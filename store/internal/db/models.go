@@ -44,8 +44,18 @@ type Budget struct {
 	Tenant        string
 	Name          string
 	Scope         string
-	Uses          []byte
 	WindowSeconds float64
+	UsedCount     int32
+	UsedSum       pgtype.Numeric
+}
+
+type BudgetUse struct {
+	Tenant      string
+	Name        string
+	Scope       string
+	OperationID string
+	At          pgtype.Timestamptz
+	Amount      pgtype.Numeric
 }
 
 type ConsoleSession struct {

@@ -12,18 +12,19 @@ import (
 )
 
 const budgetGet = `-- name: BudgetGet :one
-SELECT COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
-                 WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $1::float8), '[]'::jsonb)::jsonb AS uses,
+SELECT COALESCE((SELECT jsonb_agg(jsonb_build_object('op', u.operation_id, 'at', extract(epoch FROM u.at)::float8,
+                                                     'amount', u.amount::float8) ORDER BY u.at)
+                 FROM budget_use u
+                 WHERE u.tenant = $1::text AND u.name = $2::text AND u.scope = $3::text
+                   AND u.at > statement_timestamp() - make_interval(secs => $4::float8)), '[]'::jsonb)::jsonb AS uses,
        extract(epoch FROM statement_timestamp())::float8 AS now
-FROM (SELECT $2::text AS tenant) t
-LEFT JOIN budget b ON b.tenant = t.tenant AND b.name = $3::text AND b.scope = $4::text
 `
 
 type BudgetGetParams struct {
-	WindowSeconds float64
 	Tenant        string
 	Name          string
 	Scope         string
+	WindowSeconds float64
 }
 
 type BudgetGetRow struct {
@@ -31,119 +32,111 @@ type BudgetGetRow struct {
 	Now  float64
 }
 
-// A budget's entries within the window, oldest first, and the database's
+// A budget's uses within the window, oldest first, and the database's
 // clock (epoch seconds) they were judged on: what is used, and when room
 // frees up. Read only; it decides nothing.
 func (q *Queries) BudgetGet(ctx context.Context, db DBTX, arg BudgetGetParams) (BudgetGetRow, error) {
 	row := db.QueryRow(ctx, budgetGet,
-		arg.WindowSeconds,
 		arg.Tenant,
 		arg.Name,
 		arg.Scope,
+		arg.WindowSeconds,
 	)
 	var i BudgetGetRow
 	err := row.Scan(&i.Uses, &i.Now)
 	return i, err
 }
 
-const budgetPrune = `-- name: BudgetPrune :execrows
-DELETE FROM budget
-WHERE (tenant, name, scope) IN (
-    SELECT p.tenant, p.name, p.scope FROM budget p
-    WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p.uses) e
-                      WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - p.window_seconds)
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-)
+const budgetPrune = `-- name: BudgetPrune :one
+SELECT budget_prune($1::integer)::bigint AS deleted
 `
 
-// Deletes up to batch_size budgets none of whose entries is within its
-// window any more (nothing they hold counts), and emptied ones. SKIP
-// LOCKED leaves a budget a reservation holds; a reservation after the
-// delete starts the budget afresh, which holds the same (nothing).
+// Drops the uses that left their window from up to batch_size budgets and
+// deletes the budgets left with none (budget_prune, migration 0016); SKIP
+// LOCKED leaves a budget being reserved to its reservation. Returns the
+// budgets deleted.
 func (q *Queries) BudgetPrune(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
-	result, err := db.Exec(ctx, budgetPrune, batchSize)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	row := db.QueryRow(ctx, budgetPrune, batchSize)
+	var deleted int64
+	err := row.Scan(&deleted)
+	return deleted, err
+}
+
+const budgetRelease = `-- name: BudgetRelease :exec
+SELECT operation_release_budgets($1::text, $2::text, $3::text[], $4::text[])
+`
+
+type BudgetReleaseParams struct {
+	OpID   string
+	Tenant string
+	Names  []string
+	Scopes []string
+}
+
+// Takes an operation's shares out of its budgets (operation_release_budgets):
+// a Prepare whose reservation committed but whose operation was not stored.
+func (q *Queries) BudgetRelease(ctx context.Context, db DBTX, arg BudgetReleaseParams) error {
+	_, err := db.Exec(ctx, budgetRelease,
+		arg.OpID,
+		arg.Tenant,
+		arg.Names,
+		arg.Scopes,
+	)
+	return err
 }
 
 const budgetReserve = `-- name: BudgetReserve :one
-INSERT INTO budget AS b (tenant, name, scope, uses, window_seconds)
-SELECT $1::text, $2::text, $3::text,
-       jsonb_build_array(jsonb_build_object('op', $4::text, 'at', extract(epoch FROM statement_timestamp())::float8,
-                                            'amount', $5::float8)),
-       $6::float8
-WHERE $7::boolean
-   OR ($8::integer <> 0 OR $9::boolean)
-      AND (NOT $9::boolean OR $5::float8 <= $10::float8)
-ON CONFLICT (tenant, name, scope) DO UPDATE SET
-    uses = CASE WHEN b.uses @> jsonb_build_array(jsonb_build_object('op', $4::text)) THEN b.uses
-           ELSE COALESCE((SELECT jsonb_agg(e ORDER BY (e->>'at')::float8) FROM jsonb_array_elements(b.uses) e
-                          WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8), '[]'::jsonb)
-                || EXCLUDED.uses END,
-    window_seconds = EXCLUDED.window_seconds
-WHERE b.uses @> jsonb_build_array(jsonb_build_object('op', $4::text))
-   OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
-       WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8) < $11::integer
-  AND ($7::boolean
-   OR ($8::integer = 0
-       OR (SELECT count(*) FROM jsonb_array_elements(b.uses) e
-           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8) + 1 <= $8::integer)
-      AND (NOT $9::boolean
-       OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e
-           WHERE (e->>'at')::float8 > extract(epoch FROM statement_timestamp()) - $6::float8)
-          + $5::float8 <= $10::float8))
-RETURNING (($8::integer = 0 OR jsonb_array_length(b.uses) <= $8::integer)
-           AND (NOT $9::boolean
-                OR (SELECT COALESCE(sum((e->>'amount')::float8), 0) FROM jsonb_array_elements(b.uses) e) <= $10::float8))::boolean AS fits
+SELECT budget_reserve($1::text, $2::text, $3::text[], $4::text[],
+                      $5::float8[], $6::integer[], $7::boolean[],
+                      $8::float8[], $9::float8[], $10::boolean[],
+                      $11::integer, $12::boolean, $13::boolean)::integer[] AS outcome
 `
 
 type BudgetReserveParams struct {
-	Tenant        string
-	Name          string
-	Scope         string
-	OpID          string
-	Amount        float64
-	WindowSeconds float64
-	Force         bool
-	MaxCount      int32
-	HasSum        bool
-	MaxSum        float64
-	MaxUses       int32
+	Tenant    string
+	OpID      string
+	Names     []string
+	Scopes    []string
+	Amounts   []float64
+	MaxCounts []int32
+	HasSums   []bool
+	MaxSums   []float64
+	Windows   []float64
+	Forces    []bool
+	MaxUses   int32
+	Async     bool
+	Renew     bool
 }
 
-// Reserves an operation's share of one budget (a limit of the tenant, for
-// one `per` key) if it fits: at most max_count operations (0: no bound) and
-// at most max_sum in total (with has_sum) within the window counted back
-// from the database's clock, and at most max_uses entries. With force (a
-// limit whose `over` is approve) the share is taken whether it fits or not.
-// No row: it does not fit, nothing changed. The row lock that ON CONFLICT
-// takes orders concurrent reservations, and its WHERE is judged on the
-// row's newest version, so reservations never together exceed the limit
-// (the caller commits the reservation with the operation it is for, in one
-// transaction). fits says whether the share fitted (always true without
-// force). Expired entries are dropped as the row is rewritten. An
-// operation that holds a share already (an approval renewing one whose
-// share was never released) changes nothing and is admitted.
-func (q *Queries) BudgetReserve(ctx context.Context, db DBTX, arg BudgetReserveParams) (bool, error) {
+// Reserves an operation's share of each of its budgets (limits of the
+// tenant, each for one `per` key; sorted by name), all or none, by
+// budget_reserve (migration 0016): {refused, over}, the 0-based index of the
+// budget that refused (nothing reserved) and of the first one taken past its
+// limit by force (`over: approve`), -1 for none. Each budget's row lock
+// orders concurrent reservations and the check runs on what the previous
+// holder committed, so reservations never together exceed a limit. With
+// renew (an approval renewing a lapsed one) a share the operation holds
+// already is admitted as it is. With async, call it on the pool (a transaction of its own): it commits
+// without waiting for the flush, so the lock is held for microseconds.
+func (q *Queries) BudgetReserve(ctx context.Context, db DBTX, arg BudgetReserveParams) ([]int32, error) {
 	row := db.QueryRow(ctx, budgetReserve,
 		arg.Tenant,
-		arg.Name,
-		arg.Scope,
 		arg.OpID,
-		arg.Amount,
-		arg.WindowSeconds,
-		arg.Force,
-		arg.MaxCount,
-		arg.HasSum,
-		arg.MaxSum,
+		arg.Names,
+		arg.Scopes,
+		arg.Amounts,
+		arg.MaxCounts,
+		arg.HasSums,
+		arg.MaxSums,
+		arg.Windows,
+		arg.Forces,
 		arg.MaxUses,
+		arg.Async,
+		arg.Renew,
 	)
-	var fits bool
-	err := row.Scan(&fits)
-	return fits, err
+	var outcome []int32
+	err := row.Scan(&outcome)
+	return outcome, err
 }
 
 const clockNow = `-- name: ClockNow :one
@@ -642,51 +635,8 @@ type OperationClaimUnresolvedParams struct {
 }
 
 type OperationClaimUnresolvedRow struct {
-	ID                  string
-	Tenant              string
-	Tool                string
-	ToolVersion         string
-	IdempotencyKey      string
-	Args                []byte
-	Fingerprint         string
-	State               string
-	PreparedBy          string
-	ApprovalRequired    bool
-	ApprovalTtlMs       int64
-	ApprovalDecision    pgtype.Text
-	ApprovalDecidedBy   pgtype.Text
-	ApprovalDecidedAt   pgtype.Timestamptz
-	ApprovalExpiresAt   pgtype.Timestamptz
-	ApprovalFingerprint pgtype.Text
-	ApprovalReason      pgtype.Text
-	Attempts            int32
-	Fence               int64
-	LeaseOwner          pgtype.Text
-	LeaseExpiresAt      pgtype.Timestamptz
-	FirstClaimedAt      pgtype.Timestamptz
-	DownstreamKey       string
-	ExternalRef         pgtype.Text
-	Result              []byte
-	Error               []byte
-	Events              int32
-	ReconcileAttempts   int32
-	NextReconcileAt     pgtype.Timestamptz
-	CreatedAt           pgtype.Timestamptz
-	UpdatedAt           pgtype.Timestamptz
-	FirstSentFence      pgtype.Int8
-	Waited              bool
-	PrevState           pgtype.Text
-	ApprovalsNeeded     int32
-	Approvals           []byte
-	PolicyDigest        string
-	ApprovalRule        string
-	Supersedes          pgtype.Text
-	SupersededBy        pgtype.Text
-	BudgetNames         []string
-	BudgetScopes        []string
-	Identity            pgtype.Text
-	ChainHead           []byte
-	DbNow               pgtype.Timestamptz
+	Operation Operation
+	DbNow     pgtype.Timestamptz
 }
 
 // Hands a batch of stuck operations (OUTCOME_UNKNOWN, or EXECUTING with an
@@ -705,50 +655,50 @@ func (q *Queries) OperationClaimUnresolved(ctx context.Context, db DBTX, arg Ope
 	for rows.Next() {
 		var i OperationClaimUnresolvedRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.Tenant,
-			&i.Tool,
-			&i.ToolVersion,
-			&i.IdempotencyKey,
-			&i.Args,
-			&i.Fingerprint,
-			&i.State,
-			&i.PreparedBy,
-			&i.ApprovalRequired,
-			&i.ApprovalTtlMs,
-			&i.ApprovalDecision,
-			&i.ApprovalDecidedBy,
-			&i.ApprovalDecidedAt,
-			&i.ApprovalExpiresAt,
-			&i.ApprovalFingerprint,
-			&i.ApprovalReason,
-			&i.Attempts,
-			&i.Fence,
-			&i.LeaseOwner,
-			&i.LeaseExpiresAt,
-			&i.FirstClaimedAt,
-			&i.DownstreamKey,
-			&i.ExternalRef,
-			&i.Result,
-			&i.Error,
-			&i.Events,
-			&i.ReconcileAttempts,
-			&i.NextReconcileAt,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.FirstSentFence,
-			&i.Waited,
-			&i.PrevState,
-			&i.ApprovalsNeeded,
-			&i.Approvals,
-			&i.PolicyDigest,
-			&i.ApprovalRule,
-			&i.Supersedes,
-			&i.SupersededBy,
-			&i.BudgetNames,
-			&i.BudgetScopes,
-			&i.Identity,
-			&i.ChainHead,
+			&i.Operation.ID,
+			&i.Operation.Tenant,
+			&i.Operation.Tool,
+			&i.Operation.ToolVersion,
+			&i.Operation.IdempotencyKey,
+			&i.Operation.Args,
+			&i.Operation.Fingerprint,
+			&i.Operation.State,
+			&i.Operation.PreparedBy,
+			&i.Operation.ApprovalRequired,
+			&i.Operation.ApprovalTtlMs,
+			&i.Operation.ApprovalDecision,
+			&i.Operation.ApprovalDecidedBy,
+			&i.Operation.ApprovalDecidedAt,
+			&i.Operation.ApprovalExpiresAt,
+			&i.Operation.ApprovalFingerprint,
+			&i.Operation.ApprovalReason,
+			&i.Operation.Attempts,
+			&i.Operation.Fence,
+			&i.Operation.LeaseOwner,
+			&i.Operation.LeaseExpiresAt,
+			&i.Operation.FirstClaimedAt,
+			&i.Operation.DownstreamKey,
+			&i.Operation.ExternalRef,
+			&i.Operation.Result,
+			&i.Operation.Error,
+			&i.Operation.Events,
+			&i.Operation.ReconcileAttempts,
+			&i.Operation.NextReconcileAt,
+			&i.Operation.CreatedAt,
+			&i.Operation.UpdatedAt,
+			&i.Operation.FirstSentFence,
+			&i.Operation.Waited,
+			&i.Operation.PrevState,
+			&i.Operation.ApprovalsNeeded,
+			&i.Operation.Approvals,
+			&i.Operation.PolicyDigest,
+			&i.Operation.ApprovalRule,
+			&i.Operation.Supersedes,
+			&i.Operation.SupersededBy,
+			&i.Operation.BudgetNames,
+			&i.Operation.BudgetScopes,
+			&i.Operation.Identity,
+			&i.Operation.ChainHead,
 			&i.DbNow,
 		); err != nil {
 			return nil, err
@@ -1055,7 +1005,7 @@ func (q *Queries) OperationEvents(ctx context.Context, db DBTX, operationID stri
 }
 
 const operationGet = `-- name: OperationGet :one
-SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head, now()::timestamptz AS db_now FROM operation
+SELECT operation.id, operation.tenant, operation.tool, operation.tool_version, operation.idempotency_key, operation.args, operation.fingerprint, operation.state, operation.prepared_by, operation.approval_required, operation.approval_ttl_ms, operation.approval_decision, operation.approval_decided_by, operation.approval_decided_at, operation.approval_expires_at, operation.approval_fingerprint, operation.approval_reason, operation.attempts, operation.fence, operation.lease_owner, operation.lease_expires_at, operation.first_claimed_at, operation.downstream_key, operation.external_ref, operation.result, operation.error, operation.events, operation.reconcile_attempts, operation.next_reconcile_at, operation.created_at, operation.updated_at, operation.first_sent_fence, operation.waited, operation.prev_state, operation.approvals_needed, operation.approvals, operation.policy_digest, operation.approval_rule, operation.supersedes, operation.superseded_by, operation.budget_names, operation.budget_scopes, operation.identity, operation.chain_head, now()::timestamptz AS db_now FROM operation
 WHERE id = $1 AND tenant IS NOT DISTINCT FROM $2
 `
 
@@ -1065,51 +1015,8 @@ type OperationGetParams struct {
 }
 
 type OperationGetRow struct {
-	ID                  string
-	Tenant              string
-	Tool                string
-	ToolVersion         string
-	IdempotencyKey      string
-	Args                []byte
-	Fingerprint         string
-	State               string
-	PreparedBy          string
-	ApprovalRequired    bool
-	ApprovalTtlMs       int64
-	ApprovalDecision    pgtype.Text
-	ApprovalDecidedBy   pgtype.Text
-	ApprovalDecidedAt   pgtype.Timestamptz
-	ApprovalExpiresAt   pgtype.Timestamptz
-	ApprovalFingerprint pgtype.Text
-	ApprovalReason      pgtype.Text
-	Attempts            int32
-	Fence               int64
-	LeaseOwner          pgtype.Text
-	LeaseExpiresAt      pgtype.Timestamptz
-	FirstClaimedAt      pgtype.Timestamptz
-	DownstreamKey       string
-	ExternalRef         pgtype.Text
-	Result              []byte
-	Error               []byte
-	Events              int32
-	ReconcileAttempts   int32
-	NextReconcileAt     pgtype.Timestamptz
-	CreatedAt           pgtype.Timestamptz
-	UpdatedAt           pgtype.Timestamptz
-	FirstSentFence      pgtype.Int8
-	Waited              bool
-	PrevState           pgtype.Text
-	ApprovalsNeeded     int32
-	Approvals           []byte
-	PolicyDigest        string
-	ApprovalRule        string
-	Supersedes          pgtype.Text
-	SupersededBy        pgtype.Text
-	BudgetNames         []string
-	BudgetScopes        []string
-	Identity            pgtype.Text
-	ChainHead           []byte
-	DbNow               pgtype.Timestamptz
+	Operation Operation
+	DbNow     pgtype.Timestamptz
 }
 
 // db_now is the database's clock, against which the caller judges leases
@@ -1118,50 +1025,50 @@ func (q *Queries) OperationGet(ctx context.Context, db DBTX, arg OperationGetPar
 	row := db.QueryRow(ctx, operationGet, arg.ID, arg.Tenant)
 	var i OperationGetRow
 	err := row.Scan(
-		&i.ID,
-		&i.Tenant,
-		&i.Tool,
-		&i.ToolVersion,
-		&i.IdempotencyKey,
-		&i.Args,
-		&i.Fingerprint,
-		&i.State,
-		&i.PreparedBy,
-		&i.ApprovalRequired,
-		&i.ApprovalTtlMs,
-		&i.ApprovalDecision,
-		&i.ApprovalDecidedBy,
-		&i.ApprovalDecidedAt,
-		&i.ApprovalExpiresAt,
-		&i.ApprovalFingerprint,
-		&i.ApprovalReason,
-		&i.Attempts,
-		&i.Fence,
-		&i.LeaseOwner,
-		&i.LeaseExpiresAt,
-		&i.FirstClaimedAt,
-		&i.DownstreamKey,
-		&i.ExternalRef,
-		&i.Result,
-		&i.Error,
-		&i.Events,
-		&i.ReconcileAttempts,
-		&i.NextReconcileAt,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.FirstSentFence,
-		&i.Waited,
-		&i.PrevState,
-		&i.ApprovalsNeeded,
-		&i.Approvals,
-		&i.PolicyDigest,
-		&i.ApprovalRule,
-		&i.Supersedes,
-		&i.SupersededBy,
-		&i.BudgetNames,
-		&i.BudgetScopes,
-		&i.Identity,
-		&i.ChainHead,
+		&i.Operation.ID,
+		&i.Operation.Tenant,
+		&i.Operation.Tool,
+		&i.Operation.ToolVersion,
+		&i.Operation.IdempotencyKey,
+		&i.Operation.Args,
+		&i.Operation.Fingerprint,
+		&i.Operation.State,
+		&i.Operation.PreparedBy,
+		&i.Operation.ApprovalRequired,
+		&i.Operation.ApprovalTtlMs,
+		&i.Operation.ApprovalDecision,
+		&i.Operation.ApprovalDecidedBy,
+		&i.Operation.ApprovalDecidedAt,
+		&i.Operation.ApprovalExpiresAt,
+		&i.Operation.ApprovalFingerprint,
+		&i.Operation.ApprovalReason,
+		&i.Operation.Attempts,
+		&i.Operation.Fence,
+		&i.Operation.LeaseOwner,
+		&i.Operation.LeaseExpiresAt,
+		&i.Operation.FirstClaimedAt,
+		&i.Operation.DownstreamKey,
+		&i.Operation.ExternalRef,
+		&i.Operation.Result,
+		&i.Operation.Error,
+		&i.Operation.Events,
+		&i.Operation.ReconcileAttempts,
+		&i.Operation.NextReconcileAt,
+		&i.Operation.CreatedAt,
+		&i.Operation.UpdatedAt,
+		&i.Operation.FirstSentFence,
+		&i.Operation.Waited,
+		&i.Operation.PrevState,
+		&i.Operation.ApprovalsNeeded,
+		&i.Operation.Approvals,
+		&i.Operation.PolicyDigest,
+		&i.Operation.ApprovalRule,
+		&i.Operation.Supersedes,
+		&i.Operation.SupersededBy,
+		&i.Operation.BudgetNames,
+		&i.Operation.BudgetScopes,
+		&i.Operation.Identity,
+		&i.Operation.ChainHead,
 		&i.DbNow,
 	)
 	return i, err
@@ -1353,92 +1260,118 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 
 const operationInsert = `-- name: OperationInsert :one
 
-WITH ins AS (
+WITH ident AS (
+    INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
+    SELECT $1, $2, $3::text, $4, $5,
+           $6::float8, 'infinity'
+    WHERE $7::boolean
+    ON CONFLICT (tenant, tool, identity) DO UPDATE SET
+        operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
+        window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
+    WHERE i.free_at <= statement_timestamp()
+       OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
+    RETURNING i.operation_id
+), shares AS (
+    -- The operation's shares of the budgets it names (one per limit name):
+    -- primary-key probes.
+    SELECT count(*) AS found FROM budget_use u
+    WHERE u.tenant = $1 AND u.name = ANY ($8::text[])
+      AND u.scope = ANY ($9::text[]) AND u.operation_id = $4
+), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
                            fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    VALUES ($1, $2, $3, $4, $5, $6, $7,
-            CASE WHEN $8::boolean THEN $9::text ELSE $10::text END,
-            $11, $12, $13, $14,
-            CASE WHEN $8::boolean THEN 2 ELSE 1 END,
-            CASE WHEN $8::boolean
-                 THEN audit_link(audit_link(NULL, $15::bytea, 1, 0, 0, statement_timestamp(), NULL),
-                                 $16::bytea, 2, 1, 1, statement_timestamp(), $17::text)
-                 ELSE audit_link(NULL, $15::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
-            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $8::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $8::boolean THEN $18::text END,
-            CASE WHEN $8::boolean THEN now() + make_interval(secs => $19::float8) END,
-            CASE WHEN $8::boolean THEN now() + make_interval(secs => $19::float8) END,
-            CASE WHEN $8::boolean THEN now() END,
-            $20::integer, $21::text, $22::text,
-            $23::jsonb, $24::text,
-            $25::text[], $26::text[], $27::text,
+    SELECT $4, $1, $2, $10, $5, $11, $12,
+            CASE WHEN $13::boolean THEN $14::text ELSE $15::text END,
+            $16, $17, $18, $19,
+            CASE WHEN $13::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $13::boolean
+                 THEN audit_link(audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL),
+                                 $21::bytea, 2, 1, 1, statement_timestamp(), $22::text)
+                 ELSE audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
+            CASE WHEN $13::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $13::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $13::boolean THEN $23::text END,
+            CASE WHEN $13::boolean THEN now() + make_interval(secs => $24::float8) END,
+            CASE WHEN $13::boolean THEN now() + make_interval(secs => $24::float8) END,
+            CASE WHEN $13::boolean THEN now() END,
+            $25::integer, $26::text, $27::text,
+            $28::jsonb, $29::text,
+            $8::text[], $9::text[], $3::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
-            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN 'APPROVE' END,
-            $28::text,
-            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN now() END,
-            CASE WHEN jsonb_array_length($23::jsonb) > 0 AND $10::text = 'READY'
-                 THEN now() + make_interval(secs => $13::bigint / 1000.0) END,
-            CASE WHEN jsonb_array_length($23::jsonb) > 0 THEN $7::text END,
-            $29::text)
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN 'APPROVE' END,
+            $30::text,
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN now() END,
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 AND $15::text = 'READY'
+                 THEN now() + make_interval(secs => $18::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN $12::text END,
+            $31::text
+    WHERE (NOT $7::boolean OR EXISTS (SELECT 1 FROM ident))
+      AND ($8::text[] IS NULL
+           OR (SELECT found FROM shares) = coalesce(cardinality($8::text[]), 0))
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT ins.id, 1, 'PREPARED', $30, NULL, $10::text, 0, 0, $31,
-           CASE WHEN ins.fence = 1 THEN audit_link(NULL, $15::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
-           $32::text FROM ins
+    SELECT ins.id, 1, 'PREPARED', $32, NULL, $15::text, 0, 0, $33,
+           CASE WHEN ins.fence = 1 THEN audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
+           $34::text FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
-    SELECT ins.id, 2, $33::text, $30, $17::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
+    SELECT ins.id, 2, $35::text, $32, $22::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
-    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $34::boolean
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $36::boolean
 )
-SELECT created_at, lease_expires_at, args FROM ins
+SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
+UNION ALL
+SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
+WHERE operation_admit_check($7::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
+                            coalesce(cardinality($8::text[]), 0), (SELECT found FROM shares))
 `
 
 type OperationInsertParams struct {
-	ID               string
-	Tenant           string
-	Tool             string
-	ToolVersion      string
-	IdempotencyKey   string
-	Args             []byte
-	Fingerprint      string
-	Claim            bool
-	ClaimTo          string
-	State            string
-	PreparedBy       string
-	ApprovalRequired bool
-	ApprovalTtlMs    int64
-	DownstreamKey    string
-	PreparedDoc      []byte
-	ClaimedDoc       []byte
-	ClaimFrom        string
-	LeaseOwner       pgtype.Text
-	LeaseSeconds     float64
-	ApprovalsNeeded  int32
-	PolicyDigest     string
-	ApprovalRule     string
-	Approvals        []byte
-	Supersedes       pgtype.Text
-	BudgetNames      []string
-	BudgetScopes     []string
-	Identity         pgtype.Text
-	ApprovedBy       pgtype.Text
-	ApprovedReason   pgtype.Text
-	Actor            string
-	Detail           string
-	PreparedFacts    pgtype.Text
-	ClaimEvent       string
-	Notify           bool
+	Tenant                string
+	Tool                  string
+	Identity              pgtype.Text
+	ID                    string
+	IdempotencyKey        string
+	IdentityWindowSeconds float64
+	TakeIdentity          bool
+	BudgetNames           []string
+	BudgetScopes          []string
+	ToolVersion           string
+	Args                  []byte
+	Fingerprint           string
+	Claim                 bool
+	ClaimTo               string
+	State                 string
+	PreparedBy            string
+	ApprovalRequired      bool
+	ApprovalTtlMs         int64
+	DownstreamKey         string
+	PreparedDoc           []byte
+	ClaimedDoc            []byte
+	ClaimFrom             string
+	LeaseOwner            pgtype.Text
+	LeaseSeconds          float64
+	ApprovalsNeeded       int32
+	PolicyDigest          string
+	ApprovalRule          string
+	Approvals             []byte
+	Supersedes            pgtype.Text
+	ApprovedBy            pgtype.Text
+	ApprovedReason        pgtype.Text
+	Actor                 string
+	Detail                string
+	PreparedFacts         pgtype.Text
+	ClaimEvent            string
+	Notify                bool
 }
 
 type OperationInsertRow struct {
@@ -1488,13 +1421,29 @@ type OperationInsertRow struct {
 // bytes costs PostgreSQL less than a CTE and the subplans that would share
 // it: docs/performance.md, finding 38), CLAIMED's is chained to it, and
 // the last is the row's chain_head (all NULL with receipts off).
+// With take_identity the same statement takes the tool's business identity
+// for it (ident, IdentityReserve's guard: free, or held under this key by an
+// operation that no longer exists) and inserts the operation only if it did:
+// no row then too, and the caller asks who holds it (IdentityGet). The row
+// lock that ON CONFLICT takes orders concurrent Prepares of one identity and
+// its WHERE is judged on the newest version; an identity taken for an
+// operation whose key turned out taken is undone with the whole statement
+// (operation_admit_check raises OL409, read as "the key is taken"). An
+// operation with budget shares (budget_names) is inserted only if every
+// share is there: a reservation lost to a crash before its asynchronous
+// commit was flushed refuses the insert (OL503, read as unavailable).
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {
 	row := db.QueryRow(ctx, operationInsert,
-		arg.ID,
 		arg.Tenant,
 		arg.Tool,
-		arg.ToolVersion,
+		arg.Identity,
+		arg.ID,
 		arg.IdempotencyKey,
+		arg.IdentityWindowSeconds,
+		arg.TakeIdentity,
+		arg.BudgetNames,
+		arg.BudgetScopes,
+		arg.ToolVersion,
 		arg.Args,
 		arg.Fingerprint,
 		arg.Claim,
@@ -1514,9 +1463,6 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.ApprovalRule,
 		arg.Approvals,
 		arg.Supersedes,
-		arg.BudgetNames,
-		arg.BudgetScopes,
-		arg.Identity,
 		arg.ApprovedBy,
 		arg.ApprovedReason,
 		arg.Actor,
@@ -1999,11 +1945,11 @@ WITH upd AS (
       AND o.fence = $7 AND o.lease_expires_at < now()
       AND ($8::float8 = 0 OR o.first_claimed_at IS NULL
            OR now() + make_interval(secs => $9::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * $8::float8))
+              < o.first_claimed_at + make_interval(secs => $10::float8 * $8::float8))
     RETURNING o.id, o.tenant, o.tool, o.tool_version, o.idempotency_key, o.args, o.fingerprint, o.state, o.prepared_by, o.approval_required, o.approval_ttl_ms, o.approval_decision, o.approval_decided_by, o.approval_decided_at, o.approval_expires_at, o.approval_fingerprint, o.approval_reason, o.attempts, o.fence, o.lease_owner, o.lease_expires_at, o.first_claimed_at, o.downstream_key, o.external_ref, o.result, o.error, o.events, o.reconcile_attempts, o.next_reconcile_at, o.created_at, o.updated_at, o.first_sent_fence, o.waited, o.prev_state, o.approvals_needed, o.approvals, o.policy_digest, o.approval_rule, o.supersedes, o.superseded_by, o.budget_names, o.budget_scopes, o.identity, o.chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
-    SELECT upd.id, upd.events, $10::text, $11, $6::text, upd.state, upd.attempts, upd.fence,
+    SELECT upd.id, upd.events, $11::text, $12, $6::text, upd.state, upd.attempts, upd.fence,
            'lease expired; previous holder fenced out', upd.chain_head FROM upd
 )
 SELECT id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state, prepared_by, approval_required, approval_ttl_ms, approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason, attempts, fence, lease_owner, lease_expires_at, first_claimed_at, downstream_key, external_ref, result, error, events, reconcile_attempts, next_reconcile_at, created_at, updated_at, first_sent_fence, waited, prev_state, approvals_needed, approvals, policy_digest, approval_rule, supersedes, superseded_by, budget_names, budget_scopes, identity, chain_head FROM upd
@@ -2019,6 +1965,7 @@ type OperationTakeOverParams struct {
 	Fence               int64
 	KeyRetentionSeconds float64
 	AheadSeconds        float64
+	KeyWindowFactor     float64
 	EventType           string
 	Actor               string
 }
@@ -2076,7 +2023,7 @@ type OperationTakeOverRow struct {
 // holder's fence becomes stale, and since it may have sent, the operation
 // counts as sent. With a key retention (seconds, 0 = never forgets), the
 // takeover's request, which may reach the downstream as late as
-// ahead_seconds from now, must arrive within 90% of the retention counted
+// ahead_seconds from now, must arrive within key_window_factor of the retention counted
 // from the first claim.
 func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationTakeOverParams) (OperationTakeOverRow, error) {
 	row := db.QueryRow(ctx, operationTakeOver,
@@ -2089,6 +2036,7 @@ func (q *Queries) OperationTakeOver(ctx context.Context, db DBTX, arg OperationT
 		arg.Fence,
 		arg.KeyRetentionSeconds,
 		arg.AheadSeconds,
+		arg.KeyWindowFactor,
 		arg.EventType,
 		arg.Actor,
 	)
@@ -2169,13 +2117,13 @@ WITH upd AS (
       AND (NOT $16::boolean OR o.first_sent_fence IS NULL OR o.first_sent_fence = o.fence)
       AND ($17::float8 = 0 OR o.first_claimed_at IS NULL
            OR statement_timestamp() + make_interval(secs => $18::float8)
-              < o.first_claimed_at + make_interval(secs => 0.9 * $17::float8))
+              < o.first_claimed_at + make_interval(secs => $19::float8 * $17::float8))
     RETURNING o.id, o.attempts, o.fence, o.state, o.prev_state, o.events, o.updated_at, o.waited, o.reconcile_attempts,
               o.next_reconcile_at, o.first_sent_fence, o.external_ref, o.result, o.error, o.chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT upd.id, upd.events, $6::text, $19, upd.prev_state, upd.state, upd.attempts, upd.fence, $20,
-           upd.chain_head, $21::text
+    SELECT upd.id, upd.events, $6::text, $20, upd.prev_state, upd.state, upd.attempts, upd.fence, $21,
+           upd.chain_head, $22::text
     FROM upd
 )
 SELECT events, updated_at, waited, reconcile_attempts, next_reconcile_at, first_sent_fence, external_ref, result, error FROM upd
@@ -2200,6 +2148,7 @@ type OperationTransitionParams struct {
 	RequireFirstSend      bool
 	KeyRetentionSeconds   float64
 	AheadSeconds          float64
+	KeyWindowFactor       float64
 	Actor                 string
 	Detail                string
 	Facts                 pgtype.Text
@@ -2231,7 +2180,8 @@ type OperationTransitionRow struct {
 //	                       nothing about an earlier one);
 //	key_retention_seconds: (when > 0) a resubmission decided now, reaching the
 //	                       downstream within ahead_seconds, still falls
-//	                       inside 90% of the downstream's key retention
+//	                       inside key_window_factor (the ledger's send rule)
+//	                       of the downstream's key retention
 //	                       counted from the first claim.
 //
 // An attempt that ends any other way than a release (RELEASED: nothing was
@@ -2265,6 +2215,7 @@ func (q *Queries) OperationTransition(ctx context.Context, db DBTX, arg Operatio
 		arg.RequireFirstSend,
 		arg.KeyRetentionSeconds,
 		arg.AheadSeconds,
+		arg.KeyWindowFactor,
 		arg.Actor,
 		arg.Detail,
 		arg.Facts,
