@@ -4,15 +4,20 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"strings"
 )
 
 //go:embed queries/*.sql
 var queryFiles embed.FS
 
+// sqlcEmbed is sqlc.embed(t), which sqlc writes as t's columns.
+var sqlcEmbed = regexp.MustCompile(`sqlc\.embed\((\w+)\)`)
+
 // QueryText returns the named statement of store/queries as sqlc reads it:
 // the SQL after its "-- name: X :kind" header, without comment lines, with
-// its sqlc.arg(x) and sqlc.narg(x) placeholders. It exists so that a tool
+// its sqlc.arg(x) and sqlc.narg(x) placeholders, and sqlc.embed(t) as the
+// t.* that sqlc expands it to. It exists so that a tool
 // running the same statements outside the store (the benchmark's pgbench
 // ceiling) runs exactly the text the store runs and cannot drift from it.
 func QueryText(name string) (string, error) {
@@ -40,7 +45,7 @@ func QueryText(name string) (string, error) {
 			}
 		}
 		if in {
-			return strings.TrimSpace(strings.Join(out, "\n")), nil
+			return sqlcEmbed.ReplaceAllString(strings.TrimSpace(strings.Join(out, "\n")), "$1.*"), nil
 		}
 	}
 	return "", fmt.Errorf("store: no query named %q in store/queries", name)
