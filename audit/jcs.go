@@ -20,44 +20,14 @@ import (
 // cannot represent.
 var errNotUTF8 = errors.New("audit: text is not valid UTF-8")
 
-const hexDigits = "0123456789abcdef"
-
-// appendString writes s as RFC 8785 does (ECMAScript's JSON.stringify):
-// only '"', '\\' and C0 controls escaped.
+// appendString writes s as RFC 8785 does: fingerprint's, the one JCS of
+// the project, whose test the receipts' documents are held to.
 func appendString(b []byte, s string) ([]byte, error) {
-	if !utf8.ValidString(s) {
+	b, err := fingerprint.AppendString(b, s)
+	if err != nil {
 		return nil, errNotUTF8
 	}
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"':
-			b = append(b, '\\', '"')
-		case '\\':
-			b = append(b, '\\', '\\')
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case '\r':
-			b = append(b, '\\', 'r')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"'), nil
+	return b, nil
 }
 
 // appendFacts writes facts as a JCS object: members in UTF-16 order, a nil

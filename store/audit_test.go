@@ -8,12 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/opledger/opledger/audit"
-	"github.com/opledger/opledger/proof/pgtest"
 	"github.com/opledger/opledger/store"
 )
 
@@ -151,16 +149,8 @@ func (a *auditDB) oneCall(t *testing.T) string {
 
 func newAuditDB(t *testing.T) *auditDB {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
-	_, err := store.Migrate(t.Context(), url)
-	require.NoError(t, err)
-	st, err := store.Open(t.Context(), store.Config{URL: url, MaxConns: 4})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
-	pool, err := pgxpool.New(t.Context(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return &auditDB{guardDB: &guardDB{st: st, pool: pool}, url: url}
+	g, url := openGuardDB(t)
+	return &auditDB{guardDB: g, url: url}
 }
 
 // TestAuditChainsVerify: operations written by every statement that

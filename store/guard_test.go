@@ -28,6 +28,14 @@ type guardDB struct {
 
 func newGuardDB(t *testing.T) *guardDB {
 	t.Helper()
+	g, _ := openGuardDB(t)
+	return g
+}
+
+// openGuardDB is newGuardDB with the database's URL, for a test that
+// opens more of its own.
+func openGuardDB(t *testing.T) (*guardDB, string) {
+	t.Helper()
 	url := pgtest.NewDatabase(t)
 	_, err := store.Migrate(t.Context(), url)
 	require.NoError(t, err)
@@ -37,7 +45,7 @@ func newGuardDB(t *testing.T) *guardDB {
 	pool, err := pgxpool.New(t.Context(), url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	return &guardDB{st: st, pool: pool}
+	return &guardDB{st: st, pool: pool}, url
 }
 
 // shape is a row as a test wants it; durations are relative to the

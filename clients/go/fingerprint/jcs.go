@@ -245,6 +245,11 @@ func utf16Key(r rune) int {
 
 const hexDigits = "0123456789abcdef"
 
+// AppendString appends s as RFC 8785 writes a string, for a caller that
+// writes documents of strings alone without building a value to
+// Canonicalize (the server's receipts); invalid UTF-8 is ErrUnsupported.
+func AppendString(b []byte, s string) ([]byte, error) { return appendString(b, s) }
+
 // appendString escapes like ECMAScript JSON.stringify: only '"', '\\' and
 // C0 controls; no HTML escaping, no '/' escaping, U+2028/U+2029 and all
 // other non-ASCII characters are written as raw UTF-8.
