@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -384,4 +385,50 @@ func TestInsertTakesIdentity(t *testing.T) {
 	require.True(t, insert("op_5", "k5"), "a new key after a failure")
 	h, _, held = holder()
 	require.Equal(t, []any{"op_5", true}, []any{h, held})
+}
+
+// TestBudgetFirstShare: a budget's first share (no row yet: a customer's
+// first call in a window) is judged and counted by the row's insert, one
+// row version and exact (migration 0019), and a first share that does not
+// fit an empty budget is refused, or forced with `over: approve`.
+func TestBudgetFirstShare(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	one := store.Reservation{Tenant: "acme", Name: "per_customer", Scope: "cust-1", MaxCount: 1, HasSum: true, MaxSum: 100,
+		Window: time.Hour, MaxUses: 100}
+	reserve := func(op string, amount float64, force bool) store.Reserved {
+		r := one
+		r.OperationID, r.Amount, r.Force = op, amount, force
+		res, err := g.st.BudgetReserve(ctx, []store.Reservation{r}, true, false)
+		require.NoError(t, err)
+		return res
+	}
+
+	// In a transaction of its own, to count what it wrote.
+	tx, err := g.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var out []int32
+	require.NoError(t, tx.QueryRow(ctx, `SELECT budget_reserve('acme', 'op_1', '{per_customer}', '{cust-0}', '{60}', '{1}', '{t}', '{100}',
+		'{3600}', '{f}', 100, false, false)`).Scan(&out))
+	require.Equal(t, []int32{-1, -1}, out, "the first share fits")
+	var ins, upd int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'budget'`).Scan(&ins, &upd))
+	require.Equal(t, []int64{1, 0}, []int64{ins, upd}, "a first share is one insert of the budget's row, not an insert and an update")
+	require.NoError(t, tx.Commit(ctx))
+	g.requireBudgetsExact(t)
+
+	require.Equal(t, store.Reserved{Refused: 0, Over: -1}, reserve("op_2", 150, false), "150 does not fit an empty budget of 100")
+	require.Equal(t, store.Reserved{Refused: -1, Over: -1}, reserve("op_3", 100, false), "100 fits it exactly")
+	require.Equal(t, store.Reserved{Refused: 0, Over: -1}, reserve("op_4", 1, false), "a count of 1 is used")
+	g.requireBudgetsExact(t)
+
+	one.Scope = "cust-2"
+	require.Equal(t, store.Reserved{Refused: -1, Over: 0}, reserve("op_5", 150, true), "over: approve takes it past the limit")
+	uses, _, err := g.st.BudgetGet(ctx, "acme", "per_customer", "cust-2", time.Hour)
+	require.NoError(t, err)
+	require.Len(t, uses, 1)
+	require.Equal(t, 150.0, uses[0].Amount)
+	g.requireBudgetsExact(t)
 }
