@@ -169,16 +169,27 @@ func nullable(s string) any {
 
 // Digest is the lowercase hex SHA-256 of the RFC 8785 form of a JSON
 // document: what the events record of an operation's arguments and
-// result. nil (SQL NULL) digests to "".
+// result. nil (SQL NULL) digests to "". Most texts take canonicalJSON's
+// fast path, the rest fingerprint.Canonicalize.
 func Digest(doc []byte) (string, error) {
 	if doc == nil {
 		return "", nil
 	}
-	c, err := fingerprint.Canonicalize(json.RawMessage(doc))
-	if err != nil {
-		return "", fmt.Errorf("audit: digest: %w", err)
+	bp := canonBufs.Get().(*[]byte)
+	c, ok := canonicalJSON((*bp)[:0], doc)
+	if ok {
+		if cap(c) <= 64<<10 {
+			*bp = c[:0]
+		}
+	} else {
+		var err error
+		if c, err = fingerprint.Canonicalize(json.RawMessage(doc)); err != nil {
+			canonBufs.Put(bp)
+			return "", fmt.Errorf("audit: digest: %w", err)
+		}
 	}
 	sum := sha256.Sum256(c)
+	canonBufs.Put(bp)
 	return hex.EncodeToString(sum[:]), nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/opledger/opledger/audit"
 	"github.com/opledger/opledger/store/internal/db"
 )
 
@@ -250,11 +251,11 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 	if err != nil {
 		return Operation{}, false, fmt.Errorf("store: operation %s: %w", n.ID, err)
 	}
-	prepared, facts, err := c.eventDoc(n.ID, "PREPARED", n.Actor, n.State, n.Detail, map[string]*string{
-		"approvals_needed": itoa(n.ApprovalsNeeded), "approver": opt(n.ApprovedBy), "args_digest": str(argsDigest),
-		"downstream_key": str(n.DownstreamKey), "fingerprint": str(n.Fingerprint), "policy_digest": str(n.PolicyDigest),
-		"prepared_by": str(n.PreparedBy), "reason": opt(n.ApprovedReason), "supersedes": opt(n.Supersedes),
-		"tenant": str(n.Tenant), "tool": str(n.Tool), "tool_version": str(n.ToolVersion),
+	prepared, facts, err := c.eventDoc(n.ID, "PREPARED", n.Actor, n.State, n.Detail, []audit.Fact{
+		str("approvals_needed", itoa(n.ApprovalsNeeded)), opt("approver", n.ApprovedBy), str("args_digest", argsDigest),
+		str("downstream_key", n.DownstreamKey), str("fingerprint", n.Fingerprint), str("policy_digest", n.PolicyDigest),
+		str("prepared_by", n.PreparedBy), opt("reason", n.ApprovedReason), opt("supersedes", n.Supersedes),
+		str("tenant", n.Tenant), str("tool", n.Tool), str("tool_version", n.ToolVersion),
 	})
 	if err != nil {
 		return Operation{}, false, err
@@ -579,16 +580,16 @@ func (c *Conn) OperationTransition(ctx context.Context, t TransitionParams) (Ope
 	if err != nil {
 		return Operation{}, fmt.Errorf("store: operation %s: result: %w", t.ID, err)
 	}
-	var errorDigest *string // unchanged unless SetError ("": cleared)
+	errorDigest := audit.Fact{Key: "error_digest", Null: true} // unchanged unless SetError ("": cleared)
 	if t.SetError {
 		d, err := c.digest(t.Error)
 		if err != nil {
 			return Operation{}, fmt.Errorf("store: operation %s: error: %w", t.ID, err)
 		}
-		errorDigest = str(d)
+		errorDigest = str("error_digest", d)
 	}
-	doc, facts, err := c.eventDoc(t.ID, t.Event, t.Actor, t.To, t.Detail, map[string]*string{
-		"error_digest": errorDigest, "external_ref": opt(t.ExternalRef), "result_digest": opt(resultDigest),
+	doc, facts, err := c.eventDoc(t.ID, t.Event, t.Actor, t.To, t.Detail, []audit.Fact{
+		errorDigest, opt("external_ref", t.ExternalRef), opt("result_digest", resultDigest),
 	})
 	if err != nil {
 		return Operation{}, err
@@ -674,14 +675,14 @@ func (c *Conn) OperationDecide(ctx context.Context, d Decision) (Operation, erro
 	}
 	// What the decision set; approvals_needed and policy_digest NULL when
 	// it keeps the operation's (docs/audit.md).
-	var needed *string
+	needed := audit.Fact{Key: "approvals_needed", Null: true}
 	if d.ApprovalsNeeded != nil {
-		needed = itoa(*d.ApprovalsNeeded)
+		needed = str("approvals_needed", itoa(*d.ApprovalsNeeded))
 	}
-	doc, facts, err := c.eventDoc(d.ID, d.Event, d.Actor, d.To, d.Detail, map[string]*string{
-		"approvals_needed": needed, "approved_fingerprint": opt(d.ApprovedFingerprint), "approver": opt(d.DecidedBy),
-		"approver_name": str(d.DecidedByName), "args_digest": opt(shown), "decision": opt(d.Decision),
-		"policy_digest": opt(d.PolicyDigest), "reason": opt(d.Reason), "superseded_by": opt(d.SupersededBy),
+	doc, facts, err := c.eventDoc(d.ID, d.Event, d.Actor, d.To, d.Detail, []audit.Fact{
+		needed, opt("approved_fingerprint", d.ApprovedFingerprint), opt("approver", d.DecidedBy),
+		str("approver_name", d.DecidedByName), opt("args_digest", shown), opt("decision", d.Decision),
+		opt("policy_digest", d.PolicyDigest), opt("reason", d.Reason), opt("superseded_by", d.SupersededBy),
 	})
 	if err != nil {
 		return Operation{}, err
@@ -731,8 +732,8 @@ func (c *Conn) OperationPolicyApply(ctx context.Context, p PolicyApply) (Operati
 	// The quorum only grows, to the greater of the operation's and the
 	// policy's demand, which the event records as approvals_demanded
 	// (docs/audit.md).
-	doc, facts, err := c.eventDoc(p.ID, p.Event, p.Actor, p.To, p.Detail, map[string]*string{
-		"approvals_demanded": itoa(p.ApprovalsNeeded), "policy_digest": str(p.PolicyDigest),
+	doc, facts, err := c.eventDoc(p.ID, p.Event, p.Actor, p.To, p.Detail, []audit.Fact{
+		str("approvals_demanded", itoa(p.ApprovalsNeeded)), str("policy_digest", p.PolicyDigest),
 	})
 	if err != nil {
 		return Operation{}, err

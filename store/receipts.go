@@ -13,17 +13,15 @@ import (
 // (migration 0017): the doc hash of the event (audit.DocHash: its actor,
 // detail, facts, operation, to state and type, which the caller knows),
 // built here so that PostgreSQL only links it to the chain, and its facts'
-// JCS text as the event stores them. With receipts off (Config.NoReceipts)
-// both are NULL and the statement writes no chain.
-func (c *Conn) eventDoc(op, typ, actor, to, detail string, facts map[string]*string) ([]byte, pgtype.Text, error) {
+// JCS text as the event stores them. facts come in JCS order
+// (audit.DocHashFacts), every key of the event's kind listed, null or not.
+// With receipts off (Config.NoReceipts) both are NULL and the statement
+// writes no chain.
+func (c *Conn) eventDoc(op, typ, actor, to, detail string, facts []audit.Fact) ([]byte, pgtype.Text, error) {
 	if c.noReceipts {
 		return nil, pgtype.Text{}, nil
 	}
-	ft, err := audit.FactsText(facts)
-	if err != nil {
-		return nil, pgtype.Text{}, fmt.Errorf("store: operation %s: facts: %w", op, err)
-	}
-	doc, err := audit.DocHash(audit.Event{OperationID: op, Type: typ, Actor: actor, ToState: to, Detail: detail, Facts: facts})
+	doc, ft, err := audit.DocHashFacts(audit.Event{OperationID: op, Type: typ, Actor: actor, ToState: to, Detail: detail}, facts)
 	if err != nil {
 		return nil, pgtype.Text{}, fmt.Errorf("store: operation %s: event: %w", op, err)
 	}
@@ -40,16 +38,11 @@ func (c *Conn) digest(doc []byte) (string, error) {
 
 // str is a fact that is always set; opt one that is NULL when empty, as
 // text() stores it.
-func str(s string) *string { return &s }
+func str(k, v string) audit.Fact { return audit.Fact{Key: k, Value: v} }
 
-func opt(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
+func opt(k, v string) audit.Fact { return audit.Fact{Key: k, Value: v, Null: v == ""} }
 
-func itoa(n int32) *string { return str(strconv.Itoa(int(n))) }
+func itoa(n int32) string { return strconv.Itoa(int(n)) }
 
 // TakeOverDetail is the detail OperationTakeOver's event carries, a
 // constant of the statement that the event's doc hash covers.
