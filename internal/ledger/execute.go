@@ -586,7 +586,7 @@ func (l *Ledger) outcome(op Operation, res executor.Result) (store.TransitionPar
 	// recorded (the statement would fail on every attempt), nor make the
 	// operation too large to read.
 	res = executor.Bound(res)
-	var event Event
+	var event EventKind
 	var to State
 	var stored []byte
 	var detail string
