@@ -132,9 +132,9 @@ func (h *HTTP) Capabilities() Capabilities {
 	}
 }
 
-// Execute sends c downstream, retrying under the same key only where the downstream dedupes
+// Send sends c downstream, retrying under the same key only where the downstream dedupes
 // keys, and classifies the last answer. See the package documentation for the outcomes.
-func (h *HTTP) Execute(ctx context.Context, c Call) Result {
+func (h *HTTP) Send(ctx context.Context, c Call) Result {
 	if !isJSONObject(c.Args) {
 		return Result{Outcome: OutcomeFailed, Detail: "args are not a JSON object; nothing was sent"}
 	}
@@ -224,7 +224,7 @@ func (h *HTTP) callLog(c Call) *slog.Logger {
 }
 
 // attempt makes one send and classifies it. sends counts the requests whose headers were
-// written: more than one only if the transport re-sent on its own, which Execute prevents.
+// written: more than one only if the transport re-sent on its own, which Send prevents.
 func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retryAfter time.Duration) {
 	if err := ctx.Err(); err != nil {
 		return Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: " + err.Error()}, 0, 0

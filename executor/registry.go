@@ -38,7 +38,7 @@ type Settings struct {
 	// ExternalRefField is the dot path ("id", "data.charge.id") of the external reference in a
 	// success answer; none is extracted when empty.
 	ExternalRefField string
-	// MaxAttempts bounds the attempts of one Execute when DedupesKeys (DefaultMaxAttempts when
+	// MaxAttempts bounds the attempts of one Send when DedupesKeys (DefaultMaxAttempts when
 	// 0); without DedupesKeys there is always exactly one.
 	MaxAttempts int
 	// KeyRetention is how long the downstream remembers an idempotency key (Stripe: 24h); zero

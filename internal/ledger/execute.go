@@ -475,7 +475,7 @@ func (l *Ledger) callDownstream(ctx context.Context, op Operation, exec executor
 	l.obs.ExecutionStarted(op.Tool)
 	callCtx, span := l.startDownstreamSpan(ctx, op)
 	started := time.Now()
-	res := exec.Execute(callCtx, call)
+	res := exec.Send(callCtx, call)
 	l.sent(ctx, span, op, res, time.Since(started))
 	return res
 }

@@ -262,10 +262,10 @@ type laterRefusals struct {
 	cl executor.Classification
 }
 
-// Execute is the HTTP executor's, with the refusal after an ambiguous
+// Send is the HTTP executor's, with the refusal after an ambiguous
 // attempt reported as the refusal it was.
-func (e laterRefusals) Execute(ctx context.Context, c executor.Call) executor.Result {
-	res := e.HTTP.Execute(ctx, c)
+func (e laterRefusals) Send(ctx context.Context, c executor.Call) executor.Result {
+	res := e.HTTP.Send(ctx, c)
 	if res.Outcome == executor.OutcomeUnknown && res.HTTPStatus != 0 && e.cl.Definitive(res.HTTPStatus) {
 		res.Outcome = executor.OutcomeFailed
 		if _, last, ok := strings.Cut(res.Detail, "last attempt: "); ok {

@@ -64,14 +64,14 @@ var call = executor.Call{Tenant: "t", Tool: "pay", OperationID: "op", Downstream
 func TestRedirectFailed(t *testing.T) {
 	srv := answering(t, http.StatusFound)
 	withDefects(t, false)
-	r := httpExecutor(t, executor.NewDefaultRegistry(nil, nil), srv.URL).Execute(t.Context(), call)
+	r := httpExecutor(t, executor.NewDefaultRegistry(nil, nil), srv.URL).Send(t.Context(), call)
 	require.Equal(t, executor.OutcomeUnknown, r.Outcome)
 	require.Equal(t, 3, r.Attempts)
 
 	withDefects(t, false, DefectRedirectFailed)
 	o := service.Options{}
 	Install(&o)
-	r = httpExecutor(t, o.Executors, srv.URL).Execute(t.Context(), call)
+	r = httpExecutor(t, o.Executors, srv.URL).Send(t.Context(), call)
 	require.Equal(t, executor.OutcomeFailed, r.Outcome, r.Detail)
 	require.Equal(t, http.StatusFound, r.HTTPStatus)
 	require.Equal(t, 1, r.Attempts)
@@ -84,14 +84,14 @@ func TestRedirectFailed(t *testing.T) {
 func TestRefusalOverrides(t *testing.T) {
 	withDefects(t, false)
 	plain := httpExecutor(t, executor.NewDefaultRegistry(nil, nil), answering(t, http.StatusServiceUnavailable, http.StatusBadRequest).URL)
-	r := plain.Execute(t.Context(), call)
+	r := plain.Send(t.Context(), call)
 	require.Equal(t, executor.OutcomeUnknown, r.Outcome)
 
 	withDefects(t, false, DefectRefusalOverrides)
 	o := service.Options{}
 	Install(&o)
 	e := httpExecutor(t, o.Executors, answering(t, http.StatusServiceUnavailable, http.StatusBadRequest).URL)
-	r = e.Execute(t.Context(), call)
+	r = e.Send(t.Context(), call)
 	require.Equal(t, executor.OutcomeFailed, r.Outcome)
 	require.Equal(t, "downstream refused: 400 Bad Request", r.Detail)
 	require.Equal(t, 2, r.Attempts)
@@ -101,10 +101,10 @@ func TestRefusalOverrides(t *testing.T) {
 
 	// A first refusal is FAILED either way; a status the tool does not
 	// declare definitive stays unknown.
-	r = httpExecutor(t, o.Executors, answering(t, http.StatusBadRequest).URL).Execute(t.Context(), call)
+	r = httpExecutor(t, o.Executors, answering(t, http.StatusBadRequest).URL).Send(t.Context(), call)
 	require.Equal(t, executor.OutcomeFailed, r.Outcome)
 	require.Equal(t, 1, r.Attempts)
-	r = httpExecutor(t, o.Executors, answering(t, http.StatusServiceUnavailable, http.StatusConflict).URL).Execute(t.Context(), call)
+	r = httpExecutor(t, o.Executors, answering(t, http.StatusServiceUnavailable, http.StatusConflict).URL).Send(t.Context(), call)
 	require.Equal(t, executor.OutcomeUnknown, r.Outcome)
 }
 
