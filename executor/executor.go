@@ -98,7 +98,7 @@ type Result struct {
 // reason (the ledger then refuses the lapsed approval instead of calling the downstream
 // unreachable).
 type Executor interface {
-	Execute(ctx context.Context, c Call) Result
+	Send(ctx context.Context, c Call) Result
 }
 
 // LookupStatus is what a lookup by downstream key established.
@@ -132,7 +132,7 @@ func (s LookupStatus) String() string {
 type LookupResult struct {
 	Status LookupStatus
 	// Result is set when Status is LookupFound: Outcome is OutcomeSucceeded, or OutcomeFailed
-	// when the downstream reports the side effect as failed; ExternalRef and Body as for Execute.
+	// when the downstream reports the side effect as failed; ExternalRef and Body as for Send.
 	// Any other Outcome (found, no outcome yet) is read as LookupInconclusive.
 	Result Result
 	// Detail is a human-readable reason, free of secrets and keys.

@@ -20,8 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
-
-	"github.com/opledger/opledger/proof/failpoint"
 )
 
 // Defaults of Settings (see Settings.WithDefaults).
@@ -134,9 +132,9 @@ func (h *HTTP) Capabilities() Capabilities {
 	}
 }
 
-// Execute sends c downstream, retrying under the same key only where the downstream dedupes
+// Send sends c downstream, retrying under the same key only where the downstream dedupes
 // keys, and classifies the last answer. See the package documentation for the outcomes.
-func (h *HTTP) Execute(ctx context.Context, c Call) Result {
+func (h *HTTP) Send(ctx context.Context, c Call) Result {
 	if !isJSONObject(c.Args) {
 		return Result{Outcome: OutcomeFailed, Detail: "args are not a JSON object; nothing was sent"}
 	}
@@ -166,6 +164,9 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 			actx = context.WithValue(ctx, sendByKey{}, c.SendBy)
 		}
 		r, n, retryAfter := h.attempt(actx, c)
+		if h.cfg.Reclassify != nil {
+			r = h.cfg.Reclassify(r)
+		}
 		sends += n
 		res = r
 		if h.log.Enabled(ctx, slog.LevelDebug) {
@@ -175,7 +176,7 @@ func (h *HTTP) Execute(ctx context.Context, c Call) Result {
 			res.ApprovalEnded = true
 			break // the approval ended: no attempt may start now
 		}
-		if r.Outcome == OutcomeFailed && ambiguous && !failpoint.Defect(failpoint.DefectRefusalOverrides) {
+		if r.Outcome == OutcomeFailed && ambiguous {
 			res.Outcome = OutcomeUnknown
 			res.Detail = "an earlier attempt may have reached the downstream, so a later refusal does not prove that nothing happened; last attempt: " + r.Detail
 			break
@@ -223,7 +224,7 @@ func (h *HTTP) callLog(c Call) *slog.Logger {
 }
 
 // attempt makes one send and classifies it. sends counts the requests whose headers were
-// written: more than one only if the transport re-sent on its own, which Execute prevents.
+// written: more than one only if the transport re-sent on its own, which Send prevents.
 func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retryAfter time.Duration) {
 	if err := ctx.Err(); err != nil {
 		return Result{Outcome: OutcomeNotSubmitted, Detail: "not sent: " + err.Error()}, 0, 0
@@ -285,10 +286,6 @@ func (h *HTTP) attempt(ctx context.Context, c Call) (res Result, sends int, retr
 		// may have acted before redirecting.
 		res.Outcome = OutcomeUnknown
 		res.Detail = fmt.Sprintf("downstream answered with a redirect (%d), which is not followed; the request may have taken effect", code)
-		if failpoint.Defect(failpoint.DefectRedirectFailed) {
-			// Test-only, failpoints builds: the fixed defect, for the chaos suite's control run.
-			res.Outcome = OutcomeFailed
-		}
 	case h.cfg.Classification.Definitive(code):
 		res.Outcome = OutcomeFailed
 		res.Detail = fmt.Sprintf("downstream refused: %d %s", code, http.StatusText(code))

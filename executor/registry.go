@@ -38,7 +38,7 @@ type Settings struct {
 	// ExternalRefField is the dot path ("id", "data.charge.id") of the external reference in a
 	// success answer; none is extracted when empty.
 	ExternalRefField string
-	// MaxAttempts bounds the attempts of one Execute when DedupesKeys (DefaultMaxAttempts when
+	// MaxAttempts bounds the attempts of one Send when DedupesKeys (DefaultMaxAttempts when
 	// 0); without DedupesKeys there is always exactly one.
 	MaxAttempts int
 	// KeyRetention is how long the downstream remembers an idempotency key (Stripe: 24h); zero
@@ -59,6 +59,12 @@ type Settings struct {
 	BackoffBase, BackoffMax time.Duration
 	// Classification declares which answers are definitive.
 	Classification
+	// Reclassify, when set, is given the outcome the HTTP executor classified each attempt's
+	// answer as, and returns the one it acts on: whether it retries, the refusal rule, what it
+	// reports. It is set in Go, never by a tools file: a seam for fault injection, through which
+	// the chaos build (proof/failpoint) puts a fixed misclassification back for its control
+	// runs. Nil: the classification stands.
+	Reclassify func(Result) Result
 	// Extra holds settings that only a custom executor understands.
 	Extra map[string]any
 }

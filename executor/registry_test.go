@@ -12,7 +12,7 @@ import (
 // echoExecutor is a custom executor as a Go user would write one.
 type echoExecutor struct{ prefix string }
 
-func (e echoExecutor) Execute(_ context.Context, c Call) Result {
+func (e echoExecutor) Send(_ context.Context, c Call) Result {
 	return Result{Outcome: OutcomeSucceeded, ExternalRef: e.prefix + c.OperationID, Attempts: 1}
 }
 
@@ -52,7 +52,7 @@ func TestRegistry(t *testing.T) {
 
 	e, err = reg.New("echo", Settings{Tool: "t", Extra: map[string]any{"prefix": "ref-"}})
 	require.NoError(t, err)
-	require.Equal(t, "ref-op", e.Execute(t.Context(), Call{OperationID: "op"}).ExternalRef)
+	require.Equal(t, "ref-op", e.Send(t.Context(), Call{OperationID: "op"}).ExternalRef)
 	require.Equal(t, Capabilities{}, CapabilitiesOf(e), "unknown capabilities are the safe ones")
 
 	require.NoError(t, reg.Register("failing", func(Settings) (Executor, error) { return nil, errors.New("boom") }))

@@ -28,7 +28,7 @@ func TestSendByCoversConnectionSetup(t *testing.T) {
 	require.NoError(t, err)
 	c := call("k", `{}`)
 	c.SendBy = time.Now().Add(200 * time.Millisecond)
-	r := h.Execute(t.Context(), c)
+	r := h.Send(t.Context(), c)
 	require.Equal(t, OutcomeNotSubmitted, r.Outcome, r.Detail)
 	require.Contains(t, r.Detail, "approval expired")
 	require.Zero(t, s.count(), "nothing reached the downstream")
@@ -37,7 +37,7 @@ func TestSendByCoversConnectionSetup(t *testing.T) {
 	// The connection it set up is kept: the next call (no approval bound)
 	// uses it at once and is sent.
 	d.dialer.Control = nil
-	r = h.Execute(t.Context(), call("k2", `{}`))
+	r = h.Send(t.Context(), call("k2", `{}`))
 	require.Equal(t, OutcomeSucceeded, r.Outcome, r.Detail)
 	require.Equal(t, 1, s.count())
 }

@@ -39,7 +39,7 @@ func TestDirectKeepsConnectionsAlive(t *testing.T) {
 	h, err := NewHTTP(HTTPConfig{URL: ts.URL, ExternalRefField: "id"}, nil, nil)
 	require.NoError(t, err)
 	for i := range 5 {
-		r := h.Execute(t.Context(), call("k"+string(rune('0'+i)), `{}`))
+		r := h.Send(t.Context(), call("k"+string(rune('0'+i)), `{}`))
 		require.Equal(t, OutcomeSucceeded, r.Outcome, r.Detail)
 		require.Equal(t, "ch_1", r.ExternalRef)
 	}
@@ -86,7 +86,7 @@ func TestDirectSkipsConnectionClosedWhileIdle(t *testing.T) {
 	h, err := NewHTTP(HTTPConfig{URL: url}, nil, nil)
 	require.NoError(t, err)
 	for i := range 3 {
-		r := h.Execute(t.Context(), call("k", `{}`))
+		r := h.Send(t.Context(), call("k", `{}`))
 		require.Equal(t, OutcomeSucceeded, r.Outcome, "call %d: %s", i, r.Detail)
 		// Wait until the server has closed, so that the next call finds the pooled
 		// connection dead rather than racing the close.
@@ -109,7 +109,7 @@ func TestDirectInterimAnswersAreSkipped(t *testing.T) {
 	})
 	h, err := NewHTTP(HTTPConfig{URL: url, ExternalRefField: "id"}, nil, nil)
 	require.NoError(t, err)
-	r := h.Execute(t.Context(), call("k", `{}`))
+	r := h.Send(t.Context(), call("k", `{}`))
 	require.Equal(t, OutcomeSucceeded, r.Outcome, r.Detail)
 	require.Equal(t, http.StatusCreated, r.HTTPStatus)
 	require.Equal(t, "c9", r.ExternalRef)
@@ -127,7 +127,7 @@ func TestDirectCancelUnblocksAWaitingCall(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(100*time.Millisecond, cancel)
-	r := h.Execute(ctx, call("k", `{}`))
+	r := h.Send(ctx, call("k", `{}`))
 	require.Equal(t, OutcomeUnknown, r.Outcome, "sent and never answered")
 	require.Equal(t, 1, r.Attempts)
 	require.Contains(t, r.Detail, "cancelled by the caller")
@@ -135,7 +135,7 @@ func TestDirectCancelUnblocksAWaitingCall(t *testing.T) {
 	// A deadline ends the call the same way, as the context's error.
 	h, err = NewHTTP(HTTPConfig{URL: url, Timeout: 100 * time.Millisecond}, nil, nil)
 	require.NoError(t, err)
-	r = h.Execute(t.Context(), call("k", `{}`))
+	r = h.Send(t.Context(), call("k", `{}`))
 	require.Equal(t, OutcomeUnknown, r.Outcome)
 	require.Contains(t, r.Detail, "timed out")
 }
@@ -174,7 +174,7 @@ func TestDirectTLS(t *testing.T) {
 	h, err := NewHTTP(HTTPConfig{URL: ts.URL, ExternalRefField: "id"}, &http.Client{Transport: d}, nil)
 	require.NoError(t, err)
 	for range 3 {
-		r := h.Execute(t.Context(), call("k", `{}`))
+		r := h.Send(t.Context(), call("k", `{}`))
 		require.Equal(t, OutcomeSucceeded, r.Outcome, r.Detail)
 		require.Equal(t, "ch_t", r.ExternalRef)
 	}
@@ -183,7 +183,7 @@ func TestDirectTLS(t *testing.T) {
 	// Without the server's certificate the handshake fails before anything is sent.
 	h, err = NewHTTP(HTTPConfig{URL: ts.URL}, nil, nil)
 	require.NoError(t, err)
-	r := h.Execute(t.Context(), call("k", `{}`))
+	r := h.Send(t.Context(), call("k", `{}`))
 	require.Equal(t, OutcomeNotSubmitted, r.Outcome, r.Detail)
 	require.Contains(t, r.Detail, "certificate")
 }
@@ -231,7 +231,7 @@ func TestDirectClosesIdleConnections(t *testing.T) {
 	d.IdleTimeout = 50 * time.Millisecond
 	h, err := NewHTTP(HTTPConfig{URL: url}, &http.Client{Transport: d}, nil)
 	require.NoError(t, err)
-	require.Equal(t, OutcomeSucceeded, h.Execute(t.Context(), call("k", `{}`)).Outcome)
+	require.Equal(t, OutcomeSucceeded, h.Send(t.Context(), call("k", `{}`)).Outcome)
 	select {
 	case <-closed:
 	case <-time.After(5 * time.Second):

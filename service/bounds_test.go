@@ -63,7 +63,7 @@ type filler struct {
 	text string
 }
 
-func (f filler) Execute(_ context.Context, c executor.Call) executor.Result {
+func (f filler) Send(_ context.Context, c executor.Call) executor.Result {
 	var a struct {
 		Mode string `json:"mode"`
 	}

@@ -19,7 +19,7 @@ import (
 // success nor refusal.
 type inFlight struct{}
 
-func (inFlight) Execute(context.Context, executor.Call) executor.Result {
+func (inFlight) Send(context.Context, executor.Call) executor.Result {
 	return executor.Result{Outcome: executor.OutcomeUnknown, Detail: "sent, no answer", Attempts: 1}
 }
 

@@ -19,7 +19,7 @@ import (
 // boom is a registered executor with a bug: it panics.
 type boom struct{}
 
-func (boom) Execute(context.Context, executor.Call) executor.Result { panic("custom executor bug") }
+func (boom) Send(context.Context, executor.Call) executor.Result { panic("custom executor bug") }
 
 // customTool is a tools file of one tool, named as its executor type, that
 // needs no approval and takes any object, and a registry with exec

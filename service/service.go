@@ -46,9 +46,12 @@ type Options struct {
 	// certificate files.
 	TLS *tls.Config
 
-	// For tests only.
+	// For tests only (and the chaos build).
 	//
-	// Hooks are the ledger's interruption points.
+	// Hooks are the ledger's interruption points and decorators: a test's,
+	// and the chaos build's failpoints and defect switches, which
+	// cmd/opledger installs with -tags failpoints (proof/failpoint.Install,
+	// which may also replace Executors).
 	Hooks *ledger.Hooks
 	// NoReconciler leaves the background reconciler off.
 	NoReconciler bool

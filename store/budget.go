@@ -137,7 +137,7 @@ func (c *Conn) IdentityGet(ctx context.Context, tenant, tool, identity string) (
 
 // IdentityTake takes a tool's business identity for operationID whoever
 // holds it, without IdentityReserve's guard. Only the chaos suite's
-// identity-select control run (failpoints builds) calls it, after
+// identity-select control run (proof/failpoint, failpoints builds) calls it, after
 // IdentityGet, to prove that its checker catches an identity checked by a
 // read in Go.
 func (c *Conn) IdentityTake(ctx context.Context, tenant, tool, identity, operationID, key string, window time.Duration) error {

@@ -246,7 +246,9 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, getenv func(str
 		return err
 	}
 	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }()
-	svc, err := service.New(ctx, cfg, service.Options{Logger: logger, Tools: reg, Tracing: tracing})
+	opts := service.Options{Logger: logger, Tools: reg, Tracing: tracing}
+	installFaults(&opts)
+	svc, err := service.New(ctx, cfg, opts)
 	if err != nil {
 		return err
 	}

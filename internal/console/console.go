@@ -578,7 +578,7 @@ func budgetsOf(states []ledger.BudgetState, now time.Time) []budgetView {
 // nothing.
 var flashes = map[string]struct {
 	text  string
-	event ledger.Event
+	event ledger.EventKind
 }{
 	"approved": {"Approved. The agent may now execute it, until the approval expires.", ledger.EventApproved},
 	// "edited" is said on the new operation, whose PREPARED event names
@@ -609,7 +609,7 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, s sessio
 	v.Quorum = quorumOf(op, s.actor.ID)
 	d := detail{Op: v, Events: evs, SelfMade: op.PreparedBy == s.actor.ID}
 	for _, e := range evs {
-		switch ledger.Event(e.Type) {
+		switch ledger.EventKind(e.Type) {
 		case ledger.EventPrepared:
 			d.PreparedBy = e.Actor
 		case ledger.EventApproved, ledger.EventDenied:
@@ -671,7 +671,7 @@ func doneFlash(done string, op ledger.Operation, evs []ledger.OperationEvent, a 
 	} else {
 		for i := len(evs) - 1; i >= 0; i-- {
 			e := evs[i]
-			switch ledger.Event(e.Type) {
+			switch ledger.EventKind(e.Type) {
 			case ledger.EventApproved, ledger.EventDenied, ledger.EventApprovalExpired, ledger.EventResolved:
 				if e.Type == string(f.event) && e.Actor == a.Name {
 					flash = f.text

@@ -423,7 +423,7 @@ const maxEditChain = 5
 // operation, or "" when it is not known.
 func (c *Console) links(r *http.Request, s session, op ledger.Operation, evs []ledger.OperationEvent, fields []Field) (l linksView, preparedBy string, err error) {
 	for _, e := range evs {
-		switch ledger.Event(e.Type) {
+		switch ledger.EventKind(e.Type) {
 		case ledger.EventPrepared:
 			if op.Supersedes != "" {
 				l.EditedBy = e.Actor

@@ -126,7 +126,7 @@ func (l *Ledger) Approve(ctx context.Context, a Actor, in ApproveInput) (Operati
 
 type approval struct {
 	replay bool
-	event  Event
+	event  EventKind
 	to     State
 	detail string
 	// ifLapsed, when set, is the answer instead if the approval has lapsed

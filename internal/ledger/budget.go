@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/proof/failpoint"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"
 )
@@ -117,7 +116,7 @@ func (l *Ledger) admitIn(ctx context.Context, c *store.Conn, t *tool.Tool, who A
 	}
 	var adm admission
 	if identity != "" {
-		held, err := identityReserve(ctx, c, who.Tenant, t.Name, identity, id, key, t.Identity.Window)
+		held, err := l.stmts.IdentityReserve(ctx, c, who.Tenant, t.Name, identity, id, key, t.Identity.Window)
 		if err != nil {
 			return adm, err
 		}
@@ -136,7 +135,7 @@ func (l *Ledger) admitIn(ctx context.Context, c *store.Conn, t *tool.Tool, who A
 // reserve reserves rs (for limits, in the same order) on c, and records in
 // adm what it reserved, or refuses with the limit that has no room.
 func (l *Ledger) reserve(ctx context.Context, c *store.Conn, limits []*tool.Limit, rs []store.Reservation, async bool, adm *admission) error {
-	res, err := budgetReserve(ctx, c, limits, rs, async)
+	res, err := l.stmts.BudgetReserve(ctx, c, limits, rs, async)
 	if err != nil {
 		return err
 	}
@@ -183,57 +182,6 @@ func reservation(lim *tool.Limit, tenant, scope, id string, amount float64) stor
 	return store.Reservation{Tenant: tenant, Name: lim.Name, Scope: scope, OperationID: id, Amount: amount,
 		MaxCount: lim.Count, HasSum: lim.Sum != "", MaxSum: lim.Max, Window: lim.Window, MaxUses: tool.MaxLimitUses,
 		Force: lim.Over == tool.OverApprove}
-}
-
-// identityReserve is c.IdentityReserve: the identity taken by the guarded
-// statement. In failpoints builds with the identity-select defect it is
-// checked by a read in Go and then taken unconditionally, for the chaos
-// suite's control run.
-func identityReserve(ctx context.Context, c *store.Conn, tenant, tool, identity, id, key string, window time.Duration) (held bool, err error) {
-	if !failpoint.Defect(failpoint.DefectIdentitySelect) {
-		return c.IdentityReserve(ctx, tenant, tool, identity, id, key, window)
-	}
-	// Test-only: SELECT, decide in Go, insert unconditionally. Two
-	// Prepares that read before either commits both take it.
-	_, holderKey, held, err := c.IdentityGet(ctx, tenant, tool, identity)
-	if err != nil || held && holderKey != key {
-		return held, err
-	}
-	return false, c.IdentityTake(ctx, tenant, tool, identity, id, key, window)
-}
-
-// budgetReserve is c.BudgetReserve: the shares reserved by the statement
-// that PostgreSQL judges on the locked budgets. In failpoints builds with
-// the budget-read defect each budget's uses are read, the decision made in
-// Go and the shares then taken unconditionally, for the chaos suite's
-// control run.
-func budgetReserve(ctx context.Context, c *store.Conn, limits []*tool.Limit, rs []store.Reservation, async bool) (store.Reserved, error) {
-	if !failpoint.Defect(failpoint.DefectBudgetRead) {
-		return c.BudgetReserve(ctx, rs, async, false)
-	}
-	// Test-only: read, decide in Go, take. Prepares that read before any
-	// of them commits all find room.
-	res := store.Reserved{Refused: -1, Over: -1}
-	forced := slices.Clone(rs)
-	for i, r := range rs {
-		uses, now, err := c.BudgetGet(ctx, r.Tenant, r.Name, r.Scope, r.Window)
-		if err != nil {
-			return res, err
-		}
-		wait, ever := roomIn(limits[i], uses, now, r.Amount)
-		fits := ever && wait == 0 && len(uses) < r.MaxUses
-		if !fits && !r.Force {
-			return store.Reserved{Refused: i, Over: -1}, nil
-		}
-		if !fits && res.Over < 0 {
-			res.Over = i
-		}
-		forced[i].Force = true
-	}
-	if _, err := c.BudgetReserve(ctx, forced, async, false); err != nil {
-		return res, err
-	}
-	return res, nil
 }
 
 // limitExceeded is the refusal of a call past lim, with when room frees up

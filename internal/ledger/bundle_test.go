@@ -108,10 +108,10 @@ func requireReason(t *testing.T, err error, reason opledgerv1.ErrorReason) {
 	require.Equal(t, reason, le.Reason, "error: %v", err)
 }
 
-func ledgerEventTypes(evs []ledger.OperationEvent) []ledger.Event {
-	out := make([]ledger.Event, len(evs))
+func ledgerEventTypes(evs []ledger.OperationEvent) []ledger.EventKind {
+	out := make([]ledger.EventKind, len(evs))
 	for i, e := range evs {
-		out[i] = ledger.Event(e.Type)
+		out[i] = ledger.EventKind(e.Type)
 	}
 	return out
 }
@@ -169,7 +169,7 @@ func TestExecuteFullFlow(t *testing.T) {
 
 	final, evs := b.get(b.agent, op.ID)
 	require.Equal(t, ledger.StateSucceeded, ledger.State(final.State))
-	require.Equal(t, []ledger.Event{ledger.EventPrepared, ledger.EventApproved, ledger.EventClaimed, ledger.EventSucceeded},
+	require.Equal(t, []ledger.EventKind{ledger.EventPrepared, ledger.EventApproved, ledger.EventClaimed, ledger.EventSucceeded},
 		ledgerEventTypes(evs))
 	wantFences := []int64{0, 0, 1, 1}
 	wantTo := []ledger.State{ledger.StateAwaitingApproval, ledger.StateReady, ledger.StateExecuting, ledger.StateSucceeded}
@@ -246,7 +246,7 @@ func TestCancel(t *testing.T) {
 	_, _, err = b.decide(b.approver, op.ID, op.Fingerprint, ledger.DecisionApprove)
 	requireReason(t, err, opledgerv1.ErrorReason_ERROR_REASON_OPERATION_CANCELLED)
 	_, evs := b.get(b.agent, op.ID)
-	require.Equal(t, ledger.EventCancelled, ledger.Event(evs[len(evs)-1].Type))
+	require.Equal(t, ledger.EventCancelled, ledger.EventKind(evs[len(evs)-1].Type))
 	require.Empty(t, b.env.Fakepay.Charges())
 
 	done := b.approved("pay_invoice")
@@ -309,7 +309,7 @@ func TestApprovalExpires(t *testing.T) {
 	got, evs := b.get(b.agent, op.ID)
 	require.Equal(t, ledger.StateAwaitingApproval, ledger.State(got.State))
 	require.EqualValues(t, 0, got.Attempts)
-	require.Equal(t, ledger.EventApprovalExpired, ledger.Event(evs[len(evs)-1].Type))
+	require.Equal(t, ledger.EventApprovalExpired, ledger.EventKind(evs[len(evs)-1].Type))
 	require.Empty(t, b.env.Fakepay.Charges())
 
 	// Asking again does not change the answer.

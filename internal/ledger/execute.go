@@ -13,7 +13,6 @@ import (
 
 	"github.com/opledger/opledger/executor"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/proof/failpoint"
 	"github.com/opledger/opledger/store"
 )
 
@@ -139,12 +138,6 @@ func (l *Ledger) execute(ctx context.Context, a Actor, id string, wait time.Dura
 func (l *Ledger) claimStatement(tenant, id string) store.Claim {
 	cl := claim
 	cl.PolicyDigests = l.policyDigests
-	if failpoint.Defect(failpoint.DefectPolicyClaim) {
-		// Test-only, failpoints builds: the claim ignores the policy
-		// digest (the policy decides only at Prepare), for the chaos
-		// suite's control run.
-		cl.RequirePolicyCurrent = false
-	}
 	cl.Base, _ = l.takeLive(tenant, id)
 	return cl
 }
@@ -190,7 +183,7 @@ func (l *Ledger) claimOnce(ctx context.Context, x *execution) (op Operation, cla
 	}
 	defer cancel()
 	owner := l.leaseOwner()
-	op, claimed, err = l.store.OperationClaim(claimCtx, x.a.Tenant, x.id, x.cl, store.Lease{Owner: owner, Duration: l.maxLease, Actor: x.a.Name})
+	op, claimed, err = l.stmts.OperationClaim(claimCtx, x.a.Tenant, x.id, x.cl, store.Lease{Owner: owner, Duration: l.maxLease, Actor: x.a.Name})
 	x.cl.Base = Operation{} // a later round follows a change this copy missed
 	if store.MayHaveCommitted(err) {
 		l.recoverClaim(x.a.Tenant, x.id, owner)
@@ -240,15 +233,6 @@ func (l *Ledger) readyUnclaimed(ctx context.Context, x *execution, op Operation)
 	// expireApproval's guard uses the same clock, so this process's clock
 	// never decides. An approval is consumed by the first send (sendrule.go):
 	// a claim that was released with nothing sent consumes nothing.
-	if op.ApprovalRequired && op.FirstSentFence == 0 && op.Fence > 0 && x.cl.RequireApprovalInForce &&
-		failpoint.Defect(failpoint.DefectApprovalClaim) {
-		// Test-only, failpoints builds: the fixed defect of the first
-		// claim consuming the approval, for the chaos suite's control
-		// run: an operation claimed before is claimed again whatever
-		// its approval says.
-		x.cl.RequireApprovalInForce = false
-		return reply{}, claimAgain
-	}
 	if op.ApprovalRequired && op.FirstSentFence == 0 {
 		if l.hooks != nil && l.hooks.BeforeApprovalExpiry != nil {
 			l.hooks.BeforeApprovalExpiry(ctx, op)
@@ -367,7 +351,7 @@ func (l *Ledger) abandoned(ctx context.Context, a Actor, op Operation) (reply, b
 	// its lease: the key must still be remembered then. The statement checks
 	// that on the database's clock; a refusal falls through to
 	// OUTCOME_UNKNOWN below.
-	if b.caps.DedupesKeys || failpoint.Defect(failpoint.DefectTakeoverNoDedupe) {
+	if b.caps.DedupesKeys || l.hooks != nil && l.hooks.TakeOverUndeduped != nil && l.hooks.TakeOverUndeduped(op) {
 		if r, done := l.takeOverAndSend(ctx, a, op, b); done {
 			return r, true
 		}
@@ -473,40 +457,26 @@ func (l *Ledger) attempt(ctx context.Context, op Operation, claimStart time.Time
 // send calls the downstream once for the attempt op holds (the executor
 // retries within the call's deadline) and returns what it answered. The
 // call runs detached from the caller's cancellation: a client that goes
-// away must not leave a request half-recorded. Around the call: the
-// failpoints, the observer's metrics, the downstream span and its log line.
+// away must not leave a request half-recorded. It is l.sendFn:
+// callDownstream, or what Hooks.Send made of it.
 func (l *Ledger) send(ctx context.Context, b bound, op Operation, call executor.Call, deadline time.Time) executor.Result {
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	if failpoint.Defect(failpoint.DefectServerClock) {
-		// Test-only, failpoints builds: the database's timestamps read on
-		// this server's clock, for the chaos suite's control run.
-		call.SendBy = sendByOnServerClock(op, call.SendBy)
-		var cancelSkewed context.CancelFunc
-		callCtx, cancelSkewed = context.WithDeadline(context.WithoutCancel(ctx), op.LeaseExpiresAt)
-		defer cancelSkewed()
-	}
-	failpoint.Inject(failpoint.BeforeDownstream)
-	if failpoint.Enabled && !call.SendBy.IsZero() {
-		failpoint.Inject(failpoint.BeforeFirstSend + "/" + op.Tool)
-	}
-	l.obs.ExecutionStarted(op.Tool)
-	if failpoint.FreshDownstreamKeys() {
-		// Test-only, failpoints builds: a new key per claim defeats the
-		// downstream's deduplication, for the chaos suite's control run.
-		call.DownstreamKey = fmt.Sprintf("%s.%d", call.DownstreamKey, op.Fence)
-	}
-	callCtx, span := l.startDownstreamSpan(callCtx, op)
-	started := time.Now()
-	res := b.exec.Execute(callCtx, call)
-	l.sent(ctx, span, op, res, time.Since(started))
-	failpoint.Inject(failpoint.AfterDownstream)
-	if failpoint.Enabled {
-		failpoint.Inject(failpoint.AfterDownstream + "/" + op.Tool)
-	}
+	res := l.sendFn(callCtx, op, b.exec, call)
 	if l.hooks != nil && l.hooks.AfterDownstream != nil {
 		l.hooks.AfterDownstream(ctx, op)
 	}
+	return res
+}
+
+// callDownstream is the ledger's SendFunc: exec's Send of call, with the
+// observer's metrics, the downstream span and its log line around it.
+func (l *Ledger) callDownstream(ctx context.Context, op Operation, exec executor.Executor, call executor.Call) executor.Result {
+	l.obs.ExecutionStarted(op.Tool)
+	callCtx, span := l.startDownstreamSpan(ctx, op)
+	started := time.Now()
+	res := exec.Send(callCtx, call)
+	l.sent(ctx, span, op, res, time.Since(started))
 	return res
 }
 
@@ -573,7 +543,9 @@ func (l *Ledger) record(ctx context.Context, op Operation, res executor.Result, 
 		l.opLogger(op).Error("could not record the downstream outcome; the reconciler will resolve it", "error", err)
 		return refused(logged(storeErr(err)))
 	}
-	failpoint.Inject(failpoint.AfterCommit)
+	if l.hooks != nil && l.hooks.AfterCommit != nil {
+		l.hooks.AfterCommit(ctx, out)
+	}
 	if State(out.State) != StateExecuting {
 		l.wake(out.ID) // this process's waiters; others were notified if they asked
 	}
@@ -614,7 +586,7 @@ func (l *Ledger) outcome(op Operation, res executor.Result) (store.TransitionPar
 	// recorded (the statement would fail on every attempt), nor make the
 	// operation too large to read.
 	res = executor.Bound(res)
-	var event Event
+	var event EventKind
 	var to State
 	var stored []byte
 	var detail string
@@ -640,12 +612,6 @@ func (l *Ledger) outcome(op Operation, res executor.Result) (store.TransitionPar
 	t, err := l.transition(op, event, to, ByHolder)
 	if err != nil {
 		return t, err
-	}
-	if failpoint.Defect(failpoint.DefectRefusalOverrides) {
-		// Test-only, failpoints builds: the fixed defect of a refusal after
-		// an earlier possible send recorded as FAILED, for the chaos suite's
-		// control run.
-		t.RequireFirstSend = false
 	}
 	t.Actor, t.Detail, t.SetError, t.Error = "server:"+l.cfg.ServerID, detail, true, stored
 	if to == StateSucceeded {
@@ -717,7 +683,7 @@ func (l *Ledger) commitOutcome(ctx context.Context, t store.TransitionParams) (O
 	wait := 50 * time.Millisecond
 	for {
 		attemptCtx, cancel := context.WithTimeout(ctx, statementTimeout)
-		out, err := l.store.OperationTransition(attemptCtx, t)
+		out, err := l.stmts.OperationTransition(attemptCtx, t)
 		cancel()
 		if err == nil || errors.Is(err, store.ErrConditionFailed) || !retryableStoreErr(err) || time.Now().Add(wait).After(giveUp) {
 			return out, err

@@ -22,7 +22,7 @@ func names(states []State) []string {
 // transition is the guarded statement for op taking event to `to` by
 // party: it applies only while op's fence is the one read and every guard
 // of the table holds. The caller adds what the transition records.
-func (l *Ledger) transition(op Operation, event Event, to State, by Party) (store.TransitionParams, error) {
+func (l *Ledger) transition(op Operation, event EventKind, to State, by Party) (store.TransitionParams, error) {
 	froms, g, err := l.guarded(event, to, by)
 	if err != nil {
 		return store.TransitionParams{}, err
@@ -44,7 +44,7 @@ func (l *Ledger) transition(op Operation, event Event, to State, by Party) (stor
 // guarded is Guarded for a statement the ledger is about to run: a
 // combination the table does not list is the ledger's own defect (bug),
 // never a caller's.
-func (l *Ledger) guarded(event Event, to State, by Party) ([]State, Guard, error) {
+func (l *Ledger) guarded(event EventKind, to State, by Party) ([]State, Guard, error) {
 	froms, g, err := Guarded(event, to, by)
 	if err != nil {
 		return nil, 0, l.bug(err)
@@ -53,7 +53,7 @@ func (l *Ledger) guarded(event Event, to State, by Party) ([]State, Guard, error
 }
 
 // decision is the guarded statement for an approval-related change of op.
-func (l *Ledger) decision(op Operation, event Event, to State, by Party) (store.Decision, error) {
+func (l *Ledger) decision(op Operation, event EventKind, to State, by Party) (store.Decision, error) {
 	froms, g, err := l.guarded(event, to, by)
 	if err != nil {
 		return store.Decision{}, err
@@ -75,7 +75,7 @@ var claim = func() store.Claim {
 // policyApply is the guarded statement applying the policy in force to op,
 // which was judged under another (GuardPolicyStale: the statement checks
 // the digest op was read with, and that nothing was sent).
-func (l *Ledger) policyApply(op Operation, event Event, to State, by Party) (store.PolicyApply, error) {
+func (l *Ledger) policyApply(op Operation, event EventKind, to State, by Party) (store.PolicyApply, error) {
 	froms, g, err := l.guarded(event, to, by)
 	if err != nil {
 		return store.PolicyApply{}, err

@@ -173,9 +173,15 @@ type Ledger struct {
 	attemptSeq  atomic.Uint64
 	ownerPrefix string
 
-	// hooks are test-only interruption points; nil in production.
+	// hooks are the interruption points and decorators of tests and of
+	// the chaos build; nil in production.
 	hooks *Hooks
 	obs   Observer
+	// stmts and sendFn are the statements (seams.go) and the downstream
+	// call the ledger runs: the store's and callDownstream, unless hooks
+	// decorate them.
+	stmts  Statements
+	sendFn SendFunc
 
 	// finished remembers operations in a terminal state, by tenant and id,
 	// with the form they are answered in (see SetEncoder): the one cache of
@@ -200,11 +206,21 @@ type Ledger struct {
 	notifyClient *http.Client
 }
 
-// Hooks lets tests pause or crash the ledger at named points.
+// Hooks are the ledger's interruption points and decorators: tests install
+// them to pause it at a point or to watch a statement, and the chaos build
+// (-tags failpoints) installs proof/failpoint's crash points and defect
+// switches through them, so that the product names neither. Every field is
+// optional; a ledger without hooks runs none.
 type Hooks struct {
+	// AfterPrepare runs when a Prepare's new operation is committed, before
+	// the Prepare answers.
+	AfterPrepare func(ctx context.Context, op Operation)
 	// AfterDownstream runs after the downstream answered and before the
 	// outcome is committed.
 	AfterDownstream func(ctx context.Context, op Operation)
+	// AfterCommit runs when an attempt's outcome is committed (op as
+	// committed), before the Execute answers.
+	AfterCommit func(ctx context.Context, op Operation)
 	// BeforeApprovalExpiry runs when Execute found a READY operation it
 	// could not claim and is about to expire its approval.
 	BeforeApprovalExpiry func(ctx context.Context, op Operation)
@@ -214,6 +230,21 @@ type Hooks struct {
 	// PrepareConflict runs when a Prepare's insert was refused by an
 	// operation already under its key, before the Prepare reads it.
 	PrepareConflict func(ctx context.Context)
+
+	// Statements, when set, decorates the store statements the ledger runs
+	// through its seam (Statements): it is given the store's and returns
+	// those the ledger runs.
+	Statements func(Statements) Statements
+	// Send, when set, decorates an attempt's call of its downstream: it is
+	// given the ledger's (SendFunc) and returns the one the attempt makes.
+	Send func(SendFunc) SendFunc
+	// TakeOverUndeduped, when set, reports whether an Execute that found
+	// op's lease expired takes it over and sends it again although its
+	// downstream does not dedupe keys. Unset, it never does: nobody can
+	// know whether the first attempt landed, so the outcome is unknown.
+	// (The chaos build's takeover-nodedupe defect says yes, for its control
+	// run.)
+	TakeOverUndeduped func(op Operation) bool
 }
 
 // New returns a ledger over st for the tools in reg, calling each tool
@@ -242,11 +273,15 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 	}
 	l.maxLease = max(l.maxLease, cfg.MinLease)
 	l.policyDigests = policyDigests(reg)
+	l.decorate(nil)
 	return l, nil
 }
 
-// SetHooks installs test hooks.
-func (l *Ledger) SetHooks(h *Hooks) { l.hooks = h }
+// SetHooks installs hooks (nil removes them), before the ledger serves.
+func (l *Ledger) SetHooks(h *Hooks) {
+	l.hooks = h
+	l.decorate(h)
+}
 
 // ServerID is this ledger's name in leases and events.
 func (l *Ledger) ServerID() string { return l.cfg.ServerID }

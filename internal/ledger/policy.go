@@ -129,7 +129,7 @@ func (l *Ledger) rejudge(ctx context.Context, a Actor, op Operation) error {
 	}
 	needed := max(int32(j.Needed), op.ApprovalsNeeded)
 	have := int32(len(ApprovalsOf(op.Approvals)))
-	var event Event
+	var event EventKind
 	var to State
 	var detail string
 	switch {

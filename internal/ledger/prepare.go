@@ -10,7 +10,6 @@ import (
 
 	"github.com/opledger/opledger/clients/go/fingerprint"
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
-	"github.com/opledger/opledger/proof/failpoint"
 	"github.com/opledger/opledger/store"
 	"github.com/opledger/opledger/tool"
 )
@@ -233,7 +232,9 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 			return Operation{}, false, none, storeErr(err)
 		}
 		if inserted {
-			failpoint.Inject(failpoint.AfterPrepare)
+			if l.hooks != nil && l.hooks.AfterPrepare != nil {
+				l.hooks.AfterPrepare(ctx, op)
+			}
 			if State(op.State) == StateAwaitingApproval && l.notifyOn() {
 				l.kickNotifier()
 			}
@@ -330,23 +331,6 @@ func (l *Ledger) insert(ctx context.Context, a Actor, t *tool.Tool, args *struct
 		n.BudgetNames, n.BudgetScopes, n.Identity = adm.names, adm.scopes, adm.identity
 		if adm.identity != "" {
 			n.TakeIdentity, n.IdentityWindow = true, t.Identity.Window
-			if failpoint.Defect(failpoint.DefectIdentitySelect) {
-				// Test-only: the identity checked by a read in Go and
-				// taken unconditionally (identityReserve), not by the
-				// insert's guard.
-				held, err := identityReserve(ctx, &l.store.Conn, a.Tenant, t.Name, adm.identity, n.ID, n.IdempotencyKey, t.Identity.Window)
-				if err != nil || held {
-					l.release(ctx, a.Tenant, n.ID, adm)
-				}
-				if err != nil {
-					return Operation{}, false, err
-				}
-				if held {
-					holder, _ := l.store.IdentityHolder(ctx, a.Tenant, t.Name, adm.identity)
-					return Operation{}, false, l.duplicate(t, adm.identity, holder)
-				}
-				n.TakeIdentity = false
-			}
 		}
 		if adm.over != nil && n.State == string(StateReady) {
 			n.State, n.Claim = string(StateAwaitingApproval), nil
@@ -372,13 +356,13 @@ func (l *Ledger) insert(ctx context.Context, a Actor, t *tool.Tool, args *struct
 // insertOperation inserts n, with the tenant's quota when one is set.
 func (l *Ledger) insertOperation(ctx context.Context, a Actor, n *store.NewOperation) (Operation, bool, error) {
 	if l.cfg.OpsPerMinute <= 0 {
-		return l.store.OperationInsert(ctx, *n)
+		return l.stmts.OperationInsert(ctx, &l.store.Conn, *n)
 	}
 	var op Operation
 	var inserted bool
 	err := l.store.InTx(ctx, func(c *store.Conn) error {
 		var err error
-		op, inserted, err = c.OperationInsert(ctx, *n)
+		op, inserted, err = l.stmts.OperationInsert(ctx, c, *n)
 		if err != nil {
 			return err
 		}

@@ -143,7 +143,7 @@ func (l *Ledger) resolvedAs(ctx context.Context, op Operation, r Resolution) (bo
 		return false, nil
 	}
 	last := evs[len(evs)-1]
-	return last.Seq == op.Events && Event(last.Type) == EventResolved && State(last.ToState) == r.Outcome &&
+	return last.Seq == op.Events && EventKind(last.Type) == EventResolved && State(last.ToState) == r.Outcome &&
 		last.Fence == op.Fence && last.Detail == resolutionNote(r.Note), nil
 }
 
@@ -160,7 +160,7 @@ func (l *Ledger) reconcileOne(ctx context.Context, actor string, op Operation) (
 		return op, "nothing to reconcile: the operation is " + op.State, nil
 	}
 	executing := State(op.State) == StateExecuting
-	apply := func(to State, ev Event, detail string, set func(*store.TransitionParams)) (Operation, string, error) {
+	apply := func(to State, ev EventKind, detail string, set func(*store.TransitionParams)) (Operation, string, error) {
 		if executing && to == StateOutcomeUnknown {
 			ev = EventOutcomeUnknown
 		}

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/executor"
-	"github.com/opledger/opledger/proof/failpoint"
 	"github.com/opledger/opledger/store"
 )
 
@@ -92,18 +91,8 @@ func sendDeadline(op Operation, claimStart time.Time, lease time.Duration) time.
 func downstreamCall(op Operation, claimStart time.Time) executor.Call {
 	call := executor.Call{Tenant: op.Tenant, Tool: op.Tool, ToolVersion: op.ToolVersion,
 		OperationID: op.ID, DownstreamKey: op.DownstreamKey, Args: op.Args}
-	if op.ApprovalRequired && op.FirstSentFence == 0 && (op.Fence == 1 || !failpoint.Defect(failpoint.DefectApprovalClaim)) {
+	if op.ApprovalRequired && op.FirstSentFence == 0 {
 		call.SendBy = claimStart.Add(op.ApprovalExpiresAt.Sub(op.DBNow))
 	}
 	return call
-}
-
-// sendByOnServerClock is the defect DefectServerClock (test-only,
-// failpoints builds): the approval's end, a database timestamp, read on
-// this server's clock, for the chaos suite's control run.
-func sendByOnServerClock(op Operation, sendBy time.Time) time.Time {
-	if sendBy.IsZero() {
-		return sendBy
-	}
-	return op.ApprovalExpiresAt
 }

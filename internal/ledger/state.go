@@ -31,34 +31,35 @@ func (s State) Terminal() bool {
 	return false
 }
 
-// Event names a transition; it is what the event log records.
-type Event string
+// EventKind names a kind of transition: what the event log records as an
+// entry's type (store.Event.Type; an entry itself is an OperationEvent).
+type EventKind string
 
 // The events, one per kind of transition.
 const (
-	EventPrepared        Event = "PREPARED"
-	EventApproved        Event = "APPROVED"
-	EventDenied          Event = "DENIED"
-	EventApprovalExpired Event = "APPROVAL_EXPIRED"
-	EventClaimed         Event = "CLAIMED"
-	EventLeaseTakenOver  Event = "LEASE_TAKEN_OVER"
-	EventSucceeded       Event = "SUCCEEDED"
-	EventFailed          Event = "FAILED"
-	EventOutcomeUnknown  Event = "OUTCOME_UNKNOWN"
-	EventReleased        Event = "RELEASED"
-	EventReconciled      Event = "RECONCILED"
-	EventResolved        Event = "RESOLVED_MANUALLY"
-	EventCancelled       Event = "CANCELLED"
+	EventPrepared        EventKind = "PREPARED"
+	EventApproved        EventKind = "APPROVED"
+	EventDenied          EventKind = "DENIED"
+	EventApprovalExpired EventKind = "APPROVAL_EXPIRED"
+	EventClaimed         EventKind = "CLAIMED"
+	EventLeaseTakenOver  EventKind = "LEASE_TAKEN_OVER"
+	EventSucceeded       EventKind = "SUCCEEDED"
+	EventFailed          EventKind = "FAILED"
+	EventOutcomeUnknown  EventKind = "OUTCOME_UNKNOWN"
+	EventReleased        EventKind = "RELEASED"
+	EventReconciled      EventKind = "RECONCILED"
+	EventResolved        EventKind = "RESOLVED_MANUALLY"
+	EventCancelled       EventKind = "CANCELLED"
 	// EventPolicyChanged: the policy in force demands more than the one the
 	// operation was judged under (back to AWAITING_APPROVAL), or refuses it
 	// (REJECTED).
-	EventPolicyChanged Event = "POLICY_CHANGED"
+	EventPolicyChanged EventKind = "POLICY_CHANGED"
 	// EventPolicyChecked: judged again under a changed policy that demands
 	// no more than it has.
-	EventPolicyChecked Event = "POLICY_CHECKED"
+	EventPolicyChecked EventKind = "POLICY_CHECKED"
 	// EventSuperseded: approved with edited arguments; a new operation
 	// carries them.
-	EventSuperseded Event = "SUPERSEDED"
+	EventSuperseded EventKind = "SUPERSEDED"
 )
 
 // Party is who takes a transition. The same edge may need different guards
@@ -130,7 +131,7 @@ func (g Guard) Has(h Guard) bool { return g&h == h }
 // guards its statement checks.
 type Rule struct {
 	From  State
-	Event Event
+	Event EventKind
 	To    State
 	By    Party
 	Guard Guard
@@ -139,7 +140,7 @@ type Rule struct {
 // Transition is one legal edge of the state machine, whoever takes it.
 type Transition struct {
 	From  State
-	Event Event
+	Event EventKind
 	To    State
 }
 
@@ -254,7 +255,7 @@ func Transitions() []Transition {
 }
 
 // Check returns an error unless from --event--> to is a legal transition.
-func Check(from State, event Event, to State) error {
+func Check(from State, event EventKind, to State) error {
 	if legal[Transition{from, event, to}] {
 		return nil
 	}
@@ -265,7 +266,7 @@ func Check(from State, event Event, to State) error {
 // the states it may start from and its guards (the union over those
 // states; a lease guard only concerns EXECUTING). It fails for a
 // combination the table does not list.
-func Guarded(event Event, to State, by Party) ([]State, Guard, error) {
+func Guarded(event EventKind, to State, by Party) ([]State, Guard, error) {
 	var froms []State
 	var g Guard
 	for _, r := range rules {

@@ -14,7 +14,7 @@ import (
 
 // allEvents lists every event; TestTableShape fails if a rule names one
 // that is missing here, so a new event cannot escape the checks below.
-var allEvents = []Event{EventPrepared, EventApproved, EventDenied, EventApprovalExpired, EventClaimed,
+var allEvents = []EventKind{EventPrepared, EventApproved, EventDenied, EventApprovalExpired, EventClaimed,
 	EventLeaseTakenOver, EventSucceeded, EventFailed, EventOutcomeUnknown, EventReleased, EventReconciled,
 	EventResolved, EventCancelled, EventPolicyChanged, EventPolicyChecked, EventSuperseded}
 
@@ -44,7 +44,7 @@ func TestTableShape(t *testing.T) {
 	t.Parallel()
 	type key struct {
 		from  State
-		event Event
+		event EventKind
 		to    State
 		by    Party
 	}

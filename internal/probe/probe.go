@@ -341,7 +341,7 @@ func (r *run) send(ctx context.Context, key string, args json.RawMessage) (Excha
 	}
 	r.mu.Unlock()
 	start := time.Now()
-	res := r.x.Execute(ctx, r.call(key, args))
+	res := r.x.Send(ctx, r.call(key, args))
 	x := Exchange{Method: http.MethodPost, Key: key, Status: res.HTTPStatus, Outcome: res.Outcome.String(), Ref: res.ExternalRef,
 		Detail: res.Detail, Millis: time.Since(start).Milliseconds()}
 	r.note(x, time.Since(start), res.Attempts > 0)

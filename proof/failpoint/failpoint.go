@@ -13,6 +13,11 @@
 // FreshDownstreamKeys), and OPLEDGER_UNSAFE_DEFECTS (a comma-separated list
 // of the Defect* names) re-introduces fixed defects (see Defect): the chaos
 // suite's control runs prove with them that its checker catches each one.
+//
+// The product imports none of this. Install puts the points and the
+// switches into a service as decorators (the ledger's hooks and statements,
+// the executor registry) when the chaos binary wires it (cmd/opledger's
+// faults.go, built only with the tag) or the test harness does.
 package failpoint
 
 // The named points.

@@ -28,6 +28,7 @@ import (
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
 	"github.com/opledger/opledger/interceptors"
 	"github.com/opledger/opledger/internal/ledger"
+	"github.com/opledger/opledger/proof/failpoint"
 	"github.com/opledger/opledger/proof/fakepay"
 	"github.com/opledger/opledger/proof/pgtest"
 	"github.com/opledger/opledger/service"
@@ -168,13 +169,18 @@ func (e *Env) StartServer(opts ServerOptions) *Server {
 		require.NoError(t, err)
 		tools = reg
 	}
-	svc, err := service.New(ctx, cfg, service.Options{Logger: logger, Tools: tools, TLS: opts.TLS,
+	o := service.Options{Logger: logger, Tools: tools, TLS: opts.TLS,
 		Executors: executor.NewDefaultRegistry(opts.HTTPClient, logger), Hooks: opts.Hooks, NoReconciler: opts.NoReconciler,
 		Ledger: func(c *ledger.Config) {
 			// The test's ledger configuration, with the Env's secret.
 			*c = opts.Ledger
 			c.DownstreamSecret = e.Secret
-		}})
+		}}
+	// Built with -tags failpoints, the server has the failpoints and the
+	// defects OPLEDGER_UNSAFE_DEFECTS names, as the chaos binary's have
+	// (e.g. the ledger's tests run against a defect, docs/reliability.md).
+	failpoint.Install(&o)
+	svc, err := service.New(ctx, cfg, o)
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

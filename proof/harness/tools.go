@@ -27,7 +27,7 @@ type ToolSpec struct {
 	// Timeout is the per-attempt executor timeout; the tools-file default
 	// (10s) when 0.
 	Timeout time.Duration
-	// MaxAttempts is the executor's attempts per Execute; 1 when 0.
+	// MaxAttempts is the executor's attempts per Send; 1 when 0.
 	MaxAttempts int
 	// DedupesKeys declares that the downstream honours Idempotency-Key.
 	DedupesKeys bool
