@@ -41,9 +41,12 @@ test: test-go test-clients
 GO_MODULES := clients/go gen/go
 
 ## test-go: the server's module, then the nested modules (the Go client's
-## tests against a server are skipped here; clients/test.sh runs them).
+## tests against a server are skipped here; clients/test.sh runs them). The
+## failpoints package's own tests exist only in the chaos build (-tags
+## failpoints): its crash points, and the decorators it installs.
 test-go: mcp-venv
 	go test -count=1 ./...
+	go test -count=1 -tags failpoints ./proof/failpoint/
 	cd clients/go && go test -count=1 ./...
 
 ## mcp-venv: the Python `mcp` package (PyPI, pinned in
