@@ -67,7 +67,8 @@ WITH ident AS (
     -- The operation's shares of the budgets it names (one per limit name):
     -- primary-key probes.
     SELECT count(*) AS found FROM budget_use u
-    WHERE u.tenant = sqlc.arg(tenant) AND u.name = ANY (sqlc.narg(budget_names)::text[])
+    WHERE sqlc.narg(budget_names)::text[] IS NOT NULL
+      AND u.tenant = sqlc.arg(tenant) AND u.name = ANY (sqlc.narg(budget_names)::text[])
       AND u.scope = ANY (sqlc.narg(budget_scopes)::text[]) AND u.operation_id = sqlc.arg(id)
 ), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
@@ -123,8 +124,10 @@ WITH ident AS (
 SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
 UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
-WHERE operation_admit_check(sqlc.arg(take_identity)::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
-                            coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0), (SELECT found FROM shares));
+WHERE CASE WHEN sqlc.arg(take_identity)::boolean OR sqlc.narg(budget_names)::text[] IS NOT NULL
+           THEN operation_admit_check(sqlc.arg(take_identity)::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
+                                      coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0), (SELECT found FROM shares))
+           ELSE false END;
 
 -- name: OperationGetByKey :one
 SELECT * FROM operation

@@ -1275,7 +1275,8 @@ WITH ident AS (
     -- The operation's shares of the budgets it names (one per limit name):
     -- primary-key probes.
     SELECT count(*) AS found FROM budget_use u
-    WHERE u.tenant = $1 AND u.name = ANY ($8::text[])
+    WHERE $8::text[] IS NOT NULL
+      AND u.tenant = $1 AND u.name = ANY ($8::text[])
       AND u.scope = ANY ($9::text[]) AND u.operation_id = $4
 ), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
@@ -1331,8 +1332,10 @@ WITH ident AS (
 SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
 UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
-WHERE operation_admit_check($7::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
-                            coalesce(cardinality($8::text[]), 0), (SELECT found FROM shares))
+WHERE CASE WHEN $7::boolean OR $8::text[] IS NOT NULL
+           THEN operation_admit_check($7::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
+                                      coalesce(cardinality($8::text[]), 0), (SELECT found FROM shares))
+           ELSE false END
 `
 
 type OperationInsertParams struct {
