@@ -428,10 +428,15 @@ func (e *env) runAll(ctx context.Context, rep *Report) error {
 			// With --repeat, the systems take turns (opledger, its
 			// baselines, opledger again…) rather than each running its
 			// repeats in a block: on a shared machine a change of load then
-			// falls on every system of the point alike.
+			// falls on every system of the point alike. Each round starts
+			// one system further on, so that no system is always the one
+			// that runs first, after the previous point's writes (their
+			// autovacuum, their dirty pages), or always the one after
+			// another system's.
 			runs := map[string][]Result{}
-			for range o.Repeat {
-				for _, sys := range systems {
+			for round := range o.Repeat {
+				for i := range systems {
+					sys := systems[(i+round)%len(systems)]
 					if err := ctx.Err(); err != nil {
 						return err
 					}
