@@ -117,26 +117,51 @@ const AuditCheckpointBatch = 10000
 // (at most AuditCheckpointBatch), lets next build and sign the checkpoint
 // (audit.NextCheckpoint), and records it with its leaves. It returns nil
 // when there was nothing to do or another replica held the lock.
+//
+// The changed heads are looked for only among operations changed at or
+// after the last checkpoint's scan horizon (AuditScanHorizon: no
+// transaction the scan cannot see wrote before it), so a checkpoint reads
+// what changed since the last one, not the whole table; a full batch moves
+// the horizon only as far as the batch reached.
 func (s *Store) AuditCheckpoint(ctx context.Context,
 	next func(last *audit.Checkpoint, changed []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error)) (*audit.Checkpoint, error) {
 	var made *audit.Checkpoint
+	batch := int32(AuditCheckpointBatch)
+	if s.auditBatch > 0 {
+		batch = s.auditBatch
+	}
 	err := s.InTx(ctx, func(c *Conn) error {
 		made = nil
 		locked, err := c.q.AuditCheckpointLock(ctx, c.dbtx, auditCheckpointLockID)
 		if err != nil || !locked {
 			return interpretError(err)
 		}
-		rows, err := c.q.AuditHeadsChanged(ctx, c.dbtx, AuditCheckpointBatch)
+		lastRows, err := c.q.AuditCheckpointLast(ctx, c.dbtx)
+		if err != nil {
+			return interpretError(err)
+		}
+		since := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
+		if len(lastRows) == 1 && lastRows[0].ScanHorizon.Valid {
+			since = lastRows[0].ScanHorizon
+		}
+		horizon, err := c.q.AuditScanHorizon(ctx, c.dbtx)
+		if err != nil {
+			return interpretError(err)
+		}
+		if !horizon.Valid {
+			horizon = since
+		}
+		rows, err := c.q.AuditHeadsChanged(ctx, c.dbtx, db.AuditHeadsChangedParams{Since: since, BatchSize: batch})
 		if err != nil || len(rows) == 0 {
 			return interpretError(err)
+		}
+		if len(rows) == int(batch) && rows[0].Latest.Time.Before(horizon.Time) {
+			// A full batch: the next scan starts where this one stopped.
+			horizon = rows[0].Latest
 		}
 		changed := make([]audit.Leaf, len(rows))
 		for i, r := range rows {
 			changed[i] = audit.Leaf{OperationID: r.ID, Events: r.Events, Head: r.ChainHead}
-		}
-		lastRows, err := c.q.AuditCheckpointLast(ctx, c.dbtx)
-		if err != nil {
-			return interpretError(err)
 		}
 		var last *audit.Checkpoint
 		if len(lastRows) == 1 {
@@ -150,7 +175,7 @@ func (s *Store) AuditCheckpoint(ctx context.Context,
 		if err != nil {
 			return err
 		}
-		p := db.AuditCheckpointInsertParams{Seq: cp.Seq, TreeSize: int64(cp.Size), Root: cp.Root, Note: cp.Note}
+		p := db.AuditCheckpointInsertParams{Seq: cp.Seq, TreeSize: int64(cp.Size), Root: cp.Root, Note: cp.Note, ScanHorizon: horizon}
 		for _, h := range cp.Range {
 			p.RangeHashes = append(p.RangeHashes, h)
 		}

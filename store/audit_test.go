@@ -443,3 +443,130 @@ func TestAuditCanonicalArgsDigest(t *testing.T) {
 		}
 	}
 }
+
+// checkpointAll makes checkpoints until none is left to make and returns
+// the leaves they appended.
+func (a *auditDB) checkpointAll(t *testing.T, st *store.Store, next func(*audit.Checkpoint, []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error)) []audit.Leaf {
+	t.Helper()
+	var out []audit.Leaf
+	for range 100 {
+		cp, err := st.AuditCheckpoint(t.Context(), func(last *audit.Checkpoint, changed []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error) {
+			c, leaves, err := next(last, changed)
+			out = append(out, leaves...)
+			return c, leaves, err
+		})
+		require.NoError(t, err)
+		if cp == nil {
+			return out
+		}
+	}
+	t.Fatal("checkpoints never caught up")
+	return nil
+}
+
+func unsignedNext(t *testing.T) func(*audit.Checkpoint, []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error) {
+	skey, _, err := note.GenerateKey(rand.Reader, "opledger-audit-test")
+	require.NoError(t, err)
+	signer, err := note.NewSigner(skey)
+	require.NoError(t, err)
+	return func(last *audit.Checkpoint, changed []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error) {
+		return audit.NextCheckpoint(last, changed, signer)
+	}
+}
+
+// TestAuditCheckpointSeesALateCommit: a checkpoint reads only what changed
+// since the last one's scan horizon, and a chain head written by a
+// transaction still open during a checkpoint (so invisible to it) but
+// committed after it is in the next checkpoint, though that checkpoint's
+// rows are older than the one before it. A horizon of the checkpoint's own
+// now() would skip it for ever.
+func TestAuditCheckpointSeesALateCommit(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	next := unsignedNext(t)
+	a.n++
+	late := fmt.Sprintf("op_audit%018d", a.n)
+	args := []byte(`{"invoice_id":"inv_1","amount_minor":500,"currency":"EUR"}`)
+	_, inserted, err := a.st.OperationInsert(ctx, store.NewOperation{ID: late, Tenant: "acme", Tool: "pay_invoice", ToolVersion: "1",
+		IdempotencyKey: late, Args: args, Fingerprint: "v1:fp" + late, State: "AWAITING_APPROVAL", PreparedBy: "pr_agent",
+		ApprovalRequired: true, ApprovalTTL: time.Minute, DownstreamKey: "opk_" + late, Actor: "agent",
+		ApprovalsNeeded: 1, PolicyDigest: "pd1", ApprovalRule: "approval.required"})
+	require.NoError(t, err)
+	require.True(t, inserted)
+	require.Len(t, a.checkpointAll(t, a.st, next), 1, "the prepared operation")
+
+	// The approval, in a transaction left open.
+	decided, release, done := make(chan error, 1), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- a.st.InTx(ctx, func(c *store.Conn) error {
+			one := int32(1)
+			_, err := c.OperationDecide(ctx, store.Decision{Tenant: "acme", ID: late, From: []string{"AWAITING_APPROVAL"}, To: "READY",
+				Decision: "APPROVE", DecidedBy: "pr_approver", DecidedByName: "alice", ApprovedFingerprint: "v1:fp" + late, Reason: "ok",
+				Event: "APPROVED", Actor: "alice", ApprovalsNeeded: &one, PolicyDigest: "pd1", ShownArgs: args})
+			decided <- err
+			<-release
+			return err
+		})
+	}()
+	require.NoError(t, <-decided)
+	other := a.approved(t) // committed after the open approval's statement
+	leaves := a.checkpointAll(t, a.st, next)
+	require.Len(t, leaves, 1, "only the committed operation")
+	require.Equal(t, other, leaves[0].OperationID)
+
+	close(release)
+	require.NoError(t, <-done)
+	leaves = a.checkpointAll(t, a.st, next)
+	require.Len(t, leaves, 1, "the late approval's head")
+	require.Equal(t, late, leaves[0].OperationID)
+	require.Equal(t, a.records(t, late)[late].Operation.ChainHead.String(), leaves[0].Head.String())
+}
+
+// TestAuditCheckpointFullBatches: more changed heads than a checkpoint
+// takes are committed to by the checkpoints that follow, each once, though
+// they all changed before the first: a full batch moves the scan's horizon
+// only as far as it reached.
+func TestAuditCheckpointFullBatches(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	st, err := store.Open(t.Context(), store.Config{URL: a.url, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	store.SetAuditCheckpointBatch(st, 2)
+	var ids []string
+	for range 5 {
+		ids = append(ids, a.oneCall(t))
+	}
+	leaves := a.checkpointAll(t, st, unsignedNext(t))
+	seen := map[string]int{}
+	for _, l := range leaves {
+		seen[l.OperationID]++
+	}
+	for _, id := range ids {
+		require.Equal(t, 1, seen[id], "%s committed to once", id)
+	}
+	require.Len(t, leaves, len(ids))
+}
+
+// TestAuditPruneDropsHeads: pruning an operation also deletes the head its
+// last checkpoint committed to (audit_head), so that table does not outgrow
+// the retention; the log's leaves stay.
+func TestAuditPruneDropsHeads(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	id := a.approved(t)
+	require.Len(t, a.checkpointAll(t, a.st, unsignedNext(t)), 1)
+	count := func(table string) int {
+		var n int
+		require.NoError(t, a.pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE operation_id = $1`, id).Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, count("audit_head"))
+	deleted, err := a.st.OperationPrune(ctx, 0, 100)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, deleted)
+	require.Equal(t, 0, count("audit_head"), "the pruned operation's head")
+	require.Equal(t, 1, count("audit_leaf"), "the log keeps its leaf")
+}

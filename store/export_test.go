@@ -193,3 +193,7 @@ func (i *interposer) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 func (s *Store) ConnBefore(before func(n int)) *Conn {
 	return &Conn{dbtx: &interposer{DBTX: s.pool, before: before}, q: db.New()}
 }
+
+// SetAuditCheckpointBatch makes s's checkpoints commit to at most n heads
+// each (AuditCheckpointBatch otherwise).
+func SetAuditCheckpointBatch(s *Store, n int32) { s.auditBatch = n }

@@ -185,6 +185,8 @@ type Store struct {
 	Conn
 	pool *pgxpool.Pool
 	url  string
+	// auditBatch overrides AuditCheckpointBatch when positive (tests).
+	auditBatch int32
 }
 
 // Conn runs queries on either the pool or one transaction; the same methods

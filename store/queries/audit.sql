@@ -26,16 +26,31 @@ SELECT pg_try_advisory_xact_lock(sqlc.arg(key)::bigint) AS locked;
 
 -- name: AuditCheckpointLast :many
 -- The newest checkpoint, if any.
-SELECT seq, tree_size, root, range_hashes, note FROM audit_checkpoint ORDER BY seq DESC LIMIT 1;
+SELECT seq, tree_size, root, range_hashes, note, scan_horizon FROM audit_checkpoint ORDER BY seq DESC LIMIT 1;
+
+-- name: AuditScanHorizon :one
+-- The horizon of the scan that follows this statement in the checkpoint's
+-- transaction (audit_scan_horizon, migration 0020), or NULL when a session
+-- hidden from this role may write operations. Read before the scan, in a
+-- statement of its own: READ COMMITTED takes the scan's snapshot when the
+-- scan starts, so every transaction the scan cannot see was open when the
+-- horizon was read or began after it.
+SELECT audit_scan_horizon()::timestamptz AS horizon;
 
 -- name: AuditHeadsChanged :many
--- Up to batch_size operations whose chain head is not the one their last
--- checkpoint committed to, in id order.
-SELECT o.id, o.events, o.chain_head FROM operation o
-LEFT JOIN audit_head h ON h.operation_id = o.id
-WHERE o.chain_head IS NOT NULL AND h.head IS DISTINCT FROM o.chain_head
-ORDER BY o.id
-LIMIT sqlc.arg(batch_size);
+-- Up to batch_size operations changed at or after since whose chain head is
+-- not the one their last checkpoint committed to, the earliest changed
+-- first (through operation_finished, the index on updated_at), returned in
+-- id order with the last change time among them.
+SELECT c.id, c.events, c.chain_head, max(c.updated_at) OVER ()::timestamptz AS latest FROM (
+    SELECT o.id, o.events, o.chain_head, o.updated_at FROM operation o
+    LEFT JOIN audit_head h ON h.operation_id = o.id
+    WHERE o.updated_at >= sqlc.arg(since)::timestamptz
+      AND o.chain_head IS NOT NULL AND h.head IS DISTINCT FROM o.chain_head
+    ORDER BY o.updated_at
+    LIMIT sqlc.arg(batch_size)
+) c
+ORDER BY c.id;
 
 -- name: AuditCheckpointInsert :exec
 -- Records a checkpoint with its leaves, and the heads it committed to, in
@@ -45,8 +60,9 @@ LIMIT sqlc.arg(batch_size);
 -- size: docs/performance.md, finding 38); the arrays of integers, whose
 -- elements have a fixed width, are subscripted.
 WITH cp AS (
-    INSERT INTO audit_checkpoint (seq, tree_size, root, range_hashes, note)
-    VALUES (sqlc.arg(seq), sqlc.arg(tree_size), sqlc.arg(root), sqlc.arg(range_hashes)::bytea[], sqlc.arg(note))
+    INSERT INTO audit_checkpoint (seq, tree_size, root, range_hashes, note, scan_horizon)
+    VALUES (sqlc.arg(seq), sqlc.arg(tree_size), sqlc.arg(root), sqlc.arg(range_hashes)::bytea[], sqlc.arg(note),
+            sqlc.narg(scan_horizon)::timestamptz)
     RETURNING seq
 ), u AS (
     SELECT o.i, o.operation_id, h.head

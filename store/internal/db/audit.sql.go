@@ -13,16 +13,17 @@ import (
 
 const auditCheckpointInsert = `-- name: AuditCheckpointInsert :exec
 WITH cp AS (
-    INSERT INTO audit_checkpoint (seq, tree_size, root, range_hashes, note)
-    VALUES ($1, $2, $3, $4::bytea[], $5)
+    INSERT INTO audit_checkpoint (seq, tree_size, root, range_hashes, note, scan_horizon)
+    VALUES ($1, $2, $3, $4::bytea[], $5,
+            $6::timestamptz)
     RETURNING seq
 ), u AS (
     SELECT o.i, o.operation_id, h.head
-    FROM unnest($6::text[]) WITH ORDINALITY AS o (operation_id, i)
-    JOIN unnest($7::bytea[]) WITH ORDINALITY AS h (head, i) ON h.i = o.i
+    FROM unnest($7::text[]) WITH ORDINALITY AS o (operation_id, i)
+    JOIN unnest($8::bytea[]) WITH ORDINALITY AS h (head, i) ON h.i = o.i
 ), leaves AS (
     INSERT INTO audit_leaf (idx, checkpoint_seq, operation_id, events, head)
-    SELECT ($8::bigint[])[u.i], cp.seq, u.operation_id, ($9::integer[])[u.i], u.head
+    SELECT ($9::bigint[])[u.i], cp.seq, u.operation_id, ($10::integer[])[u.i], u.head
     FROM cp, u
 )
 INSERT INTO audit_head (operation_id, head)
@@ -36,6 +37,7 @@ type AuditCheckpointInsertParams struct {
 	Root         []byte
 	RangeHashes  [][]byte
 	Note         string
+	ScanHorizon  pgtype.Timestamptz
 	OperationIds []string
 	Heads        [][]byte
 	Idxs         []int64
@@ -55,6 +57,7 @@ func (q *Queries) AuditCheckpointInsert(ctx context.Context, db DBTX, arg AuditC
 		arg.Root,
 		arg.RangeHashes,
 		arg.Note,
+		arg.ScanHorizon,
 		arg.OperationIds,
 		arg.Heads,
 		arg.Idxs,
@@ -64,7 +67,7 @@ func (q *Queries) AuditCheckpointInsert(ctx context.Context, db DBTX, arg AuditC
 }
 
 const auditCheckpointLast = `-- name: AuditCheckpointLast :many
-SELECT seq, tree_size, root, range_hashes, note FROM audit_checkpoint ORDER BY seq DESC LIMIT 1
+SELECT seq, tree_size, root, range_hashes, note, scan_horizon FROM audit_checkpoint ORDER BY seq DESC LIMIT 1
 `
 
 type AuditCheckpointLastRow struct {
@@ -73,6 +76,7 @@ type AuditCheckpointLastRow struct {
 	Root        []byte
 	RangeHashes [][]byte
 	Note        string
+	ScanHorizon pgtype.Timestamptz
 }
 
 // The newest checkpoint, if any.
@@ -91,6 +95,7 @@ func (q *Queries) AuditCheckpointLast(ctx context.Context, db DBTX) ([]AuditChec
 			&i.Root,
 			&i.RangeHashes,
 			&i.Note,
+			&i.ScanHorizon,
 		); err != nil {
 			return nil, err
 		}
@@ -194,23 +199,35 @@ func (q *Queries) AuditEvents(ctx context.Context, db DBTX, ids []string) ([]Ope
 }
 
 const auditHeadsChanged = `-- name: AuditHeadsChanged :many
-SELECT o.id, o.events, o.chain_head FROM operation o
-LEFT JOIN audit_head h ON h.operation_id = o.id
-WHERE o.chain_head IS NOT NULL AND h.head IS DISTINCT FROM o.chain_head
-ORDER BY o.id
-LIMIT $1
+SELECT c.id, c.events, c.chain_head, max(c.updated_at) OVER ()::timestamptz AS latest FROM (
+    SELECT o.id, o.events, o.chain_head, o.updated_at FROM operation o
+    LEFT JOIN audit_head h ON h.operation_id = o.id
+    WHERE o.updated_at >= $1::timestamptz
+      AND o.chain_head IS NOT NULL AND h.head IS DISTINCT FROM o.chain_head
+    ORDER BY o.updated_at
+    LIMIT $2
+) c
+ORDER BY c.id
 `
+
+type AuditHeadsChangedParams struct {
+	Since     pgtype.Timestamptz
+	BatchSize int32
+}
 
 type AuditHeadsChangedRow struct {
 	ID        string
 	Events    int32
 	ChainHead []byte
+	Latest    pgtype.Timestamptz
 }
 
-// Up to batch_size operations whose chain head is not the one their last
-// checkpoint committed to, in id order.
-func (q *Queries) AuditHeadsChanged(ctx context.Context, db DBTX, batchSize int32) ([]AuditHeadsChangedRow, error) {
-	rows, err := db.Query(ctx, auditHeadsChanged, batchSize)
+// Up to batch_size operations changed at or after since whose chain head is
+// not the one their last checkpoint committed to, the earliest changed
+// first (through operation_finished, the index on updated_at), returned in
+// id order with the last change time among them.
+func (q *Queries) AuditHeadsChanged(ctx context.Context, db DBTX, arg AuditHeadsChangedParams) ([]AuditHeadsChangedRow, error) {
+	rows, err := db.Query(ctx, auditHeadsChanged, arg.Since, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +235,12 @@ func (q *Queries) AuditHeadsChanged(ctx context.Context, db DBTX, batchSize int3
 	items := []AuditHeadsChangedRow{}
 	for rows.Next() {
 		var i AuditHeadsChangedRow
-		if err := rows.Scan(&i.ID, &i.Events, &i.ChainHead); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Events,
+			&i.ChainHead,
+			&i.Latest,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -394,4 +416,21 @@ func (q *Queries) AuditOperationPage(ctx context.Context, db DBTX, arg AuditOper
 		return nil, err
 	}
 	return items, nil
+}
+
+const auditScanHorizon = `-- name: AuditScanHorizon :one
+SELECT audit_scan_horizon()::timestamptz AS horizon
+`
+
+// The horizon of the scan that follows this statement in the checkpoint's
+// transaction (audit_scan_horizon, migration 0020), or NULL when a session
+// hidden from this role may write operations. Read before the scan, in a
+// statement of its own: READ COMMITTED takes the scan's snapshot when the
+// scan starts, so every transaction the scan cannot see was open when the
+// horizon was read or began after it.
+func (q *Queries) AuditScanHorizon(ctx context.Context, db DBTX) (pgtype.Timestamptz, error) {
+	row := db.QueryRow(ctx, auditScanHorizon)
+	var horizon pgtype.Timestamptz
+	err := row.Scan(&horizon)
+	return horizon, err
 }

@@ -25,6 +25,7 @@ type AuditCheckpoint struct {
 	RangeHashes [][]byte
 	Note        string
 	CreatedAt   pgtype.Timestamptz
+	ScanHorizon pgtype.Timestamptz
 }
 
 type AuditHead struct {

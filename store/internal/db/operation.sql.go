@@ -1912,6 +1912,8 @@ WITH gone AS (
     RETURNING id
 ), events AS (
     DELETE FROM operation_event e USING gone WHERE e.operation_id = gone.id
+), heads AS (
+    DELETE FROM audit_head h USING gone WHERE h.operation_id = gone.id
 )
 SELECT count(*)::bigint AS deleted FROM gone
 `
@@ -1922,7 +1924,9 @@ type OperationPruneParams struct {
 }
 
 // Deletes up to batch_size finished operations last changed before the
-// cutoff, and their events, and returns how many operations it deleted.
+// cutoff, their events and the heads their last checkpoint committed to
+// (audit_head; the log's leaves stay), and returns how many operations it
+// deleted.
 // Open and OUTCOME_UNKNOWN operations are never pruned. SKIP LOCKED lets
 // replicas prune side by side.
 func (q *Queries) OperationPrune(ctx context.Context, db DBTX, arg OperationPruneParams) (int64, error) {
