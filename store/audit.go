@@ -111,6 +111,33 @@ const auditCheckpointLockID int64 = 0x6f706c6164697401 // "opladit" 1
 // busier interval takes several checkpoints.
 const AuditCheckpointBatch = 10000
 
+// AuditScanSlack is how much earlier than the open transactions' earliest
+// start a checkpoint's scan horizon is put: the instant between a
+// transaction taking its start time and showing it in pg_stat_activity,
+// and a promoted standby's clock up to that much behind the old primary's.
+// Rereading that much of the changes costs little against the default
+// one-minute interval (the anti-join drops those already checkpointed).
+const AuditScanSlack = 10 * time.Second
+
+// AuditFullScanEvery makes every so many checkpoints scan the whole table
+// (about once an hour at the default interval), so that a change the
+// incremental scans missed (a database clock stepped back by more than
+// AuditScanSlack, a writer pg_stat_activity did not show) is committed to
+// all the same, and heads of operations pruned meanwhile are swept.
+const AuditFullScanEvery = 60
+
+// auditScan tunes the checkpoint's scan; Open sets the defaults above and
+// tests shrink them.
+type auditScan struct {
+	batch     int32
+	slack     time.Duration
+	fullEvery int64
+}
+
+func defaultAuditScan() auditScan {
+	return auditScan{batch: AuditCheckpointBatch, slack: AuditScanSlack, fullEvery: AuditFullScanEvery}
+}
+
 // AuditCheckpoint makes the next checkpoint, if no other replica is making
 // one and some chain head changed since the last: in one transaction, under
 // the checkpoint lock, it reads the last checkpoint and the changed heads
@@ -122,14 +149,12 @@ const AuditCheckpointBatch = 10000
 // after the last checkpoint's scan horizon (AuditScanHorizon: no
 // transaction the scan cannot see wrote before it), so a checkpoint reads
 // what changed since the last one, not the whole table; a full batch moves
-// the horizon only as far as the batch reached.
+// the horizon only as far as the batch reached, and every
+// AuditFullScanEvery-th checkpoint scans from the beginning.
 func (s *Store) AuditCheckpoint(ctx context.Context,
 	next func(last *audit.Checkpoint, changed []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error)) (*audit.Checkpoint, error) {
 	var made *audit.Checkpoint
-	batch := int32(AuditCheckpointBatch)
-	if s.auditBatch > 0 {
-		batch = s.auditBatch
-	}
+	scan := s.auditScan
 	err := s.InTx(ctx, func(c *Conn) error {
 		made = nil
 		locked, err := c.q.AuditCheckpointLock(ctx, c.dbtx, auditCheckpointLockID)
@@ -141,21 +166,27 @@ func (s *Store) AuditCheckpoint(ctx context.Context,
 			return interpretError(err)
 		}
 		since := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
-		if len(lastRows) == 1 && lastRows[0].ScanHorizon.Valid {
-			since = lastRows[0].ScanHorizon
+		full := true
+		if len(lastRows) == 1 && lastRows[0].ScanHorizon.Valid && (lastRows[0].Seq+1)%scan.fullEvery != 0 {
+			since, full = lastRows[0].ScanHorizon, false
 		}
-		horizon, err := c.q.AuditScanHorizon(ctx, c.dbtx)
+		horizon, err := c.q.AuditScanHorizon(ctx, c.dbtx, scan.slack.Seconds())
 		if err != nil {
 			return interpretError(err)
 		}
 		if !horizon.Valid {
 			horizon = since
 		}
-		rows, err := c.q.AuditHeadsChanged(ctx, c.dbtx, db.AuditHeadsChangedParams{Since: since, BatchSize: batch})
+		if full {
+			if _, err := c.q.AuditHeadSweep(ctx, c.dbtx); err != nil {
+				return interpretError(err)
+			}
+		}
+		rows, err := c.q.AuditHeadsChanged(ctx, c.dbtx, db.AuditHeadsChangedParams{Since: since, BatchSize: scan.batch})
 		if err != nil || len(rows) == 0 {
 			return interpretError(err)
 		}
-		if len(rows) == int(batch) && rows[0].Latest.Time.Before(horizon.Time) {
+		if len(rows) == int(scan.batch) && timeBefore(rows[0].Latest, horizon) {
 			// A full batch: the next scan starts where this one stopped.
 			horizon = rows[0].Latest
 		}
@@ -192,6 +223,14 @@ func (s *Store) AuditCheckpoint(ctx context.Context,
 		return nil
 	})
 	return made, err
+}
+
+// timeBefore reports whether a is earlier than b, infinities included.
+func timeBefore(a, b pgtype.Timestamptz) bool {
+	if a.InfinityModifier != b.InfinityModifier {
+		return a.InfinityModifier < b.InfinityModifier
+	}
+	return a.InfinityModifier == pgtype.Finite && a.Time.Before(b.Time)
 }
 
 // AuditCheckpoints returns every checkpoint, oldest first (without their

@@ -91,22 +91,30 @@ func (a *auditDB) verify(t *testing.T, id string, off audit.Off) []audit.Break {
 	return audit.VerifyOperation(r.Operation, r.Events, off)
 }
 
-// approved is an operation that awaited approval, was approved, claimed
-// and succeeded with a result: PREPARED, APPROVED, CLAIMED, SUCCEEDED.
-func (a *auditDB) approved(t *testing.T) string {
+// awaiting prepares an operation that awaits one approval and returns its
+// id and arguments.
+func (a *auditDB) awaiting(t *testing.T) (string, []byte) {
 	t.Helper()
-	ctx := t.Context()
 	a.n++
 	id := fmt.Sprintf("op_audit%018d", a.n)
 	args := []byte(`{"invoice_id":"inv_1","amount_minor":500,"currency":"EUR"}`)
-	_, inserted, err := a.st.OperationInsert(ctx, store.NewOperation{ID: id, Tenant: "acme", Tool: "pay_invoice", ToolVersion: "1",
+	_, inserted, err := a.st.OperationInsert(t.Context(), store.NewOperation{ID: id, Tenant: "acme", Tool: "pay_invoice", ToolVersion: "1",
 		IdempotencyKey: id, Args: args, Fingerprint: "v1:fp" + id, State: "AWAITING_APPROVAL", PreparedBy: "pr_agent",
 		ApprovalRequired: true, ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "agent",
 		ApprovalsNeeded: 1, PolicyDigest: "pd1", ApprovalRule: "approval.required"})
 	require.NoError(t, err)
 	require.True(t, inserted)
+	return id, args
+}
+
+// approved is an operation that awaited approval, was approved, claimed
+// and succeeded with a result: PREPARED, APPROVED, CLAIMED, SUCCEEDED.
+func (a *auditDB) approved(t *testing.T) string {
+	t.Helper()
+	ctx := t.Context()
+	id, args := a.awaiting(t)
 	one := int32(1)
-	_, err = a.st.OperationDecide(ctx, store.Decision{Tenant: "acme", ID: id, From: []string{"AWAITING_APPROVAL"}, To: "READY",
+	_, err := a.st.OperationDecide(ctx, store.Decision{Tenant: "acme", ID: id, From: []string{"AWAITING_APPROVAL"}, To: "READY",
 		Decision: "APPROVE", DecidedBy: "pr_approver", DecidedByName: "alice", ApprovedFingerprint: "v1:fp" + id, Reason: "ok",
 		Event: "APPROVED", Actor: "alice", ApprovalsNeeded: &one, PolicyDigest: "pd1", ShownArgs: args})
 	require.NoError(t, err)
@@ -464,6 +472,20 @@ func (a *auditDB) checkpointAll(t *testing.T, st *store.Store, next func(*audit.
 	return nil
 }
 
+// checkpointOnce makes one checkpoint with st and returns its leaves (none
+// when there was nothing to do).
+func checkpointOnce(t *testing.T, st *store.Store, next func(*audit.Checkpoint, []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error)) []audit.Leaf {
+	t.Helper()
+	var out []audit.Leaf
+	_, err := st.AuditCheckpoint(t.Context(), func(last *audit.Checkpoint, changed []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error) {
+		c, leaves, err := next(last, changed)
+		out = leaves
+		return c, leaves, err
+	})
+	require.NoError(t, err)
+	return out
+}
+
 func unsignedNext(t *testing.T) func(*audit.Checkpoint, []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error) {
 	skey, _, err := note.GenerateKey(rand.Reader, "opledger-audit-test")
 	require.NoError(t, err)
@@ -478,22 +500,17 @@ func unsignedNext(t *testing.T) func(*audit.Checkpoint, []audit.Leaf) (*audit.Ch
 // since the last one's scan horizon, and a chain head written by a
 // transaction still open during a checkpoint (so invisible to it) but
 // committed after it is in the next checkpoint, though that checkpoint's
-// rows are older than the one before it. A horizon of the checkpoint's own
-// now() would skip it for ever.
+// rows are older than the one before it. The scan's slack is 0 here, so
+// that only the open transaction's start in pg_stat_activity holds the
+// horizon back: a horizon of the checkpoint's own now() would skip it for
+// ever.
 func TestAuditCheckpointSeesALateCommit(t *testing.T) {
 	t.Parallel()
 	a := newAuditDB(t)
 	ctx := t.Context()
+	store.SetAuditScan(a.st, store.AuditCheckpointBatch, 0, store.AuditFullScanEvery)
 	next := unsignedNext(t)
-	a.n++
-	late := fmt.Sprintf("op_audit%018d", a.n)
-	args := []byte(`{"invoice_id":"inv_1","amount_minor":500,"currency":"EUR"}`)
-	_, inserted, err := a.st.OperationInsert(ctx, store.NewOperation{ID: late, Tenant: "acme", Tool: "pay_invoice", ToolVersion: "1",
-		IdempotencyKey: late, Args: args, Fingerprint: "v1:fp" + late, State: "AWAITING_APPROVAL", PreparedBy: "pr_agent",
-		ApprovalRequired: true, ApprovalTTL: time.Minute, DownstreamKey: "opk_" + late, Actor: "agent",
-		ApprovalsNeeded: 1, PolicyDigest: "pd1", ApprovalRule: "approval.required"})
-	require.NoError(t, err)
-	require.True(t, inserted)
+	late, args := a.awaiting(t)
 	require.Len(t, a.checkpointAll(t, a.st, next), 1, "the prepared operation")
 
 	// The approval, in a transaction left open.
@@ -526,18 +543,22 @@ func TestAuditCheckpointSeesALateCommit(t *testing.T) {
 // TestAuditCheckpointFullBatches: more changed heads than a checkpoint
 // takes are committed to by the checkpoints that follow, each once, though
 // they all changed before the first: a full batch moves the scan's horizon
-// only as far as it reached.
+// only as far as it reached. The operations changed an hour ago, so that a
+// horizon left at the checkpoint's time would skip those after the first
+// batch.
 func TestAuditCheckpointFullBatches(t *testing.T) {
 	t.Parallel()
 	a := newAuditDB(t)
 	st, err := store.Open(t.Context(), store.Config{URL: a.url, MaxConns: 2})
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	store.SetAuditCheckpointBatch(st, 2)
+	store.SetAuditScan(st, 2, store.AuditScanSlack, store.AuditFullScanEvery)
 	var ids []string
 	for range 5 {
 		ids = append(ids, a.oneCall(t))
 	}
+	_, err = a.pool.Exec(t.Context(), `UPDATE operation SET updated_at = updated_at - interval '1 hour'`)
+	require.NoError(t, err)
 	leaves := a.checkpointAll(t, st, unsignedNext(t))
 	seen := map[string]int{}
 	for _, l := range leaves {
@@ -569,4 +590,54 @@ func TestAuditPruneDropsHeads(t *testing.T) {
 	require.EqualValues(t, 1, deleted)
 	require.Equal(t, 0, count("audit_head"), "the pruned operation's head")
 	require.Equal(t, 1, count("audit_leaf"), "the log keeps its leaf")
+}
+
+// TestAuditFullScanCatchesAMissedChange: a change the incremental scans
+// cannot see (its updated_at before the last horizon, as after the
+// database's clock stepped back) is committed to by the next checkpoint
+// that scans the whole table, and that checkpoint sweeps the heads of
+// operations that are gone.
+func TestAuditFullScanCatchesAMissedChange(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	store.SetAuditScan(a.st, store.AuditCheckpointBatch, store.AuditScanSlack, 3)
+	next := unsignedNext(t)
+	first := a.oneCall(t)
+	require.Len(t, checkpointOnce(t, a.st, next), 1, "checkpoint 1 (a full scan: the first)")
+
+	stepped := a.oneCall(t)
+	_, err := a.pool.Exec(ctx, `UPDATE operation SET updated_at = updated_at - interval '1 hour' WHERE id = $1`, stepped)
+	require.NoError(t, err)
+	_, err = a.pool.Exec(ctx, `INSERT INTO audit_head (operation_id, head) VALUES ('op_gone', '\x00')`)
+	require.NoError(t, err)
+	other := a.oneCall(t)
+	leaves := checkpointOnce(t, a.st, next)
+	require.Len(t, leaves, 1, "checkpoint 2 (incremental) misses the stepped-back change")
+	require.Equal(t, other, leaves[0].OperationID)
+
+	leaves = checkpointOnce(t, a.st, next)
+	require.Len(t, leaves, 1, "checkpoint 3 scans the whole table")
+	require.Equal(t, stepped, leaves[0].OperationID)
+	var orphans int
+	require.NoError(t, a.pool.QueryRow(ctx, `SELECT count(*) FROM audit_head WHERE operation_id = 'op_gone'`).Scan(&orphans))
+	require.Zero(t, orphans, "the full scan swept the head of an operation that is gone")
+	require.NotEqual(t, first, stepped)
+}
+
+// TestAuditHeadsChangedUsesIndexes: the checkpoint's scan can read the
+// changed operations through the indexes on their state (operation_open)
+// and on finished ones' updated_at (operation_finished), so it need not
+// read the whole table (with sequential scans disabled, a query no index
+// serves still plans one).
+func TestAuditHeadsChangedUsesIndexes(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	plan, err := g.st.ExplainGeneric(t.Context(), func(c *store.Conn) error {
+		return c.AuditHeadsChanged(t.Context(), time.Now(), 100)
+	}, "enable_seqscan = off")
+	require.NoError(t, err)
+	require.NotContains(t, plan, "Seq Scan on operation", plan)
+	require.Contains(t, plan, "operation_finished", plan)
+	require.Contains(t, plan, "operation_open", plan)
 }

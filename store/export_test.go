@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -79,8 +80,9 @@ func (errRow) Scan(...any) error { return errRecorded }
 // ExplainGeneric records the statement fn sends through a Conn and returns
 // the generic plan PostgreSQL would cache for it as a prepared statement
 // (what a pooled connection runs after a few executions), one line per plan
-// node. Nothing is executed.
-func (s *Store) ExplainGeneric(ctx context.Context, fn func(c *Conn) error) (string, error) {
+// node. Nothing is executed. Each of settings ("enable_seqscan = off") is
+// SET for the EXPLAIN and RESET after it.
+func (s *Store) ExplainGeneric(ctx context.Context, fn func(c *Conn) error, settings ...string) (string, error) {
 	rec := &catcher{}
 	// Receipts off: the doc hashes (binary) are NULL, which literal need not
 	// write; a generic plan does not depend on the values.
@@ -98,10 +100,16 @@ func (s *Store) ExplainGeneric(ctx context.Context, fn func(c *Conn) error) (str
 		// next identical EXPLAIN on this connection failed).
 		_ = conn.Conn().DeallocateAll(context.WithoutCancel(ctx))
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode")
+		for _, set := range settings {
+			name, _, _ := strings.Cut(set, "=")
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "RESET "+strings.TrimSpace(name))
+		}
 	}()
 	tx := conn
-	if _, err := tx.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
-		return "", err
+	for _, set := range append([]string{"plan_cache_mode = force_generic_plan"}, settings...) {
+		if _, err := tx.Exec(ctx, "SET "+set); err != nil {
+			return "", err
+		}
 	}
 	if _, err := tx.Exec(ctx, "PREPARE explained AS "+rec.sql); err != nil {
 		return "", err
@@ -137,6 +145,11 @@ func literal(a any) (string, error) {
 			return "NULL", nil
 		}
 		return quote(v.String), nil
+	case pgtype.Timestamptz:
+		if !v.Valid {
+			return "NULL", nil
+		}
+		return quote(v.Time.UTC().Format(time.RFC3339Nano)) + "::timestamptz", nil
 	case pgtype.Int4:
 		if !v.Valid {
 			return "NULL", nil
@@ -194,6 +207,17 @@ func (s *Store) ConnBefore(before func(n int)) *Conn {
 	return &Conn{dbtx: &interposer{DBTX: s.pool, before: before}, q: db.New()}
 }
 
-// SetAuditCheckpointBatch makes s's checkpoints commit to at most n heads
-// each (AuditCheckpointBatch otherwise).
-func SetAuditCheckpointBatch(s *Store, n int32) { s.auditBatch = n }
+// SetAuditScan makes s's checkpoints commit to at most batch heads each,
+// put their scan horizon slack before the open transactions' earliest
+// start, and scan the whole table every fullEvery-th checkpoint
+// (AuditCheckpointBatch, AuditScanSlack and AuditFullScanEvery otherwise).
+func SetAuditScan(s *Store, batch int32, slack time.Duration, fullEvery int64) {
+	s.auditScan = auditScan{batch: batch, slack: slack, fullEvery: fullEvery}
+}
+
+// AuditHeadsChanged sends the checkpoint's scan through c (for
+// ExplainGeneric).
+func (c *Conn) AuditHeadsChanged(ctx context.Context, since time.Time, batch int32) error {
+	_, err := c.q.AuditHeadsChanged(ctx, c.dbtx, db.AuditHeadsChangedParams{Since: pgtype.Timestamptz{Time: since, Valid: true}, BatchSize: batch})
+	return err
+}

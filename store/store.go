@@ -185,8 +185,8 @@ type Store struct {
 	Conn
 	pool *pgxpool.Pool
 	url  string
-	// auditBatch overrides AuditCheckpointBatch when positive (tests).
-	auditBatch int32
+	// auditScan tunes the checkpoint's scan (AuditCheckpoint).
+	auditScan auditScan
 }
 
 // Conn runs queries on either the pool or one transaction; the same methods
@@ -218,7 +218,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("store: ping: %w", interpretError(err))
 	}
-	return &Store{Conn: Conn{dbtx: pool, q: db.New(), noReceipts: cfg.NoReceipts}, pool: pool, url: cfg.URL}, nil
+	return &Store{Conn: Conn{dbtx: pool, q: db.New(), noReceipts: cfg.NoReceipts}, pool: pool, url: cfg.URL,
+		auditScan: defaultAuditScan()}, nil
 }
 
 // Close releases the pool.

@@ -9,29 +9,27 @@
 -- checkpoints made before this migration) scans from the beginning once.
 ALTER TABLE audit_checkpoint ADD COLUMN scan_horizon timestamptz;
 
--- audit_scan_horizon returns a time at or before which no chain head that a
--- later statement's snapshot cannot see yet was written. A statement that
--- sets chain_head sets updated_at to its statement's (or its transaction's)
--- start, at or after its transaction's start; a transaction that a snapshot
--- taken after this call does not see is either open now, so its start is in
--- the minimum below, or starts after now(). Sessions hidden from the calling
--- role (another role's, without pg_read_all_stats) show no transaction
--- start: when one of them may write operations the answer is NULL, and the
--- caller keeps its last horizon. Only this database's sessions count: no
--- other can write its operations. opledger uses no two-phase transactions,
--- whose prepared state pg_stat_activity does not show. Ten seconds come off
--- the answer: they cover the instant between a transaction taking its start
--- time and showing it in pg_stat_activity, and a promoted standby's clock
--- up to ten seconds behind the old primary's; rereading ten seconds of
--- changes (the anti-join drops those already checkpointed) costs little
--- against the default one-minute interval.
-CREATE FUNCTION audit_scan_horizon() RETURNS timestamptz
+-- audit_scan_horizon returns slack seconds before a time at or before which
+-- no chain head that a later statement's snapshot cannot see yet was
+-- written. A statement that sets chain_head sets updated_at to its
+-- statement's (or its transaction's) start, at or after its transaction's
+-- start; a transaction that a snapshot taken after this call does not see
+-- is either open now, so its start is in the minimum below, or starts after
+-- now(). Sessions hidden from the calling role (another role's, without
+-- pg_read_all_stats) show no transaction start: when one of them may write
+-- operations the answer is NULL, and the caller keeps its last horizon.
+-- Only this database's sessions count: no other can write its operations.
+-- opledger uses no two-phase transactions, whose prepared state
+-- pg_stat_activity does not show. The slack (store.AuditScanSlack) covers
+-- the instant between a transaction taking its start time and showing it
+-- here, and a promoted standby's clock a little behind the old primary's.
+CREATE FUNCTION audit_scan_horizon(slack double precision) RETURNS timestamptz
 LANGUAGE sql STABLE AS $$
     SELECT CASE
         WHEN bool_or(a.query = '<insufficient privilege>'
                      AND has_table_privilege(a.usesysid, 'operation', 'INSERT, UPDATE'))
             THEN NULL
-        ELSE least(now(), min(a.xact_start) FILTER (WHERE a.pid <> pg_backend_pid())) - interval '10 seconds'
+        ELSE least(now(), min(a.xact_start) FILTER (WHERE a.pid <> pg_backend_pid())) - make_interval(secs => slack)
         END
     FROM pg_stat_activity a
     WHERE a.datid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())

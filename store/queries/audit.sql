@@ -30,23 +30,33 @@ SELECT seq, tree_size, root, range_hashes, note, scan_horizon FROM audit_checkpo
 
 -- name: AuditScanHorizon :one
 -- The horizon of the scan that follows this statement in the checkpoint's
--- transaction (audit_scan_horizon, migration 0020), or NULL when a session
--- hidden from this role may write operations. Read before the scan, in a
--- statement of its own: READ COMMITTED takes the scan's snapshot when the
--- scan starts, so every transaction the scan cannot see was open when the
--- horizon was read or began after it.
-SELECT audit_scan_horizon()::timestamptz AS horizon;
+-- transaction, slack seconds early (audit_scan_horizon, migration 0020),
+-- or NULL when a session hidden from this role may write operations. Read
+-- before the scan, in a statement of its own: READ COMMITTED takes the
+-- scan's snapshot when the scan starts, so every transaction the scan
+-- cannot see was open when the horizon was read or began after it.
+SELECT audit_scan_horizon(sqlc.arg(slack)::float8)::timestamptz AS horizon;
 
 -- name: AuditHeadsChanged :many
 -- Up to batch_size operations changed at or after since whose chain head is
 -- not the one their last checkpoint committed to, the earliest changed
--- first (through operation_finished, the index on updated_at), returned in
--- id order with the last change time among them.
+-- first, returned in id order with the last change time among them. The
+-- two halves are the finished operations (through operation_finished, on
+-- updated_at) and the open ones (through operation_open): between them the
+-- eight states, and neither reads the finished operations changed before
+-- since (TestAuditHeadsChangedUsesIndexes).
 SELECT c.id, c.events, c.chain_head, max(c.updated_at) OVER ()::timestamptz AS latest FROM (
-    SELECT o.id, o.events, o.chain_head, o.updated_at FROM operation o
+    SELECT o.id, o.events, o.chain_head, o.updated_at FROM (
+        SELECT f.id, f.events, f.chain_head, f.updated_at FROM operation f
+        WHERE f.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
+          AND f.updated_at >= sqlc.arg(since)::timestamptz
+        UNION ALL
+        SELECT p.id, p.events, p.chain_head, p.updated_at FROM operation p
+        WHERE p.state IN ('AWAITING_APPROVAL', 'READY', 'EXECUTING', 'OUTCOME_UNKNOWN')
+          AND p.updated_at >= sqlc.arg(since)::timestamptz
+    ) o
     LEFT JOIN audit_head h ON h.operation_id = o.id
-    WHERE o.updated_at >= sqlc.arg(since)::timestamptz
-      AND o.chain_head IS NOT NULL AND h.head IS DISTINCT FROM o.chain_head
+    WHERE o.chain_head IS NOT NULL AND h.head IS DISTINCT FROM o.chain_head
     ORDER BY o.updated_at
     LIMIT sqlc.arg(batch_size)
 ) c
@@ -75,7 +85,15 @@ WITH cp AS (
 )
 INSERT INTO audit_head (operation_id, head)
 SELECT u.operation_id, u.head FROM u
+WHERE EXISTS (SELECT 1 FROM operation o WHERE o.id = u.operation_id) -- not one pruned meanwhile
 ON CONFLICT (operation_id) DO UPDATE SET head = EXCLUDED.head;
+
+-- name: AuditHeadSweep :execrows
+-- Deletes the heads of operations that are gone: one the pruner deleted
+-- while a checkpoint that had read it was recording its head (the prune's
+-- snapshot cannot see that row). Run by the checkpoints that scan the whole
+-- table.
+DELETE FROM audit_head h WHERE NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = h.operation_id);
 
 -- name: AuditCheckpoints :many
 -- Every checkpoint, oldest first.
