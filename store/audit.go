@@ -119,15 +119,16 @@ const AuditCheckpointBatch = 10000
 // one-minute interval (the anti-join drops those already checkpointed).
 const AuditScanSlack = 10 * time.Second
 
-// AuditFullScanEvery makes every so many checkpoints scan the whole table
-// (about once an hour at the default interval), so that a change the
+// AuditFullScanEvery makes every so many checkpoint scans of a Store (the
+// first included: about once an hour at the default interval, on the
+// replica that holds the lock) read the whole table, so that a change the
 // incremental scans missed (a database clock stepped back by more than
 // AuditScanSlack, a writer pg_stat_activity did not show) is committed to
 // all the same, and heads of operations pruned meanwhile are swept.
 const AuditFullScanEvery = 60
 
 // auditScan tunes the checkpoint's scan; Open sets the defaults above and
-// tests shrink them.
+// tests shrink them. fullEvery is at least 1.
 type auditScan struct {
 	batch     int32
 	slack     time.Duration
@@ -150,12 +151,15 @@ func defaultAuditScan() auditScan {
 // transaction the scan cannot see wrote before it), so a checkpoint reads
 // what changed since the last one, not the whole table; a full batch moves
 // the horizon only as far as the batch reached, and every
-// AuditFullScanEvery-th checkpoint scans from the beginning.
+// AuditFullScanEvery-th scan, or one whose clock reads earlier than the
+// last horizon, reads from the beginning.
 func (s *Store) AuditCheckpoint(ctx context.Context,
 	next func(last *audit.Checkpoint, changed []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error)) (*audit.Checkpoint, error) {
 	var made *audit.Checkpoint
 	scan := s.auditScan
-	err := s.InTx(ctx, func(c *Conn) error {
+	// READ COMMITTED whatever the server's default: the scan's snapshot
+	// must be taken after the horizon is read (AuditScanHorizon).
+	err := s.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(c *Conn) error {
 		made = nil
 		locked, err := c.q.AuditCheckpointLock(ctx, c.dbtx, auditCheckpointLockID)
 		if err != nil || !locked {
@@ -165,22 +169,29 @@ func (s *Store) AuditCheckpoint(ctx context.Context,
 		if err != nil {
 			return interpretError(err)
 		}
-		since := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
-		full := true
-		if len(lastRows) == 1 && lastRows[0].ScanHorizon.Valid && (lastRows[0].Seq+1)%scan.fullEvery != 0 {
-			since, full = lastRows[0].ScanHorizon, false
+		lastHorizon := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
+		if len(lastRows) == 1 && lastRows[0].ScanHorizon.Valid {
+			lastHorizon = lastRows[0].ScanHorizon
 		}
 		horizon, err := c.q.AuditScanHorizon(ctx, c.dbtx, scan.slack.Seconds())
 		if err != nil {
 			return interpretError(err)
 		}
-		if !horizon.Valid {
-			horizon = since
-		}
+		// A full scan: every fullEvery-th scan this Store makes (its first
+		// included), and whenever the clock reads earlier than the last
+		// horizon (it stepped back: changes since have earlier times).
+		full := s.auditScans.Add(1)%scan.fullEvery == 1%scan.fullEvery ||
+			horizon.Valid && timeBefore(horizon, lastHorizon)
+		since := lastHorizon
 		if full {
+			since = pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
 			if _, err := c.q.AuditHeadSweep(ctx, c.dbtx); err != nil {
 				return interpretError(err)
 			}
+		}
+		if !horizon.Valid {
+			// A writer pg_stat_activity hides: the last horizon still holds.
+			horizon = lastHorizon
 		}
 		rows, err := c.q.AuditHeadsChanged(ctx, c.dbtx, db.AuditHeadsChangedParams{Since: since, BatchSize: scan.batch})
 		if err != nil || len(rows) == 0 {

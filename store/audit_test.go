@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/sumdb/note"
 
@@ -592,10 +593,67 @@ func TestAuditPruneDropsHeads(t *testing.T) {
 	require.Equal(t, 1, count("audit_leaf"), "the log keeps its leaf")
 }
 
+// TestAuditCheckpointReadCommitted: the checkpoint's scan takes its
+// snapshot after the horizon is read even where the server's default
+// isolation is REPEATABLE READ (whose snapshot is the transaction's first
+// statement's). An operation inserted by a transaction that began before
+// the checkpoint's and committed between the checkpoint's first statement
+// and its horizon's read (so it was neither open then nor, under REPEATABLE
+// READ, visible to the scan) is in this checkpoint or the next.
+func TestAuditCheckpointReadCommitted(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	var dbname string
+	require.NoError(t, a.pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbname))
+	_, err := a.pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{dbname}.Sanitize()+` SET default_transaction_isolation = 'repeatable read'`)
+	require.NoError(t, err)
+	st, err := store.Open(ctx, store.Config{URL: a.url, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	store.SetAuditScan(st, store.AuditCheckpointBatch, 0, 1000)
+	next := unsignedNext(t)
+	a.oneCall(t)
+	require.Len(t, checkpointOnce(t, st, next), 1)
+	visible := a.oneCall(t) // so that the checkpoint is made, and its horizon stored
+
+	// The insert, in a transaction left open until the checkpoint has begun.
+	a.n++
+	early := fmt.Sprintf("op_audit%018d", a.n)
+	inserted, release, done := make(chan error, 1), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- a.st.InTx(ctx, func(c *store.Conn) error {
+			_, _, err := c.OperationInsert(ctx, store.NewOperation{ID: early, Tenant: "acme", Tool: "pay_invoice", ToolVersion: "1",
+				IdempotencyKey: early, Args: []byte(`{"invoice_id":"inv_1","amount_minor":500,"currency":"EUR"}`), Fingerprint: "v1:fp" + early,
+				State: "AWAITING_APPROVAL", PreparedBy: "pr_agent", ApprovalRequired: true, ApprovalTTL: time.Minute, DownstreamKey: "opk_" + early,
+				Actor: "agent", ApprovalsNeeded: 1, PolicyDigest: "pd1", ApprovalRule: "approval.required"})
+			inserted <- err
+			<-release
+			return err
+		})
+	}()
+	require.NoError(t, <-inserted)
+	store.SetTxBefore(st, func(n int) {
+		if n == 2 { // after the checkpoint's first statement, before the horizon's read
+			close(release)
+			require.NoError(t, <-done)
+		}
+	})
+	leaves := checkpointOnce(t, st, next)
+	store.SetTxBefore(st, func(int) {})
+	leaves = append(leaves, checkpointOnce(t, st, next)...)
+	var ids []string
+	for _, l := range leaves {
+		ids = append(ids, l.OperationID)
+	}
+	require.ElementsMatch(t, []string{visible, early}, ids, "the operation committed between the checkpoint's statements too")
+}
+
 // TestAuditFullScanCatchesAMissedChange: a change the incremental scans
 // cannot see (its updated_at before the last horizon, as after the
-// database's clock stepped back) is committed to by the next checkpoint
-// that scans the whole table, and that checkpoint sweeps the heads of
+// database's clock stepped back by less than it could tell) is committed to
+// by the next scan that reads the whole table, every third here, though no
+// checkpoint was made in between; that scan also sweeps the heads of
 // operations that are gone.
 func TestAuditFullScanCatchesAMissedChange(t *testing.T) {
 	t.Parallel()
@@ -603,26 +661,43 @@ func TestAuditFullScanCatchesAMissedChange(t *testing.T) {
 	ctx := t.Context()
 	store.SetAuditScan(a.st, store.AuditCheckpointBatch, store.AuditScanSlack, 3)
 	next := unsignedNext(t)
-	first := a.oneCall(t)
-	require.Len(t, checkpointOnce(t, a.st, next), 1, "checkpoint 1 (a full scan: the first)")
+	a.oneCall(t)
+	require.Len(t, checkpointOnce(t, a.st, next), 1, "scan 1 (a full scan: the Store's first)")
 
 	stepped := a.oneCall(t)
 	_, err := a.pool.Exec(ctx, `UPDATE operation SET updated_at = updated_at - interval '1 hour' WHERE id = $1`, stepped)
 	require.NoError(t, err)
 	_, err = a.pool.Exec(ctx, `INSERT INTO audit_head (operation_id, head) VALUES ('op_gone', '\x00')`)
 	require.NoError(t, err)
-	other := a.oneCall(t)
-	leaves := checkpointOnce(t, a.st, next)
-	require.Len(t, leaves, 1, "checkpoint 2 (incremental) misses the stepped-back change")
-	require.Equal(t, other, leaves[0].OperationID)
+	require.Empty(t, checkpointOnce(t, a.st, next), "scan 2 (incremental) misses the stepped-back change")
+	require.Empty(t, checkpointOnce(t, a.st, next), "scan 3 (incremental) too")
 
-	leaves = checkpointOnce(t, a.st, next)
-	require.Len(t, leaves, 1, "checkpoint 3 scans the whole table")
+	leaves := checkpointOnce(t, a.st, next)
+	require.Len(t, leaves, 1, "scan 4 reads the whole table")
 	require.Equal(t, stepped, leaves[0].OperationID)
 	var orphans int
 	require.NoError(t, a.pool.QueryRow(ctx, `SELECT count(*) FROM audit_head WHERE operation_id = 'op_gone'`).Scan(&orphans))
 	require.Zero(t, orphans, "the full scan swept the head of an operation that is gone")
-	require.NotEqual(t, first, stepped)
+}
+
+// TestAuditCheckpointClockSteppedBack: when the database's clock reads
+// earlier than the last checkpoint's horizon (it stepped back, here by an
+// hour), the next scan reads the whole table, so the changes made since,
+// whose times are before that horizon, are committed to at once.
+func TestAuditCheckpointClockSteppedBack(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	store.SetAuditScan(a.st, store.AuditCheckpointBatch, store.AuditScanSlack, 1000)
+	next := unsignedNext(t)
+	a.oneCall(t)
+	require.Len(t, checkpointOnce(t, a.st, next), 1)
+	_, err := a.pool.Exec(ctx, `UPDATE audit_checkpoint SET scan_horizon = now() + interval '1 hour'`)
+	require.NoError(t, err)
+	later := a.oneCall(t)
+	leaves := checkpointOnce(t, a.st, next)
+	require.Len(t, leaves, 1, "the change made after the step")
+	require.Equal(t, later, leaves[0].OperationID)
 }
 
 // TestAuditHeadsChangedUsesIndexes: the checkpoint's scan can read the

@@ -79,7 +79,8 @@ func (errRow) Scan(...any) error { return errRecorded }
 
 // ExplainGeneric records the statement fn sends through a Conn and returns
 // the generic plan PostgreSQL would cache for it as a prepared statement
-// (what a pooled connection runs after a few executions), one line per plan
+// (what a pooled connection may run after five executions, when PostgreSQL
+// judges it no costlier than the custom plans), one line per plan
 // node. Nothing is executed. Each of settings ("enable_seqscan = off") is
 // SET for the EXPLAIN and RESET after it.
 func (s *Store) ExplainGeneric(ctx context.Context, fn func(c *Conn) error, settings ...string) (string, error) {
@@ -146,8 +147,13 @@ func literal(a any) (string, error) {
 		}
 		return quote(v.String), nil
 	case pgtype.Timestamptz:
-		if !v.Valid {
+		switch {
+		case !v.Valid:
 			return "NULL", nil
+		case v.InfinityModifier == pgtype.Infinity:
+			return "'infinity'::timestamptz", nil
+		case v.InfinityModifier == pgtype.NegativeInfinity:
+			return "'-infinity'::timestamptz", nil
 		}
 		return quote(v.Time.UTC().Format(time.RFC3339Nano)) + "::timestamptz", nil
 	case pgtype.Int4:
@@ -207,12 +213,18 @@ func (s *Store) ConnBefore(before func(n int)) *Conn {
 	return &Conn{dbtx: &interposer{DBTX: s.pool, before: before}, q: db.New()}
 }
 
+// SetTxBefore makes every transaction s runs call before(n) before it sends
+// its n-th statement (from 1).
+func SetTxBefore(s *Store, before func(n int)) {
+	s.wrapTx = func(d db.DBTX) db.DBTX { return &interposer{DBTX: d, before: before} }
+}
+
 // SetAuditScan makes s's checkpoints commit to at most batch heads each,
 // put their scan horizon slack before the open transactions' earliest
 // start, and scan the whole table every fullEvery-th checkpoint
 // (AuditCheckpointBatch, AuditScanSlack and AuditFullScanEvery otherwise).
 func SetAuditScan(s *Store, batch int32, slack time.Duration, fullEvery int64) {
-	s.auditScan = auditScan{batch: batch, slack: slack, fullEvery: fullEvery}
+	s.auditScan = auditScan{batch: batch, slack: slack, fullEvery: max(fullEvery, 1)}
 }
 
 // AuditHeadsChanged sends the checkpoint's scan through c (for

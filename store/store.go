@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -185,8 +186,13 @@ type Store struct {
 	Conn
 	pool *pgxpool.Pool
 	url  string
-	// auditScan tunes the checkpoint's scan (AuditCheckpoint).
-	auditScan auditScan
+	// auditScan tunes the checkpoint's scan (AuditCheckpoint), and
+	// auditScans counts the scans this Store made under the checkpoint lock.
+	auditScan  auditScan
+	auditScans atomic.Int64
+	// wrapTx, when set (tests), wraps each transaction's statements: a
+	// test's way to act between two of them.
+	wrapTx func(db.DBTX) db.DBTX
 }
 
 // Conn runs queries on either the pool or one transaction; the same methods
@@ -236,9 +242,15 @@ const maxTxAttempts = 5
 // (so fn must not have effects outside the database); nothing else is
 // retried. fn must never make a network call to a downstream.
 func (s *Store) InTx(ctx context.Context, fn func(c *Conn) error) error {
+	return s.inTx(ctx, pgx.TxOptions{}, fn)
+}
+
+// inTx is InTx with the transaction's options (the server's defaults when
+// zero).
+func (s *Store) inTx(ctx context.Context, opts pgx.TxOptions, fn func(c *Conn) error) error {
 	var err error
 	for attempt := 0; attempt < maxTxAttempts; attempt++ {
-		err = s.inTxOnce(ctx, fn)
+		err = s.inTxOnce(ctx, opts, fn)
 		if !errors.Is(err, ErrRetry) {
 			return err
 		}
@@ -252,13 +264,17 @@ func (s *Store) InTx(ctx context.Context, fn func(c *Conn) error) error {
 	return err
 }
 
-func (s *Store) inTxOnce(ctx context.Context, fn func(c *Conn) error) error {
-	tx, err := s.pool.Begin(ctx)
+func (s *Store) inTxOnce(ctx context.Context, opts pgx.TxOptions, fn func(c *Conn) error) error {
+	tx, err := s.pool.BeginTx(ctx, opts)
 	if err != nil {
 		return interpretError(err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(&Conn{dbtx: tx, q: db.New(), noReceipts: s.noReceipts}); err != nil {
+	var dbtx db.DBTX = tx
+	if s.wrapTx != nil {
+		dbtx = s.wrapTx(tx)
+	}
+	if err := fn(&Conn{dbtx: dbtx, q: db.New(), noReceipts: s.noReceipts}); err != nil {
 		return err
 	}
 	return interpretError(tx.Commit(ctx))

@@ -32,7 +32,8 @@ SELECT seq, tree_size, root, range_hashes, note, scan_horizon FROM audit_checkpo
 -- The horizon of the scan that follows this statement in the checkpoint's
 -- transaction, slack seconds early (audit_scan_horizon, migration 0020),
 -- or NULL when a session hidden from this role may write operations. Read
--- before the scan, in a statement of its own: READ COMMITTED takes the
+-- before the scan, in a statement of its own: READ COMMITTED (which
+-- AuditCheckpoint asks for whatever the default) takes the
 -- scan's snapshot when the scan starts, so every transaction the scan
 -- cannot see was open when the horizon was read or began after it.
 SELECT audit_scan_horizon(sqlc.arg(slack)::float8)::timestamptz AS horizon;
