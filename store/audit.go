@@ -119,8 +119,8 @@ const AuditCheckpointBatch = 10000
 // one-minute interval (the anti-join drops those already checkpointed).
 const AuditScanSlack = 10 * time.Second
 
-// AuditFullScanEvery makes every so many checkpoint scans of a Store (the
-// first included: about once an hour at the default interval, on the
+// AuditFullScanEvery makes every so many completed checkpoint scans of a
+// Store (the first included: about once an hour at the default interval, on the
 // replica that holds the lock) read the whole table, so that a change the
 // incremental scans missed (a database clock stepped back by more than
 // AuditScanSlack, a writer pg_stat_activity did not show) is committed to
@@ -152,19 +152,22 @@ func defaultAuditScan() auditScan {
 // what changed since the last one, not the whole table; a full batch moves
 // the horizon only as far as the batch reached, and every
 // AuditFullScanEvery-th scan, or one whose clock reads earlier than the
-// last horizon, reads from the beginning.
+// last horizon, reads from the beginning; such a scan that finds nothing
+// moves the last checkpoint's horizon to its own.
 func (s *Store) AuditCheckpoint(ctx context.Context,
 	next func(last *audit.Checkpoint, changed []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error)) (*audit.Checkpoint, error) {
 	var made *audit.Checkpoint
 	scan := s.auditScan
 	// READ COMMITTED whatever the server's default: the scan's snapshot
 	// must be taken after the horizon is read (AuditScanHorizon).
+	var scanned bool
 	err := s.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(c *Conn) error {
-		made = nil
+		made, scanned = nil, false
 		locked, err := c.q.AuditCheckpointLock(ctx, c.dbtx, auditCheckpointLockID)
 		if err != nil || !locked {
 			return interpretError(err)
 		}
+		scanned = true
 		lastRows, err := c.q.AuditCheckpointLast(ctx, c.dbtx)
 		if err != nil {
 			return interpretError(err)
@@ -173,15 +176,16 @@ func (s *Store) AuditCheckpoint(ctx context.Context,
 		if len(lastRows) == 1 && lastRows[0].ScanHorizon.Valid {
 			lastHorizon = lastRows[0].ScanHorizon
 		}
-		horizon, err := c.q.AuditScanHorizon(ctx, c.dbtx, scan.slack.Seconds())
+		hr, err := c.q.AuditScanHorizon(ctx, c.dbtx, scan.slack.Seconds())
 		if err != nil {
 			return interpretError(err)
 		}
-		// A full scan: every fullEvery-th scan this Store makes (its first
-		// included), and whenever the clock reads earlier than the last
-		// horizon (it stepped back: changes since have earlier times).
-		full := s.auditScans.Add(1)%scan.fullEvery == 1%scan.fullEvery ||
-			horizon.Valid && timeBefore(horizon, lastHorizon)
+		horizon := hr.Horizon
+		// A full scan: every fullEvery-th scan this Store completes (its
+		// first included; one that failed is tried again), and whenever the
+		// clock reads earlier than the last horizon (it stepped back, and
+		// the changes since have earlier times).
+		full := s.auditScans.Load()%scan.fullEvery == 0 || timeBefore(hr.Clock, lastHorizon)
 		since := lastHorizon
 		if full {
 			since = pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
@@ -194,8 +198,17 @@ func (s *Store) AuditCheckpoint(ctx context.Context,
 			horizon = lastHorizon
 		}
 		rows, err := c.q.AuditHeadsChanged(ctx, c.dbtx, db.AuditHeadsChangedParams{Since: since, BatchSize: scan.batch})
-		if err != nil || len(rows) == 0 {
+		if err != nil {
 			return interpretError(err)
+		}
+		if len(rows) == 0 {
+			if full && len(lastRows) == 1 && horizon != lastHorizon {
+				// After a step back the horizon comes back to the clock,
+				// and the next scan need not read everything again.
+				return interpretError(c.q.AuditCheckpointHorizonSet(ctx, c.dbtx, db.AuditCheckpointHorizonSetParams{
+					ScanHorizon: horizon, Seq: lastRows[0].Seq}))
+			}
+			return nil
 		}
 		if len(rows) == int(scan.batch) && timeBefore(rows[0].Latest, horizon) {
 			// A full batch: the next scan starts where this one stopped.
@@ -233,6 +246,9 @@ func (s *Store) AuditCheckpoint(ctx context.Context,
 		made = cp
 		return nil
 	})
+	if err == nil && scanned {
+		s.auditScans.Add(1)
+	}
 	return made, err
 }
 

@@ -3,6 +3,7 @@ package store_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -633,10 +634,10 @@ func TestAuditCheckpointReadCommitted(t *testing.T) {
 		})
 	}()
 	require.NoError(t, <-inserted)
+	var once sync.Once
 	store.SetTxBefore(st, func(n int) {
 		if n == 2 { // after the checkpoint's first statement, before the horizon's read
-			close(release)
-			require.NoError(t, <-done)
+			once.Do(func() { close(release); require.NoError(t, <-done) })
 		}
 	})
 	leaves := checkpointOnce(t, st, next)
@@ -698,6 +699,44 @@ func TestAuditCheckpointClockSteppedBack(t *testing.T) {
 	leaves := checkpointOnce(t, a.st, next)
 	require.Len(t, leaves, 1, "the change made after the step")
 	require.Equal(t, later, leaves[0].OperationID)
+
+	// A step with nothing changed since: the full scan finds nothing and
+	// brings the horizon back to the clock, so the scans after it are
+	// incremental again.
+	_, err = a.pool.Exec(ctx, `UPDATE audit_checkpoint SET scan_horizon = now() + interval '1 hour'`)
+	require.NoError(t, err)
+	require.Empty(t, checkpointOnce(t, a.st, next))
+	var ahead bool
+	require.NoError(t, a.pool.QueryRow(ctx, `SELECT scan_horizon > now() FROM audit_checkpoint ORDER BY seq DESC LIMIT 1`).Scan(&ahead))
+	require.False(t, ahead, "the horizon back behind the clock")
+}
+
+// TestAuditFullScanSurvivesAFailedAttempt: a full scan whose checkpoint
+// fails (here its signing) is tried again by the next scan, not skipped
+// until the next period.
+func TestAuditFullScanSurvivesAFailedAttempt(t *testing.T) {
+	t.Parallel()
+	a := newAuditDB(t)
+	ctx := t.Context()
+	store.SetAuditScan(a.st, store.AuditCheckpointBatch, store.AuditScanSlack, 2)
+	next := unsignedNext(t)
+	a.oneCall(t)
+	require.Len(t, checkpointOnce(t, a.st, next), 1, "scan 1: full")
+	other := a.oneCall(t)
+	leaves := checkpointOnce(t, a.st, next)
+	require.Len(t, leaves, 1, "scan 2: incremental")
+	require.Equal(t, other, leaves[0].OperationID)
+
+	stepped := a.oneCall(t)
+	_, err := a.pool.Exec(ctx, `UPDATE operation SET updated_at = updated_at - interval '1 hour' WHERE id = $1`, stepped)
+	require.NoError(t, err)
+	_, err = a.st.AuditCheckpoint(ctx, func(*audit.Checkpoint, []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error) {
+		return nil, nil, errors.New("the signer is away")
+	})
+	require.Error(t, err, "scan 3: full, failed")
+	leaves = checkpointOnce(t, a.st, next)
+	require.Len(t, leaves, 1, "scan 3 again: still full")
+	require.Equal(t, stepped, leaves[0].OperationID)
 }
 
 // TestAuditHeadsChangedUsesIndexes: the checkpoint's scan can read the

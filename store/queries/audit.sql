@@ -36,7 +36,16 @@ SELECT seq, tree_size, root, range_hashes, note, scan_horizon FROM audit_checkpo
 -- AuditCheckpoint asks for whatever the default) takes the
 -- scan's snapshot when the scan starts, so every transaction the scan
 -- cannot see was open when the horizon was read or began after it.
-SELECT audit_scan_horizon(sqlc.arg(slack)::float8)::timestamptz AS horizon;
+-- clock is the checkpoint's own time, slack seconds early: earlier than the
+-- last horizon only when the clock stepped back.
+SELECT audit_scan_horizon(sqlc.arg(slack)::float8)::timestamptz AS horizon,
+       (now() - make_interval(secs => sqlc.arg(slack)::float8))::timestamptz AS clock;
+
+-- name: AuditCheckpointHorizonSet :exec
+-- Moves the last checkpoint's scan horizon after a full scan that found
+-- nothing to commit to: nothing it could see was left out, so the horizon
+-- it read holds for the next scan (the horizon is bookkeeping, not signed).
+UPDATE audit_checkpoint SET scan_horizon = sqlc.arg(scan_horizon)::timestamptz WHERE seq = sqlc.arg(seq);
 
 -- name: AuditHeadsChanged :many
 -- Up to batch_size operations changed at or after since whose chain head is

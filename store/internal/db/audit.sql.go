@@ -11,6 +11,23 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const auditCheckpointHorizonSet = `-- name: AuditCheckpointHorizonSet :exec
+UPDATE audit_checkpoint SET scan_horizon = $1::timestamptz WHERE seq = $2
+`
+
+type AuditCheckpointHorizonSetParams struct {
+	ScanHorizon pgtype.Timestamptz
+	Seq         int64
+}
+
+// Moves the last checkpoint's scan horizon after a full scan that found
+// nothing to commit to: nothing it could see was left out, so the horizon
+// it read holds for the next scan (the horizon is bookkeeping, not signed).
+func (q *Queries) AuditCheckpointHorizonSet(ctx context.Context, db DBTX, arg AuditCheckpointHorizonSetParams) error {
+	_, err := db.Exec(ctx, auditCheckpointHorizonSet, arg.ScanHorizon, arg.Seq)
+	return err
+}
+
 const auditCheckpointInsert = `-- name: AuditCheckpointInsert :exec
 WITH cp AS (
     INSERT INTO audit_checkpoint (seq, tree_size, root, range_hashes, note, scan_horizon)
@@ -446,8 +463,14 @@ func (q *Queries) AuditOperationPage(ctx context.Context, db DBTX, arg AuditOper
 }
 
 const auditScanHorizon = `-- name: AuditScanHorizon :one
-SELECT audit_scan_horizon($1::float8)::timestamptz AS horizon
+SELECT audit_scan_horizon($1::float8)::timestamptz AS horizon,
+       (now() - make_interval(secs => $1::float8))::timestamptz AS clock
 `
+
+type AuditScanHorizonRow struct {
+	Horizon pgtype.Timestamptz
+	Clock   pgtype.Timestamptz
+}
 
 // The horizon of the scan that follows this statement in the checkpoint's
 // transaction, slack seconds early (audit_scan_horizon, migration 0020),
@@ -456,9 +479,11 @@ SELECT audit_scan_horizon($1::float8)::timestamptz AS horizon
 // AuditCheckpoint asks for whatever the default) takes the
 // scan's snapshot when the scan starts, so every transaction the scan
 // cannot see was open when the horizon was read or began after it.
-func (q *Queries) AuditScanHorizon(ctx context.Context, db DBTX, slack float64) (pgtype.Timestamptz, error) {
+// clock is the checkpoint's own time, slack seconds early: earlier than the
+// last horizon only when the clock stepped back.
+func (q *Queries) AuditScanHorizon(ctx context.Context, db DBTX, slack float64) (AuditScanHorizonRow, error) {
 	row := db.QueryRow(ctx, auditScanHorizon, slack)
-	var horizon pgtype.Timestamptz
-	err := row.Scan(&horizon)
-	return horizon, err
+	var i AuditScanHorizonRow
+	err := row.Scan(&i.Horizon, &i.Clock)
+	return i, err
 }
