@@ -189,7 +189,7 @@ func (s *Store) AuditCheckpoint(ctx context.Context,
 		since := lastHorizon
 		if full {
 			since = pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
-			if _, err := c.q.AuditHeadSweep(ctx, c.dbtx); err != nil {
+			if err := c.q.AuditHeadSweep(ctx, c.dbtx); err != nil {
 				return interpretError(err)
 			}
 		}

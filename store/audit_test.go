@@ -498,6 +498,32 @@ func unsignedNext(t *testing.T) func(*audit.Checkpoint, []audit.Leaf) (*audit.Ch
 	}
 }
 
+// newScanDB is an audit database whose store's checkpoint scans put their
+// horizon slack early and read the whole table every fullEvery-th scan,
+// with a next that signs with a throwaway key.
+func newScanDB(t *testing.T, slack time.Duration, fullEvery int64) (*auditDB, func(*audit.Checkpoint, []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error)) {
+	t.Helper()
+	a := newAuditDB(t)
+	store.SetAuditScan(a.st, store.AuditCheckpointBatch, slack, fullEvery)
+	return a, unsignedNext(t)
+}
+
+// backdate puts the last change of operation id (of every operation when
+// id is empty) an hour back, as a clock stepped back would have written it.
+func (a *auditDB) backdate(t *testing.T, id string) {
+	t.Helper()
+	_, err := a.pool.Exec(t.Context(), `UPDATE operation SET updated_at = updated_at - interval '1 hour' WHERE $1 = '' OR id = $1`, id)
+	require.NoError(t, err)
+}
+
+// stepClockBack puts the checkpoints' horizons an hour ahead of the
+// database's clock, as after the clock stepped back an hour.
+func (a *auditDB) stepClockBack(t *testing.T) {
+	t.Helper()
+	_, err := a.pool.Exec(t.Context(), `UPDATE audit_checkpoint SET scan_horizon = now() + interval '1 hour'`)
+	require.NoError(t, err)
+}
+
 // TestAuditCheckpointSeesALateCommit: a checkpoint reads only what changed
 // since the last one's scan horizon, and a chain head written by a
 // transaction still open during a checkpoint (so invisible to it) but
@@ -508,10 +534,8 @@ func unsignedNext(t *testing.T) func(*audit.Checkpoint, []audit.Leaf) (*audit.Ch
 // ever.
 func TestAuditCheckpointSeesALateCommit(t *testing.T) {
 	t.Parallel()
-	a := newAuditDB(t)
+	a, next := newScanDB(t, 0, store.AuditFullScanEvery)
 	ctx := t.Context()
-	store.SetAuditScan(a.st, store.AuditCheckpointBatch, 0, store.AuditFullScanEvery)
-	next := unsignedNext(t)
 	late, args := a.awaiting(t)
 	require.Len(t, a.checkpointAll(t, a.st, next), 1, "the prepared operation")
 
@@ -559,8 +583,7 @@ func TestAuditCheckpointFullBatches(t *testing.T) {
 	for range 5 {
 		ids = append(ids, a.oneCall(t))
 	}
-	_, err = a.pool.Exec(t.Context(), `UPDATE operation SET updated_at = updated_at - interval '1 hour'`)
-	require.NoError(t, err)
+	a.backdate(t, "")
 	leaves := a.checkpointAll(t, st, unsignedNext(t))
 	seen := map[string]int{}
 	for _, l := range leaves {
@@ -658,17 +681,14 @@ func TestAuditCheckpointReadCommitted(t *testing.T) {
 // operations that are gone.
 func TestAuditFullScanCatchesAMissedChange(t *testing.T) {
 	t.Parallel()
-	a := newAuditDB(t)
+	a, next := newScanDB(t, store.AuditScanSlack, 3)
 	ctx := t.Context()
-	store.SetAuditScan(a.st, store.AuditCheckpointBatch, store.AuditScanSlack, 3)
-	next := unsignedNext(t)
 	a.oneCall(t)
 	require.Len(t, checkpointOnce(t, a.st, next), 1, "scan 1 (a full scan: the Store's first)")
 
 	stepped := a.oneCall(t)
-	_, err := a.pool.Exec(ctx, `UPDATE operation SET updated_at = updated_at - interval '1 hour' WHERE id = $1`, stepped)
-	require.NoError(t, err)
-	_, err = a.pool.Exec(ctx, `INSERT INTO audit_head (operation_id, head) VALUES ('op_gone', '\x00')`)
+	a.backdate(t, stepped)
+	_, err := a.pool.Exec(ctx, `INSERT INTO audit_head (operation_id, head) VALUES ('op_gone', '\x00')`)
 	require.NoError(t, err)
 	require.Empty(t, checkpointOnce(t, a.st, next), "scan 2 (incremental) misses the stepped-back change")
 	require.Empty(t, checkpointOnce(t, a.st, next), "scan 3 (incremental) too")
@@ -687,14 +707,10 @@ func TestAuditFullScanCatchesAMissedChange(t *testing.T) {
 // whose times are before that horizon, are committed to at once.
 func TestAuditCheckpointClockSteppedBack(t *testing.T) {
 	t.Parallel()
-	a := newAuditDB(t)
-	ctx := t.Context()
-	store.SetAuditScan(a.st, store.AuditCheckpointBatch, store.AuditScanSlack, 1000)
-	next := unsignedNext(t)
+	a, next := newScanDB(t, store.AuditScanSlack, 1000)
 	a.oneCall(t)
 	require.Len(t, checkpointOnce(t, a.st, next), 1)
-	_, err := a.pool.Exec(ctx, `UPDATE audit_checkpoint SET scan_horizon = now() + interval '1 hour'`)
-	require.NoError(t, err)
+	a.stepClockBack(t)
 	later := a.oneCall(t)
 	leaves := checkpointOnce(t, a.st, next)
 	require.Len(t, leaves, 1, "the change made after the step")
@@ -703,11 +719,10 @@ func TestAuditCheckpointClockSteppedBack(t *testing.T) {
 	// A step with nothing changed since: the full scan finds nothing and
 	// brings the horizon back to the clock, so the scans after it are
 	// incremental again.
-	_, err = a.pool.Exec(ctx, `UPDATE audit_checkpoint SET scan_horizon = now() + interval '1 hour'`)
-	require.NoError(t, err)
+	a.stepClockBack(t)
 	require.Empty(t, checkpointOnce(t, a.st, next))
 	var ahead bool
-	require.NoError(t, a.pool.QueryRow(ctx, `SELECT scan_horizon > now() FROM audit_checkpoint ORDER BY seq DESC LIMIT 1`).Scan(&ahead))
+	require.NoError(t, a.pool.QueryRow(t.Context(), `SELECT scan_horizon > now() FROM audit_checkpoint ORDER BY seq DESC LIMIT 1`).Scan(&ahead))
 	require.False(t, ahead, "the horizon back behind the clock")
 }
 
@@ -716,10 +731,7 @@ func TestAuditCheckpointClockSteppedBack(t *testing.T) {
 // until the next period.
 func TestAuditFullScanSurvivesAFailedAttempt(t *testing.T) {
 	t.Parallel()
-	a := newAuditDB(t)
-	ctx := t.Context()
-	store.SetAuditScan(a.st, store.AuditCheckpointBatch, store.AuditScanSlack, 2)
-	next := unsignedNext(t)
+	a, next := newScanDB(t, store.AuditScanSlack, 2)
 	a.oneCall(t)
 	require.Len(t, checkpointOnce(t, a.st, next), 1, "scan 1: full")
 	other := a.oneCall(t)
@@ -728,9 +740,8 @@ func TestAuditFullScanSurvivesAFailedAttempt(t *testing.T) {
 	require.Equal(t, other, leaves[0].OperationID)
 
 	stepped := a.oneCall(t)
-	_, err := a.pool.Exec(ctx, `UPDATE operation SET updated_at = updated_at - interval '1 hour' WHERE id = $1`, stepped)
-	require.NoError(t, err)
-	_, err = a.st.AuditCheckpoint(ctx, func(*audit.Checkpoint, []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error) {
+	a.backdate(t, stepped)
+	_, err := a.st.AuditCheckpoint(t.Context(), func(*audit.Checkpoint, []audit.Leaf) (*audit.Checkpoint, []audit.Leaf, error) {
 		return nil, nil, errors.New("the signer is away")
 	})
 	require.Error(t, err, "scan 3: full, failed")

@@ -221,7 +221,7 @@ func SetTxBefore(s *Store, before func(n int)) {
 
 // SetAuditScan makes s's checkpoints commit to at most batch heads each,
 // put their scan horizon slack before the open transactions' earliest
-// start, and scan the whole table every fullEvery-th checkpoint
+// start, and scan the whole table every fullEvery-th scan
 // (AuditCheckpointBatch, AuditScanSlack and AuditFullScanEvery otherwise).
 func SetAuditScan(s *Store, batch int32, slack time.Duration, fullEvery int64) {
 	s.auditScan = auditScan{batch: batch, slack: slack, fullEvery: max(fullEvery, 1)}

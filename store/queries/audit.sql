@@ -98,7 +98,7 @@ SELECT u.operation_id, u.head FROM u
 WHERE EXISTS (SELECT 1 FROM operation o WHERE o.id = u.operation_id) -- not one pruned meanwhile
 ON CONFLICT (operation_id) DO UPDATE SET head = EXCLUDED.head;
 
--- name: AuditHeadSweep :execrows
+-- name: AuditHeadSweep :exec
 -- Deletes the heads of operations that are gone: one the pruner deleted
 -- while a checkpoint that had read it was recording its head (the prune's
 -- snapshot cannot see that row). Run by the checkpoints that scan the whole

@@ -216,7 +216,7 @@ func (q *Queries) AuditEvents(ctx context.Context, db DBTX, ids []string) ([]Ope
 	return items, nil
 }
 
-const auditHeadSweep = `-- name: AuditHeadSweep :execrows
+const auditHeadSweep = `-- name: AuditHeadSweep :exec
 DELETE FROM audit_head h WHERE NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = h.operation_id)
 `
 
@@ -224,12 +224,9 @@ DELETE FROM audit_head h WHERE NOT EXISTS (SELECT 1 FROM operation o WHERE o.id 
 // while a checkpoint that had read it was recording its head (the prune's
 // snapshot cannot see that row). Run by the checkpoints that scan the whole
 // table.
-func (q *Queries) AuditHeadSweep(ctx context.Context, db DBTX) (int64, error) {
-	result, err := db.Exec(ctx, auditHeadSweep)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+func (q *Queries) AuditHeadSweep(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, auditHeadSweep)
+	return err
 }
 
 const auditHeadsChanged = `-- name: AuditHeadsChanged :many
