@@ -47,7 +47,12 @@ type Operation struct {
 	// operation counts against; Identity its business identity, if its
 	// tool declares one.
 	BudgetNames, BudgetScopes []string
-	Identity                  string
+	// Reserve, when set, are the shares the insert reserves itself, in its
+	// own statement (BudgetNames and BudgetScopes are then theirs): the
+	// operation is inserted with its shares or neither is stored
+	// (ErrSharesDoNotFit when they do not all fit).
+	Reserve  []Reservation
+	Identity string
 	Attempts                  int32
 	Fence                     int64
 	LeaseOwner                string
@@ -221,7 +226,12 @@ type NewOperation struct {
 	// takes effect, and inserts nothing when another operation holds it
 	// (IdentityGet says which).
 	BudgetNames, BudgetScopes []string
-	Identity                  string
+	// Reserve, when set, are the shares the insert reserves itself, in its
+	// own statement (BudgetNames and BudgetScopes are then theirs): the
+	// operation is inserted with its shares or neither is stored
+	// (ErrSharesDoNotFit when they do not all fit).
+	Reserve  []Reservation
+	Identity string
 	TakeIdentity              bool
 	IdentityWindow            time.Duration
 	// Actor and Detail describe the PREPARED event.
@@ -269,6 +279,15 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		Approvals: n.approvals(), Supersedes: text(n.Supersedes), ApprovedBy: text(n.ApprovedBy), ApprovedReason: text(n.ApprovedReason),
 		BudgetNames: n.BudgetNames, BudgetScopes: n.BudgetScopes, Identity: text(n.Identity),
 		TakeIdentity: n.TakeIdentity, IdentityWindowSeconds: n.IdentityWindow.Seconds(),
+	}
+	if len(n.Reserve) > 0 {
+		p.Reserve, p.ResMaxUses = true, int32(n.Reserve[0].MaxUses)
+		p.BudgetNames, p.BudgetScopes = nil, nil
+		for _, r := range n.Reserve {
+			p.BudgetNames, p.BudgetScopes, p.ResAmounts = append(p.BudgetNames, r.Name), append(p.BudgetScopes, r.Scope), append(p.ResAmounts, r.Amount)
+			p.ResMaxCounts, p.ResHasSums, p.ResMaxSums = append(p.ResMaxCounts, int32(r.MaxCount)), append(p.ResHasSums, r.HasSum), append(p.ResMaxSums, r.MaxSum)
+			p.ResWindows, p.ResForces = append(p.ResWindows, r.Window.Seconds()), append(p.ResForces, false)
+		}
 	}
 	if n.Claim != nil {
 		p.Claim, p.ClaimFrom, p.ClaimTo, p.ClaimEvent = true, n.Claim.From, n.Claim.To, n.Claim.Event

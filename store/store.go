@@ -40,6 +40,13 @@ var (
 	ErrRetry = errors.New("store: transaction must be retried")
 	// ErrUnavailable: the database could not be reached.
 	ErrUnavailable = errors.New("store: database unavailable")
+	// ErrSharesDoNotFit: OperationInsert with NewOperation.Reserve found
+	// that the shares do not all fit their budgets as they stand (a limit
+	// refuses, or an `over: approve` limit is gone past); nothing was
+	// stored or reserved (SQLSTATE OL429). The caller reserves in a
+	// statement of its own (BudgetReserve), which says which limit and
+	// why.
+	ErrSharesDoNotFit = errors.New("store: the budget shares do not fit")
 )
 
 // errKeyTaken is OperationInsert's statement undone because the operation's
@@ -97,6 +104,8 @@ func interpretError(err error) error {
 		switch {
 		case pgErr.Code == "OL409":
 			return errKeyTaken
+		case pgErr.Code == "OL429":
+			return ErrSharesDoNotFit
 		case pgErr.Code == "OL503":
 			// OperationInsert found its budget shares gone (a reservation
 			// lost to a crash before its flush): nothing was stored.

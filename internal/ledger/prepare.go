@@ -323,6 +323,13 @@ func admissionRefusal(err error) bool {
 // claimed).
 func (l *Ledger) insert(ctx context.Context, a Actor, t *tool.Tool, args *structpb.Struct, n *store.NewOperation) (Operation, bool, error) {
 	var adm admission
+	if foldable(t) {
+		op, inserted, err := l.insertReserving(ctx, a, t, args, n)
+		if !errors.Is(err, store.ErrSharesDoNotFit) {
+			return op, inserted, err
+		}
+		n.Reserve, n.BudgetNames, n.BudgetScopes, n.Identity, n.TakeIdentity = nil, nil, nil, "", false
+	}
 	if needsIdentityOrBudget(t) {
 		var err error
 		if adm, err = l.admit(ctx, t, a, args, n.ID); err != nil {
@@ -349,6 +356,52 @@ func (l *Ledger) insert(ctx context.Context, a Actor, t *tool.Tool, args *struct
 	}
 	if err != nil && !store.MayHaveCommitted(err) || err == nil && !inserted {
 		l.release(ctx, a.Tenant, n.ID, adm)
+	}
+	return op, inserted, err
+}
+
+// foldable reports whether a Prepare of t reserves its budget shares in its
+// insert's own statement: every limit of t is per key (a budget a call
+// shares with few others, whose lock the insert may hold to its commit).
+func foldable(t *tool.Tool) bool {
+	if len(t.Limits) == 0 {
+		return false
+	}
+	for _, lim := range t.Limits {
+		if lim.Per == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// insertReserving inserts n with its identity and its budget shares in one
+// statement; ErrSharesDoNotFit when the shares do not all fit as the
+// budgets stand.
+func (l *Ledger) insertReserving(ctx context.Context, a Actor, t *tool.Tool, args *structpb.Struct, n *store.NewOperation) (Operation, bool, error) {
+	identity, rs, limits, err := claims(t, a, args, n.ID)
+	if err != nil {
+		return Operation{}, false, err
+	}
+	n.Reserve = rs
+	n.BudgetNames, n.BudgetScopes = make([]string, len(rs)), make([]string, len(rs))
+	for i, r := range rs {
+		n.BudgetNames[i], n.BudgetScopes[i] = r.Name, r.Scope
+	}
+	if identity != "" {
+		n.Identity, n.TakeIdentity, n.IdentityWindow = identity, true, t.Identity.Window
+	}
+	op, inserted, err := l.insertOperation(ctx, a, n)
+	if err == nil && inserted {
+		for _, lim := range limits {
+			l.obs.LimitUsed(lim.Name)
+		}
+	}
+	if err == nil && !inserted && n.TakeIdentity {
+		holder, key, held, gerr := l.store.IdentityGet(ctx, a.Tenant, t.Name, n.Identity)
+		if gerr == nil && held && key != n.IdempotencyKey {
+			err = l.duplicate(t, n.Identity, holder)
+		}
 	}
 	return op, inserted, err
 }

@@ -78,14 +78,30 @@ const (
 	// servers as the one under test on the same database, taking turns
 	// with it: what the receipts cost (receiptsTargets).
 	SystemOpledgerNoReceipts = "opledger-no-receipts"
+	// SystemOpledgerOneCall is opledger doing execute-one-call's job (the
+	// plain tool, no limit, no identity) in a budget scenario's point,
+	// taking turns with it: the other side of the scenario's ratio
+	// (budgetTargets), measured beside it rather than minutes before in
+	// execute-one-call's own point. It always runs with the budget
+	// scenarios, whatever --baselines says.
+	SystemOpledgerOneCall = "opledger-one-call"
 )
+
+// companions lists, per scenario, the systems that run beside opledger in
+// each of its points whatever --baselines asks for: the other side of its
+// own targets.
+var companions = map[string][]string{
+	ScenarioOneCallBudgeted:    {SystemOpledgerOneCall},
+	ScenarioOneCallTenantLimit: {SystemOpledgerOneCall},
+}
 
 // baselines lists, per scenario, the systems it is compared with.
 var baselines = map[string][]string{
 	ScenarioPrepare:    {SystemPgbench},
 	ScenarioExecuteNew: {SystemPgbench, SystemDBOS, SystemOpledgerNoReceipts},
 	ScenarioOneCall:    {SystemPgbench, SystemDBOS, SystemOpledgerPolicy, SystemOpledgerNoReceipts},
-	// Compared with execute-one-call in the same run (budgetTargets).
+	// Compared with execute-one-call's job in the same point (companions,
+	// budgetTargets).
 	ScenarioOneCallBudgeted:    nil,
 	ScenarioOneCallTenantLimit: nil,
 	ScenarioExecuteReplay:      {SystemPgbench, SystemGRPCFloor, SystemDBOS},
@@ -425,6 +441,7 @@ func (e *env) runAll(ctx context.Context, rep *Report) error {
 					systems = append(systems, sys)
 				}
 			}
+			systems = append(systems, companions[sc]...)
 			// With --repeat, the systems take turns (opledger, its
 			// baselines, opledger again…) rather than each running its
 			// repeats in a block: on a shared machine a change of load then
@@ -498,6 +515,8 @@ func (e *env) measureSystem(ctx context.Context, sc, sys string, c int) Result {
 		return e.measureOpledger(ctx, e.clients, scenarioOneCallPolicy, c, true)
 	case SystemOpledgerNoReceipts:
 		return e.measureOpledger(ctx, e.noReceipts, sc, c, true)
+	case SystemOpledgerOneCall:
+		return e.measureOpledger(ctx, e.clients, ScenarioOneCall, c, true)
 	}
 	return Result{Errors: 1, FirstError: "bench: unknown system " + sys}
 }

@@ -89,22 +89,22 @@ func budgetOp(cl *clients, sc string) opFunc {
 }
 
 // levels are the client counts scenario sc is measured at: the sweep's,
-// and the tenant-wide limit's level for it and for execute-one-call (its
-// ratio's other side) when the sweep lacks it; extra says which were
-// added (opledger only).
+// and the tenant-wide limit's level for it when the sweep lacks it; extra
+// says which were added (opledger and its companions only).
 func (o *Options) levels(sc string) (all []int, extra map[int]bool) {
 	all = slices.Clone(o.Concurrency)
 	extra = map[int]bool{}
-	needs := sc == ScenarioOneCallTenantLimit || sc == ScenarioOneCall && slices.Contains(o.Scenarios, ScenarioOneCallTenantLimit)
-	if needs && !slices.Contains(all, tenantLimitConcurrency) {
+	if sc == ScenarioOneCallTenantLimit && !slices.Contains(all, tenantLimitConcurrency) {
 		all = append(all, tenantLimitConcurrency)
 		extra[tenantLimitConcurrency] = true
 	}
 	return all, extra
 }
 
-// BudgetTargets evaluates budgetTargets on r, with the CPU per op of
-// both sides by process (server, PostgreSQL): where the cost goes.
+// BudgetTargets evaluates budgetTargets on r: each budget scenario against
+// execute-one-call's job measured in the same point, taking turns with it
+// (SystemOpledgerOneCall), with the CPU per op of both sides by process
+// (server, PostgreSQL): where the cost goes.
 func (r *Report) BudgetTargets() []Target {
 	var ts []Target
 	us := func(c *CPUCost) string {
@@ -114,9 +114,9 @@ func (r *Report) BudgetTargets() []Target {
 		return fmt.Sprintf("server %d + PostgreSQL %d µs/op", c.Server.Microseconds(), c.Postgres.Microseconds())
 	}
 	for _, x := range budgetTargets {
-		text := fmt.Sprintf("%s (%s) ≥ %.2f × execute-one-call (c=%d)", x.sc, x.what, x.min, x.conc)
+		text := fmt.Sprintf("%s (%s) ≥ %.2f × execute-one-call beside it (c=%d)", x.sc, x.what, x.min, x.conc)
 		o, okO := r.at(x.sc, SystemOpledger, x.conc)
-		b, okB := r.at(ScenarioOneCall, SystemOpledger, x.conc)
+		b, okB := r.at(x.sc, SystemOpledgerOneCall, x.conc)
 		if !okO || !okB {
 			ts = append(ts, Target{Text: text + ": not measured in this run"})
 			continue

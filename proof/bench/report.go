@@ -37,7 +37,7 @@ func (r *Report) rows() []row {
 				continue
 			}
 			n := 0
-			for _, sys := range baselines[sc] {
+			for _, sys := range slices.Concat(baselines[sc], companions[sc]) {
 				if b := find(sc, sys, c); b != nil {
 					out = append(out, row{o: *o, b: b, name: sys})
 					n++

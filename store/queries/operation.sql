@@ -63,11 +63,17 @@ WITH ident AS (
     WHERE i.free_at <= statement_timestamp()
        OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
     RETURNING i.operation_id
+), res AS (
+    SELECT budget_reserve(sqlc.arg(tenant), sqlc.arg(id), sqlc.narg(budget_names)::text[], sqlc.narg(budget_scopes)::text[],
+                          sqlc.narg(res_amounts)::float8[], sqlc.narg(res_max_counts)::integer[], sqlc.narg(res_has_sums)::boolean[],
+                          sqlc.narg(res_max_sums)::float8[], sqlc.narg(res_windows)::float8[], sqlc.narg(res_forces)::boolean[],
+                          sqlc.arg(res_max_uses)::integer, false, false) AS r
+    WHERE sqlc.arg(reserve)::boolean
 ), shares AS (
     -- The operation's shares of the budgets it names (one per limit name):
     -- primary-key probes.
     SELECT count(*) AS found FROM budget_use u
-    WHERE sqlc.narg(budget_names)::text[] IS NOT NULL
+    WHERE sqlc.narg(budget_names)::text[] IS NOT NULL AND NOT sqlc.arg(reserve)::boolean
       AND u.tenant = sqlc.arg(tenant) AND u.name = ANY (sqlc.narg(budget_names)::text[])
       AND u.scope = ANY (sqlc.narg(budget_scopes)::text[]) AND u.operation_id = sqlc.arg(id)
 ), ins AS (
@@ -106,7 +112,8 @@ WITH ident AS (
             sqlc.narg(approved_reason)::text
     WHERE (NOT sqlc.arg(take_identity)::boolean OR EXISTS (SELECT 1 FROM ident))
       AND (sqlc.narg(budget_names)::text[] IS NULL
-           OR (SELECT found FROM shares) = coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0))
+           OR CASE WHEN sqlc.arg(reserve)::boolean THEN (SELECT r FROM res) = '{-1,-1}'::integer[]
+                   ELSE (SELECT found FROM shares) = coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0) END)
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
@@ -126,7 +133,9 @@ UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
 WHERE CASE WHEN sqlc.arg(take_identity)::boolean OR sqlc.narg(budget_names)::text[] IS NOT NULL
            THEN operation_admit_check(sqlc.arg(take_identity)::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
-                                      coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0), (SELECT found FROM shares))
+                                      coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0),
+                                      CASE WHEN sqlc.arg(reserve)::boolean THEN NULL ELSE (SELECT found FROM shares) END,
+                                      CASE WHEN sqlc.arg(reserve)::boolean THEN (SELECT r FROM res) END)
            ELSE false END;
 
 -- name: OperationGetByKey :one

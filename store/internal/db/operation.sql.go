@@ -1271,11 +1271,17 @@ WITH ident AS (
     WHERE i.free_at <= statement_timestamp()
        OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
     RETURNING i.operation_id
+), res AS (
+    SELECT budget_reserve($1, $4, $8::text[], $9::text[],
+                          $10::float8[], $11::integer[], $12::boolean[],
+                          $13::float8[], $14::float8[], $15::boolean[],
+                          $16::integer, false, false) AS r
+    WHERE $17::boolean
 ), shares AS (
     -- The operation's shares of the budgets it names (one per limit name):
     -- primary-key probes.
     SELECT count(*) AS found FROM budget_use u
-    WHERE $8::text[] IS NOT NULL
+    WHERE $8::text[] IS NOT NULL AND NOT $17::boolean
       AND u.tenant = $1 AND u.name = ANY ($8::text[])
       AND u.scope = ANY ($9::text[]) AND u.operation_id = $4
 ), ins AS (
@@ -1285,56 +1291,59 @@ WITH ident AS (
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    SELECT $4, $1, $2, $10, $5, $11, $12,
-            CASE WHEN $13::boolean THEN $14::text ELSE $15::text END,
-            $16, $17, $18, $19,
-            CASE WHEN $13::boolean THEN 2 ELSE 1 END,
-            CASE WHEN $13::boolean
-                 THEN audit_link(audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL),
-                                 $21::bytea, 2, 1, 1, statement_timestamp(), $22::text)
-                 ELSE audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
-            CASE WHEN $13::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $13::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $13::boolean THEN $23::text END,
-            CASE WHEN $13::boolean THEN now() + make_interval(secs => $24::float8) END,
-            CASE WHEN $13::boolean THEN now() + make_interval(secs => $24::float8) END,
-            CASE WHEN $13::boolean THEN now() END,
-            $25::integer, $26::text, $27::text,
-            $28::jsonb, $29::text,
+    SELECT $4, $1, $2, $18, $5, $19, $20,
+            CASE WHEN $21::boolean THEN $22::text ELSE $23::text END,
+            $24, $25, $26, $27,
+            CASE WHEN $21::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $21::boolean
+                 THEN audit_link(audit_link(NULL, $28::bytea, 1, 0, 0, statement_timestamp(), NULL),
+                                 $29::bytea, 2, 1, 1, statement_timestamp(), $30::text)
+                 ELSE audit_link(NULL, $28::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
+            CASE WHEN $21::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $21::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $21::boolean THEN $31::text END,
+            CASE WHEN $21::boolean THEN now() + make_interval(secs => $32::float8) END,
+            CASE WHEN $21::boolean THEN now() + make_interval(secs => $32::float8) END,
+            CASE WHEN $21::boolean THEN now() END,
+            $33::integer, $34::text, $35::text,
+            $36::jsonb, $37::text,
             $8::text[], $9::text[], $3::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
-            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN 'APPROVE' END,
-            $30::text,
-            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN now() END,
-            CASE WHEN jsonb_array_length($28::jsonb) > 0 AND $15::text = 'READY'
-                 THEN now() + make_interval(secs => $18::bigint / 1000.0) END,
-            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN $12::text END,
-            $31::text
+            CASE WHEN jsonb_array_length($36::jsonb) > 0 THEN 'APPROVE' END,
+            $38::text,
+            CASE WHEN jsonb_array_length($36::jsonb) > 0 THEN now() END,
+            CASE WHEN jsonb_array_length($36::jsonb) > 0 AND $23::text = 'READY'
+                 THEN now() + make_interval(secs => $26::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($36::jsonb) > 0 THEN $20::text END,
+            $39::text
     WHERE (NOT $7::boolean OR EXISTS (SELECT 1 FROM ident))
       AND ($8::text[] IS NULL
-           OR (SELECT found FROM shares) = coalesce(cardinality($8::text[]), 0))
+           OR CASE WHEN $17::boolean THEN (SELECT r FROM res) = '{-1,-1}'::integer[]
+                   ELSE (SELECT found FROM shares) = coalesce(cardinality($8::text[]), 0) END)
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT ins.id, 1, 'PREPARED', $32, NULL, $15::text, 0, 0, $33,
-           CASE WHEN ins.fence = 1 THEN audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
-           $34::text FROM ins
+    SELECT ins.id, 1, 'PREPARED', $40, NULL, $23::text, 0, 0, $41,
+           CASE WHEN ins.fence = 1 THEN audit_link(NULL, $28::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
+           $42::text FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
-    SELECT ins.id, 2, $35::text, $32, $22::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
+    SELECT ins.id, 2, $43::text, $40, $30::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
-    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $36::boolean
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $44::boolean
 )
 SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
 UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
 WHERE CASE WHEN $7::boolean OR $8::text[] IS NOT NULL
            THEN operation_admit_check($7::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
-                                      coalesce(cardinality($8::text[]), 0), (SELECT found FROM shares))
+                                      coalesce(cardinality($8::text[]), 0),
+                                      CASE WHEN $17::boolean THEN NULL ELSE (SELECT found FROM shares) END,
+                                      CASE WHEN $17::boolean THEN (SELECT r FROM res) END)
            ELSE false END
 `
 
@@ -1348,6 +1357,14 @@ type OperationInsertParams struct {
 	TakeIdentity          bool
 	BudgetNames           []string
 	BudgetScopes          []string
+	ResAmounts            []float64
+	ResMaxCounts          []int32
+	ResHasSums            []bool
+	ResMaxSums            []float64
+	ResWindows            []float64
+	ResForces             []bool
+	ResMaxUses            int32
+	Reserve               bool
 	ToolVersion           string
 	Args                  []byte
 	Fingerprint           string
@@ -1446,6 +1463,14 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.TakeIdentity,
 		arg.BudgetNames,
 		arg.BudgetScopes,
+		arg.ResAmounts,
+		arg.ResMaxCounts,
+		arg.ResHasSums,
+		arg.ResMaxSums,
+		arg.ResWindows,
+		arg.ResForces,
+		arg.ResMaxUses,
+		arg.Reserve,
 		arg.ToolVersion,
 		arg.Args,
 		arg.Fingerprint,
