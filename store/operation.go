@@ -47,12 +47,7 @@ type Operation struct {
 	// operation counts against; Identity its business identity, if its
 	// tool declares one.
 	BudgetNames, BudgetScopes []string
-	// Reserve, when set, are the shares the insert reserves itself, in its
-	// own statement (BudgetNames and BudgetScopes are then theirs): the
-	// operation is inserted with its shares or neither is stored
-	// (ErrSharesDoNotFit when they do not all fit).
-	Reserve  []Reservation
-	Identity string
+	Identity                  string
 	Attempts                  int32
 	Fence                     int64
 	LeaseOwner                string
@@ -226,14 +221,15 @@ type NewOperation struct {
 	// takes effect, and inserts nothing when another operation holds it
 	// (IdentityGet says which).
 	BudgetNames, BudgetScopes []string
-	// Reserve, when set, are the shares the insert reserves itself, in its
-	// own statement (BudgetNames and BudgetScopes are then theirs): the
-	// operation is inserted with its shares or neither is stored
-	// (ErrSharesDoNotFit when they do not all fit).
-	Reserve  []Reservation
-	Identity string
+	Identity                  string
 	TakeIdentity              bool
 	IdentityWindow            time.Duration
+	// Reserve, when set, are the shares the insert reserves itself
+	// (OperationInsertReserving), one per limit in lock order, whose names
+	// and scopes BudgetNames and BudgetScopes repeat: the operation is
+	// stored with all of them or nothing is (ErrSharesDoNotFit when one
+	// does not fit as its budget stands).
+	Reserve []Reservation
 	// Actor and Detail describe the PREPARED event.
 	Actor, Detail string
 	// Notify queues an approval notification with an operation that
@@ -280,15 +276,6 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		BudgetNames: n.BudgetNames, BudgetScopes: n.BudgetScopes, Identity: text(n.Identity),
 		TakeIdentity: n.TakeIdentity, IdentityWindowSeconds: n.IdentityWindow.Seconds(),
 	}
-	if len(n.Reserve) > 0 {
-		p.Reserve, p.ResMaxUses = true, int32(n.Reserve[0].MaxUses)
-		p.BudgetNames, p.BudgetScopes = nil, nil
-		for _, r := range n.Reserve {
-			p.BudgetNames, p.BudgetScopes, p.ResAmounts = append(p.BudgetNames, r.Name), append(p.BudgetScopes, r.Scope), append(p.ResAmounts, r.Amount)
-			p.ResMaxCounts, p.ResHasSums, p.ResMaxSums = append(p.ResMaxCounts, int32(r.MaxCount)), append(p.ResHasSums, r.HasSum), append(p.ResMaxSums, r.MaxSum)
-			p.ResWindows, p.ResForces = append(p.ResWindows, r.Window.Seconds()), append(p.ResForces, false)
-		}
-	}
 	if n.Claim != nil {
 		p.Claim, p.ClaimFrom, p.ClaimTo, p.ClaimEvent = true, n.Claim.From, n.Claim.To, n.Claim.Event
 		p.LeaseOwner, p.LeaseSeconds = text(n.Lease.Owner), n.Lease.Duration.Seconds()
@@ -296,7 +283,12 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 			return Operation{}, false, err
 		}
 	}
-	r, err := c.q.OperationInsert(ctx, c.dbtx, p)
+	var r db.OperationInsertRow
+	if len(n.Reserve) > 0 {
+		r, err = c.operationInsertReserving(ctx, p, n.Reserve)
+	} else {
+		r, err = c.q.OperationInsert(ctx, c.dbtx, p)
+	}
 	if err = interpretError(err); errors.Is(err, ErrNotFound) || errors.Is(err, errKeyTaken) {
 		return Operation{}, false, nil
 	}
@@ -304,6 +296,28 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		return Operation{}, false, err
 	}
 	return n.row(r), true, nil
+}
+
+// operationInsertReserving runs OperationInsertReserving with p's values
+// and the shares rs.
+func (c *Conn) operationInsertReserving(ctx context.Context, p db.OperationInsertParams, rs []Reservation) (db.OperationInsertRow, error) {
+	q := db.OperationInsertReservingParams{
+		Tenant: p.Tenant, Tool: p.Tool, Identity: p.Identity, ID: p.ID, IdempotencyKey: p.IdempotencyKey,
+		IdentityWindowSeconds: p.IdentityWindowSeconds, TakeIdentity: p.TakeIdentity, MaxUses: int32(rs[0].MaxUses),
+		ToolVersion: p.ToolVersion, Args: p.Args, Fingerprint: p.Fingerprint, Claim: p.Claim, ClaimTo: p.ClaimTo, State: p.State,
+		PreparedBy: p.PreparedBy, ApprovalRequired: p.ApprovalRequired, ApprovalTtlMs: p.ApprovalTtlMs, DownstreamKey: p.DownstreamKey,
+		PreparedDoc: p.PreparedDoc, ClaimedDoc: p.ClaimedDoc, ClaimFrom: p.ClaimFrom, LeaseOwner: p.LeaseOwner, LeaseSeconds: p.LeaseSeconds,
+		ApprovalsNeeded: p.ApprovalsNeeded, PolicyDigest: p.PolicyDigest, ApprovalRule: p.ApprovalRule, Approvals: p.Approvals,
+		Supersedes: p.Supersedes, ApprovedBy: p.ApprovedBy, ApprovedReason: p.ApprovedReason, Actor: p.Actor, Detail: p.Detail,
+		PreparedFacts: p.PreparedFacts, ClaimEvent: p.ClaimEvent, Notify: p.Notify,
+	}
+	for _, r := range rs {
+		q.BudgetNames, q.BudgetScopes, q.Amounts = append(q.BudgetNames, r.Name), append(q.BudgetScopes, r.Scope), append(q.Amounts, r.Amount)
+		q.MaxCounts, q.HasSums, q.MaxSums = append(q.MaxCounts, int32(r.MaxCount)), append(q.HasSums, r.HasSum), append(q.MaxSums, r.MaxSum)
+		q.Windows = append(q.Windows, r.Window.Seconds())
+	}
+	r, err := c.q.OperationInsertReserving(ctx, c.dbtx, q)
+	return db.OperationInsertRow(r), err
 }
 
 func (n NewOperation) approvals() []byte {

@@ -432,3 +432,156 @@ func TestBudgetFirstShare(t *testing.T) {
 	require.Equal(t, 150.0, uses[0].Amount)
 	g.requireBudgetsExact(t)
 }
+
+// TestInsertReserving: an insert that reserves its shares itself
+// (OperationInsertReserving) stores the operation with every share and its
+// identity, or nothing: a share that does not fit as its budget stands
+// (ErrSharesDoNotFit), a key already taken and an identity another key
+// holds (not inserted) leave the budgets, their uses and the identity as
+// they were. Its first try is stricter than the limit, never looser: a use
+// that left the window but is still counted refuses it, and
+// budget_reserve, which drops such uses, then admits the share exactly.
+func TestInsertReserving(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	a := store.Reservation{Tenant: "acme", Name: "a", Scope: "cust-1", MaxCount: 2, Window: time.Hour, MaxUses: 100}
+	b := store.Reservation{Tenant: "acme", Name: "b", Scope: "cust-1", HasSum: true, MaxSum: 100, Window: time.Hour, MaxUses: 100}
+	insert := func(id, key, invoice string, amount float64, rs ...store.Reservation) (bool, error) {
+		for i := range rs {
+			rs[i].OperationID = id
+			if rs[i].HasSum {
+				rs[i].Amount = amount
+			}
+		}
+		n := store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "1",
+			IdempotencyKey: key, Args: []byte(`{}`), Fingerprint: "v1:" + key, State: "READY", PreparedBy: "pr_a",
+			ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "test", Reserve: rs}
+		for _, r := range rs {
+			n.BudgetNames, n.BudgetScopes = append(n.BudgetNames, r.Name), append(n.BudgetScopes, r.Scope)
+		}
+		if invoice != "" {
+			n.Identity, n.TakeIdentity, n.IdentityWindow = invoice, true, time.Hour
+		}
+		op, inserted, err := g.st.OperationInsert(ctx, n)
+		if inserted {
+			require.Equal(t, n.BudgetNames, op.BudgetNames)
+		}
+		return inserted, err
+	}
+	counts := func() (int, int, float64) {
+		var ops, uses int
+		var sum float64
+		require.NoError(t, g.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM operation), (SELECT count(*) FROM budget_use),
+			(SELECT coalesce(sum(used_sum), 0) FROM budget WHERE name = 'b')`).Scan(&ops, &uses, &sum))
+		return ops, uses, sum
+	}
+	stored, err := insert("op_1", "k1", "INV-1", 70, a, b)
+	require.NoError(t, err)
+	require.True(t, stored)
+	g.requireBudgetsExact(t)
+	ops, uses, sum := counts()
+	require.Equal(t, []any{1, 2, 70.0}, []any{ops, uses, sum}, "the operation and both its shares")
+	holder, _, held, err := g.st.IdentityGet(ctx, "acme", "pay", "INV-1")
+	require.NoError(t, err)
+	require.Equal(t, []any{"op_1", true}, []any{holder, held})
+
+	_, err = insert("op_2", "k2", "INV-2", 40, a, b)
+	require.ErrorIs(t, err, store.ErrSharesDoNotFit, "b has 30 left")
+	stored, err = insert("op_3", "k1", "INV-3", 10, a, b)
+	require.NoError(t, err)
+	require.False(t, stored, "k1 is op_1's key")
+	stored, err = insert("op_4", "k4", "INV-1", 10, a, b)
+	require.NoError(t, err)
+	require.False(t, stored, "INV-1 is op_1's identity")
+	ops, uses, sum = counts()
+	require.Equal(t, []any{1, 2, 70.0}, []any{ops, uses, sum}, "nothing of op_2, op_3 or op_4 was stored or counted")
+	g.requireBudgetsExact(t)
+	_, holderKey, _, err := g.st.IdentityGet(ctx, "acme", "pay", "INV-3")
+	require.NoError(t, err)
+	require.Empty(t, holderKey, "op_3's identity was not taken")
+
+	stored, err = insert("op_5", "k5", "INV-5", 30, a, b)
+	require.NoError(t, err)
+	require.True(t, stored, "exactly the room left")
+	_, err = insert("op_6", "k6", "", 0, a)
+	require.ErrorIs(t, err, store.ErrSharesDoNotFit, "a count of 2 is used")
+	one := store.Reservation{Tenant: "acme", Name: "a", Scope: "cust-2", MaxCount: 0, HasSum: true, MaxSum: 10, Window: time.Hour, MaxUses: 100}
+	_, err = insert("op_7", "k7", "", 11, one)
+	require.ErrorIs(t, err, store.ErrSharesDoNotFit, "11 does not fit an empty budget of 10")
+	g.requireBudgetsExact(t)
+
+	// A use that left the window is still counted on its budget's row.
+	brief := store.Reservation{Tenant: "acme", Name: "brief", Scope: "cust-1", MaxCount: 1, Window: 50 * time.Millisecond, MaxUses: 100}
+	stored, err = insert("op_8", "k8", "", 0, brief)
+	require.NoError(t, err)
+	require.True(t, stored)
+	var gone bool
+	require.Eventually(t, func() bool {
+		require.NoError(t, g.pool.QueryRow(ctx, `SELECT bool_and(at <= statement_timestamp() - interval '50 milliseconds')
+			FROM budget_use WHERE name = 'brief'`).Scan(&gone))
+		return gone
+	}, 10*time.Second, 10*time.Millisecond)
+	_, err = insert("op_9", "k9", "", 0, brief)
+	require.ErrorIs(t, err, store.ErrSharesDoNotFit, "stricter than the limit while op_8's use is counted")
+	brief.OperationID = "op_9"
+	res, err := g.st.BudgetReserve(ctx, []store.Reservation{brief}, false, false)
+	require.NoError(t, err)
+	require.Equal(t, store.Reserved{Refused: -1, Over: -1}, res, "exact: op_8's use left the window")
+	g.requireBudgetsExact(t)
+}
+
+// TestInsertReservingLockOrder: an insert that reserves takes its budgets'
+// locks before its identity's, the order of the trigger that releases an
+// operation's shares and identity when it ends: a transaction holding a
+// budget that then takes the identity does not deadlock with an insert
+// waiting for that budget. (Taking the identity first, the insert would
+// hold it while waiting for the budget, and PostgreSQL would abort one of
+// the two as a deadlock.)
+func TestInsertReservingLockOrder(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	share := store.Reservation{Tenant: "acme", Name: "a", Scope: "cust-1", MaxCount: 5, Window: time.Hour, MaxUses: 100}
+	insert := func(id, key string) (bool, error) {
+		r := share
+		r.OperationID = id
+		_, inserted, err := g.st.OperationInsert(ctx, store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "1",
+			IdempotencyKey: key, Args: []byte(`{}`), Fingerprint: "v1:" + key, State: "READY", PreparedBy: "pr_a",
+			ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "test", Reserve: []store.Reservation{r},
+			BudgetNames: []string{"a"}, BudgetScopes: []string{"cust-1"}, Identity: "INV-1", TakeIdentity: true, IdentityWindow: time.Hour})
+		return inserted, err
+	}
+	stored, err := insert("op_1", "k1")
+	require.NoError(t, err)
+	require.True(t, stored)
+
+	// As the trigger ending op_1 does: the budget, then the identity.
+	tx, err := g.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM budget WHERE tenant = 'acme' AND name = 'a' AND scope = 'cust-1' FOR UPDATE`)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := insert("op_2", "k2")
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, g.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO budget AS b%'`).Scan(&n))
+		return n == 1
+	}, 10*time.Second, 10*time.Millisecond, "op_2's insert waits for the budget")
+	_, err = tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `UPDATE operation_identity SET free_at = '-infinity' WHERE tenant = 'acme' AND identity = 'INV-1'`)
+	require.NoError(t, err, "the identity is not held by the waiting insert")
+	_, err = tx.Exec(ctx, `UPDATE operation SET state = 'FAILED' WHERE id = 'op_1'`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-done, "op_2 takes the budget and the identity once they are released")
+	holder, _, held, err := g.st.IdentityGet(ctx, "acme", "pay", "INV-1")
+	require.NoError(t, err)
+	require.Equal(t, []any{"op_2", true}, []any{holder, held})
+}

@@ -16,8 +16,11 @@ import (
 	"github.com/opledger/opledger/tool"
 )
 
-// Budgets and business identity (docs/policy.md). A Prepare of a tool with
-// limits reserves its budget shares first, in one statement that is a
+// Budgets and business identity (docs/policy.md). A Prepare of a tool whose
+// limits are all per key reserves its budget shares in the statement that
+// inserts the operation and takes its identity (insertReserving,
+// OperationInsertReserving). One with a tenant-wide limit, or whose shares
+// did not fit there, reserves them first, in one statement that is a
 // transaction of its own (BudgetReserve, async: it holds each budget's lock
 // for microseconds, not for a commit's flush), then inserts the operation,
 // whose statement also takes its business identity (OperationInsert with
@@ -39,6 +42,58 @@ type admission struct {
 	// reserved: the shares were reserved by a statement of their own, which
 	// the Prepare releases if its operation is not stored.
 	reserved bool
+}
+
+// reservesInInsert reports whether a Prepare of t reserves its budget shares
+// in its insert's own statement (OperationInsertReserving): t has limits and
+// every one is per key. Such a budget is shared by the calls of one key (a
+// customer, an agent), so the insert may hold its lock to the commit; a
+// tenant-wide budget is shared by every call, and is reserved in a
+// statement of its own that holds the lock for microseconds (admit).
+func reservesInInsert(t *tool.Tool) bool {
+	if len(t.Limits) == 0 {
+		return false
+	}
+	for _, lim := range t.Limits {
+		if lim.Per == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// insertReserving inserts n with its budget shares and its identity in one
+// statement: stored with all of them, or nothing is (ErrSharesDoNotFit when
+// a share does not fit as its budget stands; not inserted when the key is
+// taken or another key holds the identity, which it then refuses).
+func (l *Ledger) insertReserving(ctx context.Context, a Actor, t *tool.Tool, args *structpb.Struct, n *store.NewOperation) (Operation, bool, error) {
+	identity, rs, limits, err := claims(t, a, args, n.ID)
+	if err != nil {
+		return Operation{}, false, err
+	}
+	n.Reserve = rs
+	n.BudgetNames, n.BudgetScopes = make([]string, len(rs)), make([]string, len(rs))
+	for i, r := range rs {
+		n.BudgetNames[i], n.BudgetScopes[i] = r.Name, r.Scope
+	}
+	if identity != "" {
+		n.Identity, n.TakeIdentity, n.IdentityWindow = identity, true, t.Identity.Window
+	}
+	op, inserted, err := l.insertOperation(ctx, a, n)
+	switch {
+	case err == nil && inserted:
+		for _, lim := range limits {
+			l.obs.LimitUsed(lim.Name)
+		}
+	case err == nil && n.TakeIdentity:
+		// Not inserted: the key is taken, or another operation holds the
+		// identity.
+		holder, key, held, gerr := l.store.IdentityGet(ctx, a.Tenant, t.Name, n.Identity)
+		if gerr == nil && held && key != n.IdempotencyKey {
+			err = l.duplicate(t, n.Identity, holder)
+		}
+	}
+	return op, inserted, err
 }
 
 // needsIdentityOrBudget reports whether a Prepare of t reserves anything.

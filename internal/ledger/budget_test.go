@@ -107,6 +107,20 @@ func retryInfo(t *testing.T, err error) *errdetails.RetryInfo {
 	return nil
 }
 
+// limitPaths runs f with limitsYAML as it is (limits without a `per` key:
+// each Prepare reserves its shares in a statement of its own) and with
+// every limit per principal (`per: principal.id`: every call of the test's
+// agent on one budget, whose shares the insert reserves itself), the two
+// ways a reservation is made (docs/policy.md, "How a reservation is made").
+func limitPaths(t *testing.T, limitsYAML string, f func(t *testing.T, limitsYAML string)) {
+	for _, p := range []struct{ name, per string }{{"tenant-wide", ""}, {"per key", "per: principal.id, "}} {
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, strings.ReplaceAll(limitsYAML, "window:", p.per+"window:"))
+		})
+	}
+}
+
 // threeReplicas starts three servers on one database.
 func threeReplicas(w *world) []opledgerv1.LedgerServiceClient {
 	var out []opledgerv1.LedgerServiceClient
@@ -121,39 +135,41 @@ func threeReplicas(w *world) []opledgerv1.LedgerServiceClient {
 // LIMIT_EXCEEDED and a RetryInfo, none INTERNAL.
 func TestLimitCountAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: ten_per_hour, tools: [refund], window: 1h, count: 10}
-`)})
-	cs := threeReplicas(w)
-	var mu sync.Mutex
-	sent, refused := 0, 0
-	var wg sync.WaitGroup
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := oneCall(cs[i%3], w.agent, "refund", refundFor(t, "c-1", 100))
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil {
-				require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
-				require.Equal(t, []string{"ten_per_hour"}, budgetNames(resp.GetOperation()))
-				sent++
-				return
-			}
-			requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
-			info := errorInfo(t, err)
-			require.Equal(t, "ten_per_hour", info.GetMetadata()["limit"])
-			require.Equal(t, "1h0m0s", info.GetMetadata()["window"])
-			ri := retryInfo(t, err)
-			require.NotNil(t, ri, "when room frees up")
-			require.Greater(t, ri.GetRetryDelay().AsDuration().Minutes(), 55.0)
-			refused++
-		}()
-	}
-	wg.Wait()
-	require.Equal(t, 10, sent)
-	require.Equal(t, 54, refused)
-	require.Len(t, w.env.Fakepay.Charges(), 10)
+	limitPaths(t, `  - {name: ten_per_hour, tools: [refund], window: 1h, count: 10}
+`, func(t *testing.T, limitsYAML string) {
+		w := newWorld(t, harness.Options{ToolsYAML: budgetTools(limitsYAML)})
+		cs := threeReplicas(w)
+		var mu sync.Mutex
+		sent, refused := 0, 0
+		var wg sync.WaitGroup
+		for i := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := oneCall(cs[i%3], w.agent, "refund", refundFor(t, "c-1", 100))
+				mu.Lock()
+				defer mu.Unlock()
+				if err == nil {
+					require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
+					require.Equal(t, []string{"ten_per_hour"}, budgetNames(resp.GetOperation()))
+					sent++
+					return
+				}
+				requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+				info := errorInfo(t, err)
+				require.Equal(t, "ten_per_hour", info.GetMetadata()["limit"])
+				require.Equal(t, "1h0m0s", info.GetMetadata()["window"])
+				ri := retryInfo(t, err)
+				require.NotNil(t, ri, "when room frees up")
+				require.Greater(t, ri.GetRetryDelay().AsDuration().Minutes(), 55.0)
+				refused++
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, 10, sent)
+		require.Equal(t, 54, refused)
+		require.Len(t, w.env.Fakepay.Charges(), 10)
+	})
 }
 
 func budgetNames(op *opledgerv1.Operation) []string {
@@ -169,44 +185,46 @@ func budgetNames(op *opledgerv1.Operation) []string {
 // (the limit is exact, not conservative).
 func TestLimitSumIsExact(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: daily_total, tools: [refund], window: 24h, sum: args.amount_minor, max: 100000}
-`)})
-	cs := threeReplicas(w)
-	var mu sync.Mutex
-	admitted := 0
-	var wg sync.WaitGroup
-	for i := range 48 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			amount := 1000 + rand.IntN(9000)
-			_, err := oneCall(cs[i%3], w.agent, "refund", refundFor(t, "c-1", amount))
-			if err != nil {
-				requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
-				return
-			}
-			mu.Lock()
-			admitted += amount
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	require.LessOrEqual(t, admitted, 100000)
-	total := 0
-	for _, c := range w.env.Fakepay.Charges() {
-		total += int(c.AmountMinor)
-	}
-	require.Equal(t, admitted, total)
-	room := 100000 - admitted
-	if room > 0 {
-		_, err := oneCall(cs[0], w.agent, "refund", refundFor(t, "c-1", room))
-		require.NoError(t, err, "exactly the room left fits")
-	}
-	_, err := oneCall(cs[1], w.agent, "refund", refundFor(t, "c-1", 1))
-	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
-	_, err = oneCall(cs[1], w.agent, "refund", refundFor(t, "c-1", 100001))
-	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
-	require.Contains(t, err.Error(), "this call alone is more than that")
+	limitPaths(t, `  - {name: daily_total, tools: [refund], window: 24h, sum: args.amount_minor, max: 100000}
+`, func(t *testing.T, limitsYAML string) {
+		w := newWorld(t, harness.Options{ToolsYAML: budgetTools(limitsYAML)})
+		cs := threeReplicas(w)
+		var mu sync.Mutex
+		admitted := 0
+		var wg sync.WaitGroup
+		for i := range 48 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				amount := 1000 + rand.IntN(9000)
+				_, err := oneCall(cs[i%3], w.agent, "refund", refundFor(t, "c-1", amount))
+				if err != nil {
+					requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+					return
+				}
+				mu.Lock()
+				admitted += amount
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		require.LessOrEqual(t, admitted, 100000)
+		total := 0
+		for _, c := range w.env.Fakepay.Charges() {
+			total += int(c.AmountMinor)
+		}
+		require.Equal(t, admitted, total)
+		room := 100000 - admitted
+		if room > 0 {
+			_, err := oneCall(cs[0], w.agent, "refund", refundFor(t, "c-1", room))
+			require.NoError(t, err, "exactly the room left fits")
+		}
+		_, err := oneCall(cs[1], w.agent, "refund", refundFor(t, "c-1", 1))
+		requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+		_, err = oneCall(cs[1], w.agent, "refund", refundFor(t, "c-1", 100001))
+		requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+		require.Contains(t, err.Error(), "this call alone is more than that")
+	})
 }
 
 // TestLimitPerKey: a `per` key gives each customer a budget of its own.
@@ -250,88 +268,94 @@ func TestLimitPerKey(t *testing.T) {
 // unknown keeps it.
 func TestLimitReleases(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: one_payout, tools: [payout], window: 1h, count: 1}
-`)})
-	c := w.env.StartServer(harness.ServerOptions{}).Client
-	full := func() {
-		t.Helper()
-		_, err := c.Prepare(harness.Ctx(w.agent, harness.Unique("idem")), &opledgerv1.PrepareRequest{Tool: "payout", Args: refundFor(t, "c", 100)})
-		requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
-	}
-	// Denied.
-	op := prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
-	full()
-	_, err := decide(c, w.approver, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_DENY)
-	require.NoError(t, err)
-	// Cancelled.
-	op = prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
-	full()
-	_, err = c.Cancel(harness.Ctx(w.agent, ""), &opledgerv1.CancelRequest{OperationId: op.GetId()})
-	require.NoError(t, err)
-	// Failed: the processor refuses it definitively.
-	bad := refundFor(t, "c", 100)
-	bad.Fields["amount_minor"] = structpb.NewNumberValue(-5)
-	op = prepare(t, c, w.agent, "payout", bad)
-	full()
-	approve(t, c, w.approver, op)
-	resp, err := execute(c, w.agent, op.GetId(), 0)
-	require.NoError(t, err)
-	require.Equal(t, opledgerv1.State_STATE_FAILED, resp.GetOperation().GetState())
-	// Succeeded: it stays counted.
-	op = prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
-	approve(t, c, w.approver, op)
-	resp, err = execute(c, w.agent, op.GetId(), 0)
-	require.NoError(t, err)
-	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
-	full()
+	limitPaths(t, `  - {name: one_payout, tools: [payout], window: 1h, count: 1}
+`, func(t *testing.T, limitsYAML string) {
+		w := newWorld(t, harness.Options{ToolsYAML: budgetTools(limitsYAML)})
+		c := w.env.StartServer(harness.ServerOptions{}).Client
+		full := func() {
+			t.Helper()
+			_, err := c.Prepare(harness.Ctx(w.agent, harness.Unique("idem")), &opledgerv1.PrepareRequest{Tool: "payout", Args: refundFor(t, "c", 100)})
+			requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+		}
+		// Denied.
+		op := prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
+		full()
+		_, err := decide(c, w.approver, op.GetId(), op.GetFingerprint(), opledgerv1.Decision_DECISION_DENY)
+		require.NoError(t, err)
+		// Cancelled.
+		op = prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
+		full()
+		_, err = c.Cancel(harness.Ctx(w.agent, ""), &opledgerv1.CancelRequest{OperationId: op.GetId()})
+		require.NoError(t, err)
+		// Failed: the processor refuses it definitively.
+		bad := refundFor(t, "c", 100)
+		bad.Fields["amount_minor"] = structpb.NewNumberValue(-5)
+		op = prepare(t, c, w.agent, "payout", bad)
+		full()
+		approve(t, c, w.approver, op)
+		resp, err := execute(c, w.agent, op.GetId(), 0)
+		require.NoError(t, err)
+		require.Equal(t, opledgerv1.State_STATE_FAILED, resp.GetOperation().GetState())
+		// Succeeded: it stays counted.
+		op = prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
+		approve(t, c, w.approver, op)
+		resp, err = execute(c, w.agent, op.GetId(), 0)
+		require.NoError(t, err)
+		require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
+		full()
+	})
 }
 
 // TestLimitOutcomeUnknownHoldsItsShare: an unknown outcome is spent until
 // an operator proves nothing happened.
 func TestLimitOutcomeUnknownHoldsItsShare(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, harness.Options{ToolsYAML: []byte(strings.Replace(string(budgetTools(`  - {name: one_mail, tools: [mail], window: 1h, count: 1}
-`)), "  - name: payout", `  - name: mail
+	limitPaths(t, `  - {name: one_mail, tools: [mail], window: 1h, count: 1}
+`, func(t *testing.T, limitsYAML string) {
+		w := newWorld(t, harness.Options{ToolsYAML: []byte(strings.Replace(string(budgetTools(limitsYAML)), "  - name: payout", `  - name: mail
     version: "1"
     effect: side_effect
     args_schema: {type: object}
     executor: {type: http, url: "${OPLEDGER_FAKEPAY_URL}/emails", timeout: 200ms}
   - name: payout`, 1))})
-	c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
-	w.env.Fakepay.SetFaults(fakepay.Faults{Delay: 2 * time.Second})
-	resp, err := oneCall(c, w.agent, "mail", &structpb.Struct{})
-	require.NoError(t, err)
-	require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, resp.GetOperation().GetState())
-	w.env.Fakepay.SetFaults(fakepay.Faults{})
-	_, err = oneCall(c, w.agent, "mail", &structpb.Struct{})
-	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
-	_, err = c.Reconcile(harness.Ctx(w.operator, ""), &opledgerv1.ReconcileRequest{OperationId: resp.GetOperation().GetId(),
-		Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State_STATE_FAILED, Note: "the mail service has no record of it",
-			Fence: resp.GetOperation().GetFence()}})
-	require.NoError(t, err)
-	_, err = oneCall(c, w.agent, "mail", &structpb.Struct{})
-	require.NoError(t, err, "released once proven not to have happened")
+		c := w.env.StartServer(harness.ServerOptions{NoReconciler: true}).Client
+		w.env.Fakepay.SetFaults(fakepay.Faults{Delay: 2 * time.Second})
+		resp, err := oneCall(c, w.agent, "mail", &structpb.Struct{})
+		require.NoError(t, err)
+		require.Equal(t, opledgerv1.State_STATE_OUTCOME_UNKNOWN, resp.GetOperation().GetState())
+		w.env.Fakepay.SetFaults(fakepay.Faults{})
+		_, err = oneCall(c, w.agent, "mail", &structpb.Struct{})
+		requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+		_, err = c.Reconcile(harness.Ctx(w.operator, ""), &opledgerv1.ReconcileRequest{OperationId: resp.GetOperation().GetId(),
+			Resolution: &opledgerv1.Resolution{Outcome: opledgerv1.State_STATE_FAILED, Note: "the mail service has no record of it",
+				Fence: resp.GetOperation().GetFence()}})
+		require.NoError(t, err)
+		_, err = oneCall(c, w.agent, "mail", &structpb.Struct{})
+		require.NoError(t, err, "released once proven not to have happened")
+	})
 }
 
 // TestLimitOverApprove: past an `over: approve` limit the operation is
 // recorded and needs an approval it would not otherwise need.
 func TestLimitOverApprove(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: big_day, tools: [refund], window: 24h, sum: args.amount_minor, max: 1000, over: approve}
-`)})
-	c := w.env.StartServer(harness.ServerOptions{}).Client
-	resp, err := oneCall(c, w.agent, "refund", refundFor(t, "c", 800))
-	require.NoError(t, err)
-	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
-	resp, err = oneCall(c, w.agent, "refund", refundFor(t, "c", 800))
-	require.NoError(t, err)
-	op := resp.GetOperation()
-	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, op.GetState())
-	require.Equal(t, "limits.big_day", op.GetApproval().GetRule())
-	approve(t, c, w.approver, op)
-	done, err := execute(c, w.agent, op.GetId(), 0)
-	require.NoError(t, err)
-	require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, done.GetOperation().GetState())
+	limitPaths(t, `  - {name: big_day, tools: [refund], window: 24h, sum: args.amount_minor, max: 1000, over: approve}
+`, func(t *testing.T, limitsYAML string) {
+		w := newWorld(t, harness.Options{ToolsYAML: budgetTools(limitsYAML)})
+		c := w.env.StartServer(harness.ServerOptions{}).Client
+		resp, err := oneCall(c, w.agent, "refund", refundFor(t, "c", 800))
+		require.NoError(t, err)
+		require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
+		resp, err = oneCall(c, w.agent, "refund", refundFor(t, "c", 800))
+		require.NoError(t, err)
+		op := resp.GetOperation()
+		require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, op.GetState())
+		require.Equal(t, "limits.big_day", op.GetApproval().GetRule())
+		approve(t, c, w.approver, op)
+		done, err := execute(c, w.agent, op.GetId(), 0)
+		require.NoError(t, err)
+		require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, done.GetOperation().GetState())
+	})
 }
 
 // TestIdentityRace: 20 keys racing for one invoice make one operation; the
@@ -421,33 +445,35 @@ func TestIdentityThatCannotBeEvaluated(t *testing.T) {
 // again, and is refused while the budget has no room.
 func TestLimitLapsedApprovalReleases(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, harness.Options{ToolsYAML: []byte(strings.Replace(string(budgetTools(`  - {name: one_payout, tools: [payout], window: 1h, count: 1}
-`)), "    approval: {required: true, ttl: 15m}\n", "    approval: {required: true, ttl: 1s}\n", 1))})
-	c := w.env.StartServer(harness.ServerOptions{}).Client
-	first := prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
-	ends := approve(t, c, w.approver, first).GetOperation().GetApproval().GetExpireTime().AsTime()
-	// Past the approval's end (the database's clock is this machine's).
-	require.Eventually(t, func() bool { return time.Now().After(ends.Add(200 * time.Millisecond)) }, 30*time.Second, 50*time.Millisecond)
-	_, err := execute(c, w.agent, first.GetId(), 0)
-	requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_EXPIRED")
-	got, _ := get(t, c, w.agent, first.GetId())
-	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState())
-	require.EqualValues(t, 0, got.GetBudgets()[0].GetCount(), "its share was released")
+	limitPaths(t, `  - {name: one_payout, tools: [payout], window: 1h, count: 1}
+`, func(t *testing.T, limitsYAML string) {
+		w := newWorld(t, harness.Options{ToolsYAML: []byte(strings.Replace(string(budgetTools(limitsYAML)), "    approval: {required: true, ttl: 15m}\n", "    approval: {required: true, ttl: 1s}\n", 1))})
+		c := w.env.StartServer(harness.ServerOptions{}).Client
+		first := prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
+		ends := approve(t, c, w.approver, first).GetOperation().GetApproval().GetExpireTime().AsTime()
+		// Past the approval's end (the database's clock is this machine's).
+		require.Eventually(t, func() bool { return time.Now().After(ends.Add(200 * time.Millisecond)) }, 30*time.Second, 50*time.Millisecond)
+		_, err := execute(c, w.agent, first.GetId(), 0)
+		requireStatus(t, err, codes.FailedPrecondition, "APPROVAL_EXPIRED")
+		got, _ := get(t, c, w.agent, first.GetId())
+		require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState())
+		require.EqualValues(t, 0, got.GetBudgets()[0].GetCount(), "its share was released")
 
-	second := prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
-	_, err = decide(c, w.approver, first.GetId(), first.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE)
-	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
-	require.Contains(t, err.Error(), "the approval was not recorded")
-	got, _ = get(t, c, w.agent, first.GetId())
-	require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState(), "nothing changed")
+		second := prepare(t, c, w.agent, "payout", refundFor(t, "c", 100))
+		_, err = decide(c, w.approver, first.GetId(), first.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE)
+		requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+		require.Contains(t, err.Error(), "the approval was not recorded")
+		got, _ = get(t, c, w.agent, first.GetId())
+		require.Equal(t, opledgerv1.State_STATE_AWAITING_APPROVAL, got.GetState(), "nothing changed")
 
-	_, err = decide(c, w.approver, second.GetId(), second.GetFingerprint(), opledgerv1.Decision_DECISION_DENY)
-	require.NoError(t, err)
-	renewed, err := decide(c, w.approver, first.GetId(), first.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE)
-	require.NoError(t, err)
-	require.Equal(t, opledgerv1.State_STATE_READY, renewed.GetOperation().GetState())
-	got, _ = get(t, c, w.agent, first.GetId())
-	require.EqualValues(t, 1, got.GetBudgets()[0].GetCount(), "its share is taken again")
+		_, err = decide(c, w.approver, second.GetId(), second.GetFingerprint(), opledgerv1.Decision_DECISION_DENY)
+		require.NoError(t, err)
+		renewed, err := decide(c, w.approver, first.GetId(), first.GetFingerprint(), opledgerv1.Decision_DECISION_APPROVE)
+		require.NoError(t, err)
+		require.Equal(t, opledgerv1.State_STATE_READY, renewed.GetOperation().GetState())
+		got, _ = get(t, c, w.agent, first.GetId())
+		require.EqualValues(t, 1, got.GetBudgets()[0].GetCount(), "its share is taken again")
+	})
 }
 
 // TestLimitShareOfAnUnstoredOperationIsReleased: a Prepare reserves its
@@ -457,28 +483,30 @@ func TestLimitLapsedApprovalReleases(t *testing.T) {
 // give its share back, so the budget still admits exactly its count.
 func TestLimitShareOfAnUnstoredOperationIsReleased(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: two_payments, tools: [pay], window: 1h, count: 2}
-`)})
-	c := w.env.StartServer(harness.ServerOptions{}).Client
-	prepare := func(key string, args *structpb.Struct) (*opledgerv1.PrepareResponse, error) {
-		return c.Prepare(harness.Ctx(w.agent, key), &opledgerv1.PrepareRequest{Tool: "pay", Args: args, Execute: true})
-	}
-	first := payArgs(t, "INV-1")
-	resp, err := prepare("k1", first)
-	require.NoError(t, err)
-	for range 5 {
-		_, err = prepare(harness.Unique("k"), first)
-		requireStatus(t, err, codes.AlreadyExists, "OPERATION_DUPLICATE")
-		again, err := prepare("k1", first)
-		require.NoError(t, err, "a replay")
-		require.Equal(t, resp.GetOperation().GetId(), again.GetOperation().GetId())
-	}
-	_, err = prepare("k2", payArgs(t, "INV-2"))
-	require.NoError(t, err, "the refused and replayed Prepares hold no share")
-	_, err = prepare("k3", payArgs(t, "INV-3"))
-	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
-	got, err := c.Get(harness.Ctx(w.agent, ""), &opledgerv1.GetRequest{OperationId: resp.GetOperation().GetId()})
-	require.NoError(t, err)
-	require.Len(t, got.GetOperation().GetBudgets(), 1)
-	require.EqualValues(t, 2, got.GetOperation().GetBudgets()[0].GetCount())
+	limitPaths(t, `  - {name: two_payments, tools: [pay], window: 1h, count: 2}
+`, func(t *testing.T, limitsYAML string) {
+		w := newWorld(t, harness.Options{ToolsYAML: budgetTools(limitsYAML)})
+		c := w.env.StartServer(harness.ServerOptions{}).Client
+		prepare := func(key string, args *structpb.Struct) (*opledgerv1.PrepareResponse, error) {
+			return c.Prepare(harness.Ctx(w.agent, key), &opledgerv1.PrepareRequest{Tool: "pay", Args: args, Execute: true})
+		}
+		first := payArgs(t, "INV-1")
+		resp, err := prepare("k1", first)
+		require.NoError(t, err)
+		for range 5 {
+			_, err = prepare(harness.Unique("k"), first)
+			requireStatus(t, err, codes.AlreadyExists, "OPERATION_DUPLICATE")
+			again, err := prepare("k1", first)
+			require.NoError(t, err, "a replay")
+			require.Equal(t, resp.GetOperation().GetId(), again.GetOperation().GetId())
+		}
+		_, err = prepare("k2", payArgs(t, "INV-2"))
+		require.NoError(t, err, "the refused and replayed Prepares hold no share")
+		_, err = prepare("k3", payArgs(t, "INV-3"))
+		requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+		got, err := c.Get(harness.Ctx(w.agent, ""), &opledgerv1.GetRequest{OperationId: resp.GetOperation().GetId()})
+		require.NoError(t, err)
+		require.Len(t, got.GetOperation().GetBudgets(), 1)
+		require.EqualValues(t, 2, got.GetOperation().GetBudgets()[0].GetCount())
+	})
 }

@@ -313,23 +313,31 @@ func admissionRefusal(err error) bool {
 		le.Reason == opledgerv1.ErrorReason_ERROR_REASON_OPERATION_DUPLICATE)
 }
 
-// insert stores a new operation of t prepared by a. A tool with limits
-// first reserves the operation's budget shares (admit, a statement of its
-// own); its business identity is taken by the insert's own statement; with
+// insert stores a new operation of t prepared by a. A tool whose limits are
+// all per key reserves the operation's budget shares in the insert's own
+// statement (insertReserving); when a share does not fit there, and for
+// any other tool with limits, the shares are reserved first (admit, a
+// statement of its own). The business identity is taken by the insert's
+// own statement; with
 // a quota the insert runs in a transaction that also counts the tenant's
 // operations this minute. An operation refused by any of them is not
 // stored, and the shares reserved for it are released. A limit with `over:
 // approve` that the call goes past makes n await approval (and not be
 // claimed).
 func (l *Ledger) insert(ctx context.Context, a Actor, t *tool.Tool, args *structpb.Struct, n *store.NewOperation) (Operation, bool, error) {
-	var adm admission
-	if foldable(t) {
+	if reservesInInsert(t) {
 		op, inserted, err := l.insertReserving(ctx, a, t, args, n)
-		if !errors.Is(err, store.ErrSharesDoNotFit) {
+		if !errors.Is(err, store.ErrSharesDoNotFit) && !errors.Is(err, store.ErrRetry) {
 			return op, inserted, err
 		}
+		// A share does not fit as its budget stands, or the statement met
+		// another transaction's locks in the other order (an edit that
+		// moves a share to another key) and was undone: the shares are
+		// reserved in a statement of their own, which judges exactly (or
+		// forces an `over: approve` share), as for a tenant-wide limit.
 		n.Reserve, n.BudgetNames, n.BudgetScopes, n.Identity, n.TakeIdentity = nil, nil, nil, "", false
 	}
+	var adm admission
 	if needsIdentityOrBudget(t) {
 		var err error
 		if adm, err = l.admit(ctx, t, a, args, n.ID); err != nil {
@@ -356,52 +364,6 @@ func (l *Ledger) insert(ctx context.Context, a Actor, t *tool.Tool, args *struct
 	}
 	if err != nil && !store.MayHaveCommitted(err) || err == nil && !inserted {
 		l.release(ctx, a.Tenant, n.ID, adm)
-	}
-	return op, inserted, err
-}
-
-// foldable reports whether a Prepare of t reserves its budget shares in its
-// insert's own statement: every limit of t is per key (a budget a call
-// shares with few others, whose lock the insert may hold to its commit).
-func foldable(t *tool.Tool) bool {
-	if len(t.Limits) == 0 {
-		return false
-	}
-	for _, lim := range t.Limits {
-		if lim.Per == "" {
-			return false
-		}
-	}
-	return true
-}
-
-// insertReserving inserts n with its identity and its budget shares in one
-// statement; ErrSharesDoNotFit when the shares do not all fit as the
-// budgets stand.
-func (l *Ledger) insertReserving(ctx context.Context, a Actor, t *tool.Tool, args *structpb.Struct, n *store.NewOperation) (Operation, bool, error) {
-	identity, rs, limits, err := claims(t, a, args, n.ID)
-	if err != nil {
-		return Operation{}, false, err
-	}
-	n.Reserve = rs
-	n.BudgetNames, n.BudgetScopes = make([]string, len(rs)), make([]string, len(rs))
-	for i, r := range rs {
-		n.BudgetNames[i], n.BudgetScopes[i] = r.Name, r.Scope
-	}
-	if identity != "" {
-		n.Identity, n.TakeIdentity, n.IdentityWindow = identity, true, t.Identity.Window
-	}
-	op, inserted, err := l.insertOperation(ctx, a, n)
-	if err == nil && inserted {
-		for _, lim := range limits {
-			l.obs.LimitUsed(lim.Name)
-		}
-	}
-	if err == nil && !inserted && n.TakeIdentity {
-		holder, key, held, gerr := l.store.IdentityGet(ctx, a.Tenant, t.Name, n.Identity)
-		if gerr == nil && held && key != n.IdempotencyKey {
-			err = l.duplicate(t, n.Identity, holder)
-		}
 	}
 	return op, inserted, err
 }

@@ -30,7 +30,7 @@ var pgbenchScript = map[string]string{
 }
 
 // pgbenchScriptNames lists every script.
-var pgbenchScriptNames = []string{"prepare", "execute", "one-call", "read", "duplicate"}
+var pgbenchScriptNames = []string{"prepare", "execute", "one-call", "one-call-budgeted", "read", "duplicate"}
 
 // The values opledger binds for the bench's tool, as the ceiling binds them.
 const (
@@ -89,6 +89,19 @@ func pgbInsert(claim bool) map[string]bind {
 		"prepared_doc": val(pgbDoc), "prepared_facts": val(pgbPreparedFacts), "claimed_doc": val(pgbDoc),
 		"take_identity": val("false"), "identity_window_seconds": val("0"),
 	}
+}
+
+// pgbInsertBudgeted binds OperationInsert as the one-call path binds it for
+// one-call-budgeted's tool: its share of the customer's budget reserved and
+// its identity (a new invoice) taken by the insert itself.
+func pgbInsertBudgeted() map[string]bind {
+	b := pgbInsert(true)
+	b["tool"] = val(budgetedTool)
+	b["budget_names"], b["budget_scopes"] = val("{bench_per_customer}"), expr(`ARRAY['cust-' || (:r::bigint % 1000)]`)
+	b["identity"], b["take_identity"], b["identity_window_seconds"] = expr(`'INV-' || :r`), val("true"), val("2592000")
+	b["amounts"], b["max_counts"], b["has_sums"] = val("{0}"), val(fmt.Sprintf("{%d}", customerLimitCount)), val("{false}")
+	b["max_sums"], b["windows"], b["max_uses"] = val("{0}"), val("{3600}"), val("100000")
+	return b
 }
 
 // pgbArgsDigest stands for the digests of the args and the result the
@@ -204,6 +217,11 @@ func pgbenchScripts(name string) (string, map[string]string, error) {
 	case "one-call":
 		// The one-call path: the insert that claims, then the outcome.
 		head, stmts = newOp, []stmt{{"OperationInsert", "i_", pgbInsert(true)}, {"OperationTransition", "t_", pgbSucceeded()}}
+	case "one-call-budgeted":
+		// The one-call path of a tool with a limit per customer and an
+		// identity: the insert that reserves, takes and claims, then the
+		// outcome (whose trigger records the identity's effect).
+		head, stmts = newOp, []stmt{{"OperationInsertReserving", "i_", pgbInsertBudgeted()}, {"OperationTransition", "t_", pgbSucceeded()}}
 	case "read":
 		head, stmts = `\set i random(1, :nsyn)`+"\n", []stmt{{"OperationGet", "g_", pgbGet(pgbSynthetic)}}
 	case "duplicate":

@@ -219,11 +219,21 @@ func serverCPU(r, _ Round) (float64, bool) {
 const TargetConcurrency = 16
 
 // targetConc is the level the targets are evaluated at in this report.
-func (r *Report) targetConc() int {
-	if slices.Contains(r.Options.Concurrency, TargetConcurrency) || len(r.Options.Concurrency) == 0 {
+func (r *Report) targetConc() int { return r.Options.targetConc() }
+
+// targetConc is the level the targets are evaluated at: TargetConcurrency,
+// or the sweep's highest when it lacks it.
+func (o *Options) targetConc() int {
+	if slices.Contains(o.Concurrency, TargetConcurrency) || len(o.Concurrency) == 0 {
 		return TargetConcurrency
 	}
-	return slices.Max(r.Options.Concurrency)
+	return slices.Max(o.Concurrency)
+}
+
+// targetLevel reports whether scenario sc's point at c is one a target is
+// read at (TargetRepeat).
+func (o *Options) targetLevel(sc string, c int) bool {
+	return c == o.targetConc() || sc == ScenarioOneCallTenantLimit && c == tenantLimitConcurrency
 }
 
 // Targets evaluates the goals docs/performance.md states (issue 13), at

@@ -63,17 +63,11 @@ WITH ident AS (
     WHERE i.free_at <= statement_timestamp()
        OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
     RETURNING i.operation_id
-), res AS (
-    SELECT budget_reserve(sqlc.arg(tenant), sqlc.arg(id), sqlc.narg(budget_names)::text[], sqlc.narg(budget_scopes)::text[],
-                          sqlc.narg(res_amounts)::float8[], sqlc.narg(res_max_counts)::integer[], sqlc.narg(res_has_sums)::boolean[],
-                          sqlc.narg(res_max_sums)::float8[], sqlc.narg(res_windows)::float8[], sqlc.narg(res_forces)::boolean[],
-                          sqlc.arg(res_max_uses)::integer, false, false) AS r
-    WHERE sqlc.arg(reserve)::boolean
 ), shares AS (
     -- The operation's shares of the budgets it names (one per limit name):
     -- primary-key probes.
     SELECT count(*) AS found FROM budget_use u
-    WHERE sqlc.narg(budget_names)::text[] IS NOT NULL AND NOT sqlc.arg(reserve)::boolean
+    WHERE sqlc.narg(budget_names)::text[] IS NOT NULL
       AND u.tenant = sqlc.arg(tenant) AND u.name = ANY (sqlc.narg(budget_names)::text[])
       AND u.scope = ANY (sqlc.narg(budget_scopes)::text[]) AND u.operation_id = sqlc.arg(id)
 ), ins AS (
@@ -112,8 +106,7 @@ WITH ident AS (
             sqlc.narg(approved_reason)::text
     WHERE (NOT sqlc.arg(take_identity)::boolean OR EXISTS (SELECT 1 FROM ident))
       AND (sqlc.narg(budget_names)::text[] IS NULL
-           OR CASE WHEN sqlc.arg(reserve)::boolean THEN (SELECT r FROM res) = '{-1,-1}'::integer[]
-                   ELSE (SELECT found FROM shares) = coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0) END)
+           OR (SELECT found FROM shares) = coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0))
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
@@ -133,10 +126,118 @@ UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
 WHERE CASE WHEN sqlc.arg(take_identity)::boolean OR sqlc.narg(budget_names)::text[] IS NOT NULL
            THEN operation_admit_check(sqlc.arg(take_identity)::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
-                                      coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0),
-                                      CASE WHEN sqlc.arg(reserve)::boolean THEN NULL ELSE (SELECT found FROM shares) END,
-                                      CASE WHEN sqlc.arg(reserve)::boolean THEN (SELECT r FROM res) END)
+                                      coalesce(cardinality(sqlc.narg(budget_names)::text[]), 0), (SELECT found FROM shares))
            ELSE false END;
+
+
+-- name: OperationInsertReserving :one
+-- OperationInsert for a tool whose limits are all per key (docs/policy.md,
+-- "How a reservation is made"): the same statement reserves the operation's
+-- share of each of its budgets (budget_names and budget_scopes, one per
+-- limit, sorted by name: the lock order), and stores the operation with its
+-- shares or neither. Each share is judged and counted by one upsert of its
+-- budget (res): a budget without a row has no uses (budget_prune deletes a
+-- budget only once it holds none, and a share is counted on its row in the
+-- statement that writes its use), so a share that fits an empty budget is
+-- counted by the row's insert; a budget with a row is locked and judged on
+-- its newest version, whose count may still include uses that left the
+-- window (stricter than the limit, never looser). The share's bounds reach
+-- ON CONFLICT's WHERE through EXCLUDED (max_count, max_sum). The budgets'
+-- locks are held to the commit, which a budget per key shares with few
+-- calls. The identity is taken after the shares (ident reads res): budgets
+-- before identities is the lock order of every statement that takes both
+-- (the trigger's release at an operation's end, an edit's reservation).
+-- operation_admit_reserved undoes the whole statement when the operation is
+-- not stored with all its shares: SQLSTATE OL429 when a share does not fit
+-- (read as ErrSharesDoNotFit: the caller then reserves with budget_reserve,
+-- which drops the expired uses and judges exactly, or forces an `over:
+-- approve` share), OL409 when the identity is held or the key taken (read as
+-- "not inserted": the caller asks which). Otherwise as OperationInsert.
+WITH res AS (
+    INSERT INTO budget AS b (tenant, name, scope, used_count, used_sum, window_seconds, max_count, max_sum)
+    SELECT sqlc.arg(tenant), u.name, u.scope, 1, u.amount::numeric, u.win, u.max_count,
+           CASE WHEN u.has_sum THEN u.max_sum::numeric END
+    FROM ROWS FROM (unnest(sqlc.arg(budget_names)::text[]), unnest(sqlc.arg(budget_scopes)::text[]), unnest(sqlc.arg(amounts)::float8[]),
+                    unnest(sqlc.arg(max_counts)::integer[]), unnest(sqlc.arg(has_sums)::boolean[]), unnest(sqlc.arg(max_sums)::float8[]),
+                    unnest(sqlc.arg(windows)::float8[])) AS u(name, scope, amount, max_count, has_sum, max_sum, win)
+    WHERE (u.max_count = 0 OR u.max_count >= 1) AND (NOT u.has_sum OR u.amount::numeric <= u.max_sum::numeric)
+    ON CONFLICT (tenant, name, scope) DO UPDATE
+    SET used_count = b.used_count + 1, used_sum = b.used_sum + EXCLUDED.used_sum, window_seconds = EXCLUDED.window_seconds,
+        max_count = EXCLUDED.max_count, max_sum = EXCLUDED.max_sum
+    WHERE b.used_count + 1 <= sqlc.arg(max_uses)::integer
+      AND (EXCLUDED.max_count = 0 OR b.used_count + 1 <= EXCLUDED.max_count)
+      AND (EXCLUDED.max_sum IS NULL OR b.used_sum + EXCLUDED.used_sum <= EXCLUDED.max_sum)
+    RETURNING 1
+), uses AS (
+    INSERT INTO budget_use (tenant, name, scope, operation_id, at, amount)
+    SELECT sqlc.arg(tenant), u.name, u.scope, sqlc.arg(id), statement_timestamp(), u.amount::numeric
+    FROM ROWS FROM (unnest(sqlc.arg(budget_names)::text[]), unnest(sqlc.arg(budget_scopes)::text[]), unnest(sqlc.arg(amounts)::float8[])) AS u(name, scope, amount)
+), ident AS (
+    INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
+    SELECT sqlc.arg(tenant), sqlc.arg(tool), sqlc.narg(identity)::text, sqlc.arg(id), sqlc.arg(idempotency_key),
+           sqlc.arg(identity_window_seconds)::float8, 'infinity'
+    WHERE sqlc.arg(take_identity)::boolean AND (SELECT count(*) FROM res) = cardinality(sqlc.arg(budget_names)::text[])
+    ON CONFLICT (tenant, tool, identity) DO UPDATE SET
+        operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
+        window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
+    WHERE i.free_at <= statement_timestamp()
+       OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
+    RETURNING i.operation_id
+), ins AS (
+    INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
+                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
+                           fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
+                           approvals_needed, policy_digest, approval_rule, approvals, supersedes,
+                           budget_names, budget_scopes, identity,
+                           approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
+    SELECT sqlc.arg(id), sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(tool_version), sqlc.arg(idempotency_key), sqlc.arg(args), sqlc.arg(fingerprint),
+            CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.arg(claim_to)::text ELSE sqlc.arg(state)::text END,
+            sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key),
+            CASE WHEN sqlc.arg(claim)::boolean THEN 2 ELSE 1 END,
+            CASE WHEN sqlc.arg(claim)::boolean
+                 THEN audit_link(audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL),
+                                 sqlc.narg(claimed_doc)::bytea, 2, 1, 1, statement_timestamp(), sqlc.arg(claim_from)::text)
+                 ELSE audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.narg(lease_owner)::text END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN now() + make_interval(secs => sqlc.arg(lease_seconds)::float8) END,
+            CASE WHEN sqlc.arg(claim)::boolean THEN now() END,
+            sqlc.arg(approvals_needed)::integer, sqlc.arg(policy_digest)::text, sqlc.arg(approval_rule)::text,
+            sqlc.arg(approvals)::jsonb, sqlc.narg(supersedes)::text,
+            sqlc.arg(budget_names)::text[], sqlc.arg(budget_scopes)::text[], sqlc.narg(identity)::text,
+            -- An edit's operation is born with its editor's approval
+            -- (approvals holds it): READY and in force for the TTL when it
+            -- completes the quorum.
+            CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 THEN 'APPROVE' END,
+            sqlc.narg(approved_by)::text,
+            CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 THEN now() END,
+            CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 AND sqlc.arg(state)::text = 'READY'
+                 THEN now() + make_interval(secs => sqlc.arg(approval_ttl_ms)::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 THEN sqlc.arg(fingerprint)::text END,
+            sqlc.narg(approved_reason)::text
+    WHERE (NOT sqlc.arg(take_identity)::boolean OR EXISTS (SELECT 1 FROM ident))
+      AND (SELECT count(*) FROM res) = cardinality(sqlc.arg(budget_names)::text[])
+    ON CONFLICT DO NOTHING
+    RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
+), ev AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
+    SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail),
+           CASE WHEN ins.fence = 1 THEN audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
+           sqlc.narg(prepared_facts)::text FROM ins
+), claimed AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
+    SELECT ins.id, 2, sqlc.arg(claim_event)::text, sqlc.arg(actor), sqlc.arg(claim_from)::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND sqlc.arg(notify)::boolean
+)
+SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
+UNION ALL
+SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
+WHERE operation_admit_reserved(cardinality(sqlc.arg(budget_names)::text[]), (SELECT count(*) FROM res),
+                               sqlc.arg(take_identity)::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins));
 
 -- name: OperationGetByKey :one
 SELECT * FROM operation

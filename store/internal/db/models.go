@@ -48,6 +48,8 @@ type Budget struct {
 	WindowSeconds float64
 	UsedCount     int32
 	UsedSum       pgtype.Numeric
+	MaxCount      int32
+	MaxSum        pgtype.Numeric
 }
 
 type BudgetUse struct {

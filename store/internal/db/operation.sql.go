@@ -1271,17 +1271,11 @@ WITH ident AS (
     WHERE i.free_at <= statement_timestamp()
        OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
     RETURNING i.operation_id
-), res AS (
-    SELECT budget_reserve($1, $4, $8::text[], $9::text[],
-                          $10::float8[], $11::integer[], $12::boolean[],
-                          $13::float8[], $14::float8[], $15::boolean[],
-                          $16::integer, false, false) AS r
-    WHERE $17::boolean
 ), shares AS (
     -- The operation's shares of the budgets it names (one per limit name):
     -- primary-key probes.
     SELECT count(*) AS found FROM budget_use u
-    WHERE $8::text[] IS NOT NULL AND NOT $17::boolean
+    WHERE $8::text[] IS NOT NULL
       AND u.tenant = $1 AND u.name = ANY ($8::text[])
       AND u.scope = ANY ($9::text[]) AND u.operation_id = $4
 ), ins AS (
@@ -1291,59 +1285,56 @@ WITH ident AS (
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    SELECT $4, $1, $2, $18, $5, $19, $20,
-            CASE WHEN $21::boolean THEN $22::text ELSE $23::text END,
-            $24, $25, $26, $27,
-            CASE WHEN $21::boolean THEN 2 ELSE 1 END,
-            CASE WHEN $21::boolean
-                 THEN audit_link(audit_link(NULL, $28::bytea, 1, 0, 0, statement_timestamp(), NULL),
-                                 $29::bytea, 2, 1, 1, statement_timestamp(), $30::text)
-                 ELSE audit_link(NULL, $28::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
-            CASE WHEN $21::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $21::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $21::boolean THEN $31::text END,
-            CASE WHEN $21::boolean THEN now() + make_interval(secs => $32::float8) END,
-            CASE WHEN $21::boolean THEN now() + make_interval(secs => $32::float8) END,
-            CASE WHEN $21::boolean THEN now() END,
-            $33::integer, $34::text, $35::text,
-            $36::jsonb, $37::text,
+    SELECT $4, $1, $2, $10, $5, $11, $12,
+            CASE WHEN $13::boolean THEN $14::text ELSE $15::text END,
+            $16, $17, $18, $19,
+            CASE WHEN $13::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $13::boolean
+                 THEN audit_link(audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL),
+                                 $21::bytea, 2, 1, 1, statement_timestamp(), $22::text)
+                 ELSE audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
+            CASE WHEN $13::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $13::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $13::boolean THEN $23::text END,
+            CASE WHEN $13::boolean THEN now() + make_interval(secs => $24::float8) END,
+            CASE WHEN $13::boolean THEN now() + make_interval(secs => $24::float8) END,
+            CASE WHEN $13::boolean THEN now() END,
+            $25::integer, $26::text, $27::text,
+            $28::jsonb, $29::text,
             $8::text[], $9::text[], $3::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
-            CASE WHEN jsonb_array_length($36::jsonb) > 0 THEN 'APPROVE' END,
-            $38::text,
-            CASE WHEN jsonb_array_length($36::jsonb) > 0 THEN now() END,
-            CASE WHEN jsonb_array_length($36::jsonb) > 0 AND $23::text = 'READY'
-                 THEN now() + make_interval(secs => $26::bigint / 1000.0) END,
-            CASE WHEN jsonb_array_length($36::jsonb) > 0 THEN $20::text END,
-            $39::text
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN 'APPROVE' END,
+            $30::text,
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN now() END,
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 AND $15::text = 'READY'
+                 THEN now() + make_interval(secs => $18::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN $12::text END,
+            $31::text
     WHERE (NOT $7::boolean OR EXISTS (SELECT 1 FROM ident))
       AND ($8::text[] IS NULL
-           OR CASE WHEN $17::boolean THEN (SELECT r FROM res) = '{-1,-1}'::integer[]
-                   ELSE (SELECT found FROM shares) = coalesce(cardinality($8::text[]), 0) END)
+           OR (SELECT found FROM shares) = coalesce(cardinality($8::text[]), 0))
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT ins.id, 1, 'PREPARED', $40, NULL, $23::text, 0, 0, $41,
-           CASE WHEN ins.fence = 1 THEN audit_link(NULL, $28::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
-           $42::text FROM ins
+    SELECT ins.id, 1, 'PREPARED', $32, NULL, $15::text, 0, 0, $33,
+           CASE WHEN ins.fence = 1 THEN audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
+           $34::text FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
-    SELECT ins.id, 2, $43::text, $40, $30::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
+    SELECT ins.id, 2, $35::text, $32, $22::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
 ), note AS (
     INSERT INTO approval_notification (operation_id, seq, reason)
-    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $44::boolean
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $36::boolean
 )
 SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
 UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
 WHERE CASE WHEN $7::boolean OR $8::text[] IS NOT NULL
            THEN operation_admit_check($7::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
-                                      coalesce(cardinality($8::text[]), 0),
-                                      CASE WHEN $17::boolean THEN NULL ELSE (SELECT found FROM shares) END,
-                                      CASE WHEN $17::boolean THEN (SELECT r FROM res) END)
+                                      coalesce(cardinality($8::text[]), 0), (SELECT found FROM shares))
            ELSE false END
 `
 
@@ -1357,14 +1348,6 @@ type OperationInsertParams struct {
 	TakeIdentity          bool
 	BudgetNames           []string
 	BudgetScopes          []string
-	ResAmounts            []float64
-	ResMaxCounts          []int32
-	ResHasSums            []bool
-	ResMaxSums            []float64
-	ResWindows            []float64
-	ResForces             []bool
-	ResMaxUses            int32
-	Reserve               bool
 	ToolVersion           string
 	Args                  []byte
 	Fingerprint           string
@@ -1463,14 +1446,6 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.TakeIdentity,
 		arg.BudgetNames,
 		arg.BudgetScopes,
-		arg.ResAmounts,
-		arg.ResMaxCounts,
-		arg.ResHasSums,
-		arg.ResMaxSums,
-		arg.ResWindows,
-		arg.ResForces,
-		arg.ResMaxUses,
-		arg.Reserve,
 		arg.ToolVersion,
 		arg.Args,
 		arg.Fingerprint,
@@ -1500,6 +1475,217 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.Notify,
 	)
 	var i OperationInsertRow
+	err := row.Scan(&i.CreatedAt, &i.LeaseExpiresAt, &i.Args)
+	return i, err
+}
+
+const operationInsertReserving = `-- name: OperationInsertReserving :one
+WITH res AS (
+    INSERT INTO budget AS b (tenant, name, scope, used_count, used_sum, window_seconds, max_count, max_sum)
+    SELECT $1, u.name, u.scope, 1, u.amount::numeric, u.win, u.max_count,
+           CASE WHEN u.has_sum THEN u.max_sum::numeric END
+    FROM ROWS FROM (unnest($2::text[]), unnest($3::text[]), unnest($4::float8[]),
+                    unnest($5::integer[]), unnest($6::boolean[]), unnest($7::float8[]),
+                    unnest($8::float8[])) AS u(name, scope, amount, max_count, has_sum, max_sum, win)
+    WHERE (u.max_count = 0 OR u.max_count >= 1) AND (NOT u.has_sum OR u.amount::numeric <= u.max_sum::numeric)
+    ON CONFLICT (tenant, name, scope) DO UPDATE
+    SET used_count = b.used_count + 1, used_sum = b.used_sum + EXCLUDED.used_sum, window_seconds = EXCLUDED.window_seconds,
+        max_count = EXCLUDED.max_count, max_sum = EXCLUDED.max_sum
+    WHERE b.used_count + 1 <= $9::integer
+      AND (EXCLUDED.max_count = 0 OR b.used_count + 1 <= EXCLUDED.max_count)
+      AND (EXCLUDED.max_sum IS NULL OR b.used_sum + EXCLUDED.used_sum <= EXCLUDED.max_sum)
+    RETURNING 1
+), uses AS (
+    INSERT INTO budget_use (tenant, name, scope, operation_id, at, amount)
+    SELECT $1, u.name, u.scope, $10, statement_timestamp(), u.amount::numeric
+    FROM ROWS FROM (unnest($2::text[]), unnest($3::text[]), unnest($4::float8[])) AS u(name, scope, amount)
+), ident AS (
+    INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
+    SELECT $1, $11, $12::text, $10, $13,
+           $14::float8, 'infinity'
+    WHERE $15::boolean AND (SELECT count(*) FROM res) = cardinality($2::text[])
+    ON CONFLICT (tenant, tool, identity) DO UPDATE SET
+        operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
+        window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
+    WHERE i.free_at <= statement_timestamp()
+       OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
+    RETURNING i.operation_id
+), ins AS (
+    INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
+                           prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
+                           fence, attempts, lease_owner, lease_expires_at, next_reconcile_at, first_claimed_at,
+                           approvals_needed, policy_digest, approval_rule, approvals, supersedes,
+                           budget_names, budget_scopes, identity,
+                           approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
+    SELECT $10, $1, $11, $16, $13, $17, $18,
+            CASE WHEN $19::boolean THEN $20::text ELSE $21::text END,
+            $22, $23, $24, $25,
+            CASE WHEN $19::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $19::boolean
+                 THEN audit_link(audit_link(NULL, $26::bytea, 1, 0, 0, statement_timestamp(), NULL),
+                                 $27::bytea, 2, 1, 1, statement_timestamp(), $28::text)
+                 ELSE audit_link(NULL, $26::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
+            CASE WHEN $19::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $19::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $19::boolean THEN $29::text END,
+            CASE WHEN $19::boolean THEN now() + make_interval(secs => $30::float8) END,
+            CASE WHEN $19::boolean THEN now() + make_interval(secs => $30::float8) END,
+            CASE WHEN $19::boolean THEN now() END,
+            $31::integer, $32::text, $33::text,
+            $34::jsonb, $35::text,
+            $2::text[], $3::text[], $12::text,
+            -- An edit's operation is born with its editor's approval
+            -- (approvals holds it): READY and in force for the TTL when it
+            -- completes the quorum.
+            CASE WHEN jsonb_array_length($34::jsonb) > 0 THEN 'APPROVE' END,
+            $36::text,
+            CASE WHEN jsonb_array_length($34::jsonb) > 0 THEN now() END,
+            CASE WHEN jsonb_array_length($34::jsonb) > 0 AND $21::text = 'READY'
+                 THEN now() + make_interval(secs => $24::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($34::jsonb) > 0 THEN $18::text END,
+            $37::text
+    WHERE (NOT $15::boolean OR EXISTS (SELECT 1 FROM ident))
+      AND (SELECT count(*) FROM res) = cardinality($2::text[])
+    ON CONFLICT DO NOTHING
+    RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
+), ev AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
+    SELECT ins.id, 1, 'PREPARED', $38, NULL, $21::text, 0, 0, $39,
+           CASE WHEN ins.fence = 1 THEN audit_link(NULL, $26::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
+           $40::text FROM ins
+), claimed AS (
+    INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
+    SELECT ins.id, 2, $41::text, $38, $28::text, ins.state, 1, 1, '', ins.chain_head FROM ins WHERE ins.fence = 1
+), note AS (
+    INSERT INTO approval_notification (operation_id, seq, reason)
+    SELECT ins.id, 1, 'prepared' FROM ins WHERE ins.state = 'AWAITING_APPROVAL' AND $42::boolean
+)
+SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
+UNION ALL
+SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
+WHERE operation_admit_reserved(cardinality($2::text[]), (SELECT count(*) FROM res),
+                               $15::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins))
+`
+
+type OperationInsertReservingParams struct {
+	Tenant                string
+	BudgetNames           []string
+	BudgetScopes          []string
+	Amounts               []float64
+	MaxCounts             []int32
+	HasSums               []bool
+	MaxSums               []float64
+	Windows               []float64
+	MaxUses               int32
+	ID                    string
+	Tool                  string
+	Identity              pgtype.Text
+	IdempotencyKey        string
+	IdentityWindowSeconds float64
+	TakeIdentity          bool
+	ToolVersion           string
+	Args                  []byte
+	Fingerprint           string
+	Claim                 bool
+	ClaimTo               string
+	State                 string
+	PreparedBy            string
+	ApprovalRequired      bool
+	ApprovalTtlMs         int64
+	DownstreamKey         string
+	PreparedDoc           []byte
+	ClaimedDoc            []byte
+	ClaimFrom             string
+	LeaseOwner            pgtype.Text
+	LeaseSeconds          float64
+	ApprovalsNeeded       int32
+	PolicyDigest          string
+	ApprovalRule          string
+	Approvals             []byte
+	Supersedes            pgtype.Text
+	ApprovedBy            pgtype.Text
+	ApprovedReason        pgtype.Text
+	Actor                 string
+	Detail                string
+	PreparedFacts         pgtype.Text
+	ClaimEvent            string
+	Notify                bool
+}
+
+type OperationInsertReservingRow struct {
+	CreatedAt      pgtype.Timestamptz
+	LeaseExpiresAt pgtype.Timestamptz
+	Args           []byte
+}
+
+// OperationInsert for a tool whose limits are all per key (docs/policy.md,
+// "How a reservation is made"): the same statement reserves the operation's
+// share of each of its budgets (budget_names and budget_scopes, one per
+// limit, sorted by name: the lock order), and stores the operation with its
+// shares or neither. Each share is judged and counted by one upsert of its
+// budget (res): a budget without a row has no uses (budget_prune deletes a
+// budget only once it holds none, and a share is counted on its row in the
+// statement that writes its use), so a share that fits an empty budget is
+// counted by the row's insert; a budget with a row is locked and judged on
+// its newest version, whose count may still include uses that left the
+// window (stricter than the limit, never looser). The share's bounds reach
+// ON CONFLICT's WHERE through EXCLUDED (max_count, max_sum). The budgets'
+// locks are held to the commit, which a budget per key shares with few
+// calls. The identity is taken after the shares (ident reads res): budgets
+// before identities is the lock order of every statement that takes both
+// (the trigger's release at an operation's end, an edit's reservation).
+// operation_admit_reserved undoes the whole statement when the operation is
+// not stored with all its shares: SQLSTATE OL429 when a share does not fit
+// (read as ErrSharesDoNotFit: the caller then reserves with budget_reserve,
+// which drops the expired uses and judges exactly, or forces an `over:
+// approve` share), OL409 when the identity is held or the key taken (read as
+// "not inserted": the caller asks which). Otherwise as OperationInsert.
+func (q *Queries) OperationInsertReserving(ctx context.Context, db DBTX, arg OperationInsertReservingParams) (OperationInsertReservingRow, error) {
+	row := db.QueryRow(ctx, operationInsertReserving,
+		arg.Tenant,
+		arg.BudgetNames,
+		arg.BudgetScopes,
+		arg.Amounts,
+		arg.MaxCounts,
+		arg.HasSums,
+		arg.MaxSums,
+		arg.Windows,
+		arg.MaxUses,
+		arg.ID,
+		arg.Tool,
+		arg.Identity,
+		arg.IdempotencyKey,
+		arg.IdentityWindowSeconds,
+		arg.TakeIdentity,
+		arg.ToolVersion,
+		arg.Args,
+		arg.Fingerprint,
+		arg.Claim,
+		arg.ClaimTo,
+		arg.State,
+		arg.PreparedBy,
+		arg.ApprovalRequired,
+		arg.ApprovalTtlMs,
+		arg.DownstreamKey,
+		arg.PreparedDoc,
+		arg.ClaimedDoc,
+		arg.ClaimFrom,
+		arg.LeaseOwner,
+		arg.LeaseSeconds,
+		arg.ApprovalsNeeded,
+		arg.PolicyDigest,
+		arg.ApprovalRule,
+		arg.Approvals,
+		arg.Supersedes,
+		arg.ApprovedBy,
+		arg.ApprovedReason,
+		arg.Actor,
+		arg.Detail,
+		arg.PreparedFacts,
+		arg.ClaimEvent,
+		arg.Notify,
+	)
+	var i OperationInsertReservingRow
 	err := row.Scan(&i.CreatedAt, &i.LeaseExpiresAt, &i.Args)
 	return i, err
 }
