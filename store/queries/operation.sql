@@ -37,10 +37,11 @@
 -- The events' hashes (migration 0017): store passes the doc hashes of
 -- PREPARED (its facts: what the operation is, args_digest being the
 -- SHA-256 of the canonical args) and of CLAIMED; PREPARED's link is
--- computed where it is stored, twice with a claim (a SHA-256 of a hundred
--- bytes costs PostgreSQL less than a CTE and the subplans that would share
--- it: docs/performance.md, finding 38), CLAIMED's is chained to it, and
--- the last is the row's chain_head (all NULL with receipts off).
+-- computed once (prepared_link: a link costs PostgreSQL about 25 000
+-- instructions, mostly the SHA-256's set-up and the epoch's numeric, more
+-- than the CTE that shares it: docs/performance.md, finding 42), CLAIMED's
+-- is chained to it, and the last is the row's chain_head (all NULL with
+-- receipts off).
 -- With take_identity the same statement takes the tool's business identity
 -- for it (ident, IdentityReserve's guard: free, or held under this key by an
 -- operation that no longer exists) and inserts the operation only if it did:
@@ -52,7 +53,11 @@
 -- operation with budget shares (budget_names) is inserted only if every
 -- share is there: a reservation lost to a crash before its asynchronous
 -- commit was flushed refuses the insert (OL503, read as unavailable).
-WITH ident AS (
+WITH prepared_link AS (
+    -- PREPARED's link, which the row's chain head (with a claim, through
+    -- CLAIMED's) and PREPARED's event both take: computed once.
+    SELECT audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) AS h
+), ident AS (
     INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
     SELECT sqlc.arg(tenant), sqlc.arg(tool), sqlc.narg(identity)::text, sqlc.arg(id), sqlc.arg(idempotency_key),
            sqlc.arg(identity_window_seconds)::float8, 'infinity'
@@ -82,9 +87,8 @@ WITH ident AS (
             sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key),
             CASE WHEN sqlc.arg(claim)::boolean THEN 2 ELSE 1 END,
             CASE WHEN sqlc.arg(claim)::boolean
-                 THEN audit_link(audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL),
-                                 sqlc.narg(claimed_doc)::bytea, 2, 1, 1, statement_timestamp(), sqlc.arg(claim_from)::text)
-                 ELSE audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
+                 THEN audit_link((SELECT h FROM prepared_link), sqlc.narg(claimed_doc)::bytea, 2, 1, 1, statement_timestamp(), sqlc.arg(claim_from)::text)
+                 ELSE (SELECT h FROM prepared_link) END,
             CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
             CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
             CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.narg(lease_owner)::text END,
@@ -112,7 +116,7 @@ WITH ident AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
     SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail),
-           CASE WHEN ins.fence = 1 THEN audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
+           (SELECT h FROM prepared_link),
            sqlc.narg(prepared_facts)::text FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
@@ -153,7 +157,10 @@ WHERE CASE WHEN sqlc.arg(take_identity)::boolean OR sqlc.narg(budget_names)::tex
 -- which drops the expired uses and judges exactly, or forces an `over:
 -- approve` share), OL409 when the identity is held or the key taken (read as
 -- "not inserted": the caller asks which). Otherwise as OperationInsert.
-WITH res AS (
+WITH prepared_link AS (
+    -- As in OperationInsert.
+    SELECT audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) AS h
+), res AS (
     INSERT INTO budget AS b (tenant, name, scope, used_count, used_sum, window_seconds, max_count, max_sum)
     SELECT sqlc.arg(tenant), u.name, u.scope, 1, u.amount::numeric, u.win, u.max_count,
            CASE WHEN u.has_sum THEN u.max_sum::numeric END
@@ -195,9 +202,8 @@ WITH res AS (
             sqlc.arg(prepared_by), sqlc.arg(approval_required), sqlc.arg(approval_ttl_ms), sqlc.arg(downstream_key),
             CASE WHEN sqlc.arg(claim)::boolean THEN 2 ELSE 1 END,
             CASE WHEN sqlc.arg(claim)::boolean
-                 THEN audit_link(audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL),
-                                 sqlc.narg(claimed_doc)::bytea, 2, 1, 1, statement_timestamp(), sqlc.arg(claim_from)::text)
-                 ELSE audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
+                 THEN audit_link((SELECT h FROM prepared_link), sqlc.narg(claimed_doc)::bytea, 2, 1, 1, statement_timestamp(), sqlc.arg(claim_from)::text)
+                 ELSE (SELECT h FROM prepared_link) END,
             CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
             CASE WHEN sqlc.arg(claim)::boolean THEN 1 ELSE 0 END,
             CASE WHEN sqlc.arg(claim)::boolean THEN sqlc.narg(lease_owner)::text END,
@@ -224,7 +230,7 @@ WITH res AS (
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
     SELECT ins.id, 1, 'PREPARED', sqlc.arg(actor), NULL, sqlc.arg(state)::text, 0, 0, sqlc.arg(detail),
-           CASE WHEN ins.fence = 1 THEN audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
+           (SELECT h FROM prepared_link),
            sqlc.narg(prepared_facts)::text FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)

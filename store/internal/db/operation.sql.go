@@ -1260,11 +1260,15 @@ func (q *Queries) OperationGetForUpdate(ctx context.Context, db DBTX, arg Operat
 
 const operationInsert = `-- name: OperationInsert :one
 
-WITH ident AS (
+WITH prepared_link AS (
+    -- PREPARED's link, which the row's chain head (with a claim, through
+    -- CLAIMED's) and PREPARED's event both take: computed once.
+    SELECT audit_link(NULL, $1::bytea, 1, 0, 0, statement_timestamp(), NULL) AS h
+), ident AS (
     INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
-    SELECT $1, $2, $3::text, $4, $5,
-           $6::float8, 'infinity'
-    WHERE $7::boolean
+    SELECT $2, $3, $4::text, $5, $6,
+           $7::float8, 'infinity'
+    WHERE $8::boolean
     ON CONFLICT (tenant, tool, identity) DO UPDATE SET
         operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
         window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
@@ -1275,9 +1279,9 @@ WITH ident AS (
     -- The operation's shares of the budgets it names (one per limit name):
     -- primary-key probes.
     SELECT count(*) AS found FROM budget_use u
-    WHERE $8::text[] IS NOT NULL
-      AND u.tenant = $1 AND u.name = ANY ($8::text[])
-      AND u.scope = ANY ($9::text[]) AND u.operation_id = $4
+    WHERE $9::text[] IS NOT NULL
+      AND u.tenant = $2 AND u.name = ANY ($9::text[])
+      AND u.scope = ANY ($10::text[]) AND u.operation_id = $5
 ), ins AS (
     INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
                            prepared_by, approval_required, approval_ttl_ms, downstream_key, events, chain_head,
@@ -1285,42 +1289,41 @@ WITH ident AS (
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    SELECT $4, $1, $2, $10, $5, $11, $12,
-            CASE WHEN $13::boolean THEN $14::text ELSE $15::text END,
-            $16, $17, $18, $19,
-            CASE WHEN $13::boolean THEN 2 ELSE 1 END,
-            CASE WHEN $13::boolean
-                 THEN audit_link(audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL),
-                                 $21::bytea, 2, 1, 1, statement_timestamp(), $22::text)
-                 ELSE audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
-            CASE WHEN $13::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $13::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $13::boolean THEN $23::text END,
-            CASE WHEN $13::boolean THEN now() + make_interval(secs => $24::float8) END,
-            CASE WHEN $13::boolean THEN now() + make_interval(secs => $24::float8) END,
-            CASE WHEN $13::boolean THEN now() END,
+    SELECT $5, $2, $3, $11, $6, $12, $13,
+            CASE WHEN $14::boolean THEN $15::text ELSE $16::text END,
+            $17, $18, $19, $20,
+            CASE WHEN $14::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $14::boolean
+                 THEN audit_link((SELECT h FROM prepared_link), $21::bytea, 2, 1, 1, statement_timestamp(), $22::text)
+                 ELSE (SELECT h FROM prepared_link) END,
+            CASE WHEN $14::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $14::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $14::boolean THEN $23::text END,
+            CASE WHEN $14::boolean THEN now() + make_interval(secs => $24::float8) END,
+            CASE WHEN $14::boolean THEN now() + make_interval(secs => $24::float8) END,
+            CASE WHEN $14::boolean THEN now() END,
             $25::integer, $26::text, $27::text,
             $28::jsonb, $29::text,
-            $8::text[], $9::text[], $3::text,
+            $9::text[], $10::text[], $4::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
             CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN 'APPROVE' END,
             $30::text,
             CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN now() END,
-            CASE WHEN jsonb_array_length($28::jsonb) > 0 AND $15::text = 'READY'
-                 THEN now() + make_interval(secs => $18::bigint / 1000.0) END,
-            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN $12::text END,
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 AND $16::text = 'READY'
+                 THEN now() + make_interval(secs => $19::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($28::jsonb) > 0 THEN $13::text END,
             $31::text
-    WHERE (NOT $7::boolean OR EXISTS (SELECT 1 FROM ident))
-      AND ($8::text[] IS NULL
-           OR (SELECT found FROM shares) = coalesce(cardinality($8::text[]), 0))
+    WHERE (NOT $8::boolean OR EXISTS (SELECT 1 FROM ident))
+      AND ($9::text[] IS NULL
+           OR (SELECT found FROM shares) = coalesce(cardinality($9::text[]), 0))
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT ins.id, 1, 'PREPARED', $32, NULL, $15::text, 0, 0, $33,
-           CASE WHEN ins.fence = 1 THEN audit_link(NULL, $20::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
+    SELECT ins.id, 1, 'PREPARED', $32, NULL, $16::text, 0, 0, $33,
+           (SELECT h FROM prepared_link),
            $34::text FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
@@ -1332,13 +1335,14 @@ WITH ident AS (
 SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
 UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
-WHERE CASE WHEN $7::boolean OR $8::text[] IS NOT NULL
-           THEN operation_admit_check($7::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
-                                      coalesce(cardinality($8::text[]), 0), (SELECT found FROM shares))
+WHERE CASE WHEN $8::boolean OR $9::text[] IS NOT NULL
+           THEN operation_admit_check($8::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins),
+                                      coalesce(cardinality($9::text[]), 0), (SELECT found FROM shares))
            ELSE false END
 `
 
 type OperationInsertParams struct {
+	PreparedDoc           []byte
 	Tenant                string
 	Tool                  string
 	Identity              pgtype.Text
@@ -1358,7 +1362,6 @@ type OperationInsertParams struct {
 	ApprovalRequired      bool
 	ApprovalTtlMs         int64
 	DownstreamKey         string
-	PreparedDoc           []byte
 	ClaimedDoc            []byte
 	ClaimFrom             string
 	LeaseOwner            pgtype.Text
@@ -1420,10 +1423,11 @@ type OperationInsertRow struct {
 // The events' hashes (migration 0017): store passes the doc hashes of
 // PREPARED (its facts: what the operation is, args_digest being the
 // SHA-256 of the canonical args) and of CLAIMED; PREPARED's link is
-// computed where it is stored, twice with a claim (a SHA-256 of a hundred
-// bytes costs PostgreSQL less than a CTE and the subplans that would share
-// it: docs/performance.md, finding 38), CLAIMED's is chained to it, and
-// the last is the row's chain_head (all NULL with receipts off).
+// computed once (prepared_link: a link costs PostgreSQL about 25 000
+// instructions, mostly the SHA-256's set-up and the epoch's numeric, more
+// than the CTE that shares it: docs/performance.md, finding 42), CLAIMED's
+// is chained to it, and the last is the row's chain_head (all NULL with
+// receipts off).
 // With take_identity the same statement takes the tool's business identity
 // for it (ident, IdentityReserve's guard: free, or held under this key by an
 // operation that no longer exists) and inserts the operation only if it did:
@@ -1437,6 +1441,7 @@ type OperationInsertRow struct {
 // commit was flushed refuses the insert (OL503, read as unavailable).
 func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationInsertParams) (OperationInsertRow, error) {
 	row := db.QueryRow(ctx, operationInsert,
+		arg.PreparedDoc,
 		arg.Tenant,
 		arg.Tool,
 		arg.Identity,
@@ -1456,7 +1461,6 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 		arg.ApprovalRequired,
 		arg.ApprovalTtlMs,
 		arg.DownstreamKey,
-		arg.PreparedDoc,
 		arg.ClaimedDoc,
 		arg.ClaimFrom,
 		arg.LeaseOwner,
@@ -1480,30 +1484,33 @@ func (q *Queries) OperationInsert(ctx context.Context, db DBTX, arg OperationIns
 }
 
 const operationInsertReserving = `-- name: OperationInsertReserving :one
-WITH res AS (
+WITH prepared_link AS (
+    -- As in OperationInsert.
+    SELECT audit_link(NULL, $1::bytea, 1, 0, 0, statement_timestamp(), NULL) AS h
+), res AS (
     INSERT INTO budget AS b (tenant, name, scope, used_count, used_sum, window_seconds, max_count, max_sum)
-    SELECT $1, u.name, u.scope, 1, u.amount::numeric, u.win, u.max_count,
+    SELECT $2, u.name, u.scope, 1, u.amount::numeric, u.win, u.max_count,
            CASE WHEN u.has_sum THEN u.max_sum::numeric END
-    FROM ROWS FROM (unnest($2::text[]), unnest($3::text[]), unnest($4::float8[]),
-                    unnest($5::integer[]), unnest($6::boolean[]), unnest($7::float8[]),
-                    unnest($8::float8[])) AS u(name, scope, amount, max_count, has_sum, max_sum, win)
+    FROM ROWS FROM (unnest($3::text[]), unnest($4::text[]), unnest($5::float8[]),
+                    unnest($6::integer[]), unnest($7::boolean[]), unnest($8::float8[]),
+                    unnest($9::float8[])) AS u(name, scope, amount, max_count, has_sum, max_sum, win)
     WHERE (u.max_count = 0 OR u.max_count >= 1) AND (NOT u.has_sum OR u.amount::numeric <= u.max_sum::numeric)
     ON CONFLICT (tenant, name, scope) DO UPDATE
     SET used_count = b.used_count + 1, used_sum = b.used_sum + EXCLUDED.used_sum, window_seconds = EXCLUDED.window_seconds,
         max_count = EXCLUDED.max_count, max_sum = EXCLUDED.max_sum
-    WHERE b.used_count + 1 <= $9::integer
+    WHERE b.used_count + 1 <= $10::integer
       AND (EXCLUDED.max_count = 0 OR b.used_count + 1 <= EXCLUDED.max_count)
       AND (EXCLUDED.max_sum IS NULL OR b.used_sum + EXCLUDED.used_sum <= EXCLUDED.max_sum)
     RETURNING 1
 ), uses AS (
     INSERT INTO budget_use (tenant, name, scope, operation_id, at, amount)
-    SELECT $1, u.name, u.scope, $10, statement_timestamp(), u.amount::numeric
-    FROM ROWS FROM (unnest($2::text[]), unnest($3::text[]), unnest($4::float8[])) AS u(name, scope, amount)
+    SELECT $2, u.name, u.scope, $11, statement_timestamp(), u.amount::numeric
+    FROM ROWS FROM (unnest($3::text[]), unnest($4::text[]), unnest($5::float8[])) AS u(name, scope, amount)
 ), ident AS (
     INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
-    SELECT $1, $11, $12::text, $10, $13,
-           $14::float8, 'infinity'
-    WHERE $15::boolean AND (SELECT count(*) FROM res) = cardinality($2::text[])
+    SELECT $2, $12, $13::text, $11, $14,
+           $15::float8, 'infinity'
+    WHERE $16::boolean AND (SELECT count(*) FROM res) = cardinality($3::text[])
     ON CONFLICT (tenant, tool, identity) DO UPDATE SET
         operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
         window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
@@ -1517,41 +1524,40 @@ WITH res AS (
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    SELECT $10, $1, $11, $16, $13, $17, $18,
-            CASE WHEN $19::boolean THEN $20::text ELSE $21::text END,
-            $22, $23, $24, $25,
-            CASE WHEN $19::boolean THEN 2 ELSE 1 END,
-            CASE WHEN $19::boolean
-                 THEN audit_link(audit_link(NULL, $26::bytea, 1, 0, 0, statement_timestamp(), NULL),
-                                 $27::bytea, 2, 1, 1, statement_timestamp(), $28::text)
-                 ELSE audit_link(NULL, $26::bytea, 1, 0, 0, statement_timestamp(), NULL) END,
-            CASE WHEN $19::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $19::boolean THEN 1 ELSE 0 END,
-            CASE WHEN $19::boolean THEN $29::text END,
-            CASE WHEN $19::boolean THEN now() + make_interval(secs => $30::float8) END,
-            CASE WHEN $19::boolean THEN now() + make_interval(secs => $30::float8) END,
-            CASE WHEN $19::boolean THEN now() END,
+    SELECT $11, $2, $12, $17, $14, $18, $19,
+            CASE WHEN $20::boolean THEN $21::text ELSE $22::text END,
+            $23, $24, $25, $26,
+            CASE WHEN $20::boolean THEN 2 ELSE 1 END,
+            CASE WHEN $20::boolean
+                 THEN audit_link((SELECT h FROM prepared_link), $27::bytea, 2, 1, 1, statement_timestamp(), $28::text)
+                 ELSE (SELECT h FROM prepared_link) END,
+            CASE WHEN $20::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $20::boolean THEN 1 ELSE 0 END,
+            CASE WHEN $20::boolean THEN $29::text END,
+            CASE WHEN $20::boolean THEN now() + make_interval(secs => $30::float8) END,
+            CASE WHEN $20::boolean THEN now() + make_interval(secs => $30::float8) END,
+            CASE WHEN $20::boolean THEN now() END,
             $31::integer, $32::text, $33::text,
             $34::jsonb, $35::text,
-            $2::text[], $3::text[], $12::text,
+            $3::text[], $4::text[], $13::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
             CASE WHEN jsonb_array_length($34::jsonb) > 0 THEN 'APPROVE' END,
             $36::text,
             CASE WHEN jsonb_array_length($34::jsonb) > 0 THEN now() END,
-            CASE WHEN jsonb_array_length($34::jsonb) > 0 AND $21::text = 'READY'
-                 THEN now() + make_interval(secs => $24::bigint / 1000.0) END,
-            CASE WHEN jsonb_array_length($34::jsonb) > 0 THEN $18::text END,
+            CASE WHEN jsonb_array_length($34::jsonb) > 0 AND $22::text = 'READY'
+                 THEN now() + make_interval(secs => $25::bigint / 1000.0) END,
+            CASE WHEN jsonb_array_length($34::jsonb) > 0 THEN $19::text END,
             $37::text
-    WHERE (NOT $15::boolean OR EXISTS (SELECT 1 FROM ident))
-      AND (SELECT count(*) FROM res) = cardinality($2::text[])
+    WHERE (NOT $16::boolean OR EXISTS (SELECT 1 FROM ident))
+      AND (SELECT count(*) FROM res) = cardinality($3::text[])
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash, facts)
-    SELECT ins.id, 1, 'PREPARED', $38, NULL, $21::text, 0, 0, $39,
-           CASE WHEN ins.fence = 1 THEN audit_link(NULL, $26::bytea, 1, 0, 0, statement_timestamp(), NULL) ELSE ins.chain_head END,
+    SELECT ins.id, 1, 'PREPARED', $38, NULL, $22::text, 0, 0, $39,
+           (SELECT h FROM prepared_link),
            $40::text FROM ins
 ), claimed AS (
     INSERT INTO operation_event (operation_id, seq, type, actor, from_state, to_state, attempt, fence, detail, hash)
@@ -1563,11 +1569,12 @@ WITH res AS (
 SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
 UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
-WHERE operation_admit_reserved(cardinality($2::text[]), (SELECT count(*) FROM res),
-                               $15::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins))
+WHERE operation_admit_reserved(cardinality($3::text[]), (SELECT count(*) FROM res),
+                               $16::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins))
 `
 
 type OperationInsertReservingParams struct {
+	PreparedDoc           []byte
 	Tenant                string
 	BudgetNames           []string
 	BudgetScopes          []string
@@ -1593,7 +1600,6 @@ type OperationInsertReservingParams struct {
 	ApprovalRequired      bool
 	ApprovalTtlMs         int64
 	DownstreamKey         string
-	PreparedDoc           []byte
 	ClaimedDoc            []byte
 	ClaimFrom             string
 	LeaseOwner            pgtype.Text
@@ -1642,6 +1648,7 @@ type OperationInsertReservingRow struct {
 // "not inserted": the caller asks which). Otherwise as OperationInsert.
 func (q *Queries) OperationInsertReserving(ctx context.Context, db DBTX, arg OperationInsertReservingParams) (OperationInsertReservingRow, error) {
 	row := db.QueryRow(ctx, operationInsertReserving,
+		arg.PreparedDoc,
 		arg.Tenant,
 		arg.BudgetNames,
 		arg.BudgetScopes,
@@ -1667,7 +1674,6 @@ func (q *Queries) OperationInsertReserving(ctx context.Context, db DBTX, arg Ope
 		arg.ApprovalRequired,
 		arg.ApprovalTtlMs,
 		arg.DownstreamKey,
-		arg.PreparedDoc,
 		arg.ClaimedDoc,
 		arg.ClaimFrom,
 		arg.LeaseOwner,
