@@ -585,3 +585,59 @@ func TestInsertReservingLockOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []any{"op_2", true}, []any{holder, held})
 }
+
+// TestIdentityWindowFromTheOperation: an identity whose operation took
+// effect is held for its window counted from the operation's success, read
+// from the operation (migration 0022; the statement recording the success
+// no longer writes it): refused to another key within the window, free
+// after it. An operation pruned before its window ends has the window's
+// end written on its identity by the prune, which stays held until then;
+// one pruned after it leaves its identity free, and pruned in turn.
+func TestIdentityWindowFromTheOperation(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	insert := func(id, key, invoice string, window time.Duration) bool {
+		_, inserted, err := g.st.OperationInsert(ctx, store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "1",
+			IdempotencyKey: key, Args: []byte(`{}`), Fingerprint: "v1:" + key, State: "READY", PreparedBy: "pr_a",
+			ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "test",
+			Identity: invoice, TakeIdentity: true, IdentityWindow: window})
+		require.NoError(t, err)
+		return inserted
+	}
+	held := func(invoice string) bool {
+		_, _, h, err := g.st.IdentityGet(ctx, "acme", "pay", invoice)
+		require.NoError(t, err)
+		return h
+	}
+	// succeeded marks an operation SUCCEEDED, ago before now.
+	succeeded := func(id string, ago time.Duration) {
+		_, err := g.pool.Exec(ctx, `UPDATE operation SET state = 'SUCCEEDED',
+			updated_at = statement_timestamp() - make_interval(secs => $2) WHERE id = $1`, id, ago.Seconds())
+		require.NoError(t, err)
+	}
+
+	require.True(t, insert("op_1", "k1", "INV-1", 300*time.Millisecond))
+	succeeded("op_1", 0)
+	require.True(t, held("INV-1"))
+	require.False(t, insert("op_2", "k2", "INV-1", time.Hour), "within the window from op_1's success")
+	require.Eventually(t, func() bool { return !held("INV-1") }, 10*time.Second, 10*time.Millisecond)
+	require.True(t, insert("op_3", "k3", "INV-1", time.Hour), "after it")
+
+	// Retention of one hour: op_4 took effect two hours ago with a window
+	// of three, op_6 four hours ago.
+	require.True(t, insert("op_4", "k4", "INV-4", 3*time.Hour))
+	succeeded("op_4", 2*time.Hour)
+	require.True(t, insert("op_6", "k6", "INV-6", 3*time.Hour))
+	succeeded("op_6", 4*time.Hour)
+	n, err := g.st.OperationPrune(ctx, time.Hour, 100)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	require.True(t, held("INV-4"), "an hour of its window left after its operation was pruned")
+	require.False(t, insert("op_5", "k5", "INV-4", time.Hour))
+	require.False(t, held("INV-6"), "its window ended an hour ago")
+	pruned, err := g.st.IdentityPrune(ctx, 100)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, pruned, "INV-6's row")
+	require.True(t, insert("op_7", "k7", "INV-6", time.Hour))
+}

@@ -65,7 +65,7 @@ WITH prepared_link AS (
     ON CONFLICT (tenant, tool, identity) DO UPDATE SET
         operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
         window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
-    WHERE i.free_at <= statement_timestamp()
+    WHERE identity_free(i.free_at, i.operation_id, i.window_seconds)
        OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
     RETURNING i.operation_id
 ), shares AS (
@@ -187,7 +187,7 @@ WITH prepared_link AS (
     ON CONFLICT (tenant, tool, identity) DO UPDATE SET
         operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
         window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
-    WHERE i.free_at <= statement_timestamp()
+    WHERE identity_free(i.free_at, i.operation_id, i.window_seconds)
        OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
     RETURNING i.operation_id
 ), ins AS (
@@ -638,7 +638,15 @@ WITH gone AS (
         LIMIT sqlc.arg(batch_size)
         FOR UPDATE SKIP LOCKED
     )
-    RETURNING id
+    RETURNING id, tenant, tool, identity, state, updated_at
+), identities AS (
+    -- An identity whose operation took effect outlives it for the rest of
+    -- its window (migration 0022): its end written where it was read.
+    UPDATE operation_identity i SET free_at = gone.updated_at + make_interval(secs => i.window_seconds)
+    FROM gone
+    WHERE gone.identity IS NOT NULL AND gone.state = 'SUCCEEDED'
+      AND i.tenant = gone.tenant AND i.tool = gone.tool AND i.identity = gone.identity AND i.operation_id = gone.id
+      AND i.free_at = 'infinity'
 ), events AS (
     DELETE FROM operation_event e USING gone WHERE e.operation_id = gone.id
 ), heads AS (
@@ -767,7 +775,7 @@ VALUES (sqlc.arg(tenant), sqlc.arg(tool), sqlc.arg(identity), sqlc.arg(operation
 ON CONFLICT (tenant, tool, identity) DO UPDATE SET
     operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
     window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
-WHERE i.free_at <= statement_timestamp() OR i.idempotency_key = EXCLUDED.idempotency_key
+WHERE identity_free(i.free_at, i.operation_id, i.window_seconds) OR i.idempotency_key = EXCLUDED.idempotency_key
 RETURNING i.operation_id;
 
 -- name: IdentityHolder :one
@@ -783,9 +791,11 @@ WHERE i.tenant = sqlc.arg(tenant) AND i.tool = sqlc.arg(tool) AND i.identity = s
 SELECT budget_prune(sqlc.arg(batch_size)::integer)::bigint AS deleted;
 
 -- name: IdentityPrune :execrows
--- Deletes up to batch_size business identities that are free (their
--- operation ended without effect, or took effect longer than the window
--- ago): a Prepare of one starts it afresh, as it would take it over.
+-- Deletes up to batch_size business identities whose free_at has passed
+-- (their operation ended without effect, or took effect longer than the
+-- window ago and was pruned: migration 0022): a Prepare of one starts it
+-- afresh, as it would take it over. One whose operation took effect and is
+-- still stored waits for that operation's prune, which writes its free_at.
 DELETE FROM operation_identity
 WHERE (tenant, tool, identity) IN (
     SELECT p.tenant, p.tool, p.identity FROM operation_identity p
@@ -800,7 +810,7 @@ WHERE (tenant, tool, identity) IN (
 -- Read only; it decides nothing. Only the chaos suite's identity-select
 -- control run (failpoints builds) decides on it, to prove that the checker
 -- catches an identity checked by a read.
-SELECT i.operation_id, i.idempotency_key, (i.free_at > statement_timestamp())::boolean AS held
+SELECT i.operation_id, i.idempotency_key, (NOT identity_free(i.free_at, i.operation_id, i.window_seconds))::boolean AS held
 FROM operation_identity i
 WHERE i.tenant = sqlc.arg(tenant) AND i.tool = sqlc.arg(tool) AND i.identity = sqlc.arg(identity);
 

@@ -155,7 +155,7 @@ func (q *Queries) ClockNow(ctx context.Context, db DBTX) (pgtype.Timestamptz, er
 }
 
 const identityGet = `-- name: IdentityGet :one
-SELECT i.operation_id, i.idempotency_key, (i.free_at > statement_timestamp())::boolean AS held
+SELECT i.operation_id, i.idempotency_key, (NOT identity_free(i.free_at, i.operation_id, i.window_seconds))::boolean AS held
 FROM operation_identity i
 WHERE i.tenant = $1 AND i.tool = $2 AND i.identity = $3
 `
@@ -213,9 +213,11 @@ WHERE (tenant, tool, identity) IN (
 )
 `
 
-// Deletes up to batch_size business identities that are free (their
-// operation ended without effect, or took effect longer than the window
-// ago): a Prepare of one starts it afresh, as it would take it over.
+// Deletes up to batch_size business identities whose free_at has passed
+// (their operation ended without effect, or took effect longer than the
+// window ago and was pruned: migration 0022): a Prepare of one starts it
+// afresh, as it would take it over. One whose operation took effect and is
+// still stored waits for that operation's prune, which writes its free_at.
 func (q *Queries) IdentityPrune(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
 	result, err := db.Exec(ctx, identityPrune, batchSize)
 	if err != nil {
@@ -230,7 +232,7 @@ VALUES ($1, $2, $3, $4, $5, $6, 'infinity')
 ON CONFLICT (tenant, tool, identity) DO UPDATE SET
     operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
     window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
-WHERE i.free_at <= statement_timestamp() OR i.idempotency_key = EXCLUDED.idempotency_key
+WHERE identity_free(i.free_at, i.operation_id, i.window_seconds) OR i.idempotency_key = EXCLUDED.idempotency_key
 RETURNING i.operation_id
 `
 
@@ -1272,7 +1274,7 @@ WITH prepared_link AS (
     ON CONFLICT (tenant, tool, identity) DO UPDATE SET
         operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
         window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
-    WHERE i.free_at <= statement_timestamp()
+    WHERE identity_free(i.free_at, i.operation_id, i.window_seconds)
        OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
     RETURNING i.operation_id
 ), shares AS (
@@ -1514,7 +1516,7 @@ WITH prepared_link AS (
     ON CONFLICT (tenant, tool, identity) DO UPDATE SET
         operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
         window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
-    WHERE i.free_at <= statement_timestamp()
+    WHERE identity_free(i.free_at, i.operation_id, i.window_seconds)
        OR i.idempotency_key = EXCLUDED.idempotency_key AND NOT EXISTS (SELECT 1 FROM operation o WHERE o.id = i.operation_id)
     RETURNING i.operation_id
 ), ins AS (
@@ -2126,7 +2128,15 @@ WITH gone AS (
         LIMIT $2
         FOR UPDATE SKIP LOCKED
     )
-    RETURNING id
+    RETURNING id, tenant, tool, identity, state, updated_at
+), identities AS (
+    -- An identity whose operation took effect outlives it for the rest of
+    -- its window (migration 0022): its end written where it was read.
+    UPDATE operation_identity i SET free_at = gone.updated_at + make_interval(secs => i.window_seconds)
+    FROM gone
+    WHERE gone.identity IS NOT NULL AND gone.state = 'SUCCEEDED'
+      AND i.tenant = gone.tenant AND i.tool = gone.tool AND i.identity = gone.identity AND i.operation_id = gone.id
+      AND i.free_at = 'infinity'
 ), events AS (
     DELETE FROM operation_event e USING gone WHERE e.operation_id = gone.id
 ), heads AS (
