@@ -45,16 +45,20 @@ func TestLimitsAndIdentityLoad(t *testing.T) {
 	require.Equal(t, time.Hour, rt.Limits[0].Window)
 	require.Equal(t, OverRefuse, rt.Limits[0].Over)
 	require.Equal(t, 720*time.Hour, rt.Identity.Window)
-	in := RuleInput{Args: args(t, map[string]any{"order_id": "o-1", "customer_id": "c-7", "amount_minor": 2500})}
-	scope, err := rt.Limits[0].Scope(rt, in)
-	require.NoError(t, err)
-	require.Equal(t, "c-7", scope)
-	amount, err := rt.Limits[1].Amount(rt, in)
-	require.NoError(t, err)
-	require.EqualValues(t, 2500, amount)
-	id, err := rt.Identity.Value(rt, in)
-	require.NoError(t, err)
-	require.Equal(t, "o-1", id)
+	// The same answers with the variables converted for each expression,
+	// and bound once for all of them (Bind).
+	unbound := RuleInput{Args: args(t, map[string]any{"order_id": "o-1", "customer_id": "c-7", "amount_minor": 2500})}
+	for _, in := range []RuleInput{unbound, rt.Bind(unbound)} {
+		scope, err := rt.Limits[0].Scope(rt, in)
+		require.NoError(t, err)
+		require.Equal(t, "c-7", scope)
+		amount, err := rt.Limits[1].Amount(rt, in)
+		require.NoError(t, err)
+		require.EqualValues(t, 2500, amount)
+		id, err := rt.Identity.Value(rt, in)
+		require.NoError(t, err)
+		require.Equal(t, "o-1", id)
+	}
 
 	// At call time: a negative amount, a key that does not evaluate.
 	_, err = rt.Limits[1].Amount(rt, RuleInput{Args: args(t, map[string]any{"amount_minor": -5})})

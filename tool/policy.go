@@ -69,6 +69,19 @@ type RuleInput struct {
 	Args      *structpb.Struct
 	Principal Principal
 	Tenant    string
+
+	// vars are the variables the rules see, when Bind computed them.
+	vars map[string]any
+}
+
+// Bind returns in with the variables t's expressions see computed once, for
+// a caller that evaluates several of them on one call (the identity, each
+// limit's key and amount): each evaluation then reads the same ones
+// instead of converting the args again. The result is for t's expressions
+// only.
+func (t *Tool) Bind(in RuleInput) RuleInput {
+	in.vars = t.ruleVars(in)
+	return in
 }
 
 // Judgement is what a policy says of one call.
@@ -154,6 +167,9 @@ func (t *Tool) HasRules() bool {
 }
 
 func (t *Tool) ruleVars(in RuleInput) map[string]any {
+	if in.vars != nil {
+		return in.vars
+	}
 	args := map[string]any{}
 	if in.Args != nil {
 		for k, v := range in.Args.Fields {

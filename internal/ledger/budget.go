@@ -115,7 +115,7 @@ func ruleRefusal(t *tool.Tool, err error) error {
 // args by who: the identity's value ("" without one), and the shares to
 // reserve with their limits, in lock order (by limit name).
 func claims(t *tool.Tool, who Actor, args *structpb.Struct, id string) (string, []store.Reservation, []*tool.Limit, error) {
-	in := tool.RuleInput{Args: args, Tenant: who.Tenant, Principal: tool.Principal{ID: who.ID, Name: who.Name, Roles: who.Roles}}
+	in := t.Bind(tool.RuleInput{Args: args, Tenant: who.Tenant, Principal: tool.Principal{ID: who.ID, Name: who.Name, Roles: who.Roles}})
 	var identity string
 	if t.Identity != nil {
 		v, err := t.Identity.Value(t, in)
