@@ -28,7 +28,7 @@ comparison table with CPU time per operation
 (docs/performance.md). It fails only when a measurement broke, never
 because of the numbers.`)
 	var o bench.Options
-	fs.BoolVar(&o.Quick, "quick", false, "fewer concurrency levels and 1s measurements: shows that everything works, in about a minute")
+	fs.BoolVar(&o.Quick, "quick", false, "fewer concurrency levels and 1s measurements (five rounds at the targets' points): shows that everything works, in about four minutes")
 	conc := fs.String("concurrency", "", "comma-separated client `counts` (default 1,4,16,64; quick: 1,16)")
 	fs.DurationVar(&o.Duration, "duration", 0, "length of each measurement (default 5s; quick: 1s)")
 	fs.IntVar(&o.Grow, "grow", 0, "also bulk-load this many operations and measure execute-replay at 10 thousand and at N")
@@ -37,7 +37,7 @@ because of the numbers.`)
 	fs.IntVar(&o.ProfileConcurrency, "profile-concurrency", 0, "client count of the profiled runs (default: the sweep's highest up to 16)")
 	fs.IntVar(&o.Processes, "processes", 1, "number of serve processes sharing the database")
 	fs.IntVar(&o.Repeat, "repeat", 1, "measure every point this many times and keep the median (tames a busy machine)")
-	fs.IntVar(&o.TargetRepeat, "target-repeat", 0, "measure the points the targets are read at (16 clients) at least this many times (default: 3 with --quick, else --repeat)")
+	fs.IntVar(&o.TargetRepeat, "target-repeat", 0, "measure the points the targets are read at (16 clients) at least this many times (default: 5 with --quick, else --repeat)")
 	fs.IntVar(&o.DBConns, "db-conns", 16, "connection pool size of each server and of DBOS")
 	fs.IntVar(&o.GRPCConns, "grpc-conns", 1, "gRPC connections the load generator opens to each server (one client's channel: one)")
 	scen := fs.String("scenarios", "", "comma-separated `list`, a subset of: "+strings.Join(bench.Scenarios, ", "))

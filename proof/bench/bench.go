@@ -166,7 +166,7 @@ type Options struct {
 	// scenario's at TargetConcurrency, the tenant-wide limit's at its own
 	// level) at least this many times, the systems taking turns as with
 	// Repeat: a single one-second round of each side does not resolve the
-	// few percent a same-run ratio target asks for. Default 3 with Quick,
+	// few percent a same-run ratio target asks for. Default 5 with Quick,
 	// else Repeat.
 	TargetRepeat int
 	// Progress receives one line per measurement; nil discards them.
@@ -211,7 +211,7 @@ func (o *Options) defaults() {
 		o.Repeat = 1
 	}
 	if o.TargetRepeat == 0 && o.Quick {
-		o.TargetRepeat = 3
+		o.TargetRepeat = 5
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
