@@ -173,12 +173,18 @@ func TestSchemaNewerThanTheBinary(t *testing.T) {
 }
 
 // TestMigrationsMarkWhatBreaksOlderBinaries: the marker line sets
-// BreaksOlder; none of today's migrations carries it.
+// BreaksOlder, and 0022 carries it (an older binary's prune would leave an
+// identity held for ever).
 func TestMigrationsMarkWhatBreaksOlderBinaries(t *testing.T) {
 	t.Parallel()
 	ms, err := store.Migrations()
 	require.NoError(t, err)
+	var marked []string
 	for _, m := range ms {
 		require.Equal(t, slices.Contains(strings.Split(m.SQL, "\n"), store.BreaksOlderMarker), m.BreaksOlder, m.Name)
+		if m.BreaksOlder {
+			marked = append(marked, m.Name)
+		}
 	}
+	require.Equal(t, []string{"0022_identity_effect_from_operation"}, marked)
 }

@@ -340,6 +340,29 @@ func TestIdentityControlStatements(t *testing.T) {
 	require.True(t, held)
 }
 
+// payOp is a new operation id of the tool pay under key, as the insert
+// tests store it; with an invoice, one that takes it as its business
+// identity for window.
+func payOp(id, key, invoice string, window time.Duration) store.NewOperation {
+	n := store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "1",
+		IdempotencyKey: key, Args: []byte(`{}`), Fingerprint: "v1:" + key, State: "READY", PreparedBy: "pr_a",
+		ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "test"}
+	if invoice != "" {
+		n.Identity, n.TakeIdentity, n.IdentityWindow = invoice, true, window
+	}
+	return n
+}
+
+// reserving is n with the shares rs, which its insert reserves itself
+// (OperationInsertReserving).
+func reserving(n store.NewOperation, rs ...store.Reservation) store.NewOperation {
+	n.Reserve = rs
+	for _, r := range rs {
+		n.BudgetNames, n.BudgetScopes = append(n.BudgetNames, r.Name), append(n.BudgetScopes, r.Scope)
+	}
+	return n
+}
+
 // TestInsertTakesIdentity: an insert with TakeIdentity takes a free
 // business identity with the operation, inserts nothing while another key's
 // operation holds it, and, when its own key turns out taken, leaves the
@@ -349,10 +372,7 @@ func TestInsertTakesIdentity(t *testing.T) {
 	g := newGuardDB(t)
 	ctx := t.Context()
 	insert := func(id, key string) bool {
-		_, inserted, err := g.st.OperationInsert(ctx, store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "1",
-			IdempotencyKey: key, Args: []byte(`{}`), Fingerprint: "v1:" + key, State: "READY", PreparedBy: "pr_a",
-			ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "test",
-			Identity: "INV-1", TakeIdentity: true, IdentityWindow: time.Hour})
+		_, inserted, err := g.st.OperationInsert(ctx, payOp(id, key, "INV-1", time.Hour))
 		require.NoError(t, err)
 		return inserted
 	}
@@ -454,15 +474,7 @@ func TestInsertReserving(t *testing.T) {
 				rs[i].Amount = amount
 			}
 		}
-		n := store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "1",
-			IdempotencyKey: key, Args: []byte(`{}`), Fingerprint: "v1:" + key, State: "READY", PreparedBy: "pr_a",
-			ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "test", Reserve: rs}
-		for _, r := range rs {
-			n.BudgetNames, n.BudgetScopes = append(n.BudgetNames, r.Name), append(n.BudgetScopes, r.Scope)
-		}
-		if invoice != "" {
-			n.Identity, n.TakeIdentity, n.IdentityWindow = invoice, true, time.Hour
-		}
+		n := reserving(payOp(id, key, invoice, time.Hour), rs...)
 		op, inserted, err := g.st.OperationInsert(ctx, n)
 		if inserted {
 			require.Equal(t, n.BudgetNames, op.BudgetNames)
@@ -546,10 +558,7 @@ func TestInsertReservingLockOrder(t *testing.T) {
 	insert := func(id, key string) (bool, error) {
 		r := share
 		r.OperationID = id
-		_, inserted, err := g.st.OperationInsert(ctx, store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "1",
-			IdempotencyKey: key, Args: []byte(`{}`), Fingerprint: "v1:" + key, State: "READY", PreparedBy: "pr_a",
-			ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "test", Reserve: []store.Reservation{r},
-			BudgetNames: []string{"a"}, BudgetScopes: []string{"cust-1"}, Identity: "INV-1", TakeIdentity: true, IdentityWindow: time.Hour})
+		_, inserted, err := g.st.OperationInsert(ctx, reserving(payOp(id, key, "INV-1", time.Hour), r))
 		return inserted, err
 	}
 	stored, err := insert("op_1", "k1")
@@ -570,7 +579,7 @@ func TestInsertReservingLockOrder(t *testing.T) {
 	require.Eventually(t, func() bool {
 		var n int
 		require.NoError(t, g.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO budget AS b%'`).Scan(&n))
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: OperationInsertReserving%'`).Scan(&n))
 		return n == 1
 	}, 10*time.Second, 10*time.Millisecond, "op_2's insert waits for the budget")
 	_, err = tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`)
@@ -598,10 +607,7 @@ func TestIdentityWindowFromTheOperation(t *testing.T) {
 	g := newGuardDB(t)
 	ctx := t.Context()
 	insert := func(id, key, invoice string, window time.Duration) bool {
-		_, inserted, err := g.st.OperationInsert(ctx, store.NewOperation{ID: id, Tenant: "acme", Tool: "pay", ToolVersion: "1",
-			IdempotencyKey: key, Args: []byte(`{}`), Fingerprint: "v1:" + key, State: "READY", PreparedBy: "pr_a",
-			ApprovalTTL: time.Minute, DownstreamKey: "opk_" + id, Actor: "test",
-			Identity: invoice, TakeIdentity: true, IdentityWindow: window})
+		_, inserted, err := g.st.OperationInsert(ctx, payOp(id, key, invoice, window))
 		require.NoError(t, err)
 		return inserted
 	}
@@ -617,22 +623,28 @@ func TestIdentityWindowFromTheOperation(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	require.True(t, insert("op_1", "k1", "INV-1", 300*time.Millisecond))
-	succeeded("op_1", 0)
+	require.True(t, insert("op_1", "k1", "INV-1", time.Hour))
+	succeeded("op_1", 50*time.Minute)
 	require.True(t, held("INV-1"))
-	require.False(t, insert("op_2", "k2", "INV-1", time.Hour), "within the window from op_1's success")
-	require.Eventually(t, func() bool { return !held("INV-1") }, 10*time.Second, 10*time.Millisecond)
+	require.False(t, insert("op_2", "k2", "INV-1", time.Hour), "within the hour from op_1's success")
+	succeeded("op_1", 61*time.Minute)
+	require.False(t, held("INV-1"))
 	require.True(t, insert("op_3", "k3", "INV-1", time.Hour), "after it")
 
 	// Retention of one hour: op_4 took effect two hours ago with a window
-	// of three, op_6 four hours ago.
+	// of three, op_6 four hours ago; op_1 is pruned too, and its identity,
+	// op_3's now, is left alone.
 	require.True(t, insert("op_4", "k4", "INV-4", 3*time.Hour))
 	succeeded("op_4", 2*time.Hour)
 	require.True(t, insert("op_6", "k6", "INV-6", 3*time.Hour))
 	succeeded("op_6", 4*time.Hour)
 	n, err := g.st.OperationPrune(ctx, time.Hour, 100)
 	require.NoError(t, err)
-	require.EqualValues(t, 2, n)
+	require.EqualValues(t, 3, n)
+	holder, _, _, err := g.st.IdentityGet(ctx, "acme", "pay", "INV-1")
+	require.NoError(t, err)
+	require.Equal(t, "op_3", holder)
+	require.True(t, held("INV-1"))
 	require.True(t, held("INV-4"), "an hour of its window left after its operation was pruned")
 	require.False(t, insert("op_5", "k5", "INV-4", time.Hour))
 	require.False(t, held("INV-6"), "its window ended an hour ago")
@@ -640,4 +652,57 @@ func TestIdentityWindowFromTheOperation(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, pruned, "INV-6's row")
 	require.True(t, insert("op_7", "k7", "INV-6", time.Hour))
+}
+
+// TestPruneLocksIdentitiesFirst: the prune locks the identities of the
+// operations it deletes before it deletes them. A Prepare that holds such an
+// identity (a replay of the key at the retention's age: its statement locks
+// the identity, then inserts under the key) meets the operation still there
+// and finishes at once; the prune then deletes it and writes the identity's
+// end. (Deleting first, the prune would wait for the identity while the
+// Prepare waited for the deletion, and PostgreSQL would undo one of them as
+// a deadlock.)
+func TestPruneLocksIdentitiesFirst(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	_, inserted, err := g.st.OperationInsert(ctx, payOp("op_1", "k1", "INV-1", 3*time.Hour))
+	require.NoError(t, err)
+	require.True(t, inserted)
+	_, err = g.pool.Exec(ctx, `UPDATE operation SET state = 'SUCCEEDED', updated_at = statement_timestamp() - interval '2 hours' WHERE id = 'op_1'`)
+	require.NoError(t, err)
+
+	// The replay's statement, in two steps: the identity locked...
+	tx, err := g.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM operation_identity WHERE identity = 'INV-1' FOR UPDATE`)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.st.OperationPrune(ctx, time.Hour, 100)
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, g.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: OperationPrune%'`).Scan(&n))
+		return n == 1
+	}, 10*time.Second, 10*time.Millisecond, "the prune waits for the identity")
+	// ...then the insert under the key, which finds op_1 still there.
+	_, err = tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`)
+	require.NoError(t, err)
+	tag, err := tx.Exec(ctx, `INSERT INTO operation (id, tenant, tool, tool_version, idempotency_key, args, fingerprint, state,
+			prepared_by, approval_required, downstream_key)
+		VALUES ('op_2', 'acme', 'pay', '1', 'k1', '{}', 'v1:k1', 'READY', 'pr_a', false, 'opk_op_2') ON CONFLICT DO NOTHING`)
+	require.NoError(t, err, "the key's operation is not being deleted yet")
+	require.Zero(t, tag.RowsAffected())
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-done)
+	_, err = g.st.OperationGet(ctx, "acme", "op_1")
+	require.ErrorIs(t, err, store.ErrNotFound, "pruned")
+	var left time.Duration
+	require.NoError(t, g.pool.QueryRow(ctx, `SELECT (extract(epoch FROM free_at - statement_timestamp()) * 1e9)::bigint
+		FROM operation_identity WHERE identity = 'INV-1'`).Scan(&left))
+	require.InDelta(t, time.Hour.Seconds(), left.Seconds(), 60, "held for the rest of its window")
 }

@@ -169,22 +169,28 @@ func (l *Ledger) admitIn(ctx context.Context, c *store.Conn, t *tool.Tool, who A
 	if err != nil {
 		return admission{}, err
 	}
+	// The budgets first, then the identity: the order of the insert that
+	// reserves (OperationInsertReserving) and of the trigger that releases
+	// both when an operation ends.
 	var adm admission
+	if err := l.reserve(ctx, c, limits, rs, false, &adm); err != nil {
+		return admission{}, err
+	}
 	if identity != "" {
 		held, err := l.stmts.IdentityReserve(ctx, c, who.Tenant, t.Name, identity, id, key, t.Identity.Window)
 		if err != nil {
-			return adm, err
+			return admission{}, err
 		}
 		if held {
 			holder, err := c.IdentityHolder(ctx, who.Tenant, t.Name, identity)
 			if err != nil {
-				return adm, err
+				return admission{}, err
 			}
-			return adm, l.duplicate(t, identity, holder)
+			return admission{}, l.duplicate(t, identity, holder)
 		}
 		adm.identity = identity
 	}
-	return adm, l.reserve(ctx, c, limits, rs, false, &adm)
+	return adm, nil
 }
 
 // reserve reserves rs (for limits, in the same order) on c, and records in

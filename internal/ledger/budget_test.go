@@ -1,10 +1,12 @@
 package ledger_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,8 +17,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	opledgerv1 "github.com/opledger/opledger/gen/go/opledger/v1"
+	"github.com/opledger/opledger/internal/ledger"
 	"github.com/opledger/opledger/proof/fakepay"
 	"github.com/opledger/opledger/proof/harness"
+	"github.com/opledger/opledger/store"
+	"github.com/opledger/opledger/tool"
 )
 
 // budgetTools declares a charge tool whose invoice is its business
@@ -123,11 +128,47 @@ func limitPaths(t *testing.T, limitsYAML string, f func(t *testing.T, limitsYAML
 
 // threeReplicas starts three servers on one database.
 func threeReplicas(w *world) []opledgerv1.LedgerServiceClient {
+	return threeReplicasWith(w, harness.ServerOptions{})
+}
+
+// threeReplicasWith starts three servers on one database with opts.
+func threeReplicasWith(w *world, opts harness.ServerOptions) []opledgerv1.LedgerServiceClient {
 	var out []opledgerv1.LedgerServiceClient
 	for range 3 {
-		out = append(out, w.env.StartServer(harness.ServerOptions{}).Client)
+		out = append(out, w.env.StartServer(opts).Client)
 	}
 	return out
+}
+
+// admissions counts, through the ledger's statements, how the shares of
+// the operations stored were reserved: by the insert itself
+// (OperationInsertReserving), or apart, by a BudgetReserve that admitted
+// them.
+type admissions struct{ inInsert, apart atomic.Int64 }
+
+func (a *admissions) hooks() *ledger.Hooks {
+	return &ledger.Hooks{Statements: func(s ledger.Statements) ledger.Statements { return countingStatements{s, a} }}
+}
+
+type countingStatements struct {
+	ledger.Statements
+	a *admissions
+}
+
+func (c countingStatements) OperationInsert(ctx context.Context, conn *store.Conn, n store.NewOperation) (ledger.Operation, bool, error) {
+	op, inserted, err := c.Statements.OperationInsert(ctx, conn, n)
+	if err == nil && inserted && len(n.Reserve) > 0 {
+		c.a.inInsert.Add(1)
+	}
+	return op, inserted, err
+}
+
+func (c countingStatements) BudgetReserve(ctx context.Context, conn *store.Conn, limits []*tool.Limit, rs []store.Reservation, async bool) (store.Reserved, error) {
+	res, err := c.Statements.BudgetReserve(ctx, conn, limits, rs, async)
+	if err == nil && res.Refused < 0 {
+		c.a.apart.Add(1)
+	}
+	return res, err
 }
 
 // TestLimitCountAcrossReplicas: 64 concurrent one-call Prepares on three
@@ -138,7 +179,8 @@ func TestLimitCountAcrossReplicas(t *testing.T) {
 	limitPaths(t, `  - {name: ten_per_hour, tools: [refund], window: 1h, count: 10}
 `, func(t *testing.T, limitsYAML string) {
 		w := newWorld(t, harness.Options{ToolsYAML: budgetTools(limitsYAML)})
-		cs := threeReplicas(w)
+		var adm admissions
+		cs := threeReplicasWith(w, harness.ServerOptions{Hooks: adm.hooks()})
 		var mu sync.Mutex
 		sent, refused := 0, 0
 		var wg sync.WaitGroup
@@ -169,6 +211,13 @@ func TestLimitCountAcrossReplicas(t *testing.T) {
 		require.Equal(t, 10, sent)
 		require.Equal(t, 54, refused)
 		require.Len(t, w.env.Fakepay.Charges(), 10)
+		// The way the shares were reserved (docs/policy.md, "How a
+		// reservation is made").
+		if strings.Contains(limitsYAML, "per:") {
+			require.Equal(t, []int64{10, 0}, []int64{adm.inInsert.Load(), adm.apart.Load()}, "reserved by the insert")
+		} else {
+			require.Equal(t, []int64{0, 10}, []int64{adm.inInsert.Load(), adm.apart.Load()}, "reserved apart")
+		}
 	})
 }
 
@@ -508,5 +557,49 @@ func TestLimitShareOfAnUnstoredOperationIsReleased(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, got.GetOperation().GetBudgets(), 1)
 		require.EqualValues(t, 2, got.GetOperation().GetBudgets()[0].GetCount())
+	})
+}
+
+// undoneOnce is the ledger's statements with the first insert of each key
+// undone as PostgreSQL undoes a deadlock's victim (store.ErrRetry), nothing
+// stored.
+type undoneOnce struct {
+	ledger.Statements
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (u *undoneOnce) OperationInsert(ctx context.Context, conn *store.Conn, n store.NewOperation) (ledger.Operation, bool, error) {
+	u.mu.Lock()
+	first := !u.seen[n.IdempotencyKey]
+	u.seen[n.IdempotencyKey] = true
+	u.mu.Unlock()
+	if first {
+		return ledger.Operation{}, false, store.ErrRetry
+	}
+	return u.Statements.OperationInsert(ctx, conn, n)
+}
+
+// TestPrepareRetriesAnInsertUndoneAsADeadlock: a Prepare whose insert
+// PostgreSQL undid as a deadlock (an approval with edits crossing its locks,
+// a prune under a replay: docs/policy.md) sends it again instead of
+// answering INTERNAL, on both ways of reserving, with the share counted once.
+func TestPrepareRetriesAnInsertUndoneAsADeadlock(t *testing.T) {
+	t.Parallel()
+	limitPaths(t, `  - {name: two_payments, tools: [pay], window: 1h, count: 2}
+`, func(t *testing.T, limitsYAML string) {
+		w := newWorld(t, harness.Options{ToolsYAML: budgetTools(limitsYAML)})
+		c := w.env.StartServer(harness.ServerOptions{Hooks: &ledger.Hooks{Statements: func(s ledger.Statements) ledger.Statements {
+			return &undoneOnce{Statements: s, seen: map[string]bool{}}
+		}}}).Client
+		resp, err := oneCall(c, w.agent, "pay", payArgs(t, "INV-1"))
+		require.NoError(t, err)
+		require.Equal(t, opledgerv1.State_STATE_SUCCEEDED, resp.GetOperation().GetState())
+		got, _ := get(t, c, w.agent, resp.GetOperation().GetId())
+		require.EqualValues(t, 1, got.GetBudgets()[0].GetCount(), "counted once")
+		_, err = oneCall(c, w.agent, "pay", payArgs(t, "INV-2"))
+		require.NoError(t, err)
+		_, err = oneCall(c, w.agent, "pay", payArgs(t, "INV-3"))
+		requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
 	})
 }

@@ -207,6 +207,7 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 	}
 	var existing Operation
 	var asked time.Time // before the read of existing
+	retries := 0        // of a statement undone as a deadlock
 	for attempt := 0; ; attempt++ {
 		claimStart := time.Now()
 		insCtx, cancel := ctx, context.CancelFunc(func() {})
@@ -220,6 +221,17 @@ func (l *Ledger) prepare(ctx context.Context, a Actor, in PrepareInput, claimIt 
 		cancel()
 		if n.Claim != nil && store.MayHaveCommitted(err) {
 			l.recoverClaim(a.Tenant, id, n.Lease.Owner)
+		}
+		if errors.Is(err, store.ErrRetry) && retries < maxInsertRetries {
+			// PostgreSQL undid the insert (or its reservation) as a
+			// deadlock or a serialization failure: nothing of it was
+			// stored, and it may succeed if sent again (an approval with
+			// edits that moves a share to another key while this call
+			// takes the same identity; a prune deleting this key's
+			// operation under a replay).
+			retries++
+			attempt--
+			continue
 		}
 		if err != nil && admissionRefusal(err) {
 			// A budget or an identity refuses a new operation: if the key
@@ -302,6 +314,10 @@ func (l *Ledger) checkArgs(t *tool.Tool, args *structpb.Struct, field string) ([
 	return canonical, nil
 }
 
+// maxInsertRetries bounds how often a Prepare sends its insert again after
+// PostgreSQL undid it as a deadlock or a serialization failure.
+const maxInsertRetries = 3
+
 // errKeyTaken rolls back a Prepare's quota count when its insert found the
 // key taken: the caller reads the operation that has it.
 var errKeyTaken = errors.New("ledger: the idempotency key is taken")
@@ -327,12 +343,10 @@ func admissionRefusal(err error) bool {
 func (l *Ledger) insert(ctx context.Context, a Actor, t *tool.Tool, args *structpb.Struct, n *store.NewOperation) (Operation, bool, error) {
 	if reservesInInsert(t) {
 		op, inserted, err := l.insertReserving(ctx, a, t, args, n)
-		if !errors.Is(err, store.ErrSharesDoNotFit) && !errors.Is(err, store.ErrRetry) {
+		if !errors.Is(err, store.ErrSharesDoNotFit) {
 			return op, inserted, err
 		}
-		// A share does not fit as its budget stands, or the statement met
-		// another transaction's locks in the other order (an edit that
-		// moves a share to another key) and was undone: the shares are
+		// A share does not fit as its budget stands: the shares are
 		// reserved in a statement of their own, which judges exactly (or
 		// forces an `over: approve` share), as for a tenant-wide limit.
 		n.Reserve, n.BudgetNames, n.BudgetScopes, n.Identity, n.TakeIdentity = nil, nil, nil, "", false

@@ -20,6 +20,11 @@
 -- identity outlives its operation's retention for the rest of its window.
 -- Identities set by the old trigger keep the free_at it wrote, which
 -- identity_free reads as before.
+--
+-- An older binary must not run against this schema: its prune would delete
+-- an operation that took effect without writing its identity's free_at,
+-- and the identity would stay held for ever.
+-- opledger: breaks older binaries
 
 -- identity_free reports whether an identity (its row's free_at, holder and
 -- window) is free now, to be taken by another key. PL/pgSQL, whose plan

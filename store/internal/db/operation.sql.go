@@ -1640,8 +1640,10 @@ type OperationInsertReservingRow struct {
 // ON CONFLICT's WHERE through EXCLUDED (max_count, max_sum). The budgets'
 // locks are held to the commit, which a budget per key shares with few
 // calls. The identity is taken after the shares (ident reads res): budgets
-// before identities is the lock order of every statement that takes both
-// (the trigger's release at an operation's end, an edit's reservation).
+// before identities, the order of the trigger's release at an operation's
+// end and of an edit's reservation (a transaction that also releases the
+// edited operation's, so two such orders can still cross: PostgreSQL undoes
+// one as a deadlock, and the Prepare sends its insert again).
 // operation_admit_reserved undoes the whole statement when the operation is
 // not stored with all its shares: SQLSTATE OL429 when a share does not fit
 // (read as ErrSharesDoNotFit: the caller then reserves with budget_reserve,
@@ -2118,25 +2120,27 @@ func (q *Queries) OperationPolicyApply(ctx context.Context, db DBTX, arg Operati
 }
 
 const operationPrune = `-- name: OperationPrune :one
-WITH gone AS (
+WITH doomed AS (
+    SELECT p.id, p.tenant, p.tool, p.identity, p.state, p.updated_at FROM operation p
+    WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
+      AND p.updated_at < now() - make_interval(secs => $1::float8)
+    ORDER BY p.updated_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), held AS (
+    SELECT i.tenant, i.tool, i.identity, d.updated_at + make_interval(secs => i.window_seconds) AS free_at
+    FROM operation_identity i JOIN doomed d
+      ON i.tenant = d.tenant AND i.tool = d.tool AND i.identity = d.identity AND i.operation_id = d.id
+    WHERE d.state = 'SUCCEEDED' AND i.free_at = 'infinity'
+    FOR UPDATE OF i
+), gone AS (
     DELETE FROM operation
-    WHERE id IN (
-        SELECT p.id FROM operation p
-        WHERE p.state IN ('SUCCEEDED', 'FAILED', 'REJECTED', 'CANCELLED')
-          AND p.updated_at < now() - make_interval(secs => $1::float8)
-        ORDER BY p.updated_at
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED
-    )
-    RETURNING id, tenant, tool, identity, state, updated_at
+    WHERE id IN (SELECT doomed.id FROM doomed) AND (SELECT count(*) FROM held) >= 0
+    RETURNING id
 ), identities AS (
-    -- An identity whose operation took effect outlives it for the rest of
-    -- its window (migration 0022): its end written where it was read.
-    UPDATE operation_identity i SET free_at = gone.updated_at + make_interval(secs => i.window_seconds)
-    FROM gone
-    WHERE gone.identity IS NOT NULL AND gone.state = 'SUCCEEDED'
-      AND i.tenant = gone.tenant AND i.tool = gone.tool AND i.identity = gone.identity AND i.operation_id = gone.id
-      AND i.free_at = 'infinity'
+    UPDATE operation_identity i SET free_at = held.free_at
+    FROM held
+    WHERE i.tenant = held.tenant AND i.tool = held.tool AND i.identity = held.identity
 ), events AS (
     DELETE FROM operation_event e USING gone WHERE e.operation_id = gone.id
 ), heads AS (
@@ -2155,7 +2159,13 @@ type OperationPruneParams struct {
 // (audit_head; the log's leaves stay), and returns how many operations it
 // deleted.
 // Open and OUTCOME_UNKNOWN operations are never pruned. SKIP LOCKED lets
-// replicas prune side by side.
+// replicas prune side by side. An identity whose operation took effect
+// outlives it for the rest of its window (migration 0022): the prune writes
+// its end (free_at) where identity_free read it from the operation. The
+// identities are locked before the operations are deleted: a Prepare that
+// holds one (a replay of the key at the retention's age) then meets its
+// operation still there, not being deleted, and finishes without waiting
+// for the prune, which would otherwise wait for it in turn.
 func (q *Queries) OperationPrune(ctx context.Context, db DBTX, arg OperationPruneParams) (int64, error) {
 	row := db.QueryRow(ctx, operationPrune, arg.OlderThanSeconds, arg.BatchSize)
 	var deleted int64
