@@ -59,6 +59,52 @@ func (c *Conn) BudgetReserve(ctx context.Context, rs []Reservation, async, renew
 	return Reserved{Refused: int(out[0]), Over: int(out[1])}, nil
 }
 
+// Share is what BudgetReserveEach did with one operation's share.
+type Share int8
+
+const (
+	// ShareRefused: nothing was reserved for the operation.
+	ShareRefused Share = 0
+	// ShareTaken: the share fits, and is counted.
+	ShareTaken Share = 1
+	// ShareOver: taken past the limit by Force (`over: approve`).
+	ShareOver Share = 2
+)
+
+// BudgetReserveEach reserves the shares rs, one operation's each, all in one
+// budget (the same tenant, name, scope and bounds), in one statement: each
+// judged in turn on the locked budget as the shares before it left it
+// (budget_reserve_each, migration 0023). Call it on the Store: the statement
+// is a transaction of its own that commits without waiting for the flush,
+// as BudgetReserve with async.
+func (c *Conn) BudgetReserveEach(ctx context.Context, rs []Reservation) ([]Share, error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	r0 := rs[0]
+	p := db.BudgetReserveEachParams{Tenant: r0.Tenant, Name: r0.Name, Scope: r0.Scope, MaxCount: int32(r0.MaxCount),
+		HasSum: r0.HasSum, MaxSum: r0.MaxSum, WindowSeconds: r0.Window.Seconds(), Force: r0.Force, MaxUses: int32(r0.MaxUses)}
+	for _, r := range rs {
+		if r.Tenant != r0.Tenant || r.Name != r0.Name || r.Scope != r0.Scope || r.MaxCount != r0.MaxCount ||
+			r.HasSum != r0.HasSum || r.MaxSum != r0.MaxSum || r.Window != r0.Window || r.Force != r0.Force || r.MaxUses != r0.MaxUses {
+			return nil, fmt.Errorf("store: BudgetReserveEach: shares of more than one budget or bound (%s/%s, %s/%s)", r0.Name, r0.Scope, r.Name, r.Scope)
+		}
+		p.OpIds, p.Amounts = append(p.OpIds, r.OperationID), append(p.Amounts, r.Amount)
+	}
+	out, err := c.q.BudgetReserveEach(ctx, c.dbtx, p)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	if len(out) != len(rs) {
+		return nil, fmt.Errorf("store: budget_reserve_each returned %d outcomes for %d shares", len(out), len(rs))
+	}
+	shares := make([]Share, len(out))
+	for i, o := range out {
+		shares[i] = Share(o)
+	}
+	return shares, nil
+}
+
 // BudgetRelease takes operationID's shares out of the budgets names/scopes
 // of tenant: a reservation whose operation was not stored.
 func (c *Conn) BudgetRelease(ctx context.Context, tenant, operationID string, names, scopes []string) error {

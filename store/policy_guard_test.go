@@ -706,3 +706,59 @@ func TestPruneLocksIdentitiesFirst(t *testing.T) {
 		FROM operation_identity WHERE identity = 'INV-1'`).Scan(&left))
 	require.InDelta(t, time.Hour.Seconds(), left.Seconds(), 60, "held for the rest of its window")
 }
+
+// TestBudgetReserveEach: the shares of several operations in one budget,
+// reserved by one statement (budget_reserve_each), are judged in turn,
+// each on what the ones before it left: a count admits as many as it has
+// room for, a sum is exact (a smaller share after a refused one is taken),
+// `over: approve` takes the rest past the limit, uses that left the window
+// are dropped when the batch does not fit otherwise, and the budget's count
+// and sum stay those of its uses.
+func TestBudgetReserveEach(t *testing.T) {
+	t.Parallel()
+	g := newGuardDB(t)
+	ctx := t.Context()
+	n := 0
+	each := func(r store.Reservation, amounts ...float64) []store.Share {
+		t.Helper()
+		var rs []store.Reservation
+		for _, a := range amounts {
+			n++
+			x := r
+			x.OperationID, x.Amount = fmt.Sprintf("op_e%d", n), a
+			rs = append(rs, x)
+		}
+		out, err := g.st.BudgetReserveEach(ctx, rs)
+		require.NoError(t, err)
+		g.requireBudgetsExact(t)
+		return out
+	}
+	const no, yes, over = store.ShareRefused, store.ShareTaken, store.ShareOver
+
+	count := store.Reservation{Tenant: "acme", Name: "three", MaxCount: 3, Window: time.Hour, MaxUses: 100}
+	require.Equal(t, []store.Share{yes, yes, yes, no, no}, each(count, 0, 0, 0, 0, 0), "room for three")
+	require.Equal(t, []store.Share{no}, each(count, 0), "and no more")
+
+	sum := store.Reservation{Tenant: "acme", Name: "hundred", HasSum: true, MaxSum: 100, Window: time.Hour, MaxUses: 100}
+	require.Equal(t, []store.Share{yes, no, yes, no, yes}, each(sum, 60, 50, 30, 11, 10), "exact: 60 + 30 + 10")
+
+	forced := store.Reservation{Tenant: "acme", Name: "one", Scope: "cust-1", MaxCount: 1, Window: time.Hour, MaxUses: 3, Force: true}
+	require.Equal(t, []store.Share{yes, over, over, no}, each(forced, 0, 0, 0, 0), "forced past the count, within MaxUses")
+
+	// Uses that left the window are dropped when the batch does not fit
+	// with them counted, and only then.
+	brief := store.Reservation{Tenant: "acme", Name: "two", MaxCount: 2, Window: time.Hour, MaxUses: 100}
+	require.Equal(t, []store.Share{yes}, each(brief, 0))
+	_, err := g.pool.Exec(ctx, `UPDATE budget_use SET at = at - interval '2 hours' WHERE name = 'two'`)
+	require.NoError(t, err)
+	require.Equal(t, []store.Share{yes}, each(brief, 0), "fits with the expired use still counted")
+	require.Equal(t, []store.Share{yes, no}, each(brief, 0, 0), "the expired use dropped: room for one more")
+	var left int
+	require.NoError(t, g.pool.QueryRow(ctx, `SELECT count(*) FROM budget_use WHERE name = 'two'`).Scan(&left))
+	require.Equal(t, 2, left)
+
+	_, err = g.st.BudgetReserveEach(ctx, []store.Reservation{
+		{Tenant: "acme", Name: "a", OperationID: "op_x", MaxCount: 1, Window: time.Hour, MaxUses: 100},
+		{Tenant: "acme", Name: "b", OperationID: "op_y", MaxCount: 1, Window: time.Hour, MaxUses: 100}})
+	require.ErrorContains(t, err, "more than one budget", "one budget a statement")
+}

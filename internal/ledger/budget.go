@@ -153,6 +153,27 @@ func (l *Ledger) admit(ctx context.Context, t *tool.Tool, who Actor, args *struc
 	if len(rs) == 0 {
 		return adm, nil
 	}
+	if len(rs) == 1 {
+		// One budget: the share travels with the others that arrive for
+		// it while a statement for it runs (shareGroups).
+		share, err := l.shares.reserve(ctx, limits[0], rs[0])
+		if err != nil {
+			return admission{}, err
+		}
+		res := store.Reserved{Refused: -1, Over: -1}
+		switch share {
+		case store.ShareRefused:
+			res.Refused = 0
+		case store.ShareOver:
+			res.Over = 0
+		}
+		err = l.admitted(ctx, &l.store.Conn, limits, rs, res, &adm)
+		if err != nil {
+			return admission{}, err
+		}
+		adm.reserved = true
+		return adm, nil
+	}
 	if err := l.reserve(ctx, &l.store.Conn, limits, rs, true, &adm); err != nil {
 		return admission{}, err
 	}
@@ -200,6 +221,12 @@ func (l *Ledger) reserve(ctx context.Context, c *store.Conn, limits []*tool.Limi
 	if err != nil {
 		return err
 	}
+	return l.admitted(ctx, c, limits, rs, res, adm)
+}
+
+// admitted records in adm the shares rs (for limits) that res says were
+// reserved, or refuses with the limit that had no room.
+func (l *Ledger) admitted(ctx context.Context, c *store.Conn, limits []*tool.Limit, rs []store.Reservation, res store.Reserved, adm *admission) error {
 	if res.Refused >= 0 {
 		l.obs.LimitRefused(limits[res.Refused].Name)
 		return l.limitExceeded(ctx, c, limits[res.Refused], rs[res.Refused])

@@ -144,7 +144,7 @@ func threeReplicasWith(w *world, opts harness.ServerOptions) []opledgerv1.Ledger
 // the operations stored were reserved: by the insert itself
 // (OperationInsertReserving), or apart, by a BudgetReserve that admitted
 // them.
-type admissions struct{ inInsert, apart atomic.Int64 }
+type admissions struct{ inInsert, apart, statements atomic.Int64 }
 
 func (a *admissions) hooks() *ledger.Hooks {
 	return &ledger.Hooks{Statements: func(s ledger.Statements) ledger.Statements { return countingStatements{s, a} }}
@@ -169,6 +169,17 @@ func (c countingStatements) BudgetReserve(ctx context.Context, conn *store.Conn,
 		c.a.apart.Add(1)
 	}
 	return res, err
+}
+
+func (c countingStatements) BudgetReserveEach(ctx context.Context, conn *store.Conn, lim *tool.Limit, rs []store.Reservation) ([]store.Share, error) {
+	out, err := c.Statements.BudgetReserveEach(ctx, conn, lim, rs)
+	c.a.statements.Add(1)
+	for _, s := range out {
+		if s != store.ShareRefused {
+			c.a.apart.Add(1)
+		}
+	}
+	return out, err
 }
 
 // TestLimitCountAcrossReplicas: 64 concurrent one-call Prepares on three
@@ -217,6 +228,7 @@ func TestLimitCountAcrossReplicas(t *testing.T) {
 			require.Equal(t, []int64{10, 0}, []int64{adm.inInsert.Load(), adm.apart.Load()}, "reserved by the insert")
 		} else {
 			require.Equal(t, []int64{0, 10}, []int64{adm.inInsert.Load(), adm.apart.Load()}, "reserved apart")
+			t.Logf("64 shares reserved apart in %d statements", adm.statements.Load())
 		}
 	})
 }

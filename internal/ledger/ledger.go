@@ -182,6 +182,9 @@ type Ledger struct {
 	// decorate them.
 	stmts  Statements
 	sendFn SendFunc
+	// shares batches the shares Prepares reserve apart from their insert in
+	// one budget (admit).
+	shares *shareGroups
 
 	// finished remembers operations in a terminal state, by tenant and id,
 	// with the form they are answered in (see SetEncoder): the one cache of
@@ -274,6 +277,9 @@ func New(cfg Config, st *store.Store, reg *tool.Registry, execs *executor.Regist
 	l.maxLease = max(l.maxLease, cfg.MinLease)
 	l.policyDigests = policyDigests(reg)
 	l.decorate(nil)
+	l.shares = newShareGroups(func(ctx context.Context, lim *tool.Limit, rs []store.Reservation) ([]store.Share, error) {
+		return l.stmts.BudgetReserveEach(ctx, &l.store.Conn, lim, rs)
+	})
 	return l, nil
 }
 

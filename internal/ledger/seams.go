@@ -36,6 +36,11 @@ type Statements interface {
 	// BudgetReserve reserves the shares rs of limits (in the same order),
 	// as PostgreSQL judges them on the locked budgets (reserve).
 	BudgetReserve(ctx context.Context, c *store.Conn, limits []*tool.Limit, rs []store.Reservation, async bool) (store.Reserved, error)
+	// BudgetReserveEach reserves the shares rs of several operations in
+	// one budget of lim, each judged in turn on the locked budget, in a
+	// statement that is a transaction of its own on c, the Store
+	// (shareGroups).
+	BudgetReserveEach(ctx context.Context, c *store.Conn, lim *tool.Limit, rs []store.Reservation) ([]store.Share, error)
 }
 
 // storeStatements are the Statements as the store runs them.
@@ -59,6 +64,10 @@ func (storeStatements) IdentityReserve(ctx context.Context, c *store.Conn, tenan
 
 func (storeStatements) BudgetReserve(ctx context.Context, c *store.Conn, _ []*tool.Limit, rs []store.Reservation, async bool) (store.Reserved, error) {
 	return c.BudgetReserve(ctx, rs, async, false)
+}
+
+func (storeStatements) BudgetReserveEach(ctx context.Context, c *store.Conn, _ *tool.Limit, rs []store.Reservation) ([]store.Share, error) {
+	return c.BudgetReserveEach(ctx, rs)
 }
 
 // SendFunc is an attempt's call of its downstream: op is the operation the

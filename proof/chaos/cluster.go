@@ -86,6 +86,10 @@ const (
 	// ToolPayMetered is the same under two tenant-wide limits
 	// (limitTenantCount and limitTenantSum), every call on one budget.
 	ToolPayMetered = "pay_metered"
+	// ToolPayPooled is the same under one tenant-wide limit
+	// (limitPooledCount): each server sends the shares that wait on its
+	// budget together, in one statement (BudgetReserveEach).
+	ToolPayPooled = "pay_pooled"
 	// ToolPayOnce is the same with a business identity (its invoice): the
 	// workload sends bursts of agents paying one invoice concurrently, each
 	// under its own key.
@@ -107,13 +111,16 @@ const (
 	limitCustomerSum = "chaos_customer_amount"
 	limitTenantCount = "chaos_tenant_count"
 	limitTenantSum   = "chaos_tenant_sum"
+	limitPooledCount = "chaos_pooled_count"
 	budgetWindow     = time.Hour
 	// customerCount and customerMax bound each customer's pay_capped
-	// operations; tenantCount and tenantMax the tenant's pay_metered ones.
+	// operations; tenantCount and tenantMax the tenant's pay_metered ones,
+	// pooledCount its pay_pooled ones.
 	customerCount = 2
 	customerMax   = 10000
 	tenantCount   = 30
 	tenantMax     = 150000
+	pooledCount   = 30
 )
 
 // limitsYAML is the tools file's top-level limits.
@@ -123,8 +130,10 @@ func limitsYAML() string {
   - {name: %s, tools: [%s], per: args.customer_id, window: %s, sum: args.amount_minor, max: %d}
   - {name: %s, tools: [%s], window: %s, count: %d}
   - {name: %s, tools: [%s], window: %s, sum: args.amount_minor, max: %d}
+  - {name: %s, tools: [%s], window: %s, count: %d}
 `, limitCustomerCount, ToolPayCapped, budgetWindow, customerCount, limitCustomerSum, ToolPayCapped, budgetWindow, customerMax,
-		limitTenantCount, ToolPayMetered, budgetWindow, tenantCount, limitTenantSum, ToolPayMetered, budgetWindow, tenantMax)
+		limitTenantCount, ToolPayMetered, budgetWindow, tenantCount, limitTenantSum, ToolPayMetered, budgetWindow, tenantMax,
+		limitPooledCount, ToolPayPooled, budgetWindow, pooledCount)
 }
 
 // chargeArgs is what the checker reads of a charge's prepared arguments.
@@ -150,6 +159,7 @@ func limitSpecs() []LimitSpec {
 		{Name: limitCustomerSum, Tools: []string{ToolPayCapped}, Window: budgetWindow, Max: customerMax, Amount: amount, Scope: customer},
 		{Name: limitTenantCount, Tools: []string{ToolPayMetered}, Window: budgetWindow, Count: tenantCount},
 		{Name: limitTenantSum, Tools: []string{ToolPayMetered}, Window: budgetWindow, Max: tenantMax, Amount: amount},
+		{Name: limitPooledCount, Tools: []string{ToolPayPooled}, Window: budgetWindow, Count: pooledCount},
 	}
 }
 
@@ -179,6 +189,7 @@ func policies() map[string]ToolPolicy {
 		ToolPayPolicy:  {AllowUnknown: false, Dedupes: true},
 		ToolPayCapped:  {AllowUnknown: false, Dedupes: true},
 		ToolPayMetered: {AllowUnknown: false, Dedupes: true},
+		ToolPayPooled:  {AllowUnknown: false, Dedupes: true},
 		ToolPayOnce:    {AllowUnknown: false, Dedupes: true},
 	}
 }
@@ -258,6 +269,7 @@ func toolsYAML(base string, server int, tight bool) string {
 	tool(ToolPayPolicy, 0, chargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
 	tool(ToolPayCapped, 0, customerChargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
 	tool(ToolPayMetered, 0, chargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
+	tool(ToolPayPooled, 0, chargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
 	tool(ToolPayOnce, 0, chargeSchema, base+"/pay/charges", deduping("/pay/charges", ""))
 	b.WriteString(limitsYAML())
 	return b.String()

@@ -130,8 +130,9 @@ var Controls = map[string]Control{
 	},
 	failpoint.DefectBudgetRead: {
 		// The workload's bursts stage it: several concurrent Prepares for
-		// one new customer (pay_capped) or on the tenant's budget
-		// (pay_metered) that all read room before any of them commits.
+		// one new customer (pay_capped) or on the tenant's budgets
+		// (pay_metered, pay_pooled) that all read room before any of them
+		// commits.
 		Name: failpoint.DefectBudgetRead, Defect: failpoint.DefectBudgetRead,
 		BurstRate: 0.3,
 		Expect:    ViolationOverspent,

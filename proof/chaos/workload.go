@@ -194,8 +194,10 @@ func (w *worker) pickTool() string {
 		switch y := x / bursts; {
 		case y < 0.4:
 			return ToolPayCapped
-		case y < 0.6:
+		case y < 0.5:
 			return ToolPayMetered
+		case y < 0.6:
+			return ToolPayPooled
 		}
 		return ToolPayOnce
 	}
@@ -402,13 +404,13 @@ func (w *worker) backoff(life context.Context, attempt int) bool {
 
 // burstTool reports the tools the workload calls in bursts.
 func burstTool(tool string) bool {
-	return tool == ToolPayCapped || tool == ToolPayMetered || tool == ToolPayOnce
+	return tool == ToolPayCapped || tool == ToolPayMetered || tool == ToolPayPooled || tool == ToolPayOnce
 }
 
 // runBurst is several agents acting at once on one budget or one business
 // identity, each under its own idempotency key and on its own server:
 // pay_capped for one new customer (whose limits admit customerCount at
-// most), pay_metered on the tenant's budget, or pay_once for one invoice
+// most), pay_metered or pay_pooled on the tenant's budgets, or pay_once for one invoice
 // (one operation at most). Each runs the one-operation flow (Prepare with
 // twins and lost answers, then Execute); a refusal by the budget or the
 // identity ends it.

@@ -217,6 +217,31 @@ func (s statements) BudgetReserve(ctx context.Context, c *store.Conn, limits []*
 	return res, nil
 }
 
+// BudgetReserveEach: with budget-read, each share is reserved alone through
+// BudgetReserve above (read, decided in Go, taken unconditionally), so that
+// the batched shares of a tenant-wide limit are caught by the checker too.
+func (s statements) BudgetReserveEach(ctx context.Context, c *store.Conn, lim *tool.Limit, rs []store.Reservation) ([]store.Share, error) {
+	if !Defect(DefectBudgetRead) {
+		return s.Statements.BudgetReserveEach(ctx, c, lim, rs)
+	}
+	out := make([]store.Share, len(rs))
+	for i, r := range rs {
+		res, err := s.BudgetReserve(ctx, c, []*tool.Limit{lim}, []store.Reservation{r}, true)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case res.Refused >= 0:
+			out[i] = store.ShareRefused
+		case res.Over >= 0:
+			out[i] = store.ShareOver
+		default:
+			out[i] = store.ShareTaken
+		}
+	}
+	return out, nil
+}
+
 // executors is reg with its HTTP executors built with the executor's
 // defects that OPLEDGER_UNSAFE_DEFECTS names put back; every other type
 // is reg's as it is.

@@ -755,6 +755,18 @@ SELECT budget_reserve(sqlc.arg(tenant)::text, sqlc.arg(op_id)::text, sqlc.arg(na
                       sqlc.arg(max_sums)::float8[], sqlc.arg(windows)::float8[], sqlc.arg(forces)::boolean[],
                       sqlc.arg(max_uses)::integer, sqlc.arg(async)::boolean, sqlc.arg(renew)::boolean)::integer[] AS outcome;
 
+-- name: BudgetReserveEach :one
+-- Reserves the share of each of several operations (op_ids, amounts) in one
+-- budget of the tenant under one limit's bounds, judged in the order given
+-- on the locked budget, by budget_reserve_each (migration 0023): per
+-- operation 0 (refused), 1 (taken) or 2 (taken past the limit by force).
+-- Call it on the pool (a transaction of its own): it commits without
+-- waiting for the flush.
+SELECT budget_reserve_each(sqlc.arg(tenant)::text, sqlc.arg(name)::text, sqlc.arg(scope)::text, sqlc.arg(op_ids)::text[],
+                           sqlc.arg(amounts)::float8[], sqlc.arg(max_count)::integer, sqlc.arg(has_sum)::boolean,
+                           sqlc.arg(max_sum)::float8, sqlc.arg(window_seconds)::float8, sqlc.arg(force)::boolean,
+                           sqlc.arg(max_uses)::integer)::smallint[] AS outcome;
+
 -- name: BudgetRelease :exec
 -- Takes an operation's shares out of its budgets (operation_release_budgets):
 -- a Prepare whose reservation committed but whose operation was not stored.

@@ -139,6 +139,52 @@ func (q *Queries) BudgetReserve(ctx context.Context, db DBTX, arg BudgetReserveP
 	return outcome, err
 }
 
+const budgetReserveEach = `-- name: BudgetReserveEach :one
+SELECT budget_reserve_each($1::text, $2::text, $3::text, $4::text[],
+                           $5::float8[], $6::integer, $7::boolean,
+                           $8::float8, $9::float8, $10::boolean,
+                           $11::integer)::smallint[] AS outcome
+`
+
+type BudgetReserveEachParams struct {
+	Tenant        string
+	Name          string
+	Scope         string
+	OpIds         []string
+	Amounts       []float64
+	MaxCount      int32
+	HasSum        bool
+	MaxSum        float64
+	WindowSeconds float64
+	Force         bool
+	MaxUses       int32
+}
+
+// Reserves the share of each of several operations (op_ids, amounts) in one
+// budget of the tenant under one limit's bounds, judged in the order given
+// on the locked budget, by budget_reserve_each (migration 0023): per
+// operation 0 (refused), 1 (taken) or 2 (taken past the limit by force).
+// Call it on the pool (a transaction of its own): it commits without
+// waiting for the flush.
+func (q *Queries) BudgetReserveEach(ctx context.Context, db DBTX, arg BudgetReserveEachParams) ([]int16, error) {
+	row := db.QueryRow(ctx, budgetReserveEach,
+		arg.Tenant,
+		arg.Name,
+		arg.Scope,
+		arg.OpIds,
+		arg.Amounts,
+		arg.MaxCount,
+		arg.HasSum,
+		arg.MaxSum,
+		arg.WindowSeconds,
+		arg.Force,
+		arg.MaxUses,
+	)
+	var outcome []int16
+	err := row.Scan(&outcome)
+	return outcome, err
+}
+
 const clockNow = `-- name: ClockNow :one
 SELECT statement_timestamp()::timestamptz AS now
 `
