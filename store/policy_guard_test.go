@@ -712,8 +712,9 @@ func TestPruneLocksIdentitiesFirst(t *testing.T) {
 // each on what the ones before it left: a count admits as many as it has
 // room for, a sum is exact (a smaller share after a refused one is taken),
 // `over: approve` takes the rest past the limit, uses that left the window
-// are dropped when the batch does not fit otherwise, and the budget's count
-// and sum stay those of its uses.
+// are dropped when the batch does not fit otherwise, an operation that
+// holds a share already keeps it without failing the others, and the
+// budget's count and sum stay those of its uses.
 func TestBudgetReserveEach(t *testing.T) {
 	t.Parallel()
 	g := newGuardDB(t)
@@ -756,6 +757,17 @@ func TestBudgetReserveEach(t *testing.T) {
 	var left int
 	require.NoError(t, g.pool.QueryRow(ctx, `SELECT count(*) FROM budget_use WHERE name = 'two'`).Scan(&left))
 	require.Equal(t, 2, left)
+
+	// An operation that holds a share already keeps it, counted once, and
+	// the other shares of its statement are stored.
+	again := store.Reservation{Tenant: "acme", Name: "again", MaxCount: 5, Window: time.Hour, MaxUses: 100}
+	require.Equal(t, []store.Share{yes}, each(again, 0))
+	n-- // the next share is op_e<n> again
+	require.Equal(t, []store.Share{yes, yes}, each(again, 0, 0), "the holder answered taken, the next one stored")
+	var uses, used int
+	require.NoError(t, g.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM budget_use WHERE name = 'again'),
+		(SELECT used_count FROM budget WHERE name = 'again')`).Scan(&uses, &used))
+	require.Equal(t, []int{2, 2}, []int{uses, used})
 
 	_, err = g.st.BudgetReserveEach(ctx, []store.Reservation{
 		{Tenant: "acme", Name: "a", OperationID: "op_x", MaxCount: 1, Window: time.Hour, MaxUses: 100},

@@ -160,6 +160,14 @@ func (l *Ledger) admit(ctx context.Context, t *tool.Tool, who Actor, args *struc
 		if err != nil {
 			return admission{}, err
 		}
+		if err := ctx.Err(); err != nil && share != store.ShareRefused {
+			// The caller gave up while its share waited for its batch's
+			// statement, which took it: no operation will be stored for
+			// it, so the share goes back now rather than count until its
+			// window ends.
+			l.release(ctx, who.Tenant, id, admission{reserved: true, names: []string{limits[0].Name}, scopes: []string{rs[0].Scope}})
+			return admission{}, err
+		}
 		res := store.Reserved{Refused: -1, Over: -1}
 		switch share {
 		case store.ShareRefused:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -180,6 +181,81 @@ func (c countingStatements) BudgetReserveEach(ctx context.Context, conn *store.C
 		}
 	}
 	return out, err
+}
+
+// heldStatements holds the first BudgetReserveEach until release is closed,
+// and records the operations each one carried.
+type heldStatements struct {
+	ledger.Statements
+	entered, release chan struct{}
+	mu               sync.Mutex
+	batches          [][]string
+}
+
+func (h *heldStatements) BudgetReserveEach(ctx context.Context, conn *store.Conn, lim *tool.Limit, rs []store.Reservation) ([]store.Share, error) {
+	h.mu.Lock()
+	first := len(h.batches) == 0
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.OperationID)
+	}
+	h.batches = append(h.batches, ids)
+	h.mu.Unlock()
+	if first {
+		close(h.entered)
+		<-h.release
+	}
+	return h.Statements.BudgetReserveEach(ctx, conn, lim, rs)
+}
+
+func (h *heldStatements) sent() [][]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.batches)
+}
+
+// TestShareOfAPrepareGoneWhileQueuedIsReleased: a Prepare whose deadline
+// passes while its share waits for the statement of its budget's batch
+// learns that the statement took the share, and gives it back, its
+// operation never stored: the limit has room for the next call, as if the
+// Prepare had never come.
+func TestShareOfAPrepareGoneWhileQueuedIsReleased(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: two_per_hour, tools: [refund], window: 1h, count: 2}
+`)})
+	held := &heldStatements{entered: make(chan struct{}), release: make(chan struct{})}
+	c := w.env.StartServer(harness.ServerOptions{Hooks: &ledger.Hooks{Statements: func(s ledger.Statements) ledger.Statements {
+		held.Statements = s
+		return held
+	}}}).Client
+	first := make(chan error, 1)
+	go func() {
+		_, err := oneCall(c, w.agent, "refund", refundFor(t, "c-1", 100))
+		first <- err
+	}()
+	<-held.entered
+	// The second Prepare's share waits behind the first one's statement
+	// until its deadline has passed. (A one-call Prepare's insert runs to
+	// its end whatever its caller does, once it started: its share is its
+	// operation's.)
+	ctx, cancel := context.WithTimeout(harness.Ctx(w.agent, harness.Unique("idem")), 500*time.Millisecond)
+	defer cancel()
+	_, err := c.Prepare(ctx, &opledgerv1.PrepareRequest{Tool: "refund", Args: refundFor(t, "c-1", 100)})
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err))
+	close(held.release)
+	require.NoError(t, <-first)
+	// Its share was taken by the next statement, then given back.
+	require.Eventually(t, func() bool { return len(held.sent()) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Len(t, held.sent()[1], 1, "the second Prepare's share, sent after the first statement")
+	require.Eventually(t, func() bool {
+		uses, _, err := w.env.Store.BudgetGet(t.Context(), "acme", "two_per_hour", "", time.Hour)
+		require.NoError(t, err)
+		return len(uses) == 1
+	}, 10*time.Second, 10*time.Millisecond, "released")
+	_, err = oneCall(c, w.agent, "refund", refundFor(t, "c-1", 100))
+	require.NoError(t, err, "room for a second operation")
+	_, err = oneCall(c, w.agent, "refund", refundFor(t, "c-1", 100))
+	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
 }
 
 // TestLimitCountAcrossReplicas: 64 concurrent one-call Prepares on three

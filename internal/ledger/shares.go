@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/opledger/opledger/store"
@@ -71,7 +72,8 @@ func newShareGroups(send func(ctx context.Context, lim *tool.Limit, rs []store.R
 // reserve reserves r, one operation's share of lim's budget, and returns what
 // PostgreSQL made of it. It waits for the statement that carries it, which
 // is not cancelled with ctx: a share may be taken by a statement another
-// call sends, and the caller must learn it to release it.
+// call sends, and the caller must learn it, to release it if it gave up
+// meanwhile (admit).
 func (g *shareGroups) reserve(ctx context.Context, lim *tool.Limit, r store.Reservation) (store.Share, error) {
 	k := keyOf(r)
 	g.mu.Lock()
@@ -113,6 +115,9 @@ func (g *shareGroups) run(ctx context.Context, k shareKey, batch []*shareCall) (
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statementTimeout)
 	out, err := g.send(sctx, batch[0].lim, rs)
 	cancel()
+	if err == nil && len(out) != len(batch) {
+		err = fmt.Errorf("ledger: %d outcomes for a statement of %d budget shares", len(out), len(batch))
+	}
 	answered = true
 	for i, c := range batch[1:] {
 		if err != nil {

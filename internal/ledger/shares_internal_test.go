@@ -190,3 +190,23 @@ func TestShareGroupsSenderPanics(t *testing.T) {
 	_, err := g.reserve(t.Context(), nil, share("op_4"))
 	require.NoError(t, err, "the budget's next share is sent")
 }
+
+// TestShareGroupsShortAnswer: a statement that answers fewer outcomes than
+// it carried shares answers each of them with an error rather than a wrong
+// outcome, and leaves the budget free for the next.
+func TestShareGroupsShortAnswer(t *testing.T) {
+	t.Parallel()
+	short := true
+	g := newShareGroups(func(_ context.Context, _ *tool.Limit, rs []store.Reservation) ([]store.Share, error) {
+		if short {
+			return nil, nil
+		}
+		return make([]store.Share, len(rs)), nil
+	})
+	r := store.Reservation{Tenant: "acme", Name: "b", OperationID: "op_1", MaxCount: 1, Window: time.Hour, MaxUses: 10}
+	_, err := g.reserve(t.Context(), nil, r)
+	require.ErrorContains(t, err, "0 outcomes for a statement of 1 budget shares")
+	short = false
+	_, err = g.reserve(t.Context(), nil, r)
+	require.NoError(t, err)
+}

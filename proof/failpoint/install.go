@@ -217,26 +217,38 @@ func (s statements) BudgetReserve(ctx context.Context, c *store.Conn, limits []*
 	return res, nil
 }
 
-// BudgetReserveEach: with budget-read, each share is reserved alone through
-// BudgetReserve above (read, decided in Go, taken unconditionally), so that
-// the batched shares of a tenant-wide limit are caught by the checker too.
+// BudgetReserveEach: with budget-read, the budget's uses are read once, each
+// share of the batch decided in Go on them (ledger.BudgetRoom), and the
+// admitted ones then taken unconditionally: the shares that travel together
+// all find the room that was there before any of them, as Prepares that
+// read before any of them commits do.
 func (s statements) BudgetReserveEach(ctx context.Context, c *store.Conn, lim *tool.Limit, rs []store.Reservation) ([]store.Share, error) {
-	if !Defect(DefectBudgetRead) {
+	if !Defect(DefectBudgetRead) || len(rs) == 0 {
 		return s.Statements.BudgetReserveEach(ctx, c, lim, rs)
 	}
+	uses, now, err := c.BudgetGet(ctx, rs[0].Tenant, rs[0].Name, rs[0].Scope, rs[0].Window)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]store.Share, len(rs))
+	var take []store.Reservation
 	for i, r := range rs {
-		res, err := s.BudgetReserve(ctx, c, []*tool.Limit{lim}, []store.Reservation{r}, true)
-		if err != nil {
-			return nil, err
-		}
+		wait, ever := ledger.BudgetRoom(lim, uses, now, r.Amount)
+		fits := ever && wait == 0 && len(uses) < r.MaxUses
 		switch {
-		case res.Refused >= 0:
-			out[i] = store.ShareRefused
-		case res.Over >= 0:
+		case fits:
+			out[i] = store.ShareTaken
+		case r.Force:
 			out[i] = store.ShareOver
 		default:
-			out[i] = store.ShareTaken
+			continue
+		}
+		r.Force = true
+		take = append(take, r)
+	}
+	if len(take) > 0 {
+		if _, err := s.Statements.BudgetReserveEach(ctx, c, lim, take); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

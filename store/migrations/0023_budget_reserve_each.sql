@@ -43,6 +43,10 @@ DECLARE
     a       numeric;
     fits    boolean;
     took    boolean := false;
+    c0      integer;
+    s0      numeric;
+    new_c   integer := 0;
+    new_s   numeric := 0;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     IF n = 0 THEN
@@ -78,6 +82,8 @@ BEGIN
         c := c - gone_c;
         s := s - gone_s;
     END IF;
+    c0 := c;
+    s0 := s;
     FOR i IN 1..n LOOP
         a := p_amounts[i]::numeric;
         fits := (p_max_count = 0 OR c + 1 <= p_max_count) AND (NOT p_has_sum OR s + a <= p_max_sum::numeric);
@@ -88,15 +94,23 @@ BEGIN
             took := true;
         END IF;
     END LOOP;
-    IF took OR gone_c > 0 THEN
-        UPDATE budget b SET used_count = c, used_sum = s, window_seconds = p_window
-        WHERE b.tenant = p_tenant AND b.name = p_name AND b.scope = p_scope;
-    END IF;
     IF took THEN
-        INSERT INTO budget_use (tenant, name, scope, operation_id, at, amount)
-        SELECT p_tenant, p_name, p_scope, u.op, statement_timestamp(), u.amount::numeric
-        FROM unnest(p_ops, p_amounts, outcome) AS u(op, amount, taken)
-        WHERE u.taken > 0;
+        -- An operation that holds a share of this budget already (its
+        -- Prepare reserving again after a release that failed) keeps it,
+        -- counted once: its share was judged above as a new one (stricter
+        -- for the shares after it, never looser), and is answered taken.
+        WITH ins AS (
+            INSERT INTO budget_use (tenant, name, scope, operation_id, at, amount)
+            SELECT p_tenant, p_name, p_scope, u.op, statement_timestamp(), u.amount::numeric
+            FROM unnest(p_ops, p_amounts, outcome) AS u(op, amount, taken)
+            WHERE u.taken > 0
+            ON CONFLICT DO NOTHING
+            RETURNING amount)
+        SELECT count(*)::integer, coalesce(sum(amount), 0) INTO new_c, new_s FROM ins;
+    END IF;
+    IF new_c > 0 OR gone_c > 0 THEN
+        UPDATE budget b SET used_count = c0 + new_c, used_sum = s0 + new_s, window_seconds = p_window
+        WHERE b.tenant = p_tenant AND b.name = p_name AND b.scope = p_scope;
     END IF;
     RETURN outcome;
 END;
