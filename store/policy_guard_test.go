@@ -253,6 +253,18 @@ func TestBudgetAndIdentityGuards(t *testing.T) {
 	require.EqualValues(t, 1, pruned)
 }
 
+// waitForLock waits until one session of the test's database runs the
+// store statement named stmt and waits for a lock.
+func (g *guardDB) waitForLock(t *testing.T, stmt, what string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, g.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: ' || $1 || ' %'`, stmt).Scan(&n))
+		return n == 1
+	}, 10*time.Second, 10*time.Millisecond, what)
+}
+
 // requireBudgetsExact: every budget's count and sum are those of its uses.
 func (g *guardDB) requireBudgetsExact(t *testing.T) {
 	t.Helper()
@@ -576,12 +588,7 @@ func TestInsertReservingLockOrder(t *testing.T) {
 		_, err := insert("op_2", "k2")
 		done <- err
 	}()
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, g.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: OperationInsertReserving%'`).Scan(&n))
-		return n == 1
-	}, 10*time.Second, 10*time.Millisecond, "op_2's insert waits for the budget")
+	g.waitForLock(t, "OperationInsertReserving", "op_2's insert waits for the budget")
 	_, err = tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `UPDATE operation_identity SET free_at = '-infinity' WHERE tenant = 'acme' AND identity = 'INV-1'`)
@@ -683,12 +690,7 @@ func TestPruneLocksIdentitiesFirst(t *testing.T) {
 		_, err := g.st.OperationPrune(ctx, time.Hour, 100)
 		done <- err
 	}()
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, g.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: OperationPrune%'`).Scan(&n))
-		return n == 1
-	}, 10*time.Second, 10*time.Millisecond, "the prune waits for the identity")
+	g.waitForLock(t, "OperationPrune", "the prune waits for the identity")
 	// ...then the insert under the key, which finds op_1 still there.
 	_, err = tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`)
 	require.NoError(t, err)

@@ -154,39 +154,41 @@ func (l *Ledger) admit(ctx context.Context, t *tool.Tool, who Actor, args *struc
 		return adm, nil
 	}
 	if len(rs) == 1 {
-		// One budget: the share travels with the others that arrive for
-		// it while a statement for it runs (shareGroups).
-		share, err := l.shares.reserve(ctx, limits[0], rs[0])
-		if err != nil {
-			return admission{}, err
-		}
-		if err := ctx.Err(); err != nil && share != store.ShareRefused {
-			// The caller gave up while its share waited for its batch's
-			// statement, which took it: no operation will be stored for
-			// it, so the share goes back now rather than count until its
-			// window ends.
-			l.release(ctx, who.Tenant, id, admission{reserved: true, names: []string{limits[0].Name}, scopes: []string{rs[0].Scope}})
-			return admission{}, err
-		}
-		res := store.Reserved{Refused: -1, Over: -1}
-		switch share {
-		case store.ShareRefused:
-			res.Refused = 0
-		case store.ShareOver:
-			res.Over = 0
-		}
-		err = l.admitted(ctx, &l.store.Conn, limits, rs, res, &adm)
-		if err != nil {
-			return admission{}, err
-		}
-		adm.reserved = true
-		return adm, nil
+		err = l.reserveOne(ctx, limits[0], rs[0], &adm)
+	} else {
+		err = l.reserve(ctx, &l.store.Conn, limits, rs, true, &adm)
 	}
-	if err := l.reserve(ctx, &l.store.Conn, limits, rs, true, &adm); err != nil {
+	if err != nil {
 		return admission{}, err
 	}
 	adm.reserved = true
 	return adm, nil
+}
+
+// reserveOne reserves r, a new operation's one share (of lim's budget), in
+// a statement of its own that carries the other shares waiting for that
+// budget (shareGroups), and records in adm what it reserved, or refuses.
+func (l *Ledger) reserveOne(ctx context.Context, lim *tool.Limit, r store.Reservation, adm *admission) error {
+	share, err := l.shares.reserve(ctx, lim, r)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil && share != store.ShareRefused {
+		// The caller gave up while its share waited for its batch's
+		// statement, which took it: no operation will be stored for it,
+		// so the share goes back now rather than count until its window
+		// ends.
+		l.release(ctx, r.Tenant, r.OperationID, admission{reserved: true, names: []string{lim.Name}, scopes: []string{r.Scope}})
+		return err
+	}
+	res := store.Reserved{Refused: -1, Over: -1}
+	switch share {
+	case store.ShareRefused:
+		res.Refused = 0
+	case store.ShareOver:
+		res.Over = 0
+	}
+	return l.admitted(ctx, &l.store.Conn, []*tool.Limit{lim}, []store.Reservation{r}, res, adm)
 }
 
 // admitIn reserves, in c's transaction, the identity and budget shares of a
