@@ -162,13 +162,18 @@ WHERE CASE WHEN sqlc.arg(take_identity)::boolean OR sqlc.narg(budget_names)::tex
 WITH prepared_link AS (
     -- As in OperationInsert.
     SELECT audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) AS h
+), shares AS (
+    -- Read once, by the budgets' upsert and the uses' insert: each
+    -- function of a ROWS FROM costs PostgreSQL its own set-up and
+    -- tuplestore (docs/performance.md, finding 45).
+    SELECT * FROM ROWS FROM (unnest(sqlc.arg(budget_names)::text[]), unnest(sqlc.arg(budget_scopes)::text[]), unnest(sqlc.arg(amounts)::float8[]),
+                             unnest(sqlc.arg(max_counts)::integer[]), unnest(sqlc.arg(has_sums)::boolean[]), unnest(sqlc.arg(max_sums)::float8[]),
+                             unnest(sqlc.arg(windows)::float8[])) AS u(name, scope, amount, max_count, has_sum, max_sum, win)
 ), res AS (
     INSERT INTO budget AS b (tenant, name, scope, used_count, used_sum, window_seconds, max_count, max_sum)
     SELECT sqlc.arg(tenant), u.name, u.scope, 1, u.amount::numeric, u.win, u.max_count,
            CASE WHEN u.has_sum THEN u.max_sum::numeric END
-    FROM ROWS FROM (unnest(sqlc.arg(budget_names)::text[]), unnest(sqlc.arg(budget_scopes)::text[]), unnest(sqlc.arg(amounts)::float8[]),
-                    unnest(sqlc.arg(max_counts)::integer[]), unnest(sqlc.arg(has_sums)::boolean[]), unnest(sqlc.arg(max_sums)::float8[]),
-                    unnest(sqlc.arg(windows)::float8[])) AS u(name, scope, amount, max_count, has_sum, max_sum, win)
+    FROM shares u
     WHERE (u.max_count = 0 OR u.max_count >= 1) AND (NOT u.has_sum OR u.amount::numeric <= u.max_sum::numeric)
     ON CONFLICT (tenant, name, scope) DO UPDATE
     SET used_count = b.used_count + 1, used_sum = b.used_sum + EXCLUDED.used_sum, window_seconds = EXCLUDED.window_seconds,
@@ -180,7 +185,7 @@ WITH prepared_link AS (
 ), uses AS (
     INSERT INTO budget_use (tenant, name, scope, operation_id, at, amount)
     SELECT sqlc.arg(tenant), u.name, u.scope, sqlc.arg(id), statement_timestamp(), u.amount::numeric
-    FROM ROWS FROM (unnest(sqlc.arg(budget_names)::text[]), unnest(sqlc.arg(budget_scopes)::text[]), unnest(sqlc.arg(amounts)::float8[])) AS u(name, scope, amount)
+    FROM shares u
 ), ident AS (
     INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
     SELECT sqlc.arg(tenant), sqlc.arg(tool), sqlc.narg(identity)::text, sqlc.arg(id), sqlc.arg(idempotency_key),

@@ -1535,13 +1535,18 @@ const operationInsertReserving = `-- name: OperationInsertReserving :one
 WITH prepared_link AS (
     -- As in OperationInsert.
     SELECT audit_link(NULL, $1::bytea, 1, 0, 0, statement_timestamp(), NULL) AS h
+), shares AS (
+    -- Read once, by the budgets' upsert and the uses' insert: each
+    -- function of a ROWS FROM costs PostgreSQL its own set-up and
+    -- tuplestore (docs/performance.md, finding 45).
+    SELECT name, scope, amount, max_count, has_sum, max_sum, win FROM ROWS FROM (unnest($2::text[]), unnest($3::text[]), unnest($4::float8[]),
+                             unnest($5::integer[]), unnest($6::boolean[]), unnest($7::float8[]),
+                             unnest($8::float8[])) AS u(name, scope, amount, max_count, has_sum, max_sum, win)
 ), res AS (
     INSERT INTO budget AS b (tenant, name, scope, used_count, used_sum, window_seconds, max_count, max_sum)
-    SELECT $2, u.name, u.scope, 1, u.amount::numeric, u.win, u.max_count,
+    SELECT $9, u.name, u.scope, 1, u.amount::numeric, u.win, u.max_count,
            CASE WHEN u.has_sum THEN u.max_sum::numeric END
-    FROM ROWS FROM (unnest($3::text[]), unnest($4::text[]), unnest($5::float8[]),
-                    unnest($6::integer[]), unnest($7::boolean[]), unnest($8::float8[]),
-                    unnest($9::float8[])) AS u(name, scope, amount, max_count, has_sum, max_sum, win)
+    FROM shares u
     WHERE (u.max_count = 0 OR u.max_count >= 1) AND (NOT u.has_sum OR u.amount::numeric <= u.max_sum::numeric)
     ON CONFLICT (tenant, name, scope) DO UPDATE
     SET used_count = b.used_count + 1, used_sum = b.used_sum + EXCLUDED.used_sum, window_seconds = EXCLUDED.window_seconds,
@@ -1552,13 +1557,13 @@ WITH prepared_link AS (
     RETURNING 1
 ), uses AS (
     INSERT INTO budget_use (tenant, name, scope, operation_id, at, amount)
-    SELECT $2, u.name, u.scope, $11, statement_timestamp(), u.amount::numeric
-    FROM ROWS FROM (unnest($3::text[]), unnest($4::text[]), unnest($5::float8[])) AS u(name, scope, amount)
+    SELECT $9, u.name, u.scope, $11, statement_timestamp(), u.amount::numeric
+    FROM shares u
 ), ident AS (
     INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
-    SELECT $2, $12, $13::text, $11, $14,
+    SELECT $9, $12, $13::text, $11, $14,
            $15::float8, 'infinity'
-    WHERE $16::boolean AND (SELECT count(*) FROM res) = cardinality($3::text[])
+    WHERE $16::boolean AND (SELECT count(*) FROM res) = cardinality($2::text[])
     ON CONFLICT (tenant, tool, identity) DO UPDATE SET
         operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
         window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
@@ -1572,7 +1577,7 @@ WITH prepared_link AS (
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    SELECT $11, $2, $12, $17, $14, $18, $19,
+    SELECT $11, $9, $12, $17, $14, $18, $19,
             CASE WHEN $20::boolean THEN $21::text ELSE $22::text END,
             $23, $24, $25, $26,
             CASE WHEN $20::boolean THEN 2 ELSE 1 END,
@@ -1587,7 +1592,7 @@ WITH prepared_link AS (
             CASE WHEN $20::boolean THEN now() END,
             $31::integer, $32::text, $33::text,
             $34::jsonb, $35::text,
-            $3::text[], $4::text[], $13::text,
+            $2::text[], $3::text[], $13::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
@@ -1599,7 +1604,7 @@ WITH prepared_link AS (
             CASE WHEN jsonb_array_length($34::jsonb) > 0 THEN $19::text END,
             $37::text
     WHERE (NOT $16::boolean OR EXISTS (SELECT 1 FROM ident))
-      AND (SELECT count(*) FROM res) = cardinality($3::text[])
+      AND (SELECT count(*) FROM res) = cardinality($2::text[])
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
@@ -1617,13 +1622,12 @@ WITH prepared_link AS (
 SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
 UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
-WHERE operation_admit_reserved(cardinality($3::text[]), (SELECT count(*) FROM res),
+WHERE operation_admit_reserved(cardinality($2::text[]), (SELECT count(*) FROM res),
                                $16::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins))
 `
 
 type OperationInsertReservingParams struct {
 	PreparedDoc           []byte
-	Tenant                string
 	BudgetNames           []string
 	BudgetScopes          []string
 	Amounts               []float64
@@ -1631,6 +1635,7 @@ type OperationInsertReservingParams struct {
 	HasSums               []bool
 	MaxSums               []float64
 	Windows               []float64
+	Tenant                string
 	MaxUses               int32
 	ID                    string
 	Tool                  string
@@ -1699,7 +1704,6 @@ type OperationInsertReservingRow struct {
 func (q *Queries) OperationInsertReserving(ctx context.Context, db DBTX, arg OperationInsertReservingParams) (OperationInsertReservingRow, error) {
 	row := db.QueryRow(ctx, operationInsertReserving,
 		arg.PreparedDoc,
-		arg.Tenant,
 		arg.BudgetNames,
 		arg.BudgetScopes,
 		arg.Amounts,
@@ -1707,6 +1711,7 @@ func (q *Queries) OperationInsertReserving(ctx context.Context, db DBTX, arg Ope
 		arg.HasSums,
 		arg.MaxSums,
 		arg.Windows,
+		arg.Tenant,
 		arg.MaxUses,
 		arg.ID,
 		arg.Tool,
