@@ -18,8 +18,8 @@ import (
 const (
 	// ScenarioOneCallBudgeted is execute-one-call of a tool with a limit
 	// per customer (one of budgetCustomers, drawn at random) and a business
-	// identity (a new invoice per call): a BudgetReserve before the
-	// insert, whose own statement takes the identity.
+	// identity (a new invoice per call): its insert reserves the share and
+	// takes the identity (OperationInsertReserving).
 	ScenarioOneCallBudgeted = "one-call-budgeted"
 	// ScenarioOneCallTenantLimit is execute-one-call of a tool with one
 	// tenant-wide limit: every call reserves its share of the same budget
@@ -135,8 +135,8 @@ func (r *Report) BudgetTargets() []Target {
 			ts = append(ts, Target{Text: text + ": not measured in this run"})
 			continue
 		}
-		q := o.OpsPerSec / b.OpsPerSec
-		ts = append(ts, Target{Met: met(q >= x.min), Text: fmt.Sprintf("%s: %.0f vs %.0f ops/s = %.2f (%s vs %s)%s", text, o.OpsPerSec, b.OpsPerSec, q,
+		q, qt := ratioOf(o, b)
+		ts = append(ts, Target{Met: met(q >= x.min), Text: fmt.Sprintf("%s: %s (%s vs %s)%s", text, qt,
 			us(o.CPU), us(b.CPU), byRound(o, b, "%.2f", opsRatio))})
 	}
 	return ts

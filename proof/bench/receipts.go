@@ -82,8 +82,8 @@ func (r *Report) ReceiptsTargets() []Target {
 			ts = append(ts, Target{Text: text + ": not measured in this run"})
 			continue
 		}
-		q := o.OpsPerSec / b.OpsPerSec
-		ts = append(ts, Target{Met: met(q >= x.min), Text: fmt.Sprintf("%s: %.0f vs %.0f ops/s = %.2f (%s vs %s)%s", text, o.OpsPerSec, b.OpsPerSec, q,
+		q, qt := ratioOf(o, b)
+		ts = append(ts, Target{Met: met(q >= x.min), Text: fmt.Sprintf("%s: %s (%s vs %s)%s", text, qt,
 			us(o.CPU), us(b.CPU), byRound(o, b, "%.2f", opsRatio))})
 	}
 	return ts

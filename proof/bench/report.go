@@ -195,6 +195,34 @@ func byRound(o, b Result, format string, f func(o, b Round) (float64, bool)) str
 	return "; by round " + strings.Join(qs, ", ")
 }
 
+// ratioOf is a target's throughput ratio of o to b, measured in one point
+// where the two took turns, and its text. With the same rounds on both
+// sides (more than one) it is the median of each round's ratio to the round
+// run beside it: a round's pair shares the machine's speed of the moment,
+// which drifts from one round to the next by more than a target's margin
+// (docs/performance.md, finding 45), while the two sides' medians are often
+// rounds apart. Otherwise it is the ratio of the two.
+func ratioOf(o, b Result) (float64, string) {
+	q := o.OpsPerSec / b.OpsPerSec
+	if len(o.Rounds) < 2 || len(o.Rounds) != len(b.Rounds) {
+		return q, fmt.Sprintf("%.0f vs %.0f ops/s = %.2f", o.OpsPerSec, b.OpsPerSec, q)
+	}
+	qs := make([]float64, len(o.Rounds))
+	for i := range o.Rounds {
+		r, ok := opsRatio(o.Rounds[i], b.Rounds[i])
+		if !ok {
+			return q, fmt.Sprintf("%.0f vs %.0f ops/s = %.2f", o.OpsPerSec, b.OpsPerSec, q)
+		}
+		qs[i] = r
+	}
+	slices.Sort(qs)
+	m := qs[len(qs)/2]
+	if len(qs)%2 == 0 {
+		m = (qs[len(qs)/2-1] + qs[len(qs)/2]) / 2
+	}
+	return m, fmt.Sprintf("%.0f vs %.0f ops/s (medians), %.2f (the median of the %d rounds' ratios)", o.OpsPerSec, b.OpsPerSec, m, len(qs))
+}
+
 // opsRatio and cpuRatio compare one round of each side.
 func opsRatio(o, b Round) (float64, bool) { return o.OpsPerSec / b.OpsPerSec, b.OpsPerSec > 0 }
 
@@ -269,12 +297,12 @@ func (r *Report) Targets() []Target {
 		if !ok || !okP {
 			missing(text)
 		} else {
-			q := p.OpsPerSec / o.OpsPerSec
+			q, qt := ratioOf(p, o)
 			cpu := ""
 			if o.CPU != nil && p.CPU != nil && o.CPU.Server > 0 {
 				cpu = fmt.Sprintf("; server CPU %s vs %s per op", us(p.CPU.Server), us(o.CPU.Server))
 			}
-			ts = append(ts, Target{Met: met(q >= 0.9), Text: fmt.Sprintf("%s: %.0f vs %.0f ops/s = %.2f%s%s", text, p.OpsPerSec, o.OpsPerSec, q, cpu,
+			ts = append(ts, Target{Met: met(q >= 0.9), Text: fmt.Sprintf("%s: %s%s%s", text, qt, cpu,
 				byRound(p, o, "%.2f", opsRatio))})
 		}
 	}
