@@ -224,12 +224,12 @@ type NewOperation struct {
 	Identity                  string
 	TakeIdentity              bool
 	IdentityWindow            time.Duration
-	// Reserve, when set, are the shares the insert reserves itself
-	// (OperationInsertReserving), one per limit in lock order, whose names
-	// and scopes BudgetNames and BudgetScopes repeat: the operation is
-	// stored with all of them or nothing is (ErrSharesDoNotFit when one
-	// does not fit as its budget stands).
-	Reserve []Reservation
+	// Reserve, when set, is the share the insert reserves itself
+	// (OperationInsertReserving): the one limit of a tool whose only limit
+	// is per key, whose name and scope BudgetNames and BudgetScopes repeat.
+	// The operation is stored with it or nothing is (ErrSharesDoNotFit when
+	// it does not fit as its budget stands).
+	Reserve *Reservation
 	// Actor and Detail describe the PREPARED event.
 	Actor, Detail string
 	// Notify queues an approval notification with an operation that
@@ -284,8 +284,8 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 		}
 	}
 	var r db.OperationInsertRow
-	if len(n.Reserve) > 0 {
-		r, err = c.operationInsertReserving(ctx, p, n.Reserve)
+	if n.Reserve != nil {
+		r, err = c.operationInsertReserving(ctx, p, *n.Reserve)
 	} else {
 		r, err = c.q.OperationInsert(ctx, c.dbtx, p)
 	}
@@ -299,22 +299,19 @@ func (c *Conn) OperationInsert(ctx context.Context, n NewOperation) (op Operatio
 }
 
 // operationInsertReserving runs OperationInsertReserving with p's values
-// and the shares rs.
-func (c *Conn) operationInsertReserving(ctx context.Context, p db.OperationInsertParams, rs []Reservation) (db.OperationInsertRow, error) {
+// and the share.
+func (c *Conn) operationInsertReserving(ctx context.Context, p db.OperationInsertParams, share Reservation) (db.OperationInsertRow, error) {
 	q := db.OperationInsertReservingParams{
 		Tenant: p.Tenant, Tool: p.Tool, Identity: p.Identity, ID: p.ID, IdempotencyKey: p.IdempotencyKey,
-		IdentityWindowSeconds: p.IdentityWindowSeconds, TakeIdentity: p.TakeIdentity, MaxUses: int32(rs[0].MaxUses),
+		IdentityWindowSeconds: p.IdentityWindowSeconds, TakeIdentity: p.TakeIdentity, MaxUses: int32(share.MaxUses),
+		BudgetName: share.Name, BudgetScope: share.Scope, Amount: share.Amount, ShareWindow: share.Window.Seconds(),
+		MaxCount: int32(share.MaxCount), HasSum: share.HasSum, MaxSum: share.MaxSum,
 		ToolVersion: p.ToolVersion, Args: p.Args, Fingerprint: p.Fingerprint, Claim: p.Claim, ClaimTo: p.ClaimTo, State: p.State,
 		PreparedBy: p.PreparedBy, ApprovalRequired: p.ApprovalRequired, ApprovalTtlMs: p.ApprovalTtlMs, DownstreamKey: p.DownstreamKey,
 		PreparedDoc: p.PreparedDoc, ClaimedDoc: p.ClaimedDoc, ClaimFrom: p.ClaimFrom, LeaseOwner: p.LeaseOwner, LeaseSeconds: p.LeaseSeconds,
 		ApprovalsNeeded: p.ApprovalsNeeded, PolicyDigest: p.PolicyDigest, ApprovalRule: p.ApprovalRule, Approvals: p.Approvals,
 		Supersedes: p.Supersedes, ApprovedBy: p.ApprovedBy, ApprovedReason: p.ApprovedReason, Actor: p.Actor, Detail: p.Detail,
 		PreparedFacts: p.PreparedFacts, ClaimEvent: p.ClaimEvent, Notify: p.Notify,
-	}
-	for _, r := range rs {
-		q.BudgetNames, q.BudgetScopes, q.Amounts = append(q.BudgetNames, r.Name), append(q.BudgetScopes, r.Scope), append(q.Amounts, r.Amount)
-		q.MaxCounts, q.HasSums, q.MaxSums = append(q.MaxCounts, int32(r.MaxCount)), append(q.HasSums, r.HasSum), append(q.MaxSums, r.MaxSum)
-		q.Windows = append(q.Windows, r.Window.Seconds())
 	}
 	r, err := c.q.OperationInsertReserving(ctx, c.dbtx, q)
 	return db.OperationInsertRow(r), err

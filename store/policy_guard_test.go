@@ -365,13 +365,11 @@ func payOp(id, key, invoice string, window time.Duration) store.NewOperation {
 	return n
 }
 
-// reserving is n with the shares rs, which its insert reserves itself
+// reserving is n with the share r, which its insert reserves itself
 // (OperationInsertReserving).
-func reserving(n store.NewOperation, rs ...store.Reservation) store.NewOperation {
-	n.Reserve = rs
-	for _, r := range rs {
-		n.BudgetNames, n.BudgetScopes = append(n.BudgetNames, r.Name), append(n.BudgetScopes, r.Scope)
-	}
+func reserving(n store.NewOperation, r store.Reservation) store.NewOperation {
+	n.Reserve = &r
+	n.BudgetNames, n.BudgetScopes = []string{r.Name}, []string{r.Scope}
 	return n
 }
 
@@ -465,31 +463,31 @@ func TestBudgetFirstShare(t *testing.T) {
 	g.requireBudgetsExact(t)
 }
 
-// TestInsertReserving: an insert that reserves its shares itself
-// (OperationInsertReserving) stores the operation with every share and its
+// TestInsertReserving: an insert that reserves its share itself
+// (OperationInsertReserving) stores the operation with its share and its
 // identity, or nothing: a share that does not fit as its budget stands
 // (ErrSharesDoNotFit), a key already taken and an identity another key
-// holds (not inserted) leave the budgets, their uses and the identity as
-// they were. Its first try is stricter than the limit, never looser: a use
-// that left the window but is still counted refuses it, and
-// budget_reserve, which drops such uses, then admits the share exactly.
+// holds (not inserted) leave the budget, its uses and the identity as they
+// were. Its first try is stricter than the limit, never looser: a use that
+// left the window but is still counted refuses it, and budget_reserve,
+// which drops such uses, then admits the share exactly.
 func TestInsertReserving(t *testing.T) {
 	t.Parallel()
 	g := newGuardDB(t)
 	ctx := t.Context()
-	a := store.Reservation{Tenant: "acme", Name: "a", Scope: "cust-1", MaxCount: 2, Window: time.Hour, MaxUses: 100}
-	b := store.Reservation{Tenant: "acme", Name: "b", Scope: "cust-1", HasSum: true, MaxSum: 100, Window: time.Hour, MaxUses: 100}
-	insert := func(id, key, invoice string, amount float64, rs ...store.Reservation) (bool, error) {
-		for i := range rs {
-			rs[i].OperationID = id
-			if rs[i].HasSum {
-				rs[i].Amount = amount
-			}
+	b := store.Reservation{Tenant: "acme", Name: "b", Scope: "cust-1", MaxCount: 2, HasSum: true, MaxSum: 100, Window: time.Hour, MaxUses: 100}
+	insert := func(id, key, invoice string, amount float64, r store.Reservation) (bool, error) {
+		r.OperationID = id
+		if r.HasSum {
+			r.Amount = amount
 		}
-		n := reserving(payOp(id, key, invoice, time.Hour), rs...)
+		n := reserving(payOp(id, key, invoice, time.Hour), r)
 		op, inserted, err := g.st.OperationInsert(ctx, n)
 		if inserted {
 			require.Equal(t, n.BudgetNames, op.BudgetNames)
+			stored, err := g.st.OperationGet(ctx, "acme", id)
+			require.NoError(t, err)
+			require.Equal(t, []any{[]string{r.Name}, []string{r.Scope}}, []any{stored.BudgetNames, stored.BudgetScopes}, "the row names its budget")
 		}
 		return inserted, err
 	}
@@ -500,39 +498,42 @@ func TestInsertReserving(t *testing.T) {
 			(SELECT coalesce(sum(used_sum), 0) FROM budget WHERE name = 'b')`).Scan(&ops, &uses, &sum))
 		return ops, uses, sum
 	}
-	stored, err := insert("op_1", "k1", "INV-1", 70, a, b)
+	stored, err := insert("op_1", "k1", "INV-1", 70, b)
 	require.NoError(t, err)
 	require.True(t, stored)
 	g.requireBudgetsExact(t)
 	ops, uses, sum := counts()
-	require.Equal(t, []any{1, 2, 70.0}, []any{ops, uses, sum}, "the operation and both its shares")
+	require.Equal(t, []any{1, 1, 70.0}, []any{ops, uses, sum}, "the operation and its share")
 	holder, _, held, err := g.st.IdentityGet(ctx, "acme", "pay", "INV-1")
 	require.NoError(t, err)
 	require.Equal(t, []any{"op_1", true}, []any{holder, held})
 
-	_, err = insert("op_2", "k2", "INV-2", 40, a, b)
+	_, err = insert("op_2", "k2", "INV-2", 40, b)
 	require.ErrorIs(t, err, store.ErrSharesDoNotFit, "b has 30 left")
-	stored, err = insert("op_3", "k1", "INV-3", 10, a, b)
+	stored, err = insert("op_3", "k1", "INV-3", 10, b)
 	require.NoError(t, err)
 	require.False(t, stored, "k1 is op_1's key")
-	stored, err = insert("op_4", "k4", "INV-1", 10, a, b)
+	stored, err = insert("op_4", "k4", "INV-1", 10, b)
 	require.NoError(t, err)
 	require.False(t, stored, "INV-1 is op_1's identity")
 	ops, uses, sum = counts()
-	require.Equal(t, []any{1, 2, 70.0}, []any{ops, uses, sum}, "nothing of op_2, op_3 or op_4 was stored or counted")
+	require.Equal(t, []any{1, 1, 70.0}, []any{ops, uses, sum}, "nothing of op_2, op_3 or op_4 was stored or counted")
 	g.requireBudgetsExact(t)
 	_, holderKey, _, err := g.st.IdentityGet(ctx, "acme", "pay", "INV-3")
 	require.NoError(t, err)
 	require.Empty(t, holderKey, "op_3's identity was not taken")
 
-	stored, err = insert("op_5", "k5", "INV-5", 30, a, b)
+	stored, err = insert("op_5", "k5", "INV-5", 30, b)
 	require.NoError(t, err)
 	require.True(t, stored, "exactly the room left")
-	_, err = insert("op_6", "k6", "", 0, a)
+	_, err = insert("op_6", "k6", "", 0, b)
 	require.ErrorIs(t, err, store.ErrSharesDoNotFit, "a count of 2 is used")
-	one := store.Reservation{Tenant: "acme", Name: "a", Scope: "cust-2", MaxCount: 0, HasSum: true, MaxSum: 10, Window: time.Hour, MaxUses: 100}
+	one := store.Reservation{Tenant: "acme", Name: "b", Scope: "cust-2", MaxCount: 0, HasSum: true, MaxSum: 10, Window: time.Hour, MaxUses: 100}
 	_, err = insert("op_7", "k7", "", 11, one)
 	require.ErrorIs(t, err, store.ErrSharesDoNotFit, "11 does not fit an empty budget of 10")
+	stored, err = insert("op_7", "k7", "", 10, one)
+	require.NoError(t, err)
+	require.True(t, stored, "10 fits it exactly")
 	g.requireBudgetsExact(t)
 
 	// A use that left the window is still counted on its budget's row.

@@ -41,7 +41,7 @@ var (
 	// ErrUnavailable: the database could not be reached.
 	ErrUnavailable = errors.New("store: database unavailable")
 	// ErrSharesDoNotFit: OperationInsert with NewOperation.Reserve found
-	// that the shares do not all fit their budgets as they stand (a limit
+	// that the share does not fit its budget as it stands (the limit
 	// refuses, or an `over: approve` limit is gone past); nothing was
 	// stored or reserved (SQLSTATE OL429). The caller reserves in a
 	// statement of its own (BudgetReserve), which says which limit and

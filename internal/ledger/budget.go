@@ -44,38 +44,31 @@ type admission struct {
 	reserved bool
 }
 
-// reservesInInsert reports whether a Prepare of t reserves its budget shares
-// in its insert's own statement (OperationInsertReserving): t has limits and
-// every one is per key. Such a budget is shared by the calls of one key (a
-// customer, an agent), so the insert may hold its lock to the commit; a
-// tenant-wide budget is shared by every call, and is reserved in a
-// statement of its own that holds the lock for microseconds (admit).
+// reservesInInsert reports whether a Prepare of t reserves its budget share
+// in its insert's own statement (OperationInsertReserving): t has one limit,
+// per key. Such a budget is shared by the calls of one key (a customer, an
+// agent), so the insert may hold its lock to the commit; a tenant-wide
+// budget is shared by every call, and is reserved in a statement of its own
+// that holds the lock for microseconds (admit). A tool with several limits
+// reserves them all or none in a statement of its own too (admit): one
+// share is the insert's scalars, several would be arrays, whose reading
+// costs PostgreSQL more than the scalars save (docs/performance.md, finding
+// 45).
 func reservesInInsert(t *tool.Tool) bool {
-	if len(t.Limits) == 0 {
-		return false
-	}
-	for _, lim := range t.Limits {
-		if lim.Per == "" {
-			return false
-		}
-	}
-	return true
+	return len(t.Limits) == 1 && t.Limits[0].Per != ""
 }
 
-// insertReserving inserts n with its budget shares and its identity in one
-// statement: stored with all of them, or nothing is (ErrSharesDoNotFit when
-// a share does not fit as its budget stands; not inserted when the key is
+// insertReserving inserts n with its budget share and its identity in one
+// statement: stored with both, or nothing is (ErrSharesDoNotFit when
+// the share does not fit as its budget stands; not inserted when the key is
 // taken or another key holds the identity, which it then refuses).
 func (l *Ledger) insertReserving(ctx context.Context, a Actor, t *tool.Tool, args *structpb.Struct, n *store.NewOperation) (Operation, bool, error) {
 	identity, rs, limits, err := claims(t, a, args, n.ID)
 	if err != nil {
 		return Operation{}, false, err
 	}
-	n.Reserve = rs
-	n.BudgetNames, n.BudgetScopes = make([]string, len(rs)), make([]string, len(rs))
-	for i, r := range rs {
-		n.BudgetNames[i], n.BudgetScopes[i] = r.Name, r.Scope
-	}
+	n.Reserve = &rs[0]
+	n.BudgetNames, n.BudgetScopes = []string{rs[0].Name}, []string{rs[0].Scope}
 	if identity != "" {
 		n.Identity, n.TakeIdentity, n.IdentityWindow = identity, true, t.Identity.Window
 	}

@@ -158,7 +158,7 @@ type countingStatements struct {
 
 func (c countingStatements) OperationInsert(ctx context.Context, conn *store.Conn, n store.NewOperation) (ledger.Operation, bool, error) {
 	op, inserted, err := c.Statements.OperationInsert(ctx, conn, n)
-	if err == nil && inserted && len(n.Reserve) > 0 {
+	if err == nil && inserted && n.Reserve != nil {
 		c.a.inInsert.Add(1)
 	}
 	return op, inserted, err
@@ -307,6 +307,32 @@ func TestLimitCountAcrossReplicas(t *testing.T) {
 			t.Logf("64 shares reserved apart in %d statements", adm.statements.Load())
 		}
 	})
+}
+
+// TestSeveralPerKeyLimitsReserveApart: a tool with one limit per key
+// reserves its share in its insert; a tool with two reserves both in a
+// statement of their own, all or none (docs/policy.md, "How a reservation
+// is made"), and each limit holds exactly: the third call of a customer is
+// refused by the limit of two, the first of another admitted.
+func TestSeveralPerKeyLimitsReserveApart(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: a_two_per_customer, tools: [refund], per: args.customer_id, window: 1h, count: 2}
+  - {name: b_five_per_customer, tools: [refund], per: args.customer_id, window: 1h, count: 5}
+`)})
+	var adm admissions
+	c := w.env.StartServer(harness.ServerOptions{Hooks: adm.hooks()}).Client
+	for range 2 {
+		resp, err := oneCall(c, w.agent, "refund", refundFor(t, "c-1", 100))
+		require.NoError(t, err)
+		require.Equal(t, []string{"a_two_per_customer", "b_five_per_customer"}, budgetNames(resp.GetOperation()))
+	}
+	_, err := oneCall(c, w.agent, "refund", refundFor(t, "c-1", 100))
+	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+	require.Equal(t, "a_two_per_customer", errorInfo(t, err).GetMetadata()["limit"])
+	_, err = oneCall(c, w.agent, "refund", refundFor(t, "c-2", 100))
+	require.NoError(t, err)
+	require.Equal(t, []int64{0, 3}, []int64{adm.inInsert.Load(), adm.apart.Load()}, "reserved apart")
+	require.Len(t, w.env.Fakepay.Charges(), 3)
 }
 
 func budgetNames(op *opledgerv1.Operation) []string {

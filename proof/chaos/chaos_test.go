@@ -864,14 +864,14 @@ func TestCheckerFlagsOverspent(t *testing.T) {
 	// count 2: operations 3 and 4; sum 10000 with 1000 each: none.
 	require.Equal(t, 2, r.Overspent, "%+v", r.Violations)
 	require.Equal(t, ViolationOverspent, r.Violations[0].Kind)
-	require.Contains(t, r.Violations[0].Detail, limitCustomerCount+" (c1)")
+	require.Contains(t, r.Violations[0].Detail, limitCustomer+" (c1)")
 
 	// Amounts past the customer's sum, within its count.
 	in := budgetWorld(2, func(tool string, i int) bool { return tool == ToolPayCapped })
 	in.Prepared["op_pay_capped_1"] = PreparedOp{Tool: ToolPayCapped, Args: json.RawMessage(`{"invoice_id":"INV-1","amount_minor":9500,"currency":"EUR","customer_id":"c1"}`), Intent: intentRun}
 	r = Check(in)
 	require.Equal(t, 1, r.Overspent, "%+v", r.Violations)
-	require.Contains(t, r.Violations[0].Detail, limitCustomerSum)
+	require.Contains(t, r.Violations[0].Detail, limitCustomer)
 
 	// Outside the window the budget is free again.
 	in = budgetWorld(3, func(tool string, i int) bool { return tool == ToolPayCapped })

@@ -79,9 +79,10 @@ const (
 	// refuses amounts ending in 7 (policyDenies).
 	ToolPayPolicy = "pay_policy"
 	// ToolPayCapped charges the "pay" processor like pay_invoice without an
-	// approval, under two limits per customer (limitCustomerCount and
-	// limitCustomerSum): the workload sends bursts of concurrent calls for
-	// one new customer, each under its own key (worker.runBurst).
+	// approval, under one limit per customer (limitCustomer, a count and a
+	// sum), which its insert reserves (OperationInsertReserving): the
+	// workload sends bursts of concurrent calls for one new customer, each
+	// under its own key (worker.runBurst).
 	ToolPayCapped = "pay_capped"
 	// ToolPayMetered is the same under two tenant-wide limits
 	// (limitTenantCount and limitTenantSum), every call on one budget.
@@ -101,14 +102,11 @@ const (
 // run and the checker's count per budget is exact whatever the timing of
 // the Prepares' transactions under the faults.
 const (
-	limitCustomerCount = "chaos_customer_count"
-	// limitCustomerSum sorts before limitCustomerCount, limitTenantCount
-	// before limitTenantSum: the ledger reserves a tool's budgets in the
-	// order of their names, and the first one's row lock, held to the
-	// commit, serialises the others, so only the first can be overspent by
-	// a check done as a read (the budget-read control): a sum for one tool,
-	// a count for the other.
-	limitCustomerSum = "chaos_customer_amount"
+	limitCustomer = "chaos_customer"
+	// limitTenantCount sorts before limitTenantSum: the ledger reserves a
+	// tool's budgets in the order of their names, and the first one's row
+	// lock serialises the others, so only the first can be overspent by a
+	// check done as a read (the budget-read control).
 	limitTenantCount = "chaos_tenant_count"
 	limitTenantSum   = "chaos_tenant_sum"
 	limitPooledCount = "chaos_pooled_count"
@@ -126,12 +124,11 @@ const (
 // limitsYAML is the tools file's top-level limits.
 func limitsYAML() string {
 	return fmt.Sprintf(`limits:
-  - {name: %s, tools: [%s], per: args.customer_id, window: %s, count: %d}
-  - {name: %s, tools: [%s], per: args.customer_id, window: %s, sum: args.amount_minor, max: %d}
+  - {name: %s, tools: [%s], per: args.customer_id, window: %s, count: %d, sum: args.amount_minor, max: %d}
   - {name: %s, tools: [%s], window: %s, count: %d}
   - {name: %s, tools: [%s], window: %s, sum: args.amount_minor, max: %d}
   - {name: %s, tools: [%s], window: %s, count: %d}
-`, limitCustomerCount, ToolPayCapped, budgetWindow, customerCount, limitCustomerSum, ToolPayCapped, budgetWindow, customerMax,
+`, limitCustomer, ToolPayCapped, budgetWindow, customerCount, customerMax,
 		limitTenantCount, ToolPayMetered, budgetWindow, tenantCount, limitTenantSum, ToolPayMetered, budgetWindow, tenantMax,
 		limitPooledCount, ToolPayPooled, budgetWindow, pooledCount)
 }
@@ -155,8 +152,7 @@ func limitSpecs() []LimitSpec {
 	customer := func(a json.RawMessage) string { return readCharge(a).CustomerID }
 	amount := func(a json.RawMessage) float64 { return readCharge(a).Amount }
 	return []LimitSpec{
-		{Name: limitCustomerCount, Tools: []string{ToolPayCapped}, Window: budgetWindow, Count: customerCount, Scope: customer},
-		{Name: limitCustomerSum, Tools: []string{ToolPayCapped}, Window: budgetWindow, Max: customerMax, Amount: amount, Scope: customer},
+		{Name: limitCustomer, Tools: []string{ToolPayCapped}, Window: budgetWindow, Count: customerCount, Max: customerMax, Amount: amount, Scope: customer},
 		{Name: limitTenantCount, Tools: []string{ToolPayMetered}, Window: budgetWindow, Count: tenantCount},
 		{Name: limitTenantSum, Tools: []string{ToolPayMetered}, Window: budgetWindow, Max: tenantMax, Amount: amount},
 		{Name: limitPooledCount, Tools: []string{ToolPayPooled}, Window: budgetWindow, Count: pooledCount},

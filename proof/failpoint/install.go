@@ -155,11 +155,11 @@ func (s statements) OperationTransition(ctx context.Context, t store.TransitionP
 // by a read in Go and taken unconditionally (IdentityReserve below) before
 // an insert that does not take it. An identity another key holds refuses
 // the insert, as the guarded insert does. With budget-read, an insert that
-// would reserve its shares itself (n.Reserve) answers that they do not fit,
-// so that the ledger reserves them through BudgetReserve below, as it does
+// would reserve its share itself (n.Reserve) answers that it does not fit,
+// so that the ledger reserves it through BudgetReserve below, as it does
 // for a tenant-wide limit.
 func (s statements) OperationInsert(ctx context.Context, c *store.Conn, n store.NewOperation) (ledger.Operation, bool, error) {
-	if Defect(DefectBudgetRead) && len(n.Reserve) > 0 {
+	if Defect(DefectBudgetRead) && n.Reserve != nil {
 		return ledger.Operation{}, false, store.ErrSharesDoNotFit
 	}
 	if Defect(DefectIdentitySelect) && n.TakeIdentity {

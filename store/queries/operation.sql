@@ -135,26 +135,29 @@ WHERE CASE WHEN sqlc.arg(take_identity)::boolean OR sqlc.narg(budget_names)::tex
 
 
 -- name: OperationInsertReserving :one
--- OperationInsert for a tool whose limits are all per key (docs/policy.md,
--- "How a reservation is made"): the same statement reserves the operation's
--- share of each of its budgets (budget_names and budget_scopes, one per
--- limit, sorted by name: the lock order), and stores the operation with its
--- shares or neither. Each share is judged and counted by one upsert of its
--- budget (res): a budget without a row has no uses (budget_prune deletes a
--- budget only once it holds none, and a share is counted on its row in the
--- statement that writes its use), so a share that fits an empty budget is
--- counted by the row's insert; a budget with a row is locked and judged on
--- its newest version, whose count may still include uses that left the
--- window (stricter than the limit, never looser). The share's bounds reach
--- ON CONFLICT's WHERE through EXCLUDED (max_count, max_sum). The budgets'
--- locks are held to the commit, which a budget per key shares with few
--- calls. The identity is taken after the shares (ident reads res): budgets
--- before identities, the order of the trigger's release at an operation's
--- end and of an edit's reservation (a transaction that also releases the
--- edited operation's, so two such orders can still cross: PostgreSQL undoes
--- one as a deadlock, and the Prepare sends its insert again).
+-- OperationInsert for a tool with one limit, per key (docs/policy.md, "How a
+-- reservation is made"): the same statement reserves the operation's share
+-- of that limit's budget for the key (budget_name, budget_scope), and stores
+-- the operation with its share or neither. The share is judged and counted
+-- by one upsert of its budget (res): a budget without a row has no uses
+-- (budget_prune deletes a budget only once it holds none, and a share is
+-- counted on its row in the statement that writes its use), so a share that
+-- fits an empty budget is counted by the row's insert; a budget with a row
+-- is locked and judged on its newest version, whose count may still include
+-- uses that left the window (stricter than the limit, never looser). The
+-- share's bounds reach ON CONFLICT's WHERE through EXCLUDED (max_count,
+-- max_sum). The budget's lock is held to the commit, which a budget per key
+-- shares with few calls. One share, as scalars: the arrays of several cost
+-- PostgreSQL a function scan whose set-up was a quarter of what a budgeted
+-- call added to the statement (docs/performance.md, finding 45); a tool with
+-- several limits reserves in a statement of its own (budget_reserve). The
+-- identity is taken after the share (ident reads res): budgets before
+-- identities, the order of the trigger's release at an operation's end and
+-- of an edit's reservation (a transaction that also releases the edited
+-- operation's, so two such orders can still cross: PostgreSQL undoes one as
+-- a deadlock, and the Prepare sends its insert again).
 -- operation_admit_reserved undoes the whole statement when the operation is
--- not stored with all its shares: SQLSTATE OL429 when a share does not fit
+-- not stored with its share: SQLSTATE OL429 when the share does not fit
 -- (read as ErrSharesDoNotFit: the caller then reserves with budget_reserve,
 -- which drops the expired uses and judges exactly, or forces an `over:
 -- approve` share), OL409 when the identity is held or the key taken (read as
@@ -162,19 +165,12 @@ WHERE CASE WHEN sqlc.arg(take_identity)::boolean OR sqlc.narg(budget_names)::tex
 WITH prepared_link AS (
     -- As in OperationInsert.
     SELECT audit_link(NULL, sqlc.narg(prepared_doc)::bytea, 1, 0, 0, statement_timestamp(), NULL) AS h
-), shares AS (
-    -- Read once, by the budgets' upsert and the uses' insert: each
-    -- function of a ROWS FROM costs PostgreSQL its own set-up and
-    -- tuplestore (docs/performance.md, finding 45).
-    SELECT * FROM ROWS FROM (unnest(sqlc.arg(budget_names)::text[]), unnest(sqlc.arg(budget_scopes)::text[]), unnest(sqlc.arg(amounts)::float8[]),
-                             unnest(sqlc.arg(max_counts)::integer[]), unnest(sqlc.arg(has_sums)::boolean[]), unnest(sqlc.arg(max_sums)::float8[]),
-                             unnest(sqlc.arg(windows)::float8[])) AS u(name, scope, amount, max_count, has_sum, max_sum, win)
 ), res AS (
     INSERT INTO budget AS b (tenant, name, scope, used_count, used_sum, window_seconds, max_count, max_sum)
-    SELECT sqlc.arg(tenant), u.name, u.scope, 1, u.amount::numeric, u.win, u.max_count,
-           CASE WHEN u.has_sum THEN u.max_sum::numeric END
-    FROM shares u
-    WHERE (u.max_count = 0 OR u.max_count >= 1) AND (NOT u.has_sum OR u.amount::numeric <= u.max_sum::numeric)
+    SELECT sqlc.arg(tenant), sqlc.arg(budget_name)::text, sqlc.arg(budget_scope)::text, 1, sqlc.arg(amount)::float8::numeric, sqlc.arg(share_window)::float8,
+           sqlc.arg(max_count)::integer, CASE WHEN sqlc.arg(has_sum)::boolean THEN sqlc.arg(max_sum)::float8::numeric END
+    WHERE (sqlc.arg(max_count)::integer = 0 OR sqlc.arg(max_count)::integer >= 1)
+      AND (NOT sqlc.arg(has_sum)::boolean OR sqlc.arg(amount)::float8::numeric <= sqlc.arg(max_sum)::float8::numeric)
     ON CONFLICT (tenant, name, scope) DO UPDATE
     SET used_count = b.used_count + 1, used_sum = b.used_sum + EXCLUDED.used_sum, window_seconds = EXCLUDED.window_seconds,
         max_count = EXCLUDED.max_count, max_sum = EXCLUDED.max_sum
@@ -184,13 +180,12 @@ WITH prepared_link AS (
     RETURNING 1
 ), uses AS (
     INSERT INTO budget_use (tenant, name, scope, operation_id, at, amount)
-    SELECT sqlc.arg(tenant), u.name, u.scope, sqlc.arg(id), statement_timestamp(), u.amount::numeric
-    FROM shares u
+    VALUES (sqlc.arg(tenant), sqlc.arg(budget_name)::text, sqlc.arg(budget_scope)::text, sqlc.arg(id), statement_timestamp(), sqlc.arg(amount)::float8::numeric)
 ), ident AS (
     INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
     SELECT sqlc.arg(tenant), sqlc.arg(tool), sqlc.narg(identity)::text, sqlc.arg(id), sqlc.arg(idempotency_key),
            sqlc.arg(identity_window_seconds)::float8, 'infinity'
-    WHERE sqlc.arg(take_identity)::boolean AND (SELECT count(*) FROM res) = cardinality(sqlc.arg(budget_names)::text[])
+    WHERE sqlc.arg(take_identity)::boolean AND EXISTS (SELECT 1 FROM res)
     ON CONFLICT (tenant, tool, identity) DO UPDATE SET
         operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
         window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
@@ -219,7 +214,7 @@ WITH prepared_link AS (
             CASE WHEN sqlc.arg(claim)::boolean THEN now() END,
             sqlc.arg(approvals_needed)::integer, sqlc.arg(policy_digest)::text, sqlc.arg(approval_rule)::text,
             sqlc.arg(approvals)::jsonb, sqlc.narg(supersedes)::text,
-            sqlc.arg(budget_names)::text[], sqlc.arg(budget_scopes)::text[], sqlc.narg(identity)::text,
+            ARRAY[sqlc.arg(budget_name)::text], ARRAY[sqlc.arg(budget_scope)::text], sqlc.narg(identity)::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
@@ -231,7 +226,7 @@ WITH prepared_link AS (
             CASE WHEN jsonb_array_length(sqlc.arg(approvals)::jsonb) > 0 THEN sqlc.arg(fingerprint)::text END,
             sqlc.narg(approved_reason)::text
     WHERE (NOT sqlc.arg(take_identity)::boolean OR EXISTS (SELECT 1 FROM ident))
-      AND (SELECT count(*) FROM res) = cardinality(sqlc.arg(budget_names)::text[])
+      AND EXISTS (SELECT 1 FROM res)
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
@@ -249,7 +244,7 @@ WITH prepared_link AS (
 SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
 UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
-WHERE operation_admit_reserved(cardinality(sqlc.arg(budget_names)::text[]), (SELECT count(*) FROM res),
+WHERE operation_admit_reserved(1, (SELECT count(*) FROM res),
                                sqlc.arg(take_identity)::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins));
 
 -- name: OperationGetByKey :one

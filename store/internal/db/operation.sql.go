@@ -1535,19 +1535,12 @@ const operationInsertReserving = `-- name: OperationInsertReserving :one
 WITH prepared_link AS (
     -- As in OperationInsert.
     SELECT audit_link(NULL, $1::bytea, 1, 0, 0, statement_timestamp(), NULL) AS h
-), shares AS (
-    -- Read once, by the budgets' upsert and the uses' insert: each
-    -- function of a ROWS FROM costs PostgreSQL its own set-up and
-    -- tuplestore (docs/performance.md, finding 45).
-    SELECT name, scope, amount, max_count, has_sum, max_sum, win FROM ROWS FROM (unnest($2::text[]), unnest($3::text[]), unnest($4::float8[]),
-                             unnest($5::integer[]), unnest($6::boolean[]), unnest($7::float8[]),
-                             unnest($8::float8[])) AS u(name, scope, amount, max_count, has_sum, max_sum, win)
 ), res AS (
     INSERT INTO budget AS b (tenant, name, scope, used_count, used_sum, window_seconds, max_count, max_sum)
-    SELECT $9, u.name, u.scope, 1, u.amount::numeric, u.win, u.max_count,
-           CASE WHEN u.has_sum THEN u.max_sum::numeric END
-    FROM shares u
-    WHERE (u.max_count = 0 OR u.max_count >= 1) AND (NOT u.has_sum OR u.amount::numeric <= u.max_sum::numeric)
+    SELECT $2, $3::text, $4::text, 1, $5::float8::numeric, $6::float8,
+           $7::integer, CASE WHEN $8::boolean THEN $9::float8::numeric END
+    WHERE ($7::integer = 0 OR $7::integer >= 1)
+      AND (NOT $8::boolean OR $5::float8::numeric <= $9::float8::numeric)
     ON CONFLICT (tenant, name, scope) DO UPDATE
     SET used_count = b.used_count + 1, used_sum = b.used_sum + EXCLUDED.used_sum, window_seconds = EXCLUDED.window_seconds,
         max_count = EXCLUDED.max_count, max_sum = EXCLUDED.max_sum
@@ -1557,13 +1550,12 @@ WITH prepared_link AS (
     RETURNING 1
 ), uses AS (
     INSERT INTO budget_use (tenant, name, scope, operation_id, at, amount)
-    SELECT $9, u.name, u.scope, $11, statement_timestamp(), u.amount::numeric
-    FROM shares u
+    VALUES ($2, $3::text, $4::text, $11, statement_timestamp(), $5::float8::numeric)
 ), ident AS (
     INSERT INTO operation_identity AS i (tenant, tool, identity, operation_id, idempotency_key, window_seconds, free_at)
-    SELECT $9, $12, $13::text, $11, $14,
+    SELECT $2, $12, $13::text, $11, $14,
            $15::float8, 'infinity'
-    WHERE $16::boolean AND (SELECT count(*) FROM res) = cardinality($2::text[])
+    WHERE $16::boolean AND EXISTS (SELECT 1 FROM res)
     ON CONFLICT (tenant, tool, identity) DO UPDATE SET
         operation_id = EXCLUDED.operation_id, idempotency_key = EXCLUDED.idempotency_key,
         window_seconds = EXCLUDED.window_seconds, free_at = 'infinity'
@@ -1577,7 +1569,7 @@ WITH prepared_link AS (
                            approvals_needed, policy_digest, approval_rule, approvals, supersedes,
                            budget_names, budget_scopes, identity,
                            approval_decision, approval_decided_by, approval_decided_at, approval_expires_at, approval_fingerprint, approval_reason)
-    SELECT $11, $9, $12, $17, $14, $18, $19,
+    SELECT $11, $2, $12, $17, $14, $18, $19,
             CASE WHEN $20::boolean THEN $21::text ELSE $22::text END,
             $23, $24, $25, $26,
             CASE WHEN $20::boolean THEN 2 ELSE 1 END,
@@ -1592,7 +1584,7 @@ WITH prepared_link AS (
             CASE WHEN $20::boolean THEN now() END,
             $31::integer, $32::text, $33::text,
             $34::jsonb, $35::text,
-            $2::text[], $3::text[], $13::text,
+            ARRAY[$3::text], ARRAY[$4::text], $13::text,
             -- An edit's operation is born with its editor's approval
             -- (approvals holds it): READY and in force for the TTL when it
             -- completes the quorum.
@@ -1604,7 +1596,7 @@ WITH prepared_link AS (
             CASE WHEN jsonb_array_length($34::jsonb) > 0 THEN $19::text END,
             $37::text
     WHERE (NOT $16::boolean OR EXISTS (SELECT 1 FROM ident))
-      AND (SELECT count(*) FROM res) = cardinality($2::text[])
+      AND EXISTS (SELECT 1 FROM res)
     ON CONFLICT DO NOTHING
     RETURNING id, state, fence, created_at, lease_expires_at, args, chain_head
 ), ev AS (
@@ -1622,20 +1614,20 @@ WITH prepared_link AS (
 SELECT ins.created_at, ins.lease_expires_at, ins.args FROM ins
 UNION ALL
 SELECT NULL::timestamptz, NULL::timestamptz, NULL::jsonb
-WHERE operation_admit_reserved(cardinality($2::text[]), (SELECT count(*) FROM res),
+WHERE operation_admit_reserved(1, (SELECT count(*) FROM res),
                                $16::boolean, (SELECT count(*) FROM ident), (SELECT count(*) FROM ins))
 `
 
 type OperationInsertReservingParams struct {
 	PreparedDoc           []byte
-	BudgetNames           []string
-	BudgetScopes          []string
-	Amounts               []float64
-	MaxCounts             []int32
-	HasSums               []bool
-	MaxSums               []float64
-	Windows               []float64
 	Tenant                string
+	BudgetName            string
+	BudgetScope           string
+	Amount                float64
+	ShareWindow           float64
+	MaxCount              int32
+	HasSum                bool
+	MaxSum                float64
 	MaxUses               int32
 	ID                    string
 	Tool                  string
@@ -1677,26 +1669,29 @@ type OperationInsertReservingRow struct {
 	Args           []byte
 }
 
-// OperationInsert for a tool whose limits are all per key (docs/policy.md,
-// "How a reservation is made"): the same statement reserves the operation's
-// share of each of its budgets (budget_names and budget_scopes, one per
-// limit, sorted by name: the lock order), and stores the operation with its
-// shares or neither. Each share is judged and counted by one upsert of its
-// budget (res): a budget without a row has no uses (budget_prune deletes a
-// budget only once it holds none, and a share is counted on its row in the
-// statement that writes its use), so a share that fits an empty budget is
-// counted by the row's insert; a budget with a row is locked and judged on
-// its newest version, whose count may still include uses that left the
-// window (stricter than the limit, never looser). The share's bounds reach
-// ON CONFLICT's WHERE through EXCLUDED (max_count, max_sum). The budgets'
-// locks are held to the commit, which a budget per key shares with few
-// calls. The identity is taken after the shares (ident reads res): budgets
-// before identities, the order of the trigger's release at an operation's
-// end and of an edit's reservation (a transaction that also releases the
-// edited operation's, so two such orders can still cross: PostgreSQL undoes
-// one as a deadlock, and the Prepare sends its insert again).
+// OperationInsert for a tool with one limit, per key (docs/policy.md, "How a
+// reservation is made"): the same statement reserves the operation's share
+// of that limit's budget for the key (budget_name, budget_scope), and stores
+// the operation with its share or neither. The share is judged and counted
+// by one upsert of its budget (res): a budget without a row has no uses
+// (budget_prune deletes a budget only once it holds none, and a share is
+// counted on its row in the statement that writes its use), so a share that
+// fits an empty budget is counted by the row's insert; a budget with a row
+// is locked and judged on its newest version, whose count may still include
+// uses that left the window (stricter than the limit, never looser). The
+// share's bounds reach ON CONFLICT's WHERE through EXCLUDED (max_count,
+// max_sum). The budget's lock is held to the commit, which a budget per key
+// shares with few calls. One share, as scalars: the arrays of several cost
+// PostgreSQL a function scan whose set-up was a quarter of what a budgeted
+// call added to the statement (docs/performance.md, finding 45); a tool with
+// several limits reserves in a statement of its own (budget_reserve). The
+// identity is taken after the share (ident reads res): budgets before
+// identities, the order of the trigger's release at an operation's end and
+// of an edit's reservation (a transaction that also releases the edited
+// operation's, so two such orders can still cross: PostgreSQL undoes one as
+// a deadlock, and the Prepare sends its insert again).
 // operation_admit_reserved undoes the whole statement when the operation is
-// not stored with all its shares: SQLSTATE OL429 when a share does not fit
+// not stored with its share: SQLSTATE OL429 when the share does not fit
 // (read as ErrSharesDoNotFit: the caller then reserves with budget_reserve,
 // which drops the expired uses and judges exactly, or forces an `over:
 // approve` share), OL409 when the identity is held or the key taken (read as
@@ -1704,14 +1699,14 @@ type OperationInsertReservingRow struct {
 func (q *Queries) OperationInsertReserving(ctx context.Context, db DBTX, arg OperationInsertReservingParams) (OperationInsertReservingRow, error) {
 	row := db.QueryRow(ctx, operationInsertReserving,
 		arg.PreparedDoc,
-		arg.BudgetNames,
-		arg.BudgetScopes,
-		arg.Amounts,
-		arg.MaxCounts,
-		arg.HasSums,
-		arg.MaxSums,
-		arg.Windows,
 		arg.Tenant,
+		arg.BudgetName,
+		arg.BudgetScope,
+		arg.Amount,
+		arg.ShareWindow,
+		arg.MaxCount,
+		arg.HasSum,
+		arg.MaxSum,
 		arg.MaxUses,
 		arg.ID,
 		arg.Tool,
