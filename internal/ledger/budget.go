@@ -16,11 +16,11 @@ import (
 	"github.com/opledger/opledger/tool"
 )
 
-// Budgets and business identity (docs/policy.md). A Prepare of a tool whose
-// limits are all per key reserves its budget shares in the statement that
+// Budgets and business identity (docs/policy.md). A Prepare of a tool with
+// one limit, per key, reserves its budget share in the statement that
 // inserts the operation and takes its identity (insertReserving,
-// OperationInsertReserving). One with a tenant-wide limit, or whose shares
-// did not fit there, reserves them first, in one statement that is a
+// OperationInsertReserving). One with a tenant-wide limit or several
+// limits, or whose share did not fit there, reserves them first, in one statement that is a
 // transaction of its own (BudgetReserve, async: it holds each budget's lock
 // for microseconds, not for a commit's flush), then inserts the operation,
 // whose statement also takes its business identity (OperationInsert with

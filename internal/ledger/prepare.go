@@ -329,9 +329,9 @@ func admissionRefusal(err error) bool {
 		le.Reason == opledgerv1.ErrorReason_ERROR_REASON_OPERATION_DUPLICATE)
 }
 
-// insert stores a new operation of t prepared by a. A tool whose limits are
-// all per key reserves the operation's budget shares in the insert's own
-// statement (insertReserving); when a share does not fit there, and for
+// insert stores a new operation of t prepared by a. A tool with one limit,
+// per key, reserves the operation's budget share in the insert's own
+// statement (insertReserving); when the share does not fit there, and for
 // any other tool with limits, the shares are reserved first (admit, a
 // statement of its own). The business identity is taken by the insert's
 // own statement; with
