@@ -20,9 +20,10 @@ import (
 // one limit, per key, reserves its budget share in the statement that
 // inserts the operation and takes its identity (insertReserving,
 // OperationInsertReserving). One with a tenant-wide limit or several
-// limits, or whose share did not fit there, reserves them first, in one statement that is a
-// transaction of its own (BudgetReserve, async: it holds each budget's lock
-// for microseconds, not for a commit's flush), then inserts the operation,
+// limits, or whose share did not fit there, reserves them first, in one
+// statement that is a transaction of its own (BudgetReserve, async: it
+// holds each budget's lock for microseconds, not for a commit's flush),
+// then inserts the operation,
 // whose statement also takes its business identity (OperationInsert with
 // TakeIdentity). A Prepare whose operation is not stored (refused, or its
 // key taken) releases the shares it reserved. Each reservation is judged by

@@ -115,9 +115,10 @@ func retryInfo(t *testing.T, err error) *errdetails.RetryInfo {
 
 // limitPaths runs f with limitsYAML as it is (limits without a `per` key:
 // each Prepare reserves its shares in a statement of its own) and with
-// every limit per principal (`per: principal.id`: every call of the test's
-// agent on one budget, whose shares the insert reserves itself), the two
-// ways a reservation is made (docs/policy.md, "How a reservation is made").
+// the limit per principal (`per: principal.id`: every call of the test's
+// agent on one budget, whose share the insert reserves itself, the tests
+// giving it one limit), the two ways a reservation is made (docs/policy.md,
+// "How a reservation is made").
 func limitPaths(t *testing.T, limitsYAML string, f func(t *testing.T, limitsYAML string)) {
 	for _, p := range []struct{ name, per string }{{"tenant-wide", ""}, {"per key", "per: principal.id, "}} {
 		t.Run(p.name, func(t *testing.T) {
@@ -313,7 +314,8 @@ func TestLimitCountAcrossReplicas(t *testing.T) {
 // reserves its share in its insert; a tool with two reserves both in a
 // statement of their own, all or none (docs/policy.md, "How a reservation
 // is made"), and each limit holds exactly: the third call of a customer is
-// refused by the limit of two, the first of another admitted.
+// refused by the limit of two and counted by neither limit, the first of
+// another customer admitted.
 func TestSeveralPerKeyLimitsReserveApart(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: a_two_per_customer, tools: [refund], per: args.customer_id, window: 1h, count: 2}
@@ -321,14 +323,23 @@ func TestSeveralPerKeyLimitsReserveApart(t *testing.T) {
 `)})
 	var adm admissions
 	c := w.env.StartServer(harness.ServerOptions{Hooks: adm.hooks()}).Client
+	var last *opledgerv1.PrepareResponse
 	for range 2 {
 		resp, err := oneCall(c, w.agent, "refund", refundFor(t, "c-1", 100))
 		require.NoError(t, err)
 		require.Equal(t, []string{"a_two_per_customer", "b_five_per_customer"}, budgetNames(resp.GetOperation()))
+		last = resp
 	}
 	_, err := oneCall(c, w.agent, "refund", refundFor(t, "c-1", 100))
 	requireStatus(t, err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
 	require.Equal(t, "a_two_per_customer", errorInfo(t, err).GetMetadata()["limit"])
+	got, err := c.Get(harness.Ctx(w.agent, ""), &opledgerv1.GetRequest{OperationId: last.GetOperation().GetId()})
+	require.NoError(t, err)
+	counts := map[string]int64{}
+	for _, b := range got.GetOperation().GetBudgets() {
+		counts[b.GetLimit()] = b.GetCount()
+	}
+	require.Equal(t, map[string]int64{"a_two_per_customer": 2, "b_five_per_customer": 2}, counts, "all or none: the refused call counts in neither")
 	_, err = oneCall(c, w.agent, "refund", refundFor(t, "c-2", 100))
 	require.NoError(t, err)
 	require.Equal(t, []int64{0, 3}, []int64{adm.inInsert.Load(), adm.apart.Load()}, "reserved apart")

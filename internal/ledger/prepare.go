@@ -334,9 +334,8 @@ func admissionRefusal(err error) bool {
 // statement (insertReserving); when the share does not fit there, and for
 // any other tool with limits, the shares are reserved first (admit, a
 // statement of its own). The business identity is taken by the insert's
-// own statement; with
-// a quota the insert runs in a transaction that also counts the tenant's
-// operations this minute. An operation refused by any of them is not
+// own statement; with a quota the insert runs in a transaction that also
+// counts the tenant's operations this minute. An operation refused by any of them is not
 // stored, and the shares reserved for it are released. A limit with `over:
 // approve` that the call goes past makes n await approval (and not be
 // claimed).

@@ -97,10 +97,12 @@ func pgbInsert(claim bool) map[string]bind {
 func pgbInsertBudgeted() map[string]bind {
 	b := pgbInsert(true)
 	b["tool"] = val(budgetedTool)
-	b["budget_names"], b["budget_scopes"] = val("{bench_per_customer}"), expr(`ARRAY['cust-' || (:r::bigint % 1000)]`)
+	delete(b, "budget_names")
+	delete(b, "budget_scopes")
+	b["budget_name"], b["budget_scope"] = val("bench_per_customer"), expr(`'cust-' || (:r::bigint % 1000)`)
 	b["identity"], b["take_identity"], b["identity_window_seconds"] = expr(`'INV-' || :r`), val("true"), val("2592000")
-	b["amounts"], b["max_counts"], b["has_sums"] = val("{0}"), val(fmt.Sprintf("{%d}", customerLimitCount)), val("{false}")
-	b["max_sums"], b["windows"], b["max_uses"] = val("{0}"), val("{3600}"), val("100000")
+	b["amount"], b["max_count"], b["has_sum"] = val("0"), val(fmt.Sprint(customerLimitCount)), val("false")
+	b["max_sum"], b["share_window"], b["max_uses"] = val("0"), val("3600"), val("100000")
 	return b
 }
 

@@ -409,7 +409,7 @@ func burstTool(tool string) bool {
 
 // runBurst is several agents acting at once on one budget or one business
 // identity, each under its own idempotency key and on its own server:
-// pay_capped for one new customer (whose limits admit customerCount at
+// pay_capped for one new customer (whose limit admits customerCount at
 // most), pay_metered or pay_pooled on the tenant's budgets, or pay_once for one invoice
 // (one operation at most). Each runs the one-operation flow (Prepare with
 // twins and lost answers, then Execute); a refusal by the budget or the
