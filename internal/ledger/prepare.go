@@ -335,10 +335,10 @@ func admissionRefusal(err error) bool {
 // any other tool with limits, the shares are reserved first (admit, a
 // statement of its own). The business identity is taken by the insert's
 // own statement; with a quota the insert runs in a transaction that also
-// counts the tenant's operations this minute. An operation refused by any of them is not
-// stored, and the shares reserved for it are released. A limit with `over:
-// approve` that the call goes past makes n await approval (and not be
-// claimed).
+// counts the tenant's operations this minute. An operation refused by any
+// of them is not stored, and the shares reserved for it are released. A
+// limit with `over: approve` that the call goes past makes n await approval
+// (and not be claimed).
 func (l *Ledger) insert(ctx context.Context, a Actor, t *tool.Tool, args *structpb.Struct, n *store.NewOperation) (Operation, bool, error) {
 	if reservesInInsert(t) {
 		op, inserted, err := l.insertReserving(ctx, a, t, args, n)

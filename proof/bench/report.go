@@ -203,23 +203,20 @@ func byRound(o, b Result, format string, f func(o, b Round) (float64, bool)) str
 // (docs/performance.md, finding 45), while the two sides' medians are often
 // rounds apart. Otherwise it is the ratio of the two.
 func ratioOf(o, b Result) (float64, string) {
-	q := o.OpsPerSec / b.OpsPerSec
-	if len(o.Rounds) < 2 || len(o.Rounds) != len(b.Rounds) {
+	var qs []float64
+	if len(o.Rounds) > 1 && len(o.Rounds) == len(b.Rounds) {
+		for i := range o.Rounds {
+			if q, ok := opsRatio(o.Rounds[i], b.Rounds[i]); ok {
+				qs = append(qs, q)
+			}
+		}
+	}
+	if len(qs) < 2 || len(qs) != len(o.Rounds) {
+		q := o.OpsPerSec / b.OpsPerSec
 		return q, fmt.Sprintf("%.0f vs %.0f ops/s = %.2f", o.OpsPerSec, b.OpsPerSec, q)
 	}
-	qs := make([]float64, len(o.Rounds))
-	for i := range o.Rounds {
-		r, ok := opsRatio(o.Rounds[i], b.Rounds[i])
-		if !ok {
-			return q, fmt.Sprintf("%.0f vs %.0f ops/s = %.2f", o.OpsPerSec, b.OpsPerSec, q)
-		}
-		qs[i] = r
-	}
 	slices.Sort(qs)
-	m := qs[len(qs)/2]
-	if len(qs)%2 == 0 {
-		m = (qs[len(qs)/2-1] + qs[len(qs)/2]) / 2
-	}
+	m := (qs[(len(qs)-1)/2] + qs[len(qs)/2]) / 2
 	return m, fmt.Sprintf("%.0f vs %.0f ops/s (medians), %.2f (the median of the %d rounds' ratios)", o.OpsPerSec, b.OpsPerSec, m, len(qs))
 }
 
