@@ -169,6 +169,10 @@ type Options struct {
 	// few percent a same-run ratio target asks for. Default 5 with Quick,
 	// else Repeat.
 	TargetRepeat int
+	// Duet also measures the receipts targets' points both sides at once
+	// (Duet), as many rounds as the point's, each with a control round:
+	// informative, beside the targets' turns.
+	Duet bool
 	// Progress receives one line per measurement; nil discards them.
 	Progress io.Writer `json:"-"`
 }
@@ -240,11 +244,18 @@ func (o *Options) validate() error {
 	if o.GRPCConns < 0 || o.GRPCConns > 1024 {
 		return errors.New("bench: --grpc-conns must be 1 to 1024")
 	}
-	if o.Grow < 0 || o.Seed < 1 || o.Repeat < 1 || o.Repeat > 9 || o.TargetRepeat < 0 || o.TargetRepeat > 9 {
-		return errors.New("bench: --grow must be positive, the seed at least 1 and --repeat and --target-repeat 1 to 9")
+	if o.Grow < 0 || o.Seed < 1 || o.Repeat < 1 || o.Repeat > maxRepeat || o.TargetRepeat < 0 || o.TargetRepeat > maxRepeat {
+		return fmt.Errorf("bench: --grow must be positive, the seed at least 1 and --repeat and --target-repeat 1 to %d", maxRepeat)
 	}
 	return nil
 }
+
+// maxRepeat bounds --repeat and --target-repeat. A same-point target's
+// verdict is the median of its rounds' ratios, and on a shared machine one
+// round of each side can read ±15 % (docs/performance.md, finding 46): the
+// median of 25 two-second rounds is what resolves a 5 % target to about a
+// percent, so the bound leaves room for that and stops a typo's hours.
+const maxRepeat = 31
 
 func (o *Options) wants(system string) bool { return slices.Contains(o.Baselines, system) }
 
@@ -344,6 +355,9 @@ type Report struct {
 	Profiles []string
 	// InProcess holds the in-process (profiled) runs.
 	InProcess []Result
+	// Duets are the receipts targets' points measured both sides at once
+	// (Duet).
+	Duets []Duet
 	// Checkpoint is what one signed checkpoint of every chain head the run
 	// changed cost (measured with SystemOpledgerNoReceipts); nil when not
 	// measured.
@@ -367,6 +381,15 @@ func (r *Report) Failures() []string {
 	}
 	for _, res := range r.InProcess {
 		check(res)
+	}
+	for _, d := range r.Duets {
+		for _, x := range slices.Concat(d.Rounds, d.Control) {
+			if x.Errors > 0 {
+				out = append(out, fmt.Sprintf("duet %s c=%d: %d errors, e.g. %s", d.Scenario, d.Concurrency, x.Errors, x.FirstError))
+			} else if x.A == 0 || x.B == 0 {
+				out = append(out, fmt.Sprintf("duet %s c=%d: a side completed no op", d.Scenario, d.Concurrency))
+			}
+		}
 	}
 	for _, g := range r.Grow {
 		if g.Errors > 0 || g.Ops == 0 {
@@ -476,6 +499,13 @@ func (e *env) runAll(ctx context.Context, rep *Report) error {
 					}
 					runs[sys] = append(runs[sys], e.measureSystem(ctx, sc, sys, c))
 				}
+			}
+			if e.duetPoint(sc, c) && !extra[c] {
+				d := e.runDuet(ctx, sc, c, rounds)
+				rep.Duets = append(rep.Duets, d)
+				q, _, _ := duetMedian(d.Rounds)
+				aa, _, _ := duetMedian(d.Control)
+				e.progress("%-15s duet       c=%-3d receipts on ÷ off, both at once: %.2f (control %.2f)", sc, c, q, aa)
 			}
 			for _, sys := range systems {
 				var r Result

@@ -30,6 +30,7 @@ func TestTinyRun(t *testing.T) {
 		Seed:               200,
 		CPUProfileDir:      t.TempDir(),
 		ProfileConcurrency: 2,
+		Duet:               true,
 		Progress:           &progress,
 	})
 	require.NoError(t, err, progress.String())
@@ -57,6 +58,18 @@ func TestTinyRun(t *testing.T) {
 		require.Positive(t, r.CPU.Bench+r.CPU.Postgres, "%s %s", r.Scenario, r.System)
 		require.Zero(t, r.CPU.Server, "%s %s", r.Scenario, r.System)
 		require.InDelta(t, 0.5, r.CPU.Busy, 0.5)
+	}
+	// The receipts targets' points ran their duet: both sides at once, and
+	// the control.
+	require.Len(t, rep.Duets, 2)
+	for _, d := range rep.Duets {
+		require.Len(t, d.Rounds, 1, d.Scenario)
+		require.Len(t, d.Control, 1, d.Scenario)
+		for _, x := range slices.Concat(d.Rounds, d.Control) {
+			require.Positive(t, x.A, d.Scenario)
+			require.Positive(t, x.B, d.Scenario)
+			require.Zero(t, x.Errors, "%s: %s", d.Scenario, x.FirstError)
+		}
 	}
 	require.Len(t, rep.InProcess, len(Scenarios))
 	require.Len(t, rep.Profiles, len(Scenarios))
@@ -184,6 +197,22 @@ func TestMedianOf(t *testing.T) {
 	require.Empty(t, medianOf(runs[:1]).Rounds, "a point run once has no rounds")
 }
 
+// TestRepeatBounds checks that a long precise run (25 rounds of a target's
+// point) is accepted and that the rounds stay bounded.
+func TestRepeatBounds(t *testing.T) {
+	t.Parallel()
+	valid := func(repeat, target int) error {
+		o := Options{Repeat: repeat, TargetRepeat: target, Duration: time.Second}
+		o.defaults()
+		return o.validate()
+	}
+	require.NoError(t, valid(25, 0))
+	require.NoError(t, valid(1, 25))
+	require.ErrorContains(t, valid(32, 0), "1 to 31")
+	require.ErrorContains(t, valid(1, 32), "1 to 31")
+	require.Error(t, valid(-1, 0))
+}
+
 // TestTargetsPrintEveryRound checks that a target measured over several
 // rounds prints each round's ratio to the baseline's round run beside it,
 // and that its verdict stays the medians'.
@@ -298,6 +327,49 @@ func TestBudgetTargets(t *testing.T) {
 	require.Equal(t, []int{1, 16}, levels)
 	levels, _ = rep.Options.levels(ScenarioOneCallBudgeted)
 	require.Equal(t, []int{1, 16}, levels)
+}
+
+// TestReceiptsDuetIsInformative: a receipts target is judged by its sides'
+// turns; the duet (both sides at once) adds a line of its own, which reads
+// n/a when its control is off by more than the slack.
+func TestReceiptsDuetIsInformative(t *testing.T) {
+	t.Parallel()
+	cost := &CPUCost{Server: 300 * time.Microsecond, Postgres: 600 * time.Microsecond}
+	turns := []Result{
+		{Scenario: ScenarioExecuteNew, System: SystemOpledger, Concurrency: 16, Ops: 1, OpsPerSec: 900, CPU: cost},
+		{Scenario: ScenarioExecuteNew, System: SystemOpledgerNoReceipts, Concurrency: 16, Ops: 1, OpsPerSec: 1000, CPU: cost},
+	}
+	round := func(a, b float64) DuetRound {
+		return DuetRound{A: a, B: b, ServerA: 310 * time.Microsecond, ServerB: 300 * time.Microsecond}
+	}
+	duet := Duet{Scenario: ScenarioExecuteNew, Concurrency: 16,
+		Rounds:  []DuetRound{round(970, 1000), round(500, 520), round(990, 1000)},
+		Control: []DuetRound{round(1000, 1000), round(505, 500), round(990, 1000)}}
+	lines := func(rep *Report) []string {
+		var out []string
+		for _, tg := range rep.ReceiptsTargets() {
+			if strings.HasPrefix(tg.Text, ScenarioExecuteNew) {
+				out = append(out, tg.Verdict()+" "+tg.Text)
+			}
+		}
+		return out
+	}
+	opts := Options{Concurrency: []int{16}, Scenarios: Scenarios}
+	verdict := "MISS execute-new with receipts ≥ 0.95 × receipts off (c=16): 900 vs 1000 ops/s = 0.90 " +
+		"(server 300 + PostgreSQL 600 µs/op vs server 300 + PostgreSQL 600 µs/op)"
+	informative := "execute-new receipts on ÷ off, both at once (informative: the receipts' own CPU; WAL, I/O and PostgreSQL's background work fall on both sides) (c=16 each)"
+	require.Equal(t, []string{verdict,
+		"ok " + informative + ": 0.97 (the median of 3 rounds' ratios; control, receipts off against receipts off: 1.00); server 310 vs 300 µs/op; by round 0.97, 0.96, 0.99"},
+		lines(&Report{Options: opts, Results: turns, Duets: []Duet{duet}}))
+	off := duet
+	off.Control = []DuetRound{round(900, 1000), round(450, 500), round(1000, 1000)}
+	require.Equal(t, []string{verdict,
+		"n/a " + informative + ": its control, receipts off against receipts off, read 0.90, not 1 ± 0.03: 0.97 does not stand"},
+		lines(&Report{Options: opts, Results: turns, Duets: []Duet{off}}))
+	require.Equal(t, []string{verdict}, lines(&Report{Options: opts, Results: turns}))
+	require.Empty(t, (&Report{Duets: []Duet{{Scenario: ScenarioExecuteNew, Concurrency: 16, Rounds: []DuetRound{round(1, 1)}, Control: []DuetRound{round(1, 1)}}}}).Failures())
+	require.Len(t, (&Report{Duets: []Duet{{Scenario: ScenarioExecuteNew, Concurrency: 16, Rounds: []DuetRound{{A: 1, B: 1, Errors: 2, FirstError: "x"}}, Control: []DuetRound{{A: 1}}}}}).Failures(), 2,
+		"a duet's errors and a side without an op are failures")
 }
 
 // TestBenchToolsFileLoads: the bench's tools file, with its limits and

@@ -60,9 +60,11 @@ type env struct {
 	clients *clients // opledger under test (the processes, or the stack)
 	// noReceipts is opledger with receipts off (SystemOpledgerNoReceipts).
 	noReceipts *clients
-	bare       *floorServer
-	chain      *floorServer
-	dbos       *dbosPeer
+	// noReceiptsAA is a second set of them, the duet's control.
+	noReceiptsAA *clients
+	bare         *floorServer
+	chain        *floorServer
+	dbos         *dbosPeer
 	// dbosDone holds workflow ids that completed, for DBOS replays.
 	dbosDone []string
 
