@@ -184,13 +184,15 @@ func (c countingStatements) BudgetReserveEach(ctx context.Context, conn *store.C
 	return out, err
 }
 
-// heldStatements holds the first BudgetReserveEach until release is closed,
-// and records the operations each one carried.
+// heldStatements holds the first BudgetReserveEach until release is closed
+// and the second until second is, and records the operations each one
+// carried when it is sent, and how many have returned.
 type heldStatements struct {
 	ledger.Statements
-	entered, release chan struct{}
-	mu               sync.Mutex
-	batches          [][]string
+	entered, release, second chan struct{}
+	mu                       sync.Mutex
+	batches                  [][]string
+	returned                 int
 }
 
 func (h *heldStatements) BudgetReserveEach(ctx context.Context, conn *store.Conn, lim *tool.Limit, rs []store.Reservation) ([]store.Share, error) {
@@ -201,12 +203,26 @@ func (h *heldStatements) BudgetReserveEach(ctx context.Context, conn *store.Conn
 		ids = append(ids, r.OperationID)
 	}
 	h.batches = append(h.batches, ids)
+	n := len(h.batches)
 	h.mu.Unlock()
 	if first {
 		close(h.entered)
 		<-h.release
 	}
-	return h.Statements.BudgetReserveEach(ctx, conn, lim, rs)
+	if n == 2 {
+		<-h.second
+	}
+	out, err := h.Statements.BudgetReserveEach(ctx, conn, lim, rs)
+	h.mu.Lock()
+	h.returned++
+	h.mu.Unlock()
+	return out, err
+}
+
+func (h *heldStatements) done() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.returned
 }
 
 func (h *heldStatements) sent() [][]string {
@@ -224,7 +240,7 @@ func TestShareOfAPrepareGoneWhileQueuedIsReleased(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, harness.Options{ToolsYAML: budgetTools(`  - {name: two_per_hour, tools: [refund], window: 1h, count: 2}
 `)})
-	held := &heldStatements{entered: make(chan struct{}), release: make(chan struct{})}
+	held := &heldStatements{entered: make(chan struct{}), release: make(chan struct{}), second: make(chan struct{})}
 	c := w.env.StartServer(harness.ServerOptions{Hooks: &ledger.Hooks{Statements: func(s ledger.Statements) ledger.Statements {
 		held.Statements = s
 		return held
@@ -245,9 +261,17 @@ func TestShareOfAPrepareGoneWhileQueuedIsReleased(t *testing.T) {
 	require.Equal(t, codes.DeadlineExceeded, status.Code(err))
 	close(held.release)
 	require.NoError(t, <-first)
-	// Its share was taken by the next statement, then given back.
+	// Its share was taken by the next statement, then given back. While
+	// that statement has not run, the budget shows the first operation's
+	// use alone, though nothing was given back yet: a wait for one use
+	// proves the release only once the statement returned.
 	require.Eventually(t, func() bool { return len(held.sent()) == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.Len(t, held.sent()[1], 1, "the second Prepare's share, sent after the first statement")
+	uses, _, err := w.env.Store.BudgetGet(t.Context(), "acme", "two_per_hour", "", time.Hour)
+	require.NoError(t, err)
+	require.Len(t, uses, 1, "the share not taken yet")
+	close(held.second)
+	require.Eventually(t, func() bool { return held.done() == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool {
 		uses, _, err := w.env.Store.BudgetGet(t.Context(), "acme", "two_per_hour", "", time.Hour)
 		require.NoError(t, err)
