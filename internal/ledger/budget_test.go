@@ -219,6 +219,7 @@ func (h *heldStatements) BudgetReserveEach(ctx context.Context, conn *store.Conn
 	return out, err
 }
 
+// done is how many statements have returned.
 func (h *heldStatements) done() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -245,6 +246,10 @@ func TestShareOfAPrepareGoneWhileQueuedIsReleased(t *testing.T) {
 		held.Statements = s
 		return held
 	}}}).Client
+	// A test that fails while a statement is held lets it go before the
+	// server stops (cleanups run last first).
+	releaseFirst, releaseSecond := sync.OnceFunc(func() { close(held.release) }), sync.OnceFunc(func() { close(held.second) })
+	t.Cleanup(func() { releaseFirst(); releaseSecond() })
 	first := make(chan error, 1)
 	go func() {
 		_, err := oneCall(c, w.agent, "refund", refundFor(t, "c-1", 100))
@@ -259,18 +264,20 @@ func TestShareOfAPrepareGoneWhileQueuedIsReleased(t *testing.T) {
 	defer cancel()
 	_, err := c.Prepare(ctx, &opledgerv1.PrepareRequest{Tool: "refund", Args: refundFor(t, "c-1", 100)})
 	require.Equal(t, codes.DeadlineExceeded, status.Code(err))
-	close(held.release)
+	releaseFirst()
 	require.NoError(t, <-first)
 	// Its share was taken by the next statement, then given back. While
 	// that statement has not run, the budget shows the first operation's
 	// use alone, though nothing was given back yet: a wait for one use
-	// proves the release only once the statement returned.
+	// proves the release only once the statement returned. (The read below
+	// holds by the test's own gate; it shows why the wait after it is on
+	// the statement's return.)
 	require.Eventually(t, func() bool { return len(held.sent()) == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.Len(t, held.sent()[1], 1, "the second Prepare's share, sent after the first statement")
 	uses, _, err := w.env.Store.BudgetGet(t.Context(), "acme", "two_per_hour", "", time.Hour)
 	require.NoError(t, err)
 	require.Len(t, uses, 1, "the share not taken yet")
-	close(held.second)
+	releaseSecond()
 	require.Eventually(t, func() bool { return held.done() == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool {
 		uses, _, err := w.env.Store.BudgetGet(t.Context(), "acme", "two_per_hour", "", time.Hour)

@@ -244,6 +244,10 @@ func (o *Options) validate() error {
 	if o.GRPCConns < 0 || o.GRPCConns > 1024 {
 		return errors.New("bench: --grpc-conns must be 1 to 1024")
 	}
+	if o.Duet && (!o.wants(SystemOpledgerNoReceipts) || !slices.ContainsFunc(o.Scenarios, isReceiptsScenario)) {
+		return fmt.Errorf("bench: --duet measures the receipts targets: it needs the %s baseline and %s or %s",
+			SystemOpledgerNoReceipts, ScenarioExecuteNew, ScenarioOneCall)
+	}
 	if o.Grow < 0 || o.Seed < 1 || o.Repeat < 1 || o.Repeat > maxRepeat || o.TargetRepeat < 0 || o.TargetRepeat > maxRepeat {
 		return fmt.Errorf("bench: --grow must be positive, the seed at least 1 and --repeat and --target-repeat 1 to %d", maxRepeat)
 	}
@@ -252,9 +256,9 @@ func (o *Options) validate() error {
 
 // maxRepeat bounds --repeat and --target-repeat. A same-point target's
 // verdict is the median of its rounds' ratios, and on a shared machine one
-// round of each side can read ±15 % (docs/performance.md, finding 46): the
-// median of 25 two-second rounds is what resolves a 5 % target to about a
-// percent, so the bound leaves room for that and stops a typo's hours.
+// round of each side can read ±15 %; even the median of 25 two-second
+// rounds moves by ±3 % from run to run (docs/performance.md, finding 46).
+// The bound leaves room for such long runs and stops a typo's hours.
 const maxRepeat = 31
 
 func (o *Options) wants(system string) bool { return slices.Contains(o.Baselines, system) }
@@ -383,11 +387,25 @@ func (r *Report) Failures() []string {
 		check(res)
 	}
 	for _, d := range r.Duets {
-		for _, x := range slices.Concat(d.Rounds, d.Control) {
-			if x.Errors > 0 {
-				out = append(out, fmt.Sprintf("duet %s c=%d: %d errors, e.g. %s", d.Scenario, d.Concurrency, x.Errors, x.FirstError))
-			} else if x.A == 0 || x.B == 0 {
-				out = append(out, fmt.Sprintf("duet %s c=%d: a side completed no op", d.Scenario, d.Concurrency))
+		for _, part := range []struct {
+			name   string
+			rounds []DuetRound
+		}{{"receipts on against off", d.Rounds}, {"control", d.Control}} {
+			errs, empty, first := 0, 0, ""
+			for _, x := range part.rounds {
+				errs += x.Errors
+				if first == "" {
+					first = x.FirstError
+				}
+				if x.A == 0 || x.B == 0 {
+					empty++
+				}
+			}
+			if errs > 0 {
+				out = append(out, fmt.Sprintf("duet %s c=%d, %s: %d errors, e.g. %s", d.Scenario, d.Concurrency, part.name, errs, first))
+			}
+			if empty > 0 {
+				out = append(out, fmt.Sprintf("duet %s c=%d, %s: a side completed no op in %d of %d rounds", d.Scenario, d.Concurrency, part.name, empty, len(part.rounds)))
 			}
 		}
 	}
@@ -502,6 +520,9 @@ func (e *env) runAll(ctx context.Context, rep *Report) error {
 			}
 			if e.duetPoint(sc, c) && !extra[c] {
 				d := e.runDuet(ctx, sc, c, rounds)
+				if err := ctx.Err(); err != nil {
+					return err
+				}
 				rep.Duets = append(rep.Duets, d)
 				q, _, _ := duetMedian(d.Rounds)
 				aa, _, _ := duetMedian(d.Control)

@@ -368,8 +368,26 @@ func TestReceiptsDuetIsInformative(t *testing.T) {
 		lines(&Report{Options: opts, Results: turns, Duets: []Duet{off}}))
 	require.Equal(t, []string{verdict}, lines(&Report{Options: opts, Results: turns}))
 	require.Empty(t, (&Report{Duets: []Duet{{Scenario: ScenarioExecuteNew, Concurrency: 16, Rounds: []DuetRound{round(1, 1)}, Control: []DuetRound{round(1, 1)}}}}).Failures())
-	require.Len(t, (&Report{Duets: []Duet{{Scenario: ScenarioExecuteNew, Concurrency: 16, Rounds: []DuetRound{{A: 1, B: 1, Errors: 2, FirstError: "x"}}, Control: []DuetRound{{A: 1}}}}}).Failures(), 2,
+	require.Equal(t, []string{"duet execute-new c=16, receipts on against off: 2 errors, e.g. x",
+		"duet execute-new c=16, control: a side completed no op in 1 of 1 rounds"},
+		(&Report{Duets: []Duet{{Scenario: ScenarioExecuteNew, Concurrency: 16, Rounds: []DuetRound{{A: 1, B: 1, Errors: 2, FirstError: "x"}}, Control: []DuetRound{{A: 1}}}}}).Failures(),
 		"a duet's errors and a side without an op are failures")
+	// A round where a side completed nothing, or whose CPU was not
+	// accounted, stays out of the medians rather than reading 0.
+	q, sa, sb := duetMedian([]DuetRound{round(970, 1000), {A: 900}, round(990, 1000), {A: 800, B: 1000}})
+	require.InDelta(t, 0.97, q, 1e-9, "the median of 0.97, 0.99 and 0.80")
+	require.Equal(t, 310*time.Microsecond, sa)
+	require.Equal(t, 300*time.Microsecond, sb)
+	// --duet needs what it measures.
+	o := Options{Duet: true, Duration: time.Second, Scenarios: []string{ScenarioGet}}
+	o.defaults()
+	require.ErrorContains(t, o.validate(), "--duet measures the receipts targets")
+	o = Options{Duet: true, Duration: time.Second, Scenarios: []string{ScenarioOneCall}, Baselines: []string{SystemPgbench}}
+	o.defaults()
+	require.ErrorContains(t, o.validate(), "--duet measures the receipts targets")
+	o = Options{Duet: true, Duration: time.Second, Scenarios: []string{ScenarioOneCall}, Baselines: []string{SystemOpledgerNoReceipts}}
+	o.defaults()
+	require.NoError(t, o.validate())
 }
 
 // TestBenchToolsFileLoads: the bench's tools file, with its limits and
