@@ -87,7 +87,7 @@ func (e *env) startReceiptsOff(ctx context.Context, first int) (*clients, error)
 // runs seconds apart). It is informative, not the target's verdict: what
 // the two sides share, the WAL's flushes, the page cache, PostgreSQL's
 // background processes, is charged to both, so it reads the receipts' own
-// CPU and misses what their bytes cost (docs/performance.md, finding 46).
+// CPU and misses their share of that work (docs/performance.md, finding 46).
 // Its control is the same measurement of receipts-off servers against a
 // second set of them, which must read 1.
 type Duet struct {

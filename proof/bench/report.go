@@ -215,8 +215,7 @@ func ratioOf(o, b Result) (float64, string) {
 		q := o.OpsPerSec / b.OpsPerSec
 		return q, fmt.Sprintf("%.0f vs %.0f ops/s = %.2f", o.OpsPerSec, b.OpsPerSec, q)
 	}
-	slices.Sort(qs)
-	m := (qs[(len(qs)-1)/2] + qs[len(qs)/2]) / 2
+	m := median(qs)
 	return m, fmt.Sprintf("%.0f vs %.0f ops/s (medians), %.2f (the median of the %d rounds' ratios)", o.OpsPerSec, b.OpsPerSec, m, len(qs))
 }
 
